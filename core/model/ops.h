@@ -1,0 +1,88 @@
+// The seams between the model graph and the parts that plugins provide: attention over the KV cache,
+// and matrix products with quantized weights. The plugin host adapts plugin op tables (C ABI,
+// plugins/include/troupe/plugin.h) to these C++ interfaces; tests may implement them directly.
+//
+// KV cache layout (owned by the attention op, memory owned by the executor), one pool per layer:
+//
+//   k_pool, v_pool: [n_blocks, block_size, n_kv_heads, head_dim] float32
+//
+//   sequence s, position p  ->  block block_tables[s][p / block_size], row p % block_size
+//
+// A contiguous per-sequence cache is the special case of one block of n_ctx tokens per sequence;
+// the paged allocator hands out many small blocks through the same tables.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "core/result.h"
+#include "kernels/ggml_types.h"
+
+namespace troupe {
+
+// Runs fn(begin, end) over [0, n) split across the executor's worker threads; returns when all are done.
+using parallel_for_fn = std::function<void(int64_t n, const std::function<void(int64_t, int64_t)>& fn)>;
+
+struct attention_call {
+    int32_t n_tokens;    // tokens in this step, all sequences together
+    int32_t n_heads;     // query heads
+    int32_t n_kv_heads;  // key/value heads; n_heads % n_kv_heads == 0 (GQA group = n_heads / n_kv_heads)
+    int32_t head_dim;
+    float scale;  // usually 1 / sqrt(head_dim)
+
+    const float* q;  // [n_tokens, n_heads, head_dim], RoPE applied
+    const float* k;  // [n_tokens, n_kv_heads, head_dim], RoPE applied; written into the cache at its position
+    const float* v;  // [n_tokens, n_kv_heads, head_dim]
+    float* out;      // [n_tokens, n_heads, head_dim]
+
+    const int32_t* positions;  // [n_tokens] position of each token in its sequence
+    const int32_t* seq_of;     // [n_tokens] index into block_tables of each token's sequence
+
+    int32_t n_seqs;
+    const int32_t* const* block_tables;  // [n_seqs][n_blocks_of_seq]
+    int32_t block_size;                  // tokens per block
+    float* k_pool;                       // this layer's pools, layout above
+    float* v_pool;
+
+    // Causal: a token at position p attends to positions 0..p of its own sequence, which are the
+    // cache rows written earlier plus the rows this call writes for tokens of this step.
+};
+
+class attention_op {
+public:
+    virtual ~attention_op() = default;
+    virtual std::string name() const = 0;
+    virtual status forward(const attention_call& call, const parallel_for_fn& parallel_for) = 0;
+};
+
+// A weight matrix as stored: n_out rows of n_in elements of type `type`.
+struct weight_view {
+    ggml_type type;
+    const void* data;
+    int64_t n_in;
+    int64_t n_out;
+    size_t row_stride;  // bytes between rows
+};
+
+// A weight the quant op has taken over (possibly re-quantized at load); opaque to the core.
+class prepared_weight {
+public:
+    virtual ~prepared_weight() = default;
+    virtual size_t n_bytes() const = 0;  // bytes read per full product (for bandwidth figures)
+};
+
+class quant_op {
+public:
+    virtual ~quant_op() = default;
+    virtual std::string name() const = 0;
+    // Whether this op takes over weights stored as `type` (e.g. Q8_0, or F32/F16 when quantizing online).
+    virtual bool claims(ggml_type type) const = 0;
+    virtual result<std::shared_ptr<const prepared_weight>> prepare(const weight_view& w) = 0;
+    // y[n_tokens, n_out] = x[n_tokens, n_in] * W^T
+    virtual status matmul(const prepared_weight& w, const float* x, float* y, int64_t n_tokens,
+                          const parallel_for_fn& parallel_for) = 0;
+};
+
+}  // namespace troupe
