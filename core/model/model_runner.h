@@ -1,0 +1,55 @@
+// model_runner: what the executor actor drives. One forward() runs one step for a batch of sequences,
+// each bringing some new tokens (a prefill chunk, one decode token, or a token plus draft tokens to
+// verify) at its own positions, and returns logits. KV memory is addressed by block tables handed out
+// by the KV allocator (see core/model/ops.h for the layout); the runner owns the memory.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "core/result.h"
+
+namespace troupe {
+
+struct sequence_step {
+    int64_t seq_id;
+    std::vector<int32_t> tokens;        // new tokens this step
+    int32_t pos0;                       // position of tokens[0]; earlier positions are in the cache
+    std::vector<int32_t> block_table;   // KV blocks of the sequence, covering positions [0, pos0 + tokens.size())
+    bool all_logits = false;            // logits for every new token (draft verification), else the last only
+};
+
+struct forward_batch {
+    std::vector<sequence_step> seqs;
+};
+
+struct forward_output {
+    int32_t n_vocab = 0;
+    std::vector<float> logits;      // [n_rows, n_vocab]
+    std::vector<int32_t> row_begin;  // per sequence: its first row in logits; rows are in sequence order
+    std::vector<int32_t> n_rows;     // per sequence: 1, or tokens.size() with all_logits
+    std::span<const float> row(size_t seq, int32_t i = 0) const {
+        return {logits.data() + static_cast<size_t>(row_begin[seq] + i) * n_vocab, static_cast<size_t>(n_vocab)};
+    }
+};
+
+struct kv_geometry {
+    int32_t block_size;  // tokens per block
+    int32_t n_blocks;    // blocks in the pool
+};
+
+class model_runner {
+public:
+    virtual ~model_runner() = default;
+    virtual std::string description() const = 0;  // "stories260K.gguf: llama, 5 layers, dim 64, F32 on cpu"
+    virtual int32_t n_vocab() const = 0;
+    virtual int32_t n_ctx() const = 0;  // the model's training context
+    virtual kv_geometry kv() const = 0;
+    virtual size_t kv_bytes_per_token() const = 0;
+    // Runs one step. Errors (bad positions, a plugin failure) fail the step, not the process.
+    virtual status forward(const forward_batch& batch, forward_output& out) = 0;
+};
+
+}  // namespace troupe

@@ -1,0 +1,57 @@
+// sampler: turns a row of logits into the next token for one request.
+//
+// Order (as llama.cpp and vLLM do): penalties over the recent history (repetition, frequency,
+// presence) -> greedy argmax when temperature == 0 -> temperature -> top-k -> top-p -> min-p ->
+// softmax -> draw with the request's own RNG. The RNG is seeded from the request's seed alone and
+// advanced once per drawn token, so results never depend on what else is in the batch.
+#pragma once
+
+#include <cstdint>
+#include <random>
+#include <span>
+#include <string>
+#include <vector>
+
+namespace troupe {
+
+struct sampling_params {
+    float temperature = 0.8f;  // 0 = greedy
+    int32_t top_k = 40;        // <= 0: off
+    float top_p = 0.95f;       // 1: off
+    float min_p = 0.05f;       // 0: off
+    float repetition_penalty = 1.0f;  // 1: off (llama.cpp style: divide positive logits, multiply negative)
+    float frequency_penalty = 0.0f;   // OpenAI style: minus count * f
+    float presence_penalty = 0.0f;    // minus p if present
+    int32_t penalty_last_n = 64;      // history window for penalties; -1: whole context
+    uint64_t seed = 0;                // per request
+    int32_t max_tokens = 128;
+    std::vector<int32_t> stop_tokens;       // in addition to the model's end-of-generation tokens
+    std::vector<std::string> stop_strings;  // checked on the detokenized text by the streamer
+    bool ignore_eos = false;
+};
+
+class sampler {
+public:
+    explicit sampler(const sampling_params& params);
+
+    bool greedy() const { return params_.temperature <= 0.0f; }
+    const sampling_params& params() const { return params_; }
+
+    // The distribution the next token is drawn from: penalties, temperature and truncation applied,
+    // normalized over the vocabulary (zeros outside the kept set). Greedy: one-hot at the argmax.
+    void distribution(std::span<const float> logits, std::span<const int32_t> history, std::vector<float>& probs) const;
+
+    // distribution() + draw(), or the argmax (after penalties) when greedy.
+    int32_t sample(std::span<const float> logits, std::span<const int32_t> history);
+
+    // Draws one token from a distribution with this request's RNG.
+    int32_t draw(std::span<const float> probs);
+    // Uniform in [0, 1) from this request's RNG (speculative verification's accept test).
+    float uniform();
+
+private:
+    sampling_params params_;
+    std::mt19937_64 rng_;
+};
+
+}  // namespace troupe
