@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# troupe's one entry point on a fresh Debian 12 machine: installs what is missing (apt, by package
+# name, non-interactively), configures and builds, then runs the job you name.
+#
+#   ./setup.sh run [troupe run flags]   build, then stream a real model's text (the README's first command)
+#   ./setup.sh test                     build, then run every test (the README's second command; .ci/run)
+#   ./setup.sh build                    build only
+#   ./setup.sh <troupe command> ...     build, then run build/troupe with those arguments
+set -euo pipefail
+cd "$(dirname "$0")"
+
+# Debian 12's default Boost (1.74) is too old for C++20 coroutines with Asio: libboost1.81-dev.
+packages=(build-essential cmake ccache pkg-config libboost1.81-dev libyaml-cpp-dev libgtest-dev libgmock-dev
+          googletest libbenchmark-dev)
+missing=()
+for p in "${packages[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+    echo "setup: installing ${missing[*]}" >&2
+    sudo_cmd=()
+    [ "$(id -u)" -eq 0 ] || sudo_cmd=(sudo)
+    "${sudo_cmd[@]}" env DEBIAN_FRONTEND=noninteractive apt-get update -qq
+    "${sudo_cmd[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
+
+build_dir=${TROUPE_BUILD_DIR:-build}
+jobs=$(nproc)
+if [ ! -f "$build_dir/CMakeCache.txt" ]; then
+    cmake -S . -B "$build_dir" -DCMAKE_BUILD_TYPE=Release >&2
+fi
+cmake --build "$build_dir" -j"$jobs" >&2
+
+cmd=${1:-run}
+[ $# -gt 0 ] && shift
+case "$cmd" in
+    build) ;;
+    test)
+        # The tests find ../shared (models, vocabularies, goldens) or $TROUPE_SHARED_DIR.
+        ctest --test-dir "$build_dir" --output-on-failure -j"$jobs" --timeout 900 "$@"
+        ;;
+    *) exec "$build_dir/troupe" "$cmd" "$@" ;;
+esac
