@@ -10,15 +10,16 @@
 #include <random>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace troupe {
 
 struct sampling_params {
-    float temperature = 0.8f;  // 0 = greedy
-    int32_t top_k = 40;        // <= 0: off
-    float top_p = 0.95f;       // 1: off
-    float min_p = 0.05f;       // 0: off
+    float temperature = 0.8f;         // 0 = greedy
+    int32_t top_k = 40;               // <= 0: off
+    float top_p = 0.95f;              // 1: off
+    float min_p = 0.05f;              // 0: off
     float repetition_penalty = 1.0f;  // 1: off (llama.cpp style: divide positive logits, multiply negative)
     float frequency_penalty = 0.0f;   // OpenAI style: minus count * f
     float presence_penalty = 0.0f;    // minus p if present
@@ -50,8 +51,14 @@ public:
     float uniform();
 
 private:
+    // Kept tokens after temperature and truncation as (probability, token id), ascending by id.
+    void candidates(std::span<const float> logits, std::vector<std::pair<float, int32_t>>& cand) const;
+    double uniform_double();
+
     sampling_params params_;
     std::mt19937_64 rng_;
+    std::vector<float> scratch_logits_;                          // [n_vocab] penalized logits
+    std::vector<std::pair<float, int32_t>> scratch_candidates_;  // [n_kept]
 };
 
 }  // namespace troupe
