@@ -15,10 +15,10 @@ namespace troupe {
 
 struct sequence_step {
     int64_t seq_id;
-    std::vector<int32_t> tokens;        // new tokens this step
-    int32_t pos0;                       // position of tokens[0]; earlier positions are in the cache
-    std::vector<int32_t> block_table;   // KV blocks of the sequence, covering positions [0, pos0 + tokens.size())
-    bool all_logits = false;            // logits for every new token (draft verification), else the last only
+    std::vector<int32_t> tokens;       // new tokens this step
+    int32_t pos0;                      // position of tokens[0]; earlier positions are in the cache
+    std::vector<int32_t> block_table;  // KV blocks of the sequence, covering positions [0, pos0 + tokens.size())
+    bool all_logits = false;           // logits for every new token (draft verification), else the last only
 };
 
 struct forward_batch {
@@ -27,7 +27,7 @@ struct forward_batch {
 
 struct forward_output {
     int32_t n_vocab = 0;
-    std::vector<float> logits;      // [n_rows, n_vocab]
+    std::vector<float> logits;       // [n_rows, n_vocab]
     std::vector<int32_t> row_begin;  // per sequence: its first row in logits; rows are in sequence order
     std::vector<int32_t> n_rows;     // per sequence: 1, or tokens.size() with all_logits
     std::span<const float> row(size_t seq, int32_t i = 0) const {

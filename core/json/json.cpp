@@ -1,0 +1,2 @@
+// Boost.JSON, header-only, compiled once for the whole project (include <boost/json.hpp> elsewhere).
+#include <boost/json/src.hpp>

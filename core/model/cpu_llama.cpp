@@ -1,0 +1,219 @@
+#include "core/model/cpu_llama.h"
+
+#include <algorithm>
+#include <cmath>
+#include <thread>
+
+#include "core/model/cpu_ops.h"
+
+namespace troupe {
+
+void cpu_llama::scratch::reserve(size_t n_tokens, const llama_hparams& hp) {
+    if (positions.size() >= n_tokens) return;
+    const size_t t = n_tokens;
+    x.resize(t * hp.dim);
+    h.resize(t * std::max(hp.dim, hp.q_width()));
+    q.resize(t * hp.q_width());
+    k.resize(t * hp.kv_width());
+    v.resize(t * hp.kv_width());
+    attn.resize(t * hp.q_width());
+    gate.resize(t * hp.ffn_dim);
+    up.resize(t * hp.ffn_dim);
+    positions.resize(t);
+    seq_of.resize(t);
+    rows.resize(t * hp.dim);
+}
+
+result<std::unique_ptr<cpu_llama>> cpu_llama::create(llama_weights weights, cpu_llama_params params) {
+    if (!params.attention) return make_error("cpu_llama: no attention op configured");
+    std::unique_ptr<cpu_llama> m(new cpu_llama());
+    m->w_ = std::move(weights);
+    m->params_ = params;
+    const llama_hparams& hp = m->w_.hp;
+
+    int32_t n_threads = params.n_threads > 0 ? params.n_threads
+                                             : static_cast<int32_t>(std::max(1u, std::thread::hardware_concurrency()));
+    m->pool_ = std::make_unique<cpu::thread_pool>(n_threads);
+    m->ctx_ = compute_context::over(*m->pool_);
+
+    m->kv_ = params.kv;
+    if (m->kv_.block_size <= 0) m->kv_.block_size = hp.n_ctx;
+    if (m->kv_.n_blocks <= 0) {
+        const int32_t blocks_per_seq = (hp.n_ctx + m->kv_.block_size - 1) / m->kv_.block_size;
+        m->kv_.n_blocks = blocks_per_seq * std::max(1, params.max_seqs);
+    }
+
+    quant_op* quant = params.quant.get();
+    const std::string& path = m->w_.file->path();
+    auto make = [&](const weight_view& w, const std::string& name, linear& out) -> status {
+        auto l = linear::make(w, quant, path + ": " + name);
+        if (!l.ok()) return l.err();
+        out = std::move(*l);
+        return {};
+    };
+    const size_t pool_floats =
+        static_cast<size_t>(m->kv_.n_blocks) * m->kv_.block_size * static_cast<size_t>(hp.kv_width());
+    m->layers_.resize(hp.n_layers);
+    for (int32_t i = 0; i < hp.n_layers; ++i) {
+        const llama_layer_weights& lw = m->w_.layers[i];
+        layer& l = m->layers_[i];
+        const std::string p = "blk." + std::to_string(i) + ".";
+        l.attn_norm = static_cast<const float*>(lw.attn_norm.data);
+        l.ffn_norm = static_cast<const float*>(lw.ffn_norm.data);
+        for (auto [w, name, dst] : {std::tuple{&lw.wq, "attn_q", &l.wq},
+                                    {&lw.wk, "attn_k", &l.wk},
+                                    {&lw.wv, "attn_v", &l.wv},
+                                    {&lw.wo, "attn_output", &l.wo},
+                                    {&lw.w_gate, "ffn_gate", &l.w_gate},
+                                    {&lw.w_up, "ffn_up", &l.w_up},
+                                    {&lw.w_down, "ffn_down", &l.w_down}}) {
+            if (status st = make(*w, p + name + ".weight", *dst); !st.ok()) return st.err();
+        }
+        l.k_pool.assign(pool_floats, 0.0f);
+        l.v_pool.assign(pool_floats, 0.0f);
+    }
+    m->output_norm_ = static_cast<const float*>(m->w_.output_norm.data);
+    if (status st =
+            make(m->w_.output, m->w_.tied_output ? "token_embd.weight (tied output)" : "output.weight", m->output_);
+        !st.ok()) {
+        return st.err();
+    }
+    m->s_.reserve(64, hp);
+    return m;
+}
+
+std::string cpu_llama::description() const {
+    const llama_hparams& hp = w_.hp;
+    std::string types;
+    const ggml_type t = layers_.empty() ? w_.output.type : layers_[0].wq.stored_type();
+    types = std::string(traits(t).name);
+    return w_.file->path() + ": " + hp.architecture + ", " + std::to_string(hp.n_layers) + " layers, dim " +
+           std::to_string(hp.dim) + ", " + std::to_string(hp.n_heads) + " heads / " + std::to_string(hp.n_kv_heads) +
+           " kv heads, vocab " + std::to_string(hp.n_vocab) + ", " + types + " weights, cpu (" +
+           std::to_string(pool_->n_threads()) + " threads)";
+}
+
+size_t cpu_llama::kv_bytes_per_token() const {
+    return static_cast<size_t>(w_.hp.n_layers) * 2 * static_cast<size_t>(w_.hp.kv_width()) * sizeof(float);
+}
+
+size_t cpu_llama::weight_bytes_per_token() const {
+    size_t bytes = output_.n_bytes() + row_bytes(w_.token_embd.type, w_.hp.dim);
+    for (const layer& l : layers_) {
+        for (const linear* m : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down}) bytes += m->n_bytes();
+        bytes += 2 * w_.hp.dim * sizeof(float);
+    }
+    return bytes + w_.hp.dim * sizeof(float);
+}
+
+status cpu_llama::check_batch(const forward_batch& batch) const {
+    const int32_t bs = kv_.block_size;
+    for (const sequence_step& s : batch.seqs) {
+        const std::string id = "sequence " + std::to_string(s.seq_id);
+        if (s.tokens.empty()) return make_error(id + ": no tokens in the step");
+        const int64_t end = static_cast<int64_t>(s.pos0) + static_cast<int64_t>(s.tokens.size());
+        if (s.pos0 < 0 || end > w_.hp.n_ctx) {
+            return make_error(id + ": positions [" + std::to_string(s.pos0) + ", " + std::to_string(end) +
+                              ") exceed the context of " + std::to_string(w_.hp.n_ctx));
+        }
+        if (static_cast<int64_t>(s.block_table.size()) * bs < end) {
+            return make_error(id + ": block table covers " + std::to_string(s.block_table.size() * bs) +
+                              " positions, the step needs " + std::to_string(end));
+        }
+        for (int32_t b : s.block_table) {
+            if (b < 0 || b >= kv_.n_blocks) {
+                return make_error(id + ": block id " + std::to_string(b) + " outside the pool of " +
+                                  std::to_string(kv_.n_blocks));
+            }
+        }
+        for (int32_t t : s.tokens) {
+            if (t < 0 || t >= w_.hp.n_vocab) {
+                return make_error(id + ": token id " + std::to_string(t) + " outside the vocabulary of " +
+                                  std::to_string(w_.hp.n_vocab));
+            }
+        }
+    }
+    return {};
+}
+
+status cpu_llama::run_layer(layer& l, size_t n, const std::vector<const int32_t*>& tables) {
+    const llama_hparams& hp = w_.hp;
+    const int32_t dim = hp.dim;
+    rmsnorm_rows(s_.x.data(), l.attn_norm, s_.h.data(), n, dim, hp.rms_eps);
+    if (status st = l.wq.forward(s_.h.data(), s_.q.data(), n, ctx_); !st.ok()) return st;
+    if (status st = l.wk.forward(s_.h.data(), s_.k.data(), n, ctx_); !st.ok()) return st;
+    if (status st = l.wv.forward(s_.h.data(), s_.v.data(), n, ctx_); !st.ok()) return st;
+    rope_rows(s_.q.data(), s_.positions.data(), n, hp.n_heads, hp);
+    rope_rows(s_.k.data(), s_.positions.data(), n, hp.n_kv_heads, hp);
+
+    attention_call call{};
+    call.n_tokens = static_cast<int32_t>(n);
+    call.n_heads = hp.n_heads;
+    call.n_kv_heads = hp.n_kv_heads;
+    call.head_dim = hp.head_dim;
+    call.scale = 1.0f / std::sqrt(static_cast<float>(hp.head_dim));
+    call.q = s_.q.data();
+    call.k = s_.k.data();
+    call.v = s_.v.data();
+    call.out = s_.attn.data();
+    call.positions = s_.positions.data();
+    call.seq_of = s_.seq_of.data();
+    call.n_seqs = static_cast<int32_t>(tables.size());
+    call.block_tables = tables.data();
+    call.block_size = kv_.block_size;
+    call.k_pool = l.k_pool.data();
+    call.v_pool = l.v_pool.data();
+    if (status st = params_.attention->forward(call, ctx_.parallel_for); !st.ok()) return st;
+
+    if (status st = l.wo.forward(s_.attn.data(), s_.h.data(), n, ctx_); !st.ok()) return st;
+    add_rows(s_.x.data(), s_.h.data(), n * dim);
+    rmsnorm_rows(s_.x.data(), l.ffn_norm, s_.h.data(), n, dim, hp.rms_eps);
+    if (status st = l.w_gate.forward(s_.h.data(), s_.gate.data(), n, ctx_); !st.ok()) return st;
+    if (status st = l.w_up.forward(s_.h.data(), s_.up.data(), n, ctx_); !st.ok()) return st;
+    swiglu_rows(s_.gate.data(), s_.up.data(), n * hp.ffn_dim);
+    if (status st = l.w_down.forward(s_.gate.data(), s_.h.data(), n, ctx_); !st.ok()) return st;
+    add_rows(s_.x.data(), s_.h.data(), n * dim);
+    return {};
+}
+
+status cpu_llama::forward(const forward_batch& batch, forward_output& out) {
+    if (status st = check_batch(batch); !st.ok()) return st;
+    const llama_hparams& hp = w_.hp;
+    size_t n = 0;
+    for (const sequence_step& s : batch.seqs) n += s.tokens.size();
+    s_.reserve(n, hp);
+
+    std::vector<int32_t> ids(n);
+    std::vector<const int32_t*> tables(batch.seqs.size());
+    out.n_vocab = hp.n_vocab;
+    out.row_begin.assign(batch.seqs.size(), 0);
+    out.n_rows.assign(batch.seqs.size(), 0);
+    s_.out_rows.clear();
+    size_t t = 0;
+    for (size_t si = 0; si < batch.seqs.size(); ++si) {
+        const sequence_step& s = batch.seqs[si];
+        tables[si] = s.block_table.data();
+        out.row_begin[si] = static_cast<int32_t>(s_.out_rows.size());
+        for (size_t i = 0; i < s.tokens.size(); ++i, ++t) {
+            ids[t] = s.tokens[i];
+            s_.positions[t] = s.pos0 + static_cast<int32_t>(i);
+            s_.seq_of[t] = static_cast<int32_t>(si);
+            if (s.all_logits || i + 1 == s.tokens.size()) s_.out_rows.push_back(static_cast<int32_t>(t));
+        }
+        out.n_rows[si] = static_cast<int32_t>(s_.out_rows.size()) - out.row_begin[si];
+    }
+
+    embed_rows(w_.token_embd, ids.data(), n, s_.x.data());
+    for (layer& l : layers_) {
+        if (status st = run_layer(l, n, tables); !st.ok()) return st;
+    }
+    const size_t r = s_.out_rows.size();
+    for (size_t i = 0; i < r; ++i) {
+        std::copy_n(s_.x.data() + static_cast<size_t>(s_.out_rows[i]) * hp.dim, hp.dim, s_.rows.data() + i * hp.dim);
+    }
+    rmsnorm_rows(s_.rows.data(), output_norm_, s_.h.data(), r, hp.dim, hp.rms_eps);
+    out.logits.resize(r * static_cast<size_t>(hp.n_vocab));
+    return output_.forward(s_.h.data(), out.logits.data(), static_cast<int64_t>(r), ctx_);
+}
+
+}  // namespace troupe

@@ -1,0 +1,90 @@
+// cpu_llama: the Llama graph on the CPU, batched over several sequences at their own positions.
+//
+// One forward() over T tokens of S sequences (prefill chunks and decodes mixed):
+//
+//   x = embed(tokens)                                   [T, dim]
+//   per layer:  h = rmsnorm(x) · attn_norm
+//               q, k, v = h·Wqᵀ, h·Wkᵀ, h·Wvᵀ; RoPE(q, k) at each token's position
+//               a = attention(q, k, v, KV cache via block tables)   (attention plugin)
+//               x += a·Woᵀ
+//               h = rmsnorm(x) · ffn_norm
+//               x += (silu(h·W_gateᵀ) ⊙ h·W_upᵀ)·W_downᵀ
+//   logits = rmsnorm(x[rows]) · output_norm · W_outᵀ     rows: each sequence's last token, or all
+//
+// All scratch is sized at construction for max_batch_tokens and reused; nothing allocates per step
+// except when a step brings more tokens than any before.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "core/model/compute_context.h"
+#include "core/model/linear.h"
+#include "core/model/llama_weights.h"
+#include "core/model/model_runner.h"
+
+namespace troupe {
+
+struct cpu_llama_params {
+    std::shared_ptr<attention_op> attention;  // required
+    std::shared_ptr<quant_op> quant;          // optional
+    int32_t n_threads = 0;                    // 0: all cores
+    kv_geometry kv{0, 0};                     // block_size 0: one block of n_ctx per sequence
+    int32_t max_seqs = 4;                     // sizes the default pool when kv.n_blocks is 0
+};
+
+class cpu_llama final : public model_runner {
+public:
+    static result<std::unique_ptr<cpu_llama>> create(llama_weights weights, cpu_llama_params params);
+
+    std::string description() const override;
+    int32_t n_vocab() const override { return w_.hp.n_vocab; }
+    int32_t n_ctx() const override { return w_.hp.n_ctx; }
+    kv_geometry kv() const override { return kv_; }
+    size_t kv_bytes_per_token() const override;
+    status forward(const forward_batch& batch, forward_output& out) override;
+
+    const llama_hparams& hparams() const { return w_.hp; }
+    size_t weight_bytes_per_token() const;  // bytes of weights one decode step reads
+    int32_t n_threads() const { return pool_->n_threads(); }
+
+private:
+    struct layer {
+        const float* attn_norm;  // [dim]
+        const float* ffn_norm;   // [dim]
+        linear wq, wk, wv, wo, w_gate, w_up, w_down;
+        std::vector<float> k_pool;  // [n_blocks, block_size, n_kv_heads, head_dim]
+        std::vector<float> v_pool;  // [n_blocks, block_size, n_kv_heads, head_dim]
+    };
+    struct scratch {
+        std::vector<float> x;            // [T, dim] residual stream
+        std::vector<float> h;            // [T, max(dim, q_width)]
+        std::vector<float> q;            // [T, n_heads * head_dim]
+        std::vector<float> k;            // [T, n_kv_heads * head_dim]
+        std::vector<float> v;            // [T, n_kv_heads * head_dim]
+        std::vector<float> attn;         // [T, n_heads * head_dim]
+        std::vector<float> gate;         // [T, ffn_dim]
+        std::vector<float> up;           // [T, ffn_dim]
+        std::vector<int32_t> positions;  // [T]
+        std::vector<int32_t> seq_of;     // [T]
+        std::vector<int32_t> out_rows;   // [R] token index of each logits row
+        std::vector<float> rows;         // [R, dim]
+        void reserve(size_t n_tokens, const llama_hparams& hp);
+    };
+
+    cpu_llama() = default;
+    status check_batch(const forward_batch& batch) const;
+    status run_layer(layer& l, size_t n_tokens, const std::vector<const int32_t*>& tables);
+
+    llama_weights w_;
+    cpu_llama_params params_;
+    kv_geometry kv_{};
+    std::unique_ptr<cpu::thread_pool> pool_;
+    compute_context ctx_;
+    const float* output_norm_ = nullptr;
+    linear output_;
+    std::vector<layer> layers_;
+    scratch s_;
+};
+
+}  // namespace troupe

@@ -1,0 +1,24 @@
+// The element-wise and row operations of the Llama graph on the CPU, over the kernels library
+// (kernels/cpu, picked at run time by CPU features). Row-major buffers of n rows.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "core/model/llama_hparams.h"
+#include "core/model/ops.h"
+
+namespace troupe {
+
+// out[i, :] = dequantized row ids[i] of emb (any computable type).   out: [n, emb.n_in]
+void embed_rows(const weight_view& emb, const int32_t* ids, size_t n, float* out);
+// y[i, :] = x[i, :] / rms(x[i, :]) * w.   x, y: [n, dim]
+void rmsnorm_rows(const float* x, const float* w, float* y, size_t n, int32_t dim, float eps);
+// RoPE in place on x: [n, n_heads, head_dim], token i at positions[i], as the hyper-parameters say.
+void rope_rows(float* x, const int32_t* positions, size_t n, int32_t n_heads, const llama_hparams& hp);
+// gate[i] = silu(gate[i]) * up[i]
+void swiglu_rows(float* gate, const float* up, size_t n);
+// x[i] += y[i]
+void add_rows(float* x, const float* y, size_t n);
+
+}  // namespace troupe

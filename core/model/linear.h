@@ -1,0 +1,33 @@
+// linear: one weight matrix ready to multiply, y[n_tokens, n_out] = x[n_tokens, n_in] · Wᵀ.
+// A quant plugin takes over the types it claims (e.g. Q8_0, or F32/F16 quantized online at load);
+// every other computable type runs on the builtin CPU kernels.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "core/model/compute_context.h"
+#include "core/model/ops.h"
+
+namespace troupe {
+
+class linear {
+public:
+    linear() = default;
+    static result<linear> make(const weight_view& w, quant_op* quant, const std::string& name);
+
+    status forward(const float* x, float* y, int64_t n_tokens, const compute_context& ctx) const;
+
+    int64_t n_in() const { return w_.n_in; }
+    int64_t n_out() const { return w_.n_out; }
+    size_t n_bytes() const;  // weight bytes read per product
+    bool by_plugin() const { return prepared_ != nullptr; }
+    ggml_type stored_type() const { return w_.type; }
+
+private:
+    weight_view w_{};
+    quant_op* quant_ = nullptr;
+    std::shared_ptr<const prepared_weight> prepared_;
+};
+
+}  // namespace troupe
