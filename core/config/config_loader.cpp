@@ -1,0 +1,484 @@
+// Reading the config: one recursive walk over the YAML tree that fills the typed structs and collects
+// every problem (unknown key, wrong type, out-of-range number, unknown enum name) with its path and
+// line. yaml-cpp throws on malformed YAML; that is caught here, at the edge, and becomes a message.
+#include "core/config/config_loader.h"
+
+#include <yaml-cpp/yaml.h>
+
+#include <charconv>
+#include <cmath>
+#include <cstdlib>
+#include <fstream>
+#include <functional>
+#include <initializer_list>
+#include <limits>
+#include <sstream>
+
+namespace troupe {
+namespace {
+
+struct diagnostics {
+    std::string source;  // "config.yaml", "--set", "--top-p"
+    bool with_lines;     // file sources carry line numbers
+    std::vector<std::string>* errors;
+
+    void add(const YAML::Node& node, const std::string& path, const std::string& message) const {
+        std::string where = source;
+        if (with_lines && node.IsDefined() && node.Mark().line >= 0)
+            where += ":" + std::to_string(node.Mark().line + 1);
+        errors->push_back(where + ": " + path + ": " + message);
+    }
+};
+
+std::string describe(const YAML::Node& node) {
+    switch (node.Type()) {
+        case YAML::NodeType::Null:
+            return "nothing";
+        case YAML::NodeType::Scalar:
+            return "'" + node.Scalar() + "'";
+        case YAML::NodeType::Sequence:
+            return "a list";
+        case YAML::NodeType::Map:
+            return "a mapping";
+        case YAML::NodeType::Undefined:
+            return "nothing";
+    }
+    return "?";
+}
+
+std::string join(std::initializer_list<std::string_view> names) {
+    std::string s;
+    for (auto n : names) {
+        if (!s.empty()) s += ", ";
+        s += n;
+    }
+    return s;
+}
+
+template <class T>
+std::string num(T x) {
+    if constexpr (std::is_floating_point_v<T>) {
+        char buf[64];
+        auto r = std::to_chars(buf, buf + sizeof buf, x);
+        return std::string(buf, r.ptr);
+    } else {
+        return std::to_string(x);
+    }
+}
+
+// The bounds of a numeric field; lo_open/hi_open make them exclusive.
+template <class T>
+struct range {
+    T lo = std::numeric_limits<T>::lowest();
+    T hi = std::numeric_limits<T>::max();
+    bool lo_open = false;
+
+    std::optional<std::string> check(T x) const {
+        const bool has_lo = lo != std::numeric_limits<T>::lowest();
+        const bool has_hi = hi != std::numeric_limits<T>::max();
+        const bool below = lo_open ? !(x > lo) : !(x >= lo);
+        const bool above = !(x <= hi);
+        if (!below && !above) return std::nullopt;
+        if (has_lo && has_hi) {
+            return "must be " + std::string(lo_open ? "> " : "between ") + num(lo) + (lo_open ? " and <= " : " and ") +
+                   num(hi) + ", got " + num(x);
+        }
+        if (has_lo) return "must be " + std::string(lo_open ? "> " : ">= ") + num(lo) + ", got " + num(x);
+        return "must be <= " + num(hi) + ", got " + num(x);
+    }
+};
+
+template <class T>
+range<T> at_least(T lo) {
+    return range<T>{lo, std::numeric_limits<T>::max(), false};
+}
+
+template <class T>
+range<T> between(T lo, T hi) {
+    return range<T>{lo, hi, false};
+}
+
+// Integers: the whole scalar must be a number that fits T.
+template <class T>
+void read_int(const YAML::Node& node, const std::string& path, const diagnostics& d, T& out, range<T> r) {
+    const std::string what = std::is_signed_v<T> ? "an integer" : "a non-negative integer";
+    if (!node.IsScalar()) return d.add(node, path, "expected " + what + ", got " + describe(node));
+    const std::string& s = node.Scalar();
+    T value{};
+    auto res = std::from_chars(s.data(), s.data() + s.size(), value);
+    if (res.ec == std::errc::result_out_of_range) return d.add(node, path, "out of range, got '" + s + "'");
+    if (res.ec != std::errc{} || res.ptr != s.data() + s.size()) {
+        return d.add(node, path, "expected " + what + ", got " + describe(node));
+    }
+    if (auto msg = r.check(value)) return d.add(node, path, *msg);
+    out = value;
+}
+
+void read_float(const YAML::Node& node, const std::string& path, const diagnostics& d, float& out, range<float> r) {
+    if (!node.IsScalar()) return d.add(node, path, "expected a number, got " + describe(node));
+    const std::string& s = node.Scalar();
+    float value = 0.0f;
+    auto res = std::from_chars(s.data(), s.data() + s.size(), value);
+    if (res.ec != std::errc{} || res.ptr != s.data() + s.size() || !std::isfinite(value)) {
+        return d.add(node, path, "expected a number, got " + describe(node));
+    }
+    if (auto msg = r.check(value)) return d.add(node, path, *msg);
+    out = value;
+}
+
+void read_bool(const YAML::Node& node, const std::string& path, const diagnostics& d, bool& out) {
+    if (node.IsScalar()) {
+        const std::string& s = node.Scalar();
+        if (s == "true" || s == "yes" || s == "on" || s == "True" || s == "TRUE") return void(out = true);
+        if (s == "false" || s == "no" || s == "off" || s == "False" || s == "FALSE") return void(out = false);
+    }
+    d.add(node, path, "expected true or false, got " + describe(node));
+}
+
+// Strings: null reads as the empty string.
+void read_string(const YAML::Node& node, const std::string& path, const diagnostics& d, std::string& out) {
+    if (node.IsNull()) return void(out.clear());
+    if (!node.IsScalar()) return d.add(node, path, "expected a string, got " + describe(node));
+    out = node.Scalar();
+}
+
+template <class E>
+void read_enum(const YAML::Node& node, const std::string& path, const diagnostics& d, E& out,
+               std::optional<E> (*parse)(std::string_view), std::initializer_list<std::string_view> valid) {
+    if (!node.IsScalar()) return d.add(node, path, "expected one of " + join(valid) + ", got " + describe(node));
+    if (auto v = parse(node.Scalar())) return void(out = *v);
+    d.add(node, path, "unknown value '" + node.Scalar() + "' (valid: " + join(valid) + ")");
+}
+
+// A list, or one scalar read as a list of one.
+template <class F>
+void read_list(const YAML::Node& node, const std::string& path, const diagnostics& d, F&& read_item) {
+    if (node.IsNull()) return;
+    if (node.IsScalar()) return read_item(node, path);
+    if (!node.IsSequence()) return d.add(node, path, "expected a list, got " + describe(node));
+    for (size_t i = 0; i < node.size(); ++i) read_item(node[i], path + "[" + std::to_string(i) + "]");
+}
+
+using field_reader = std::function<void(const YAML::Node&, const std::string&)>;
+struct field {
+    std::string_view key;
+    field_reader read;
+};
+
+// A mapping with known keys; every other key is reported with the valid ones.
+void read_map(const YAML::Node& node, const std::string& path, const diagnostics& d,
+              std::initializer_list<field> fields) {
+    if (node.IsNull()) return;
+    if (!node.IsMap())
+        return d.add(node, path.empty() ? "(top level)" : path, "expected a mapping, got " + describe(node));
+    for (const auto& kv : node) {
+        const std::string key = kv.first.IsScalar() ? kv.first.Scalar() : describe(kv.first);
+        const std::string sub = path.empty() ? key : path + "." + key;
+        const field* found = nullptr;
+        for (const auto& f : fields) {
+            if (f.key == key) found = &f;
+        }
+        if (!found) {
+            std::string valid;
+            for (const auto& f : fields) valid += (valid.empty() ? "" : ", ") + std::string(f.key);
+            d.add(kv.first, sub, "unknown key (valid: " + valid + ")");
+            continue;
+        }
+        found->read(kv.second, sub);
+    }
+}
+
+// Deep merge of plugin params: mappings merge by key, anything else replaces. Builds a fresh node so
+// that configs copied from this one (which share YAML nodes) never change.
+YAML::Node merged(const YAML::Node& dst, const YAML::Node& src) {
+    if (!src.IsMap() || !(dst.IsMap())) return YAML::Clone(src);
+    YAML::Node out = YAML::Clone(dst);
+    for (const auto& kv : src) {
+        const std::string key = kv.first.Scalar();
+        YAML::Node existing = out[key];
+        out[key] = merged(existing, kv.second);
+    }
+    return out;
+}
+
+bool valid_plugin_name(const std::string& name) {
+    if (name.empty()) return false;
+    for (char c : name) {
+        const bool ok =
+            (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' || c == '-';
+        if (!ok) return false;
+    }
+    return true;
+}
+
+void read_plugin(const YAML::Node& node, const std::string& path, const diagnostics& d, plugin_config& p,
+                 bool can_be_none) {
+    read_map(node, path, d,
+             {
+                 {"name",
+                  [&](const YAML::Node& n, const std::string& sub) {
+                      std::string name = p.name;
+                      read_string(n, sub, d, name);
+                      if (!valid_plugin_name(name)) {
+                          return d.add(n, sub,
+                                       "expected a plugin name (letters, digits, '_', '-'), got " + describe(n));
+                      }
+                      if (name == "none" && !can_be_none)
+                          return d.add(n, sub, "an attention plugin is required, got 'none'");
+                      p.name = name;
+                  }},
+                 {"path", [&](const YAML::Node& n, const std::string& sub) { read_string(n, sub, d, p.path); }},
+                 {"params",
+                  [&](const YAML::Node& n, const std::string& sub) {
+                      if (n.IsNull()) return;
+                      if (!n.IsMap()) return d.add(n, sub, "expected a mapping, got " + describe(n));
+                      YAML::Node m = merged(p.params, n);
+                      p.params.reset(m);
+                  }},
+             });
+}
+
+void read_sampling(const YAML::Node& node, const std::string& path, const diagnostics& d, sampling_params& s) {
+    read_map(
+        node, path, d,
+        {
+            {"temperature", [&](auto& n, auto& p) { read_float(n, p, d, s.temperature, at_least(0.0f)); }},
+            {"top_k", [&](auto& n, auto& p) { read_int(n, p, d, s.top_k, at_least<int32_t>(0)); }},
+            {"top_p", [&](auto& n, auto& p) { read_float(n, p, d, s.top_p, between(0.0f, 1.0f)); }},
+            {"min_p", [&](auto& n, auto& p) { read_float(n, p, d, s.min_p, between(0.0f, 1.0f)); }},
+            {"repetition_penalty",
+             [&](auto& n, auto& p) {
+                 read_float(n, p, d, s.repetition_penalty, range<float>{0.0f, std::numeric_limits<float>::max(), true});
+             }},
+            {"frequency_penalty",
+             [&](auto& n, auto& p) { read_float(n, p, d, s.frequency_penalty, between(-2.0f, 2.0f)); }},
+            {"presence_penalty",
+             [&](auto& n, auto& p) { read_float(n, p, d, s.presence_penalty, between(-2.0f, 2.0f)); }},
+            {"penalty_last_n", [&](auto& n, auto& p) { read_int(n, p, d, s.penalty_last_n, at_least<int32_t>(-1)); }},
+            {"seed", [&](auto& n, auto& p) { read_int(n, p, d, s.seed, range<uint64_t>{}); }},
+            {"max_tokens", [&](auto& n, auto& p) { read_int(n, p, d, s.max_tokens, at_least<int32_t>(1)); }},
+            {"stop_tokens",
+             [&](auto& n, auto& p) {
+                 std::vector<int32_t> tokens;
+                 read_list(n, p, d, [&](const YAML::Node& item, const std::string& ip) {
+                     int32_t t = -1;
+                     read_int(item, ip, d, t, at_least<int32_t>(0));
+                     if (t >= 0) tokens.push_back(t);
+                 });
+                 s.stop_tokens = std::move(tokens);
+             }},
+            {"stop_strings",
+             [&](auto& n, auto& p) {
+                 std::vector<std::string> strings;
+                 read_list(n, p, d, [&](const YAML::Node& item, const std::string& ip) {
+                     std::string str;
+                     if (!item.IsScalar()) return d.add(item, ip, "expected a string, got " + describe(item));
+                     if (item.Scalar().empty()) return d.add(item, ip, "a stop string cannot be empty");
+                     strings.push_back(item.Scalar());
+                 });
+                 s.stop_strings = std::move(strings);
+             }},
+            {"ignore_eos", [&](auto& n, auto& p) { read_bool(n, p, d, s.ignore_eos); }},
+        });
+}
+
+void read_config(const YAML::Node& root, const diagnostics& d, engine_config& c) {
+    read_map(
+        root, "", d,
+        {
+            {"model", [&](auto& n, auto& p) { read_string(n, p, d, c.model); }},
+            {"device",
+             [&](auto& n, auto& p) {
+                 read_enum<device_kind>(n, p, d, c.device, parse_device, {"cpu", "cuda"});
+             }},
+            {"threads", [&](auto& n, auto& p) { read_int(n, p, d, c.threads, between<int32_t>(0, 4096)); }},
+            {"log_level",
+             [&](auto& n, auto& p) {
+                 read_enum<log_level>(n, p, d, c.log_level, parse_log_level, {"debug", "info", "warn", "error"});
+             }},
+            {"sampling", [&](auto& n, auto& p) { read_sampling(n, p, d, c.sampling); }},
+            {"scheduler",
+             [&](auto& n, auto& p) {
+                 read_map(n, p, d,
+                          {
+                              {"max_running_seqs",
+                               [&](auto& n2, auto& p2) {
+                                   read_int(n2, p2, d, c.scheduler.max_running_seqs, at_least<int32_t>(1));
+                               }},
+                              {"max_batched_tokens",
+                               [&](auto& n2, auto& p2) {
+                                   read_int(n2, p2, d, c.scheduler.max_batched_tokens, at_least<int32_t>(1));
+                               }},
+                              {"max_waiting",
+                               [&](auto& n2, auto& p2) {
+                                   read_int(n2, p2, d, c.scheduler.max_waiting, at_least<int32_t>(0));
+                               }},
+                          });
+             }},
+            {"kv",
+             [&](auto& n, auto& p) {
+                 read_map(n, p, d,
+                          {
+                              {"block_size",
+                               [&](auto& n2, auto& p2) {
+                                   int32_t b = c.kv.block_size;
+                                   read_int(n2, p2, d, b, between<int32_t>(1, 1024));
+                                   if ((b & (b - 1)) != 0) {
+                                       return d.add(n2, p2, "must be a power of two, got " + std::to_string(b));
+                                   }
+                                   c.kv.block_size = b;
+                               }},
+                              {"memory",
+                               [&](auto& n2, auto& p2) {
+                                   if (!n2.IsScalar()) {
+                                       return d.add(
+                                           n2, p2,
+                                           "expected a size like '256MiB' or a fraction like 0.5, got " + describe(n2));
+                                   }
+                                   auto m = parse_memory_budget(n2.Scalar());
+                                   if (!m) return d.add(n2, p2, m.message());
+                                   c.kv.memory = *m;
+                               }},
+                          });
+             }},
+            {"plugins",
+             [&](auto& n, auto& p) {
+                 read_map(
+                     n, p, d,
+                     {
+                         {"attention", [&](auto& n2, auto& p2) { read_plugin(n2, p2, d, c.plugins.attention, false); }},
+                         {"quant", [&](auto& n2, auto& p2) { read_plugin(n2, p2, d, c.plugins.quant, true); }},
+                         {"spec", [&](auto& n2, auto& p2) { read_plugin(n2, p2, d, c.plugins.spec, true); }},
+                         {"plugin_dir",
+                          [&](auto& n2, auto& p2) {
+                              read_string(n2, p2, d, c.plugins.plugin_dir);
+                              if (c.plugins.plugin_dir.empty()) c.plugins.plugin_dir = TROUPE_DEFAULT_PLUGIN_DIR;
+                          }},
+                     });
+             }},
+        });
+}
+
+// Relations between keys, checked on the whole config.
+void check_consistency(const engine_config& c, const std::string& source, std::vector<std::string>& errors) {
+    if (c.scheduler.max_batched_tokens < c.scheduler.max_running_seqs) {
+        errors.push_back(source + ": scheduler.max_batched_tokens: must be >= scheduler.max_running_seqs (" +
+                         std::to_string(c.scheduler.max_running_seqs) + "), got " +
+                         std::to_string(c.scheduler.max_batched_tokens));
+    }
+}
+
+status summarize(const std::string& source, std::vector<std::string>& errors) {
+    if (errors.empty()) return status::success();
+    if (errors.size() == 1) return make_error(errors[0]);
+    std::string msg = source + ": " + std::to_string(errors.size()) + " errors:";
+    for (const auto& e : errors) msg += "\n  " + e;
+    return make_error(msg);
+}
+
+}  // namespace
+
+status merge_config(engine_config& config, std::string_view yaml_text, std::string_view source) {
+    const std::string src(source);
+    YAML::Node root;
+    try {
+        root = YAML::Load(std::string(yaml_text));
+    } catch (const YAML::Exception& e) {
+        return make_error(src + ":" + std::to_string(e.mark.line + 1) + ": invalid YAML: " + e.msg);
+    }
+    std::vector<std::string> errors;
+    engine_config next = config;
+    read_config(root, diagnostics{src, true, &errors}, next);
+    check_consistency(next, src, errors);
+    if (auto s = summarize(src, errors); !s) return s;
+    config = std::move(next);
+    return status::success();
+}
+
+result<engine_config> parse_config(std::string_view yaml_text, std::string_view source) {
+    engine_config config;
+    if (auto s = merge_config(config, yaml_text, source); !s) return s.err();
+    return config;
+}
+
+result<engine_config> load_config_file(const std::string& path) {
+    std::ifstream in(path, std::ios::binary);
+    if (!in) return make_error(path + ": cannot open the config file");
+    std::stringstream text;
+    text << in.rdbuf();
+    if (in.bad()) return make_error(path + ": cannot read the config file");
+    return parse_config(text.str(), path);
+}
+
+result<config_override> parse_override(std::string_view assignment, std::string source) {
+    const auto eq = assignment.find('=');
+    if (eq == std::string_view::npos || eq == 0) {
+        return make_error(source + ": expected key.path=value, got '" + std::string(assignment) + "'");
+    }
+    return config_override{std::string(assignment.substr(0, eq)), std::string(assignment.substr(eq + 1)),
+                           std::move(source)};
+}
+
+status apply_overrides(engine_config& config, std::span<const config_override> overrides) {
+    std::vector<std::string> errors;
+    engine_config next = config;
+    for (const auto& o : overrides) {
+        YAML::Node value;
+        try {
+            value = YAML::Load(o.value);
+        } catch (const YAML::Exception& e) {
+            errors.push_back(o.source + ": " + o.key + ": invalid value '" + o.value + "': " + e.msg);
+            continue;
+        }
+        // Nest the value under its path: a.b.c=v -> {a: {b: {c: v}}}, then read it like a file.
+        std::vector<std::string> keys;
+        std::string_view rest = o.key;
+        bool bad_key = false;
+        while (true) {
+            const auto dot = rest.find('.');
+            std::string_view k = rest.substr(0, dot);
+            if (k.empty()) bad_key = true;
+            keys.emplace_back(k);
+            if (dot == std::string_view::npos) break;
+            rest.remove_prefix(dot + 1);
+        }
+        if (bad_key) {
+            errors.push_back(o.source + ": '" + o.key + "': not a key path (like scheduler.max_batched_tokens)");
+            continue;
+        }
+        YAML::Emitter e;
+        for (const auto& k : keys) e << YAML::BeginMap << YAML::Key << k << YAML::Value;
+        e << value;
+        for (size_t i = 0; i < keys.size(); ++i) e << YAML::EndMap;
+        read_config(YAML::Load(e.c_str()), diagnostics{o.source, false, &errors}, next);
+    }
+    check_consistency(next, overrides.empty() ? "config" : "config after overrides", errors);
+    if (auto s = summarize(overrides.size() == 1 ? overrides[0].source : "overrides", errors); !s) return s;
+    config = std::move(next);
+    return status::success();
+}
+
+void apply_environment(engine_config& config) {
+    const char* model = std::getenv("TROUPE_MODEL");
+    if (model && *model) config.model = model;
+}
+
+status validate(const engine_config& config) {
+    auto parsed = parse_config(to_yaml(config), "config");
+    if (!parsed) return parsed.err();
+    return status::success();
+}
+
+result<engine_config> resolve_config(const std::string& path, std::span<const config_override> overrides) {
+    engine_config config;
+    if (!path.empty()) {
+        auto loaded = load_config_file(path);
+        if (!loaded) return loaded.err();
+        config = std::move(*loaded);
+    }
+    apply_environment(config);
+    if (auto s = apply_overrides(config, overrides); !s) return s.err();
+    return config;
+}
+
+}  // namespace troupe

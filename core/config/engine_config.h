@@ -1,0 +1,102 @@
+// engine_config: the typed form of troupe's one YAML config file (config/default.yaml documents every key).
+//
+// Read once at start: defaults (the member initializers here, which equal config/default.yaml), then the
+// file, then TROUPE_MODEL from the environment, then command-line flags and --set key=value overrides.
+// Loading and validation live in config_loader.h; this header is plain data plus names and formatting.
+#pragma once
+
+#include <yaml-cpp/node/impl.h>  // YAML::Node with its inline members
+#include <yaml-cpp/node/node.h>
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "core/log/log.h"
+#include "core/result.h"
+#include "core/sampling/sampler.h"
+
+#ifndef TROUPE_DEFAULT_PLUGIN_DIR
+#define TROUPE_DEFAULT_PLUGIN_DIR "plugins"
+#endif
+
+namespace troupe {
+
+enum class device_kind { cpu, cuda };
+
+std::string_view device_name(device_kind d);
+std::optional<device_kind> parse_device(std::string_view name);
+// log_level names accepted in the config: debug, info, warn, error.
+std::optional<log_level> parse_log_level(std::string_view name);
+
+// How much memory the KV cache may take: a size in bytes, or a fraction of the device's memory
+// (system RAM for cpu, free GPU memory for cuda). Exactly one of the two is non-zero.
+struct memory_budget {
+    uint64_t bytes = 0;
+    double fraction = 0.0;  // in (0, 1]
+
+    uint64_t resolve(uint64_t device_bytes) const;
+    bool operator==(const memory_budget&) const = default;
+};
+
+// "256MiB", "1.5GiB", "64KiB", "4096" (bytes; B, KiB, MiB, GiB, TiB and KB, MB, GB, TB suffixes), or a
+// fraction "0.5" (a number with a point, in (0, 1]). Errors say what a valid value looks like.
+result<memory_budget> parse_memory_budget(std::string_view text);
+// Inverse of parse_memory_budget: "256MiB" where exact, else bytes; fractions as the shortest decimal.
+std::string format_memory_budget(const memory_budget& m);
+
+struct scheduler_config {
+    int32_t max_running_seqs = 64;      // sequences in one step (decode batch)
+    int32_t max_batched_tokens = 2048;  // tokens in one step, prefill chunks and decodes together
+    int32_t max_waiting = 1024;         // queued requests beyond which new ones are refused (overload)
+};
+
+struct kv_config {
+    int32_t block_size = 16;                       // tokens per KV block; a power of two
+    memory_budget memory{uint64_t{1} << 30, 0.0};  // 1GiB
+};
+
+// One plugin choice. params is the plugin's own sub-tree, passed through unvalidated (the plugin
+// validates it at create); an empty node when absent.
+//
+// YAML::Node is a handle whose assignment writes through to the shared tree, so copies clone params:
+// copying or assigning a config never changes another one.
+struct plugin_config {
+    std::string name;  // "none" turns quant and spec off
+    std::string path;  // explicit library path; empty: libtroupe_<kind>_<name>.so in plugin_dir
+    YAML::Node params;
+
+    plugin_config() = default;
+    explicit plugin_config(std::string plugin_name) : name(std::move(plugin_name)) {}
+    plugin_config(const plugin_config& other);
+    plugin_config& operator=(const plugin_config& other);
+
+    bool enabled() const { return name != "none"; }
+};
+
+struct plugins_config {
+    plugin_config attention{"gqa"};
+    plugin_config quant{"none"};
+    plugin_config spec{"none"};
+    std::string plugin_dir = TROUPE_DEFAULT_PLUGIN_DIR;  // "" in YAML means this
+};
+
+struct engine_config {
+    std::string model;  // GGUF path; $TROUPE_MODEL overrides the file, flags override both
+    device_kind device = device_kind::cpu;
+    int32_t threads = 0;  // 0: all cores
+    troupe::log_level log_level = troupe::log_level::info;
+    sampling_params sampling;  // per-request defaults; requests override them
+    scheduler_config scheduler;
+    kv_config kv;
+    plugins_config plugins;
+};
+
+// The effective config as YAML, every key, in the order of config/default.yaml. Parsing it back gives
+// the same config.
+std::string to_yaml(const engine_config& config);
+// A plugin's params as YAML text ("{}" when empty), for the plugin ABI.
+std::string params_yaml(const plugin_config& plugin);
+
+}  // namespace troupe
