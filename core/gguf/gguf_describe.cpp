@@ -108,7 +108,11 @@ std::string describe(const gguf_file& file) {
 
     size_t name_width = 4;
     for (const tensor_info& t : file.tensors()) name_width = std::min(std::max(name_width, t.name.size()), size_t{64});
-    out += "tensors:\n";
+    if (file.tensors().empty()) {
+        out += "tensors: none\n";
+        return out;
+    }
+    out += "tensors (data section at byte " + std::to_string(file.data_offset()) + "):\n";
     std::snprintf(line, sizeof line, "  %-*s  %-7s  %-22s  %12s  %12s\n", static_cast<int>(name_width), "name", "type",
                   "dims", "offset", "bytes");
     out += line;

@@ -105,6 +105,15 @@ std::string printable(const uint8_t* p, size_t n) {
     return s;
 }
 
+// A key or tensor name as it appears in messages: printable, at most 80 bytes of it.
+std::string shown_name(const std::string& name) {
+    constexpr size_t max_shown = 80;
+    const auto* p = reinterpret_cast<const uint8_t*>(name.data());
+    std::string s = printable(p, std::min(name.size(), max_shown));
+    if (name.size() > max_shown) s += "... (" + std::to_string(name.size()) + " bytes)";
+    return s;
+}
+
 std::string dims_string(std::span<const int64_t> dims) {
     std::string s = "[";
     for (size_t i = 0; i < dims.size(); ++i) s += (i ? ", " : "") + std::to_string(dims[i]);
@@ -131,9 +140,10 @@ public:
 private:
     bool ok() const { return !err_; }
 
+    // Records the first error. Field names come from the file, so they are shown printable and cut short.
     void fail(const std::string& what, const std::string& field, size_t at) {
         if (err_) return;
-        err_ = make_error(f_.path_ + ": " + what + " (" + field + ", at byte " + std::to_string(at) + ")");
+        err_ = make_error(f_.path_ + ": " + what + " (" + shown_name(field) + ", at byte " + std::to_string(at) + ")");
     }
 
     size_t left() const { return f_.size_ - pos_; }
@@ -254,7 +264,7 @@ private:
         std::string key = read_string(key_field);
         if (!ok()) return;
         if (key.empty()) return fail("empty key", key_field, key_at);
-        if (f_.kv_.count(key)) return fail("duplicate key \"" + key + "\"", key, key_at);
+        if (f_.kv_.count(key)) return fail("duplicate key \"" + shown_name(key) + "\"", key, key_at);
         const size_t type_at = pos_;
         const uint32_t type = read<uint32_t>("a value type", key);
         if (!ok()) return;
@@ -358,9 +368,9 @@ private:
     }
 
     void check_tensor_data() {
-        if (f_.tensors_.empty()) return;
         const size_t a = f_.alignment_;
         const uint64_t data_start = (static_cast<uint64_t>(pos_) + a - 1) / a * a;
+        f_.data_offset_ = data_start;
         for (size_t i = 0; i < f_.tensors_.size(); ++i) {
             tensor_info& t = f_.tensors_[i];
             if (t.offset % a != 0) {

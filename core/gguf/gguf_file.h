@@ -43,9 +43,9 @@ using scalar = std::variant<uint8_t, int8_t, uint16_t, int16_t, uint32_t, int32_
                             int64_t, double>;
 
 struct metadata_value {
-    value_type type;                 // array for arrays
-    value_type element_type;         // for arrays: the type of the elements (nested arrays are refused)
-    std::vector<scalar> elements;    // one element for a scalar, n for an array
+    value_type type;               // array for arrays
+    value_type element_type;       // for arrays: the type of the elements (nested arrays are refused)
+    std::vector<scalar> elements;  // one element for a scalar, n for an array
 };
 
 struct tensor_info {
@@ -70,6 +70,9 @@ public:
     uint32_t version() const { return version_; }
     size_t alignment() const { return alignment_; }
     size_t file_size() const { return size_; }
+    // Byte where the tensor data section begins: the end of the tensor infos rounded up to the alignment
+    // (it may lie past the end of a file without tensors).
+    size_t data_offset() const { return data_offset_; }
 
     // Metadata in file order (keys) and by key.
     const std::vector<std::string>& keys() const { return key_order_; }
@@ -102,6 +105,7 @@ private:
     size_t alignment_ = 32;
     const uint8_t* base_ = nullptr;
     size_t size_ = 0;
+    size_t data_offset_ = 0;
     std::vector<std::string> key_order_;
     std::map<std::string, metadata_value> kv_;
     std::vector<tensor_info> tensors_;

@@ -1,0 +1,430 @@
+// Reference quantize / dequantize (see quants.h). Plain loops over blocks, one block format per function.
+//
+// Q4_K super-block (256 values = 8 sub-blocks of 32):  x = d * sc[j] * q - dmin * m[j],  q in 0..15
+//   scales[12] packs the 6-bit sc[j], m[j]:  j < 4:  sc = scales[j] & 63,  m = scales[j + 4] & 63
+//                                             j >= 4: sc = scales[j + 4] & 15 | (scales[j - 4] >> 6) << 4
+//                                                     m  = scales[j + 4] >> 4 | (scales[j] >> 6) << 4
+//   qs: chunk c of 64 values = sub-blocks 2c (low nibbles of qs[32c .. 32c + 31]) and 2c + 1 (high nibbles).
+// Q6_K super-block (256 values = 16 sub-blocks of 16):  x = d * scales[j] * (q - 32),  q in 0..63
+//   half h (128 values): element 32k + l (k = 0..3, l = 0..31) has its low 4 bits in
+//   ql[64h + l + 32 (k & 1)] (low nibble for k < 2, high for k >= 2) and its high 2 bits in
+//   qh[32h + l] at bit 2k.
+#include "kernels/ref/quants.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "core/result.h"
+#include "kernels/fp16.h"
+
+namespace troupe::ref {
+
+int nearest_int(float x) {
+    float v = x + 12582912.f;  // 1.5 * 2^23: the addition rounds to an integer, half to even
+    int32_t i;
+    std::memcpy(&i, &v, sizeof i);
+    return (i & 0x007fffff) - 0x00400000;
+}
+
+// ---- dequantize ----
+
+void dequantize_row_q8_0(const block_q8_0* x, float* y, int64_t n) {
+    for (int64_t b = 0; b < n / qk8_0; ++b) {
+        const float d = fp16_to_fp32(x[b].d);
+        for (int j = 0; j < qk8_0; ++j) y[b * qk8_0 + j] = x[b].qs[j] * d;
+    }
+}
+
+void dequantize_row_q4_0(const block_q4_0* x, float* y, int64_t n) {
+    for (int64_t b = 0; b < n / qk4_0; ++b) {
+        const float d = fp16_to_fp32(x[b].d);
+        float* out = y + b * qk4_0;
+        for (int j = 0; j < qk4_0 / 2; ++j) {
+            out[j] = ((x[b].qs[j] & 0x0f) - 8) * d;
+            out[j + qk4_0 / 2] = ((x[b].qs[j] >> 4) - 8) * d;
+        }
+    }
+}
+
+void q4_k_scale_min(int j, const uint8_t* scales, uint8_t* sc, uint8_t* m) {
+    if (j < 4) {
+        *sc = scales[j] & 63;
+        *m = scales[j + 4] & 63;
+    } else {
+        *sc = static_cast<uint8_t>((scales[j + 4] & 0x0f) | ((scales[j - 4] >> 6) << 4));
+        *m = static_cast<uint8_t>((scales[j + 4] >> 4) | ((scales[j] >> 6) << 4));
+    }
+}
+
+void dequantize_row_q4_k(const block_q4_k* x, float* y, int64_t n) {
+    for (int64_t b = 0; b < n / qk_k; ++b) {
+        const float d = fp16_to_fp32(x[b].d);
+        const float dmin = fp16_to_fp32(x[b].dmin);
+        const uint8_t* q = x[b].qs;
+        float* out = y + b * qk_k;
+        for (int c = 0; c < 4; ++c) {  // chunks of 64 values: two sub-blocks sharing 32 bytes
+            uint8_t sc, m;
+            q4_k_scale_min(2 * c, x[b].scales, &sc, &m);
+            const float d1 = d * sc, m1 = dmin * m;
+            q4_k_scale_min(2 * c + 1, x[b].scales, &sc, &m);
+            const float d2 = d * sc, m2 = dmin * m;
+            for (int l = 0; l < 32; ++l) out[64 * c + l] = d1 * (q[32 * c + l] & 0x0f) - m1;
+            for (int l = 0; l < 32; ++l) out[64 * c + 32 + l] = d2 * (q[32 * c + l] >> 4) - m2;
+        }
+    }
+}
+
+void dequantize_row_q6_k(const block_q6_k* x, float* y, int64_t n) {
+    for (int64_t b = 0; b < n / qk_k; ++b) {
+        const float d = fp16_to_fp32(x[b].d);
+        for (int h = 0; h < 2; ++h) {
+            const uint8_t* ql = x[b].ql + 64 * h;
+            const uint8_t* qh = x[b].qh + 32 * h;
+            const int8_t* sc = x[b].scales + 8 * h;
+            float* out = y + b * qk_k + 128 * h;
+            for (int l = 0; l < 32; ++l) {
+                const int is = l / 16;
+                const int q1 = ((ql[l] & 0x0f) | ((qh[l] >> 0) & 3) << 4) - 32;
+                const int q2 = ((ql[l + 32] & 0x0f) | ((qh[l] >> 2) & 3) << 4) - 32;
+                const int q3 = ((ql[l] >> 4) | ((qh[l] >> 4) & 3) << 4) - 32;
+                const int q4 = ((ql[l + 32] >> 4) | ((qh[l] >> 6) & 3) << 4) - 32;
+                out[l] = d * sc[is + 0] * q1;
+                out[l + 32] = d * sc[is + 2] * q2;
+                out[l + 64] = d * sc[is + 4] * q3;
+                out[l + 96] = d * sc[is + 6] * q4;
+            }
+        }
+    }
+}
+
+void dequantize_row_q8_k(const block_q8_k* x, float* y, int64_t n) {
+    for (int64_t b = 0; b < n / qk_k; ++b) {
+        for (int j = 0; j < qk_k; ++j) y[b * qk_k + j] = x[b].d * x[b].qs[j];
+    }
+}
+
+void dequantize_row(ggml_type type, const void* src, float* dst, int64_t n) {
+    TROUPE_ASSERT(n % traits(type).block_size == 0, "row length is not a multiple of the block size");
+    switch (type) {
+        case ggml_type::f32:
+            std::memcpy(dst, src, static_cast<size_t>(n) * sizeof(float));
+            return;
+        case ggml_type::f16: {
+            const auto* h = static_cast<const uint16_t*>(src);
+            for (int64_t i = 0; i < n; ++i) dst[i] = fp16_to_fp32(h[i]);
+            return;
+        }
+        case ggml_type::bf16: {
+            const auto* h = static_cast<const uint16_t*>(src);
+            for (int64_t i = 0; i < n; ++i) dst[i] = bf16_to_fp32(h[i]);
+            return;
+        }
+        case ggml_type::q8_0:
+            return dequantize_row_q8_0(static_cast<const block_q8_0*>(src), dst, n);
+        case ggml_type::q4_0:
+            return dequantize_row_q4_0(static_cast<const block_q4_0*>(src), dst, n);
+        case ggml_type::q4_k:
+            return dequantize_row_q4_k(static_cast<const block_q4_k*>(src), dst, n);
+        case ggml_type::q6_k:
+            return dequantize_row_q6_k(static_cast<const block_q6_k*>(src), dst, n);
+        case ggml_type::q8_k:
+            return dequantize_row_q8_k(static_cast<const block_q8_k*>(src), dst, n);
+        case ggml_type::q4_1:
+        case ggml_type::q5_0:
+        case ggml_type::q5_1:
+        case ggml_type::q8_1:
+        case ggml_type::q2_k:
+        case ggml_type::q3_k:
+        case ggml_type::q5_k:
+        case ggml_type::iq2_xxs:
+        case ggml_type::iq2_xs:
+        case ggml_type::iq3_xxs:
+        case ggml_type::iq1_s:
+        case ggml_type::iq4_nl:
+        case ggml_type::iq3_s:
+        case ggml_type::iq2_s:
+        case ggml_type::iq4_xs:
+        case ggml_type::i8:
+        case ggml_type::i16:
+        case ggml_type::i32:
+        case ggml_type::i64:
+        case ggml_type::f64:
+        case ggml_type::iq1_m:
+        case ggml_type::tq1_0:
+        case ggml_type::tq2_0:
+            break;
+    }
+    TROUPE_ASSERT(false, "dequantize_row: no reference for type " + std::string(traits(type).name));
+}
+
+// ---- quantize ----
+
+void quantize_row_q8_0(const float* x, block_q8_0* y, int64_t n) {
+    TROUPE_ASSERT(n % qk8_0 == 0);
+    for (int64_t b = 0; b < n / qk8_0; ++b) {
+        const float* xb = x + b * qk8_0;
+        float amax = 0.0f;
+        for (int j = 0; j < qk8_0; ++j) amax = std::max(amax, std::fabs(xb[j]));
+        const float d = amax / 127.0f;
+        const float id = d != 0.0f ? 1.0f / d : 0.0f;
+        y[b].d = fp32_to_fp16(d);
+        for (int j = 0; j < qk8_0; ++j) y[b].qs[j] = static_cast<int8_t>(std::round(xb[j] * id));
+    }
+}
+
+void quantize_row_q8_k(const float* x, block_q8_k* y, int64_t n) {
+    TROUPE_ASSERT(n % qk_k == 0);
+    for (int64_t b = 0; b < n / qk_k; ++b) {
+        const float* xb = x + b * qk_k;
+        float amax = 0.0f, max = 0.0f;
+        for (int j = 0; j < qk_k; ++j) {
+            if (std::fabs(xb[j]) > amax) {
+                amax = std::fabs(xb[j]);
+                max = xb[j];
+            }
+        }
+        if (amax == 0.0f) {
+            y[b].d = 0.0f;
+            std::memset(y[b].qs, 0, sizeof y[b].qs);
+            std::memset(y[b].bsums, 0, sizeof y[b].bsums);
+            continue;
+        }
+        const float iscale = -127.0f / max;
+        for (int j = 0; j < qk_k; ++j) y[b].qs[j] = static_cast<int8_t>(std::min(127, nearest_int(iscale * xb[j])));
+        for (int j = 0; j < qk_k / 16; ++j) {
+            int sum = 0;
+            for (int i = 0; i < 16; ++i) sum += y[b].qs[16 * j + i];
+            y[b].bsums[j] = static_cast<int16_t>(sum);
+        }
+        y[b].d = 1.0f / iscale;
+    }
+}
+
+void quantize_row_q4_0(const float* x, block_q4_0* y, int64_t n) {
+    TROUPE_ASSERT(n % qk4_0 == 0);
+    for (int64_t b = 0; b < n / qk4_0; ++b) {
+        const float* xb = x + b * qk4_0;
+        float amax = 0.0f, max = 0.0f;
+        for (int j = 0; j < qk4_0; ++j) {
+            if (std::fabs(xb[j]) > amax) {
+                amax = std::fabs(xb[j]);
+                max = xb[j];
+            }
+        }
+        const float d = max / -8.0f;
+        const float id = d != 0.0f ? 1.0f / d : 0.0f;
+        y[b].d = fp32_to_fp16(d);
+        for (int j = 0; j < qk4_0 / 2; ++j) {
+            const int q0 = std::min(15, static_cast<int>(xb[j] * id + 8.5f));
+            const int q1 = std::min(15, static_cast<int>(xb[j + qk4_0 / 2] * id + 8.5f));
+            y[b].qs[j] = static_cast<uint8_t>(q0 | (q1 << 4));
+        }
+    }
+}
+
+namespace {
+
+// Quantization code of x on the grid offset + scale * q, q in [lo, hi].
+int grid_code(float x, float scale, float offset, int lo, int hi) {
+    if (scale == 0.0f) return std::clamp(0, lo, hi);
+    return std::clamp(nearest_int((x - offset) / scale), lo, hi);
+}
+
+float grid_error(const float* x, int n, float scale, float offset) {
+    float err = 0.0f;
+    for (int i = 0; i < n; ++i) {
+        const float e = x[i] - (offset + scale * grid_code(x[i], scale, offset, 0, 15));
+        err += e * e;
+    }
+    return err;
+}
+
+// Q4_K sub-block fit: x ~ scale * q + offset with q in 0..15 and offset <= 0 (so that -offset, the "min",
+// is stored unsigned). Starts from the min/max range, then alternates code assignment and a least-squares
+// refit of (scale, offset) while the squared error drops.
+void fit_q4_k_sub_block(const float* x, int n, float* scale, float* min) {
+    float lo = 0.0f, hi = x[0];
+    for (int i = 0; i < n; ++i) {
+        lo = std::min(lo, x[i]);
+        hi = std::max(hi, x[i]);
+    }
+    float best_scale = (hi - lo) / 15.0f, best_offset = lo;
+    if (best_scale > 0.0f) {
+        float best_err = grid_error(x, n, best_scale, best_offset);
+        for (int iter = 0; iter < 8; ++iter) {
+            double sq = 0, sqq = 0, sx = 0, sqx = 0;
+            for (int i = 0; i < n; ++i) {
+                const int q = grid_code(x[i], best_scale, best_offset, 0, 15);
+                sq += q;
+                sqq += static_cast<double>(q) * q;
+                sx += x[i];
+                sqx += q * static_cast<double>(x[i]);
+            }
+            const double det = n * sqq - sq * sq;
+            if (det <= 0) break;
+            double s = (n * sqx - sq * sx) / det;
+            double off = (sx - s * sq) / n;
+            if (off > 0) {
+                off = 0;
+                s = sqx / sqq;
+            }
+            if (s <= 0) break;
+            const float err = grid_error(x, n, static_cast<float>(s), static_cast<float>(off));
+            if (err >= best_err) break;
+            best_err = err;
+            best_scale = static_cast<float>(s);
+            best_offset = static_cast<float>(off);
+        }
+    }
+    *scale = best_scale;
+    *min = -best_offset;
+}
+
+}  // namespace
+
+void quantize_row_q4_k(const float* x, block_q4_k* y, int64_t n) {
+    TROUPE_ASSERT(n % qk_k == 0);
+    for (int64_t b = 0; b < n / qk_k; ++b) {
+        const float* xb = x + b * qk_k;
+        float scales[8], mins[8];  // [8 sub-blocks]
+        float max_scale = 0.0f, max_min = 0.0f;
+        for (int j = 0; j < 8; ++j) {
+            fit_q4_k_sub_block(xb + 32 * j, 32, &scales[j], &mins[j]);
+            max_scale = std::max(max_scale, scales[j]);
+            max_min = std::max(max_min, mins[j]);
+        }
+        y[b].d = fp32_to_fp16(max_scale / 63.0f);
+        y[b].dmin = fp32_to_fp16(max_min / 63.0f);
+        const float d = fp16_to_fp32(y[b].d), dmin = fp16_to_fp32(y[b].dmin);
+        uint8_t sc[8], m[8];
+        for (int j = 0; j < 8; ++j) {
+            sc[j] = static_cast<uint8_t>(d > 0.0f ? std::clamp(nearest_int(scales[j] / d), 0, 63) : 0);
+            m[j] = static_cast<uint8_t>(dmin > 0.0f ? std::clamp(nearest_int(mins[j] / dmin), 0, 63) : 0);
+        }
+        std::memset(y[b].scales, 0, sizeof y[b].scales);
+        for (int j = 0; j < 4; ++j) {
+            y[b].scales[j] = sc[j] | static_cast<uint8_t>((sc[j + 4] >> 4) << 6);
+            y[b].scales[j + 4] = m[j] | static_cast<uint8_t>((m[j + 4] >> 4) << 6);
+            y[b].scales[j + 8] = static_cast<uint8_t>((sc[j + 4] & 0x0f) | ((m[j + 4] & 0x0f) << 4));
+        }
+        uint8_t q[qk_k];  // [256] codes 0..15 against the stored (rounded) scales
+        for (int j = 0; j < 8; ++j) {
+            const float step = d * sc[j], offset = -(dmin * m[j]);
+            for (int i = 0; i < 32; ++i)
+                q[32 * j + i] = static_cast<uint8_t>(grid_code(xb[32 * j + i], step, offset, 0, 15));
+        }
+        for (int c = 0; c < 4; ++c) {
+            for (int l = 0; l < 32; ++l)
+                y[b].qs[32 * c + l] = static_cast<uint8_t>(q[64 * c + l] | (q[64 * c + 32 + l] << 4));
+        }
+    }
+}
+
+void quantize_row_q6_k(const float* x, block_q6_k* y, int64_t n) {
+    TROUPE_ASSERT(n % qk_k == 0);
+    for (int64_t b = 0; b < n / qk_k; ++b) {
+        const float* xb = x + b * qk_k;
+        float scales[16];  // [16 sub-blocks] signed: the largest |x| of the sub-block maps to q - 32 = -32
+        float max_scale = 0.0f, amax_scale = 0.0f;
+        for (int j = 0; j < 16; ++j) {
+            float amax = 0.0f, max = 0.0f;
+            for (int i = 0; i < 16; ++i) {
+                if (std::fabs(xb[16 * j + i]) > amax) {
+                    amax = std::fabs(xb[16 * j + i]);
+                    max = xb[16 * j + i];
+                }
+            }
+            scales[j] = max / -32.0f;
+            if (std::fabs(scales[j]) > amax_scale) {
+                amax_scale = std::fabs(scales[j]);
+                max_scale = scales[j];
+            }
+        }
+        std::memset(y[b].ql, 0, sizeof y[b].ql);
+        std::memset(y[b].qh, 0, sizeof y[b].qh);
+        if (amax_scale == 0.0f) {
+            std::memset(y[b].scales, 0, sizeof y[b].scales);
+            y[b].d = 0;
+            for (int i = 0; i < 32; ++i) y[b].qh[i] = 0xaa;  // every code 32, i.e. zero
+            continue;
+        }
+        const float iscale = -128.0f / max_scale;
+        y[b].d = fp32_to_fp16(1.0f / iscale);
+        const float d = fp16_to_fp32(y[b].d);
+        uint8_t q[qk_k];  // [256] codes 0..63
+        for (int j = 0; j < 16; ++j) {
+            const int s = std::clamp(nearest_int(iscale * scales[j]), -128, 127);
+            y[b].scales[j] = static_cast<int8_t>(s);
+            for (int i = 0; i < 16; ++i)
+                q[16 * j + i] = static_cast<uint8_t>(grid_code(xb[16 * j + i], d * s, 0.0f, -32, 31) + 32);
+        }
+        for (int h = 0; h < 2; ++h) {
+            for (int l = 0; l < 32; ++l) {
+                const int q1 = q[128 * h + l], q2 = q[128 * h + l + 32];
+                const int q3 = q[128 * h + l + 64], q4 = q[128 * h + l + 96];
+                y[b].ql[64 * h + l] = static_cast<uint8_t>((q1 & 0x0f) | ((q3 & 0x0f) << 4));
+                y[b].ql[64 * h + l + 32] = static_cast<uint8_t>((q2 & 0x0f) | ((q4 & 0x0f) << 4));
+                y[b].qh[32 * h + l] =
+                    static_cast<uint8_t>((q1 >> 4) | ((q2 >> 4) << 2) | ((q3 >> 4) << 4) | ((q4 >> 4) << 6));
+            }
+        }
+    }
+}
+
+size_t quantize_row(ggml_type type, const float* x, void* dst, int64_t n) {
+    TROUPE_ASSERT(n % traits(type).block_size == 0, "row length is not a multiple of the block size");
+    switch (type) {
+        case ggml_type::f32:
+            std::memcpy(dst, x, static_cast<size_t>(n) * sizeof(float));
+            break;
+        case ggml_type::f16:
+            for (int64_t i = 0; i < n; ++i) static_cast<uint16_t*>(dst)[i] = fp32_to_fp16(x[i]);
+            break;
+        case ggml_type::bf16:
+            for (int64_t i = 0; i < n; ++i) static_cast<uint16_t*>(dst)[i] = fp32_to_bf16(x[i]);
+            break;
+        case ggml_type::q8_0:
+            quantize_row_q8_0(x, static_cast<block_q8_0*>(dst), n);
+            break;
+        case ggml_type::q4_0:
+            quantize_row_q4_0(x, static_cast<block_q4_0*>(dst), n);
+            break;
+        case ggml_type::q4_k:
+            quantize_row_q4_k(x, static_cast<block_q4_k*>(dst), n);
+            break;
+        case ggml_type::q6_k:
+            quantize_row_q6_k(x, static_cast<block_q6_k*>(dst), n);
+            break;
+        case ggml_type::q8_k:
+            quantize_row_q8_k(x, static_cast<block_q8_k*>(dst), n);
+            break;
+        case ggml_type::q4_1:
+        case ggml_type::q5_0:
+        case ggml_type::q5_1:
+        case ggml_type::q8_1:
+        case ggml_type::q2_k:
+        case ggml_type::q3_k:
+        case ggml_type::q5_k:
+        case ggml_type::iq2_xxs:
+        case ggml_type::iq2_xs:
+        case ggml_type::iq3_xxs:
+        case ggml_type::iq1_s:
+        case ggml_type::iq4_nl:
+        case ggml_type::iq3_s:
+        case ggml_type::iq2_s:
+        case ggml_type::iq4_xs:
+        case ggml_type::i8:
+        case ggml_type::i16:
+        case ggml_type::i32:
+        case ggml_type::i64:
+        case ggml_type::f64:
+        case ggml_type::iq1_m:
+        case ggml_type::tq1_0:
+        case ggml_type::tq2_0:
+            TROUPE_ASSERT(false, "quantize_row: no quantizer for type " + std::string(traits(type).name));
+    }
+    return row_bytes(type, n);
+}
+
+}  // namespace troupe::ref
