@@ -64,19 +64,13 @@ bool is_default_punct(uint32_t c) {
 bool is_falcon_punct(uint32_t c) {
     return is_default_punct(c) || c == '`';
 }
-// DeepSeek LLM's literal classes run on text where llama.cpp has replaced non-ASCII whitespace by U+000B
-// (so that std::wregex's \s sees it); a literal class therefore never matches non-ASCII whitespace.
-bool is_deepseek_letter_class(uint32_t c) {
-    return is_deepseek_letter(c) && !(c > 0x7F && is_whitespace(c));
-}
+// DeepSeek's literal classes are matched as their regexes define them. (llama.cpp replaces non-ASCII
+// whitespace by U+000B before running std::wregex, so there U+3000 and U+2003 fall out of [ࠀ-一] and
+// [　-。]; the tokenizer.json regexes, which the models were trained with, keep them.)
 // [!-/:-~！-／：-～‘-‟　-。]
 bool is_deepseek_punct(uint32_t c) {
-    if (c > 0x7F && is_whitespace(c)) return false;
     return (c >= 0x21 && c <= 0x2F) || (c >= 0x3A && c <= 0x7E) || (c >= 0xFF01 && c <= 0xFF0F) ||
            (c >= 0xFF1A && c <= 0xFF5E) || (c >= 0x2018 && c <= 0x201F) || (c >= 0x3000 && c <= 0x3002);
-}
-bool is_cjk(uint32_t c) {
-    return is_deepseek_cjk(c) && !(c > 0x7F && is_whitespace(c));
 }
 
 piece_lengths apply(const std::vector<uint32_t>& cpts, const piece_lengths& pieces, const class_rule& rule) {
@@ -127,17 +121,17 @@ std::vector<size_t> pre_tokenize_lengths(pre_type type, const std::vector<uint32
             return split_llama3(cpts, p, 1);
         case pre_type::deepseek_llm:
             p = apply(cpts, p, {.body = is_cr_or_lf, .max_run = 1});
-            p = apply(cpts, p, {.prefix = is_whitespace, .body = is_deepseek_letter_class});
+            p = apply(cpts, p, {.prefix = is_whitespace, .body = is_deepseek_letter});
             p = apply(cpts, p, {.prefix = is_whitespace, .body = is_deepseek_punct});
             p = apply(cpts, p, {.body = is_whitespace, .at_end = true});
-            p = apply(cpts, p, {.body = is_cjk});
+            p = apply(cpts, p, {.body = is_deepseek_cjk});
             p = apply(cpts, p, {.body = is_number});
             return p;
         case pre_type::deepseek_coder:
             p = apply(cpts, p, {.body = is_cr_or_lf, .max_run = 1});
             p = apply(cpts, p, {.prefix = is_whitespace, .body = is_letter});
             p = apply(cpts, p, {.prefix = is_whitespace, .body = is_punctuation});
-            p = apply(cpts, p, {.body = is_cjk});
+            p = apply(cpts, p, {.body = is_deepseek_cjk});
             p = apply(cpts, p, {.body = is_number, .max_run = 1});
             return p;
         case pre_type::falcon:
