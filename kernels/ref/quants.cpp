@@ -281,6 +281,35 @@ void fit_q4_k_sub_block(const float* x, int n, float* scale, float* min) {
     *min = -best_offset;
 }
 
+// Symmetric fit x ~ scale * q, q in [lo, hi]: from a first scale, alternate code assignment and the
+// least-squares scale sum(x q) / sum(q q) while the squared error drops.
+float refit_symmetric_scale(const float* x, int n, float scale, int lo, int hi) {
+    auto error = [&](float s) {
+        float err = 0.0f;
+        for (int i = 0; i < n; ++i) {
+            const float e = x[i] - s * grid_code(x[i], s, 0.0f, lo, hi);
+            err += e * e;
+        }
+        return err;
+    };
+    float best_err = error(scale);
+    for (int iter = 0; iter < 4 && scale != 0.0f; ++iter) {
+        double sxq = 0, sqq = 0;
+        for (int i = 0; i < n; ++i) {
+            const int q = grid_code(x[i], scale, 0.0f, lo, hi);
+            sxq += static_cast<double>(x[i]) * q;
+            sqq += static_cast<double>(q) * q;
+        }
+        if (sqq == 0) break;
+        const auto s = static_cast<float>(sxq / sqq);
+        const float err = error(s);
+        if (err >= best_err) break;
+        best_err = err;
+        scale = s;
+    }
+    return scale;
+}
+
 }  // namespace
 
 void quantize_row_q4_k(const float* x, block_q4_k* y, int64_t n) {
@@ -335,7 +364,7 @@ void quantize_row_q6_k(const float* x, block_q6_k* y, int64_t n) {
                     max = xb[16 * j + i];
                 }
             }
-            scales[j] = max / -32.0f;
+            scales[j] = refit_symmetric_scale(xb + 16 * j, 16, max / -32.0f, -32, 31);
             if (std::fabs(scales[j]) > amax_scale) {
                 amax_scale = std::fabs(scales[j]);
                 max_scale = scales[j];

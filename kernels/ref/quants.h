@@ -39,7 +39,8 @@ void quantize_row_q8_k(const float* x, block_q8_k* y, int64_t n);
 void quantize_row_q4_0(const float* x, block_q4_0* y, int64_t n);
 // Q4_K: per sub-block of 32 a least-squares scale and min (min <= 0), then 6-bit scale/min codes.
 void quantize_row_q4_k(const float* x, block_q4_k* y, int64_t n);
-// Q6_K: per sub-block of 16 a scale mapping the largest |x| to -32, then 8-bit signed scale codes.
+// Q6_K: per sub-block of 16 a scale mapping the largest |x| to -32, refined by least squares, then 8-bit
+// signed scale codes.
 void quantize_row_q6_k(const float* x, block_q6_k* y, int64_t n);
 
 // Quantizes a row of n floats into dst in `type`'s layout; returns the bytes written
