@@ -1,0 +1,24 @@
+// The subcommands of `troupe`: each has a spec (flags, usage, help) and a handler returning the exit code.
+// One file per command (cmd_<name>.cpp); main.cpp dispatches.
+#pragma once
+
+#include "cli/cli_args.h"
+
+namespace troupe::cli {
+
+const command_spec& run_spec();
+int run_command(const cli_args& args);  // troupe run: generate from a prompt, streaming to stdout
+
+const command_spec& bench_spec();
+int bench_command(const cli_args& args);  // troupe bench: throughput figures
+
+const command_spec& info_spec();
+int info_command(const cli_args& args);  // troupe info: GGUF header, metadata, tensors
+
+const command_spec& tokenize_spec();
+int tokenize_command(const cli_args& args);  // troupe tokenize: text <-> token ids
+
+const command_spec& synth_spec();
+int synth_command(const cli_args& args);  // troupe synth: a GGUF with seeded random weights
+
+}  // namespace troupe::cli

@@ -1,0 +1,183 @@
+// synth_model: seeded random Llama weights (see synth_model.h).
+#include "cli/synth_model.h"
+
+#include <algorithm>
+#include <cctype>
+#include <thread>
+#include <vector>
+
+#include "core/gguf/gguf_writer.h"
+#include "kernels/ref/quants.h"
+
+namespace troupe::cli {
+namespace {
+
+constexpr synth_shape shapes[] = {
+    {"tiny", 256, 2, 8, 4, 768, 512},
+    {"110M", 768, 12, 12, 12, 2048, 1024},
+    {"1B", 2048, 22, 32, 4, 5632, 2048},
+};
+
+uint64_t splitmix64(uint64_t& state) {
+    uint64_t z = (state += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+// One row of 0.02 * (approximately standard normal) values.
+void random_row(uint64_t seed, uint64_t tensor, uint64_t row, float* out, int64_t n) {
+    uint64_t state = seed;
+    state = splitmix64(state) ^ (tensor * 0xD1B54A32D192ED03ull);
+    state = splitmix64(state) ^ (row * 0x8CB92BA72F3D8DD7ull);
+    splitmix64(state);
+    // Sum of four 16-bit uniforms in [0, 1): mean 2, variance 1/3.
+    constexpr float scale = 0.02f * 1.7320508f / 65536.0f;
+    for (int64_t i = 0; i < n; ++i) {
+        const uint64_t r = splitmix64(state);
+        const auto sum = static_cast<float>((r & 0xFFFF) + ((r >> 16) & 0xFFFF) + ((r >> 32) & 0xFFFF) + (r >> 48));
+        out[i] = (sum - 2.0f * 65535.5f) * scale;
+    }
+}
+
+struct tensor_plan {
+    std::string name;
+    std::vector<int64_t> dims;  // [row length, n_rows] or [n]
+    bool norm;
+};
+
+uint32_t file_type(ggml_type t) {
+    switch (t) {
+        case ggml_type::f32:
+            return 0;
+        case ggml_type::f16:
+            return 1;
+        case ggml_type::q4_0:
+            return 2;
+        case ggml_type::q8_0:
+            return 7;
+        case ggml_type::q4_k:
+            return 14;  // Q4_K_S: all matrices Q4_K
+        default:
+            return 0;
+    }
+}
+
+// The tensor's bytes in `type`, rows generated and quantized on n_threads threads.
+std::vector<uint8_t> make_matrix(uint64_t seed, uint64_t tensor, int64_t n_in, int64_t n_rows, ggml_type type,
+                                 int n_threads) {
+    const size_t rb = row_bytes(type, n_in);
+    std::vector<uint8_t> bytes(rb * static_cast<size_t>(n_rows));
+    auto work = [&](int64_t begin, int64_t end) {
+        std::vector<float> row(static_cast<size_t>(n_in));
+        for (int64_t r = begin; r < end; ++r) {
+            random_row(seed, tensor, static_cast<uint64_t>(r), row.data(), n_in);
+            ref::quantize_row(type, row.data(), bytes.data() + static_cast<size_t>(r) * rb, n_in);
+        }
+    };
+    const int64_t n_workers = std::min<int64_t>(n_threads, std::max<int64_t>(1, n_rows / 16));
+    std::vector<std::thread> threads;
+    for (int64_t t = 1; t < n_workers; ++t) {
+        threads.emplace_back(work, n_rows * t / n_workers, n_rows * (t + 1) / n_workers);
+    }
+    work(0, n_rows / n_workers);
+    for (auto& th : threads) th.join();
+    return bytes;
+}
+
+}  // namespace
+
+std::span<const synth_shape> synth_shapes() {
+    return shapes;
+}
+
+const synth_shape* find_synth_shape(std::string_view name) {
+    for (const auto& s : shapes) {
+        if (s.name.size() == name.size() && std::equal(s.name.begin(), s.name.end(), name.begin(), [](char a, char b) {
+                return std::tolower(static_cast<unsigned char>(a)) == std::tolower(static_cast<unsigned char>(b));
+            })) {
+            return &s;
+        }
+    }
+    return nullptr;
+}
+
+std::optional<ggml_type> parse_synth_type(std::string_view name) {
+    if (name == "f32") return ggml_type::f32;
+    if (name == "f16") return ggml_type::f16;
+    if (name == "q8_0") return ggml_type::q8_0;
+    if (name == "q4_0") return ggml_type::q4_0;
+    if (name == "q4_k") return ggml_type::q4_k;
+    return std::nullopt;
+}
+
+result<synth_summary> write_synth_model(const synth_params& p, const gguf::gguf_file& vocab,
+                                        const std::string& out_path) {
+    const synth_shape& s = p.shape;
+    TROUPE_ASSERT(s.dim % s.n_heads == 0 && s.n_heads % s.n_kv_heads == 0, std::string(s.name));
+    auto tokens = vocab.get_string_array("tokenizer.ggml.tokens");
+    if (!tokens) return make_error(vocab.path() + ": no vocabulary to copy (" + tokens.message() + ")");
+    const auto n_vocab = static_cast<int64_t>(tokens->size());
+    const int32_t head_dim = s.dim / s.n_heads;
+    const int64_t kv_dim = static_cast<int64_t>(s.n_kv_heads) * head_dim;
+    const int n_threads = p.n_threads > 0 ? p.n_threads : std::max(1u, std::thread::hardware_concurrency());
+
+    gguf::gguf_writer w;
+    w.set_string("general.architecture", "llama");
+    w.set_string("general.name", "troupe-synth-" + std::string(s.name));
+    w.set_u32("general.file_type", file_type(p.type));
+    if (p.type != ggml_type::f32 && p.type != ggml_type::f16) w.set_u32("general.quantization_version", 2);
+    w.set_u32("llama.context_length", static_cast<uint32_t>(s.n_ctx));
+    w.set_u32("llama.embedding_length", static_cast<uint32_t>(s.dim));
+    w.set_u32("llama.block_count", static_cast<uint32_t>(s.n_layers));
+    w.set_u32("llama.feed_forward_length", static_cast<uint32_t>(s.ffn));
+    w.set_u32("llama.attention.head_count", static_cast<uint32_t>(s.n_heads));
+    w.set_u32("llama.attention.head_count_kv", static_cast<uint32_t>(s.n_kv_heads));
+    w.set_u32("llama.rope.dimension_count", static_cast<uint32_t>(head_dim));
+    w.set_f32("llama.attention.layer_norm_rms_epsilon", 1e-5f);
+    w.set_f32("llama.rope.freq_base", 10000.0f);
+    w.set_u32("llama.vocab_size", static_cast<uint32_t>(n_vocab));
+    w.set_scalar("troupe.synth.seed", p.seed);
+    w.copy_metadata(vocab, "tokenizer.");
+
+    std::vector<tensor_plan> plan;
+    plan.push_back({"token_embd.weight", {s.dim, n_vocab}, false});
+    for (int32_t l = 0; l < s.n_layers; ++l) {
+        const std::string b = "blk." + std::to_string(l) + ".";
+        plan.push_back({b + "attn_norm.weight", {s.dim}, true});
+        plan.push_back({b + "attn_q.weight", {s.dim, s.dim}, false});
+        plan.push_back({b + "attn_k.weight", {s.dim, kv_dim}, false});
+        plan.push_back({b + "attn_v.weight", {s.dim, kv_dim}, false});
+        plan.push_back({b + "attn_output.weight", {s.dim, s.dim}, false});
+        plan.push_back({b + "ffn_norm.weight", {s.dim}, true});
+        plan.push_back({b + "ffn_gate.weight", {s.dim, s.ffn}, false});
+        plan.push_back({b + "ffn_up.weight", {s.dim, s.ffn}, false});
+        plan.push_back({b + "ffn_down.weight", {s.ffn, s.dim}, false});
+    }
+    plan.push_back({"output_norm.weight", {s.dim}, true});
+    plan.push_back({"output.weight", {s.dim, n_vocab}, false});
+
+    synth_summary summary;
+    summary.n_vocab = n_vocab;
+    for (size_t t = 0; t < plan.size(); ++t) {
+        const tensor_plan& tp = plan[t];
+        if (tp.dims.size() == 1) {
+            const std::vector<float> ones(static_cast<size_t>(tp.dims[0]), 1.0f);
+            w.add_tensor_f32(tp.name, tp.dims, ones);
+            summary.n_params += tp.dims[0];
+            continue;
+        }
+        ggml_type type = p.type;
+        if (tp.dims[0] % traits(type).block_size != 0) type = ggml_type::f16;
+        const auto bytes = make_matrix(p.seed, t, tp.dims[0], tp.dims[1], type, n_threads);
+        w.add_tensor(tp.name, type, tp.dims, bytes);
+        summary.n_params += tp.dims[0] * tp.dims[1];
+    }
+    if (auto st = w.write(out_path); !st) return st.err();
+    auto written = gguf::gguf_file::open(out_path);
+    if (!written) return make_error("wrote " + out_path + " but cannot read it back: " + written.message());
+    summary.n_bytes = (*written)->file_size();
+    return summary;
+}
+
+}  // namespace troupe::cli

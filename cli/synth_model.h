@@ -1,0 +1,63 @@
+// synth_model: a Llama-shaped GGUF with seeded random weights, so anyone can benchmark without
+// downloading a model (`troupe synth`).
+//
+// Weights: every matrix element is 0.02 * z with z approximately standard normal (the sum of four
+// uniforms, scaled: bounded at +-3.46, like a truncated-normal initialization); norm weights are 1.
+// Each row draws from its own generator seeded by (seed, tensor, row), so the file depends on the seed
+// only, not on the thread count. Matrices are stored in the requested type; 1-D tensors stay F32, and a
+// matrix whose rows are not a multiple of the type's block size falls back to F16.
+//
+// Tensors (ggml dims, row length first):
+//   token_embd.weight [dim, n_vocab]      output_norm.weight [dim]      output.weight [dim, n_vocab]
+//   blk.N.attn_norm.weight [dim]          blk.N.ffn_norm.weight [dim]
+//   blk.N.attn_q.weight [dim, dim]        blk.N.attn_k.weight / attn_v.weight [dim, n_kv_heads * head_dim]
+//   blk.N.attn_output.weight [dim, dim]   blk.N.ffn_gate.weight / ffn_up.weight [dim, ffn]
+//   blk.N.ffn_down.weight [ffn, dim]
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+
+#include "core/gguf/gguf_file.h"
+#include "core/result.h"
+#include "kernels/ggml_types.h"
+
+namespace troupe::cli {
+
+struct synth_shape {
+    std::string_view name;
+    int32_t dim;
+    int32_t n_layers;
+    int32_t n_heads;
+    int32_t n_kv_heads;
+    int32_t ffn;
+    int32_t n_ctx;
+};
+
+// "tiny", "110M", "1B" (case-insensitive lookup).
+std::span<const synth_shape> synth_shapes();
+const synth_shape* find_synth_shape(std::string_view name);
+
+// f32, f16, q8_0, q4_0, q4_k.
+std::optional<ggml_type> parse_synth_type(std::string_view name);
+
+struct synth_params {
+    synth_shape shape;
+    ggml_type type = ggml_type::f16;
+    uint64_t seed = 1;
+    int n_threads = 0;  // 0: all cores
+};
+
+struct synth_summary {
+    int64_t n_params = 0;
+    int64_t n_vocab = 0;
+    size_t n_bytes = 0;  // file size
+};
+
+// Writes the model to out_path with the tokenizer metadata (tokenizer.*) of `vocab`.
+result<synth_summary> write_synth_model(const synth_params& params, const gguf::gguf_file& vocab,
+                                        const std::string& out_path);
+
+}  // namespace troupe::cli
