@@ -1,0 +1,25 @@
+#include "core/plugin_host/parallel_bridge.h"
+
+namespace troupe {
+namespace {
+
+int32_t call_parallel_for(void* host_ctx, int64_t n, troupe_range_fn fn, void* fn_ctx) {
+    try {
+        const auto& parallel_for = *static_cast<const parallel_for_fn*>(host_ctx);
+        parallel_for(n, [fn, fn_ctx](int64_t begin, int64_t end) { fn(fn_ctx, begin, end); });
+        return TROUPE_OK;
+    } catch (...) {
+        return TROUPE_ERR_INTERNAL;
+    }
+}
+
+}  // namespace
+
+parallel_bridge::parallel_bridge(const parallel_for_fn& parallel_for) : c_{} {
+    c_.struct_size = sizeof(troupe_parallel);
+    c_.version = TROUPE_PARALLEL_VERSION;
+    c_.host_ctx = const_cast<parallel_for_fn*>(&parallel_for);
+    c_.parallel_for = parallel_for ? call_parallel_for : nullptr;
+}
+
+}  // namespace troupe

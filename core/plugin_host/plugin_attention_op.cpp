@@ -1,0 +1,39 @@
+#include "core/plugin_host/plugin_attention_op.h"
+
+#include "core/plugin_host/parallel_bridge.h"
+
+namespace troupe {
+
+plugin_attention_op::plugin_attention_op(std::shared_ptr<plugin_instance> instance) : instance_(std::move(instance)) {}
+
+std::string plugin_attention_op::name() const {
+    return instance_->label();
+}
+
+status plugin_attention_op::forward(const attention_call& call, const parallel_for_fn& parallel_for) {
+    troupe_attention_call c{};
+    c.struct_size = sizeof(troupe_attention_call);
+    c.version = TROUPE_ATTENTION_CALL_VERSION;
+    c.n_tokens = call.n_tokens;
+    c.n_heads = call.n_heads;
+    c.n_kv_heads = call.n_kv_heads;
+    c.head_dim = call.head_dim;
+    c.scale = call.scale;
+    c.q = call.q;
+    c.k = call.k;
+    c.v = call.v;
+    c.out = call.out;
+    c.positions = call.positions;
+    c.seq_of = call.seq_of;
+    c.n_seqs = call.n_seqs;
+    c.block_tables = call.block_tables;
+    c.block_size = call.block_size;
+    c.k_pool = call.k_pool;
+    c.v_pool = call.v_pool;
+    const parallel_bridge bridge(parallel_for);
+    const int32_t rc = instance_->descriptor().attention->forward(instance_->handle(), &c, bridge.c());
+    if (rc != TROUPE_OK) return instance_->op_error("attention forward", rc);
+    return status::success();
+}
+
+}  // namespace troupe

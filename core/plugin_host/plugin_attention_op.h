@@ -1,0 +1,22 @@
+// attention_op (core/model/ops.h) backed by an attention plugin's op table.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "core/model/ops.h"
+#include "core/plugin_host/plugin_instance.h"
+
+namespace troupe {
+
+class plugin_attention_op final : public attention_op {
+public:
+    explicit plugin_attention_op(std::shared_ptr<plugin_instance> instance);
+    std::string name() const override;  // "attention/gqa"
+    status forward(const attention_call& call, const parallel_for_fn& parallel_for) override;
+
+private:
+    std::shared_ptr<plugin_instance> instance_;
+};
+
+}  // namespace troupe

@@ -1,0 +1,48 @@
+// CPU kernels of the gqa attention plugin: MHA (group 1), MQA (one kv head) and GQA in one code path.
+//
+// The KV cache is paged (plugins/include/troupe/plugin.h, core/model/ops.h):
+//
+//   k_pool, v_pool: [n_blocks, block_size, n_kv_heads, head_dim] float32
+//
+//        block_tables[s] = {7, 2, 9}          block_size = 4
+//        positions 0..3 -> block 7, 4..7 -> block 2, 8..11 -> block 9; row = p % block_size
+//
+// A step runs in two phases, each split over the host's worker pool:
+//   1. write_kv: every token's k and v rows go into the pools at their positions (must finish before
+//      any token reads, since a token attends to earlier tokens of the same step);
+//   2. attend: one work item per (token, kv head); the item computes the outputs of the query heads
+//      that share that kv head (the GQA group), so each K/V row is loaded once per group.
+//
+// Kernels: attend_ref is the scalar two-pass reference (scores, max, exp, sum, weighted sum);
+// attend_avx2 and attend_avx512 use a one-pass online softmax with running max and sum per head.
+#pragma once
+
+#include <troupe/plugin.h>
+
+#include <cstddef>
+#include <cstdint>
+
+namespace troupe::gqa {
+
+// Offset in floats of the K/V row of (position, kv head) in the pools of `call`'s sequence table.
+// Internal linkage (static): the ISA-specific files include it, and an out-of-line copy built with
+// AVX-512 flags must never be the one the linker keeps for the others.
+static inline size_t kv_offset(const troupe_attention_call& call, const int32_t* table, int32_t pos, int32_t kv_head) {
+    const int32_t block = table[pos / call.block_size];
+    const size_t row = static_cast<size_t>(block) * call.block_size + pos % call.block_size;
+    return (row * call.n_kv_heads + kv_head) * call.head_dim;
+}
+
+// Copies tokens [begin, end)'s k and v rows into the pools.
+void write_kv(const troupe_attention_call& call, int64_t begin, int64_t end);
+
+// Limits of the SIMD kernels' stack scratch (checked by the plugin before any kernel runs).
+constexpr int32_t max_head_dim = 512;
+constexpr int32_t heads_per_pass = 8;  // query heads of a group computed together per pass over K/V
+
+// Computes work items [begin, end), item = token * n_kv_heads + kv_head.
+void attend_ref(const troupe_attention_call& call, int64_t begin, int64_t end);
+void attend_avx2(const troupe_attention_call& call, int64_t begin, int64_t end);
+void attend_avx512(const troupe_attention_call& call, int64_t begin, int64_t end);
+
+}  // namespace troupe::gqa

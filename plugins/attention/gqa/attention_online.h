@@ -1,0 +1,69 @@
+// One-pass (online softmax) attention driver, instantiated once per instruction set by the file that
+// includes it (attention_avx2.cpp, attention_avx512.cpp) with that set's vector helpers. Everything here
+// has internal linkage and uses no library templates (no std::vector): a copy built with AVX-512 flags
+// must never be merged at link time with the copy other CPUs run.
+//
+// Per query head, over positions j = 0..pos:   s_j = scale * q . k_j
+//   m = max so far, l = sum of exp(s - m), acc = sum of exp(s - m) * v_j; on a new max the running
+//   l and acc are rescaled by exp(m_old - m_new). out = acc / l.
+// The heads of a GQA group are done heads_per_pass at a time, so each K/V row is loaded once per pass.
+#pragma once
+
+#include <math.h>
+
+#include "attention_kernels.h"
+
+namespace troupe::gqa {
+namespace {
+
+// isa must provide: dot(a, b, n); axpby(acc, c, w, v, n): acc = c * acc + w * v; scale(out, acc, f, n).
+template <class isa>
+void attend_online(const troupe_attention_call& call, int64_t begin, int64_t end) {
+    const int32_t group = call.n_heads / call.n_kv_heads;
+    const int32_t hd = call.head_dim;
+    alignas(64) float acc[heads_per_pass * max_head_dim];  // [heads_per_pass, head_dim]
+    float m[heads_per_pass];
+    float l[heads_per_pass];
+    for (int64_t item = begin; item < end; ++item) {
+        const int64_t t = item / call.n_kv_heads;
+        const int32_t kv_head = static_cast<int32_t>(item % call.n_kv_heads);
+        const int32_t pos = call.positions[t];
+        const int32_t* table = call.block_tables[call.seq_of[t]];
+        for (int32_t g0 = 0; g0 < group; g0 += heads_per_pass) {
+            const int32_t n_g = group - g0 < heads_per_pass ? group - g0 : heads_per_pass;
+            const size_t head0 = static_cast<size_t>(t) * call.n_heads + static_cast<size_t>(kv_head) * group + g0;
+            const float* q = call.q + head0 * hd;
+            for (int32_t g = 0; g < n_g; ++g) {
+                m[g] = -INFINITY;
+                l[g] = 0.0f;
+            }
+            for (int32_t i = 0; i < n_g * hd; ++i) acc[i] = 0.0f;
+            for (int32_t j = 0; j <= pos; ++j) {
+                const size_t off = kv_offset(call, table, j, kv_head);
+                const float* k = call.k_pool + off;
+                const float* v = call.v_pool + off;
+                for (int32_t g = 0; g < n_g; ++g) {
+                    float* a = acc + static_cast<size_t>(g) * hd;
+                    const float s = isa::dot(q + static_cast<size_t>(g) * hd, k, hd) * call.scale;
+                    if (s > m[g]) {
+                        const float c = expf(m[g] - s);  // 0 on the first position (m = -inf)
+                        isa::axpby(a, c, 1.0f, v, hd);
+                        l[g] = l[g] * c + 1.0f;
+                        m[g] = s;
+                    } else {
+                        const float w = expf(s - m[g]);
+                        isa::axpby(a, 1.0f, w, v, hd);
+                        l[g] += w;
+                    }
+                }
+            }
+            float* out = call.out + head0 * hd;
+            for (int32_t g = 0; g < n_g; ++g) {
+                isa::scale(out + static_cast<size_t>(g) * hd, acc + static_cast<size_t>(g) * hd, 1.0f / l[g], hd);
+            }
+        }
+    }
+}
+
+}  // namespace
+}  // namespace troupe::gqa

@@ -1,0 +1,60 @@
+// Scalar reference attention (two-pass softmax) and the K/V write, shared by every kernel choice.
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "attention_kernels.h"
+
+namespace troupe::gqa {
+
+void write_kv(const troupe_attention_call& call, int64_t begin, int64_t end) {
+    const size_t row_floats = static_cast<size_t>(call.head_dim);
+    for (int64_t t = begin; t < end; ++t) {
+        const int32_t* table = call.block_tables[call.seq_of[t]];
+        for (int32_t h = 0; h < call.n_kv_heads; ++h) {
+            const size_t src = (static_cast<size_t>(t) * call.n_kv_heads + h) * row_floats;
+            const size_t dst = kv_offset(call, table, call.positions[t], h);
+            std::memcpy(call.k_pool + dst, call.k + src, row_floats * sizeof(float));
+            std::memcpy(call.v_pool + dst, call.v + src, row_floats * sizeof(float));
+        }
+    }
+}
+
+void attend_ref(const troupe_attention_call& call, int64_t begin, int64_t end) {
+    const int32_t group = call.n_heads / call.n_kv_heads;
+    const int32_t hd = call.head_dim;
+    std::vector<float> scores;  // [pos + 1]
+    for (int64_t item = begin; item < end; ++item) {
+        const int64_t t = item / call.n_kv_heads;
+        const int32_t kv_head = static_cast<int32_t>(item % call.n_kv_heads);
+        const int32_t pos = call.positions[t];
+        const int32_t* table = call.block_tables[call.seq_of[t]];
+        scores.resize(static_cast<size_t>(pos) + 1);
+        for (int32_t g = 0; g < group; ++g) {
+            const int32_t head = kv_head * group + g;
+            const float* q = call.q + (static_cast<size_t>(t) * call.n_heads + head) * hd;
+            float* out = call.out + (static_cast<size_t>(t) * call.n_heads + head) * hd;
+            float max_score = -INFINITY;
+            for (int32_t j = 0; j <= pos; ++j) {
+                const float* k = call.k_pool + kv_offset(call, table, j, kv_head);
+                float s = 0.0f;
+                for (int32_t d = 0; d < hd; ++d) s += q[d] * k[d];
+                scores[j] = s * call.scale;
+                if (scores[j] > max_score) max_score = scores[j];
+            }
+            float sum = 0.0f;
+            for (int32_t j = 0; j <= pos; ++j) {
+                scores[j] = std::exp(scores[j] - max_score);
+                sum += scores[j];
+            }
+            for (int32_t d = 0; d < hd; ++d) out[d] = 0.0f;
+            for (int32_t j = 0; j <= pos; ++j) {
+                const float* v = call.v_pool + kv_offset(call, table, j, kv_head);
+                const float w = scores[j] / sum;
+                for (int32_t d = 0; d < hd; ++d) out[d] += w * v[d];
+            }
+        }
+    }
+}
+
+}  // namespace troupe::gqa

@@ -1,0 +1,192 @@
+// attention/gqa: causal attention over a paged float32 KV cache for MHA, MQA and GQA (the group size is
+// n_heads / n_kv_heads of each call, i.e. of the model). CPU only.
+//
+// Parameters:
+//   kernel: auto | scalar | avx2 | avx512   (default auto: the widest the CPU has)
+//
+// This file is also the example for third-party authors (plugins/README.md): one exported entry point,
+// a static descriptor, create/destroy, error strings, and the attention op table.
+#include <troupe/plugin.h>
+
+#include <string>
+
+#include "attention_kernels.h"
+#include "plugins/common/plugin_support.h"
+
+namespace {
+
+using namespace troupe::plugin_support;
+using troupe::gqa::attend_avx2;
+using troupe::gqa::attend_avx512;
+using troupe::gqa::attend_ref;
+
+constexpr const char* source = "attention/gqa";
+
+using attend_fn = void (*)(const troupe_attention_call&, int64_t, int64_t);
+
+bool cpu_has_avx2() {
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+}
+bool cpu_has_avx512() {
+    return __builtin_cpu_supports("avx512f");
+}
+
+}  // namespace
+
+struct troupe_plugin_instance {
+    std::string kernel;  // "scalar", "avx2" or "avx512"
+    attend_fn attend = nullptr;
+    std::string error;
+};
+
+namespace {
+
+int32_t fail(troupe_plugin_instance* inst, int32_t code, std::string message) {
+    inst->error = std::move(message);
+    return code;
+}
+
+// Checks what the kernels rely on; the message names the field and says what would be right.
+int32_t check_call(troupe_plugin_instance* inst, const troupe_attention_call* c) {
+    if (c == nullptr || c->struct_size < sizeof(troupe_attention_call)) {
+        return fail(inst, TROUPE_ERR_INVALID_ARGUMENT, "attention call is null or older than this plugin's");
+    }
+    if (c->n_tokens < 0 || c->n_heads <= 0 || c->n_kv_heads <= 0 || c->head_dim <= 0 || c->block_size <= 0) {
+        return fail(inst, TROUPE_ERR_INVALID_ARGUMENT,
+                    "attention call has n_tokens " + std::to_string(c->n_tokens) + ", n_heads " +
+                        std::to_string(c->n_heads) + ", n_kv_heads " + std::to_string(c->n_kv_heads) + ", head_dim " +
+                        std::to_string(c->head_dim) + ", block_size " + std::to_string(c->block_size) +
+                        "; all must be positive (n_tokens may be 0)");
+    }
+    if (c->n_heads % c->n_kv_heads != 0) {
+        return fail(inst, TROUPE_ERR_INVALID_ARGUMENT,
+                    "n_heads " + std::to_string(c->n_heads) + " is not a multiple of n_kv_heads " +
+                        std::to_string(c->n_kv_heads));
+    }
+    if (c->head_dim > troupe::gqa::max_head_dim) {
+        return fail(inst, TROUPE_ERR_UNSUPPORTED,
+                    "head_dim " + std::to_string(c->head_dim) + " is above the supported " +
+                        std::to_string(troupe::gqa::max_head_dim));
+    }
+    if (c->n_tokens == 0) return TROUPE_OK;
+    if (!c->q || !c->k || !c->v || !c->out || !c->positions || !c->seq_of || !c->block_tables || !c->k_pool ||
+        !c->v_pool) {
+        return fail(inst, TROUPE_ERR_INVALID_ARGUMENT, "attention call has a null pointer");
+    }
+    for (int32_t t = 0; t < c->n_tokens; ++t) {
+        const int32_t s = c->seq_of[t];
+        if (s < 0 || s >= c->n_seqs || c->block_tables[s] == nullptr) {
+            return fail(inst, TROUPE_ERR_INVALID_ARGUMENT,
+                        "token " + std::to_string(t) + " belongs to sequence " + std::to_string(s) + ", expected 0.." +
+                            std::to_string(c->n_seqs - 1) + " with a block table");
+        }
+        if (c->positions[t] < 0) {
+            return fail(inst, TROUPE_ERR_INVALID_ARGUMENT,
+                        "token " + std::to_string(t) + " has position " + std::to_string(c->positions[t]));
+        }
+        const int32_t block = c->block_tables[s][c->positions[t] / c->block_size];
+        if (block < 0) {
+            return fail(inst, TROUPE_ERR_INVALID_ARGUMENT,
+                        "token " + std::to_string(t) + " at position " + std::to_string(c->positions[t]) +
+                            " maps to block " + std::to_string(block));
+        }
+    }
+    return TROUPE_OK;
+}
+
+int32_t gqa_forward(troupe_plugin_instance* inst, const troupe_attention_call* call, const troupe_parallel* par) {
+    inst->error.clear();
+    return guarded(inst->error, [&]() -> int32_t {
+        if (const int32_t rc = check_call(inst, call); rc != TROUPE_OK) return rc;
+        const troupe_attention_call& c = *call;
+        int32_t rc = run_parallel(par, c.n_tokens, [&c](int64_t b, int64_t e) { troupe::gqa::write_kv(c, b, e); });
+        if (rc != TROUPE_OK) return fail(inst, rc, "writing K/V rows failed in the host's parallel_for");
+        const attend_fn attend = inst->attend;
+        rc = run_parallel(par, static_cast<int64_t>(c.n_tokens) * c.n_kv_heads,
+                          [&c, attend](int64_t b, int64_t e) { attend(c, b, e); });
+        if (rc != TROUPE_OK) return fail(inst, rc, "attention failed in the host's parallel_for");
+        return TROUPE_OK;
+    });
+}
+
+int32_t gqa_score(int32_t backend) {
+    return backend == TROUPE_BACKEND_CPU ? 50 : -1;
+}
+
+int32_t gqa_create(const troupe_plugin_params* params, troupe_plugin_instance** out) {
+    std::string error;
+    *out = nullptr;
+    const int32_t rc = guarded(error, [&]() -> int32_t {
+        param_reader reader(params);
+        const std::string kernel = reader.choice("kernel", {"auto", "scalar", "avx2", "avx512"}, "auto");
+        if (kernel == "avx2" && !cpu_has_avx2()) reader.fail("kernel", "avx2 requested but this CPU lacks AVX2/FMA");
+        if (kernel == "avx512" && !cpu_has_avx512()) {
+            reader.fail("kernel", "avx512 requested but this CPU lacks AVX-512F");
+        }
+        if (params != nullptr && TROUPE_HAS_FIELD(params, troupe_plugin_params, backend) &&
+            params->backend != TROUPE_BACKEND_CPU) {
+            error = "backend " + std::to_string(params->backend) + " is not supported (CPU only)";
+            return TROUPE_ERR_UNSUPPORTED;
+        }
+        if (const std::string& errors = reader.finish({"kernel"}); !errors.empty()) {
+            error = errors;
+            return TROUPE_ERR_INVALID_PARAMS;
+        }
+        auto* inst = new troupe_plugin_instance;
+        if (kernel == "avx512" || (kernel == "auto" && cpu_has_avx512())) {
+            inst->kernel = "avx512";
+            inst->attend = attend_avx512;
+        } else if (kernel == "avx2" || (kernel == "auto" && cpu_has_avx2())) {
+            inst->kernel = "avx2";
+            inst->attend = attend_avx2;
+        } else {
+            inst->kernel = "scalar";
+            inst->attend = attend_ref;
+        }
+        host_log::write(TROUPE_LOG_LEVEL_INFO, source, "using the %s kernels", inst->kernel.c_str());
+        *out = inst;
+        return TROUPE_OK;
+    });
+    set_create_error(error);
+    return rc;
+}
+
+void gqa_destroy(troupe_plugin_instance* inst) {
+    delete inst;
+}
+
+const char* gqa_error_message(const troupe_plugin_instance* inst) {
+    return inst != nullptr ? inst->error.c_str() : create_error_buffer();
+}
+
+const troupe_attention_ops gqa_ops = {
+    sizeof(troupe_attention_ops),
+    TROUPE_ATTENTION_OPS_VERSION,
+    gqa_forward,
+};
+
+const troupe_plugin_descriptor gqa_descriptor = {
+    sizeof(troupe_plugin_descriptor),
+    TROUPE_PLUGIN_DESCRIPTOR_VERSION,
+    TROUPE_PLUGIN_ABI_VERSION,
+    TROUPE_PLUGIN_KIND_ATTENTION,
+    "gqa",
+    "1.0.0",
+    "causal attention over a paged float32 KV cache: MHA, MQA and GQA (CPU: scalar, AVX2, AVX-512)",
+    gqa_score,
+    gqa_create,
+    gqa_destroy,
+    gqa_error_message,
+    &gqa_ops,
+    nullptr,
+    nullptr,
+};
+
+}  // namespace
+
+extern "C" TROUPE_PLUGIN_EXPORT const troupe_plugin_descriptor* troupe_plugin_query(uint32_t host_abi_min,
+                                                                                    uint32_t host_abi_max,
+                                                                                    const troupe_host_services* host) {
+    host_log::attach(host);
+    return &gqa_descriptor;
+}

@@ -1,0 +1,280 @@
+/*
+ * troupe plugin SDK: the whole C ABI between the troupe host and a plugin shared object.
+ *
+ * C11, no C++ types, nothing thrown across. Rules that keep old plugins and new hosts (and the
+ * reverse) working together:
+ *
+ *   - Every struct that crosses the boundary begins with `struct_size` (sizeof as the writer compiled
+ *     it) and `version` (the struct's own version). Structs grow only by appending fields; a reader
+ *     uses a field only when `struct_size` says the writer's struct contains it (TROUPE_HAS_FIELD).
+ *   - A null function pointer means "not provided".
+ *   - Functions that can fail return an int32_t status (TROUPE_OK = 0). The message of the last failure
+ *     is read with the descriptor's `error_message(instance)`; `error_message(NULL)` returns the last
+ *     failure of `create` on the calling thread.
+ *   - Memory is freed by whoever allocated it: instances by `destroy`, prepared weights by `release`.
+ *   - Strings are UTF-8, NUL-terminated, and owned by whoever passes them; copy what you keep.
+ *
+ * A plugin exports exactly one symbol, the negotiation entry point (build with -fvisibility=hidden):
+ *
+ *   TROUPE_PLUGIN_EXPORT const troupe_plugin_descriptor*
+ *   troupe_plugin_query(uint32_t host_abi_min, uint32_t host_abi_max, const troupe_host_services* host);
+ *
+ * The host calls it once after dlopen with the range of ABI versions it speaks and its services (a log
+ * callback and a parallel_for over its worker pool; both valid until the library is closed). The plugin
+ * returns a static descriptor: kind, name, versions, an optional score ("can I run on this backend"),
+ * create/destroy of an instance from parameters, error strings, and the op table of its kind. The host
+ * refuses a descriptor whose abi_version is outside its range and says both versions.
+ *
+ *   host                                   plugin
+ *   dlopen(lib, RTLD_LOCAL) ──────────────►
+ *   troupe_plugin_query(1, 1, &services) ─► descriptor {kind, name, abi_version, score, create, ops...}
+ *   create(&params, &instance) ───────────► validates params ("params.max_draft: must be ...")
+ *   ops->forward(instance, &call, &par) ──► runs, calling par->parallel_for for the heavy part
+ *   destroy(instance); dlclose ───────────►
+ *
+ * Parameters: the plugin's YAML sub-tree, flattened into (dotted key, value string) pairs relative to
+ * the plugin's `params` node (`ngram_max` = "3", `lists.0` = "a"), plus the same sub-tree as YAML text
+ * for plugins that prefer to parse it themselves. A plugin validates its own keys: unknown keys and
+ * bad values fail `create` with a message that names the key as `params.<key>`, e.g.
+ * "params.max_draft: must be between 1 and 16, got 40".
+ */
+#ifndef TROUPE_PLUGIN_H
+#define TROUPE_PLUGIN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ABI version of this header. The host speaks a range; a plugin reports the one it was built with. */
+#define TROUPE_PLUGIN_ABI_VERSION 1u
+
+/* Name of the negotiation entry point every plugin exports. */
+#define TROUPE_PLUGIN_ENTRY_POINT "troupe_plugin_query"
+
+#if defined(_WIN32)
+#define TROUPE_PLUGIN_EXPORT __declspec(dllexport)
+#else
+#define TROUPE_PLUGIN_EXPORT __attribute__((visibility("default")))
+#endif
+
+/* Whether a struct written with `struct_size` bytes contains `field` (read newer fields only then). */
+#define TROUPE_HAS_FIELD(ptr, type, field) \
+    ((ptr)->struct_size >= offsetof(type, field) + sizeof(((const type*)0)->field))
+
+/* ---- status codes ------------------------------------------------------------------------------ */
+
+enum {
+    TROUPE_OK = 0,
+    TROUPE_ERR_INVALID_PARAMS = 1,   /* create: a key or value in the parameters is wrong */
+    TROUPE_ERR_INVALID_ARGUMENT = 2, /* an op got a call it cannot take (shape, type, null pointer) */
+    TROUPE_ERR_UNSUPPORTED = 3,      /* valid, but this plugin does not do it (type, backend) */
+    TROUPE_ERR_OUT_OF_MEMORY = 4,
+    TROUPE_ERR_INTERNAL = 5 /* anything else; the message says what */
+};
+
+/* ---- kinds, backends, log levels --------------------------------------------------------------- */
+
+typedef enum troupe_plugin_kind {
+    TROUPE_PLUGIN_KIND_ATTENTION = 1,
+    TROUPE_PLUGIN_KIND_QUANT = 2,
+    TROUPE_PLUGIN_KIND_SPEC = 3
+} troupe_plugin_kind;
+
+typedef enum troupe_backend { TROUPE_BACKEND_CPU = 0, TROUPE_BACKEND_CUDA = 1 } troupe_backend;
+
+typedef enum troupe_log_level {
+    TROUPE_LOG_LEVEL_DEBUG = 0,
+    TROUPE_LOG_LEVEL_INFO = 1,
+    TROUPE_LOG_LEVEL_WARN = 2,
+    TROUPE_LOG_LEVEL_ERROR = 3
+} troupe_log_level;
+
+/* ---- host services ----------------------------------------------------------------------------- */
+
+/* A range of work: process items [begin, end). Must not throw or longjmp out. */
+typedef void (*troupe_range_fn)(void* fn_ctx, int64_t begin, int64_t end);
+
+/* Runs fn(fn_ctx, begin, end) over disjoint ranges covering [0, n) on the host's workers and returns
+ * when all are done (TROUPE_OK), or a failure status when the host could not run them. */
+typedef int32_t (*troupe_parallel_for_fn)(void* host_ctx, int64_t n, troupe_range_fn fn, void* fn_ctx);
+
+/* Per-call execution context handed to ops: the worker pool of the caller (e.g. the executor's). */
+typedef struct troupe_parallel {
+    uint32_t struct_size;
+    uint32_t version; /* 1 */
+    void* host_ctx;
+    troupe_parallel_for_fn parallel_for; /* null: the plugin runs fn(fn_ctx, 0, n) itself */
+} troupe_parallel;
+
+#define TROUPE_PARALLEL_VERSION 1u
+
+typedef struct troupe_host_services {
+    uint32_t struct_size;
+    uint32_t version; /* 1 */
+    void* host_ctx;
+    /* Writes one line to troupe's log. `source` is the plugin's "kind/name". */
+    void (*log)(void* host_ctx, int32_t level, const char* source, const char* message);
+    /* The host's general worker pool, for work outside op calls (e.g. quantizing at load). */
+    troupe_parallel_for_fn parallel_for;
+} troupe_host_services;
+
+#define TROUPE_HOST_SERVICES_VERSION 1u
+
+/* ---- parameters -------------------------------------------------------------------------------- */
+
+typedef struct troupe_param {
+    const char* key;   /* dotted, relative to the plugin's params node: "max_draft", "lists.0" */
+    const char* value; /* the YAML scalar as written; "" for null */
+} troupe_param;
+
+typedef struct troupe_plugin_params {
+    uint32_t struct_size;
+    uint32_t version; /* 1 */
+    const troupe_param* items;
+    size_t n_items;
+    const char* yaml; /* the params sub-tree as YAML text ("{}" when absent) */
+    int32_t backend;  /* troupe_backend the instance will run on */
+} troupe_plugin_params;
+
+#define TROUPE_PLUGIN_PARAMS_VERSION 1u
+
+/* An instance made by `create`; opaque to the host. */
+typedef struct troupe_plugin_instance troupe_plugin_instance;
+
+/* ---- attention --------------------------------------------------------------------------------- */
+
+/*
+ * One attention step for one layer, mirroring troupe::attention_call (core/model/ops.h).
+ *
+ *   k_pool, v_pool: [n_blocks, block_size, n_kv_heads, head_dim] float32
+ *   sequence s, position p  ->  block block_tables[s][p / block_size], row p % block_size
+ *
+ * The op writes each token's k and v rows into the pools at its position, then computes causal
+ * attention: a token at position p of sequence s attends to positions 0..p of s (rows written by
+ * earlier calls plus those written by this one). Query head h uses kv head h / (n_heads / n_kv_heads).
+ */
+typedef struct troupe_attention_call {
+    uint32_t struct_size;
+    uint32_t version; /* 1 */
+    int32_t n_tokens;
+    int32_t n_heads;
+    int32_t n_kv_heads; /* n_heads % n_kv_heads == 0 */
+    int32_t head_dim;
+    float scale;
+    const float* q;           /* [n_tokens, n_heads, head_dim] */
+    const float* k;           /* [n_tokens, n_kv_heads, head_dim] */
+    const float* v;           /* [n_tokens, n_kv_heads, head_dim] */
+    float* out;               /* [n_tokens, n_heads, head_dim] */
+    const int32_t* positions; /* [n_tokens] */
+    const int32_t* seq_of;    /* [n_tokens] index into block_tables */
+    int32_t n_seqs;
+    const int32_t* const* block_tables; /* [n_seqs][blocks of the sequence] */
+    int32_t block_size;
+    float* k_pool;
+    float* v_pool;
+} troupe_attention_call;
+
+#define TROUPE_ATTENTION_CALL_VERSION 1u
+
+typedef struct troupe_attention_ops {
+    uint32_t struct_size;
+    uint32_t version; /* 1 */
+    int32_t (*forward)(troupe_plugin_instance* instance, const troupe_attention_call* call,
+                       const troupe_parallel* parallel);
+} troupe_attention_ops;
+
+#define TROUPE_ATTENTION_OPS_VERSION 1u
+
+/* ---- quant ------------------------------------------------------------------------------------- */
+
+/* A weight matrix as stored: n_out rows of n_in elements of ggml type `type` (GGUF numbering). */
+typedef struct troupe_weight {
+    uint32_t struct_size;
+    uint32_t version; /* 1 */
+    uint32_t type;
+    const void* data; /* stays valid and unchanged while any prepared weight made from it is alive */
+    int64_t n_in;
+    int64_t n_out;
+    size_t row_stride; /* bytes between rows */
+} troupe_weight;
+
+#define TROUPE_WEIGHT_VERSION 1u
+
+/* A weight the plugin has taken over (possibly re-quantized); opaque to the host. */
+typedef struct troupe_prepared_weight troupe_prepared_weight;
+
+typedef struct troupe_quant_ops {
+    uint32_t struct_size;
+    uint32_t version; /* 1 */
+    /* 1 when this instance takes over weights stored as `type`, else 0. */
+    int32_t (*claims)(troupe_plugin_instance* instance, uint32_t type);
+    int32_t (*prepare)(troupe_plugin_instance* instance, const troupe_weight* weight, troupe_prepared_weight** out);
+    /* Bytes read per full product with this weight. */
+    size_t (*prepared_bytes)(troupe_plugin_instance* instance, const troupe_prepared_weight* weight);
+    /* y[n_tokens, n_out] = x[n_tokens, n_in] * W^T, float32, rows contiguous. */
+    int32_t (*matmul)(troupe_plugin_instance* instance, const troupe_prepared_weight* weight, const float* x, float* y,
+                      int64_t n_tokens, const troupe_parallel* parallel);
+    void (*release)(troupe_plugin_instance* instance, troupe_prepared_weight* weight);
+} troupe_quant_ops;
+
+#define TROUPE_QUANT_OPS_VERSION 1u
+
+/* ---- spec (speculative decoding drafts) -------------------------------------------------------- */
+
+typedef struct troupe_spec_ops {
+    uint32_t struct_size;
+    uint32_t version; /* 1 */
+    /* Proposes up to max_draft tokens to follow tokens[0..n) into out[0..max_draft). Returns the number
+     * proposed (0 when it has nothing), or a negative status code (-TROUPE_ERR_...) on failure. The core
+     * verifies every draft; a plugin never decides what is emitted. */
+    int32_t (*propose)(troupe_plugin_instance* instance, const int32_t* tokens, int64_t n, int32_t max_draft,
+                       int32_t* out);
+} troupe_spec_ops;
+
+#define TROUPE_SPEC_OPS_VERSION 1u
+
+/* ---- the descriptor ---------------------------------------------------------------------------- */
+
+typedef struct troupe_plugin_descriptor {
+    uint32_t struct_size;
+    uint32_t version;           /* 1 */
+    uint32_t abi_version;       /* TROUPE_PLUGIN_ABI_VERSION the plugin was built with */
+    int32_t kind;               /* troupe_plugin_kind */
+    const char* name;           /* "gqa"; the library is libtroupe_<kind>_<name>.so */
+    const char* plugin_version; /* the plugin's own version, e.g. "1.0.0" */
+    const char* description;    /* one line */
+
+    /* Optional. How well this plugin runs on `backend` (troupe_backend): negative = cannot, 0..100 =
+     * can, higher is better. Null: CPU only. */
+    int32_t (*score)(int32_t backend);
+
+    /* Makes an instance from parameters; on failure returns a status, leaves *out null, and
+     * error_message(NULL) on the same thread says why. */
+    int32_t (*create)(const troupe_plugin_params* params, troupe_plugin_instance** out);
+    void (*destroy)(troupe_plugin_instance* instance);
+    /* The last failure of an op on `instance` (or of create on this thread, for NULL). Valid until the
+     * next call on the instance (or to create). Never null: "" when there was none. */
+    const char* (*error_message)(const troupe_plugin_instance* instance);
+
+    /* The op table of `kind`; the others are null. */
+    const troupe_attention_ops* attention;
+    const troupe_quant_ops* quant;
+    const troupe_spec_ops* spec;
+} troupe_plugin_descriptor;
+
+#define TROUPE_PLUGIN_DESCRIPTOR_VERSION 1u
+
+/* Type of the entry point, for the host's dlsym. Returns null when the plugin cannot speak any version
+ * in [host_abi_min, host_abi_max] and prefers to say nothing; most plugins return their descriptor and
+ * let the host report the mismatch. */
+typedef const troupe_plugin_descriptor* (*troupe_plugin_query_fn)(uint32_t host_abi_min, uint32_t host_abi_max,
+                                                                  const troupe_host_services* host);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* TROUPE_PLUGIN_H */

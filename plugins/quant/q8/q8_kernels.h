@@ -1,0 +1,38 @@
+// CPU kernels of the q8 quant plugin (W8A16 weights, llama.cpp's Q8_0 recipe):
+//
+//   weight row  : n_in / 32 blocks of {fp16 d, int8 q[32]}, x = d * q
+//   activations : quantized to Q8_0 blocks per token row, then per block int dot(q_w, q_x) * d_w * d_x
+//
+// quantize_rows turns float rows (F32, F16 or BF16 as stored) into Q8_0 blocks at load, padding each row
+// with zeros up to n_in_padded (a multiple of 32) so rows of any length can be quantized online.
+// matmul runs the product through troupe_kernels (kernels/cpu/matmul.h) when the plugin is built with
+// it (TROUPE_Q8_WITH_KERNELS), else through a scalar loop with the same recipe.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+
+#include "kernels/ggml_types.h"
+
+namespace troupe::q8 {
+
+using range_fn = std::function<void(int64_t, int64_t)>;
+using parallel_fn = std::function<void(int64_t n, const range_fn& fn)>;
+
+// ggml's Q8_0 quantizer: d = amax / 127 (stored as fp16), q = round(x / d).
+void quantize_row_q8_0(const float* x, block_q8_0* y, int64_t n);
+
+// Rows [begin, end) of `src` (type f32, f16 or bf16; n_in elements, row_stride bytes apart) into
+// dst rows of n_in_padded / 32 blocks.
+void quantize_rows(ggml_type type, const void* src, size_t row_stride, int64_t n_in, int64_t n_in_padded,
+                   block_q8_0* dst, int64_t begin, int64_t end);
+
+// y[n_tokens, n_out] = x[n_tokens, n_in] * W^T, W: n_out rows of n_in / 32 Q8_0 blocks, row_stride bytes apart.
+void matmul(const block_q8_0* w, int64_t n_in, int64_t n_out, size_t row_stride, const float* x, float* y,
+            int64_t n_tokens, const parallel_fn& parallel_for);
+
+// Which implementation matmul uses: "troupe_kernels" or "scalar".
+const char* matmul_implementation();
+
+}  // namespace troupe::q8
