@@ -17,7 +17,8 @@ std::string key_of(std::string_view name) {
 }
 
 error key_error(const gguf::gguf_file& file, std::string_view name, const std::string& what) {
-    return make_error(file.path() + ": " + key_of(name) + " " + what);
+    // An indexed complaint ("[12] is 9, ...") attaches to the key: "tokenizer.ggml.token_type[12] is 9".
+    return make_error(file.path() + ": " + key_of(name) + (what.starts_with('[') ? "" : " ") + what);
 }
 
 // Texts that end a turn in common chat templates; such tokens end generation as llama.cpp's do.
