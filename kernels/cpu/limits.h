@@ -1,0 +1,17 @@
+// Machine limits measured in the same run as a benchmark, so figures can be printed as a fraction of what
+// this machine can do: memory read bandwidth (weights streamed by a decode step) and FMA peak (prefill).
+#pragma once
+
+#include "kernels/cpu/thread_pool.h"
+
+namespace troupe::cpu {
+
+// GB/s (1e9 bytes per second) reading a buffer far larger than the caches with all of the pool's threads,
+// the best of a few runs. Allocates and touches the buffer (256 MiB by default) for the duration.
+double measure_read_bandwidth(thread_pool& pool, size_t buffer_bytes = size_t{256} << 20);
+
+// GFLOP/s of independent FMA chains kept in registers on all of the pool's threads, with the widest
+// vectors of the best available level (an FMA counts 2 flops), the best of a few runs.
+double measure_fma_peak(thread_pool& pool);
+
+}  // namespace troupe::cpu

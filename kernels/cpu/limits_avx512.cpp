@@ -1,0 +1,46 @@
+#include "kernels/cpu/limits_kernels.h"
+
+#if defined(__AVX512F__)
+#include <immintrin.h>
+
+namespace troupe::cpu::detail {
+
+float read_stream_avx512(const float* p, size_t n) {
+    __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+    for (size_t i = 0; i < n; i += 64) {
+        a0 = _mm512_add_ps(a0, _mm512_load_ps(p + i));
+        a1 = _mm512_add_ps(a1, _mm512_load_ps(p + i + 16));
+        a2 = _mm512_add_ps(a2, _mm512_load_ps(p + i + 32));
+        a3 = _mm512_add_ps(a3, _mm512_load_ps(p + i + 48));
+    }
+    return _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)));
+}
+
+double fma_chains_avx512(int64_t iterations) {
+    constexpr int k_chains = 16;  // > latency (4) x pipes (2): every FMA pipe busy every cycle
+    __m512 acc[k_chains];
+    for (int c = 0; c < k_chains; ++c) acc[c] = _mm512_set1_ps(static_cast<float>(c) * 1e-3f);
+    const __m512 a = _mm512_set1_ps(0.999999f), b = _mm512_set1_ps(1e-7f);
+    for (int64_t i = 0; i < iterations; ++i) {
+#pragma GCC unroll 16
+        for (int c = 0; c < k_chains; ++c) acc[c] = _mm512_fmadd_ps(acc[c], a, b);
+        __asm__ volatile("" : "+v"(acc[0]), "+v"(acc[1]), "+v"(acc[2]), "+v"(acc[3]));
+    }
+    __m512 s = acc[0];
+    for (int c = 1; c < k_chains; ++c) s = _mm512_add_ps(s, acc[c]);
+    volatile float sink = _mm512_reduce_add_ps(s);
+    (void)sink;
+    return static_cast<double>(iterations) * k_chains * 16 * 2;
+}
+
+}  // namespace troupe::cpu::detail
+#else
+namespace troupe::cpu::detail {
+float read_stream_avx512(const float*, size_t) {
+    return 0;
+}
+double fma_chains_avx512(int64_t) {
+    return 0;
+}
+}  // namespace troupe::cpu::detail
+#endif

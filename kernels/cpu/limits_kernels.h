@@ -1,0 +1,16 @@
+// Internal: the inner loops of limits.cpp, per level.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace troupe::cpu::detail {
+
+// Reads n floats (n a multiple of 64) and returns something that depends on all of them.
+float read_stream_avx512(const float* p, size_t n);
+float read_stream_avx2(const float* p, size_t n);
+// Runs `iterations` rounds of independent FMA chains; returns the flops done (and keeps a result alive).
+double fma_chains_avx512(int64_t iterations);
+double fma_chains_avx2(int64_t iterations);
+
+}  // namespace troupe::cpu::detail

@@ -1,0 +1,31 @@
+// Matrix products with weights as stored in GGUF files: y[n_tokens, n_out] = x[n_tokens, n_in] * W^T.
+//
+// The activation recipe is llama.cpp's CPU path (kernels/ref/ops.h has the table; ref::matmul is the
+// scalar twin). Two shapes of kernel, chosen by n_tokens:
+//   - few tokens (decode): each weight row is streamed once and dotted with every token of the step
+//     (integer dot products for Q8_0/Q4_0 against Q8_0 activations, Q4_K/Q6_K against Q8_K, VNNI on
+//     AVX-512);
+//   - many tokens (prefill): a register-blocked GEMM; weights are unpacked into float panels of 32 rows
+//     (the quantized types exactly dequantized), activations are the float values of the recipe's
+//     quantized / rounded activations, so the result equals the integer recipe up to float rounding.
+// Work is split over output rows; each output is computed by one thread with a fixed order of operations,
+// so the result does not depend on the number of threads.
+#pragma once
+
+#include <cstdint>
+
+#include "kernels/cpu/thread_pool.h"
+#include "kernels/ref/ops.h"
+
+namespace troupe::cpu {
+
+// y: [n_tokens, w.n_out]; x: [n_tokens, w.n_in]. matmul_supports(w.type) must hold.
+void matmul(const matmul_weight& w, const float* x, float* y, int64_t n_tokens, thread_pool& pool);
+
+// The same, splitting the work over a caller's parallel_for (the host's pool, for plugins).
+void matmul(const matmul_weight& w, const float* x, float* y, int64_t n_tokens, const parallel_for_fn& parallel_for);
+
+// Below this many tokens the dot-product kernels run, from here on the GEMM (at the active level).
+int64_t gemm_min_tokens();
+
+}  // namespace troupe::cpu

@@ -1,0 +1,320 @@
+// The AVX2 level (AVX2, FMA, F16C), for x86-64 CPUs without AVX-512: compiled with those flags only.
+//
+// Dot-product kernels: 4 rows x up to 4 tokens per pass for F32/F16/BF16 (8 floats per FMA) and for
+// Q8_0/Q4_0 (vpmaddubsw on |w| and sign(w) * x for Q8_0; unsigned nibbles minus 8 * sum(x) for Q4_0).
+// Q4_K and Q6_K run the scalar kernels at this level. GEMM: 6 tokens x 16 rows in 12 ymm accumulators,
+// weights packed as float panels [kc][16], activations as [kc][6].
+#include "kernels/cpu/matmul_kernels.h"
+
+#if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
+
+#include <immintrin.h>
+
+#include <algorithm>
+#include <array>
+#include <utility>
+
+#include "kernels/cpu/aligned_buffer.h"
+#include "kernels/fp16.h"
+#include "kernels/ref/quants.h"
+
+namespace troupe::cpu::detail {
+namespace {
+
+inline const uint8_t* row_ptr(const matmul_weight& w, int64_t r) {
+    return static_cast<const uint8_t*>(w.data) + static_cast<size_t>(r) * w.row_stride;
+}
+
+inline float hsum(__m256 v) {
+    const __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    const __m128 s2 = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    return _mm_cvtss_f32(_mm_add_ss(s2, _mm_movehdup_ps(s2)));
+}
+
+inline float fp16(uint16_t h) {
+    return _cvtsh_ss(h);
+}
+
+struct load_f32 {
+    static __m256 full(const uint8_t* p, int64_t k) { return _mm256_loadu_ps(reinterpret_cast<const float*>(p) + k); }
+    static float one(const uint8_t* p, int64_t k) { return reinterpret_cast<const float*>(p)[k]; }
+};
+
+struct load_f16 {
+    static __m256 full(const uint8_t* p, int64_t k) {
+        return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 2 * k)));
+    }
+    static float one(const uint8_t* p, int64_t k) { return fp16_to_fp32(reinterpret_cast<const uint16_t*>(p)[k]); }
+};
+
+struct load_bf16 {
+    static __m256 full(const uint8_t* p, int64_t k) {
+        const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 2 * k));
+        return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+    }
+    static float one(const uint8_t* p, int64_t k) { return bf16_to_fp32(reinterpret_cast<const uint16_t*>(p)[k]); }
+};
+
+template <class L, int R, int T>
+void float_tile(const uint8_t* w, size_t ws, const float* x, int64_t xs, int64_t n, float* y, int64_t ldy) {
+    __m256 acc[R][T];
+#pragma GCC unroll 16
+    for (int i = 0; i < R * T; ++i) acc[i / T][i % T] = _mm256_setzero_ps();
+    int64_t k = 0;
+    for (; k + 8 <= n; k += 8) {
+        __m256 xv[T];
+#pragma GCC unroll 4
+        for (int t = 0; t < T; ++t) xv[t] = _mm256_loadu_ps(x + t * xs + k);
+#pragma GCC unroll 4
+        for (int r = 0; r < R; ++r) {
+            const __m256 wv = L::full(w + r * ws, k);
+#pragma GCC unroll 4
+            for (int t = 0; t < T; ++t) acc[r][t] = _mm256_fmadd_ps(wv, xv[t], acc[r][t]);
+        }
+    }
+    for (int r = 0; r < R; ++r) {
+        for (int t = 0; t < T; ++t) {
+            float v = hsum(acc[r][t]);
+            for (int64_t i = k; i < n; ++i) v += L::one(w + r * ws, i) * x[t * xs + i];
+            y[t * ldy + r] = v;
+        }
+    }
+}
+
+// Q8_0 (signed bytes, sign trick) or Q4_0 (nibbles 0..15, minus 8 * sum(x)) against Q8_0 activations.
+template <class B, int R, int T>
+void q8_tile(const uint8_t* w, size_t ws, const uint8_t* x, size_t xs, int64_t nb, float* y, int64_t ldy) {
+    constexpr bool is_q8 = std::is_same_v<B, block_q8_0>;
+    const __m256i ones16 = _mm256_set1_epi16(1);
+    __m256 acc[R][T];
+#pragma GCC unroll 16
+    for (int i = 0; i < R * T; ++i) acc[i / T][i % T] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < nb; ++b) {
+        __m256i xq[T], corr[T];
+        float dx[T];
+#pragma GCC unroll 4
+        for (int t = 0; t < T; ++t) {
+            const block_q8_0& xb = reinterpret_cast<const block_q8_0*>(x + t * xs)[b];
+            xq[t] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xb.qs));
+            dx[t] = fp16(xb.d);
+            if constexpr (!is_q8) {
+                corr[t] = _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_set1_epi8(8), xq[t]), ones16);
+            }
+        }
+#pragma GCC unroll 4
+        for (int r = 0; r < R; ++r) {
+            const B& wb = reinterpret_cast<const B*>(w + r * ws)[b];
+            const float dw = fp16(wb.d);
+            if constexpr (is_q8) {
+                const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wb.qs));
+                const __m256i u = _mm256_sign_epi8(q, q);
+#pragma GCC unroll 4
+                for (int t = 0; t < T; ++t) {
+                    const __m256i s = _mm256_madd_epi16(_mm256_maddubs_epi16(u, _mm256_sign_epi8(xq[t], q)), ones16);
+                    acc[r][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_set1_ps(dw * dx[t]), acc[r][t]);
+                }
+            } else {
+                const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(wb.qs));
+                const __m256i u =
+                    _mm256_and_si256(_mm256_inserti128_si256(_mm256_castsi128_si256(q), _mm_srli_epi16(q, 4), 1),
+                                     _mm256_set1_epi8(0x0f));
+#pragma GCC unroll 4
+                for (int t = 0; t < T; ++t) {
+                    const __m256i s =
+                        _mm256_sub_epi32(_mm256_madd_epi16(_mm256_maddubs_epi16(u, xq[t]), ones16), corr[t]);
+                    acc[r][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_set1_ps(dw * dx[t]), acc[r][t]);
+                }
+            }
+        }
+    }
+    for (int r = 0; r < R; ++r) {
+        for (int t = 0; t < T; ++t) y[t * ldy + r] = hsum(acc[r][t]);
+    }
+}
+
+template <int R, int T>
+void tile(const matmul_weight& w, prepared_x x, float* y, int64_t ldy, int64_t r, int64_t t0) {
+    const uint8_t* wr = row_ptr(w, r);
+    const auto* xt = static_cast<const uint8_t*>(x.data) + static_cast<size_t>(t0) * x.stride;
+    float* yt = y + t0 * ldy + r;
+    const int64_t n = w.n_in;
+    const auto* xf = reinterpret_cast<const float*>(xt);
+    switch (w.type) {
+        case ggml_type::f32:
+            float_tile<load_f32, R, T>(wr, w.row_stride, xf, x.stride / 4, n, yt, ldy);
+            break;
+        case ggml_type::f16:
+            float_tile<load_f16, R, T>(wr, w.row_stride, xf, x.stride / 4, n, yt, ldy);
+            break;
+        case ggml_type::bf16:
+            float_tile<load_bf16, R, T>(wr, w.row_stride, xf, x.stride / 4, n, yt, ldy);
+            break;
+        case ggml_type::q8_0:
+            q8_tile<block_q8_0, R, T>(wr, w.row_stride, xt, x.stride, n / qk8_0, yt, ldy);
+            break;
+        case ggml_type::q4_0:
+            q8_tile<block_q4_0, R, T>(wr, w.row_stride, xt, x.stride, n / qk4_0, yt, ldy);
+            break;
+        default:
+            rows_scalar(w, {xt, x.stride}, y + t0 * ldy, ldy, T, r, r + R);
+            break;
+    }
+}
+
+template <int R>
+void tile_tokens(const matmul_weight& w, prepared_x x, float* y, int64_t ldy, int64_t r, int64_t t0, int64_t nt) {
+    switch (nt) {
+        case 1:
+            tile<R, 1>(w, x, y, ldy, r, t0);
+            break;
+        case 2:
+            tile<R, 2>(w, x, y, ldy, r, t0);
+            break;
+        case 3:
+            tile<R, 3>(w, x, y, ldy, r, t0);
+            break;
+        default:
+            tile<R, 4>(w, x, y, ldy, r, t0);
+            break;
+    }
+}
+
+void rows_avx2(const matmul_weight& w, prepared_x x, float* y, int64_t ldy, int64_t n_tokens, int64_t r0, int64_t r1) {
+    if (w.type == ggml_type::q4_k || w.type == ggml_type::q6_k) {
+        rows_scalar(w, x, y, ldy, n_tokens, r0, r1);
+        return;
+    }
+    int64_t r = r0;
+    for (; r + 4 <= r1; r += 4) {
+        for (int64_t t0 = 0; t0 < n_tokens; t0 += 4) {
+            tile_tokens<4>(w, x, y, ldy, r, t0, std::min<int64_t>(4, n_tokens - t0));
+        }
+    }
+    for (; r < r1; ++r) {
+        for (int64_t t0 = 0; t0 < n_tokens; t0 += 4) {
+            tile_tokens<1>(w, x, y, ldy, r, t0, std::min<int64_t>(4, n_tokens - t0));
+        }
+    }
+}
+
+// ---- GEMM ----
+
+constexpr int k_nr = 16;
+constexpr int k_mr = 6;
+constexpr int k_kc = 256;
+
+inline __m256i lane_mask(int n) {  // first n of 8 int lanes set
+    return _mm256_cmpgt_epi32(_mm256_set1_epi32(n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+}
+
+template <int M>
+void micro_kernel(const float* panel, const float* xp, int64_t kc, float* y, int64_t ldy, int nr, bool accumulate) {
+    __m256 c0[M], c1[M];
+#pragma GCC unroll 6
+    for (int m = 0; m < M; ++m) {
+        c0[m] = _mm256_setzero_ps();
+        c1[m] = _mm256_setzero_ps();
+    }
+    for (int64_t k = 0; k < kc; ++k) {
+        const __m256 b0 = _mm256_load_ps(panel + k * k_nr);
+        const __m256 b1 = _mm256_load_ps(panel + k * k_nr + 8);
+        const float* a = xp + k * k_mr;
+#pragma GCC unroll 6
+        for (int m = 0; m < M; ++m) {
+            const __m256 av = _mm256_broadcast_ss(a + m);
+            c0[m] = _mm256_fmadd_ps(av, b0, c0[m]);
+            c1[m] = _mm256_fmadd_ps(av, b1, c1[m]);
+        }
+    }
+    const __m256i m0 = lane_mask(std::min(nr, 8)), m1 = lane_mask(std::max(nr - 8, 0));
+    for (int m = 0; m < M; ++m) {
+        float* yr = y + m * ldy;
+        if (accumulate) {
+            c0[m] = _mm256_add_ps(c0[m], _mm256_maskload_ps(yr, m0));
+            c1[m] = _mm256_add_ps(c1[m], _mm256_maskload_ps(yr + 8, m1));
+        }
+        _mm256_maskstore_ps(yr, m0, c0[m]);
+        _mm256_maskstore_ps(yr + 8, m1, c1[m]);
+    }
+}
+
+using micro_fn = void (*)(const float*, const float*, int64_t, float*, int64_t, int, bool);
+
+template <size_t... I>
+constexpr std::array<micro_fn, sizeof...(I)> micro_table(std::index_sequence<I...>) {
+    return {&micro_kernel<static_cast<int>(I) + 1>...};
+}
+
+constexpr auto k_micro = micro_table(std::make_index_sequence<k_mr>());
+
+void gemm_avx2(const matmul_weight& w, const float* x, float* y, int64_t ldy, int64_t n_tokens, int64_t r0,
+               int64_t r1) {
+    static thread_local aligned_buffer panel_buf, x_buf, tmp_buf;
+    const int64_t n = w.n_in;
+    const int64_t n_tiles = (n_tokens + k_mr - 1) / k_mr;
+    float* panel = panel_buf.as<float>(k_kc * k_nr);
+    float* xp = x_buf.as<float>(static_cast<size_t>(n_tiles * k_mr * k_kc));
+    float* tmp = tmp_buf.as<float>(k_kc);
+    for (int64_t k0 = 0; k0 < n; k0 += k_kc) {
+        const int64_t kc = std::min<int64_t>(k_kc, n - k0);
+        for (int64_t t0 = 0; t0 < n_tokens; t0 += k_mr) {
+            const int mr = static_cast<int>(std::min<int64_t>(k_mr, n_tokens - t0));
+            float* dst = xp + (t0 / k_mr) * kc * k_mr;
+            for (int m = 0; m < mr; ++m) {
+                for (int64_t k = 0; k < kc; ++k) dst[k * k_mr + m] = x[(t0 + m) * n + k0 + k];
+            }
+        }
+        for (int64_t p0 = r0; p0 < r1; p0 += k_nr) {
+            const int nr = static_cast<int>(std::min<int64_t>(k_nr, r1 - p0));
+            for (int i = 0; i < k_nr; ++i) {
+                if (i < nr) {
+                    dequantize_range(w, p0 + i, k0, kc, tmp);
+                    for (int64_t k = 0; k < kc; ++k) panel[k * k_nr + i] = tmp[k];
+                } else {
+                    for (int64_t k = 0; k < kc; ++k) panel[k * k_nr + i] = 0.0f;
+                }
+            }
+            for (int64_t t0 = 0; t0 < n_tokens; t0 += k_mr) {
+                const int mr = static_cast<int>(std::min<int64_t>(k_mr, n_tokens - t0));
+                k_micro[mr - 1](panel, xp + (t0 / k_mr) * kc * k_mr, kc, y + t0 * ldy + p0, ldy, nr, k0 > 0);
+            }
+        }
+    }
+}
+
+void round_f16_avx2(const float* x, float* y, int64_t n) {
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        const __m128i h = _mm256_cvtps_ph(_mm256_loadu_ps(x + i), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+        _mm256_storeu_ps(y + i, _mm256_cvtph_ps(h));
+    }
+    round_f16_scalar(x + i, y + i, n - i);
+}
+
+}  // namespace
+
+const matmul_kernels& avx2_kernels() {
+    static const matmul_kernels k{
+        .rows = rows_avx2,
+        .gemm = gemm_avx2,
+        .gemm_min_tokens = 8,
+        .gemm_rows = k_nr,
+        .quantize_q8_0 = ref::quantize_row_q8_0,
+        .quantize_q8_k = ref::quantize_row_q8_k,
+        .round_f16 = round_f16_avx2,
+        .round_bf16 = round_bf16_scalar,
+    };
+    return k;
+}
+
+}  // namespace troupe::cpu::detail
+
+#else  // built without AVX2 flags (another architecture): the level is never selected
+
+namespace troupe::cpu::detail {
+const matmul_kernels& avx2_kernels() {
+    return scalar_kernels();
+}
+}  // namespace troupe::cpu::detail
+
+#endif

@@ -1,0 +1,597 @@
+// The AVX-512 level (F + BW + VL + VNNI, FMA, F16C): compiled with those flags only (kernels/CMakeLists.txt)
+// and called only where cpu_features says they exist.
+//
+// Dot-product kernels (decode): 4 weight rows x up to 4 tokens per pass, the weight row streamed once.
+//   F32/F16/BF16: 16 floats per FMA, the weight converted on load.
+//   Q8_0: vpdpbusd on (w + 128) as unsigned bytes; the 128 * sum(x) it adds is removed by starting the
+//         accumulator at -128 * sum(x) (computed once per block and token, shared by the rows).
+//   Q4_0: nibbles are unsigned 0..15; the -8 offset is folded the same way.
+//   Q4_K/Q6_K: 64 weights per vector in element order, vpmaddubsw with the Q8_K bytes, then vpdpwssd
+//         with the sub-block scales broadcast per lane; mins (Q4_K) and the -32 offset (Q6_K) come from
+//         the Q8_K block sums.
+//
+// GEMM (prefill): C tile of 14 tokens x 32 rows in 28 zmm accumulators; weights packed as float panels
+// [kc][32] (dequantized), activations packed as [kc][14]; k blocked by 256 so a panel stays in L1 and the
+// packed activations in L2.
+#include "kernels/cpu/matmul_kernels.h"
+
+#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__) && defined(__AVX512VNNI__)
+
+#include <immintrin.h>
+
+#include <algorithm>
+#include <array>
+#include <cstring>
+#include <utility>
+
+#include "kernels/cpu/aligned_buffer.h"
+#include "kernels/fp16.h"
+
+namespace troupe::cpu::detail {
+namespace {
+
+inline const uint8_t* row_ptr(const matmul_weight& w, int64_t r) {
+    return static_cast<const uint8_t*>(w.data) + static_cast<size_t>(r) * w.row_stride;
+}
+
+inline float hsum256(__m256 v) {
+    const __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    const __m128 s2 = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    return _mm_cvtss_f32(_mm_add_ss(s2, _mm_movehdup_ps(s2)));
+}
+
+inline float fp16(uint16_t h) {
+    return _cvtsh_ss(h);
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Float weights
+
+struct load_f32 {
+    static __m512 full(const uint8_t* p, int64_t k) { return _mm512_loadu_ps(reinterpret_cast<const float*>(p) + k); }
+    static __m512 part(const uint8_t* p, int64_t k, __mmask16 m) {
+        return _mm512_maskz_loadu_ps(m, reinterpret_cast<const float*>(p) + k);
+    }
+};
+
+struct load_f16 {
+    static __m512 full(const uint8_t* p, int64_t k) {
+        return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 2 * k)));
+    }
+    static __m512 part(const uint8_t* p, int64_t k, __mmask16 m) {
+        return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, p + 2 * k));
+    }
+};
+
+struct load_bf16 {
+    static __m512 full(const uint8_t* p, int64_t k) {
+        const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 2 * k));
+        return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+    }
+    static __m512 part(const uint8_t* p, int64_t k, __mmask16 m) {
+        const __m256i h = _mm256_maskz_loadu_epi16(m, p + 2 * k);
+        return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+    }
+};
+
+// y[t, r] for R rows at w (stride ws bytes) and T tokens at x (stride xs floats).
+template <class L, int R, int T>
+void float_tile(const uint8_t* w, size_t ws, const float* x, int64_t xs, int64_t n, float* y, int64_t ldy) {
+    __m512 acc[R][T];
+#pragma GCC unroll 16
+    for (int i = 0; i < R * T; ++i) acc[i / T][i % T] = _mm512_setzero_ps();
+    int64_t k = 0;
+    for (; k + 16 <= n; k += 16) {
+        __m512 xv[T];
+#pragma GCC unroll 4
+        for (int t = 0; t < T; ++t) xv[t] = _mm512_loadu_ps(x + t * xs + k);
+#pragma GCC unroll 4
+        for (int r = 0; r < R; ++r) {
+            const __m512 wv = L::full(w + r * ws, k);
+#pragma GCC unroll 4
+            for (int t = 0; t < T; ++t) acc[r][t] = _mm512_fmadd_ps(wv, xv[t], acc[r][t]);
+        }
+    }
+    if (k < n) {
+        const __mmask16 m = static_cast<__mmask16>((1u << (n - k)) - 1);
+        __m512 xv[T];
+        for (int t = 0; t < T; ++t) xv[t] = _mm512_maskz_loadu_ps(m, x + t * xs + k);
+        for (int r = 0; r < R; ++r) {
+            const __m512 wv = L::part(w + r * ws, k, m);
+            for (int t = 0; t < T; ++t) acc[r][t] = _mm512_fmadd_ps(wv, xv[t], acc[r][t]);
+        }
+    }
+    for (int r = 0; r < R; ++r) {
+        for (int t = 0; t < T; ++t) y[t * ldy + r] = _mm512_reduce_add_ps(acc[r][t]);
+    }
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Q8_0 / Q4_0 weights against Q8_0 activations
+
+inline __m256i q4_0_unpack(const block_q4_0& b) {
+    const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b.qs));
+    const __m256i both = _mm256_inserti128_si256(_mm256_castsi128_si256(q), _mm_srli_epi16(q, 4), 1);
+    return _mm256_and_si256(both, _mm256_set1_epi8(0x0f));
+}
+
+// Weight blocks of type B (block_q8_0 or block_q4_0): unsigned bytes u = q + offset, so the dot of the
+// signed weights is dot(u, x) - offset * sum(x).
+template <class B, int R, int T>
+void q8_tile(const uint8_t* w, size_t ws, const uint8_t* x, size_t xs, int64_t nb, float* y, int64_t ldy) {
+    constexpr bool is_q8 = std::is_same_v<B, block_q8_0>;
+    const __m256i offset = _mm256_set1_epi8(is_q8 ? static_cast<char>(0x80) : 8);
+    __m256 acc[R][T];
+#pragma GCC unroll 16
+    for (int i = 0; i < R * T; ++i) acc[i / T][i % T] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < nb; ++b) {
+        __m256i xq[T], corr[T];
+        float dx[T];
+#pragma GCC unroll 4
+        for (int t = 0; t < T; ++t) {
+            const block_q8_0& xb = reinterpret_cast<const block_q8_0*>(x + t * xs)[b];
+            xq[t] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xb.qs));
+            corr[t] =
+                _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_dpbusd_epi32(_mm256_setzero_si256(), offset, xq[t]));
+            dx[t] = fp16(xb.d);
+        }
+#pragma GCC unroll 4
+        for (int r = 0; r < R; ++r) {
+            const B& wb = reinterpret_cast<const B*>(w + r * ws)[b];
+            __m256i u;
+            if constexpr (is_q8) {
+                u = _mm256_xor_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(wb.qs)), offset);
+            } else {
+                u = q4_0_unpack(wb);
+            }
+            const float dw = fp16(wb.d);
+#pragma GCC unroll 4
+            for (int t = 0; t < T; ++t) {
+                const __m256i s = _mm256_dpbusd_epi32(corr[t], u, xq[t]);
+                acc[r][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_set1_ps(dw * dx[t]), acc[r][t]);
+            }
+        }
+    }
+    for (int r = 0; r < R; ++r) {
+        for (int t = 0; t < T; ++t) y[t * ldy + r] = hsum256(acc[r][t]);
+    }
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Q4_K / Q6_K weights against Q8_K activations (one row, T tokens)
+
+// Word indexes that repeat element a 16 times then element b 16 times.
+inline __m512i repeat_words(int a, int b) {
+    alignas(64) int16_t idx[32];
+    for (int i = 0; i < 32; ++i) idx[i] = static_cast<int16_t>(i < 16 ? a : b);
+    return _mm512_load_si512(idx);
+}
+
+struct index_vectors {
+    __m512i v[4];
+};
+
+template <int T>
+void q4_k_row(const block_q4_k* w, const uint8_t* x, size_t xs, int64_t nb, float* y, int64_t ldy) {
+    // Scale words [sc(2c) x16, sc(2c+1) x16] for chunk c of 64 elements; mins duplicated [m0 m0 m1 m1 ...].
+    static const index_vectors scale_idx = {
+        {repeat_words(0, 1), repeat_words(2, 3), repeat_words(4, 5), repeat_words(6, 7)}};
+    static const __m256i min_idx = _mm256_setr_epi16(8, 8, 9, 9, 10, 10, 11, 11, 12, 12, 13, 13, 14, 14, 15, 15);
+    const __m512i low4 = _mm512_set1_epi8(0x0f);
+    __m512 acc[T];
+    for (int t = 0; t < T; ++t) acc[t] = _mm512_setzero_ps();
+    for (int64_t b = 0; b < nb; ++b) {
+        const block_q4_k& wb = w[b];
+        // The packed 6-bit scales and mins: bytes 0..7 = sc0..sc7, bytes 8..15 = m0..m7.
+        uint32_t s[3];
+        std::memcpy(s, wb.scales, 12);
+        const uint32_t sc03 = s[0] & 0x3f3f3f3fu;
+        const uint32_t m03 = s[1] & 0x3f3f3f3fu;
+        const uint32_t sc47 = (s[2] & 0x0f0f0f0fu) | ((s[0] >> 2) & 0x30303030u);
+        const uint32_t m47 = ((s[2] >> 4) & 0x0f0f0f0fu) | ((s[1] >> 2) & 0x30303030u);
+        const __m256i words = _mm256_cvtepu8_epi16(_mm_setr_epi32(static_cast<int>(sc03), static_cast<int>(sc47),
+                                                                  static_cast<int>(m03), static_cast<int>(m47)));
+        const __m512i words512 = _mm512_castsi256_si512(words);
+        const __m256i mins = _mm256_permutexvar_epi16(min_idx, words);
+        const float dw = fp16(wb.d), dmin = fp16(wb.dmin);
+        __m512i sum[T];
+        for (int t = 0; t < T; ++t) sum[t] = _mm512_setzero_si512();
+#pragma GCC unroll 4
+        for (int c = 0; c < 4; ++c) {
+            const __m512i z =
+                _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(wb.qs + 32 * c)));
+            const __m512i v = _mm512_mask_blend_epi64(0xf0, _mm512_and_si512(z, low4),
+                                                      _mm512_and_si512(_mm512_srli_epi16(z, 4), low4));
+            const __m512i sc = _mm512_permutexvar_epi16(scale_idx.v[c], words512);
+#pragma GCC unroll 4
+            for (int t = 0; t < T; ++t) {
+                const block_q8_k& xb = reinterpret_cast<const block_q8_k*>(x + t * xs)[b];
+                const __m512i p = _mm512_maddubs_epi16(v, _mm512_loadu_si512(xb.qs + 64 * c));
+                sum[t] = _mm512_dpwssd_epi32(sum[t], p, sc);
+            }
+        }
+#pragma GCC unroll 4
+        for (int t = 0; t < T; ++t) {
+            const block_q8_k& xb = reinterpret_cast<const block_q8_k*>(x + t * xs)[b];
+            const __m256i msum =
+                _mm256_madd_epi16(mins, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xb.bsums)));
+            acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum[t]), _mm512_set1_ps(dw * xb.d), acc[t]);
+            acc[t] =
+                _mm512_fnmadd_ps(_mm512_cvtepi32_ps(_mm512_zextsi256_si512(msum)), _mm512_set1_ps(dmin * xb.d), acc[t]);
+        }
+    }
+    for (int t = 0; t < T; ++t) y[t * ldy] = _mm512_reduce_add_ps(acc[t]);
+}
+
+template <int T>
+void q6_k_row(const block_q6_k* w, const uint8_t* x, size_t xs, int64_t nb, float* y, int64_t ldy) {
+    // Scale words for 64 elements 64v..64v+63: sub-blocks 4v..4v+3, 8 words (16 elements) each.
+    static const index_vectors scale_idx = [] {
+        index_vectors idx;
+        for (int v = 0; v < 4; ++v) {
+            alignas(64) int16_t i16[32];
+            for (int i = 0; i < 32; ++i) i16[i] = static_cast<int16_t>(4 * v + i / 8);
+            idx.v[v] = _mm512_load_si512(i16);
+        }
+        return idx;
+    }();
+    const __m512i low4 = _mm512_set1_epi8(0x0f);
+    const __m512i bits45 = _mm512_set1_epi8(0x30);
+    __m512 acc[T];
+    for (int t = 0; t < T; ++t) acc[t] = _mm512_setzero_ps();
+    for (int64_t b = 0; b < nb; ++b) {
+        const block_q6_k& wb = w[b];
+        const __m256i scales = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(wb.scales)));
+        const __m512i scales512 = _mm512_castsi256_si512(scales);
+        const float dw = fp16(wb.d);
+        __m512i sum[T];
+#pragma GCC unroll 4
+        for (int t = 0; t < T; ++t) {
+            // -32 * sum_j scale_j * bsum_j: the offset of q - 32, from the activation block sums.
+            const block_q8_k& xb = reinterpret_cast<const block_q8_k*>(x + t * xs)[b];
+            const __m256i c = _mm256_madd_epi16(scales, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xb.bsums)));
+            sum[t] = _mm512_zextsi256_si512(_mm256_slli_epi32(_mm256_sub_epi32(_mm256_setzero_si256(), c), 5));
+        }
+#pragma GCC unroll 2
+        for (int half = 0; half < 2; ++half) {
+            const __m512i l = _mm512_loadu_si512(wb.ql + 64 * half);
+            const __m512i h =
+                _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(wb.qh + 32 * half)));
+            const __m512i ha = _mm512_and_si512(
+                _mm512_mask_blend_epi64(0xf0, _mm512_slli_epi16(h, 4), _mm512_slli_epi16(h, 2)), bits45);
+            const __m512i hb = _mm512_and_si512(_mm512_mask_blend_epi64(0xf0, h, _mm512_srli_epi16(h, 2)), bits45);
+            const __m512i qa = _mm512_or_si512(_mm512_and_si512(l, low4), ha);  // elements 128 half + 0..63
+            const __m512i qb = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(l, 4), low4), hb);  // + 64..127
+            const __m512i sa = _mm512_permutexvar_epi16(scale_idx.v[2 * half], scales512);
+            const __m512i sb = _mm512_permutexvar_epi16(scale_idx.v[2 * half + 1], scales512);
+#pragma GCC unroll 4
+            for (int t = 0; t < T; ++t) {
+                const block_q8_k& xb = reinterpret_cast<const block_q8_k*>(x + t * xs)[b];
+                const __m512i pa = _mm512_maddubs_epi16(qa, _mm512_loadu_si512(xb.qs + 128 * half));
+                const __m512i pb = _mm512_maddubs_epi16(qb, _mm512_loadu_si512(xb.qs + 128 * half + 64));
+                sum[t] = _mm512_dpwssd_epi32(_mm512_dpwssd_epi32(sum[t], pa, sa), pb, sb);
+            }
+        }
+#pragma GCC unroll 4
+        for (int t = 0; t < T; ++t) {
+            const float dx = reinterpret_cast<const block_q8_k*>(x + t * xs)[b].d;
+            acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum[t]), _mm512_set1_ps(dw * dx), acc[t]);
+        }
+    }
+    for (int t = 0; t < T; ++t) y[t * ldy] = _mm512_reduce_add_ps(acc[t]);
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Dot-product driver: rows in groups of 4 (then singles), tokens in groups of up to 4 inside each row group
+// so the group's weights stay in L1 while every token of the step uses them.
+
+template <int R, int T>
+void tile(const matmul_weight& w, prepared_x x, float* y, int64_t ldy, int64_t r, int64_t t0) {
+    const uint8_t* wr = row_ptr(w, r);
+    const auto* xt = static_cast<const uint8_t*>(x.data) + static_cast<size_t>(t0) * x.stride;
+    float* yt = y + t0 * ldy + r;
+    const int64_t n = w.n_in;
+    switch (w.type) {
+        case ggml_type::f32:
+            float_tile<load_f32, R, T>(wr, w.row_stride, reinterpret_cast<const float*>(xt), x.stride / 4, n, yt, ldy);
+            break;
+        case ggml_type::f16:
+            float_tile<load_f16, R, T>(wr, w.row_stride, reinterpret_cast<const float*>(xt), x.stride / 4, n, yt, ldy);
+            break;
+        case ggml_type::bf16:
+            float_tile<load_bf16, R, T>(wr, w.row_stride, reinterpret_cast<const float*>(xt), x.stride / 4, n, yt, ldy);
+            break;
+        case ggml_type::q8_0:
+            q8_tile<block_q8_0, R, T>(wr, w.row_stride, xt, x.stride, n / qk8_0, yt, ldy);
+            break;
+        case ggml_type::q4_0:
+            q8_tile<block_q4_0, R, T>(wr, w.row_stride, xt, x.stride, n / qk4_0, yt, ldy);
+            break;
+        case ggml_type::q4_k:
+            for (int i = 0; i < R; ++i) {
+                q4_k_row<T>(reinterpret_cast<const block_q4_k*>(wr + i * w.row_stride), xt, x.stride, n / qk_k, yt + i,
+                            ldy);
+            }
+            break;
+        case ggml_type::q6_k:
+            for (int i = 0; i < R; ++i) {
+                q6_k_row<T>(reinterpret_cast<const block_q6_k*>(wr + i * w.row_stride), xt, x.stride, n / qk_k, yt + i,
+                            ldy);
+            }
+            break;
+        default:
+            break;  // matmul() admits only the types above
+    }
+}
+
+template <int R>
+void tile_tokens(const matmul_weight& w, prepared_x x, float* y, int64_t ldy, int64_t r, int64_t t0, int64_t nt) {
+    switch (nt) {
+        case 1:
+            tile<R, 1>(w, x, y, ldy, r, t0);
+            break;
+        case 2:
+            tile<R, 2>(w, x, y, ldy, r, t0);
+            break;
+        case 3:
+            tile<R, 3>(w, x, y, ldy, r, t0);
+            break;
+        default:
+            tile<R, 4>(w, x, y, ldy, r, t0);
+            break;
+    }
+}
+
+void rows_avx512(const matmul_weight& w, prepared_x x, float* y, int64_t ldy, int64_t n_tokens, int64_t r0,
+                 int64_t r1) {
+    int64_t r = r0;
+    for (; r + 4 <= r1; r += 4) {
+        for (int64_t t0 = 0; t0 < n_tokens; t0 += 4)
+            tile_tokens<4>(w, x, y, ldy, r, t0, std::min<int64_t>(4, n_tokens - t0));
+    }
+    for (; r < r1; ++r) {
+        for (int64_t t0 = 0; t0 < n_tokens; t0 += 4)
+            tile_tokens<1>(w, x, y, ldy, r, t0, std::min<int64_t>(4, n_tokens - t0));
+    }
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// GEMM
+
+constexpr int k_nr = 32;   // weight rows per panel (2 zmm)
+constexpr int k_mr = 14;   // tokens per micro-tile (28 accumulators)
+constexpr int k_kc = 256;  // k block (a multiple of every block size)
+
+// c[M tokens, 32 rows] (+)= xp[kc][k_mr] * panel[kc][32]^T, stored to y rows (masked to the panel's rows).
+template <int M>
+void micro_kernel(const float* panel, const float* xp, int64_t kc, float* y, int64_t ldy, __mmask16 m0, __mmask16 m1,
+                  bool accumulate) {
+    __m512 c0[M], c1[M];
+#pragma GCC unroll 14
+    for (int m = 0; m < M; ++m) {
+        c0[m] = _mm512_setzero_ps();
+        c1[m] = _mm512_setzero_ps();
+    }
+    for (int64_t k = 0; k < kc; ++k) {
+        const __m512 b0 = _mm512_load_ps(panel + k * k_nr);
+        const __m512 b1 = _mm512_load_ps(panel + k * k_nr + 16);
+        const float* a = xp + k * k_mr;
+#pragma GCC unroll 14
+        for (int m = 0; m < M; ++m) {
+            const __m512 av = _mm512_set1_ps(a[m]);
+            c0[m] = _mm512_fmadd_ps(av, b0, c0[m]);
+            c1[m] = _mm512_fmadd_ps(av, b1, c1[m]);
+        }
+    }
+#pragma GCC unroll 14
+    for (int m = 0; m < M; ++m) {
+        float* yr = y + m * ldy;
+        if (accumulate) {
+            c0[m] = _mm512_add_ps(c0[m], _mm512_maskz_loadu_ps(m0, yr));
+            c1[m] = _mm512_add_ps(c1[m], _mm512_maskz_loadu_ps(m1, yr + 16));
+        }
+        _mm512_mask_storeu_ps(yr, m0, c0[m]);
+        _mm512_mask_storeu_ps(yr + 16, m1, c1[m]);
+    }
+}
+
+using micro_fn = void (*)(const float*, const float*, int64_t, float*, int64_t, __mmask16, __mmask16, bool);
+
+template <size_t... I>
+constexpr std::array<micro_fn, sizeof...(I)> micro_table(std::index_sequence<I...>) {
+    return {&micro_kernel<static_cast<int>(I) + 1>...};
+}
+
+constexpr auto k_micro = micro_table(std::make_index_sequence<k_mr>());
+
+// Elements [k0, k0 + kc) of row r as floats: a pointer into the weights for F32, else converted into tmp.
+const float* row_floats(const matmul_weight& w, int64_t r, int64_t k0, int64_t kc, float* tmp) {
+    const uint8_t* row = row_ptr(w, r);
+    switch (w.type) {
+        case ggml_type::f32:
+            return reinterpret_cast<const float*>(row) + k0;
+        case ggml_type::f16:
+        case ggml_type::bf16: {
+            const bool f16 = w.type == ggml_type::f16;
+            for (int64_t k = 0; k < kc; k += 16) {
+                const int64_t left = kc - k;
+                const __mmask16 m = static_cast<__mmask16>(left >= 16 ? 0xffff : (1u << left) - 1);
+                const __m512 v = f16 ? load_f16::part(row, k0 + k, m) : load_bf16::part(row, k0 + k, m);
+                _mm512_store_ps(tmp + k, v);
+            }
+            return tmp;
+        }
+        case ggml_type::q8_0: {
+            const auto* blocks = reinterpret_cast<const block_q8_0*>(row) + k0 / qk8_0;
+            for (int64_t b = 0; b < kc / qk8_0; ++b) {
+                const __m512 d = _mm512_set1_ps(fp16(blocks[b].d));
+                for (int h = 0; h < 2; ++h) {
+                    const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blocks[b].qs + 16 * h));
+                    _mm512_store_ps(tmp + b * qk8_0 + 16 * h,
+                                    _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q)), d));
+                }
+            }
+            return tmp;
+        }
+        default:
+            dequantize_range(w, r, k0, kc, tmp);
+            return tmp;
+    }
+}
+
+// panel[k][32] = W[p0 + i, k0 + k] for i < nr, zero for the rows past the end.
+void pack_panel(const matmul_weight& w, int64_t p0, int nr, int64_t k0, int64_t kc, float* panel, float* tmp) {
+    for (int i = 0; i < nr; ++i) {
+        const float* src = row_floats(w, p0 + i, k0, kc, tmp);
+        for (int64_t k = 0; k < kc; ++k) panel[k * k_nr + i] = src[k];
+    }
+    for (int i = nr; i < k_nr; ++i) {
+        for (int64_t k = 0; k < kc; ++k) panel[k * k_nr + i] = 0.0f;
+    }
+}
+
+// xp[tile][k][k_mr] = x[tile * k_mr + m, k0 + k].
+void pack_x(const float* x, int64_t ldx, int64_t n_tokens, int64_t k0, int64_t kc, float* xp) {
+    for (int64_t t0 = 0; t0 < n_tokens; t0 += k_mr) {
+        const int mr = static_cast<int>(std::min<int64_t>(k_mr, n_tokens - t0));
+        float* dst = xp + (t0 / k_mr) * kc * k_mr;
+        for (int m = 0; m < mr; ++m) {
+            const float* src = x + (t0 + m) * ldx + k0;
+            for (int64_t k = 0; k < kc; ++k) dst[k * k_mr + m] = src[k];
+        }
+    }
+}
+
+void gemm_avx512(const matmul_weight& w, const float* x, float* y, int64_t ldy, int64_t n_tokens, int64_t r0,
+                 int64_t r1) {
+    static thread_local aligned_buffer panel_buf, x_buf, tmp_buf;
+    const int64_t n = w.n_in;
+    const int64_t n_tiles = (n_tokens + k_mr - 1) / k_mr;
+    float* panel = panel_buf.as<float>(k_kc * k_nr);
+    float* xp = x_buf.as<float>(static_cast<size_t>(n_tiles * k_mr * k_kc));
+    float* tmp = tmp_buf.as<float>(k_kc);
+    for (int64_t k0 = 0; k0 < n; k0 += k_kc) {
+        const int64_t kc = std::min<int64_t>(k_kc, n - k0);
+        pack_x(x, n, n_tokens, k0, kc, xp);
+        for (int64_t p0 = r0; p0 < r1; p0 += k_nr) {
+            const int nr = static_cast<int>(std::min<int64_t>(k_nr, r1 - p0));
+            pack_panel(w, p0, nr, k0, kc, panel, tmp);
+            const __mmask16 m0 = static_cast<__mmask16>(nr >= 16 ? 0xffff : (1u << nr) - 1);
+            const __mmask16 m1 = static_cast<__mmask16>(nr >= 32 ? 0xffff : nr > 16 ? (1u << (nr - 16)) - 1 : 0);
+            for (int64_t t0 = 0; t0 < n_tokens; t0 += k_mr) {
+                const int mr = static_cast<int>(std::min<int64_t>(k_mr, n_tokens - t0));
+                k_micro[mr - 1](panel, xp + (t0 / k_mr) * kc * k_mr, kc, y + t0 * ldy + p0, ldy, m0, m1, k0 > 0);
+            }
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Activations, bit-exact with the reference quantizers
+
+// round() of the reference: to nearest, halves away from zero.
+inline __m512 round_half_away(__m512 v) {
+    const __m512 t = _mm512_roundscale_ps(v, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
+    const __m512 frac = _mm512_abs_ps(_mm512_sub_ps(v, t));
+    const __mmask16 up = _mm512_cmp_ps_mask(frac, _mm512_set1_ps(0.5f), _CMP_GE_OQ);
+    const __m512i sign = _mm512_and_si512(_mm512_castps_si512(v), _mm512_set1_epi32(static_cast<int>(0x80000000u)));
+    const __m512 one = _mm512_castsi512_ps(_mm512_or_si512(_mm512_castps_si512(_mm512_set1_ps(1.0f)), sign));
+    return _mm512_mask_add_ps(t, up, t, one);
+}
+
+void quantize_q8_0_avx512(const float* x, block_q8_0* y, int64_t n) {
+    for (int64_t b = 0; b < n / qk8_0; ++b) {
+        const __m512 v0 = _mm512_loadu_ps(x + b * qk8_0), v1 = _mm512_loadu_ps(x + b * qk8_0 + 16);
+        const float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(v0), _mm512_abs_ps(v1)));
+        const float d = amax / 127.0f;
+        const float id = d != 0.0f ? 1.0f / d : 0.0f;
+        y[b].d = fp32_to_fp16(d);
+        const __m512 s = _mm512_set1_ps(id);
+        const __m512i q0 = _mm512_cvtps_epi32(round_half_away(_mm512_mul_ps(v0, s)));
+        const __m512i q1 = _mm512_cvtps_epi32(round_half_away(_mm512_mul_ps(v1, s)));
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(y[b].qs), _mm512_cvtepi32_epi8(q0));
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(y[b].qs + 16), _mm512_cvtepi32_epi8(q1));
+    }
+}
+
+void quantize_q8_k_avx512(const float* x, block_q8_k* y, int64_t n) {
+    for (int64_t b = 0; b < n / qk_k; ++b) {
+        const float* xb = x + b * qk_k;
+        __m512 amax_v = _mm512_setzero_ps();
+        for (int j = 0; j < qk_k; j += 16) amax_v = _mm512_max_ps(amax_v, _mm512_abs_ps(_mm512_loadu_ps(xb + j)));
+        const float amax = _mm512_reduce_max_ps(amax_v);
+        if (amax == 0.0f) {
+            std::memset(&y[b], 0, sizeof y[b]);
+            continue;
+        }
+        float max = 0.0f;  // the first element whose |x| is amax, with its sign
+        for (int j = 0; j < qk_k; j += 16) {
+            const __mmask16 m =
+                _mm512_cmp_ps_mask(_mm512_abs_ps(_mm512_loadu_ps(xb + j)), _mm512_set1_ps(amax), _CMP_EQ_OQ);
+            if (m) {
+                max = xb[j + __builtin_ctz(m)];
+                break;
+            }
+        }
+        const float iscale = -127.0f / max;
+        const __m512 s = _mm512_set1_ps(iscale);
+        for (int j = 0; j < qk_k; j += 16) {
+            const __m512i q =
+                _mm512_min_epi32(_mm512_cvtps_epi32(_mm512_mul_ps(_mm512_loadu_ps(xb + j), s)), _mm512_set1_epi32(127));
+            _mm_storeu_si128(reinterpret_cast<__m128i*>(y[b].qs + j), _mm512_cvtepi32_epi8(q));
+            y[b].bsums[j / 16] = static_cast<int16_t>(_mm512_reduce_add_epi32(q));
+        }
+        y[b].d = 1.0f / iscale;
+    }
+}
+
+void round_f16_avx512(const float* x, float* y, int64_t n) {
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        const __m256i h = _mm512_cvtps_ph(_mm512_loadu_ps(x + i), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+        _mm512_storeu_ps(y + i, _mm512_cvtph_ps(h));
+    }
+    round_f16_scalar(x + i, y + i, n - i);
+}
+
+void round_bf16_avx512(const float* x, float* y, int64_t n) {
+    int64_t i = 0;
+    const __m512i abs_mask = _mm512_set1_epi32(0x7fffffff), inf = _mm512_set1_epi32(0x7f800000);
+    for (; i + 16 <= n; i += 16) {
+        const __m512i v = _mm512_loadu_si512(x + i);
+        const __m512i odd = _mm512_and_si512(_mm512_srli_epi32(v, 16), _mm512_set1_epi32(1));
+        __m512i r = _mm512_add_epi32(v, _mm512_add_epi32(_mm512_set1_epi32(0x7fff), odd));
+        const __mmask16 nan = _mm512_cmpgt_epi32_mask(_mm512_and_si512(v, abs_mask), inf);
+        r = _mm512_mask_or_epi32(r, nan, v, _mm512_set1_epi32(0x00400000));
+        _mm512_storeu_si512(y + i, _mm512_and_si512(r, _mm512_set1_epi32(static_cast<int>(0xffff0000u))));
+    }
+    round_bf16_scalar(x + i, y + i, n - i);
+}
+
+}  // namespace
+
+const matmul_kernels& avx512_kernels() {
+    static const matmul_kernels k{
+        .rows = rows_avx512,
+        .gemm = gemm_avx512,
+        .gemm_min_tokens = 8,
+        .gemm_rows = k_nr,
+        .quantize_q8_0 = quantize_q8_0_avx512,
+        .quantize_q8_k = quantize_q8_k_avx512,
+        .round_f16 = round_f16_avx512,
+        .round_bf16 = round_bf16_avx512,
+    };
+    return k;
+}
+
+}  // namespace troupe::cpu::detail
+
+#else  // built without AVX-512 flags (another architecture): the level is never selected
+
+namespace troupe::cpu::detail {
+const matmul_kernels& avx512_kernels() {
+    return scalar_kernels();
+}
+}  // namespace troupe::cpu::detail
+
+#endif

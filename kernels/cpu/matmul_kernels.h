@@ -1,0 +1,48 @@
+// Internal: the table of matmul kernels one dispatch level provides (matmul_scalar.cpp,
+// matmul_avx2.cpp, matmul_avx512.cpp), and the panel-packing GEMM driver they share.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "kernels/ggml_types.h"
+#include "kernels/ref/ops.h"
+
+namespace troupe::cpu::detail {
+
+// Activations of one call, prepared for the weight type:
+//   F32: the input rows; F16 / BF16: floats rounded to F16 / BF16;
+//   Q8_0 / Q4_0: block_q8_0 rows; Q4_K / Q6_K: block_q8_k rows (dot-product path);
+//   GEMM path: always floats (the values of the quantized or rounded activations).
+struct prepared_x {
+    const void* data;  // [n_tokens] rows
+    size_t stride;     // bytes between token rows
+};
+
+struct matmul_kernels {
+    // y[t * ldy + r] for t < n_tokens, r0 <= r < r1: dot-product formulation.
+    void (*rows)(const matmul_weight& w, prepared_x x, float* y, int64_t ldy, int64_t n_tokens, int64_t r0, int64_t r1);
+    // Same with float activations x[n_tokens, n_in] through packed panels; null where the level has none.
+    void (*gemm)(const matmul_weight& w, const float* x, float* y, int64_t ldy, int64_t n_tokens, int64_t r0,
+                 int64_t r1);
+    int64_t gemm_min_tokens;  // use gemm from this many tokens on
+    int64_t gemm_rows;        // row granularity of gemm work items
+    void (*quantize_q8_0)(const float* x, block_q8_0* y, int64_t n);
+    void (*quantize_q8_k)(const float* x, block_q8_k* y, int64_t n);
+    void (*round_f16)(const float* x, float* y, int64_t n);   // y = float(half(x))
+    void (*round_bf16)(const float* x, float* y, int64_t n);  // y = float(bfloat16(x))
+};
+
+const matmul_kernels& scalar_kernels();
+const matmul_kernels& avx2_kernels();
+const matmul_kernels& avx512_kernels();
+
+// Scalar building blocks other levels fall back to.
+void rows_scalar(const matmul_weight& w, prepared_x x, float* y, int64_t ldy, int64_t n_tokens, int64_t r0, int64_t r1);
+void round_f16_scalar(const float* x, float* y, int64_t n);
+void round_bf16_scalar(const float* x, float* y, int64_t n);
+
+// Dequantizes elements [k0, k0 + n) of weight row r into out (k0, n multiples of the block size).
+void dequantize_range(const matmul_weight& w, int64_t r, int64_t k0, int64_t n, float* out);
+
+}  // namespace troupe::cpu::detail

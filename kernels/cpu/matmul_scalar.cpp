@@ -1,0 +1,185 @@
+// The scalar level: portable C++ for every weight type (the fallback on any CPU), and the pieces
+// the SIMD levels share (dequantize_range, rounding of activations).
+#include "core/result.h"
+#include "kernels/cpu/matmul_kernels.h"
+#include "kernels/fp16.h"
+#include "kernels/ref/quants.h"
+
+namespace troupe::cpu::detail {
+namespace {
+
+const uint8_t* row_ptr(const matmul_weight& w, int64_t r) {
+    return static_cast<const uint8_t*>(w.data) + static_cast<size_t>(r) * w.row_stride;
+}
+
+float dot_q8_0(const block_q8_0* w, const block_q8_0* x, int64_t nb) {
+    float sum = 0;
+    for (int64_t b = 0; b < nb; ++b) {
+        int32_t sumi = 0;
+        for (int i = 0; i < qk8_0; ++i) sumi += w[b].qs[i] * x[b].qs[i];
+        sum += static_cast<float>(sumi) * (fp16_to_fp32(w[b].d) * fp16_to_fp32(x[b].d));
+    }
+    return sum;
+}
+
+float dot_q4_0(const block_q4_0* w, const block_q8_0* x, int64_t nb) {
+    float sum = 0;
+    for (int64_t b = 0; b < nb; ++b) {
+        int32_t sumi = 0;
+        for (int i = 0; i < qk4_0 / 2; ++i) {
+            sumi += ((w[b].qs[i] & 0x0f) - 8) * x[b].qs[i] + ((w[b].qs[i] >> 4) - 8) * x[b].qs[i + qk4_0 / 2];
+        }
+        sum += static_cast<float>(sumi) * (fp16_to_fp32(w[b].d) * fp16_to_fp32(x[b].d));
+    }
+    return sum;
+}
+
+float dot_q4_k(const block_q4_k* w, const block_q8_k* x, int64_t nb) {
+    float sum = 0;
+    for (int64_t b = 0; b < nb; ++b) {
+        const uint8_t* s = w[b].scales;
+        int32_t sum_scaled = 0, sum_mins = 0;
+        for (int j = 0; j < qk_k / 32; ++j) {
+            const int sc = j < 4 ? (s[j] & 63) : ((s[j + 4] & 0x0f) | ((s[j - 4] >> 6) << 4));
+            const int m = j < 4 ? (s[j + 4] & 63) : ((s[j + 4] >> 4) | ((s[j] >> 6) << 4));
+            const uint8_t* q = w[b].qs + 32 * (j / 2);
+            const int shift = 4 * (j % 2);
+            int32_t dot = 0;
+            for (int l = 0; l < 32; ++l) dot += ((q[l] >> shift) & 0x0f) * x[b].qs[32 * j + l];
+            sum_scaled += sc * dot;
+            sum_mins += m * (x[b].bsums[2 * j] + x[b].bsums[2 * j + 1]);
+        }
+        sum += x[b].d * (fp16_to_fp32(w[b].d) * static_cast<float>(sum_scaled) -
+                         fp16_to_fp32(w[b].dmin) * static_cast<float>(sum_mins));
+    }
+    return sum;
+}
+
+float dot_q6_k(const block_q6_k* w, const block_q8_k* x, int64_t nb) {
+    float sum = 0;
+    for (int64_t b = 0; b < nb; ++b) {
+        int32_t sub[qk_k / 16] = {};  // per sub-block int dot of (q - 32) with x
+        for (int half = 0; half < 2; ++half) {
+            const uint8_t* ql = w[b].ql + 64 * half;
+            const uint8_t* qh = w[b].qh + 32 * half;
+            const int8_t* xq = x[b].qs + 128 * half;
+            for (int l = 0; l < 32; ++l) {
+                const int q0 = (ql[l] & 0x0f) | (((qh[l] >> 0) & 3) << 4);
+                const int q1 = (ql[l + 32] & 0x0f) | (((qh[l] >> 2) & 3) << 4);
+                const int q2 = (ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4);
+                const int q3 = (ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4);
+                const int s = 8 * half + l / 16;
+                sub[s + 0] += (q0 - 32) * xq[l];
+                sub[s + 2] += (q1 - 32) * xq[l + 32];
+                sub[s + 4] += (q2 - 32) * xq[l + 64];
+                sub[s + 6] += (q3 - 32) * xq[l + 96];
+            }
+        }
+        int32_t sumi = 0;
+        for (int j = 0; j < qk_k / 16; ++j) sumi += w[b].scales[j] * sub[j];
+        sum += x[b].d * fp16_to_fp32(w[b].d) * static_cast<float>(sumi);
+    }
+    return sum;
+}
+
+}  // namespace
+
+void rows_scalar(const matmul_weight& w, prepared_x x, float* y, int64_t ldy, int64_t n_tokens, int64_t r0,
+                 int64_t r1) {
+    const int64_t n = w.n_in;
+    for (int64_t r = r0; r < r1; ++r) {
+        const uint8_t* row = row_ptr(w, r);
+        for (int64_t t = 0; t < n_tokens; ++t) {
+            const void* xt = static_cast<const uint8_t*>(x.data) + static_cast<size_t>(t) * x.stride;
+            float v = 0;
+            switch (w.type) {
+                case ggml_type::f32: {
+                    const auto* wr = reinterpret_cast<const float*>(row);
+                    const auto* xr = static_cast<const float*>(xt);
+                    for (int64_t i = 0; i < n; ++i) v += wr[i] * xr[i];
+                    break;
+                }
+                case ggml_type::f16: {
+                    const auto* wr = reinterpret_cast<const uint16_t*>(row);
+                    const auto* xr = static_cast<const float*>(xt);
+                    for (int64_t i = 0; i < n; ++i) v += fp16_to_fp32(wr[i]) * xr[i];
+                    break;
+                }
+                case ggml_type::bf16: {
+                    const auto* wr = reinterpret_cast<const uint16_t*>(row);
+                    const auto* xr = static_cast<const float*>(xt);
+                    for (int64_t i = 0; i < n; ++i) v += bf16_to_fp32(wr[i]) * xr[i];
+                    break;
+                }
+                case ggml_type::q8_0:
+                    v = dot_q8_0(reinterpret_cast<const block_q8_0*>(row), static_cast<const block_q8_0*>(xt),
+                                 n / qk8_0);
+                    break;
+                case ggml_type::q4_0:
+                    v = dot_q4_0(reinterpret_cast<const block_q4_0*>(row), static_cast<const block_q8_0*>(xt),
+                                 n / qk4_0);
+                    break;
+                case ggml_type::q4_k:
+                    v = dot_q4_k(reinterpret_cast<const block_q4_k*>(row), static_cast<const block_q8_k*>(xt),
+                                 n / qk_k);
+                    break;
+                case ggml_type::q6_k:
+                    v = dot_q6_k(reinterpret_cast<const block_q6_k*>(row), static_cast<const block_q8_k*>(xt),
+                                 n / qk_k);
+                    break;
+                default:
+                    TROUPE_ASSERT(false, "matmul: unsupported weight type");
+            }
+            y[t * ldy + r] = v;
+        }
+    }
+}
+
+void round_f16_scalar(const float* x, float* y, int64_t n) {
+    for (int64_t i = 0; i < n; ++i) y[i] = fp16_to_fp32(fp32_to_fp16(x[i]));
+}
+
+void round_bf16_scalar(const float* x, float* y, int64_t n) {
+    for (int64_t i = 0; i < n; ++i) y[i] = bf16_to_fp32(fp32_to_bf16(x[i]));
+}
+
+void dequantize_range(const matmul_weight& w, int64_t r, int64_t k0, int64_t n, float* out) {
+    const auto tr = traits(w.type);
+    const uint8_t* p = row_ptr(w, r) + static_cast<size_t>(k0 / tr.block_size) * tr.type_size;
+    switch (w.type) {
+        case ggml_type::f32: {
+            const auto* src = reinterpret_cast<const float*>(p);
+            for (int64_t i = 0; i < n; ++i) out[i] = src[i];
+            break;
+        }
+        case ggml_type::f16: {
+            const auto* src = reinterpret_cast<const uint16_t*>(p);
+            for (int64_t i = 0; i < n; ++i) out[i] = fp16_to_fp32(src[i]);
+            break;
+        }
+        case ggml_type::bf16: {
+            const auto* src = reinterpret_cast<const uint16_t*>(p);
+            for (int64_t i = 0; i < n; ++i) out[i] = bf16_to_fp32(src[i]);
+            break;
+        }
+        default:
+            ref::dequantize_row(w.type, p, out, n);
+            break;
+    }
+}
+
+const matmul_kernels& scalar_kernels() {
+    static const matmul_kernels k{
+        .rows = rows_scalar,
+        .gemm = nullptr,
+        .gemm_min_tokens = 0,
+        .gemm_rows = 0,
+        .quantize_q8_0 = ref::quantize_row_q8_0,
+        .quantize_q8_k = ref::quantize_row_q8_k,
+        .round_f16 = round_f16_scalar,
+        .round_bf16 = round_bf16_scalar,
+    };
+    return k;
+}
+
+}  // namespace troupe::cpu::detail

@@ -1,0 +1,121 @@
+#include "kernels/cpu/row_ops.h"
+
+#include <cmath>
+#include <numbers>
+#include <vector>
+
+#include "core/result.h"
+#include "kernels/cpu/cpu_features.h"
+#include "kernels/cpu/matmul_kernels.h"
+#include "kernels/cpu/row_ops_kernels.h"
+
+namespace troupe::cpu {
+namespace {
+
+const detail::row_op_kernels* simd_ops() {
+    return active_level() == dispatch_level::avx512 ? &detail::avx512_row_ops() : nullptr;
+}
+
+}  // namespace
+
+void rmsnorm(const float* x, const float* weight, float* y, int64_t n_rows, int64_t n, float eps) {
+    if (const auto* k = simd_ops(); k && k->rmsnorm) return k->rmsnorm(x, weight, y, n_rows, n, eps);
+    for (int64_t r = 0; r < n_rows; ++r) {
+        const float* xr = x + r * n;
+        float* yr = y + r * n;
+        float partial[8] = {};
+        int64_t i = 0;
+        for (; i + 8 <= n; i += 8) {
+            for (int j = 0; j < 8; ++j) partial[j] += xr[i + j] * xr[i + j];
+        }
+        float sum = 0;
+        for (; i < n; ++i) sum += xr[i] * xr[i];
+        for (float s : partial) sum += s;
+        const float scale = 1.0f / std::sqrt(sum / static_cast<float>(n) + eps);
+        if (weight) {
+            for (int64_t j = 0; j < n; ++j) yr[j] = xr[j] * scale * weight[j];
+        } else {
+            for (int64_t j = 0; j < n; ++j) yr[j] = xr[j] * scale;
+        }
+    }
+}
+
+void rope(float* x, int64_t n_tokens, int64_t n_heads, const int32_t* positions, const rope_params& p) {
+    TROUPE_ASSERT(p.n_rot % 2 == 0 && p.n_rot <= p.head_dim);
+    const int32_t half = p.n_rot / 2;
+    // Angles per token in double, reduced to [-pi, pi] before the float sin/cos: exact enough for any
+    // position, and computed once per token for all heads.
+    std::vector<double> inv_freq(half);  // [n_rot / 2]
+    for (int32_t i = 0; i < half; ++i) {
+        inv_freq[i] = double{p.freq_scale} * std::pow(double{p.freq_base}, -2.0 * i / static_cast<double>(p.n_rot));
+        if (p.freq_factors) inv_freq[i] /= p.freq_factors[i];
+    }
+    std::vector<float> cs(2 * static_cast<size_t>(half));  // [n_rot / 2][cos, sin]
+    constexpr double two_pi = 2.0 * std::numbers::pi;
+    for (int64_t t = 0; t < n_tokens; ++t) {
+        for (int32_t i = 0; i < half; ++i) {
+            double theta = positions[t] * inv_freq[i];
+            theta -= two_pi * std::nearbyint(theta / two_pi);
+            cs[2 * i] = std::cos(static_cast<float>(theta));
+            cs[2 * i + 1] = std::sin(static_cast<float>(theta));
+        }
+        for (int64_t h = 0; h < n_heads; ++h) {
+            float* v = x + (t * n_heads + h) * p.head_dim;
+            if (p.neox) {
+                for (int32_t i = 0; i < half; ++i) {
+                    const float x0 = v[i], x1 = v[i + half], c = cs[2 * i], s = cs[2 * i + 1];
+                    v[i] = x0 * c - x1 * s;
+                    v[i + half] = x0 * s + x1 * c;
+                }
+            } else {
+                for (int32_t i = 0; i < half; ++i) {
+                    const float x0 = v[2 * i], x1 = v[2 * i + 1], c = cs[2 * i], s = cs[2 * i + 1];
+                    v[2 * i] = x0 * c - x1 * s;
+                    v[2 * i + 1] = x0 * s + x1 * c;
+                }
+            }
+        }
+    }
+}
+
+void softmax(float* x, int64_t n_rows, int64_t n) {
+    if (const auto* k = simd_ops(); k && k->softmax) return k->softmax(x, n_rows, n);
+    for (int64_t r = 0; r < n_rows; ++r) {
+        float* xr = x + r * n;
+        float max = -INFINITY;
+        for (int64_t i = 0; i < n; ++i) max = std::fmax(max, xr[i]);
+        float sum = 0;
+        for (int64_t i = 0; i < n; ++i) {
+            xr[i] = std::exp(xr[i] - max);
+            sum += xr[i];
+        }
+        const float inv = 1.0f / sum;
+        for (int64_t i = 0; i < n; ++i) xr[i] *= inv;
+    }
+}
+
+void swiglu(const float* gate, const float* up, float* out, int64_t n) {
+    if (const auto* k = simd_ops(); k && k->swiglu) return k->swiglu(gate, up, out, n);
+    for (int64_t i = 0; i < n; ++i) out[i] = gate[i] / (1.0f + std::exp(-gate[i])) * up[i];
+}
+
+void add(const float* a, const float* b, float* out, int64_t n) {
+    if (const auto* k = simd_ops(); k && k->add) return k->add(a, b, out, n);
+    for (int64_t i = 0; i < n; ++i) out[i] = a[i] + b[i];
+}
+
+void embedding(const matmul_weight& table, const int32_t* ids, int64_t n_ids, float* out) {
+    TROUPE_ASSERT(matmul_supports(table.type), "embedding: unsupported type " + std::string(traits(table.type).name));
+    for (int64_t i = 0; i < n_ids; ++i) {
+        TROUPE_ASSERT(ids[i] >= 0 && ids[i] < table.n_out, "embedding: token id " + std::to_string(ids[i]) +
+                                                               " is outside [0, " + std::to_string(table.n_out) + ")");
+        detail::dequantize_range(table, ids[i], 0, table.n_in, out + i * table.n_in);
+    }
+}
+
+int64_t argmax(const float* x, int64_t n) {
+    if (const auto* k = simd_ops(); k && k->argmax) return k->argmax(x, n);
+    return ref::argmax(x, n);
+}
+
+}  // namespace troupe::cpu

@@ -1,0 +1,21 @@
+// Element-wise and per-row ops of the model (the optimized twins of kernels/ref/ops.h, same signatures
+// and semantics). They dispatch on the active level: AVX-512 has its own rmsnorm, softmax, swiglu, add
+// and argmax (with a polynomial exp); rope caches each token's rotation angles across heads at every
+// level; the other levels and ops run portable C++.
+#pragma once
+
+#include <cstdint>
+
+#include "kernels/ref/ops.h"
+
+namespace troupe::cpu {
+
+void rmsnorm(const float* x, const float* weight, float* y, int64_t n_rows, int64_t n, float eps);
+void rope(float* x, int64_t n_tokens, int64_t n_heads, const int32_t* positions, const rope_params& p);
+void softmax(float* x, int64_t n_rows, int64_t n);
+void swiglu(const float* gate, const float* up, float* out, int64_t n);
+void add(const float* a, const float* b, float* out, int64_t n);
+void embedding(const matmul_weight& table, const int32_t* ids, int64_t n_ids, float* out);
+int64_t argmax(const float* x, int64_t n);
+
+}  // namespace troupe::cpu

@@ -1,0 +1,142 @@
+// AVX-512 row ops. exp: x = n ln2 + r with |r| <= ln2 / 2, e^r by a degree-6 polynomial (relative error
+// ~2e-7), scaled by 2^n with vscalefps (which also gives 0 and inf at the ends of the range).
+#include "kernels/cpu/row_ops_kernels.h"
+
+#if defined(__AVX512F__)
+
+#include <immintrin.h>
+
+#include <cmath>
+
+#include "kernels/ref/ops.h"
+
+namespace troupe::cpu::detail {
+namespace {
+
+inline __m512 exp512(__m512 x) {
+    x = _mm512_max_ps(_mm512_min_ps(x, _mm512_set1_ps(88.7f)), _mm512_set1_ps(-104.0f));
+    const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+                                          _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693145751953125f), x);  // ln2 split in two for exactness
+    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(1.428606765330187045e-06f), r);
+    __m512 p = _mm512_set1_ps(1.0f / 720);
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 120));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 24));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 6));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.5f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+    return _mm512_scalef_ps(p, n);
+}
+
+inline __mmask16 tail_mask(int64_t left) {
+    return static_cast<__mmask16>(left >= 16 ? 0xffff : (1u << left) - 1);
+}
+
+void rmsnorm_avx512(const float* x, const float* weight, float* y, int64_t n_rows, int64_t n, float eps) {
+    for (int64_t r = 0; r < n_rows; ++r) {
+        const float* xr = x + r * n;
+        float* yr = y + r * n;
+        __m512 s0 = _mm512_setzero_ps(), s1 = _mm512_setzero_ps();
+        int64_t i = 0;
+        for (; i + 32 <= n; i += 32) {
+            const __m512 a = _mm512_loadu_ps(xr + i), b = _mm512_loadu_ps(xr + i + 16);
+            s0 = _mm512_fmadd_ps(a, a, s0);
+            s1 = _mm512_fmadd_ps(b, b, s1);
+        }
+        for (; i < n; i += 16) {
+            const __m512 a = _mm512_maskz_loadu_ps(tail_mask(n - i), xr + i);
+            s0 = _mm512_fmadd_ps(a, a, s0);
+        }
+        const float sum = _mm512_reduce_add_ps(_mm512_add_ps(s0, s1));
+        const __m512 scale = _mm512_set1_ps(1.0f / std::sqrt(sum / static_cast<float>(n) + eps));
+        for (i = 0; i < n; i += 16) {
+            const __mmask16 m = tail_mask(n - i);
+            __m512 v = _mm512_mul_ps(_mm512_maskz_loadu_ps(m, xr + i), scale);
+            if (weight) v = _mm512_mul_ps(v, _mm512_maskz_loadu_ps(m, weight + i));
+            _mm512_mask_storeu_ps(yr + i, m, v);
+        }
+    }
+}
+
+void softmax_avx512(float* x, int64_t n_rows, int64_t n) {
+    for (int64_t r = 0; r < n_rows; ++r) {
+        float* xr = x + r * n;
+        __m512 mv = _mm512_set1_ps(-INFINITY);
+        for (int64_t i = 0; i < n; i += 16) {
+            mv = _mm512_max_ps(mv, _mm512_mask_loadu_ps(_mm512_set1_ps(-INFINITY), tail_mask(n - i), xr + i));
+        }
+        const __m512 max = _mm512_set1_ps(_mm512_reduce_max_ps(mv));
+        __m512 sv = _mm512_setzero_ps();
+        for (int64_t i = 0; i < n; i += 16) {
+            const __mmask16 m = tail_mask(n - i);
+            const __m512 e = _mm512_maskz_mov_ps(m, exp512(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, xr + i), max)));
+            _mm512_mask_storeu_ps(xr + i, m, e);
+            sv = _mm512_add_ps(sv, e);
+        }
+        const __m512 inv = _mm512_set1_ps(1.0f / _mm512_reduce_add_ps(sv));
+        for (int64_t i = 0; i < n; i += 16) {
+            const __mmask16 m = tail_mask(n - i);
+            _mm512_mask_storeu_ps(xr + i, m, _mm512_mul_ps(_mm512_maskz_loadu_ps(m, xr + i), inv));
+        }
+    }
+}
+
+void swiglu_avx512(const float* gate, const float* up, float* out, int64_t n) {
+    for (int64_t i = 0; i < n; i += 16) {
+        const __mmask16 m = tail_mask(n - i);
+        const __m512 g = _mm512_maskz_loadu_ps(m, gate + i);
+        const __m512 silu =
+            _mm512_div_ps(g, _mm512_add_ps(_mm512_set1_ps(1.0f), exp512(_mm512_sub_ps(_mm512_setzero_ps(), g))));
+        _mm512_mask_storeu_ps(out + i, m, _mm512_mul_ps(silu, _mm512_maskz_loadu_ps(m, up + i)));
+    }
+}
+
+void add_avx512(const float* a, const float* b, float* out, int64_t n) {
+    for (int64_t i = 0; i < n; i += 16) {
+        const __mmask16 m = tail_mask(n - i);
+        _mm512_mask_storeu_ps(out + i, m,
+                              _mm512_add_ps(_mm512_maskz_loadu_ps(m, a + i), _mm512_maskz_loadu_ps(m, b + i)));
+    }
+}
+
+// The first index of the largest non-NaN element (the reference's answer when there is one).
+int64_t argmax_avx512(const float* x, int64_t n) {
+    __m512 mv = _mm512_set1_ps(-INFINITY);
+    bool any = false;
+    for (int64_t i = 0; i < n; i += 16) {
+        const __mmask16 m = tail_mask(n - i);
+        const __m512 v = _mm512_maskz_loadu_ps(m, x + i);
+        const __mmask16 ordered = _mm512_mask_cmp_ps_mask(m, v, v, _CMP_ORD_Q);
+        any |= ordered != 0;
+        mv = _mm512_mask_max_ps(mv, ordered, mv, v);
+    }
+    if (!any || std::isnan(x[0])) return ref::argmax(x, n);
+    const __m512 max = _mm512_set1_ps(_mm512_reduce_max_ps(mv));
+    for (int64_t i = 0; i < n; i += 16) {
+        const __mmask16 eq =
+            _mm512_mask_cmp_ps_mask(tail_mask(n - i), _mm512_maskz_loadu_ps(tail_mask(n - i), x + i), max, _CMP_EQ_OQ);
+        if (eq) return i + __builtin_ctz(eq);
+    }
+    return ref::argmax(x, n);
+}
+
+}  // namespace
+
+const row_op_kernels& avx512_row_ops() {
+    static const row_op_kernels k{rmsnorm_avx512, softmax_avx512, swiglu_avx512, add_avx512, argmax_avx512};
+    return k;
+}
+
+}  // namespace troupe::cpu::detail
+
+#else
+
+namespace troupe::cpu::detail {
+const row_op_kernels& avx512_row_ops() {
+    static const row_op_kernels k{};
+    return k;
+}
+}  // namespace troupe::cpu::detail
+
+#endif

@@ -1,0 +1,78 @@
+// Reference (scalar, obvious) model ops: the twins that kernels/cpu is tested against.
+//
+// Matrix products follow llama.cpp's CPU recipe, which the golden outputs use:
+//
+//   weight  | activations become            | dot product
+//   --------+-------------------------------+----------------------------------------------------
+//   F32     | F32                           | float
+//   F16     | rounded to F16                | float products of the rounded values, float sums
+//   BF16    | rounded to BF16               | same
+//   Q8_0    | Q8_0 blocks (per 32, fp16 d)  | int dot per block * d_w * d_x
+//   Q4_0    | Q8_0 blocks                   | int dot of (q - 8) per block * d_w * d_x
+//   Q4_K    | Q8_K blocks (per 256, f32 d)  | d_x * (d * sum_j sc_j * int dot_j - dmin * sum_j m_j * bsum_j)
+//   Q6_K    | Q8_K blocks                   | d_x * d * sum_j scale_j * int dot_j of (q - 32)
+//
+// matmul_float_act is the other recipe: weights dequantized exactly, activations left in float.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "kernels/ggml_types.h"
+
+namespace troupe {
+
+// A weight matrix as stored: n_out rows of n_in elements of `type` (n_in a multiple of its block size).
+struct matmul_weight {
+    ggml_type type;
+    const void* data;  // [n_out] rows of row_stride bytes
+    int64_t n_in;
+    int64_t n_out;
+    size_t row_stride;  // bytes between rows, >= row_bytes(type, n_in)
+};
+
+// Whether matmul / embedding support this weight type.
+bool matmul_supports(ggml_type type);
+
+// RoPE settings (llama.cpp's rope with ext_factor 0 and attn_factor 1).
+struct rope_params {
+    int32_t head_dim;           // elements per head
+    int32_t n_rot;              // leading dims rotated (even, <= head_dim); the rest pass through
+    bool neox;                  // false: pairs (2i, 2i + 1) ("normal"); true: pairs (i, i + n_rot / 2)
+    float freq_base;            // theta_i = pos * freq_scale * freq_base^(-2i / n_rot) / freq_factors[i]
+    float freq_scale;           // linear position scaling (1 = none)
+    const float* freq_factors;  // [n_rot / 2] or null
+};
+
+namespace ref {
+
+// y[n_tokens, n_out] = x[n_tokens, n_in] * W^T with the activation recipe of the table above.
+void matmul(const matmul_weight& w, const float* x, float* y, int64_t n_tokens);
+
+// The float-activation recipe: each weight row dequantized exactly, dotted with x in float.
+void matmul_float_act(const matmul_weight& w, const float* x, float* y, int64_t n_tokens);
+
+// y[r] = x[r] / sqrt(mean(x[r]^2) + eps) * weight, per row of n; weight may be null (no scaling).
+// y may equal x.
+void rmsnorm(const float* x, const float* weight, float* y, int64_t n_rows, int64_t n, float eps);
+
+// In place on x[n_tokens, n_heads, head_dim]; positions[n_tokens].
+void rope(float* x, int64_t n_tokens, int64_t n_heads, const int32_t* positions, const rope_params& p);
+
+// In place, each row of n: x = exp(x - max) / sum.
+void softmax(float* x, int64_t n_rows, int64_t n);
+
+// out = silu(gate) * up = gate / (1 + exp(-gate)) * up; out may equal gate or up.
+void swiglu(const float* gate, const float* up, float* out, int64_t n);
+
+// out = a + b; out may equal a or b.
+void add(const float* a, const float* b, float* out, int64_t n);
+
+// out[i] = dequantized row ids[i] of table (out: [n_ids, table.n_in]).
+void embedding(const matmul_weight& table, const int32_t* ids, int64_t n_ids, float* out);
+
+// Index of the largest element (the first one on ties; NaNs are never the largest). n > 0.
+int64_t argmax(const float* x, int64_t n);
+
+}  // namespace ref
+}  // namespace troupe

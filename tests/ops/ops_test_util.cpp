@@ -1,0 +1,35 @@
+#include "ops_test_util.h"
+
+#include "kernels/ref/quants.h"
+
+namespace troupe::testing {
+
+std::vector<float> random_floats(int64_t n, uint32_t seed) {
+    std::mt19937 rng(seed);
+    std::normal_distribution<float> normal(0.0f, 1.0f);
+    std::uniform_int_distribution<int> pick(0, 63);
+    std::vector<float> v(n);
+    for (auto& x : v) x = normal(rng) * (pick(rng) == 0 ? 8.0f : 1.0f);
+    return v;
+}
+
+test_weight make_weight(ggml_type type, int64_t n_in, int64_t n_out, uint32_t seed, size_t extra_stride) {
+    test_weight w;
+    const size_t stride = row_bytes(type, n_in) + extra_stride;
+    w.bytes.assign(stride * n_out + 64, 0);
+    const std::vector<float> values = random_floats(n_in * n_out, seed);
+    for (int64_t r = 0; r < n_out; ++r)
+        ref::quantize_row(type, values.data() + r * n_in, w.bytes.data() + r * stride, n_in);
+    w.view = matmul_weight{type, w.bytes.data(), n_in, n_out, stride};
+    w.dequantized.resize(n_in * n_out);
+    for (int64_t r = 0; r < n_out; ++r) {
+        ref::dequantize_row(type, w.bytes.data() + r * stride, w.dequantized.data() + r * n_in, n_in);
+    }
+    return w;
+}
+
+std::string level_name(cpu::dispatch_level level) {
+    return std::string(cpu::name(level));
+}
+
+}  // namespace troupe::testing

@@ -1,0 +1,39 @@
+// Helpers of the ops tests: seeded random data, quantized weight matrices, dispatch-level scoping.
+#pragma once
+
+#include <cstdint>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "kernels/cpu/cpu_features.h"
+#include "kernels/ref/ops.h"
+
+namespace troupe::testing {
+
+// N(0, 1) values with a few outliers (x 8) so quantization scales vary between blocks.
+std::vector<float> random_floats(int64_t n, uint32_t seed);
+
+// A weight matrix of n_out rows quantized from random floats; row_stride may exceed the row's bytes.
+struct test_weight {
+    std::vector<uint8_t> bytes;
+    matmul_weight view;
+    std::vector<float> dequantized;  // [n_out, n_in]
+};
+test_weight make_weight(ggml_type type, int64_t n_in, int64_t n_out, uint32_t seed, size_t extra_stride = 0);
+
+// Forces a dispatch level for the scope.
+class scoped_level {
+public:
+    explicit scoped_level(cpu::dispatch_level level) : saved_(cpu::active_level()) { cpu::force_level(level); }
+    ~scoped_level() { cpu::force_level(saved_); }
+    scoped_level(const scoped_level&) = delete;
+    scoped_level& operator=(const scoped_level&) = delete;
+
+private:
+    cpu::dispatch_level saved_;
+};
+
+std::string level_name(cpu::dispatch_level level);
+
+}  // namespace troupe::testing

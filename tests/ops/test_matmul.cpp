@@ -1,0 +1,151 @@
+// Optimized matmul against the reference recipe (ref::matmul) at every dispatch level this CPU has,
+// on odd shapes (row counts 1, 3, 17, 67; token counts 1, 2, 5 for the dot-product kernels and 33, 130
+// for the GEMM), with 1 and 2 threads.
+//
+// Tolerance: both sides compute the same recipe (same quantized / rounded activations, exact integer
+// dots), so they differ only by float summation order: |y - y_ref| <= 4e-6 * sum_k |w_k x_k| + 1e-30.
+// One and two threads must agree bit for bit (each output is computed by one thread, in a fixed order).
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "kernels/cpu/matmul.h"
+#include "kernels/fp16.h"
+#include "kernels/ref/ops.h"
+#include "kernels/ref/quants.h"
+#include "ops_test_util.h"
+
+namespace troupe {
+namespace {
+
+using testing::make_weight;
+using testing::random_floats;
+using testing::scoped_level;
+
+constexpr float k_rel_tol = 4e-6f;
+
+std::vector<int64_t> row_lengths(ggml_type type) {
+    switch (type) {
+        case ggml_type::q4_k:
+        case ggml_type::q6_k:
+            return {256, 512};
+        case ggml_type::q8_0:
+        case ggml_type::q4_0:
+            return {32, 96, 512};
+        default:
+            return {32, 172, 512};
+    }
+}
+
+class matmul_types : public ::testing::TestWithParam<ggml_type> {};
+
+TEST_P(matmul_types, matches_the_reference_recipe_at_every_level_and_thread_count) {
+    const ggml_type type = GetParam();
+    cpu::thread_pool one(1), two(2);
+    float worst_ratio = 0;
+    uint32_t seed = 1;
+    for (int64_t n_in : row_lengths(type)) {
+        for (int64_t n_out : {1, 3, 17, 67}) {
+            const auto w = make_weight(type, n_in, n_out, seed++, n_out == 17 ? 6 : 0);
+            for (int64_t n_tokens : {1, 2, 5, 33, 130}) {
+                SCOPED_TRACE(std::string(traits(type).name) + " n_in " + std::to_string(n_in) + " n_out " +
+                             std::to_string(n_out) + " n_tokens " + std::to_string(n_tokens));
+                const auto x = random_floats(n_tokens * n_in, seed++);
+                std::vector<float> y_ref(n_tokens * n_out);
+                ref::matmul(w.view, x.data(), y_ref.data(), n_tokens);
+                std::vector<float> bound(n_tokens * n_out, 0.0f);  // sum_k |w_k x_k|
+                for (int64_t t = 0; t < n_tokens; ++t) {
+                    for (int64_t r = 0; r < n_out; ++r) {
+                        double s = 0;
+                        for (int64_t k = 0; k < n_in; ++k)
+                            s += std::fabs(w.dequantized[r * n_in + k] * x[t * n_in + k]);
+                        bound[t * n_out + r] = static_cast<float>(s);
+                    }
+                }
+                for (cpu::dispatch_level level : cpu::available_levels()) {
+                    SCOPED_TRACE("level " + testing::level_name(level));
+                    scoped_level scope(level);
+                    std::vector<float> y1(n_tokens * n_out, NAN), y2(n_tokens * n_out, NAN);
+                    cpu::matmul(w.view, x.data(), y1.data(), n_tokens, one);
+                    cpu::matmul(w.view, x.data(), y2.data(), n_tokens, two);
+                    for (size_t i = 0; i < y1.size(); ++i) {
+                        ASSERT_TRUE(std::isfinite(y1[i])) << "output " << i;
+                        ASSERT_EQ(y1[i], y2[i]) << "1 vs 2 threads differ at output " << i;
+                        const float err = std::fabs(y1[i] - y_ref[i]);
+                        ASSERT_LE(err, k_rel_tol * bound[i] + 1e-30f)
+                            << "output " << i << ": " << y1[i] << " vs reference " << y_ref[i];
+                        if (bound[i] > 0) worst_ratio = std::max(worst_ratio, err / bound[i]);
+                    }
+                }
+            }
+        }
+    }
+    std::printf("  %s: worst |y - y_ref| / sum|w x| = %.2e (tolerance %.0e)\n", std::string(traits(type).name).c_str(),
+                worst_ratio, k_rel_tol);
+}
+
+INSTANTIATE_TEST_SUITE_P(all_weight_types, matmul_types,
+                         ::testing::Values(ggml_type::f32, ggml_type::f16, ggml_type::bf16, ggml_type::q8_0,
+                                           ggml_type::q4_0, ggml_type::q4_k, ggml_type::q6_k),
+                         [](const auto& info) { return std::string(traits(info.param).name); });
+
+TEST(matmul, through_a_callers_parallel_for_equals_the_pool_overload) {
+    cpu::thread_pool pool(2);
+    const parallel_for_fn host = pool.as_parallel_for();
+    for (ggml_type type : {ggml_type::f32, ggml_type::q8_0, ggml_type::q4_k}) {
+        const int64_t n_in = 512, n_out = 67;
+        const auto w = make_weight(type, n_in, n_out, 99);
+        for (int64_t n_tokens : {1, 5, 33}) {
+            const auto x = random_floats(n_tokens * n_in, 7);
+            std::vector<float> a(n_tokens * n_out), b(n_tokens * n_out);
+            cpu::matmul(w.view, x.data(), a.data(), n_tokens, pool);
+            cpu::matmul(w.view, x.data(), b.data(), n_tokens, host);
+            EXPECT_EQ(a, b) << traits(type).name << " n_tokens " << n_tokens;
+        }
+    }
+}
+
+TEST(matmul, float_activation_recipe_equals_the_integer_recipe_only_for_float_weights) {
+    const int64_t n_in = 256, n_out = 17, n_tokens = 3;
+    const auto x = random_floats(n_tokens * n_in, 5);
+    std::vector<float> a(n_tokens * n_out), b(n_tokens * n_out);
+
+    const auto wf = make_weight(ggml_type::f32, n_in, n_out, 3);
+    ref::matmul(wf.view, x.data(), a.data(), n_tokens);
+    ref::matmul_float_act(wf.view, x.data(), b.data(), n_tokens);
+    EXPECT_EQ(a, b);
+
+    // Q8_0: quantizing the activations moves each output by about 1% of its scale, never 0 everywhere.
+    const auto wq = make_weight(ggml_type::q8_0, n_in, n_out, 3);
+    ref::matmul(wq.view, x.data(), a.data(), n_tokens);
+    ref::matmul_float_act(wq.view, x.data(), b.data(), n_tokens);
+    double max_diff = 0, max_abs = 0;
+    for (size_t i = 0; i < a.size(); ++i) {
+        max_diff = std::max(max_diff, double{std::fabs(a[i] - b[i])});
+        max_abs = std::max(max_abs, double{std::fabs(b[i])});
+    }
+    EXPECT_GT(max_diff, 0.0);
+    EXPECT_LT(max_diff, 0.05 * max_abs);
+}
+
+TEST(matmul, reference_recipe_of_q8_0_is_an_exact_integer_dot_per_block) {
+    // One block: weights 1..32 scaled by d_w, activations chosen so their Q8_0 codes are known.
+    std::vector<float> wv(32), xv(32);
+    for (int i = 0; i < 32; ++i) {
+        wv[i] = static_cast<float>(i + 1) * 0.5f;    // amax 16 -> d = 16/127, codes round(i+1 * 127/32)
+        xv[i] = (i % 2 == 0 ? 1.0f : -1.0f) * 2.0f;  // all |x| = amax: codes +-127, d_x = 2/127
+    }
+    block_q8_0 wb{};
+    ref::quantize_row_q8_0(wv.data(), &wb, 32);
+    const matmul_weight w{ggml_type::q8_0, &wb, 32, 1, sizeof wb};
+    float y = 0;
+    ref::matmul(w, xv.data(), &y, 1);
+    int32_t sumi = 0;
+    for (int i = 0; i < 32; ++i) sumi += wb.qs[i] * (i % 2 == 0 ? 127 : -127);
+    const float expected = static_cast<float>(sumi) * (fp16_to_fp32(wb.d) * fp16_to_fp32(fp32_to_fp16(2.0f / 127)));
+    EXPECT_FLOAT_EQ(y, expected);
+    EXPECT_NE(y, 0.0f);
+}
+
+}  // namespace
+}  // namespace troupe

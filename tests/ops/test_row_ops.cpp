@@ -1,0 +1,177 @@
+// Row ops (rmsnorm, rope, softmax, swiglu, add, embedding, argmax) against their references at every
+// dispatch level. Tolerances are stated per op next to each test.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+
+#include "kernels/cpu/row_ops.h"
+#include "kernels/ref/ops.h"
+#include "ops_test_util.h"
+
+namespace troupe {
+namespace {
+
+using testing::random_floats;
+using testing::scoped_level;
+
+// |a - b| <= rel * |b| + abs_tol, and a finite wherever b is.
+void expect_close(const std::vector<float>& a, const std::vector<float>& b, float rel, float abs_tol) {
+    ASSERT_EQ(a.size(), b.size());
+    for (size_t i = 0; i < a.size(); ++i) {
+        ASSERT_EQ(std::isfinite(a[i]), std::isfinite(b[i])) << "at " << i << ": " << a[i] << " vs " << b[i];
+        ASSERT_LE(std::fabs(a[i] - b[i]), rel * std::fabs(b[i]) + abs_tol)
+            << "at " << i << ": " << a[i] << " vs " << b[i];
+    }
+}
+
+TEST(row_ops, rmsnorm_matches_the_reference_within_2e_6_relative) {
+    for (auto level : cpu::available_levels()) {
+        scoped_level scope(level);
+        for (int64_t n : {1, 7, 64, 768, 2049}) {
+            for (bool with_weight : {false, true}) {
+                SCOPED_TRACE(testing::level_name(level) + " n " + std::to_string(n));
+                const int64_t rows = 3;
+                const auto x = random_floats(rows * n, 11);
+                const auto wt = random_floats(n, 12);
+                std::vector<float> a(rows * n), b(rows * n);
+                cpu::rmsnorm(x.data(), with_weight ? wt.data() : nullptr, a.data(), rows, n, 1e-5f);
+                ref::rmsnorm(x.data(), with_weight ? wt.data() : nullptr, b.data(), rows, n, 1e-5f);
+                expect_close(a, b, 2e-6f, 1e-30f);
+                std::vector<float> in_place = x;  // y may equal x
+                cpu::rmsnorm(in_place.data(), with_weight ? wt.data() : nullptr, in_place.data(), rows, n, 1e-5f);
+                EXPECT_EQ(in_place, a);
+            }
+        }
+    }
+}
+
+TEST(row_ops, rope_matches_the_reference_in_both_modes_with_scaling_and_freq_factors) {
+    // Angles are computed in double then reduced; sin/cos in float: 2e-6 of the row's scale.
+    const int64_t n_tokens = 5, n_heads = 3, head_dim = 64;
+    const int32_t positions[n_tokens] = {0, 1, 17, 511, 4097};
+    const auto factors = [] {
+        std::vector<float> f(32);
+        for (int i = 0; i < 32; ++i) f[i] = 1.0f + 0.25f * static_cast<float>(i % 5);
+        return f;
+    }();
+    for (auto level : cpu::available_levels()) {
+        scoped_level scope(level);
+        for (bool neox : {false, true}) {
+            for (int32_t n_rot : {64, 32}) {
+                for (bool with_factors : {false, true}) {
+                    SCOPED_TRACE(testing::level_name(level) + (neox ? " neox" : " normal") + " n_rot " +
+                                 std::to_string(n_rot) + (with_factors ? " factors" : ""));
+                    const rope_params p{
+                        static_cast<int32_t>(head_dim),         n_rot, neox, 10000.0f, with_factors ? 0.5f : 1.0f,
+                        with_factors ? factors.data() : nullptr};
+                    auto a = random_floats(n_tokens * n_heads * head_dim, 21);
+                    auto b = a;
+                    const auto x = a;
+                    cpu::rope(a.data(), n_tokens, n_heads, positions, p);
+                    ref::rope(b.data(), n_tokens, n_heads, positions, p);
+                    expect_close(a, b, 0.0f, 2e-6f * 8.0f);
+                    // Position 0 is the identity; dims past n_rot pass through.
+                    for (int64_t i = 0; i < n_heads * head_dim; ++i) EXPECT_FLOAT_EQ(a[i], x[i]);
+                    for (int64_t h = 0; h < n_tokens * n_heads; ++h) {
+                        for (int64_t d = n_rot; d < head_dim; ++d) EXPECT_EQ(a[h * head_dim + d], x[h * head_dim + d]);
+                    }
+                }
+            }
+        }
+    }
+}
+
+TEST(row_ops, rope_normal_mode_rotates_adjacent_pairs_and_neox_rotates_halves) {
+    // head_dim 4, position 1, base 1: every theta is 1 rad.
+    const int32_t pos = 1;
+    const float c = std::cos(1.0f), s = std::sin(1.0f);
+    std::vector<float> x = {1, 2, 3, 4};
+    cpu::rope(x.data(), 1, 1, &pos, rope_params{4, 4, false, 1.0f, 1.0f, nullptr});
+    EXPECT_NEAR(x[0], 1 * c - 2 * s, 1e-6);
+    EXPECT_NEAR(x[1], 1 * s + 2 * c, 1e-6);
+    EXPECT_NEAR(x[2], 3 * c - 4 * s, 1e-6);
+    x = {1, 2, 3, 4};
+    cpu::rope(x.data(), 1, 1, &pos, rope_params{4, 4, true, 1.0f, 1.0f, nullptr});
+    EXPECT_NEAR(x[0], 1 * c - 3 * s, 1e-6);
+    EXPECT_NEAR(x[2], 1 * s + 3 * c, 1e-6);
+}
+
+TEST(row_ops, softmax_matches_the_reference_within_1e_6_relative_and_sums_to_one) {
+    for (auto level : cpu::available_levels()) {
+        scoped_level scope(level);
+        for (int64_t n : {1, 5, 17, 1000, 32000}) {
+            SCOPED_TRACE(testing::level_name(level) + " n " + std::to_string(n));
+            auto a = random_floats(2 * n, 31);
+            for (auto& v : a) v *= 4.0f;
+            if (n > 1) {
+                a[0] = -std::numeric_limits<float>::infinity();  // masked entry -> 0
+                a[1] = 80.0f;                                    // a large logit must not overflow
+            }
+            auto b = a;
+            cpu::softmax(a.data(), 2, n);
+            ref::softmax(b.data(), 2, n);
+            expect_close(a, b, 1e-6f, 1e-12f);
+            double sum = 0;
+            for (int64_t i = n; i < 2 * n; ++i) sum += a[i];
+            EXPECT_NEAR(sum, 1.0, 1e-5);
+            if (n > 1) {
+                EXPECT_EQ(a[0], 0.0f);
+            }
+        }
+    }
+}
+
+TEST(row_ops, swiglu_and_add_match_the_reference) {
+    // swiglu: 1e-6 relative (exp polynomial); add: exact.
+    for (auto level : cpu::available_levels()) {
+        scoped_level scope(level);
+        for (int64_t n : {1, 15, 16, 2049}) {
+            SCOPED_TRACE(testing::level_name(level) + " n " + std::to_string(n));
+            auto g = random_floats(n, 41), u = random_floats(n, 42);
+            g[0] = -100.0f;  // silu -> -0, exp(100) must not produce NaN
+            std::vector<float> a(n), b(n);
+            cpu::swiglu(g.data(), u.data(), a.data(), n);
+            ref::swiglu(g.data(), u.data(), b.data(), n);
+            expect_close(a, b, 1e-6f, 1e-30f);
+            cpu::add(g.data(), u.data(), a.data(), n);
+            ref::add(g.data(), u.data(), b.data(), n);
+            EXPECT_EQ(a, b);
+        }
+    }
+}
+
+TEST(row_ops, embedding_dequantizes_the_rows_of_every_supported_type) {
+    const int32_t ids[] = {4, 0, 16, 4};
+    for (ggml_type type : {ggml_type::f32, ggml_type::f16, ggml_type::bf16, ggml_type::q8_0, ggml_type::q4_0,
+                           ggml_type::q4_k, ggml_type::q6_k}) {
+        SCOPED_TRACE(std::string(traits(type).name));
+        const auto w = testing::make_weight(type, 256, 17, 51);
+        std::vector<float> a(4 * 256), b(4 * 256);
+        cpu::embedding(w.view, ids, 4, a.data());
+        ref::embedding(w.view, ids, 4, b.data());
+        EXPECT_EQ(a, b);
+        for (int i = 0; i < 256; ++i) EXPECT_EQ(a[256 + i], w.dequantized[i]);
+    }
+}
+
+TEST(row_ops, argmax_returns_the_first_largest_and_never_a_nan) {
+    for (auto level : cpu::available_levels()) {
+        scoped_level scope(level);
+        SCOPED_TRACE(testing::level_name(level));
+        for (int64_t n : {1, 7, 16, 33, 32000}) {
+            auto x = random_floats(n, 61);
+            EXPECT_EQ(cpu::argmax(x.data(), n), ref::argmax(x.data(), n)) << "n " << n;
+        }
+        std::vector<float> x(40, -1.0f);
+        x[21] = 3.0f;
+        x[37] = 3.0f;
+        x[5] = std::numeric_limits<float>::quiet_NaN();
+        EXPECT_EQ(cpu::argmax(x.data(), 40), 21);
+        std::vector<float> all_neg_inf(19, -std::numeric_limits<float>::infinity());
+        EXPECT_EQ(cpu::argmax(all_neg_inf.data(), 19), 0);
+    }
+}
+
+}  // namespace
+}  // namespace troupe

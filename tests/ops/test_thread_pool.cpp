@@ -1,0 +1,79 @@
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <thread>
+#include <vector>
+
+#include "kernels/cpu/cpu_features.h"
+#include "kernels/cpu/thread_pool.h"
+
+namespace troupe {
+namespace {
+
+TEST(thread_pool, parallel_for_visits_every_index_exactly_once) {
+    for (int threads : {1, 2, 3, 5}) {
+        cpu::thread_pool pool(threads);
+        EXPECT_EQ(pool.n_threads(), threads);
+        for (int64_t n : {0, 1, 2, 3, 7, 100, 1001}) {
+            std::vector<std::atomic<int>> hits(n);
+            pool.parallel_for(n, [&](int64_t b, int64_t e) {
+                ASSERT_LE(0, b);
+                ASSERT_LE(b, e);
+                ASSERT_LE(e, n);
+                for (int64_t i = b; i < e; ++i) hits[i].fetch_add(1);
+            });
+            for (int64_t i = 0; i < n; ++i) ASSERT_EQ(hits[i].load(), 1) << "threads " << threads << " n " << n;
+        }
+    }
+}
+
+TEST(thread_pool, work_runs_on_several_threads_and_back_to_back_calls_complete) {
+    cpu::thread_pool pool(2);
+    std::atomic<int> distinct{0};
+    const auto caller = std::this_thread::get_id();
+    pool.parallel_for(2, [&](int64_t, int64_t) {
+        if (std::this_thread::get_id() != caller) distinct.fetch_add(1);
+    });
+    EXPECT_EQ(distinct.load(), 1);
+    int64_t total = 0;
+    std::atomic<int64_t> sum{0};
+    for (int i = 0; i < 20000; ++i) {
+        pool.parallel_for(4, [&](int64_t b, int64_t e) { sum.fetch_add(e - b); });
+        total += 4;
+    }
+    EXPECT_EQ(sum.load(), total);
+}
+
+TEST(thread_pool, a_nested_parallel_for_runs_inline) {
+    cpu::thread_pool pool(2);
+    std::atomic<int64_t> sum{0};
+    pool.parallel_for(
+        2, [&](int64_t, int64_t) { pool.parallel_for(10, [&](int64_t b, int64_t e) { sum.fetch_add(e - b); }); });
+    EXPECT_EQ(sum.load(), 20);
+}
+
+TEST(thread_pool, sleeping_workers_wake_for_the_next_job) {
+    cpu::thread_pool pool(2, /*spin_us=*/10);
+    std::atomic<int64_t> sum{0};
+    for (int i = 0; i < 3; ++i) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+        pool.parallel_for(2, [&](int64_t b, int64_t e) { sum.fetch_add(e - b); });
+    }
+    EXPECT_EQ(sum.load(), 6);
+}
+
+TEST(cpu_features, scalar_is_always_available_and_levels_can_be_forced) {
+    const auto levels = cpu::available_levels();
+    ASSERT_FALSE(levels.empty());
+    EXPECT_EQ(levels.front(), cpu::dispatch_level::scalar);
+    EXPECT_EQ(levels.back(), cpu::best_level());
+    const auto saved = cpu::active_level();
+    for (auto level : levels) {
+        cpu::force_level(level);
+        EXPECT_EQ(cpu::active_level(), level);
+    }
+    cpu::force_level(saved);
+}
+
+}  // namespace
+}  // namespace troupe
