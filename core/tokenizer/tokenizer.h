@@ -59,6 +59,7 @@ public:
     int32_t eos_id() const { return vocab_.eos_id; }  // -1: none
     // End of generation: EOS, EOT, EOM and end-of-turn tokens (<|eot_id|>, <|im_end|>, ...).
     bool is_eog(int32_t id) const;
+    const std::vector<int32_t>& eog_ids() const { return vocab_.eog_ids; }  // sorted
     bool is_control(int32_t id) const;
     std::string_view model_name() const { return vocab_.model_name; }  // "llama" or "gpt2"
     std::string_view pre_name() const { return vocab_.pre_name; }
