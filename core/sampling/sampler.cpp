@@ -1,16 +1,17 @@
 // sampler: penalties -> (greedy argmax) -> temperature -> top-k -> top-p -> min-p -> softmax -> draw.
 //
-// Efficiency on 32k-150k vocabularies: the vocabulary is never sorted as a whole when top_k is set
-// (nth_element picks the k best, then only those k are sorted). Without top_k, min-p is applied first
-// as a linear filter on the logits (p_i >= min_p * p_max <=> l_i >= l_max + T * log(min_p)), and top-p
-// sorts a growing prefix only until the cumulative mass reaches top_p. That is exactly the documented
-// order: top-p and min-p both keep a prefix of the candidates sorted by descending logit, and min-p
-// is relative to the maximum, which top-p always keeps, so their intersection does not depend on the
-// order; top-p's mass is still normalized over the set before min-p (the top-k set).
+// Efficiency on 32k-150k vocabularies: the vocabulary is never sorted as a whole. With top_k set, one
+// pass keeps the k best in a small heap (one comparison per token for almost all of them), and only
+// those k are sorted. Without top_k, min-p is applied during the one pass over the logits as a linear
+// filter (p_i >= min_p * p_max <=> (l_i - l_max) / T >= log(min_p)), and top-p sorts a growing prefix
+// (partial_sort) only until the cumulative mass reaches top_p. That is exactly the documented order:
+// top-p and min-p both keep a prefix of the candidates sorted by descending logit, and min-p is
+// relative to the maximum, which top-p always keeps, so their intersection does not depend on the
+// order; top-p's mass stays normalized over the set before min-p (the top-k set, or everything).
 //
 // Determinism: candidates are ordered by (logit descending, token id ascending), so ties break to the
 // lower id; draws walk the kept tokens in ascending id order, so sample() and draw(distribution())
-// pick the same token from the same RNG state.
+// pick the same token from the same RNG state. NaN and -inf logits are never kept.
 #include "core/sampling/sampler.h"
 
 #include "core/result.h"
@@ -29,12 +30,47 @@ bool better(const std::pair<float, int32_t>& a, const std::pair<float, int32_t>&
     return a.second < b.second;
 }
 
-int32_t argmax(std::span<const float> logits) {
-    int32_t best = 0;
-    for (size_t i = 1; i < logits.size(); ++i) {
-        if (logits[i] > logits[static_cast<size_t>(best)]) best = static_cast<int32_t>(i);
+// The largest value, NaN ignored (-inf when there is none). Eight independent running maxima so the
+// loop is not one long dependency chain (the compiler may vectorize it).
+float max_value(std::span<const float> x) {
+    float m[8] = {neg_inf, neg_inf, neg_inf, neg_inf, neg_inf, neg_inf, neg_inf, neg_inf};
+    size_t i = 0;
+    for (; i + 8 <= x.size(); i += 8) {
+        for (size_t j = 0; j < 8; ++j) m[j] = x[i + j] > m[j] ? x[i + j] : m[j];
     }
+    for (; i < x.size(); ++i) m[0] = x[i] > m[0] ? x[i] : m[0];
+    float best = m[0];
+    for (float v : m) best = v > best ? v : best;
     return best;
+}
+
+// The lowest id holding the largest value (0 when every value is NaN).
+int32_t argmax(std::span<const float> x) {
+    const float best = max_value(x);
+    for (size_t i = 0; i < x.size(); ++i) {
+        if (x[i] == best) return static_cast<int32_t>(i);
+    }
+    return 0;
+}
+
+// The k best (logit, id) by `better`, NaN and -inf skipped, sorted best first. One comparison per token
+// for all but the few that enter the heap (whose top is the worst kept).
+void select_top_k(std::span<const float> logits, size_t k, std::vector<std::pair<float, int32_t>>& out) {
+    out.clear();
+    out.reserve(k);
+    for (size_t i = 0; i < logits.size(); ++i) {
+        const float l = logits[i];
+        if (!(l > neg_inf)) continue;
+        if (out.size() < k) {
+            out.emplace_back(l, static_cast<int32_t>(i));
+            std::push_heap(out.begin(), out.end(), better);
+        } else if (l > out.front().first) {  // equal logits lose: the later id is worse
+            std::pop_heap(out.begin(), out.end(), better);
+            out.back() = {l, static_cast<int32_t>(i)};
+            std::push_heap(out.begin(), out.end(), better);
+        }
+    }
+    std::sort(out.begin(), out.end(), better);
 }
 
 // Penalties over the last penalty_last_n tokens of history, applied in place.
@@ -63,52 +99,56 @@ void apply_penalties(const sampling_params& p, std::span<const int32_t> history,
 sampler::sampler(const sampling_params& params) : params_(params), rng_(params.seed) {}
 
 void sampler::candidates(std::span<const float> logits, std::vector<std::pair<float, int32_t>>& cand) const {
-    const auto n = static_cast<int32_t>(logits.size());
-    TROUPE_ASSERT(n > 0, "sampler: empty logits");
-    cand.clear();
-    cand.reserve(logits.size());
-    for (int32_t i = 0; i < n; ++i) {
-        const float l = logits[static_cast<size_t>(i)];
-        if (!std::isnan(l) && l != neg_inf) cand.emplace_back(l, i);
-    }
-    if (cand.empty()) {  // everything masked: fall back to the argmax (token 0 when all are -inf)
-        cand.emplace_back(0.0f, argmax(logits));
-        return;
-    }
-    bool sorted = false;
-    if (params_.top_k > 0 && static_cast<size_t>(params_.top_k) < cand.size()) {
-        const auto k = static_cast<std::ptrdiff_t>(params_.top_k);
-        std::nth_element(cand.begin(), cand.begin() + k - 1, cand.end(), better);
-        cand.resize(static_cast<size_t>(k));
-        std::sort(cand.begin(), cand.end(), better);
-        sorted = true;
-    }
+    TROUPE_ASSERT(!logits.empty(), "sampler: empty logits");
     const float inv_t = 1.0f / params_.temperature;
-    float l_max = neg_inf;
-    for (auto& c : cand) {
-        c.first *= inv_t;
-        l_max = std::max(l_max, c.first);
-    }
-    // Normalizer of the top-k set (top-p's mass is relative to it).
+    const float log_min_p = params_.min_p > 0.0f ? std::log(params_.min_p) : neg_inf;
+    const bool top_p = params_.top_p < 1.0f;
+    // From here cand[i].first is the scaled logit s = (l - l_max) / T <= 0; exp(s) is the unnormalized
+    // probability. z is the normalizer of the set before min-p (top-p's mass is relative to it).
     double z = 0.0;
-    for (const auto& c : cand) z += std::exp(static_cast<double>(c.first - l_max));
-
-    if (params_.min_p > 0.0f) {
-        const float threshold = l_max + std::log(params_.min_p);
-        auto keep_end =
-            std::stable_partition(cand.begin(), cand.end(), [&](const auto& c) { return c.first >= threshold; });
-        cand.erase(keep_end, cand.end());
+    bool sorted = false;
+    if (params_.top_k > 0 && static_cast<size_t>(params_.top_k) < logits.size()) {
+        select_top_k(logits, static_cast<size_t>(params_.top_k), cand);
+        if (cand.empty()) {  // everything masked: token 0
+            cand.emplace_back(0.0f, 0);
+            return;
+        }
+        const float l_max = cand.front().first;
+        for (auto& c : cand) {
+            c.first = (c.first - l_max) * inv_t;
+            z += std::exp(static_cast<double>(c.first));
+        }
+        size_t keep = cand.size();
+        while (keep > 1 && cand[keep - 1].first < log_min_p) --keep;  // sorted: min-p keeps a prefix
+        cand.resize(keep);
+        sorted = true;
+    } else {
+        const float l_max = max_value(logits);
+        cand.clear();
+        if (!(l_max > neg_inf)) {  // everything masked: token 0
+            cand.emplace_back(0.0f, 0);
+            return;
+        }
+        cand.reserve(logits.size());
+        for (size_t i = 0; i < logits.size(); ++i) {
+            const float l = logits[i];
+            if (!(l > neg_inf)) continue;
+            const float sl = (l - l_max) * inv_t;
+            if (top_p) z += static_cast<double>(std::exp(sl));
+            if (sl >= log_min_p) cand.emplace_back(sl, static_cast<int32_t>(i));
+        }
     }
-    if (params_.top_p < 1.0f) {
-        // Sort a growing prefix until it holds top_p of the mass.
+    if (top_p) {
+        // Sort a growing prefix until it holds top_p of the mass (all of it is sorted after top-k).
         const double target = static_cast<double>(params_.top_p) * z;
         size_t m = sorted ? cand.size() : std::min<size_t>(cand.size(), 256);
         for (;;) {
-            if (!sorted)
+            if (!sorted) {
                 std::partial_sort(cand.begin(), cand.begin() + static_cast<std::ptrdiff_t>(m), cand.end(), better);
+            }
             double cum = 0.0;
             size_t keep = 0;
-            while (keep < m && cum < target) cum += std::exp(static_cast<double>(cand[keep++].first - l_max));
+            while (keep < m && cum < target) cum += static_cast<double>(std::exp(cand[keep++].first));
             if (cum >= target || m == cand.size()) {
                 cand.resize(std::max<size_t>(keep, 1));
                 break;
@@ -123,8 +163,8 @@ void sampler::candidates(std::span<const float> logits, std::vector<std::pair<fl
     // Softmax over the kept set; first holds the probability from here on.
     double sum = 0.0;
     for (auto& c : cand) {
-        c.first = std::exp(c.first - l_max);
-        sum += c.first;
+        c.first = std::exp(c.first);
+        sum += static_cast<double>(c.first);
     }
     const auto inv_sum = static_cast<float>(1.0 / sum);
     for (auto& c : cand) c.first *= inv_sum;

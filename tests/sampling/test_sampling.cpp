@@ -77,6 +77,13 @@ TEST(sampler, top_k_keeps_exactly_the_k_best) {
     EXPECT_NEAR(probs[1], std::exp(4.0) / z, 1e-6);
 }
 
+TEST(sampler, top_k_breaks_ties_at_the_boundary_toward_lower_ids) {
+    auto p = plain();
+    p.top_k = 2;
+    EXPECT_EQ(kept(dist(p, {1.0f, 2.0f, 1.0f, 2.0f, 2.0f})), (std::vector<int32_t>{1, 3}));
+    EXPECT_EQ(kept(dist(p, {2.0f, 1.0f, 3.0f, 1.0f})), (std::vector<int32_t>{0, 2}));
+}
+
 TEST(sampler, top_k_on_a_large_vocabulary_keeps_the_k_largest_logits) {
     const auto logits = big_logits(50000, 1);
     auto p = plain();
@@ -131,10 +138,10 @@ TEST(sampler, top_p_on_a_large_vocabulary_matches_a_full_sort) {
 }
 
 TEST(sampler, min_p_drops_tokens_below_min_p_times_the_best) {
-    // probabilities 0.4, 0.3, 0.2, 0.1; min_p 0.5 keeps p >= 0.2
+    // probabilities 0.4, 0.3, 0.2, 0.1; min_p 0.45 keeps p >= 0.18
     const std::vector<float> logits{std::log(0.4f), std::log(0.3f), std::log(0.2f), std::log(0.1f)};
     auto p = plain();
-    p.min_p = 0.5f;
+    p.min_p = 0.45f;
     auto probs = dist(p, logits);
     EXPECT_EQ(kept(probs), (std::vector<int32_t>{0, 1, 2}));
     EXPECT_NEAR(probs[0], 0.4 / 0.9, 1e-6);
