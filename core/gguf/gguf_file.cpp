@@ -15,6 +15,7 @@
 #include <cerrno>
 #include <cstring>
 #include <limits>
+#include <new>
 #include <set>
 
 #include "core/log/log.h"
@@ -85,6 +86,10 @@ size_t min_encoded_size(value_type t) {
     }
     return 1;
 }
+
+// Each array element is held as a `scalar` (40 bytes), so a forged count in a large file could ask for
+// many times the file's size: the sum of array lengths is capped far above real vocabularies (~10^6).
+constexpr uint64_t max_array_elements = uint64_t{1} << 24;
 
 bool is_known_value_type(uint32_t t) {
     return t <= static_cast<uint32_t>(value_type::f64);
@@ -271,6 +276,7 @@ private:
         if (!is_known_value_type(type)) return fail("unknown value type " + std::to_string(type), key, type_at);
 
         metadata_value v{static_cast<value_type>(type), static_cast<value_type>(type), {}};
+        if (key == "general.alignment") alignment_at_ = pos_;
         if (v.type == value_type::array) {
             const size_t elem_at = pos_;
             const uint32_t elem = read<uint32_t>("an array element type", key);
@@ -281,6 +287,12 @@ private:
                 return fail("unknown array element type " + std::to_string(elem), key, elem_at);
             v.element_type = static_cast<value_type>(elem);
             if (v.element_type == value_type::array) return fail("nested arrays are not supported", key, elem_at);
+            if (count > max_array_elements - n_elements_) {
+                return fail("array of " + std::to_string(count) + " elements exceeds the limit of " +
+                                std::to_string(max_array_elements) + " metadata array elements per file",
+                            key, count_at);
+            }
+            n_elements_ += count;
             if (count > left() / min_encoded_size(v.element_type)) {
                 return fail("array of " + std::to_string(count) + " " + std::string(value_type_name(v.element_type)) +
                                 " cannot fit in the " + std::to_string(left()) + " bytes left",
@@ -289,7 +301,6 @@ private:
             v.elements.reserve(count);
             for (uint64_t j = 0; j < count && ok(); ++j) v.elements.push_back(read_scalar(v.element_type, key));
         } else {
-            if (key == "general.alignment") alignment_at_ = pos_;
             v.elements.push_back(read_scalar(v.type, key));
         }
         if (!ok()) return;
@@ -395,6 +406,7 @@ private:
     uint64_t n_tensors_ = 0;
     uint64_t n_kv_ = 0;
     size_t alignment_at_ = 0;
+    uint64_t n_elements_ = 0;        // metadata array elements so far, against max_array_elements
     std::vector<size_t> offset_at_;  // [n_tensors] byte position of each tensor's offset field
     std::optional<error> err_;
 };
@@ -427,7 +439,13 @@ result<std::shared_ptr<const gguf_file>> gguf_file::open(const std::string& path
     ::close(fd);  // the mapping keeps the file alive
 
     gguf_reader reader(*f);
-    if (status s = reader.parse(); !s) return s.err();
+    status s;
+    try {
+        s = reader.parse();
+    } catch (const std::bad_alloc&) {  // the edge where a file's counts meet the allocator
+        return make_error(path + ": out of memory while reading the metadata and tensor table");
+    }
+    if (!s) return s.err();
     TROUPE_LOG_DEBUG("gguf", "%s: GGUF v%u, %zu tensors, %zu keys, %zu bytes", path.c_str(), f->version_,
                      f->tensors_.size(), f->key_order_.size(), f->size_);
     return std::shared_ptr<const gguf_file>(std::move(f));

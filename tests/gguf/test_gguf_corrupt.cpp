@@ -75,11 +75,18 @@ TEST(gguf_corrupt, each_named_defect_gives_one_error_with_file_field_and_byte) {
          [](const bytes_t& b) {
              return "unknown array element type 42 (test.ints" + at(key_type_at(b, "test.ints") + 4);
          }},
-        {"array_longer_than_file", [](bytes_t& b) { patch<uint64_t>(b, key_type_at(b, "test.ints") + 8, 1ull << 40); },
+        {"array_longer_than_file", [](bytes_t& b) { patch<uint64_t>(b, key_type_at(b, "test.ints") + 8, 1ull << 20); },
          [](const bytes_t& b) {
              const size_t count_at = key_type_at(b, "test.ints") + 8;
-             return "array of 1099511627776 i32 cannot fit in the " + std::to_string(b.size() - count_at - 8) +
+             return "array of 1048576 i32 cannot fit in the " + std::to_string(b.size() - count_at - 8) +
                     " bytes left (test.ints" + at(count_at);
+         }},
+        {"array_over_the_element_limit",
+         [](bytes_t& b) { patch<uint64_t>(b, key_type_at(b, "test.ints") + 8, 1ull << 40); },
+         [](const bytes_t& b) {
+             return "array of 1099511627776 elements exceeds the limit of 16777216 metadata array elements per "
+                    "file (test.ints" +
+                    at(key_type_at(b, "test.ints") + 8);
          }},
         {"bool_byte_2", [](bytes_t& b) { b[key_type_at(b, "test.bool") + 4] = 2; },
          [](const bytes_t& b) {
