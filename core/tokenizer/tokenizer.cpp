@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "core/gguf/gguf_file.h"
+#include "core/log/log.h"
 #include "core/tokenizer/bpe_encoder.h"
 #include "core/tokenizer/byte_level.h"
 #include "core/tokenizer/pre_tokenizer.h"
@@ -147,6 +148,10 @@ std::vector<int32_t> tokenizer::encode(std::string_view text, bool add_bos, bool
         after_special = false;
     }
     if (add_bos && vocab_.add_eos && vocab_.eos_id >= 0) out.push_back(vocab_.eos_id);
+    if (add_bos && vocab_.add_bos && out.size() >= 2 && out[1] == vocab_.bos_id) {
+        TROUPE_LOG_WARN("tokenizer", "the text starts with BOS (id %d) and BOS was added: the prompt has two",
+                        vocab_.bos_id);
+    }
     return out;
 }
 
