@@ -117,6 +117,11 @@ void gguf_writer::copy_metadata(const gguf_file& from, std::string_view prefix) 
 
 void gguf_writer::add_tensor(const std::string& name, ggml_type type, std::vector<int64_t> dims,
                              std::span<const uint8_t> bytes) {
+    add_tensor(name, type, std::move(dims), std::vector<uint8_t>(bytes.begin(), bytes.end()));
+}
+
+void gguf_writer::add_tensor(const std::string& name, ggml_type type, std::vector<int64_t> dims,
+                             std::vector<uint8_t>&& bytes) {
     TROUPE_ASSERT(!dims.empty() && dims.size() <= 4, name);
     int64_t n = 1;
     for (int64_t d : dims) {
@@ -127,7 +132,7 @@ void gguf_writer::add_tensor(const std::string& name, ggml_type type, std::vecto
     TROUPE_ASSERT(bytes.size() == static_cast<size_t>(n / dims[0]) * row_bytes(type, dims[0]),
                   name + ": byte count does not match the shape");
     for (const pending_tensor& t : tensors_) TROUPE_ASSERT(t.name != name, "duplicate tensor " + name);
-    tensors_.push_back({name, type, std::move(dims), std::vector<uint8_t>(bytes.begin(), bytes.end())});
+    tensors_.push_back({name, type, std::move(dims), std::move(bytes)});
 }
 
 void gguf_writer::add_tensor_f32(const std::string& name, std::vector<int64_t> dims, std::span<const float> values) {
@@ -135,7 +140,7 @@ void gguf_writer::add_tensor_f32(const std::string& name, std::vector<int64_t> d
     add_tensor(name, ggml_type::f32, std::move(dims), std::span<const uint8_t>(p, values.size_bytes()));
 }
 
-std::vector<uint8_t> gguf_writer::to_bytes() const {
+std::vector<uint8_t> gguf_writer::header_bytes() const {
     std::vector<uint8_t> out;
     byte_sink sink(out);
     out.insert(out.end(), {'G', 'G', 'U', 'F'});
@@ -164,6 +169,12 @@ std::vector<uint8_t> gguf_writer::to_bytes() const {
         offset = align_up(offset + t.bytes.size(), alignment_);
     }
     sink.pad_to(alignment_);
+    return out;
+}
+
+std::vector<uint8_t> gguf_writer::to_bytes() const {
+    std::vector<uint8_t> out = header_bytes();
+    byte_sink sink(out);
     for (const pending_tensor& t : tensors_) {
         out.insert(out.end(), t.bytes.begin(), t.bytes.end());
         sink.pad_to(alignment_);
@@ -172,15 +183,23 @@ std::vector<uint8_t> gguf_writer::to_bytes() const {
 }
 
 status gguf_writer::write(const std::string& path) const {
-    const std::vector<uint8_t> bytes = to_bytes();
+    // Streams the tensors from where they are held, so writing a model costs no second copy of it.
     const std::string tmp = path + ".tmp";
     std::FILE* f = std::fopen(tmp.c_str(), "wb");
     if (!f) return make_error(path + ": cannot create " + tmp + ": " + std::strerror(errno));
-    const size_t written = std::fwrite(bytes.data(), 1, bytes.size(), f);
+    const std::vector<uint8_t> header = header_bytes();
+    bool ok = std::fwrite(header.data(), 1, header.size(), f) == header.size();
+    const std::vector<uint8_t> zeros(alignment_, 0);
+    for (const pending_tensor& t : tensors_) {
+        if (!ok) break;
+        const size_t pad = align_up(t.bytes.size(), alignment_) - t.bytes.size();
+        ok = std::fwrite(t.bytes.data(), 1, t.bytes.size(), f) == t.bytes.size() &&
+             std::fwrite(zeros.data(), 1, pad, f) == pad;
+    }
     const int e = errno;
-    if (std::fclose(f) != 0 || written != bytes.size()) {
+    if (std::fclose(f) != 0 || !ok) {
         std::remove(tmp.c_str());
-        return make_error(path + ": cannot write " + std::to_string(bytes.size()) + " bytes: " + std::strerror(e));
+        return make_error(path + ": cannot write " + tmp + ": " + std::strerror(e));
     }
     std::error_code ec;
     std::filesystem::rename(tmp, path, ec);

@@ -50,6 +50,8 @@ public:
     // A tensor: dims in ggml order (dims[0] = row length, a multiple of the type's block size), bytes in
     // the type's layout, exactly n_rows * row_bytes(type, dims[0]) of them (asserted).
     void add_tensor(const std::string& name, ggml_type type, std::vector<int64_t> dims, std::span<const uint8_t> bytes);
+    // The same, taking the bytes over without a copy (for large models).
+    void add_tensor(const std::string& name, ggml_type type, std::vector<int64_t> dims, std::vector<uint8_t>&& bytes);
     void add_tensor_f32(const std::string& name, std::vector<int64_t> dims, std::span<const float> values);
 
     size_t n_tensors() const { return tensors_.size(); }
@@ -57,10 +59,12 @@ public:
 
     // The whole file.
     std::vector<uint8_t> to_bytes() const;
-    // Writes the file (via a temporary file and rename); errors name the path.
+    // Writes the file (via PATH.tmp and a rename; the tensors are streamed, not copied); errors name the path.
     status write(const std::string& path) const;
 
 private:
+    // Header, key/values, tensor infos and the padding before the data section.
+    std::vector<uint8_t> header_bytes() const;
     struct pending_tensor {
         std::string name;
         ggml_type type;
