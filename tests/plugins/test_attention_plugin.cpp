@@ -20,6 +20,10 @@ struct attention_case {
     bool threaded;
 };
 
+void PrintTo(const attention_case& c, std::ostream* os) {
+    *os << c.shape << (c.paged ? " paged " : " contiguous ") << c.kernel << (c.threaded ? " threaded" : " inline");
+}
+
 struct sequence_plan {
     int32_t n_prefill;  // positions written by the first call
     int32_t n_total;    // positions after the second call

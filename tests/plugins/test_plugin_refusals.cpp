@@ -84,6 +84,10 @@ struct bad_params_case {
     const char* message;
 };
 
+void PrintTo(const bad_params_case& c, std::ostream* os) {
+    *os << plugin_kind_name(c.kind) << "/" << c.name << " " << c.params;
+}
+
 class plugin_bad_params : public ::testing::TestWithParam<bad_params_case> {};
 
 TEST_P(plugin_bad_params, are_refused_with_the_key_and_what_would_be_right) {

@@ -59,6 +59,10 @@ struct quant_case {
     bool threaded;
 };
 
+void PrintTo(const quant_case& c, std::ostream* os) {
+    *os << c.name;
+}
+
 class quant_plugin : public ::testing::TestWithParam<quant_case> {};
 
 TEST_P(quant_plugin, products_match_the_q8_0_integer_recipe_and_the_float_product_within_the_8_bit_bound) {

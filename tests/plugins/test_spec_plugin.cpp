@@ -14,6 +14,10 @@ struct ngram_case {
     std::vector<int32_t> expected;
 };
 
+void PrintTo(const ngram_case& c, std::ostream* os) {
+    *os << c.name;
+}
+
 class ngram_plugin : public ::testing::TestWithParam<ngram_case> {};
 
 TEST_P(ngram_plugin, proposes_the_tokens_that_followed_the_latest_earlier_occurrence_of_the_suffix) {
