@@ -1,0 +1,146 @@
+#include "core/backend/cuda_runner.h"
+
+#include "core/backend/cuda_upload.h"
+#include "core/log/log.h"
+
+namespace troupe {
+namespace {
+
+// The library, loaded only after the driver is known to be there.
+result<std::shared_ptr<const cuda_library>> load_backend(const std::string& dir) {
+    if (auto located = cuda_library::locate(dir); !located.ok()) return located.err();
+    if (status s = cuda_library::check_driver(); !s.ok()) return s.err();
+    return cuda_library::load(dir);
+}
+
+result<cuda_device> device_info(const cuda_library& lib, int32_t index) {
+    troupe_cuda_device_info info{};
+    info.struct_size = sizeof info;
+    if (const char* e = lib.ops().device_info(index, &info)) return make_error(e);
+    return cuda_device{info.index,    info.name,     info.total_bytes, info.free_bytes,
+                       info.cc_major, info.cc_minor, info.n_sms};
+}
+
+std::string weight_types(const llama_weights_view& w, cuda_weight_type to) {
+    const ggml_type t = w.layers.empty() ? w.output.type : w.layers[0].wq.type;
+    std::string s(traits(t).name);
+    if (t != ggml_type::f32 && t != ggml_type::f16 && t != ggml_type::bf16) {
+        s += to == cuda_weight_type::f32 ? " (dequantized to F32)" : " (dequantized to F16)";
+    }
+    return s;
+}
+
+}  // namespace
+
+result<std::vector<cuda_device>> cuda_devices(const std::string& backend_dir) {
+    auto lib = load_backend(backend_dir);
+    if (!lib.ok()) return lib.err();
+    int32_t n = 0;
+    if (const char* e = lib.value()->ops().device_count(&n)) return make_error(e);
+    std::vector<cuda_device> devices;
+    for (int32_t i = 0; i < n; ++i) {
+        auto d = device_info(*lib.value(), i);
+        if (!d.ok()) return d.err();
+        devices.push_back(std::move(d.value()));
+    }
+    return devices;
+}
+
+result<std::unique_ptr<cuda_runner>> cuda_runner::create(const llama_weights_view& weights,
+                                                         const cuda_runner_params& params) {
+    if (status s = check_llama_view(weights); !s.ok()) return s.err();
+    auto lib = load_backend(params.backend_dir);
+    if (!lib.ok()) return lib.err();
+    const troupe_cuda_ops& ops = lib.value()->ops();
+    int32_t n_devices = 0;
+    if (const char* e = ops.device_count(&n_devices)) return make_error(e);
+    if (params.device < 0 || params.device >= n_devices) {
+        return make_error("cuda device " + std::to_string(params.device) + " does not exist (" +
+                          std::to_string(n_devices) + " found)");
+    }
+    auto dev = device_info(*lib.value(), params.device);
+    if (!dev.ok()) return dev.err();
+
+    auto upload = prepare_cuda_upload(weights, params);
+    if (!upload.ok()) return upload.err();
+
+    std::unique_ptr<cuda_runner> r(new cuda_runner());
+    r->lib_ = lib.value();
+    r->device_ = dev.value();
+    if (const char* e = ops.context_create(params.device, params.n_lanes, &r->ctx_)) return make_error(e);
+    if (const char* e = ops.model_create(r->ctx_, &upload.value()->desc, &r->model_)) {
+        return make_error(weights.name + " on cuda:" + std::to_string(params.device) + ": " + e);
+    }
+    troupe_cuda_model_info info{};
+    info.struct_size = sizeof info;
+    ops.model_info(r->model_, &info);
+
+    const llama_view_hparams& hp = weights.hp;
+    r->name_ = weights.name;
+    r->weight_types_ = weight_types(weights, params.dequantize_to);
+    r->n_layers_ = hp.n_layers;
+    r->dim_ = hp.dim;
+    r->n_heads_ = hp.n_heads;
+    r->n_kv_heads_ = hp.n_kv_heads;
+    r->n_vocab_ = hp.n_vocab;
+    r->n_ctx_ = hp.n_ctx;
+    r->n_lanes_ = params.n_lanes;
+    r->kv_ = kv_geometry{info.block_size, info.n_blocks};
+    r->kv_bytes_per_token_ =
+        static_cast<size_t>(hp.n_layers) * 2 * hp.n_kv_heads * hp.head_dim * (params.kv_f16 ? 2 : 4);
+    r->weight_bytes_ = info.weight_bytes;
+    TROUPE_LOG_INFO("cuda", "%s on cuda:%d (%s, cc %d.%d): %.1f MiB of weights, %d KV blocks of %d tokens (%.1f MiB)",
+                    r->name_.c_str(), r->device_.index, r->device_.name.c_str(), r->device_.cc_major,
+                    r->device_.cc_minor, static_cast<double>(info.weight_bytes) / (1 << 20), info.n_blocks,
+                    info.block_size, static_cast<double>(info.kv_bytes) / (1 << 20));
+    return r;
+}
+
+cuda_runner::~cuda_runner() {
+    if (model_) lib_->ops().model_destroy(model_);
+    if (ctx_) lib_->ops().context_destroy(ctx_);
+}
+
+std::string cuda_runner::description() const {
+    return name_ + ": llama, " + std::to_string(n_layers_) + " layers, dim " + std::to_string(dim_) + ", " +
+           std::to_string(n_heads_) + " heads / " + std::to_string(n_kv_heads_) + " kv heads, vocab " +
+           std::to_string(n_vocab_) + ", " + weight_types_ + " weights, cuda:" + std::to_string(device_.index) + " (" +
+           device_.name + ")";
+}
+
+status cuda_runner::forward(const forward_batch& batch, forward_output& out) {
+    const cuda_batch_limits limits{n_vocab_, n_ctx_, kv_.block_size, kv_.n_blocks};
+    if (status s = flatten_batch(batch, limits, flat_); !s.ok()) return s;
+    out.n_vocab = n_vocab_;
+    out.row_begin = flat_.row_begin;
+    out.n_rows = flat_.n_rows;
+    out.logits.resize(flat_.out_tokens.size() * static_cast<size_t>(n_vocab_));
+    if (flat_.tokens.empty()) return {};
+    const troupe_cuda_batch b = flat_.c_batch(out.logits.data());
+    if (const char* e = lib_->ops().model_forward(model_, &b)) return make_error(std::string("cuda forward: ") + e);
+    return {};
+}
+
+status cuda_runner::copy_blocks(std::span<const int32_t> src, std::span<const int32_t> dst) {
+    TROUPE_ASSERT(src.size() == dst.size(), "copy_blocks: " + std::to_string(src.size()) + " sources, " +
+                                                std::to_string(dst.size()) + " destinations");
+    const int32_t lane = n_lanes_ > 1 ? 1 : 0;
+    if (const char* e =
+            lib_->ops().model_copy_blocks(model_, lane, src.data(), dst.data(), static_cast<int32_t>(src.size()))) {
+        return make_error(std::string("cuda copy_blocks: ") + e);
+    }
+    return {};
+}
+
+result<std::unique_ptr<model_runner>> make_cuda_runner(const llama_weights_view& weights,
+                                                       const cuda_runner_params& params) {
+    auto r = cuda_runner::create(weights, params);
+    if (!r.ok()) return r.err();
+    return std::unique_ptr<model_runner>(std::move(r.value()));
+}
+
+void log_cuda_fallback(const std::string& why) {
+    TROUPE_LOG_WARN("cuda", "no GPU found (%s); falling back to the CPU", why.c_str());
+}
+
+}  // namespace troupe

@@ -1,0 +1,82 @@
+// cuda_runner: the model_runner that runs a whole Llama step on an NVIDIA GPU through the CUDA backend
+// shared object (cuda_library.h). The executor drives it exactly like the CPU runner.
+//
+// make_cuda_runner() fails, as a value, wherever no GPU can run the model: backend not built, no
+// driver, no device, out of memory, an unsupported weight type. The caller then logs ONE line
+// (log_cuda_fallback) and uses the CPU runner. It checks for the driver before loading the backend,
+// so a GPU-less machine never loads cudart or cuBLASLt.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "core/backend/cuda_batch.h"
+#include "core/backend/cuda_library.h"
+#include "core/backend/cuda_runner_params.h"
+#include "core/backend/llama_weights_view.h"
+#include "core/model/model_runner.h"
+#include "core/result.h"
+
+namespace troupe {
+
+struct cuda_device {
+    int32_t index = 0;
+    std::string name;  // "NVIDIA H200"
+    uint64_t total_bytes = 0;
+    uint64_t free_bytes = 0;
+    int32_t cc_major = 0;  // compute capability
+    int32_t cc_minor = 0;
+    int32_t n_sms = 0;
+};
+
+// The GPUs the backend sees, or why there are none (loads the backend only where a driver is present).
+result<std::vector<cuda_device>> cuda_devices(const std::string& backend_dir = {});
+
+class cuda_runner final : public model_runner {
+public:
+    static result<std::unique_ptr<cuda_runner>> create(const llama_weights_view& weights,
+                                                       const cuda_runner_params& params);
+    ~cuda_runner() override;
+    cuda_runner(const cuda_runner&) = delete;
+    cuda_runner& operator=(const cuda_runner&) = delete;
+
+    std::string description() const override;
+    int32_t n_vocab() const override { return n_vocab_; }
+    int32_t n_ctx() const override { return n_ctx_; }
+    kv_geometry kv() const override { return kv_; }
+    size_t kv_bytes_per_token() const override { return kv_bytes_per_token_; }
+    status forward(const forward_batch& batch, forward_output& out) override;
+
+    // Copies whole KV blocks src[i] -> dst[i] in every layer on the KV copy lane (lane 1 where there is
+    // one), ordered after the steps issued before it and before the steps issued after it.
+    status copy_blocks(std::span<const int32_t> src, std::span<const int32_t> dst);
+    const cuda_device& device() const { return device_; }
+    uint64_t weight_bytes() const { return weight_bytes_; }
+
+private:
+    cuda_runner() = default;
+
+    std::shared_ptr<const cuda_library> lib_;
+    troupe_cuda_context* ctx_ = nullptr;
+    troupe_cuda_model* model_ = nullptr;
+    cuda_device device_;
+    std::string name_;
+    std::string weight_types_;  // "F32", "Q4_0 (dequantized to F16)"
+    int32_t n_layers_ = 0, dim_ = 0, n_heads_ = 0, n_kv_heads_ = 0, n_vocab_ = 0, n_ctx_ = 0, n_lanes_ = 0;
+    kv_geometry kv_{0, 0};
+    size_t kv_bytes_per_token_ = 0;
+    uint64_t weight_bytes_ = 0;
+    cuda_flat_batch flat_;  // the step's index arrays, memory reused across steps
+};
+
+// The factory the executor's setup calls for `--device cuda`.
+result<std::unique_ptr<model_runner>> make_cuda_runner(const llama_weights_view& weights,
+                                                       const cuda_runner_params& params);
+
+// The one log line of a CUDA request that falls back: "cuda: no GPU found (<why>); falling back to the CPU".
+void log_cuda_fallback(const std::string& why);
+
+}  // namespace troupe

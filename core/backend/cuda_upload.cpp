@@ -1,0 +1,127 @@
+#include "core/backend/cuda_upload.h"
+
+#include <cstring>
+
+#include "kernels/fp16.h"
+#include "kernels/ref/quants.h"
+
+namespace troupe {
+namespace {
+
+class preparer {
+public:
+    preparer(cuda_upload& up, cuda_weight_type to) : up_(up), to_(to) {}
+
+    result<troupe_cuda_matrix> matrix(const weight_view& w, const std::string& what) {
+        if (!cuda_takes_weight_type(w.type)) return unsupported(w, what);
+        if (w.type == ggml_type::f32 || w.type == ggml_type::f16 || w.type == ggml_type::bf16) {
+            return troupe_cuda_matrix{static_cast<uint32_t>(w.type), w.data, w.n_in, w.n_out, w.row_stride};
+        }
+        return dequantized(w, to_ == cuda_weight_type::f32);
+    }
+
+    // Norm weights: F32 as is, any other type converted to F32.
+    result<troupe_cuda_matrix> vector(const weight_view& w, const std::string& what) {
+        if (!cuda_takes_weight_type(w.type)) return unsupported(w, what);
+        if (w.type == ggml_type::f32) return troupe_cuda_matrix{TROUPE_CUDA_F32, w.data, w.n_in, w.n_out, w.row_stride};
+        return dequantized(w, true);
+    }
+
+private:
+    static error unsupported(const weight_view& w, const std::string& what) {
+        return make_error(what + " is " + std::string(traits(w.type).name) +
+                          ": the CUDA backend takes F32, F16, BF16, Q8_0, Q4_0, Q4_K and Q6_K weights");
+    }
+
+    troupe_cuda_matrix dequantized(const weight_view& w, bool to_f32) {
+        const size_t elem = to_f32 ? 4 : 2;
+        auto& buf = up_.storage.emplace_back(static_cast<size_t>(w.n_in) * w.n_out * elem);
+        std::vector<float> row(w.n_in);
+        for (int64_t r = 0; r < w.n_out; ++r) {
+            const auto* src = static_cast<const uint8_t*>(w.data) + static_cast<size_t>(r) * w.row_stride;
+            ref::dequantize_row(w.type, src, row.data(), w.n_in);
+            uint8_t* dst = buf.data() + static_cast<size_t>(r) * w.n_in * elem;
+            if (to_f32) {
+                std::memcpy(dst, row.data(), row.size() * 4);
+            } else {
+                auto* h = reinterpret_cast<uint16_t*>(dst);
+                for (int64_t i = 0; i < w.n_in; ++i) h[i] = fp32_to_fp16(row[i]);
+            }
+        }
+        return troupe_cuda_matrix{to_f32 ? TROUPE_CUDA_F32 : TROUPE_CUDA_F16, buf.data(), w.n_in, w.n_out,
+                                  static_cast<size_t>(w.n_in) * elem};
+    }
+
+    cuda_upload& up_;
+    cuda_weight_type to_;
+};
+
+}  // namespace
+
+bool cuda_takes_weight_type(ggml_type type) {
+    static_assert(TROUPE_CUDA_F32 == static_cast<uint32_t>(ggml_type::f32) &&
+                  TROUPE_CUDA_F16 == static_cast<uint32_t>(ggml_type::f16) &&
+                  TROUPE_CUDA_BF16 == static_cast<uint32_t>(ggml_type::bf16));
+    return type == ggml_type::f32 || type == ggml_type::f16 || type == ggml_type::bf16 || type == ggml_type::q8_0 ||
+           type == ggml_type::q4_0 || type == ggml_type::q4_k || type == ggml_type::q6_k;
+}
+
+result<std::unique_ptr<cuda_upload>> prepare_cuda_upload(const llama_weights_view& view,
+                                                         const cuda_runner_params& params) {
+    if (status s = check_llama_view(view); !s.ok()) return s.err();
+    const llama_view_hparams& hp = view.hp;
+    auto up = std::make_unique<cuda_upload>();
+    preparer prep(*up, params.dequantize_to);
+    troupe_cuda_model_desc& d = up->desc;
+    d.struct_size = sizeof d;
+    d.n_vocab = hp.n_vocab;
+    d.dim = hp.dim;
+    d.n_layers = hp.n_layers;
+    d.n_heads = hp.n_heads;
+    d.n_kv_heads = hp.n_kv_heads;
+    d.head_dim = hp.head_dim;
+    d.ffn_dim = hp.ffn_dim;
+    d.n_ctx = hp.n_ctx;
+    d.rms_eps = hp.rms_eps;
+    d.rope_base = hp.rope_base;
+    d.rope_freq_scale = hp.rope_scale;
+    d.rope_n_rot = hp.rope_dims == 0 ? hp.head_dim : hp.rope_dims;
+    d.rope_neox = hp.rope_neox ? 1 : 0;
+    d.kv_type = params.kv_f16 ? TROUPE_CUDA_F16 : TROUPE_CUDA_F32;
+    d.block_size = params.block_size;
+    d.n_blocks = params.n_blocks;
+    d.max_kv_tokens = params.max_kv_tokens > 0 ? params.max_kv_tokens : int64_t{32} * hp.n_ctx;
+    d.kv_memory_fraction = params.kv_memory_fraction;
+
+    const std::string p = view.name + ": ";
+    const auto put = [](result<troupe_cuda_matrix> r, troupe_cuda_matrix& dst) -> status {
+        if (!r.ok()) return r.err();
+        dst = r.value();
+        return {};
+    };
+    up->layers.resize(hp.n_layers);
+    for (int32_t il = 0; il < hp.n_layers; ++il) {
+        const llama_layer_view& l = view.layers[il];
+        troupe_cuda_layer& o = up->layers[il];
+        const std::string lp = p + "layer " + std::to_string(il) + " ";
+        for (status s :
+             {put(prep.vector(l.attn_norm, lp + "attn_norm"), o.attn_norm), put(prep.matrix(l.wq, lp + "wq"), o.wq),
+              put(prep.matrix(l.wk, lp + "wk"), o.wk), put(prep.matrix(l.wv, lp + "wv"), o.wv),
+              put(prep.matrix(l.wo, lp + "wo"), o.wo), put(prep.vector(l.ffn_norm, lp + "ffn_norm"), o.ffn_norm),
+              put(prep.matrix(l.w_gate, lp + "w_gate"), o.w_gate), put(prep.matrix(l.w_up, lp + "w_up"), o.w_up),
+              put(prep.matrix(l.w_down, lp + "w_down"), o.w_down)}) {
+            if (!s.ok()) return s.err();
+        }
+    }
+    d.layers = up->layers.data();
+    if (status s = put(prep.matrix(view.token_embd, p + "token_embd"), d.token_embd); !s.ok()) return s.err();
+    if (status s = put(prep.vector(view.output_norm, p + "output_norm"), d.output_norm); !s.ok()) return s.err();
+    if (view.output.data == view.token_embd.data && view.output.type == view.token_embd.type) {
+        d.output = d.token_embd;  // tied: the backend uploads it once
+    } else if (status s = put(prep.matrix(view.output, p + "output"), d.output); !s.ok()) {
+        return s.err();
+    }
+    return up;
+}
+
+}  // namespace troupe

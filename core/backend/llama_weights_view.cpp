@@ -1,0 +1,85 @@
+#include "core/backend/llama_weights_view.h"
+
+namespace troupe {
+namespace {
+
+std::string shape_text(int64_t rows, int64_t cols) {
+    return "[" + std::to_string(rows) + ", " + std::to_string(cols) + "]";
+}
+
+status check_weight(const weight_view& w, const std::string& what, int64_t n_in, int64_t n_out) {
+    if (!w.data) return make_error(what + " is missing");
+    if (w.n_in != n_in || w.n_out != n_out) {
+        return make_error(what + " has shape " + shape_text(w.n_out, w.n_in) + " (rows, row length), expected " +
+                          shape_text(n_out, n_in));
+    }
+    const auto tr = type_traits(static_cast<uint32_t>(w.type));
+    if (!tr) return make_error(what + " has unknown type " + std::to_string(static_cast<uint32_t>(w.type)));
+    if (n_in % tr->block_size != 0) {
+        return make_error(what + " is " + std::string(tr->name) + " with rows of " + std::to_string(n_in) +
+                          ", not a multiple of its block of " + std::to_string(tr->block_size));
+    }
+    if (w.row_stride < row_bytes(w.type, n_in)) {
+        return make_error(what + " has a row stride of " + std::to_string(w.row_stride) + " bytes, its rows take " +
+                          std::to_string(row_bytes(w.type, n_in)));
+    }
+    return {};
+}
+
+}  // namespace
+
+status check_llama_view(const llama_weights_view& v) {
+    const llama_view_hparams& hp = v.hp;
+    if (hp.n_vocab <= 0 || hp.dim <= 0 || hp.n_layers <= 0 || hp.n_heads <= 0 || hp.n_kv_heads <= 0 ||
+        hp.head_dim <= 0 || hp.ffn_dim <= 0 || hp.n_ctx <= 0) {
+        return make_error(v.name + ": hyper-parameters must be positive (n_vocab " + std::to_string(hp.n_vocab) +
+                          ", dim " + std::to_string(hp.dim) + ", n_layers " + std::to_string(hp.n_layers) +
+                          ", n_heads " + std::to_string(hp.n_heads) + ", n_kv_heads " + std::to_string(hp.n_kv_heads) +
+                          ", head_dim " + std::to_string(hp.head_dim) + ", ffn_dim " + std::to_string(hp.ffn_dim) +
+                          ", n_ctx " + std::to_string(hp.n_ctx) + ")");
+    }
+    if (hp.n_heads % hp.n_kv_heads != 0) {
+        return make_error(v.name + ": n_heads " + std::to_string(hp.n_heads) + " is not a multiple of n_kv_heads " +
+                          std::to_string(hp.n_kv_heads));
+    }
+    const int32_t rot = hp.rope_dims == 0 ? hp.head_dim : hp.rope_dims;
+    if (rot % 2 != 0 || rot > hp.head_dim) {
+        return make_error(v.name + ": rope_dims " + std::to_string(rot) + " must be even and at most head_dim " +
+                          std::to_string(hp.head_dim));
+    }
+    if (static_cast<int32_t>(v.layers.size()) != hp.n_layers) {
+        return make_error(v.name + ": " + std::to_string(v.layers.size()) + " layers of weights for n_layers " +
+                          std::to_string(hp.n_layers));
+    }
+    const int64_t q_width = static_cast<int64_t>(hp.n_heads) * hp.head_dim;
+    const int64_t kv_width = static_cast<int64_t>(hp.n_kv_heads) * hp.head_dim;
+    const std::string p = v.name + ": ";
+    if (status s = check_weight(v.token_embd, p + "token_embd", hp.dim, hp.n_vocab); !s.ok()) return s;
+    if (status s = check_weight(v.output_norm, p + "output_norm", hp.dim, 1); !s.ok()) return s;
+    if (status s = check_weight(v.output, p + "output", hp.dim, hp.n_vocab); !s.ok()) return s;
+    for (int32_t il = 0; il < hp.n_layers; ++il) {
+        const llama_layer_view& l = v.layers[il];
+        const std::string lp = p + "layer " + std::to_string(il) + " ";
+        const struct {
+            const weight_view& w;
+            const char* name;
+            int64_t n_in, n_out;
+        } table[] = {
+            {l.attn_norm, "attn_norm", hp.dim, 1},
+            {l.wq, "wq", hp.dim, q_width},
+            {l.wk, "wk", hp.dim, kv_width},
+            {l.wv, "wv", hp.dim, kv_width},
+            {l.wo, "wo", q_width, hp.dim},
+            {l.ffn_norm, "ffn_norm", hp.dim, 1},
+            {l.w_gate, "w_gate", hp.dim, hp.ffn_dim},
+            {l.w_up, "w_up", hp.dim, hp.ffn_dim},
+            {l.w_down, "w_down", hp.ffn_dim, hp.dim},
+        };
+        for (const auto& e : table) {
+            if (status s = check_weight(e.w, lp + e.name, e.n_in, e.n_out); !s.ok()) return s;
+        }
+    }
+    return {};
+}
+
+}  // namespace troupe

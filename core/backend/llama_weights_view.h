@@ -1,0 +1,57 @@
+// llama_weights_view: what a backend needs of a loaded Llama model: its hyper-parameters and views of
+// its weight matrices as stored (GGUF types, host memory, usually the memory-mapped file). The model
+// loader fills it (core/backend/llama_view_of.h does so from core/model's llama_weights); the backend
+// copies what it needs at creation, so the views need only outlive make_cuda_runner().
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/model/ops.h"
+#include "core/result.h"
+
+namespace troupe {
+
+struct llama_view_hparams {
+    int32_t n_vocab = 0;
+    int32_t dim = 0;
+    int32_t n_layers = 0;
+    int32_t n_heads = 0;
+    int32_t n_kv_heads = 0;
+    int32_t head_dim = 0;
+    int32_t ffn_dim = 0;
+    float rms_eps = 1e-5f;
+    float rope_base = 10000.0f;
+    float rope_scale = 1.0f;  // positions are multiplied by this (linear scaling: 1 / factor), as llama_hparams
+    int32_t rope_dims = 0;    // leading dimensions of each head that rotate; 0: head_dim
+    bool rope_neox = false;   // false: rotate adjacent pairs (llama.cpp's normal mode); true: halves
+    int32_t n_ctx = 0;        // training context
+};
+
+struct llama_layer_view {
+    weight_view attn_norm;  // [dim]
+    weight_view wq;         // [n_heads * head_dim rows, dim]
+    weight_view wk;         // [n_kv_heads * head_dim rows, dim]
+    weight_view wv;         // [n_kv_heads * head_dim rows, dim]
+    weight_view wo;         // [dim rows, n_heads * head_dim]
+    weight_view ffn_norm;   // [dim]
+    weight_view w_gate;     // [ffn_dim rows, dim]
+    weight_view w_up;       // [ffn_dim rows, dim]
+    weight_view w_down;     // [dim rows, ffn_dim]
+};
+
+struct llama_weights_view {
+    std::string name;  // for description(): the model file's name
+    llama_view_hparams hp;
+    weight_view token_embd;                // [n_vocab rows, dim]
+    weight_view output_norm;               // [dim]
+    weight_view output;                    // [n_vocab rows, dim]; token_embd itself when tied
+    std::vector<llama_layer_view> layers;  // [n_layers]
+};
+
+// Checks the hyper-parameters and every weight's shape; errors name the weight:
+// "layer 3 wq has shape [60, 64] (rows, row length), expected [64, 64]".
+status check_llama_view(const llama_weights_view& view);
+
+}  // namespace troupe

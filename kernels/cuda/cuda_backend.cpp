@@ -1,0 +1,290 @@
+// libtroupe_cuda.so's one exported symbol: the op table of cuda_backend_abi.h, with device discovery and
+// the host-buffer kernel entry points the tests compare against CPU references.
+#include <cuda_runtime_api.h>
+
+#include <cstdio>
+#include <cstring>
+
+#include "kernels/cuda/cuda_backend_abi.h"
+#include "kernels/cuda/cuda_context.h"
+#include "kernels/cuda/cuda_kernels.h"
+#include "kernels/cuda/cuda_model.h"
+
+namespace troupe::cuda {
+namespace {
+
+const char* upload(const void* host, size_t bytes, device_buffer& buf, const char* what, cudaStream_t stream) {
+    TROUPE_CUDA_TRY_STATUS(buf.allocate(bytes, what));
+    if (bytes) TROUPE_CUDA_TRY(cudaMemcpyAsync(buf.data(), host, bytes, cudaMemcpyHostToDevice, stream));
+    return nullptr;
+}
+
+const char* download(void* host, const device_buffer& buf, size_t bytes, cudaStream_t stream) {
+    if (bytes) TROUPE_CUDA_TRY(cudaMemcpyAsync(host, buf.data(), bytes, cudaMemcpyDeviceToHost, stream));
+    return nullptr;
+}
+
+const char* finish(troupe_cuda_context& ctx) {
+    TROUPE_CUDA_TRY_STATUS(end_lane(ctx, 0));
+    TROUPE_CUDA_TRY(cudaStreamSynchronize(ctx.streams[0]));
+    return nullptr;
+}
+
+const char* device_count(int32_t* n_devices) {
+    *n_devices = 0;
+    int n = 0;
+    const cudaError_t e = cudaGetDeviceCount(&n);
+    if (e != cudaSuccess) return fail("no usable CUDA device: %s (%s)", cudaGetErrorString(e), cudaGetErrorName(e));
+    if (n == 0) return fail("no CUDA device found");
+    *n_devices = n;
+    return nullptr;
+}
+
+const char* device_info(int32_t device, troupe_cuda_device_info* info) {
+    int32_t n = 0;
+    TROUPE_CUDA_TRY_STATUS(device_count(&n));
+    if (device < 0 || device >= n) return fail("cuda device %d does not exist (%d devices)", device, n);
+    cudaDeviceProp prop{};
+    TROUPE_CUDA_TRY(cudaGetDeviceProperties(&prop, device));
+    TROUPE_CUDA_TRY(cudaSetDevice(device));
+    size_t free_bytes = 0, total_bytes = 0;
+    TROUPE_CUDA_TRY(cudaMemGetInfo(&free_bytes, &total_bytes));
+    std::memset(info, 0, sizeof *info);
+    info->struct_size = sizeof *info;
+    info->index = device;
+    std::snprintf(info->name, sizeof info->name, "%s", prop.name);
+    info->total_bytes = total_bytes;
+    info->free_bytes = free_bytes;
+    info->cc_major = prop.major;
+    info->cc_minor = prop.minor;
+    info->n_sms = prop.multiProcessorCount;
+    return nullptr;
+}
+
+const char* test_rms_norm(troupe_cuda_context* ctx, const float* x, const float* w, float* y, int32_t n_rows,
+                          int32_t dim, float eps) {
+    TROUPE_CUDA_TRY_STATUS(begin_lane(*ctx, 0));
+    cudaStream_t s = ctx->streams[0];
+    const size_t bytes = static_cast<size_t>(n_rows) * dim * sizeof(float);
+    device_buffer dx, dw, dy;
+    TROUPE_CUDA_TRY_STATUS(upload(x, bytes, dx, "x", s));
+    TROUPE_CUDA_TRY_STATUS(upload(w, dim * sizeof(float), dw, "w", s));
+    TROUPE_CUDA_TRY_STATUS(dy.allocate(bytes, "y"));
+    launch_rms_norm(dx.as<float>(), dw.as<float>(), dy.as<float>(), n_rows, dim, eps, s);
+    TROUPE_CUDA_TRY_STATUS(download(y, dy, bytes, s));
+    return finish(*ctx);
+}
+
+const char* test_rope(troupe_cuda_context* ctx, float* x, const int32_t* positions, int32_t n_tokens, int32_t n_heads,
+                      int32_t head_dim, int32_t n_rot, float base, float freq_scale, int32_t neox) {
+    if (n_rot <= 0 || n_rot % 2 != 0 || n_rot > head_dim)
+        return fail("rope rotates an even number of dimensions up to the head size %d, not %d", head_dim, n_rot);
+    TROUPE_CUDA_TRY_STATUS(begin_lane(*ctx, 0));
+    cudaStream_t s = ctx->streams[0];
+    const size_t bytes = static_cast<size_t>(n_tokens) * n_heads * head_dim * sizeof(float);
+    device_buffer dx, dp;
+    TROUPE_CUDA_TRY_STATUS(upload(x, bytes, dx, "x", s));
+    TROUPE_CUDA_TRY_STATUS(upload(positions, n_tokens * sizeof(int32_t), dp, "positions", s));
+    launch_rope(dx.as<float>(), dp.as<int32_t>(), n_tokens, n_heads,
+                rope_settings{head_dim, n_rot, base, freq_scale, neox != 0}, s);
+    TROUPE_CUDA_TRY_STATUS(download(x, dx, bytes, s));
+    return finish(*ctx);
+}
+
+const char* test_matmul(troupe_cuda_context* ctx, int32_t impl, const troupe_cuda_matrix* w, const float* x, float* y,
+                        int32_t n_tokens) {
+    TROUPE_CUDA_TRY_STATUS(begin_lane(*ctx, 0));
+    cudaStream_t s = ctx->streams[0];
+    device_buffer dw, dx, dy;
+    device_matrix dm;
+    TROUPE_CUDA_TRY_STATUS(upload_matrix(*w, "w", dw, dm));
+    TROUPE_CUDA_TRY_STATUS(upload(x, static_cast<size_t>(n_tokens) * w->n_in * sizeof(float), dx, "x", s));
+    const size_t y_bytes = static_cast<size_t>(n_tokens) * w->n_out * sizeof(float);
+    TROUPE_CUDA_TRY_STATUS(dy.allocate(y_bytes, "y"));
+    TROUPE_CUDA_TRY_STATUS(matmul(*ctx, dm, dx.as<float>(), dy.as<float>(), n_tokens, false,
+                                  impl == TROUPE_CUDA_MATMUL_SIMPLE ? matmul_impl::simple : matmul_impl::cublaslt));
+    TROUPE_CUDA_TRY_STATUS(download(y, dy, y_bytes, s));
+    return finish(*ctx);
+}
+
+const char* test_attention(troupe_cuda_context* ctx, const troupe_cuda_attention_args* args) {
+    const troupe_cuda_attention_args& a = *args;
+    if (a.struct_size != sizeof a)
+        return fail("attention arguments of %u bytes, expected %zu", a.struct_size, sizeof a);
+    if (a.head_dim > max_head_dim || a.n_kv_heads <= 0 || a.n_heads % a.n_kv_heads != 0)
+        return fail("attention shape: %d heads, %d KV heads, head size %d", a.n_heads, a.n_kv_heads, a.head_dim);
+    const int32_t n_table = a.block_table_offsets[a.n_seqs];
+    for (int32_t i = 0; i < n_table; ++i) {
+        if (a.block_tables[i] < 0 || a.block_tables[i] >= a.n_blocks)
+            return fail("block id %d outside the pool of %d blocks", a.block_tables[i], a.n_blocks);
+    }
+    for (int32_t t = 0; t < a.n_tokens; ++t) {
+        const int32_t s = a.seq_of[t];
+        if (s < 0 || s >= a.n_seqs) return fail("token %d belongs to sequence %d of %d", t, s, a.n_seqs);
+        const int32_t covered = (a.block_table_offsets[s + 1] - a.block_table_offsets[s]) * a.block_size;
+        if (a.positions[t] < 0 || a.positions[t] >= covered)
+            return fail("token %d at position %d: its block table covers %d", t, a.positions[t], covered);
+    }
+    TROUPE_CUDA_TRY_STATUS(begin_lane(*ctx, 0));
+    cudaStream_t st = ctx->streams[0];
+    const bool kv_f16 = a.kv_type == TROUPE_CUDA_F16;
+    const size_t kv_width = static_cast<size_t>(a.n_kv_heads) * a.head_dim;
+    const size_t q_bytes = static_cast<size_t>(a.n_tokens) * a.n_heads * a.head_dim * sizeof(float);
+    const size_t kv_bytes = a.n_tokens * kv_width * sizeof(float);
+    const size_t pool_bytes = static_cast<size_t>(a.n_blocks) * a.block_size * kv_width * (kv_f16 ? 2 : 4);
+    device_buffer dq, dk, dv, dout, dpos, dseq, doff, dtab, dkp, dvp;
+    TROUPE_CUDA_TRY_STATUS(upload(a.q, q_bytes, dq, "q", st));
+    TROUPE_CUDA_TRY_STATUS(upload(a.k, kv_bytes, dk, "k", st));
+    TROUPE_CUDA_TRY_STATUS(upload(a.v, kv_bytes, dv, "v", st));
+    TROUPE_CUDA_TRY_STATUS(dout.allocate(q_bytes, "out"));
+    TROUPE_CUDA_TRY_STATUS(upload(a.positions, a.n_tokens * sizeof(int32_t), dpos, "positions", st));
+    TROUPE_CUDA_TRY_STATUS(upload(a.seq_of, a.n_tokens * sizeof(int32_t), dseq, "seq_of", st));
+    TROUPE_CUDA_TRY_STATUS(upload(a.block_table_offsets, (a.n_seqs + 1) * sizeof(int32_t), doff, "offsets", st));
+    TROUPE_CUDA_TRY_STATUS(upload(a.block_tables, n_table * sizeof(int32_t), dtab, "block tables", st));
+    TROUPE_CUDA_TRY_STATUS(upload(a.k_pool, pool_bytes, dkp, "k pool", st));
+    TROUPE_CUDA_TRY_STATUS(upload(a.v_pool, pool_bytes, dvp, "v pool", st));
+    const kv_tables tables{dpos.as<int32_t>(), dseq.as<int32_t>(), doff.as<int32_t>(), dtab.as<int32_t>(),
+                           a.block_size};
+    launch_store_kv(dk.as<float>(), dv.as<float>(), a.n_tokens, static_cast<int32_t>(kv_width), tables, kv_f16,
+                    dkp.data(), dvp.data(), st);
+    launch_attention(dq.as<float>(), dout.as<float>(), a.n_tokens, a.n_heads, a.n_kv_heads, a.head_dim, a.scale, tables,
+                     kv_f16, dkp.data(), dvp.data(), st);
+    TROUPE_CUDA_TRY_STATUS(download(a.out, dout, q_bytes, st));
+    TROUPE_CUDA_TRY_STATUS(download(a.k_pool, dkp, pool_bytes, st));
+    TROUPE_CUDA_TRY_STATUS(download(a.v_pool, dvp, pool_bytes, st));
+    return finish(*ctx);
+}
+
+const char* test_swiglu(troupe_cuda_context* ctx, const float* gate, const float* up, float* out, int64_t n) {
+    TROUPE_CUDA_TRY_STATUS(begin_lane(*ctx, 0));
+    cudaStream_t s = ctx->streams[0];
+    const size_t bytes = static_cast<size_t>(n) * sizeof(float);
+    device_buffer dg, du, dout;
+    TROUPE_CUDA_TRY_STATUS(upload(gate, bytes, dg, "gate", s));
+    TROUPE_CUDA_TRY_STATUS(upload(up, bytes, du, "up", s));
+    TROUPE_CUDA_TRY_STATUS(dout.allocate(bytes, "out"));
+    launch_swiglu(dg.as<float>(), du.as<float>(), dout.as<float>(), n, s);
+    TROUPE_CUDA_TRY_STATUS(download(out, dout, bytes, s));
+    return finish(*ctx);
+}
+
+const char* test_embed(troupe_cuda_context* ctx, const troupe_cuda_matrix* table, const int32_t* tokens,
+                       int32_t n_tokens, float* out) {
+    for (int32_t t = 0; t < n_tokens; ++t) {
+        if (tokens[t] < 0 || tokens[t] >= table->n_out)
+            return fail("token %d outside the table of %lld rows", tokens[t], static_cast<long long>(table->n_out));
+    }
+    TROUPE_CUDA_TRY_STATUS(begin_lane(*ctx, 0));
+    cudaStream_t s = ctx->streams[0];
+    device_buffer dt, dtok, dout;
+    device_matrix dm;
+    TROUPE_CUDA_TRY_STATUS(upload_matrix(*table, "table", dt, dm));
+    TROUPE_CUDA_TRY_STATUS(upload(tokens, n_tokens * sizeof(int32_t), dtok, "tokens", s));
+    const size_t out_bytes = static_cast<size_t>(n_tokens) * table->n_in * sizeof(float);
+    TROUPE_CUDA_TRY_STATUS(dout.allocate(out_bytes, "out"));
+    launch_embed(static_cast<dtype>(dm.type), dm.data, dm.n_in, dtok.as<int32_t>(), n_tokens, dout.as<float>(), s);
+    TROUPE_CUDA_TRY_STATUS(download(out, dout, out_bytes, s));
+    return finish(*ctx);
+}
+
+// The ABI's functions: each guarded so that no C++ exception crosses into the host.
+const char* abi_device_count(int32_t* n) {
+    return guarded([&] { return device_count(n); });
+}
+const char* abi_device_info(int32_t d, troupe_cuda_device_info* info) {
+    return guarded([&] { return device_info(d, info); });
+}
+const char* abi_context_create(int32_t device, int32_t n_lanes, troupe_cuda_context** out) {
+    return guarded([&] { return context_create(device, n_lanes, out); });
+}
+void abi_context_destroy(troupe_cuda_context* ctx) {
+    context_destroy(ctx);
+}
+const char* abi_context_synchronize(troupe_cuda_context* ctx) {
+    return guarded([&]() -> const char* {
+        TROUPE_CUDA_TRY(cudaSetDevice(ctx->device));
+        for (cudaStream_t s : ctx->streams) TROUPE_CUDA_TRY(cudaStreamSynchronize(s));
+        return nullptr;
+    });
+}
+void* abi_context_stream(troupe_cuda_context* ctx, int32_t lane) {
+    if (lane < 0 || lane >= static_cast<int32_t>(ctx->streams.size())) return nullptr;
+    return ctx->streams[lane];
+}
+const char* abi_model_create(troupe_cuda_context* ctx, const troupe_cuda_model_desc* desc, troupe_cuda_model** out) {
+    return guarded([&] { return model_create(ctx, desc, out); });
+}
+void abi_model_destroy(troupe_cuda_model* model) {
+    model_destroy(model);
+}
+void abi_model_info(const troupe_cuda_model* model, troupe_cuda_model_info* info) {
+    model_info(model, info);
+}
+const char* abi_model_forward(troupe_cuda_model* model, const troupe_cuda_batch* batch) {
+    return guarded([&] { return model_forward(model, batch); });
+}
+const char* abi_model_copy_blocks(troupe_cuda_model* model, int32_t lane, const int32_t* src, const int32_t* dst,
+                                  int32_t n) {
+    return guarded([&] { return model_copy_blocks(model, lane, src, dst, n); });
+}
+const char* abi_test_rms_norm(troupe_cuda_context* ctx, const float* x, const float* w, float* y, int32_t n_rows,
+                              int32_t dim, float eps) {
+    return guarded([&] { return test_rms_norm(ctx, x, w, y, n_rows, dim, eps); });
+}
+const char* abi_test_rope(troupe_cuda_context* ctx, float* x, const int32_t* positions, int32_t n_tokens,
+                          int32_t n_heads, int32_t head_dim, int32_t n_rot, float base, float freq_scale,
+                          int32_t neox) {
+    return guarded(
+        [&] { return test_rope(ctx, x, positions, n_tokens, n_heads, head_dim, n_rot, base, freq_scale, neox); });
+}
+const char* abi_test_matmul(troupe_cuda_context* ctx, int32_t impl, const troupe_cuda_matrix* w, const float* x,
+                            float* y, int32_t n_tokens) {
+    return guarded([&] { return test_matmul(ctx, impl, w, x, y, n_tokens); });
+}
+const char* abi_test_attention(troupe_cuda_context* ctx, const troupe_cuda_attention_args* args) {
+    return guarded([&] { return test_attention(ctx, args); });
+}
+const char* abi_test_swiglu(troupe_cuda_context* ctx, const float* gate, const float* up, float* out, int64_t n) {
+    return guarded([&] { return test_swiglu(ctx, gate, up, out, n); });
+}
+const char* abi_test_embed(troupe_cuda_context* ctx, const troupe_cuda_matrix* table, const int32_t* tokens,
+                           int32_t n_tokens, float* out) {
+    return guarded([&] { return test_embed(ctx, table, tokens, n_tokens, out); });
+}
+
+char build_info_text[160];
+
+troupe_cuda_ops make_ops() {
+    std::snprintf(build_info_text, sizeof build_info_text, "troupe_cuda abi %u, CUDA runtime %d, built for %s",
+                  TROUPE_CUDA_ABI_VERSION, CUDART_VERSION, TROUPE_CUDA_ARCHS_TEXT);
+    troupe_cuda_ops ops{};
+    ops.struct_size = sizeof ops;
+    ops.abi_version = TROUPE_CUDA_ABI_VERSION;
+    ops.build_info = build_info_text;
+    ops.device_count = abi_device_count;
+    ops.device_info = abi_device_info;
+    ops.context_create = abi_context_create;
+    ops.context_destroy = abi_context_destroy;
+    ops.context_synchronize = abi_context_synchronize;
+    ops.context_stream = abi_context_stream;
+    ops.model_create = abi_model_create;
+    ops.model_destroy = abi_model_destroy;
+    ops.model_info = abi_model_info;
+    ops.model_forward = abi_model_forward;
+    ops.model_copy_blocks = abi_model_copy_blocks;
+    ops.test_rms_norm = abi_test_rms_norm;
+    ops.test_rope = abi_test_rope;
+    ops.test_matmul = abi_test_matmul;
+    ops.test_attention = abi_test_attention;
+    ops.test_swiglu = abi_test_swiglu;
+    ops.test_embed = abi_test_embed;
+    return ops;
+}
+
+}  // namespace
+}  // namespace troupe::cuda
+
+extern "C" __attribute__((visibility("default"))) const troupe_cuda_ops* troupe_cuda_backend(void) {
+    static const troupe_cuda_ops ops = troupe::cuda::make_ops();
+    return &ops;
+}

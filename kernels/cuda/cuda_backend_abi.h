@@ -1,0 +1,208 @@
+/* The C boundary between troupe (core/backend/, compiled without CUDA headers) and the CUDA backend
+ * shared object libtroupe_cuda.so (kernels/cuda/). Plain C11, no STL, nothing thrown across.
+ *
+ * The host dlopens the library and calls its one exported entry point, TROUPE_CUDA_ENTRY_NAME, which
+ * returns a static op table. The table starts with its size and ABI version; the host refuses a
+ * library whose version differs from the one it was built with, naming both. Structs passed in start
+ * with struct_size so either side can grow them by appending fields.
+ *
+ * Errors: every function that can fail returns NULL on success, else a message owned by the library
+ * ("cudaMalloc of 2.0 GiB for the KV pools failed: out of memory"), valid until the next call from
+ * the same thread.
+ *
+ * Objects:
+ *   context  one device, N CUDA streams ("lanes": 0 = executor compute, 1 = KV copies, ...), one
+ *            cuBLASLt handle and workspace. Work on a lane waits for work issued earlier on the
+ *            other lanes, so lanes never race on shared memory.
+ *   model    a Llama model's weights and its KV pools on the context's device; forward() runs a
+ *            whole step on lane 0 and copies the requested logits rows back to the host.
+ *
+ * Weights arrive as F32, F16 or BF16 matrices in host memory (quantized GGUF types are dequantized by
+ * the host before upload in this first cut); norm weights as F32 vectors. Matrix products go through
+ * cuBLASLt: F32 weights with F32 compute (TF32 off), F16/BF16 weights with the activations rounded to
+ * the same type and F32 accumulation.
+ *
+ * KV pools (one K and one V pool per layer), as in core/model/ops.h:
+ *
+ *   [n_blocks, block_size, n_kv_heads, head_dim]   float32 or float16 (kv_type)
+ *   sequence s, position p -> block block_tables[block_table_offsets[s] + p / block_size], row p % block_size
+ */
+#ifndef TROUPE_CUDA_BACKEND_ABI_H
+#define TROUPE_CUDA_BACKEND_ABI_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define TROUPE_CUDA_ABI_VERSION 1u
+#define TROUPE_CUDA_LIBRARY_NAME "libtroupe_cuda.so"
+#define TROUPE_CUDA_ENTRY_NAME "troupe_cuda_backend"
+
+/* Element types, numbered as ggml_type (kernels/ggml_types.h). */
+#define TROUPE_CUDA_F32 0u
+#define TROUPE_CUDA_F16 1u
+#define TROUPE_CUDA_BF16 30u
+
+typedef struct troupe_cuda_context troupe_cuda_context;
+typedef struct troupe_cuda_model troupe_cuda_model;
+
+typedef struct troupe_cuda_device_info {
+    uint32_t struct_size;
+    int32_t index;
+    char name[256];
+    uint64_t total_bytes;
+    uint64_t free_bytes;
+    int32_t cc_major; /* compute capability, e.g. 9.0 for H100/H200 */
+    int32_t cc_minor;
+    int32_t n_sms;
+} troupe_cuda_device_info;
+
+/* A matrix in host memory: n_out rows of n_in elements of `type`, row_stride bytes apart.
+ * A vector (norm weight) is one row: n_out == 1. */
+typedef struct troupe_cuda_matrix {
+    uint32_t type; /* TROUPE_CUDA_F32 / F16 / BF16 */
+    const void* data;
+    int64_t n_in;
+    int64_t n_out;
+    size_t row_stride;
+} troupe_cuda_matrix;
+
+typedef struct troupe_cuda_layer {
+    troupe_cuda_matrix attn_norm; /* [dim] F32 */
+    troupe_cuda_matrix wq;        /* [n_heads * head_dim, dim] */
+    troupe_cuda_matrix wk;        /* [n_kv_heads * head_dim, dim] */
+    troupe_cuda_matrix wv;        /* [n_kv_heads * head_dim, dim] */
+    troupe_cuda_matrix wo;        /* [dim, n_heads * head_dim] */
+    troupe_cuda_matrix ffn_norm;  /* [dim] F32 */
+    troupe_cuda_matrix w_gate;    /* [ffn_dim, dim] */
+    troupe_cuda_matrix w_up;      /* [ffn_dim, dim] */
+    troupe_cuda_matrix w_down;    /* [dim, ffn_dim] */
+} troupe_cuda_layer;
+
+typedef struct troupe_cuda_model_desc {
+    uint32_t struct_size;
+    int32_t n_vocab;
+    int32_t dim;
+    int32_t n_layers;
+    int32_t n_heads;
+    int32_t n_kv_heads;
+    int32_t head_dim; /* at most 256 */
+    int32_t ffn_dim;
+    int32_t n_ctx;
+    float rms_eps;
+    float rope_base;       /* theta_i = pos * rope_freq_scale * rope_base^(-2 i / rope_n_rot), i < rope_n_rot / 2 */
+    float rope_freq_scale; /* linear position scaling: 1 = none (1 / the scaling factor) */
+    int32_t rope_n_rot;    /* leading dimensions of each head that rotate (even, <= head_dim); the rest pass */
+    int32_t rope_neox;     /* 0: rotate adjacent pairs (2i, 2i+1); 1: pairs (i, i + rope_n_rot / 2) */
+    const troupe_cuda_layer* layers; /* [n_layers] */
+    troupe_cuda_matrix token_embd;   /* [n_vocab, dim] */
+    troupe_cuda_matrix output_norm;  /* [dim] F32 */
+    troupe_cuda_matrix output;       /* [n_vocab, dim]; may be token_embd itself (tied), uploaded once */
+    /* KV cache */
+    uint32_t kv_type; /* TROUPE_CUDA_F32 or TROUPE_CUDA_F16 */
+    int32_t block_size;
+    int32_t n_blocks; /* 0: min(max_kv_tokens, kv_memory_fraction of the free memory after weights) / block_size */
+    int64_t max_kv_tokens;
+    float kv_memory_fraction;
+} troupe_cuda_model_desc;
+
+typedef struct troupe_cuda_model_info {
+    uint32_t struct_size;
+    int32_t block_size;
+    int32_t n_blocks;
+    uint64_t weight_bytes;
+    uint64_t kv_bytes;
+} troupe_cuda_model_info;
+
+/* One step for a batch of sequences, flattened; everything in host memory. The host has validated
+ * every index (tokens < n_vocab, block ids < n_blocks, tables covering every position). */
+typedef struct troupe_cuda_batch {
+    uint32_t struct_size;
+    int32_t n_tokens;
+    const int32_t* tokens;    /* [n_tokens] */
+    const int32_t* positions; /* [n_tokens] position of each token in its sequence */
+    const int32_t* seq_of;    /* [n_tokens] index of each token's sequence */
+    int32_t n_seqs;
+    const int32_t* block_table_offsets; /* [n_seqs + 1] into block_tables */
+    const int32_t* block_tables;        /* [block_table_offsets[n_seqs]] */
+    int32_t n_out_rows;
+    const int32_t* out_tokens; /* [n_out_rows] token index whose logits are wanted */
+    float* logits;             /* [n_out_rows, n_vocab] written by forward */
+} troupe_cuda_batch;
+
+/* Host-buffer arguments of the attention kernel test: stores k, v into the pools, then attends
+ * (core/model/ops.h attention_call semantics). Pools are in and out. */
+typedef struct troupe_cuda_attention_args {
+    uint32_t struct_size;
+    int32_t n_tokens;
+    int32_t n_heads;
+    int32_t n_kv_heads;
+    int32_t head_dim;
+    float scale;
+    const float* q; /* [n_tokens, n_heads, head_dim] */
+    const float* k; /* [n_tokens, n_kv_heads, head_dim] */
+    const float* v; /* [n_tokens, n_kv_heads, head_dim] */
+    float* out;     /* [n_tokens, n_heads, head_dim] */
+    const int32_t* positions;
+    const int32_t* seq_of;
+    int32_t n_seqs;
+    const int32_t* block_table_offsets;
+    const int32_t* block_tables;
+    int32_t block_size;
+    int32_t n_blocks;
+    uint32_t kv_type; /* F32: pools are float; F16: pools are uint16_t halves */
+    void* k_pool;     /* [n_blocks, block_size, n_kv_heads, head_dim] */
+    void* v_pool;
+} troupe_cuda_attention_args;
+
+#define TROUPE_CUDA_MATMUL_CUBLASLT 0
+#define TROUPE_CUDA_MATMUL_SIMPLE 1
+
+typedef struct troupe_cuda_ops {
+    uint32_t struct_size;
+    uint32_t abi_version;
+    const char* build_info; /* "troupe_cuda abi 1, CUDA runtime 13000, built for sm_90 + compute_80 PTX" */
+
+    /* Discovery */
+    const char* (*device_count)(int32_t* n_devices);
+    const char* (*device_info)(int32_t device, troupe_cuda_device_info* info);
+
+    /* Context: one device, n_lanes >= 1 streams */
+    const char* (*context_create)(int32_t device, int32_t n_lanes, troupe_cuda_context** out);
+    void (*context_destroy)(troupe_cuda_context* ctx);
+    const char* (*context_synchronize)(troupe_cuda_context* ctx);
+    void* (*context_stream)(troupe_cuda_context* ctx, int32_t lane); /* the cudaStream_t */
+
+    /* Model: weights uploaded on lane 0; destroyed before its context */
+    const char* (*model_create)(troupe_cuda_context* ctx, const troupe_cuda_model_desc* desc, troupe_cuda_model** out);
+    void (*model_destroy)(troupe_cuda_model* model);
+    void (*model_info)(const troupe_cuda_model* model, troupe_cuda_model_info* info);
+    const char* (*model_forward)(troupe_cuda_model* model, const troupe_cuda_batch* batch);
+    /* Copies whole KV blocks src[i] -> dst[i] in every layer's pools on `lane` (copy-on-write forks). */
+    const char* (*model_copy_blocks)(troupe_cuda_model* model, int32_t lane, const int32_t* src, const int32_t* dst,
+                                     int32_t n);
+
+    /* Each kernel on host buffers, synchronous on lane 0: for tests against CPU references. */
+    const char* (*test_rms_norm)(troupe_cuda_context* ctx, const float* x, const float* w, float* y, int32_t n_rows,
+                                 int32_t dim, float eps);
+    const char* (*test_rope)(troupe_cuda_context* ctx, float* x, const int32_t* positions, int32_t n_tokens,
+                             int32_t n_heads, int32_t head_dim, int32_t n_rot, float base, float freq_scale,
+                             int32_t neox); /* x [n_tokens, n_heads, head_dim] in place */
+    const char* (*test_matmul)(troupe_cuda_context* ctx, int32_t impl, const troupe_cuda_matrix* w, const float* x,
+                               float* y, int32_t n_tokens); /* y[n_tokens, n_out] = x[n_tokens, n_in] W^T */
+    const char* (*test_attention)(troupe_cuda_context* ctx, const troupe_cuda_attention_args* args);
+    const char* (*test_swiglu)(troupe_cuda_context* ctx, const float* gate, const float* up, float* out, int64_t n);
+    const char* (*test_embed)(troupe_cuda_context* ctx, const troupe_cuda_matrix* table, const int32_t* tokens,
+                              int32_t n_tokens, float* out); /* out[n_tokens, n_in] */
+} troupe_cuda_ops;
+
+typedef const troupe_cuda_ops* (*troupe_cuda_entry_fn)(void);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* TROUPE_CUDA_BACKEND_ABI_H */

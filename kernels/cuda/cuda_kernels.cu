@@ -1,0 +1,296 @@
+// The CUDA kernels of the Llama forward (declarations and shapes: cuda_kernels.h).
+//
+// Written for obvious correctness first: one thread per element for elementwise work, one block per
+// row for reductions, one warp per (token, head) for attention with an online softmax (so any context
+// length works without shared memory limits). Every kernel has a CPU twin in tests/cuda/.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include "kernels/cuda/cuda_kernels.h"
+
+namespace troupe::cuda {
+namespace {
+
+constexpr unsigned full_mask = 0xffffffffu;
+constexpr int warp_size = 32;
+
+__device__ __forceinline__ float load_as_float(dtype type, const void* p, int64_t i) {
+    switch (type) {
+        case dtype::f32:
+            return static_cast<const float*>(p)[i];
+        case dtype::f16:
+            return __half2float(static_cast<const __half*>(p)[i]);
+        case dtype::bf16:
+            return __bfloat162float(static_cast<const __nv_bfloat16*>(p)[i]);
+    }
+    return 0.0f;
+}
+
+__device__ __forceinline__ float warp_sum(float v) {
+    for (int o = warp_size / 2; o > 0; o /= 2) v += __shfl_xor_sync(full_mask, v, o);
+    return v;
+}
+
+__device__ __forceinline__ float warp_max(float v) {
+    for (int o = warp_size / 2; o > 0; o /= 2) v = fmaxf(v, __shfl_xor_sync(full_mask, v, o));
+    return v;
+}
+
+__device__ __forceinline__ float load_kv(const float* pool, size_t i) {
+    return pool[i];
+}
+__device__ __forceinline__ float load_kv(const __half* pool, size_t i) {
+    return __half2float(pool[i]);
+}
+__device__ __forceinline__ void store_kv(float* pool, size_t i, float v) {
+    pool[i] = v;
+}
+__device__ __forceinline__ void store_kv(__half* pool, size_t i, float v) {
+    pool[i] = __float2half_rn(v);
+}
+
+// First element of the cache row of (sequence s, position p).
+__device__ __forceinline__ size_t cache_row(const kv_tables& tb, int32_t seq, int32_t pos, int32_t kv_width) {
+    const int32_t block = tb.block_tables[tb.block_table_offsets[seq] + pos / tb.block_size];
+    return (static_cast<size_t>(block) * tb.block_size + pos % tb.block_size) * kv_width;
+}
+
+int32_t blocks_for(int64_t n, int32_t per_block) {
+    return static_cast<int32_t>((n + per_block - 1) / per_block);
+}
+
+// grid: n_tokens, block: 256
+__global__ void embed_kernel(dtype type, const void* table, int64_t dim, const int32_t* tokens, float* out) {
+    const int32_t t = blockIdx.x;
+    const int64_t base = static_cast<int64_t>(tokens[t]) * dim;
+    for (int64_t d = threadIdx.x; d < dim; d += blockDim.x) out[t * dim + d] = load_as_float(type, table, base + d);
+}
+
+// grid: n_rows, block: 256 (8 warps)
+__global__ void rms_norm_kernel(const float* x, const float* w, float* y, int32_t dim, float eps) {
+    __shared__ float partial[8];
+    const float* xr = x + static_cast<size_t>(blockIdx.x) * dim;
+    float* yr = y + static_cast<size_t>(blockIdx.x) * dim;
+    float sum = 0.0f;
+    for (int32_t d = threadIdx.x; d < dim; d += blockDim.x) sum += xr[d] * xr[d];
+    sum = warp_sum(sum);
+    if (threadIdx.x % warp_size == 0) partial[threadIdx.x / warp_size] = sum;
+    __syncthreads();
+    float total = 0.0f;
+    for (int i = 0; i < 8; ++i) total += partial[i];
+    const float inv = rsqrtf(total / dim + eps);
+    for (int32_t d = threadIdx.x; d < dim; d += blockDim.x) yr[d] = xr[d] * inv * w[d];
+}
+
+// one thread per rotated pair: [n_tokens, n_heads, n_rot / 2]
+__global__ void rope_kernel(float* x, const int32_t* positions, int64_t n_pairs, int32_t n_heads, rope_settings r) {
+    const int64_t idx = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+    if (idx >= n_pairs) return;
+    const int32_t half = r.n_rot / 2;
+    const int32_t i = static_cast<int32_t>(idx % half);
+    const int64_t head = idx / half;  // token * n_heads + h
+    const int64_t token = head / n_heads;
+    const double theta = positions[token] * static_cast<double>(r.freq_scale) *
+                         pow(static_cast<double>(r.base), -2.0 * i / static_cast<double>(r.n_rot));
+    double s, c;
+    sincos(theta, &s, &c);
+    const float sf = static_cast<float>(s), cf = static_cast<float>(c);
+    float* xh = x + head * r.head_dim;
+    const int32_t a = r.neox ? i : 2 * i;
+    const int32_t b = r.neox ? i + half : 2 * i + 1;
+    const float x0 = xh[a], x1 = xh[b];
+    xh[a] = x0 * cf - x1 * sf;
+    xh[b] = x0 * sf + x1 * cf;
+}
+
+// grid: n_tokens, block: 256
+template <class kv_t>
+__global__ void store_kv_kernel(const float* k, const float* v, int32_t kv_width, kv_tables tb, kv_t* k_pool,
+                                kv_t* v_pool) {
+    const int32_t t = blockIdx.x;
+    const size_t row = cache_row(tb, tb.seq_of[t], tb.positions[t], kv_width);
+    for (int32_t i = threadIdx.x; i < kv_width; i += blockDim.x) {
+        store_kv(k_pool, row + i, k[static_cast<size_t>(t) * kv_width + i]);
+        store_kv(v_pool, row + i, v[static_cast<size_t>(t) * kv_width + i]);
+    }
+}
+
+constexpr int attention_warps = 4;
+constexpr int dims_per_lane = max_head_dim / warp_size;
+
+// One warp per (token, head); lane l scores key position j0 + l of each chunk of 32, then every lane
+// accumulates its head dimensions d = l + 32 i over the chunk's probabilities (online softmax: the
+// running max m and sum l rescale the accumulator when a larger score arrives).
+template <class kv_t>
+__global__ void attention_kernel(const float* q, float* out, int32_t n_tokens, int32_t n_heads, int32_t n_kv_heads,
+                                 int32_t head_dim, float scale, kv_tables tb, const kv_t* k_pool, const kv_t* v_pool) {
+    __shared__ float q_sh[attention_warps][max_head_dim];
+    const int warp = threadIdx.x / warp_size;
+    const int lane = threadIdx.x % warp_size;
+    const int64_t item = static_cast<int64_t>(blockIdx.x) * attention_warps + warp;
+    if (item >= static_cast<int64_t>(n_tokens) * n_heads) return;  // whole warp leaves together
+    const int32_t t = static_cast<int32_t>(item / n_heads);
+    const int32_t h = static_cast<int32_t>(item % n_heads);
+    const int32_t kv_head = h / (n_heads / n_kv_heads);
+    const int32_t kv_width = n_kv_heads * head_dim;
+    const float* qh = q + item * head_dim;
+    for (int32_t d = lane; d < head_dim; d += warp_size) q_sh[warp][d] = qh[d] * scale;
+    __syncwarp();
+
+    const int32_t seq = tb.seq_of[t];
+    const int32_t pos = tb.positions[t];
+    float m = -INFINITY;
+    float l = 0.0f;
+    float acc[dims_per_lane];
+#pragma unroll
+    for (int i = 0; i < dims_per_lane; ++i) acc[i] = 0.0f;
+
+    for (int32_t j0 = 0; j0 <= pos; j0 += warp_size) {
+        const int32_t j = j0 + lane;
+        float score = -INFINITY;
+        if (j <= pos) {
+            const kv_t* kr = k_pool + cache_row(tb, seq, j, kv_width) + static_cast<size_t>(kv_head) * head_dim;
+            float dot = 0.0f;
+            for (int32_t d = 0; d < head_dim; ++d) dot += q_sh[warp][d] * load_kv(kr, d);
+            score = dot;
+        }
+        const float m_new = fmaxf(m, warp_max(score));  // finite: lane 0's position j0 <= pos
+        const float correction = expf(m - m_new);       // 0 on the first chunk (m = -inf)
+        const float p = j <= pos ? expf(score - m_new) : 0.0f;
+        l = l * correction + warp_sum(p);
+#pragma unroll
+        for (int i = 0; i < dims_per_lane; ++i) acc[i] *= correction;
+        const int32_t n_valid = min(warp_size, pos - j0 + 1);
+        for (int32_t jj = 0; jj < n_valid; ++jj) {
+            const float pj = __shfl_sync(full_mask, p, jj);
+            const kv_t* vr = v_pool + cache_row(tb, seq, j0 + jj, kv_width) + static_cast<size_t>(kv_head) * head_dim;
+#pragma unroll
+            for (int i = 0; i < dims_per_lane; ++i) {
+                const int32_t d = lane + warp_size * i;
+                if (d < head_dim) acc[i] += pj * load_kv(vr, d);
+            }
+        }
+        m = m_new;
+    }
+    float* oh = out + item * head_dim;
+#pragma unroll
+    for (int i = 0; i < dims_per_lane; ++i) {
+        const int32_t d = lane + warp_size * i;
+        if (d < head_dim) oh[d] = acc[i] / l;
+    }
+}
+
+__global__ void swiglu_kernel(const float* gate, const float* up, float* out, int64_t n) {
+    const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    const float g = gate[i];
+    out[i] = g / (1.0f + expf(-g)) * up[i];
+}
+
+__global__ void convert_kernel(const float* x, dtype to, void* y, int64_t n) {
+    const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    if (to == dtype::f16) {
+        static_cast<__half*>(y)[i] = __float2half_rn(x[i]);
+    } else {
+        static_cast<__nv_bfloat16*>(y)[i] = __float2bfloat16_rn(x[i]);
+    }
+}
+
+// One warp per output element (t, o): lanes stride over k, then a warp sum.
+__global__ void matmul_simple_kernel(dtype w_type, const void* w, int64_t n_in, int64_t n_out, const float* x, float* y,
+                                     int32_t n_tokens, bool accumulate) {
+    const int64_t item = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / warp_size;
+    const int lane = threadIdx.x % warp_size;
+    if (item >= n_tokens * n_out) return;
+    const int64_t t = item / n_out;
+    const int64_t o = item % n_out;
+    float sum = 0.0f;
+    for (int64_t k = lane; k < n_in; k += warp_size) sum += x[t * n_in + k] * load_as_float(w_type, w, o * n_in + k);
+    sum = warp_sum(sum);
+    if (lane == 0) y[item] = accumulate ? y[item] + sum : sum;
+}
+
+__global__ void gather_rows_kernel(const float* x, const int32_t* rows, int32_t dim, float* y) {
+    const int32_t r = blockIdx.x;
+    const float* src = x + static_cast<size_t>(rows[r]) * dim;
+    for (int32_t d = threadIdx.x; d < dim; d += blockDim.x) y[static_cast<size_t>(r) * dim + d] = src[d];
+}
+
+}  // namespace
+
+void launch_embed(dtype table_type, const void* table, int64_t dim, const int32_t* tokens, int32_t n_tokens, float* out,
+                  cudaStream_t stream) {
+    if (n_tokens == 0) return;
+    embed_kernel<<<n_tokens, 256, 0, stream>>>(table_type, table, dim, tokens, out);
+}
+
+void launch_rms_norm(const float* x, const float* w, float* y, int32_t n_rows, int32_t dim, float eps,
+                     cudaStream_t stream) {
+    if (n_rows == 0) return;
+    rms_norm_kernel<<<n_rows, 256, 0, stream>>>(x, w, y, dim, eps);
+}
+
+void launch_rope(float* x, const int32_t* positions, int32_t n_tokens, int32_t n_heads, const rope_settings& rope,
+                 cudaStream_t stream) {
+    const int64_t n_pairs = static_cast<int64_t>(n_tokens) * n_heads * (rope.n_rot / 2);
+    if (n_pairs == 0) return;
+    rope_kernel<<<blocks_for(n_pairs, 256), 256, 0, stream>>>(x, positions, n_pairs, n_heads, rope);
+}
+
+void launch_store_kv(const float* k, const float* v, int32_t n_tokens, int32_t kv_width, const kv_tables& tables,
+                     bool kv_f16, void* k_pool, void* v_pool, cudaStream_t stream) {
+    if (n_tokens == 0) return;
+    if (kv_f16) {
+        store_kv_kernel<__half><<<n_tokens, 256, 0, stream>>>(k, v, kv_width, tables, static_cast<__half*>(k_pool),
+                                                              static_cast<__half*>(v_pool));
+    } else {
+        store_kv_kernel<float><<<n_tokens, 256, 0, stream>>>(k, v, kv_width, tables, static_cast<float*>(k_pool),
+                                                             static_cast<float*>(v_pool));
+    }
+}
+
+void launch_attention(const float* q, float* out, int32_t n_tokens, int32_t n_heads, int32_t n_kv_heads,
+                      int32_t head_dim, float scale, const kv_tables& tables, bool kv_f16, const void* k_pool,
+                      const void* v_pool, cudaStream_t stream) {
+    const int64_t n_items = static_cast<int64_t>(n_tokens) * n_heads;
+    if (n_items == 0) return;
+    const int32_t grid = blocks_for(n_items, attention_warps);
+    const int32_t threads = attention_warps * warp_size;
+    if (kv_f16) {
+        attention_kernel<__half><<<grid, threads, 0, stream>>>(q, out, n_tokens, n_heads, n_kv_heads, head_dim, scale,
+                                                               tables, static_cast<const __half*>(k_pool),
+                                                               static_cast<const __half*>(v_pool));
+    } else {
+        attention_kernel<float><<<grid, threads, 0, stream>>>(q, out, n_tokens, n_heads, n_kv_heads, head_dim, scale,
+                                                              tables, static_cast<const float*>(k_pool),
+                                                              static_cast<const float*>(v_pool));
+    }
+}
+
+void launch_swiglu(const float* gate, const float* up, float* out, int64_t n, cudaStream_t stream) {
+    if (n == 0) return;
+    swiglu_kernel<<<blocks_for(n, 256), 256, 0, stream>>>(gate, up, out, n);
+}
+
+void launch_convert(const float* x, dtype to, void* y, int64_t n, cudaStream_t stream) {
+    if (n == 0) return;
+    convert_kernel<<<blocks_for(n, 256), 256, 0, stream>>>(x, to, y, n);
+}
+
+void launch_matmul_simple(dtype w_type, const void* w, int64_t n_in, int64_t n_out, const float* x, float* y,
+                          int32_t n_tokens, bool accumulate, cudaStream_t stream) {
+    const int64_t n_threads = static_cast<int64_t>(n_tokens) * n_out * warp_size;
+    if (n_threads == 0) return;
+    matmul_simple_kernel<<<blocks_for(n_threads, 256), 256, 0, stream>>>(w_type, w, n_in, n_out, x, y, n_tokens,
+                                                                         accumulate);
+}
+
+void launch_gather_rows(const float* x, const int32_t* rows, int32_t n_rows, int32_t dim, float* y,
+                        cudaStream_t stream) {
+    if (n_rows == 0) return;
+    gather_rows_kernel<<<n_rows, 256, 0, stream>>>(x, rows, dim, y);
+}
+
+}  // namespace troupe::cuda

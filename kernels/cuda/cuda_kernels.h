@@ -1,0 +1,74 @@
+// The CUDA kernels of the Llama forward, as host-callable launchers (defined in cuda_kernels.cu, the one
+// file nvcc compiles). Every launcher enqueues on `stream` and returns at once; the caller checks
+// cudaGetLastError. All tensors are device pointers, row-major, shapes on each declaration.
+// Weights are packed: row i of an [n_out, n_in] matrix starts at element i * n_in.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+namespace troupe::cuda {
+
+enum class dtype : uint32_t { f32 = 0, f16 = 1, bf16 = 30 };  // ggml numbering, as the ABI
+
+inline constexpr int32_t max_head_dim = 256;
+
+// out[t, :] = table[tokens[t], :] as float.  table [n_vocab, dim], out [n_tokens, dim]
+void launch_embed(dtype table_type, const void* table, int64_t dim, const int32_t* tokens, int32_t n_tokens, float* out,
+                  cudaStream_t stream);
+
+// y[r, :] = x[r, :] / sqrt(mean(x[r, :]^2) + eps) * w.  x, y [n_rows, dim], w [dim]; y may alias x
+void launch_rms_norm(const float* x, const float* w, float* y, int32_t n_rows, int32_t dim, float eps,
+                     cudaStream_t stream);
+
+// Rotates the first n_rot dimensions of each head of x [n_tokens, n_heads, head_dim] in place by
+// theta_i = positions[t] * freq_scale * base^(-2 i / n_rot) (computed in double, as kernels/ref does),
+// pairs (2i, 2i+1) (normal) or (i, i + n_rot / 2) (neox).
+struct rope_settings {
+    int32_t head_dim;
+    int32_t n_rot;
+    float base;
+    float freq_scale;
+    bool neox;
+};
+void launch_rope(float* x, const int32_t* positions, int32_t n_tokens, int32_t n_heads, const rope_settings& rope,
+                 cudaStream_t stream);
+
+// Where the tokens of a step find their sequence's KV blocks.
+struct kv_tables {
+    const int32_t* positions;            // [n_tokens]
+    const int32_t* seq_of;               // [n_tokens]
+    const int32_t* block_table_offsets;  // [n_seqs + 1]
+    const int32_t* block_tables;         // [block_table_offsets[n_seqs]]
+    int32_t block_size;
+};
+
+// Writes k, v [n_tokens, n_kv_heads * head_dim] into the pools [n_blocks, block_size, n_kv_heads, head_dim]
+// (float, or half when kv_f16) at each token's position.
+void launch_store_kv(const float* k, const float* v, int32_t n_tokens, int32_t kv_width, const kv_tables& tables,
+                     bool kv_f16, void* k_pool, void* v_pool, cudaStream_t stream);
+
+// Causal GQA attention over the pools (which already hold this step's rows): for token t at position p of
+// sequence s and head h, out[t, h] = softmax(scale * q[t, h] . k[s, 0..p, h / group]) . v[s, 0..p, h / group].
+// q, out [n_tokens, n_heads, head_dim]; head_dim <= max_head_dim.
+void launch_attention(const float* q, float* out, int32_t n_tokens, int32_t n_heads, int32_t n_kv_heads,
+                      int32_t head_dim, float scale, const kv_tables& tables, bool kv_f16, const void* k_pool,
+                      const void* v_pool, cudaStream_t stream);
+
+// out[i] = silu(gate[i]) * up[i]; out may alias gate.  [n]
+void launch_swiglu(const float* gate, const float* up, float* out, int64_t n, cudaStream_t stream);
+
+// y[i] = x[i] rounded to `to` (f16 or bf16).  [n]
+void launch_convert(const float* x, dtype to, void* y, int64_t n, cudaStream_t stream);
+
+// y[t, o] (+)= sum_k x[t, k] * w[o, k]: the plain fallback of the cuBLASLt product, F32 accumulation.
+// w [n_out, n_in] of w_type, x [n_tokens, n_in], y [n_tokens, n_out]
+void launch_matmul_simple(dtype w_type, const void* w, int64_t n_in, int64_t n_out, const float* x, float* y,
+                          int32_t n_tokens, bool accumulate, cudaStream_t stream);
+
+// y[r, :] = x[rows[r], :].  x [*, dim], y [n_rows, dim]
+void launch_gather_rows(const float* x, const int32_t* rows, int32_t n_rows, int32_t dim, float* y,
+                        cudaStream_t stream);
+
+}  // namespace troupe::cuda

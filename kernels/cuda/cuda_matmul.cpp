@@ -1,0 +1,98 @@
+// cuBLASLt products with cached plans, and the simple-kernel fallback (cuda_matmul.h).
+#include "kernels/cuda/cuda_matmul.h"
+
+#include "kernels/cuda/cuda_kernels.h"
+
+namespace troupe::cuda {
+namespace {
+
+constexpr size_t max_cached_plans = 4096;
+
+cudaDataType_t cuda_type(uint32_t type) {
+    switch (type) {
+        case TROUPE_CUDA_F16:
+            return CUDA_R_16F;
+        case TROUPE_CUDA_BF16:
+            return CUDA_R_16BF;
+        default:
+            return CUDA_R_32F;
+    }
+}
+
+#define TROUPE_LT_TRY(expr)                                                                                        \
+    do {                                                                                                           \
+        const cublasStatus_t troupe_s_ = (expr);                                                                   \
+        if (troupe_s_ != CUBLAS_STATUS_SUCCESS) return fail("%s failed: cuBLAS status %d", #expr, (int)troupe_s_); \
+    } while (0)
+
+// Builds the plan for one shape; plan.use_lt stays false where cuBLASLt has no algorithm for it.
+const char* make_plan(troupe_cuda_context& ctx, uint32_t type, int64_t n_out, int64_t n_in, int32_t n_tokens,
+                      bool accumulate, matmul_plan& plan) {
+    TROUPE_LT_TRY(cublasLtMatmulDescCreate(&plan.op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    const cublasOperation_t transpose = CUBLAS_OP_T;
+    const cublasOperation_t keep = CUBLAS_OP_N;
+    TROUPE_LT_TRY(cublasLtMatmulDescSetAttribute(plan.op, CUBLASLT_MATMUL_DESC_TRANSA, &transpose, sizeof transpose));
+    TROUPE_LT_TRY(cublasLtMatmulDescSetAttribute(plan.op, CUBLASLT_MATMUL_DESC_TRANSB, &keep, sizeof keep));
+    const cudaDataType_t t = cuda_type(type);
+    TROUPE_LT_TRY(cublasLtMatrixLayoutCreate(&plan.a, t, n_in, n_out, n_in));
+    TROUPE_LT_TRY(cublasLtMatrixLayoutCreate(&plan.b, t, n_in, n_tokens, n_in));
+    TROUPE_LT_TRY(cublasLtMatrixLayoutCreate(&plan.c, CUDA_R_32F, n_out, n_tokens, n_out));
+
+    cublasLtMatmulPreference_t pref = nullptr;
+    TROUPE_LT_TRY(cublasLtMatmulPreferenceCreate(&pref));
+    const uint64_t ws = ctx.workspace.size();
+    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws);
+    cublasLtMatmulHeuristicResult_t found{};
+    int n_found = 0;
+    const cublasStatus_t st =
+        cublasLtMatmulAlgoGetHeuristic(ctx.lt, plan.op, plan.a, plan.b, plan.c, plan.c, pref, 1, &found, &n_found);
+    cublasLtMatmulPreferenceDestroy(pref);
+    plan.use_lt = st == CUBLAS_STATUS_SUCCESS && n_found > 0;
+    if (plan.use_lt) plan.algo = found.algo;
+    (void)accumulate;  // beta is passed per call; the key keeps accumulating plans apart for the heuristic's sake
+    return nullptr;
+}
+
+}  // namespace
+
+const char* matmul(troupe_cuda_context& ctx, const device_matrix& w, const float* x, float* y, int32_t n_tokens,
+                   bool accumulate, matmul_impl impl) {
+    if (n_tokens == 0 || w.n_out == 0) return nullptr;
+    cudaStream_t stream = ctx.streams[0];
+    const auto simple = [&]() -> const char* {
+        launch_matmul_simple(static_cast<dtype>(w.type), w.data, w.n_in, w.n_out, x, y, n_tokens, accumulate, stream);
+        TROUPE_CUDA_TRY(cudaGetLastError());
+        return nullptr;
+    };
+    if (impl == matmul_impl::simple) return simple();
+
+    const matmul_key key{w.type, w.n_out, w.n_in, n_tokens, accumulate};
+    auto it = ctx.plans.find(key);
+    if (it == ctx.plans.end()) {
+        if (ctx.plans.size() >= max_cached_plans) ctx.plans.clear();
+        auto plan = std::make_unique<matmul_plan>();
+        TROUPE_CUDA_TRY_STATUS(make_plan(ctx, w.type, w.n_out, w.n_in, n_tokens, accumulate, *plan));
+        it = ctx.plans.emplace(key, std::move(plan)).first;
+    }
+    const matmul_plan& plan = *it->second;
+    if (!plan.use_lt) return simple();
+
+    const void* b = x;
+    if (w.type != TROUPE_CUDA_F32) {
+        const size_t n = static_cast<size_t>(n_tokens) * w.n_in;
+        TROUPE_CUDA_TRY_STATUS(ctx.act16.grow(n * 2, "the rounded activations"));
+        launch_convert(x, static_cast<dtype>(w.type), ctx.act16.data(), static_cast<int64_t>(n), stream);
+        b = ctx.act16.data();
+    }
+    const float alpha = 1.0f;
+    const float beta = accumulate ? 1.0f : 0.0f;
+    const cublasStatus_t st = cublasLtMatmul(ctx.lt, plan.op, &alpha, w.data, plan.a, b, plan.b, &beta, y, plan.c, y,
+                                             plan.c, &plan.algo, ctx.workspace.data(), ctx.workspace.size(), stream);
+    if (st != CUBLAS_STATUS_SUCCESS)
+        return fail("cublasLtMatmul [%d x %lld] x [%lld x %lld]^T (%s) failed: cuBLAS status %d", n_tokens,
+                    static_cast<long long>(w.n_in), static_cast<long long>(w.n_out), static_cast<long long>(w.n_in),
+                    type_name(w.type), static_cast<int>(st));
+    return nullptr;
+}
+
+}  // namespace troupe::cuda

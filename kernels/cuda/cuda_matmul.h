@@ -1,0 +1,29 @@
+// Matrix products of the backend: y[n_tokens, n_out] (+)= x[n_tokens, n_in] W^T with W packed [n_out, n_in].
+//
+// Through cuBLASLt with a per-shape plan cached in the context: F32 weights multiply F32 activations with
+// F32 compute (CUBLAS_COMPUTE_32F: no TF32, so results match the CPU to rounding); F16/BF16 weights
+// multiply the activations rounded to the same type, with F32 accumulation and F32 output. Row-major
+// W [n_out, n_in] is column-major [n_in, n_out], so y^T = W x^T is the "TN" product cuBLASLt handles
+// best. Where cuBLASLt offers no algorithm for a shape, a simple kernel computes it (same result,
+// slower). Lane 0 only (the workspace and the rounded-activation buffer belong to it).
+#pragma once
+
+#include "kernels/cuda/cuda_context.h"
+
+namespace troupe::cuda {
+
+// A weight matrix on the device, packed (row stride n_in elements).
+struct device_matrix {
+    uint32_t type = TROUPE_CUDA_F32;  // F32, F16 or BF16
+    const void* data = nullptr;
+    int64_t n_in = 0;
+    int64_t n_out = 0;
+};
+
+enum class matmul_impl { cublaslt, simple };
+
+// y may be accumulated into (accumulate: y += x W^T, the residual add for free).
+const char* matmul(troupe_cuda_context& ctx, const device_matrix& w, const float* x, float* y, int32_t n_tokens,
+                   bool accumulate, matmul_impl impl = matmul_impl::cublaslt);
+
+}  // namespace troupe::cuda

@@ -1,0 +1,58 @@
+// A Llama model on the device: packed weights, the per-layer KV pools and the step's scratch buffers,
+// and the whole forward on lane 0 (cuda_model.cpp).
+//
+// One step, for the n_tokens of all sequences together:
+//
+//   x = embed(tokens)                                           [n_tokens, dim]
+//   per layer:  xn = rms_norm(x) * attn_norm
+//               q, k, v = xn wq^T, xn wk^T, xn wv^T; rope(q, k)  [n_tokens, n_(kv_)heads * head_dim]
+//               store k, v at each token's (block, row); att = attention(q, pools)
+//               x += att wo^T
+//               xn = rms_norm(x) * ffn_norm
+//               x += (silu(xn w_gate^T) * (xn w_up^T)) w_down^T
+//   rows = x[out_tokens]; logits = (rms_norm(rows) * output_norm) output^T   [n_out_rows, n_vocab]
+#pragma once
+
+#include "kernels/cuda/cuda_context.h"
+#include "kernels/cuda/cuda_matmul.h"
+
+namespace troupe::cuda {
+
+struct device_layer {
+    const float* attn_norm;  // [dim]
+    device_matrix wq, wk, wv, wo;
+    const float* ffn_norm;  // [dim]
+    device_matrix w_gate, w_up, w_down;
+};
+
+const char* model_create(troupe_cuda_context* ctx, const troupe_cuda_model_desc* desc, troupe_cuda_model** out);
+void model_destroy(troupe_cuda_model* model);
+void model_info(const troupe_cuda_model* model, troupe_cuda_model_info* info);
+const char* model_forward(troupe_cuda_model* model, const troupe_cuda_batch* batch);
+const char* model_copy_blocks(troupe_cuda_model* model, int32_t lane, const int32_t* src, const int32_t* dst,
+                              int32_t n);
+
+// Uploads a host matrix packed (row stride n_in) into a new buffer; checks type and strides.
+const char* upload_matrix(const troupe_cuda_matrix& m, const char* what, device_buffer& buf, device_matrix& out);
+
+}  // namespace troupe::cuda
+
+struct troupe_cuda_model {
+    troupe_cuda_context* ctx = nullptr;
+    troupe_cuda_model_desc hp{};  // hyper-parameters; its pointers are not kept
+    std::vector<troupe::cuda::device_buffer> weights;
+    std::vector<troupe::cuda::device_layer> layers;  // [n_layers]
+    troupe::cuda::device_matrix token_embd;          // [n_vocab, dim]
+    const float* output_norm = nullptr;              // [dim]
+    troupe::cuda::device_matrix output;              // [n_vocab, dim]
+    uint64_t weight_bytes = 0;
+
+    int32_t n_blocks = 0;
+    size_t pool_bytes = 0;           // one pool: n_blocks * block_size * n_kv_heads * head_dim * element
+    troupe::cuda::device_buffer kv;  // [n_layers][k, v] pools
+
+    int32_t capacity = 0;                 // tokens the scratch holds
+    troupe::cuda::device_buffer scratch;  // activations, see cuda_model.cpp
+    troupe::cuda::device_buffer ints;     // the batch's index arrays
+    std::vector<int32_t> host_ints;
+};

@@ -1,0 +1,267 @@
+// Every CUDA kernel against its scalar twin in kernels/ref, on odd shapes, through the backend's
+// host-buffer entry points. Skips without a GPU.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "kernels/fp16.h"
+#include "kernels/ref/attention.h"
+#include "kernels/ref/ops.h"
+#include "tests/cuda/cuda_test_support.h"
+
+namespace troupe {
+namespace {
+
+using testing::cuda_ops;
+using testing::random_floats;
+
+// Largest |a - b| over max(1, largest |b|): one relative figure per op.
+float max_rel_error(const std::vector<float>& a, const std::vector<float>& b) {
+    EXPECT_EQ(a.size(), b.size());
+    float err = 0.0f, scale = 1.0f;
+    for (size_t i = 0; i < a.size(); ++i) {
+        EXPECT_TRUE(std::isfinite(a[i])) << "element " << i;
+        err = std::max(err, std::fabs(a[i] - b[i]));
+        scale = std::max(scale, std::fabs(b[i]));
+    }
+    return err / scale;
+}
+
+class cuda_kernels : public ::testing::Test {
+protected:
+    void SetUp() override {
+        TROUPE_REQUIRE_GPU();
+        const char* e = cuda_ops().context_create(0, 2, &ctx_);
+        ASSERT_EQ(e, nullptr) << e;
+    }
+    void TearDown() override {
+        if (ctx_) cuda_ops().context_destroy(ctx_);
+    }
+    troupe_cuda_context* ctx_ = nullptr;
+};
+
+#define EXPECT_OK(call)                             \
+    do {                                            \
+        const char* troupe_e_ = (call);             \
+        ASSERT_EQ(troupe_e_, nullptr) << troupe_e_; \
+    } while (0)
+
+TEST_F(cuda_kernels, rms_norm_matches_the_reference_on_odd_widths) {
+    for (auto [n_rows, dim] : {std::pair{1, 64}, {3, 100}, {5, 4097}}) {
+        const auto x = random_floats(static_cast<size_t>(n_rows) * dim, 1, -3.0f, 3.0f);
+        const auto w = random_floats(dim, 2, 0.5f, 1.5f);
+        std::vector<float> y(x.size()), expected(x.size());
+        EXPECT_OK(cuda_ops().test_rms_norm(ctx_, x.data(), w.data(), y.data(), n_rows, dim, 1e-5f));
+        ref::rmsnorm(x.data(), w.data(), expected.data(), n_rows, dim, 1e-5f);
+        EXPECT_LT(max_rel_error(y, expected), 1e-5f) << n_rows << " x " << dim;
+    }
+}
+
+TEST_F(cuda_kernels, rope_matches_the_reference_in_both_modes_with_partial_rotation_and_scaling) {
+    struct rope_case {
+        int32_t n_heads, head_dim, n_rot;
+        bool neox;
+        float base, freq_scale;
+        std::vector<int32_t> positions;
+    };
+    const rope_case cases[] = {
+        {8, 8, 8, false, 10000.0f, 1.0f, {0, 1, 2, 3, 4}},
+        {4, 64, 64, false, 10000.0f, 1.0f, {0, 7, 511, 4095}},
+        {3, 96, 32, true, 500000.0f, 0.25f, {1, 100, 30000}},
+        {2, 128, 128, true, 10000.0f, 1.0f, {5, 6}},
+    };
+    for (const rope_case& c : cases) {
+        const int32_t n_tokens = static_cast<int32_t>(c.positions.size());
+        auto x = random_floats(static_cast<size_t>(n_tokens) * c.n_heads * c.head_dim, 3);
+        auto expected = x;
+        EXPECT_OK(cuda_ops().test_rope(ctx_, x.data(), c.positions.data(), n_tokens, c.n_heads, c.head_dim, c.n_rot,
+                                       c.base, c.freq_scale, c.neox ? 1 : 0));
+        const rope_params p{c.head_dim, c.n_rot, c.neox, c.base, c.freq_scale, nullptr};
+        ref::rope(expected.data(), n_tokens, c.n_heads, c.positions.data(), p);
+        EXPECT_LT(max_rel_error(x, expected), 1e-5f) << "head_dim " << c.head_dim << " neox " << c.neox;
+    }
+}
+
+// A weight matrix of `type` from floats, with a row stride wider than the row (as GGUF views may have).
+struct host_matrix {
+    std::vector<uint8_t> bytes;
+    troupe_cuda_matrix m;
+    matmul_weight ref;
+};
+
+host_matrix make_matrix(ggml_type type, int64_t n_in, int64_t n_out, uint32_t seed) {
+    const auto x = random_floats(static_cast<size_t>(n_in * n_out), seed);
+    const size_t elem = type == ggml_type::f32 ? 4 : 2;
+    const size_t stride = (n_in + 3) * elem;
+    host_matrix h;
+    h.bytes.assign(stride * n_out, 0);
+    for (int64_t r = 0; r < n_out; ++r) {
+        for (int64_t i = 0; i < n_in; ++i) {
+            const float v = x[r * n_in + i];
+            uint8_t* dst = h.bytes.data() + r * stride + i * elem;
+            if (type == ggml_type::f32) {
+                std::memcpy(dst, &v, 4);
+            } else {
+                const uint16_t b = type == ggml_type::f16 ? fp32_to_fp16(v) : fp32_to_bf16(v);
+                std::memcpy(dst, &b, 2);
+            }
+        }
+    }
+    h.m = troupe_cuda_matrix{static_cast<uint32_t>(type), h.bytes.data(), n_in, n_out, stride};
+    h.ref = matmul_weight{type, h.bytes.data(), n_in, n_out, stride};
+    return h;
+}
+
+TEST_F(cuda_kernels, matmul_matches_the_reference_for_each_weight_type_and_both_implementations) {
+    struct shape {
+        int32_t n_tokens;
+        int64_t n_in, n_out;
+    };
+    for (ggml_type type : {ggml_type::f32, ggml_type::f16, ggml_type::bf16}) {
+        for (const shape s : {shape{1, 64, 64}, shape{7, 172, 64}, shape{33, 256, 300}, shape{2, 8, 512}}) {
+            const host_matrix w = make_matrix(type, s.n_in, s.n_out, 11);
+            const auto x = random_floats(static_cast<size_t>(s.n_tokens) * s.n_in, 12);
+            std::vector<float> y(static_cast<size_t>(s.n_tokens) * s.n_out), expected(y.size());
+            // cuBLASLt: activations rounded to the weight type, F32 accumulation = ref::matmul's recipe.
+            EXPECT_OK(cuda_ops().test_matmul(ctx_, TROUPE_CUDA_MATMUL_CUBLASLT, &w.m, x.data(), y.data(), s.n_tokens));
+            ref::matmul(w.ref, x.data(), expected.data(), s.n_tokens);
+            EXPECT_LT(max_rel_error(y, expected), type == ggml_type::f32 ? 1e-5f : 1e-4f)
+                << traits(type).name << " cuBLASLt " << s.n_tokens << "x" << s.n_in << "x" << s.n_out;
+            // The simple kernel keeps the activations in F32 = ref::matmul_float_act.
+            EXPECT_OK(cuda_ops().test_matmul(ctx_, TROUPE_CUDA_MATMUL_SIMPLE, &w.m, x.data(), y.data(), s.n_tokens));
+            ref::matmul_float_act(w.ref, x.data(), expected.data(), s.n_tokens);
+            EXPECT_LT(max_rel_error(y, expected), 1e-5f)
+                << traits(type).name << " simple " << s.n_tokens << "x" << s.n_in << "x" << s.n_out;
+        }
+    }
+}
+
+TEST_F(cuda_kernels, swiglu_matches_the_reference) {
+    const auto gate = random_floats(1001, 4, -6.0f, 6.0f);
+    const auto up = random_floats(1001, 5);
+    std::vector<float> out(gate.size()), expected(gate.size());
+    EXPECT_OK(cuda_ops().test_swiglu(ctx_, gate.data(), up.data(), out.data(), static_cast<int64_t>(gate.size())));
+    ref::swiglu(gate.data(), up.data(), expected.data(), static_cast<int64_t>(gate.size()));
+    EXPECT_LT(max_rel_error(out, expected), 1e-6f);
+}
+
+TEST_F(cuda_kernels, embedding_rows_match_the_reference_for_each_table_type) {
+    const std::vector<int32_t> tokens{0, 49, 7, 7, 23};
+    for (ggml_type type : {ggml_type::f32, ggml_type::f16, ggml_type::bf16}) {
+        const host_matrix table = make_matrix(type, 40, 50, 6);
+        std::vector<float> out(tokens.size() * 40), expected(out.size());
+        EXPECT_OK(
+            cuda_ops().test_embed(ctx_, &table.m, tokens.data(), static_cast<int32_t>(tokens.size()), out.data()));
+        ref::embedding(table.ref, tokens.data(), static_cast<int64_t>(tokens.size()), expected.data());
+        EXPECT_EQ(out, expected) << traits(type).name;
+    }
+}
+
+// One attention step: sequences with earlier cache rows (random, already in the pools) plus this
+// step's tokens, over scattered blocks; both pool types (F16 pools hold F16-exact values, so the
+// float reference applies unchanged).
+struct attention_case {
+    int32_t n_heads, n_kv_heads, head_dim, block_size;
+    std::vector<int32_t> pos0;   // per sequence: first new position
+    std::vector<int32_t> n_new;  // per sequence: new tokens
+    bool kv_f16;
+};
+
+void run_attention_case(troupe_cuda_context* ctx, const attention_case& c) {
+    const int32_t n_seqs = static_cast<int32_t>(c.pos0.size());
+    const int32_t kv_width = c.n_kv_heads * c.head_dim;
+    std::vector<int32_t> offsets{0}, tables, positions, seq_of;
+    int32_t next_block = 0;
+    for (int32_t s = 0; s < n_seqs; ++s) {
+        const int32_t n_blocks = (c.pos0[s] + c.n_new[s] + c.block_size - 1) / c.block_size;
+        for (int32_t b = 0; b < n_blocks; ++b) tables.push_back((next_block++ * 7) % 1000);  // scattered ids
+        offsets.push_back(static_cast<int32_t>(tables.size()));
+        for (int32_t i = 0; i < c.n_new[s]; ++i) positions.push_back(c.pos0[s] + i), seq_of.push_back(s);
+    }
+    const int32_t n_pool_blocks = 1000;
+    const int32_t n_tokens = static_cast<int32_t>(positions.size());
+    const auto f16_exact = [&](std::vector<float> v) {
+        if (c.kv_f16) {
+            for (float& x : v) x = fp16_to_fp32(fp32_to_fp16(x));
+        }
+        return v;
+    };
+    const size_t pool_elems = static_cast<size_t>(n_pool_blocks) * c.block_size * kv_width;
+    std::vector<float> k_pool = f16_exact(random_floats(pool_elems, 21)),
+                       v_pool = f16_exact(random_floats(pool_elems, 22));
+    const auto q = random_floats(static_cast<size_t>(n_tokens) * c.n_heads * c.head_dim, 23, -2.0f, 2.0f);
+    const auto k = f16_exact(random_floats(static_cast<size_t>(n_tokens) * kv_width, 24, -2.0f, 2.0f));
+    const auto v = f16_exact(random_floats(static_cast<size_t>(n_tokens) * kv_width, 25));
+
+    std::vector<uint16_t> k_half(c.kv_f16 ? pool_elems : 0), v_half(k_half.size());
+    for (size_t i = 0; i < k_half.size(); ++i) k_half[i] = fp32_to_fp16(k_pool[i]), v_half[i] = fp32_to_fp16(v_pool[i]);
+    std::vector<float> k_gpu = k_pool, v_gpu = v_pool;
+    std::vector<float> out(q.size()), expected(q.size());
+
+    troupe_cuda_attention_args a{};
+    a.struct_size = sizeof a;
+    a.n_tokens = n_tokens;
+    a.n_heads = c.n_heads;
+    a.n_kv_heads = c.n_kv_heads;
+    a.head_dim = c.head_dim;
+    a.scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+    a.q = q.data();
+    a.k = k.data();
+    a.v = v.data();
+    a.out = out.data();
+    a.positions = positions.data();
+    a.seq_of = seq_of.data();
+    a.n_seqs = n_seqs;
+    a.block_table_offsets = offsets.data();
+    a.block_tables = tables.data();
+    a.block_size = c.block_size;
+    a.n_blocks = n_pool_blocks;
+    a.kv_type = c.kv_f16 ? TROUPE_CUDA_F16 : TROUPE_CUDA_F32;
+    a.k_pool = c.kv_f16 ? static_cast<void*>(k_half.data()) : k_gpu.data();
+    a.v_pool = c.kv_f16 ? static_cast<void*>(v_half.data()) : v_gpu.data();
+    EXPECT_OK(cuda_ops().test_attention(ctx, &a));
+
+    std::vector<const int32_t*> table_ptrs;
+    for (int32_t s = 0; s < n_seqs; ++s) table_ptrs.push_back(tables.data() + offsets[s]);
+    attention_call call{};
+    call.n_tokens = n_tokens;
+    call.n_heads = c.n_heads;
+    call.n_kv_heads = c.n_kv_heads;
+    call.head_dim = c.head_dim;
+    call.scale = a.scale;
+    call.q = q.data();
+    call.k = k.data();
+    call.v = v.data();
+    call.out = expected.data();
+    call.positions = positions.data();
+    call.seq_of = seq_of.data();
+    call.n_seqs = n_seqs;
+    call.block_tables = table_ptrs.data();
+    call.block_size = c.block_size;
+    call.k_pool = k_pool.data();
+    call.v_pool = v_pool.data();
+    ref::attention(call);
+
+    EXPECT_LT(max_rel_error(out, expected), 1e-5f) << "head_dim " << c.head_dim << " f16 " << c.kv_f16;
+    if (c.kv_f16) {
+        for (size_t i = 0; i < pool_elems; ++i) k_gpu[i] = fp16_to_fp32(k_half[i]), v_gpu[i] = fp16_to_fp32(v_half[i]);
+    }
+    EXPECT_EQ(k_gpu, k_pool) << "the K rows of this step land where the reference puts them";
+    EXPECT_EQ(v_gpu, v_pool);
+}
+
+TEST_F(cuda_kernels, attention_over_scattered_blocks_matches_the_reference) {
+    const attention_case cases[] = {
+        {8, 4, 8, 16, {0, 30}, {5, 3}, false},          // stories260K's shape: a prefill and a chunk
+        {4, 1, 64, 4, {100, 0, 37}, {1, 1, 6}, false},  // MQA, decodes and a draft verification
+        {8, 2, 128, 16, {1000}, {2}, false},            // long context, several chunks of 32 keys
+        {2, 2, 256, 8, {33}, {3}, true},                // the largest head, F16 pools
+        {6, 3, 40, 5, {0, 9}, {9, 1}, true},            // head size not a multiple of 32
+    };
+    for (const attention_case& c : cases) run_attention_case(ctx_, c);
+}
+
+}  // namespace
+}  // namespace troupe

@@ -1,0 +1,41 @@
+// Shared by the CUDA tests: whether a GPU can run them (else the reason to skip), the loaded backend,
+// random data, and a tiny random Llama model as a llama_weights_view with owned storage.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "core/backend/cuda_library.h"
+#include "core/backend/llama_weights_view.h"
+
+namespace troupe::testing {
+
+// Empty when the backend is built and a GPU answers; else why the GPU tests skip.
+const std::string& cuda_skip_reason();
+// The loaded backend; only valid when cuda_skip_reason() is empty.
+const troupe_cuda_ops& cuda_ops();
+// Whether this machine has an NVIDIA device node (a GPU-less machine has none).
+bool nvidia_device_node_present();
+
+#define TROUPE_REQUIRE_GPU()                                                                        \
+    do {                                                                                            \
+        if (!::troupe::testing::cuda_skip_reason().empty())                                         \
+            GTEST_SKIP() << "no GPU for the CUDA tests: " << ::troupe::testing::cuda_skip_reason(); \
+    } while (0)
+
+std::vector<float> random_floats(size_t n, uint32_t seed, float lo = -1.0f, float hi = 1.0f);
+
+// A tiny random Llama (dim 32, 2 layers, 4 heads / 2 KV heads of 8, FFN 48, vocab 50, context 64) whose
+// matrices are stored as `type` (F32 or Q8_0; norms stay F32), tied or separate output.
+struct tiny_model {
+    llama_weights_view view;
+    std::vector<std::vector<uint8_t>> storage;
+};
+std::unique_ptr<tiny_model> make_tiny_model(ggml_type type, bool tied_output, uint32_t seed = 7);
+
+}  // namespace troupe::testing
