@@ -1,0 +1,205 @@
+#include "actors/engine/engine.h"
+
+#include "actors/executor/executor_actor.h"
+#include "actors/kv_allocator/kv_allocator_actor.h"
+#include "actors/scheduler/scheduler_actor.h"
+#include "actors/streamer/streamer_actor.h"
+#include "actors/tokenizer/tokenizer_actor.h"
+#include "core/log/log.h"
+#include "core/runtime/lane.h"
+
+namespace troupe {
+namespace {
+// Control messages are not counted against capacity; these mailboxes only ever receive control
+// messages, so the number is only what their stats report.
+constexpr int32_t k_control_only_capacity = 1;
+}  // namespace
+
+engine::engine(engine_parts parts, engine_params params) : params_(params) {
+    auto make = [this](const char* name) {
+        owned_lanes_.push_back(std::make_unique<lane>(name));
+        return owned_lanes_.back().get();
+    };
+    switch (params.lanes) {
+        case lane_layout::one_lane: {
+            lane* l = make("lane");
+            build(std::move(parts), params, l, l, l, l, l);
+            break;
+        }
+        case lane_layout::control_and_compute: {
+            lane* control = make("control");
+            lane* compute = make("compute");
+            build(std::move(parts), params, control, control, control, compute, control);
+            break;
+        }
+        case lane_layout::lane_per_actor: {
+            lane* tok = make("tokenizer");
+            lane* sched = make("scheduler");
+            lane* kv = make("kv_allocator");
+            lane* exec = make("executor");
+            lane* stream = make("streamer");
+            build(std::move(parts), params, tok, sched, kv, exec, stream);
+            break;
+        }
+    }
+}
+
+engine::engine(engine_parts parts, engine_params params, lane& manual) : params_(params), manual_(&manual) {
+    build(std::move(parts), params, &manual, &manual, &manual, &manual, &manual);
+}
+
+void engine::build(engine_parts parts, const engine_params& params, lane* tok, lane* sched, lane* kv, lane* exec,
+                   lane* stream) {
+    TROUPE_ASSERT(parts.runner != nullptr && parts.codec != nullptr, "engine needs a model runner and a codec");
+    description_ = parts.runner->description();
+    scheduler_config sc;
+    sc.max_waiting = params.max_waiting;
+    sc.max_running = params.max_running;
+    sc.n_ctx = parts.runner->n_ctx();
+    sc.max_draft = parts.draft ? params.max_draft : 0;
+    sc.eog_ids = parts.codec->eog_ids();
+    const kv_geometry geometry = parts.runner->kv();
+
+    tokenizer_ = std::make_unique<tokenizer_actor>(*tok, parts.codec, params.submit_capacity);
+    scheduler_ = std::make_unique<scheduler_actor>(*sched, std::move(sc), params.scheduler_capacity);
+    kv_ = std::make_unique<kv_allocator_actor>(*kv, geometry, k_control_only_capacity);
+    executor_ = std::make_unique<executor_actor>(*exec, std::move(parts.runner), std::move(parts.draft),
+                                                 k_control_only_capacity);
+    streamer_ = std::make_unique<streamer_actor>(
+        *stream, parts.codec, &overhead_, [this](request_id id, request_outcome o) { on_request_end(id, o); },
+        params.streamer_capacity);
+
+    tokenizer_->connect(scheduler_->inbox(), streamer_->inbox());
+    scheduler_->connect(kv_->inbox(), executor_->inbox(), streamer_->inbox());
+    kv_->connect(scheduler_->inbox());
+    executor_->connect(scheduler_->inbox());
+    streamer_->connect(scheduler_->inbox());
+}
+
+engine::~engine() {
+    if (!stopped_.load() && accepting_.load()) (void)stop(std::chrono::milliseconds(0));
+    for (auto& l : owned_lanes_) l->stop();
+}
+
+status engine::start() {
+    if (stopped_.load()) return make_error("engine: start() after stop()");
+    if (accepting_.exchange(true)) return make_error("engine: started twice");
+    for (auto& l : owned_lanes_) l->start();
+    TROUPE_LOG_INFO("engine", "started: %s, %zu lanes", description_.c_str(), owned_lanes_.size());
+    return status::success();
+}
+
+result<request_id> engine::submit(request r, request_sink sink) {
+    if (!accepting_.load()) {
+        n_refused_.fetch_add(1);
+        return make_error(stopped_.load() ? "engine is stopping: no new requests" : "engine is not started");
+    }
+    const request_id id = next_id_.fetch_add(1);
+    submit_request m;
+    m.id = id;
+    m.prompt = std::move(r.prompt);
+    m.prompt_ids = std::move(r.prompt_ids);
+    m.params = std::make_shared<const sampling_params>(std::move(r.sampling));
+    m.sink = std::make_shared<const request_sink>(std::move(sink));
+    m.t_submit = steady_clock::now();
+    n_in_flight_.fetch_add(1);
+    if (!tokenizer_->inbox().try_post(std::move(m))) {
+        n_in_flight_.fetch_sub(1);
+        n_refused_.fetch_add(1);
+        return make_error("overloaded: " + std::to_string(params_.submit_capacity) +
+                          " requests are waiting to be tokenized; retry later");
+    }
+    n_submitted_.fetch_add(1);
+    return id;
+}
+
+void engine::cancel(request_id id) {
+    tokenizer_->inbox().post(cancel_request{id});
+}
+
+void engine::on_request_end(request_id, request_outcome outcome) {
+    switch (outcome) {
+        case request_outcome::done:
+            n_completed_.fetch_add(1);
+            break;
+        case request_outcome::cancelled:
+            n_cancelled_.fetch_add(1);
+            break;
+        case request_outcome::failed:
+            n_failed_.fetch_add(1);
+            break;
+    }
+    if (n_in_flight_.fetch_sub(1) == 1) {
+        std::lock_guard lock(idle_mutex_);
+        idle_cv_.notify_all();
+    }
+}
+
+bool engine::wait_idle(steady_clock::time_point deadline) {
+    if (manual_ != nullptr) {
+        while (n_in_flight_.load() > 0 && steady_clock::now() < deadline) {
+            if (manual_->run_until_idle() == 0) break;
+        }
+        return n_in_flight_.load() == 0;
+    }
+    std::unique_lock lock(idle_mutex_);
+    return idle_cv_.wait_until(lock, deadline, [this] { return n_in_flight_.load() == 0; });
+}
+
+status engine::stop(std::chrono::milliseconds drain_timeout) {
+    if (stopped_.exchange(true)) return status::success();
+    accepting_.store(false);
+    tokenizer_->inbox().close();
+    const int64_t n_at_stop = n_in_flight_.load();
+    bool drained = wait_idle(steady_clock::now() + drain_timeout);
+    int64_t n_failed_by_stop = 0;
+    if (!drained) {
+        n_failed_by_stop = n_in_flight_.load();
+        const std::string reason = "engine stopped: the drain timeout of " + std::to_string(drain_timeout.count()) +
+                                   " ms ran out before this request finished";
+        tokenizer_->inbox().post(abort_all{reason});
+        if (!wait_idle(steady_clock::now() + std::chrono::seconds(2))) {
+            streamer_->inbox().post(close_all{reason});
+            (void)wait_idle(steady_clock::now() + std::chrono::seconds(2));
+        }
+    }
+    for (auto& l : owned_lanes_) l->stop();
+    if (manual_ != nullptr) manual_->run_until_idle();
+    TROUPE_LOG_INFO("engine", "stopped: %lld requests in flight at stop, %lld failed by the drain timeout",
+                    static_cast<long long>(n_at_stop), static_cast<long long>(n_failed_by_stop));
+    if (n_failed_by_stop > 0) {
+        return make_error("engine stopped with " + std::to_string(n_failed_by_stop) +
+                          " requests unfinished after the drain timeout of " + std::to_string(drain_timeout.count()) +
+                          " ms; they were failed");
+    }
+    return status::success();
+}
+
+engine_stats engine::stats() const {
+    engine_stats s;
+    s.n_submitted = n_submitted_.load();
+    s.n_refused = n_refused_.load();
+    s.n_completed = n_completed_.load();
+    s.n_cancelled = n_cancelled_.load();
+    s.n_failed = n_failed_.load();
+    s.n_in_flight = n_in_flight_.load();
+    const auto& c = scheduler_->counters();
+    s.n_waiting = c.n_waiting.load();
+    s.n_running = c.n_running.load();
+    s.n_steps = c.n_steps.load();
+    s.n_tokens = c.n_tokens.load();
+    s.n_drafted = c.n_drafted.load();
+    s.n_draft_accepted = c.n_accepted.load();
+    s.draft_acceptance =
+        s.n_drafted > 0 ? static_cast<double>(s.n_draft_accepted) / static_cast<double>(s.n_drafted) : 0;
+    s.token_overhead = overhead_.summary();
+    s.mailboxes = {tokenizer_->inbox().stats(), scheduler_->inbox().stats(), kv_->inbox().stats(),
+                   executor_->inbox().stats(), streamer_->inbox().stats()};
+    return s;
+}
+
+std::string engine::description() const {
+    return description_;
+}
+
+}  // namespace troupe

@@ -1,0 +1,41 @@
+// Messages to the executor actor, all from the scheduler: one step plan at a time, and the ids of
+// sequences that ended (the executor drops their samplers). The reply to a plan is step_done
+// (scheduler_msgs.h).
+//
+// A plan says, per sequence, which new tokens to run at which positions; that is all a continuous
+// batching policy (token budget, chunked prefill, preemption and recompute) needs to say too.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <variant>
+#include <vector>
+
+#include "core/sampling/sampler.h"
+
+namespace troupe {
+
+struct step_sequence {
+    int64_t seq_id = 0;
+    std::vector<int32_t> tokens;                              // new tokens: a prompt (chunk) or the last sampled token
+    int32_t pos0 = 0;                                         // position of tokens[0]
+    std::shared_ptr<const std::vector<int32_t>> block_table;  // covers [0, pos0 + tokens.size() + max_draft)
+    std::shared_ptr<const sampling_params> params;
+    bool sample = true;     // false for a prefill chunk that is not the prompt's last
+    int32_t max_draft = 0;  // speculative tokens the executor may add after tokens (0: none)
+};
+
+struct step_plan {
+    static constexpr const char* name = "step_plan";
+    int64_t step_id = 0;
+    std::vector<step_sequence> seqs;
+};
+
+struct retire_sequences {
+    static constexpr const char* name = "retire_sequences";
+    std::vector<int64_t> seq_ids;
+};
+
+using executor_msg = std::variant<step_plan, retire_sequences>;
+
+}  // namespace troupe

@@ -1,0 +1,74 @@
+// Messages to the scheduler actor: requests (from the tokenizer), KV grants (from the KV allocator),
+// step results (from the executor), stop-string finishes (from the streamer), stop (from the engine).
+#pragma once
+
+#include <memory>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "actors/common/request_types.h"
+#include "core/sampling/sampler.h"
+
+namespace troupe {
+
+struct enqueue_request {
+    static constexpr const char* name = "enqueue_request";
+    request_id id = 0;
+    std::shared_ptr<const std::vector<int32_t>> prompt;  // ids, with BOS
+    std::shared_ptr<const sampling_params> params;
+    time_point t_submit;
+};
+
+// Cancellation is a message. Sent through the tokenizer so that it arrives behind the request itself.
+struct cancel_request {
+    static constexpr const char* name = "cancel_request";
+    request_id id = 0;
+};
+
+// The streamer ended the request (a stop string): stop generating, free its blocks, tell nobody.
+struct finish_request {
+    static constexpr const char* name = "finish_request";
+    request_id id = 0;
+    finish_reason reason = finish_reason::stop;
+};
+
+// Fail every request, waiting or running, and refuse new ones (engine stop after the drain timeout).
+struct abort_all {
+    static constexpr const char* name = "abort_all";
+    std::string reason;
+};
+
+struct blocks_granted {
+    static constexpr const char* name = "blocks_granted";
+    int64_t seq_id = 0;
+    std::vector<int32_t> block_table;
+    int32_t n_tokens_covered = 0;
+};
+
+struct blocks_refused {
+    static constexpr const char* name = "blocks_refused";
+    int64_t seq_id = 0;
+    int32_t n_tokens = 0;
+    bool never_fits = false;  // more than the whole pool
+};
+
+struct sequence_result {
+    int64_t seq_id = 0;
+    std::vector<int32_t> tokens;  // accepted draft tokens, then one sampled token (empty if not sampled)
+    int32_t n_drafted = 0;
+    int32_t n_accepted = 0;
+    time_point t_sampled;
+};
+
+struct step_done {
+    static constexpr const char* name = "step_done";
+    int64_t step_id = 0;
+    std::vector<sequence_result> results;  // in plan order
+    std::string error;                     // non-empty: the step failed and every sequence in it with it
+};
+
+using scheduler_msg =
+    std::variant<enqueue_request, cancel_request, finish_request, abort_all, blocks_granted, blocks_refused, step_done>;
+
+}  // namespace troupe

@@ -1,0 +1,29 @@
+// Messages to the tokenizer actor, the pipeline's entry. Cancels and aborts pass through it so that
+// they reach the scheduler after the submissions they refer to.
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "actors/common/request_types.h"
+#include "actors/scheduler/scheduler_msgs.h"
+#include "core/sampling/sampler.h"
+
+namespace troupe {
+
+struct submit_request {
+    static constexpr const char* name = "submit_request";
+    request_id id = 0;
+    std::string prompt;
+    std::optional<std::vector<int32_t>> prompt_ids;  // used as given (no BOS added) when present
+    std::shared_ptr<const sampling_params> params;
+    std::shared_ptr<const request_sink> sink;
+    time_point t_submit;
+};
+
+using tokenizer_msg = std::variant<submit_request, cancel_request, abort_all>;
+
+}  // namespace troupe
