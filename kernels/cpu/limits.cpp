@@ -56,7 +56,7 @@ double measure_read_bandwidth(thread_pool& pool, size_t buffer_bytes) {
     const dispatch_level level = best_level();
     std::atomic<float> sink{0};
     double best = 0;
-    for (int run = 0; run < 5; ++run) {
+    for (int run = 0; run < 10; ++run) {
         const auto start = clock_type::now();
         pool.parallel_for(n_chunks, [&](int64_t c0, int64_t c1) {
             for (int64_t c = c0; c < c1; ++c) {
@@ -85,9 +85,10 @@ double measure_read_bandwidth(thread_pool& pool, size_t buffer_bytes) {
 
 double measure_fma_peak(thread_pool& pool) {
     const dispatch_level level = best_level();
-    const int64_t iterations = 2'000'000;
+    // Many short runs (~1 ms): on a shared machine the best one is the one no other process interrupted.
+    const int64_t iterations = 200'000;
     double best = 0;
-    for (int run = 0; run < 3; ++run) {
+    for (int run = 0; run < 30; ++run) {
         std::atomic<double> flops{0};
         const auto start = clock_type::now();
         pool.parallel_for(pool.n_threads(), [&](int64_t c0, int64_t c1) {

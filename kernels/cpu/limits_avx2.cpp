@@ -27,7 +27,6 @@ double fma_chains_avx2(int64_t iterations) {
     for (int64_t i = 0; i < iterations; ++i) {
 #pragma GCC unroll 12
         for (int c = 0; c < k_chains; ++c) acc[c] = _mm256_fmadd_ps(acc[c], a, b);
-        __asm__ volatile("" : "+x"(acc[0]), "+x"(acc[1]), "+x"(acc[2]), "+x"(acc[3]));
     }
     __m256 s = acc[0];
     for (int c = 1; c < k_chains; ++c) s = _mm256_add_ps(s, acc[c]);

@@ -24,7 +24,6 @@ double fma_chains_avx512(int64_t iterations) {
     for (int64_t i = 0; i < iterations; ++i) {
 #pragma GCC unroll 16
         for (int c = 0; c < k_chains; ++c) acc[c] = _mm512_fmadd_ps(acc[c], a, b);
-        __asm__ volatile("" : "+v"(acc[0]), "+v"(acc[1]), "+v"(acc[2]), "+v"(acc[3]));
     }
     __m512 s = acc[0];
     for (int c = 1; c < k_chains; ++c) s = _mm512_add_ps(s, acc[c]);

@@ -171,6 +171,50 @@ struct index_vectors {
     __m512i v[4];
 };
 
+// The 6-bit scales and mins of a Q4_K block: 32-bit words of the packed bytes, shifted into place.
+inline void q4_k_scale_words(const block_q4_k& wb, uint32_t& sc03, uint32_t& sc47, uint32_t& m03, uint32_t& m47) {
+    uint32_t s[3];
+    std::memcpy(s, wb.scales, 12);
+    sc03 = s[0] & 0x3f3f3f3fu;
+    m03 = s[1] & 0x3f3f3f3fu;
+    sc47 = (s[2] & 0x0f0f0f0fu) | ((s[0] >> 2) & 0x30303030u);
+    m47 = ((s[2] >> 4) & 0x0f0f0f0fu) | ((s[1] >> 2) & 0x30303030u);
+}
+
+inline void q4_k_scales(const block_q4_k& wb, uint8_t* sc, uint8_t* mn) {
+    uint32_t sc03, sc47, m03, m47;
+    q4_k_scale_words(wb, sc03, sc47, m03, m47);
+    std::memcpy(sc, &sc03, 4);
+    std::memcpy(sc + 4, &sc47, 4);
+    std::memcpy(mn, &m03, 4);
+    std::memcpy(mn + 4, &m47, 4);
+}
+
+// The 6-bit values (0..63) of half h of a Q6_K block in element order: qa = elements 128 h + 0..63,
+// qb = 128 h + 64..127.
+inline void q6_k_values(const block_q6_k& wb, int half, __m512i& qa, __m512i& qb) {
+    const __m512i low4 = _mm512_set1_epi8(0x0f);
+    const __m512i bits45 = _mm512_set1_epi8(0x30);
+    const __m512i l = _mm512_loadu_si512(wb.ql + 64 * half);
+    const __m512i h = _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(wb.qh + 32 * half)));
+    const __m512i ha =
+        _mm512_and_si512(_mm512_mask_blend_epi64(0xf0, _mm512_slli_epi16(h, 4), _mm512_slli_epi16(h, 2)), bits45);
+    const __m512i hb = _mm512_and_si512(_mm512_mask_blend_epi64(0xf0, h, _mm512_srli_epi16(h, 2)), bits45);
+    qa = _mm512_or_si512(_mm512_and_si512(l, low4), ha);
+    qb = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(l, 4), low4), hb);
+}
+
+// q[256] = the block's values minus 32, in element order.
+inline void q6_k_unpack(const block_q6_k& wb, int8_t* q) {
+    const __m512i k32 = _mm512_set1_epi8(32);
+    for (int half = 0; half < 2; ++half) {
+        __m512i qa, qb;
+        q6_k_values(wb, half, qa, qb);
+        _mm512_storeu_si512(q + 128 * half, _mm512_sub_epi8(qa, k32));
+        _mm512_storeu_si512(q + 128 * half + 64, _mm512_sub_epi8(qb, k32));
+    }
+}
+
 template <int T>
 void q4_k_row(const block_q4_k* w, const uint8_t* x, size_t xs, int64_t nb, float* y, int64_t ldy) {
     // Scale words [sc(2c) x16, sc(2c+1) x16] for chunk c of 64 elements; mins duplicated [m0 m0 m1 m1 ...].
@@ -183,12 +227,8 @@ void q4_k_row(const block_q4_k* w, const uint8_t* x, size_t xs, int64_t nb, floa
     for (int64_t b = 0; b < nb; ++b) {
         const block_q4_k& wb = w[b];
         // The packed 6-bit scales and mins: bytes 0..7 = sc0..sc7, bytes 8..15 = m0..m7.
-        uint32_t s[3];
-        std::memcpy(s, wb.scales, 12);
-        const uint32_t sc03 = s[0] & 0x3f3f3f3fu;
-        const uint32_t m03 = s[1] & 0x3f3f3f3fu;
-        const uint32_t sc47 = (s[2] & 0x0f0f0f0fu) | ((s[0] >> 2) & 0x30303030u);
-        const uint32_t m47 = ((s[2] >> 4) & 0x0f0f0f0fu) | ((s[1] >> 2) & 0x30303030u);
+        uint32_t sc03, sc47, m03, m47;
+        q4_k_scale_words(wb, sc03, sc47, m03, m47);
         const __m256i words = _mm256_cvtepu8_epi16(_mm_setr_epi32(static_cast<int>(sc03), static_cast<int>(sc47),
                                                                   static_cast<int>(m03), static_cast<int>(m47)));
         const __m512i words512 = _mm512_castsi256_si512(words);
@@ -235,8 +275,6 @@ void q6_k_row(const block_q6_k* w, const uint8_t* x, size_t xs, int64_t nb, floa
         }
         return idx;
     }();
-    const __m512i low4 = _mm512_set1_epi8(0x0f);
-    const __m512i bits45 = _mm512_set1_epi8(0x30);
     __m512 acc[T];
     for (int t = 0; t < T; ++t) acc[t] = _mm512_setzero_ps();
     for (int64_t b = 0; b < nb; ++b) {
@@ -254,14 +292,8 @@ void q6_k_row(const block_q6_k* w, const uint8_t* x, size_t xs, int64_t nb, floa
         }
 #pragma GCC unroll 2
         for (int half = 0; half < 2; ++half) {
-            const __m512i l = _mm512_loadu_si512(wb.ql + 64 * half);
-            const __m512i h =
-                _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(wb.qh + 32 * half)));
-            const __m512i ha = _mm512_and_si512(
-                _mm512_mask_blend_epi64(0xf0, _mm512_slli_epi16(h, 4), _mm512_slli_epi16(h, 2)), bits45);
-            const __m512i hb = _mm512_and_si512(_mm512_mask_blend_epi64(0xf0, h, _mm512_srli_epi16(h, 2)), bits45);
-            const __m512i qa = _mm512_or_si512(_mm512_and_si512(l, low4), ha);  // elements 128 half + 0..63
-            const __m512i qb = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(l, 4), low4), hb);  // + 64..127
+            __m512i qa, qb;  // elements 128 half + 0..63 and + 64..127
+            q6_k_values(wb, half, qa, qb);
             const __m512i sa = _mm512_permutexvar_epi16(scale_idx.v[2 * half], scales512);
             const __m512i sb = _mm512_permutexvar_epi16(scale_idx.v[2 * half + 1], scales512);
 #pragma GCC unroll 4
@@ -429,6 +461,60 @@ const float* row_floats(const matmul_weight& w, int64_t r, int64_t k0, int64_t k
                     const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blocks[b].qs + 16 * h));
                     _mm512_store_ps(tmp + b * qk8_0 + 16 * h,
                                     _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q)), d));
+                }
+            }
+            return tmp;
+        }
+        case ggml_type::q4_0: {
+            const auto* blocks = reinterpret_cast<const block_q4_0*>(row) + k0 / qk4_0;
+            const __m512i eight = _mm512_set1_epi32(8);
+            for (int64_t b = 0; b < kc / qk4_0; ++b) {
+                const __m512 d = _mm512_set1_ps(fp16(blocks[b].d));
+                const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blocks[b].qs));
+                const __m128i lo = _mm_and_si128(q, _mm_set1_epi8(0x0f));
+                const __m128i hi = _mm_and_si128(_mm_srli_epi16(q, 4), _mm_set1_epi8(0x0f));
+                _mm512_store_ps(
+                    tmp + b * qk4_0,
+                    _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(_mm512_cvtepu8_epi32(lo), eight)), d));
+                _mm512_store_ps(
+                    tmp + b * qk4_0 + 16,
+                    _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(_mm512_cvtepu8_epi32(hi), eight)), d));
+            }
+            return tmp;
+        }
+        case ggml_type::q4_k: {
+            const auto* blocks = reinterpret_cast<const block_q4_k*>(row) + k0 / qk_k;
+            for (int64_t b = 0; b < kc / qk_k; ++b) {
+                const block_q4_k& wb = blocks[b];
+                uint8_t sc[8], mn[8];
+                q4_k_scales(wb, sc, mn);
+                const float d = fp16(wb.d), dmin = fp16(wb.dmin);
+                for (int j = 0; j < 8; ++j) {
+                    const __m512 scale = _mm512_set1_ps(d * sc[j]), min = _mm512_set1_ps(dmin * mn[j]);
+                    const uint8_t* q = wb.qs + 32 * (j / 2);
+                    for (int h = 0; h < 2; ++h) {
+                        __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(q + 16 * h));
+                        if (j % 2) v = _mm_srli_epi16(v, 4);
+                        v = _mm_and_si128(v, _mm_set1_epi8(0x0f));
+                        const __m512 qf = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(v));
+                        _mm512_store_ps(tmp + b * qk_k + 32 * j + 16 * h, _mm512_sub_ps(_mm512_mul_ps(qf, scale), min));
+                    }
+                }
+            }
+            return tmp;
+        }
+        case ggml_type::q6_k: {
+            const auto* blocks = reinterpret_cast<const block_q6_k*>(row) + k0 / qk_k;
+            for (int64_t b = 0; b < kc / qk_k; ++b) {
+                const block_q6_k& wb = blocks[b];
+                alignas(64) int8_t q[qk_k];  // [256] q - 32 in element order
+                q6_k_unpack(wb, q);
+                const float d = fp16(wb.d);
+                for (int j = 0; j < qk_k / 16; ++j) {
+                    const __m512i v =
+                        _mm512_cvtepi8_epi32(_mm_load_si128(reinterpret_cast<const __m128i*>(q + 16 * j)));
+                    _mm512_store_ps(tmp + b * qk_k + 16 * j,
+                                    _mm512_mul_ps(_mm512_cvtepi32_ps(v), _mm512_set1_ps(d * wb.scales[j])));
                 }
             }
             return tmp;

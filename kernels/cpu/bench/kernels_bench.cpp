@@ -1,1 +1,139 @@
-int main() { return 0; }
+// troupe_kernels_bench: kernel figures for a 110M-parameter Llama shape (dim 768, ffn 2048, 12 layers,
+// vocab 32000), printed beside the limits measured in the same run (not a test).
+//
+//   decode: one token through every matmul of the model (7 per layer + the output matrix), weights
+//           streamed from memory: GB/s of weights read vs the measured read bandwidth.
+//   prefill: 512 tokens through the same matmuls: GFLOP/s vs the measured FMA peak.
+//
+// Usage: troupe_kernels_bench [n_threads (default 2)] [prefill tokens (default 512)]
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "kernels/cpu/cpu_features.h"
+#include "kernels/cpu/limits.h"
+#include "kernels/cpu/matmul.h"
+#include "kernels/ref/quants.h"
+
+namespace {
+
+using namespace troupe;
+using clock_type = std::chrono::steady_clock;
+
+struct shape {
+    int64_t n_in, n_out;
+};
+
+// The matmuls of one decode step, in order: per layer q, k, v, o, gate, up, down; then the output.
+std::vector<shape> model_matmuls() {
+    const int64_t dim = 768, ffn = 2048, vocab = 32000, n_layers = 12;
+    std::vector<shape> s;
+    for (int64_t l = 0; l < n_layers; ++l) {
+        for (int i = 0; i < 4; ++i) s.push_back({dim, dim});
+        s.push_back({dim, ffn});
+        s.push_back({dim, ffn});
+        s.push_back({ffn, dim});
+    }
+    s.push_back({dim, vocab});
+    return s;
+}
+
+// Weights of every matmul in their own memory. Distinct random rows are quantized once per shape (up to
+// 512 rows) and repeated: the contents do not change the speed, the footprint does.
+struct model_weights {
+    std::vector<std::vector<uint8_t>> bytes;
+    std::vector<matmul_weight> views;
+    size_t total_bytes = 0;
+};
+
+model_weights make_weights(ggml_type type) {
+    model_weights m;
+    std::mt19937 rng(7);
+    std::normal_distribution<float> normal(0.0f, 0.02f);
+    for (const shape& s : model_matmuls()) {
+        const size_t stride = row_bytes(type, s.n_in);
+        const int64_t n_distinct = std::min<int64_t>(512, s.n_out);
+        std::vector<float> rows(n_distinct * s.n_in);
+        for (auto& v : rows) v = normal(rng);
+        std::vector<uint8_t> buf(stride * s.n_out);
+        for (int64_t r = 0; r < n_distinct; ++r)
+            ref::quantize_row(type, rows.data() + r * s.n_in, buf.data() + r * stride, s.n_in);
+        for (int64_t r = n_distinct; r < s.n_out; ++r)
+            std::memcpy(buf.data() + r * stride, buf.data() + (r % n_distinct) * stride, stride);
+        m.total_bytes += buf.size();
+        m.bytes.push_back(std::move(buf));
+        m.views.push_back(matmul_weight{type, m.bytes.back().data(), s.n_in, s.n_out, stride});
+    }
+    return m;
+}
+
+double seconds_since(clock_type::time_point t) {
+    return std::chrono::duration<double>(clock_type::now() - t).count();
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    const int n_threads = argc > 1 ? std::atoi(argv[1]) : 2;
+    const int64_t n_prefill = argc > 2 ? std::atoll(argv[2]) : 512;
+    cpu::thread_pool pool(n_threads);
+    std::printf(
+        "troupe_kernels_bench: 110M Llama shape (dim 768, ffn 2048, 12 layers, vocab 32000), %d threads, level %s\n",
+        n_threads, std::string(cpu::name(cpu::active_level())).c_str());
+
+    // Hand-over cost of the pool (what a tiny model's decode step pays per op).
+    {
+        const int n = 20000;
+        const auto t = clock_type::now();
+        for (int i = 0; i < n; ++i) pool.parallel_for(n_threads, [](int64_t, int64_t) {});
+        std::printf("thread pool: empty parallel_for round trip %.2f us\n", seconds_since(t) / n * 1e6);
+    }
+    const double bandwidth = cpu::measure_read_bandwidth(pool);
+    const double peak = cpu::measure_fma_peak(pool);
+    std::printf("limits: read bandwidth %.1f GB/s, FMA peak %.1f GFLOP/s\n\n", bandwidth, peak);
+
+    const auto shapes = model_matmuls();
+    int64_t max_in = 0, max_out = 0, params = 0;
+    for (const shape& s : shapes) {
+        max_in = std::max(max_in, s.n_in);
+        max_out = std::max(max_out, s.n_out);
+        params += s.n_in * s.n_out;
+    }
+    std::vector<float> x(n_prefill * max_in), y(n_prefill * max_out);
+    std::mt19937 rng(1);
+    std::normal_distribution<float> normal(0.0f, 1.0f);
+    for (auto& v : x) v = normal(rng);
+
+    std::printf("%-5s %10s | %-38s | %-34s\n", "type", "weights", "decode (1 token, all matmuls)", "prefill");
+    for (ggml_type type : {ggml_type::f32, ggml_type::f16, ggml_type::bf16, ggml_type::q8_0, ggml_type::q4_0,
+                           ggml_type::q4_k, ggml_type::q6_k}) {
+        const model_weights m = make_weights(type);
+        const auto step = [&](int64_t n_tokens) {
+            for (const matmul_weight& w : m.views) cpu::matmul(w, x.data(), y.data(), n_tokens, pool);
+        };
+        step(1);  // warm up scratch buffers
+        const int n_steps = 20;
+        double best = 1e9;
+        for (int i = 0; i < n_steps; ++i) {
+            const auto t = clock_type::now();
+            step(1);
+            best = std::min(best, seconds_since(t));
+        }
+        const double gbs = static_cast<double>(m.total_bytes) / best / 1e9;
+        std::printf("%-5s %7.1f MB | %6.2f ms/token %6.1f GB/s = %3.0f%% bw | ", std::string(traits(type).name).c_str(),
+                    m.total_bytes / 1e6, best * 1e3, gbs, 100.0 * gbs / bandwidth);
+        const auto t = clock_type::now();
+        step(n_prefill);
+        const double s = seconds_since(t);
+        const double gflops = 2.0 * static_cast<double>(params) * static_cast<double>(n_prefill) / s / 1e9;
+        std::printf("%4lld tok %7.1f tok/s %6.1f GFLOP/s = %3.0f%% peak\n", static_cast<long long>(n_prefill),
+                    n_prefill / s, gflops, 100.0 * gflops / peak);
+        std::fflush(stdout);
+    }
+    return 0;
+}
