@@ -122,6 +122,13 @@ std::string help_text(const command_spec& spec) {
     return s;
 }
 
+std::string join_problems(const std::vector<std::string>& problems) {
+    if (problems.size() == 1) return problems[0];
+    std::string s = std::to_string(problems.size()) + " problems:";
+    for (const auto& p : problems) s += "\n  " + p;
+    return s;
+}
+
 result<long long> parse_int_flag(std::string_view flag, std::string_view text) {
     long long v = 0;
     auto r = std::from_chars(text.data(), text.data() + text.size(), v);

@@ -32,11 +32,11 @@ struct flag_spec {
 
 struct command_spec {
     std::string_view name = {};  // "tokenize"
-    std::string_view summary;  // one line for `troupe --help`
-    std::string_view usage;    // "troupe tokenize --model M.gguf [--no-bos] TEXT"
+    std::string_view summary;    // one line for `troupe --help`
+    std::string_view usage;      // "troupe tokenize --model M.gguf [--no-bos] TEXT"
     std::vector<flag_spec> flags = {};
-    int min_args = 0;          // positional arguments
-    int max_args = 0;          // -1: any number
+    int min_args = 0;               // positional arguments
+    int max_args = 0;               // -1: any number
     std::string_view details = {};  // optional paragraph after the flags
 };
 
@@ -61,6 +61,9 @@ result<cli_args> parse_args(const command_spec& spec, std::span<const std::strin
 
 // `troupe <command> --help`.
 std::string help_text(const command_spec& spec);
+
+// One message for several problems: the problem itself, or "N problems:" and one indented line each.
+std::string join_problems(const std::vector<std::string>& problems);
 
 // Integer and float values of flags, with errors naming the flag: "--max-tokens: expected an integer, got 'x'".
 result<long long> parse_int_flag(std::string_view flag, std::string_view text);

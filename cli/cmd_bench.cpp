@@ -30,10 +30,10 @@ result<int32_t> positive(const cli_args& args, std::string_view flag, int32_t fa
 }
 
 result<bench_inputs> prepare_bench(const cli_args& args) {
-    std::string problems;
+    std::vector<std::string> problems;
     bench_inputs in;
     auto config = resolve_cli_config(args);
-    if (!config) problems += config.message() + "\n";
+    if (!config) problems.push_back(config.message());
     struct count_flag {
         std::string_view flag;
         int32_t* field;
@@ -42,13 +42,12 @@ result<bench_inputs> prepare_bench(const cli_args& args) {
                           count_flag{"--n-seqs", &in.n_seqs}, count_flag{"--reps", &in.reps}}) {
         auto v = positive(args, f.flag, *f.field);
         if (!v)
-            problems += v.message() + "\n";
+            problems.push_back(v.message());
         else
             *f.field = *v;
     }
     if (!problems.empty()) {
-        problems.pop_back();
-        return make_error(problems);
+        return make_error(join_problems(problems));
     }
     in.config = std::move(*config);
     if (!args.has("--print-config") && in.config.model.empty()) {

@@ -48,38 +48,37 @@ const command_spec& synth_spec() {
 }
 
 int synth_command(const cli_args& args) {
-    std::string problems;
+    std::vector<std::string> problems;
     synth_params p;
     const auto shape_name = args.value("--shape");
     const synth_shape* shape = shape_name ? find_synth_shape(*shape_name) : nullptr;
     if (!shape_name)
-        problems += "--shape is required (valid: " + shape_list() + ")\n";
+        problems.push_back("--shape is required (valid: " + shape_list() + ")");
     else if (!shape)
-        problems += "--shape: unknown shape '" + *shape_name + "' (valid: " + shape_list() + ")\n";
+        problems.push_back("--shape: unknown shape '" + *shape_name + "' (valid: " + shape_list() + ")");
     const std::string type_name = args.value_or("--type", "f16");
     const auto type = parse_synth_type(type_name);
-    if (!type) problems += "--type: unknown type '" + type_name + "' (valid: f32, f16, q8_0, q4_0, q4_k)\n";
+    if (!type) problems.push_back("--type: unknown type '" + type_name + "' (valid: f32, f16, q8_0, q4_0, q4_k)");
     const auto vocab_path = args.value("--vocab");
-    if (!vocab_path) problems += "--vocab is required (a GGUF file with tokenizer metadata)\n";
+    if (!vocab_path) problems.push_back("--vocab is required (a GGUF file with tokenizer metadata)");
     const auto out_path = args.value("--output");
-    if (!out_path) problems += "-o/--output is required\n";
+    if (!out_path) problems.push_back("-o/--output is required");
     if (auto v = args.value("--seed")) {
         auto seed = parse_int_flag("--seed", *v);
         if (!seed || *seed < 0)
-            problems += "--seed: expected a non-negative integer, got '" + *v + "'\n";
+            problems.push_back("--seed: expected a non-negative integer, got '" + *v + "'");
         else
             p.seed = static_cast<uint64_t>(*seed);
     }
     if (auto v = args.value("--threads")) {
         auto n = parse_int_flag("--threads", *v);
         if (!n || *n < 0 || *n > 1024)
-            problems += "--threads: expected 0 to 1024, got '" + *v + "'\n";
+            problems.push_back("--threads: expected 0 to 1024, got '" + *v + "'");
         else
             p.n_threads = static_cast<int>(*n);
     }
     if (!problems.empty()) {
-        problems.pop_back();
-        return usage_error(problems);
+        return usage_error(join_problems(problems));
     }
     p.shape = *shape;
     p.type = *type;
