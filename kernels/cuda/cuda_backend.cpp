@@ -97,7 +97,7 @@ const char* test_matmul(troupe_cuda_context* ctx, int32_t impl, const troupe_cud
     cudaStream_t s = ctx->streams[0];
     device_buffer dw, dx, dy;
     device_matrix dm;
-    TROUPE_CUDA_TRY_STATUS(upload_matrix(*w, "w", dw, dm));
+    TROUPE_CUDA_TRY_STATUS(upload_matrix(*w, "w", dw, dm, s));
     TROUPE_CUDA_TRY_STATUS(upload(x, static_cast<size_t>(n_tokens) * w->n_in * sizeof(float), dx, "x", s));
     const size_t y_bytes = static_cast<size_t>(n_tokens) * w->n_out * sizeof(float);
     TROUPE_CUDA_TRY_STATUS(dy.allocate(y_bytes, "y"));
@@ -178,7 +178,7 @@ const char* test_embed(troupe_cuda_context* ctx, const troupe_cuda_matrix* table
     cudaStream_t s = ctx->streams[0];
     device_buffer dt, dtok, dout;
     device_matrix dm;
-    TROUPE_CUDA_TRY_STATUS(upload_matrix(*table, "table", dt, dm));
+    TROUPE_CUDA_TRY_STATUS(upload_matrix(*table, "table", dt, dm, s));
     TROUPE_CUDA_TRY_STATUS(upload(tokens, n_tokens * sizeof(int32_t), dtok, "tokens", s));
     const size_t out_bytes = static_cast<size_t>(n_tokens) * table->n_in * sizeof(float);
     TROUPE_CUDA_TRY_STATUS(dout.allocate(out_bytes, "out"));

@@ -81,7 +81,7 @@ const char* upload_norm(troupe_cuda_model& m, const troupe_cuda_matrix& src, con
     TROUPE_CUDA_TRY_STATUS(check_shape(src, what, m.hp.dim, 1));
     device_matrix dm;
     m.weights.emplace_back();
-    TROUPE_CUDA_TRY_STATUS(upload_matrix(src, what, m.weights.back(), dm));
+    TROUPE_CUDA_TRY_STATUS(upload_matrix(src, what, m.weights.back(), dm, m.ctx->streams[0]));
     m.weight_bytes += m.weights.back().size();
     out = static_cast<const float*>(dm.data);
     return nullptr;
@@ -91,7 +91,7 @@ const char* upload_weight(troupe_cuda_model& m, const troupe_cuda_matrix& src, c
                           int64_t n_out, device_matrix& out) {
     TROUPE_CUDA_TRY_STATUS(check_shape(src, what, n_in, n_out));
     m.weights.emplace_back();
-    TROUPE_CUDA_TRY_STATUS(upload_matrix(src, what, m.weights.back(), out));
+    TROUPE_CUDA_TRY_STATUS(upload_matrix(src, what, m.weights.back(), out, m.ctx->streams[0]));
     m.weight_bytes += m.weights.back().size();
     return nullptr;
 }
@@ -179,14 +179,16 @@ const char* check_batch(const troupe_cuda_model& m, const troupe_cuda_batch& b) 
 
 }  // namespace
 
-const char* upload_matrix(const troupe_cuda_matrix& m, const char* what, device_buffer& buf, device_matrix& out) {
+const char* upload_matrix(const troupe_cuda_matrix& m, const char* what, device_buffer& buf, device_matrix& out,
+                          cudaStream_t stream) {
     const size_t elem = element_bytes(m.type);
     if (elem == 0) return fail("%s is of type %u: the CUDA backend takes F32, F16 or BF16", what, m.type);
     if (!m.data || m.n_in <= 0 || m.n_out <= 0) return fail("%s has no data or an empty shape", what);
     const size_t row = static_cast<size_t>(m.n_in) * elem;
     if (m.row_stride < row) return fail("%s has a row stride of %zu bytes, rows need %zu", what, m.row_stride, row);
     TROUPE_CUDA_TRY_STATUS(buf.allocate(row * m.n_out, what));
-    TROUPE_CUDA_TRY(cudaMemcpy2D(buf.data(), row, m.data, m.row_stride, row, m.n_out, cudaMemcpyHostToDevice));
+    TROUPE_CUDA_TRY(
+        cudaMemcpy2DAsync(buf.data(), row, m.data, m.row_stride, row, m.n_out, cudaMemcpyHostToDevice, stream));
     out = device_matrix{m.type, buf.data(), m.n_in, m.n_out};
     return nullptr;
 }

@@ -32,8 +32,11 @@ const char* model_forward(troupe_cuda_model* model, const troupe_cuda_batch* bat
 const char* model_copy_blocks(troupe_cuda_model* model, int32_t lane, const int32_t* src, const int32_t* dst,
                               int32_t n);
 
-// Uploads a host matrix packed (row stride n_in) into a new buffer; checks type and strides.
-const char* upload_matrix(const troupe_cuda_matrix& m, const char* what, device_buffer& buf, device_matrix& out);
+// Uploads a host matrix packed (row stride n_in) into a new buffer on `stream` (our streams do not
+// synchronize with the legacy default stream, so every copy goes on the stream that uses it); checks
+// type and strides.
+const char* upload_matrix(const troupe_cuda_matrix& m, const char* what, device_buffer& buf, device_matrix& out,
+                          cudaStream_t stream);
 
 }  // namespace troupe::cuda
 
