@@ -146,6 +146,11 @@ TEST(gguf_read, vocabulary_files_hold_their_tokenizers) {
     EXPECT_EQ(b->get_string_array("tokenizer.ggml.merges")->size(), 50000u);
     EXPECT_EQ(b->get_string_array("tokenizer.ggml.merges")->at(0), "\xc4\xa0 t");
     EXPECT_TRUE(b->tensors().empty());
+    const std::string d = describe(*b);
+    EXPECT_NE(d.find("tokenizer.ggml.merges = [50000 strings: \"\xc4\xa0 t\", \"\xc4\xa0 a\", \"h e\", ... ]"),
+              std::string::npos)
+        << d;
+    EXPECT_NE(d.find("\ntensors: none\n"), std::string::npos) << d;
 }
 
 TEST(gguf_read, describe_prints_header_metadata_abbreviated_arrays_tensor_table_and_totals) {
