@@ -2,8 +2,8 @@
 //
 // Dot-product kernels: 4 rows x up to 4 tokens per pass for F32/F16/BF16 (8 floats per FMA) and for
 // Q8_0/Q4_0 (vpmaddubsw on |w| and sign(w) * x for Q8_0; unsigned nibbles minus 8 * sum(x) for Q4_0).
-// Q4_K and Q6_K run the scalar kernels at this level. GEMM: 6 tokens x 16 rows in 12 ymm accumulators,
-// weights packed as float panels [kc][16], activations as [kc][6].
+// Q4_K and Q6_K: one row x up to 4 tokens, vpmaddubsw + vpmaddwd with the scales. GEMM: 6 tokens x 16 rows in 12 ymm
+// accumulators, weights packed as float panels [kc][16], activations as [kc][6].
 #include "kernels/cpu/matmul_kernels.h"
 
 #if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cstring>
 #include <utility>
 
 #include "kernels/cpu/aligned_buffer.h"
@@ -132,6 +133,108 @@ void q8_tile(const uint8_t* w, size_t ws, const uint8_t* x, size_t xs, int64_t n
     }
 }
 
+// Q4_K / Q6_K against Q8_K (one row, T tokens): vpmaddubsw of unsigned weights with the activation
+// bytes, vpmaddwd with the sub-block scale, int32 sums per super-block; mins (Q4_K) and the -32 offset
+// (Q6_K) from the activation block sums.
+template <int T>
+void q4_k_row(const block_q4_k* w, const uint8_t* x, size_t xs, int64_t nb, float* y, int64_t ldy) {
+    const __m256i low4 = _mm256_set1_epi8(0x0f);
+    __m256 acc[T];
+    float mins_acc[T];
+    for (int t = 0; t < T; ++t) {
+        acc[t] = _mm256_setzero_ps();
+        mins_acc[t] = 0.0f;
+    }
+    for (int64_t b = 0; b < nb; ++b) {
+        const block_q4_k& wb = w[b];
+        uint32_t s[3];
+        std::memcpy(s, wb.scales, 12);
+        const uint32_t words[4] = {s[0] & 0x3f3f3f3fu, (s[2] & 0x0f0f0f0fu) | ((s[0] >> 2) & 0x30303030u),
+                                   s[1] & 0x3f3f3f3fu, ((s[2] >> 4) & 0x0f0f0f0fu) | ((s[1] >> 2) & 0x30303030u)};
+        uint8_t sm[16];  // sc0..sc7, m0..m7
+        std::memcpy(sm, words, 16);
+        const float dw = fp16(wb.d), dmin = fp16(wb.dmin);
+        __m256i sum[T];
+        for (int t = 0; t < T; ++t) sum[t] = _mm256_setzero_si256();
+#pragma GCC unroll 4
+        for (int c = 0; c < 4; ++c) {
+            const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wb.qs + 32 * c));
+            const __m256i lo = _mm256_and_si256(q, low4);
+            const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), low4);
+            const __m256i s_lo = _mm256_set1_epi16(sm[2 * c]), s_hi = _mm256_set1_epi16(sm[2 * c + 1]);
+#pragma GCC unroll 4
+            for (int t = 0; t < T; ++t) {
+                const int8_t* xq = reinterpret_cast<const block_q8_k*>(x + t * xs)[b].qs + 64 * c;
+                const __m256i p_lo = _mm256_maddubs_epi16(lo, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq)));
+                const __m256i p_hi =
+                    _mm256_maddubs_epi16(hi, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq + 32)));
+                sum[t] = _mm256_add_epi32(
+                    sum[t], _mm256_add_epi32(_mm256_madd_epi16(p_lo, s_lo), _mm256_madd_epi16(p_hi, s_hi)));
+            }
+        }
+#pragma GCC unroll 4
+        for (int t = 0; t < T; ++t) {
+            const block_q8_k& xb = reinterpret_cast<const block_q8_k*>(x + t * xs)[b];
+            int32_t msum = 0;
+            for (int j = 0; j < 8; ++j) msum += sm[8 + j] * (xb.bsums[2 * j] + xb.bsums[2 * j + 1]);
+            acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum[t]), _mm256_set1_ps(dw * xb.d), acc[t]);
+            mins_acc[t] += dmin * xb.d * static_cast<float>(msum);
+        }
+    }
+    for (int t = 0; t < T; ++t) y[t * ldy] = hsum(acc[t]) - mins_acc[t];
+}
+
+template <int T>
+void q6_k_row(const block_q6_k* w, const uint8_t* x, size_t xs, int64_t nb, float* y, int64_t ldy) {
+    const __m256i low4 = _mm256_set1_epi8(0x0f), bits45 = _mm256_set1_epi8(0x30);
+    __m256 acc[T];
+    for (int t = 0; t < T; ++t) acc[t] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < nb; ++b) {
+        const block_q6_k& wb = w[b];
+        const float dw = fp16(wb.d);
+        __m256i sum[T];
+#pragma GCC unroll 4
+        for (int t = 0; t < T; ++t) {
+            const block_q8_k& xb = reinterpret_cast<const block_q8_k*>(x + t * xs)[b];
+            int32_t corr = 0;  // sum_j scale_j * bsum_j: the -32 offset of the values
+            for (int j = 0; j < 16; ++j) corr += wb.scales[j] * xb.bsums[j];
+            sum[t] = _mm256_setr_epi32(-32 * corr, 0, 0, 0, 0, 0, 0, 0);
+        }
+#pragma GCC unroll 2
+        for (int half = 0; half < 2; ++half) {
+            const __m256i l0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wb.ql + 64 * half));
+            const __m256i l1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wb.ql + 64 * half + 32));
+            const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wb.qh + 32 * half));
+            // Elements 128 half + 32 k + l, k = 0..3.
+            const __m256i q[4] = {
+                _mm256_or_si256(_mm256_and_si256(l0, low4), _mm256_and_si256(_mm256_slli_epi16(h, 4), bits45)),
+                _mm256_or_si256(_mm256_and_si256(l1, low4), _mm256_and_si256(_mm256_slli_epi16(h, 2), bits45)),
+                _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), low4), _mm256_and_si256(h, bits45)),
+                _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), low4),
+                                _mm256_and_si256(_mm256_srli_epi16(h, 2), bits45))};
+#pragma GCC unroll 4
+            for (int k = 0; k < 4; ++k) {
+                const int j = 8 * half + 2 * k;  // sub-blocks j, j + 1
+                const __m256i sc = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_set1_epi16(wb.scales[j])),
+                                                           _mm_set1_epi16(wb.scales[j + 1]), 1);
+#pragma GCC unroll 4
+                for (int t = 0; t < T; ++t) {
+                    const int8_t* xq = reinterpret_cast<const block_q8_k*>(x + t * xs)[b].qs + 128 * half + 32 * k;
+                    const __m256i p =
+                        _mm256_maddubs_epi16(q[k], _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq)));
+                    sum[t] = _mm256_add_epi32(sum[t], _mm256_madd_epi16(p, sc));
+                }
+            }
+        }
+#pragma GCC unroll 4
+        for (int t = 0; t < T; ++t) {
+            const float dx = reinterpret_cast<const block_q8_k*>(x + t * xs)[b].d;
+            acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum[t]), _mm256_set1_ps(dw * dx), acc[t]);
+        }
+    }
+    for (int t = 0; t < T; ++t) y[t * ldy] = hsum(acc[t]);
+}
+
 template <int R, int T>
 void tile(const matmul_weight& w, prepared_x x, float* y, int64_t ldy, int64_t r, int64_t t0) {
     const uint8_t* wr = row_ptr(w, r);
@@ -155,9 +258,20 @@ void tile(const matmul_weight& w, prepared_x x, float* y, int64_t ldy, int64_t r
         case ggml_type::q4_0:
             q8_tile<block_q4_0, R, T>(wr, w.row_stride, xt, x.stride, n / qk4_0, yt, ldy);
             break;
-        default:
-            rows_scalar(w, {xt, x.stride}, y + t0 * ldy, ldy, T, r, r + R);
+        case ggml_type::q4_k:
+            for (int i = 0; i < R; ++i) {
+                q4_k_row<T>(reinterpret_cast<const block_q4_k*>(wr + i * w.row_stride), xt, x.stride, n / qk_k, yt + i,
+                            ldy);
+            }
             break;
+        case ggml_type::q6_k:
+            for (int i = 0; i < R; ++i) {
+                q6_k_row<T>(reinterpret_cast<const block_q6_k*>(wr + i * w.row_stride), xt, x.stride, n / qk_k, yt + i,
+                            ldy);
+            }
+            break;
+        default:
+            break;  // matmul() admits only the types above
     }
 }
 
@@ -180,10 +294,6 @@ void tile_tokens(const matmul_weight& w, prepared_x x, float* y, int64_t ldy, in
 }
 
 void rows_avx2(const matmul_weight& w, prepared_x x, float* y, int64_t ldy, int64_t n_tokens, int64_t r0, int64_t r1) {
-    if (w.type == ggml_type::q4_k || w.type == ggml_type::q6_k) {
-        rows_scalar(w, x, y, ldy, n_tokens, r0, r1);
-        return;
-    }
     int64_t r = r0;
     for (; r + 4 <= r1; r += 4) {
         for (int64_t t0 = 0; t0 < n_tokens; t0 += 4) {
