@@ -8,8 +8,10 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 
 #include "kernels/cpu/matmul.h"
+#include "kernels/cpu/matmul_kernels.h"
 #include "kernels/fp16.h"
 #include "kernels/ref/ops.h"
 #include "kernels/ref/quants.h"
@@ -145,6 +147,57 @@ TEST(matmul, reference_recipe_of_q8_0_is_an_exact_integer_dot_per_block) {
     const float expected = static_cast<float>(sumi) * (fp16_to_fp32(wb.d) * fp16_to_fp32(fp32_to_fp16(2.0f / 127)));
     EXPECT_FLOAT_EQ(y, expected);
     EXPECT_NE(y, 0.0f);
+}
+
+}  // namespace
+}  // namespace troupe
+
+namespace troupe {
+namespace {
+
+const cpu::detail::matmul_kernels& kernels_of(cpu::dispatch_level level) {
+    switch (level) {
+        case cpu::dispatch_level::scalar:
+            return cpu::detail::scalar_kernels();
+        case cpu::dispatch_level::avx2:
+            return cpu::detail::avx2_kernels();
+        case cpu::dispatch_level::avx512:
+            return cpu::detail::avx512_kernels();
+    }
+    return cpu::detail::scalar_kernels();
+}
+
+TEST(matmul, activation_quantizers_and_rounding_are_bit_exact_with_the_reference_at_every_level) {
+    const int64_t n = 4 * qk_k;
+    auto x = testing::random_floats(n, 77);
+    // Ties of the rounding: a block whose scaled values land on k + 0.5 (amax 127 -> scale 1).
+    for (int i = 0; i < 32; ++i) x[i] = (i == 0) ? 127.0f : static_cast<float>(i % 7) - 3.5f;
+    for (int i = 32; i < 64; ++i) x[i] = 0.0f;  // an all-zero block
+    x[300] = -x[300] * 50;                      // a negative extreme in a Q8_K block
+    std::vector<block_q8_0> a0(n / qk8_0), b0(n / qk8_0);
+    std::vector<block_q8_k> ak(n / qk_k), bk(n / qk_k);
+    ref::quantize_row_q8_0(x.data(), b0.data(), n);
+    ref::quantize_row_q8_k(x.data(), bk.data(), n);
+    std::vector<float> special = {0.0f,     -0.0f,      1e-8f,    -6e-8f, 65504.0f, 65520.0f, 1e30f, -INFINITY, NAN,
+                                  3.14159f, 1.0000001f, 2.9e-39f, 0.1f,   -0.3f,    1.5f,     2.5f,  7.0e-5f};
+    for (int i = 0; i < 100; ++i) special.push_back(x[i] * 1e-3f);
+    std::vector<float> r_ref(special.size()), r(special.size());
+    for (auto level : cpu::available_levels()) {
+        SCOPED_TRACE(testing::level_name(level));
+        const auto& k = kernels_of(level);
+        k.quantize_q8_0(x.data(), a0.data(), n);
+        k.quantize_q8_k(x.data(), ak.data(), n);
+        EXPECT_EQ(0, std::memcmp(a0.data(), b0.data(), a0.size() * sizeof(block_q8_0)));
+        EXPECT_EQ(0, std::memcmp(ak.data(), bk.data(), ak.size() * sizeof(block_q8_k)));
+        k.round_f16(special.data(), r.data(), static_cast<int64_t>(special.size()));
+        cpu::detail::round_f16_scalar(special.data(), r_ref.data(), static_cast<int64_t>(special.size()));
+        for (size_t i = 0; i < r.size(); ++i) {
+            EXPECT_TRUE(r[i] == r_ref[i] || (std::isnan(r[i]) && std::isnan(r_ref[i]))) << "f16 of " << special[i];
+        }
+        k.round_bf16(special.data(), r.data(), static_cast<int64_t>(special.size()));
+        cpu::detail::round_bf16_scalar(special.data(), r_ref.data(), static_cast<int64_t>(special.size()));
+        EXPECT_EQ(0, std::memcmp(r.data(), r_ref.data(), r.size() * sizeof(float)));
+    }
 }
 
 }  // namespace
