@@ -121,6 +121,10 @@ status cuda_runner::forward(const forward_batch& batch, forward_output& out) {
     return {};
 }
 
+void* cuda_runner::lane_stream(int32_t lane) const {
+    return lib_->ops().context_stream(ctx_, lane);
+}
+
 status cuda_runner::copy_blocks(std::span<const int32_t> src, std::span<const int32_t> dst) {
     TROUPE_ASSERT(src.size() == dst.size(), "copy_blocks: " + std::to_string(src.size()) + " sources, " +
                                                 std::to_string(dst.size()) + " destinations");
@@ -141,6 +145,15 @@ result<std::unique_ptr<model_runner>> make_cuda_runner(const llama_weights_view&
 
 void log_cuda_fallback(const std::string& why) {
     TROUPE_LOG_WARN("cuda", "no GPU found (%s); falling back to the CPU", why.c_str());
+}
+
+result<std::unique_ptr<model_runner>> make_cuda_runner_or_cpu(const llama_weights_view& weights,
+                                                              const cuda_runner_params& params,
+                                                              const cpu_runner_factory& make_cpu_runner) {
+    auto gpu = make_cuda_runner(weights, params);
+    if (gpu.ok()) return gpu;
+    log_cuda_fallback(gpu.message());
+    return make_cpu_runner();
 }
 
 }  // namespace troupe

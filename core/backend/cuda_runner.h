@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -54,6 +55,8 @@ public:
     // one), ordered after the steps issued before it and before the steps issued after it.
     status copy_blocks(std::span<const int32_t> src, std::span<const int32_t> dst);
     const cuda_device& device() const { return device_; }
+    // The cudaStream_t of a lane (0: this runner's compute, 1: its KV copies), for actors pinned to it.
+    void* lane_stream(int32_t lane) const;
     uint64_t weight_bytes() const { return weight_bytes_; }
 
 private:
@@ -78,5 +81,12 @@ result<std::unique_ptr<model_runner>> make_cuda_runner(const llama_weights_view&
 
 // The one log line of a CUDA request that falls back: "cuda: no GPU found (<why>); falling back to the CPU".
 void log_cuda_fallback(const std::string& why);
+
+// `--device cuda` in one call: the CUDA runner, or, where none can be made, log_cuda_fallback() and
+// whatever make_cpu_runner returns (called only then).
+using cpu_runner_factory = std::function<result<std::unique_ptr<model_runner>>()>;
+result<std::unique_ptr<model_runner>> make_cuda_runner_or_cpu(const llama_weights_view& weights,
+                                                              const cuda_runner_params& params,
+                                                              const cpu_runner_factory& make_cpu_runner);
 
 }  // namespace troupe

@@ -220,5 +220,38 @@ TEST(cuda_runner, without_a_gpu_make_cuda_runner_fails_fast_with_a_reason_and_on
     EXPECT_EQ(devices.message(), why);
 }
 
+// Stands in for the CPU runner in the fallback test.
+class fake_cpu_runner final : public model_runner {
+public:
+    std::string description() const override { return "fake cpu"; }
+    int32_t n_vocab() const override { return 50; }
+    int32_t n_ctx() const override { return 64; }
+    kv_geometry kv() const override { return {16, 4}; }
+    size_t kv_bytes_per_token() const override { return 0; }
+    status forward(const forward_batch&, forward_output&) override { return {}; }
+};
+
+TEST(cuda_runner, device_cuda_without_a_gpu_gives_the_cpu_runner_after_one_log_line) {
+    if (testing::nvidia_device_node_present()) GTEST_SKIP() << "this machine has an NVIDIA device";
+    auto m = make_tiny_model(ggml_type::f32, false);
+    int cpu_calls = 0;
+    std::vector<std::string> lines;
+    set_log_sink([&](log_level, std::string_view component, std::string_view message) {
+        lines.push_back(std::string(component) + ": " + std::string(message));
+    });
+    auto runner =
+        make_cuda_runner_or_cpu(m->view, cuda_runner_params{}, [&]() -> result<std::unique_ptr<model_runner>> {
+            ++cpu_calls;
+            return std::unique_ptr<model_runner>(std::make_unique<fake_cpu_runner>());
+        });
+    set_log_sink(nullptr);
+    ASSERT_TRUE(runner.ok()) << runner.message();
+    EXPECT_EQ(runner.value()->description(), "fake cpu");
+    EXPECT_EQ(cpu_calls, 1);
+    ASSERT_EQ(lines.size(), 1u);
+    EXPECT_EQ(lines[0].rfind("cuda: no GPU found (", 0), 0u) << lines[0];
+    EXPECT_NE(lines[0].find("); falling back to the CPU"), std::string::npos) << lines[0];
+}
+
 }  // namespace
 }  // namespace troupe
