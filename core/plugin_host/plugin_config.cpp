@@ -13,7 +13,8 @@ void add(std::string& errors, const std::string& message) {
 bool valid_name(const std::string& name) {
     if (name.empty()) return false;
     for (char c : name) {
-        const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_';
+        const bool ok =
+            (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' || c == '-';
         if (!ok) return false;
     }
     return true;
@@ -54,7 +55,7 @@ void parse_spec_into(plugin_kind kind, const YAML::Node& node, const std::string
                                                                    : "ngram") +
                         ")");
     } else if (!out.name.empty() && !valid_name(out.name)) {
-        add(errors, path + ".name: '" + out.name + "' is not a plugin name (letters, digits and _ only)");
+        add(errors, path + ".name: '" + out.name + "' is not a plugin name (letters, digits, '_' and '-' only)");
     }
 }
 

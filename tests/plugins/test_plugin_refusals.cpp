@@ -122,7 +122,7 @@ TEST(plugin_refusals, a_name_that_could_escape_the_plugin_folder_is_refused_befo
     plugin_host host = real_plugins();
     auto r = host.load_spec("../../etc/x");
     ASSERT_FALSE(r.ok());
-    EXPECT_TRUE(contains(r.message(), "is not a plugin name (letters, digits and _ only)")) << r.message();
+    EXPECT_TRUE(contains(r.message(), "is not a plugin name (letters, digits, '_' and '-' only)")) << r.message();
 }
 
 TEST(plugin_refusals, a_plugin_that_cannot_run_on_the_backend_is_refused) {
