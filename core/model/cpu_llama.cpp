@@ -69,8 +69,8 @@ result<std::unique_ptr<cpu_llama>> cpu_llama::create(llama_weights weights, cpu_
                                     {&lw.w_down, "ffn_down", &l.w_down}}) {
             if (status st = make(*w, p + name + ".weight", *dst); !st.ok()) return st.err();
         }
-        l.k_pool.assign(pool_floats, 0.0f);
-        l.v_pool.assign(pool_floats, 0.0f);
+        l.k_pool.reset(new float[pool_floats]);
+        l.v_pool.reset(new float[pool_floats]);
     }
     m->output_norm_ = static_cast<const float*>(m->w_.output_norm.data);
     if (status st =
@@ -161,8 +161,8 @@ status cpu_llama::run_layer(layer& l, size_t n, const std::vector<const int32_t*
     call.n_seqs = static_cast<int32_t>(tables.size());
     call.block_tables = tables.data();
     call.block_size = kv_.block_size;
-    call.k_pool = l.k_pool.data();
-    call.v_pool = l.v_pool.data();
+    call.k_pool = l.k_pool.get();
+    call.v_pool = l.v_pool.get();
     if (status st = params_.attention->forward(call, ctx_.parallel_for); !st.ok()) return st;
 
     if (status st = l.wo.forward(s_.attn.data(), s_.h.data(), n, ctx_); !st.ok()) return st;

@@ -53,8 +53,10 @@ private:
         const float* attn_norm;  // [dim]
         const float* ffn_norm;   // [dim]
         linear wq, wk, wv, wo, w_gate, w_up, w_down;
-        std::vector<float> k_pool;  // [n_blocks, block_size, n_kv_heads, head_dim]
-        std::vector<float> v_pool;  // [n_blocks, block_size, n_kv_heads, head_dim]
+        // Left uninitialized (pages are touched only where the cache is written): attention reads only
+        // rows written before.
+        std::unique_ptr<float[]> k_pool;  // [n_blocks, block_size, n_kv_heads, head_dim]
+        std::unique_ptr<float[]> v_pool;  // [n_blocks, block_size, n_kv_heads, head_dim]
     };
     struct scratch {
         std::vector<float> x;            // [T, dim] residual stream

@@ -1,6 +1,6 @@
 #include "core/model/linear.h"
 
-#include "kernels/ref/ops.h"
+#include "kernels/cpu/matmul.h"
 
 namespace troupe {
 
@@ -28,7 +28,7 @@ size_t linear::n_bytes() const {
 status linear::forward(const float* x, float* y, int64_t n_tokens, const compute_context& ctx) const {
     if (prepared_) return quant_->matmul(*prepared_, x, y, n_tokens, ctx.parallel_for);
     const matmul_weight w{w_.type, w_.data, w_.n_in, w_.n_out, w_.row_stride};
-    ref::matmul(w, x, y, n_tokens);
+    cpu::matmul(w, x, y, n_tokens, *ctx.pool);
     return {};
 }
 

@@ -1,35 +1,25 @@
 #include "tests/golden/golden_model.h"
 
-#include "core/model/cpu_llama.h"
-#include "kernels/ref/attention.h"
+#include "core/loader/model_loader.h"
 
 namespace troupe::testing {
-namespace {
 
-class ref_attention final : public attention_op {
-public:
-    std::string name() const override { return "ref"; }
-    status forward(const attention_call& call, const parallel_for_fn&) override {
-        ref::attention(call);
-        return {};
-    }
-};
-
-}  // namespace
+engine_config golden_config(const std::string& path) {
+    engine_config config;
+    config.model = path;
+    config.plugins.attention = plugin_config("gqa");
+    config.plugins.quant = plugin_config("q8");
+    config.scheduler.max_running_seqs = 4;
+    return config;
+}
 
 result<golden_model> load_golden_model(const std::string& path) {
-    auto file = gguf::gguf_file::open(path);
-    if (!file.ok()) return file.err();
-    auto tok = tokenizer::from_gguf(**file);
-    if (!tok.ok()) return tok.err();
-    auto weights = bind_llama_weights(*file);
-    if (!weights.ok()) return weights.err();
-    cpu_llama_params params;
-    params.attention = std::make_shared<ref_attention>();
-    params.max_seqs = 1;
-    auto runner = cpu_llama::create(std::move(*weights), params);
-    if (!runner.ok()) return runner.err();
-    return golden_model{*tok, std::move(*runner)};
+    auto m = load_model(golden_config(path));
+    if (!m.ok()) return m.err();
+    golden_model g;
+    g.tok = m->tok;
+    g.runner = std::move(m->runner);
+    return g;
 }
 
 }  // namespace troupe::testing

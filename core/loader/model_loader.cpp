@@ -1,0 +1,102 @@
+#include "core/loader/model_loader.h"
+
+#include <unistd.h>
+#include <algorithm>
+
+#include <filesystem>
+
+#include "core/log/log.h"
+#include "core/model/cpu_llama.h"
+#include "core/plugin_host/plugin_host.h"
+
+namespace troupe {
+namespace {
+
+// The spec plugin's params.max_draft, when set and numeric.
+int32_t max_draft_param(const plugin_config& spec) {
+    if (!spec.params || !spec.params.IsMap() || !spec.params["max_draft"]) return 0;
+    try {
+        return spec.params["max_draft"].as<int32_t>();
+    } catch (const YAML::Exception&) {
+        return 0;
+    }
+}
+
+result<loaded_plugin> load_plugin(plugin_host& host, plugin_kind kind, const plugin_config& pc) {
+    plugin_spec spec{kind, pc.name, pc.path, pc.params};
+    return host.load(spec);
+}
+
+}  // namespace
+
+result<std::string> resolve_model_path(const engine_config& config) {
+    if (!config.model.empty()) return config.model;
+    const auto fallback = std::filesystem::path(TROUPE_SOURCE_DIR) / ".." / "shared" / "models" / "stories260K.gguf";
+    if (std::filesystem::exists(fallback)) return std::filesystem::weakly_canonical(fallback).string();
+    return make_error(
+        "no model named: pass --model FILE.gguf, set `model:` in a --config file, or set TROUPE_MODEL "
+        "(any Llama-family GGUF file; `troupe synth` writes one with random weights)");
+}
+
+result<loaded_model> load_model(const engine_config& config) {
+    auto path = resolve_model_path(config);
+    if (!path.ok()) return path.err();
+    auto file = gguf::gguf_file::open(*path);
+    if (!file.ok()) return file.err();
+    loaded_model m;
+    m.file = *file;
+    auto tok = tokenizer::from_gguf(*m.file);
+    if (!tok.ok()) return tok.err();
+    m.tok = *tok;
+    auto weights = bind_llama_weights(m.file);
+    if (!weights.ok()) return weights.err();
+
+    plugin_host host(plugin_host_options{config.plugins.plugin_dir, plugin_backend::cpu});
+    cpu_llama_params params;
+    auto attention = load_plugin(host, plugin_kind::attention, config.plugins.attention);
+    if (!attention.ok()) return attention.err();
+    params.attention = attention->attention;
+    m.plugins.push_back("attention/" + config.plugins.attention.name);
+    if (config.plugins.quant.enabled()) {
+        auto quant = load_plugin(host, plugin_kind::quant, config.plugins.quant);
+        if (!quant.ok()) return quant.err();
+        params.quant = quant->quant;
+        m.plugins.push_back("quant/" + config.plugins.quant.name);
+    }
+    if (config.plugins.spec.enabled()) {
+        auto spec = load_plugin(host, plugin_kind::spec, config.plugins.spec);
+        if (!spec.ok()) return spec.err();
+        m.spec = spec->spec;
+        m.spec_max_draft = max_draft_param(config.plugins.spec);
+        m.plugins.push_back("spec/" + config.plugins.spec.name);
+    }
+
+    if (config.device == device_kind::cuda) {
+        TROUPE_LOG_WARN("loader", "cuda: the CUDA backend is not available in this build; falling back to the CPU");
+    }
+
+    // KV pool: the budget in blocks, but no more than every running sequence at full context needs.
+    const llama_hparams& hp = weights->hp;
+    const size_t kv_bytes_per_token = static_cast<size_t>(hp.n_layers) * 2 * hp.kv_width() * sizeof(float);
+    const int32_t block_size = config.kv.block_size;
+    const uint64_t budget = config.kv.memory.resolve(static_cast<uint64_t>(std::max<long>(1, sysconf(_SC_PHYS_PAGES))) *
+                                                     static_cast<uint64_t>(sysconf(_SC_PAGE_SIZE)));
+    const int64_t blocks_per_seq = (hp.n_ctx + block_size - 1) / block_size;
+    const int64_t useful = blocks_per_seq * config.scheduler.max_running_seqs;
+    const int64_t affordable = static_cast<int64_t>(budget / (kv_bytes_per_token * block_size));
+    if (affordable < blocks_per_seq) {
+        TROUPE_LOG_WARN("loader", "kv.memory allows %lld tokens, less than one full context of %d",
+                        static_cast<long long>(affordable * block_size), hp.n_ctx);
+    }
+    params.kv = kv_geometry{block_size, static_cast<int32_t>(std::max<int64_t>(1, std::min(useful, affordable)))};
+    params.n_threads = config.threads;
+    auto runner = cpu_llama::create(std::move(*weights), params);
+    if (!runner.ok()) return runner.err();
+    m.cpu = runner->get();
+    m.runner = std::move(*runner);
+    m.device = device_kind::cpu;
+    TROUPE_LOG_INFO("loader", "%s", m.runner->description().c_str());
+    return m;
+}
+
+}  // namespace troupe
