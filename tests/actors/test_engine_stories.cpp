@@ -1,0 +1,153 @@
+// The engine on a real model: stories260K on the CPU with the real tokenizer, through all five actors,
+// against the golden greedy continuation of an independent reference. Several copies of the prompt run
+// in one batch, from text and from ids, with and without drafting: every one must equal the golden.
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <sstream>
+
+#include "actors/engine/engine.h"
+#include "actors/executor/draft_adapter.h"
+#include "actors/tokenizer/tokenizer_codec.h"
+#include "core/gguf/gguf_file.h"
+#include "core/model/cpu_llama.h"
+#include "core/plugin_host/draft_proposer.h"
+#include "core/runtime/lane.h"
+#include "core/tokenizer/incremental_detokenizer.h"
+#include "core/tokenizer/tokenizer.h"
+#include "kernels/ref/attention.h"
+#include "tests/actors/sink_recorder.h"
+#include "tests/common/shared_data.h"
+
+namespace troupe {
+namespace {
+
+class ref_attention final : public attention_op {
+public:
+    std::string name() const override { return "ref"; }
+    status forward(const attention_call& call, const parallel_for_fn&) override {
+        ref::attention(call);
+        return {};
+    }
+};
+
+// The ids array named `key` in the golden run of `model` (the file is small and regular).
+std::vector<int32_t> golden_ids(const std::string& json, const std::string& model, const std::string& key) {
+    size_t at = json.find("\"model\": \"" + model + "\"");
+    EXPECT_NE(at, std::string::npos) << model;
+    at = json.find("\"" + key + "\": [", at);
+    size_t end = json.find(']', at);
+    std::istringstream in(json.substr(json.find('[', at) + 1, end - json.find('[', at) - 1));
+    std::vector<int32_t> ids;
+    for (std::string item; std::getline(in, item, ',');) ids.push_back(std::stoi(item));
+    return ids;
+}
+
+// Drafts by prompt lookup: the tokens that followed the last earlier occurrence of the last token.
+class lookup_proposer final : public draft_proposer {
+public:
+    std::string name() const override { return "test-lookup"; }
+    result<std::vector<int32_t>> propose(std::span<const int32_t> context, int32_t max_draft) override {
+        std::vector<int32_t> out;
+        for (size_t i = context.size() - 1; i-- > 0;) {
+            if (context[i] != context.back()) continue;
+            for (size_t j = i + 1; j < context.size() - 1 && static_cast<int32_t>(out.size()) < max_draft; ++j)
+                out.push_back(context[j]);
+            break;
+        }
+        return out;
+    }
+};
+
+class failing_proposer final : public draft_proposer {
+public:
+    std::string name() const override { return "test-failing"; }
+    result<std::vector<int32_t>> propose(std::span<const int32_t>, int32_t) override {
+        return make_error("no drafts today");
+    }
+};
+
+struct stories {
+    std::shared_ptr<const tokenizer> tok;
+    std::shared_ptr<model_runner> runner;
+};
+
+result<stories> load_stories(const std::string& path) {
+    auto file = gguf::gguf_file::open(path);
+    if (!file.ok()) return file.err();
+    auto tok = tokenizer::from_gguf(**file);
+    if (!tok.ok()) return tok.err();
+    auto weights = bind_llama_weights(*file);
+    if (!weights.ok()) return weights.err();
+    cpu_llama_params params;
+    params.attention = std::make_shared<ref_attention>();
+    params.max_seqs = 6;
+    params.n_threads = 1;
+    auto runner = cpu_llama::create(std::move(*weights), params);
+    if (!runner.ok()) return runner.err();
+    return stories{*tok, std::shared_ptr<model_runner>(std::move(*runner))};
+}
+
+TEST(engine_stories, batched_requests_reproduce_the_golden_greedy_continuation) {
+    TROUPE_REQUIRE_SHARED(model_path, "models/stories260K.gguf");
+    TROUPE_REQUIRE_SHARED(golden_path, "golden/stories260K-greedy.json");
+    std::ifstream in(golden_path);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    const auto prompt_ids = golden_ids(ss.str(), "stories260K.gguf", "prompt_ids");
+    const auto generated = golden_ids(ss.str(), "stories260K.gguf", "generated_ids");
+    ASSERT_EQ(generated.size(), 48u);
+
+    struct case_t {
+        const char* name;
+        std::shared_ptr<draft_proposer> draft;
+    };
+    std::vector<int64_t> n_steps;
+    for (const auto& c : std::vector<case_t>{{"plain", nullptr},
+                                             {"prompt-lookup drafts", std::make_shared<lookup_proposer>()},
+                                             {"a failing proposer", std::make_shared<failing_proposer>()}}) {
+        SCOPED_TRACE(c.name);
+        auto model = load_stories(model_path);
+        ASSERT_TRUE(model.ok()) << model.message();
+        incremental_detokenizer detok(model->tok, false);
+        std::string expected;
+        for (int32_t id : generated) expected += detok.push(id);
+        expected += detok.flush();
+
+        lane test_lane("test");
+        engine_params params;
+        params.max_running = 4;
+        params.max_draft = 4;
+        engine eng(engine_parts{model->runner, make_tokenizer_codec(model->tok), draft_fn_from(c.draft)}, params,
+                   test_lane);
+        ASSERT_TRUE(eng.start().ok());
+        sampling_params p;
+        p.temperature = 0;
+        p.max_tokens = 48;
+        p.ignore_eos = true;
+        std::vector<std::shared_ptr<testing::sink_record>> rs;
+        for (int i = 0; i < 5; ++i) {
+            rs.push_back(std::make_shared<testing::sink_record>());
+            std::optional<std::vector<int32_t>> ids;
+            if (i % 2 == 1) ids = prompt_ids;
+            ASSERT_TRUE(eng.submit(request{"Once upon a time", p, ids}, testing::record_into(rs.back())).ok());
+        }
+        test_lane.run_until_idle();
+        for (const auto& r : rs) {
+            ASSERT_TRUE(r->finish.has_value()) << (r->error ? *r->error : "no ending");
+            EXPECT_EQ(r->text, expected);
+            EXPECT_EQ(r->text.rfind(", there was a little girl named Lily.", 0), 0u) << r->text;
+            EXPECT_EQ(r->use.n_prompt_tokens, static_cast<int32_t>(prompt_ids.size()));
+            EXPECT_EQ(r->use.n_completion_tokens, 48);
+        }
+        auto s = eng.stats();
+        n_steps.push_back(s.n_steps);
+        EXPECT_EQ(s.n_draft_accepted > 0, c.draft != nullptr && c.draft->name() == "test-lookup");
+        EXPECT_TRUE(eng.stop(std::chrono::seconds(1)).ok());
+    }
+    EXPECT_LT(n_steps[1], n_steps[0]);  // accepted drafts save steps
+    EXPECT_EQ(n_steps[2], n_steps[0]);
+}
+
+}  // namespace
+}  // namespace troupe
