@@ -257,6 +257,23 @@ TEST(attention_plugin_errors, a_head_count_that_is_not_a_multiple_of_the_kv_head
               "plugin attention/gqa: attention forward failed: n_heads 6 is not a multiple of n_kv_heads 4");
 }
 
+TEST(attention_plugin_errors, a_negative_block_in_the_range_a_token_reads_fails_the_call) {
+    plugin_host host = real_plugins();
+    auto op = host.load_attention("gqa");
+    ASSERT_TRUE(op.ok()) << op.message();
+    std::vector<float> x(8, 0.0f), pool(4 * 4 * 8, 0.0f);
+    const int32_t pos = 5, seq = 0;
+    const int32_t table[] = {0, -1};
+    const int32_t* tables[] = {table};
+    attention_call call{1,        1,    1,    8, 0.25f,  x.data(), x.data(),    x.data(),
+                        x.data(), &pos, &seq, 1, tables, 4,        pool.data(), pool.data()};
+    const status st = (*op)->forward(call, no_parallel_for());
+    ASSERT_FALSE(st.ok());
+    EXPECT_EQ(st.message(),
+              "plugin attention/gqa: attention forward failed: token 0 at position 5 reads block -1 (entry 1 of "
+              "sequence 0's table)");
+}
+
 TEST(attention_plugin_errors, a_token_of_an_unknown_sequence_fails_the_call_instead_of_reading_out_of_bounds) {
     plugin_host host = real_plugins();
     auto op = host.load_attention("gqa");

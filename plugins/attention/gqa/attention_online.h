@@ -17,6 +17,8 @@ namespace troupe::gqa {
 namespace {
 
 // isa must provide: dot(a, b, n); axpby(acc, c, w, v, n): acc = c * acc + w * v; scale(out, acc, f, n).
+constexpr int32_t prefetch_distance = 8;  // positions
+
 template <class isa>
 void attend_online(const troupe_attention_call& call, int64_t begin, int64_t end) {
     const int32_t group = call.n_heads / call.n_kv_heads;
@@ -42,6 +44,13 @@ void attend_online(const troupe_attention_call& call, int64_t begin, int64_t end
                 const size_t off = kv_offset(call, table, j, kv_head);
                 const float* k = call.k_pool + off;
                 const float* v = call.v_pool + off;
+                if (j + prefetch_distance <= pos) {  // rows of one kv head are strided: help the prefetcher
+                    const size_t ahead = kv_offset(call, table, j + prefetch_distance, kv_head);
+                    for (int32_t d = 0; d < hd; d += 16) {
+                        __builtin_prefetch(call.k_pool + ahead + d);
+                        __builtin_prefetch(call.v_pool + ahead + d);
+                    }
+                }
                 for (int32_t g = 0; g < n_g; ++g) {
                     float* a = acc + static_cast<size_t>(g) * hd;
                     const float s = isa::dot(q + static_cast<size_t>(g) * hd, k, hd) * call.scale;

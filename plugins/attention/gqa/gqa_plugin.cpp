@@ -84,11 +84,15 @@ int32_t check_call(troupe_plugin_instance* inst, const troupe_attention_call* c)
             return fail(inst, TROUPE_ERR_INVALID_ARGUMENT,
                         "token " + std::to_string(t) + " has position " + std::to_string(c->positions[t]));
         }
-        const int32_t block = c->block_tables[s][c->positions[t] / c->block_size];
-        if (block < 0) {
-            return fail(inst, TROUPE_ERR_INVALID_ARGUMENT,
-                        "token " + std::to_string(t) + " at position " + std::to_string(c->positions[t]) +
-                            " maps to block " + std::to_string(block));
+        // Every block the token reads (positions 0..p) must be a real block.
+        for (int32_t b = 0; b <= c->positions[t] / c->block_size; ++b) {
+            const int32_t block = c->block_tables[s][b];
+            if (block < 0) {
+                return fail(inst, TROUPE_ERR_INVALID_ARGUMENT,
+                            "token " + std::to_string(t) + " at position " + std::to_string(c->positions[t]) +
+                                " reads block " + std::to_string(block) + " (entry " + std::to_string(b) +
+                                " of sequence " + std::to_string(s) + "'s table)");
+            }
         }
     }
     return TROUPE_OK;

@@ -32,7 +32,6 @@ constexpr const char* source = "quant/q8";
 struct troupe_plugin_instance {
     bool online = false;
     std::string error;
-    std::vector<float> x_padded;  // [n_tokens, n_in padded] scratch for weights padded at load
 };
 
 struct troupe_prepared_weight {
@@ -162,12 +161,13 @@ int32_t q8_matmul(troupe_plugin_instance* inst, const troupe_prepared_weight* w,
         }
         if (n_tokens == 0) return TROUPE_OK;
         const float* xin = x;
+        std::vector<float> x_padded;  // [n_tokens, n_in_padded], for weights padded at load
         if (w->n_in_padded != w->n_in) {
-            inst->x_padded.assign(static_cast<size_t>(n_tokens * w->n_in_padded), 0.0f);
+            x_padded.assign(static_cast<size_t>(n_tokens * w->n_in_padded), 0.0f);
             for (int64_t t = 0; t < n_tokens; ++t) {
-                std::copy(x + t * w->n_in, x + (t + 1) * w->n_in, inst->x_padded.begin() + t * w->n_in_padded);
+                std::copy(x + t * w->n_in, x + (t + 1) * w->n_in, x_padded.begin() + t * w->n_in_padded);
             }
-            xin = inst->x_padded.data();
+            xin = x_padded.data();
         }
         std::atomic<bool> failed{false};
         troupe::q8::matmul(w->data, w->n_in_padded, w->n_out, w->row_stride, xin, y, n_tokens,
