@@ -1,6 +1,7 @@
 // The host refuses what it cannot use, each with a clear message and no crash: a missing file, a library
 // without the entry point, an ABI mismatch, the wrong kind, bad parameters, a plugin that reports an
 // error at create or in an op.
+#include <cstdio>
 #include <cstdlib>
 
 #include "plugin_test_support.h"
@@ -47,6 +48,26 @@ TEST(plugin_refusals, an_abi_mismatch_names_both_versions) {
     EXPECT_EQ(r.message(),
               "plugin attention/future: plugin ABI version 99 is not supported by this host (host ABI "
               "versions 1..1); rebuild the plugin against this troupe");
+}
+
+TEST(plugin_refusals, a_descriptor_without_its_op_table_is_refused) {
+    plugin_host host = fixture_plugins();
+    auto r = host.load_attention("incomplete");
+    ASSERT_FALSE(r.ok());
+    EXPECT_EQ(r.message(), "plugin attention/incomplete: descriptor has no attention op table");
+}
+
+TEST(plugin_refusals, a_file_that_is_no_shared_object_is_refused_with_the_loaders_reason) {
+    const std::string path = ::testing::TempDir() + "libtroupe_spec_text.so";
+    FILE* f = std::fopen(path.c_str(), "w");
+    ASSERT_NE(f, nullptr);
+    std::fputs("not an ELF file\n", f);
+    std::fclose(f);
+    plugin_host host = real_plugins();
+    auto r = host.load(plugin_spec{plugin_kind::spec, "text", path, YAML::Node()});
+    std::remove(path.c_str());
+    ASSERT_FALSE(r.ok());
+    EXPECT_TRUE(r.message().starts_with("plugin spec/text: cannot load " + path + ": ")) << r.message();
 }
 
 TEST(plugin_refusals, a_plugin_of_another_kind_is_refused) {
