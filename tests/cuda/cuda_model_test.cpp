@@ -8,7 +8,9 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
+#include <ostream>
 
 #include "core/backend/cuda_runner.h"
 #include "core/backend/llama_view_of.h"
@@ -48,6 +50,20 @@ struct gpu_golden_case {
     cuda_weight_type dequantize_to;
     bool kv_f16;
 };
+
+// Readable parameters in test names and ctest listings: "stories260K_Q8_0_gguf_kv_f16".
+void PrintTo(const gpu_golden_case& c, std::ostream* os) {
+    *os << c.model << (c.kv_f16 ? " kv F16" : "") << (c.dequantize_to == cuda_weight_type::f32 ? " dequant F32" : "");
+}
+
+std::string case_name(const ::testing::TestParamInfo<gpu_golden_case>& info) {
+    std::string name = info.param.model;
+    for (char& ch : name) {
+        if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
+    }
+    if (info.param.kv_f16) name += "_kv_f16";
+    return name;
+}
 
 class cuda_golden : public ::testing::TestWithParam<gpu_golden_case> {};
 
@@ -89,7 +105,8 @@ INSTANTIATE_TEST_SUITE_P(
         gpu_golden_case{"rand10M-greedy-floatact.json", "rand10M-Q8_0.gguf", cuda_weight_type::f32, false},
         gpu_golden_case{"rand10M-greedy-floatact.json", "rand10M-Q4_0.gguf", cuda_weight_type::f32, false},
         gpu_golden_case{"rand10M-greedy-floatact.json", "rand10M-Q4_K_M.gguf", cuda_weight_type::f32, false},
-        gpu_golden_case{"rand10M-greedy-floatact.json", "rand10M-Q6_K.gguf", cuda_weight_type::f32, false}));
+        gpu_golden_case{"rand10M-greedy-floatact.json", "rand10M-Q6_K.gguf", cuda_weight_type::f32, false}),
+    case_name);
 
 class ref_attention final : public attention_op {
 public:
