@@ -1,9 +1,20 @@
 // troupe bench --model M.gguf: prompt-processing and generation throughput.
 //
 // Structure like cmd_run.cpp: bench_spec() declares the flags, prepare_bench() validates them into
-// bench_inputs, bench_command() runs the measurement. The measurement is not wired yet: the lead fills it.
+// bench_inputs, bench_command() runs the measurement like llama-bench: pp (one forward over n_prompt
+// tokens per sequence) and tg (n_gen decode steps), tokens/s as the median of reps, each printed beside
+// the limit measured in the same run: decode against memory read bandwidth (weight bytes per token ÷
+// bandwidth gives the bound), prefill against the FMA peak (2 flops per weight multiply-add).
+#include <algorithm>
+#include <chrono>
 #include <cstdio>
+#include <random>
 #include <string>
+
+#include "core/loader/model_loader.h"
+#include "core/model/cpu_llama.h"
+#include "kernels/cpu/cpu_features.h"
+#include "kernels/cpu/limits.h"
 
 #include "cli/commands.h"
 #include "cli/engine_flags.h"
@@ -14,7 +25,7 @@ namespace {
 
 struct bench_inputs {
     engine_config config;
-    int32_t n_prompt = 128;  // prompt tokens per sequence (prefill figure)
+    int32_t n_prompt = 512;  // prompt tokens per sequence (prefill figure, llama-bench's pp512)
     int32_t n_gen = 128;     // generated tokens per sequence (decode figure)
     int32_t n_seqs = 1;      // sequences decoded together
     int32_t reps = 3;        // repetitions; the median is reported
@@ -50,10 +61,125 @@ result<bench_inputs> prepare_bench(const cli_args& args) {
         return make_error(join_problems(problems));
     }
     in.config = std::move(*config);
-    if (!args.has("--print-config") && in.config.model.empty()) {
-        return make_error("no model: give --model M.gguf, set TROUPE_MODEL, or set model: in the config");
+    if (!args.has("--print-config")) {
+        auto model = resolve_model_path(in.config);
+        if (!model) return model.err();
+        in.config.model = *model;
     }
     return in;
+}
+
+using bench_clock = std::chrono::steady_clock;
+
+double seconds_since(bench_clock::time_point t0) {
+    return std::chrono::duration<double>(bench_clock::now() - t0).count();
+}
+
+double median(std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return v[v.size() / 2];
+}
+
+// One timed phase: n_seqs sequences, each given `tokens` at pos0 (prefill) or one token per step (decode).
+struct bench_run {
+    model_runner& model;
+    int32_t n_seqs;
+    int32_t blocks_per_seq;
+
+    forward_batch batch_at(int32_t pos0, const std::vector<std::vector<int32_t>>& tokens) const {
+        forward_batch b;
+        for (int32_t s = 0; s < n_seqs; ++s) {
+            sequence_step st{s, tokens[s], pos0, {}, false};
+            for (int32_t i = 0; i < blocks_per_seq; ++i) st.block_table.push_back(s * blocks_per_seq + i);
+            b.seqs.push_back(std::move(st));
+        }
+        return b;
+    }
+};
+
+int measure(const bench_inputs& in) {
+    set_log_level(in.config.log_level);
+    auto model = load_model(in.config);
+    if (!model) {
+        std::fprintf(stderr, "troupe bench: %s\n", model.message().c_str());
+        return exit_failure;
+    }
+    model_runner& runner = *model->runner;
+    const kv_geometry kv = runner.kv();
+    const int32_t n_ctx_needed = std::max(in.n_prompt, in.n_gen + 1);
+    if (n_ctx_needed > runner.n_ctx()) {
+        std::fprintf(stderr, "troupe bench: %d tokens per sequence exceed the model's context of %d\n", n_ctx_needed,
+                     runner.n_ctx());
+        return exit_usage;
+    }
+    const int32_t blocks_per_seq = (n_ctx_needed + kv.block_size - 1) / kv.block_size;
+    if (static_cast<int64_t>(blocks_per_seq) * in.n_seqs > kv.n_blocks) {
+        std::fprintf(stderr,
+                     "troupe bench: %d sequences of %d tokens need %d KV blocks, the pool has %d "
+                     "(raise kv.memory or scheduler.max_running_seqs)\n",
+                     in.n_seqs, n_ctx_needed, blocks_per_seq * in.n_seqs, kv.n_blocks);
+        return exit_usage;
+    }
+    std::printf("model: %s\n", runner.description().c_str());
+    std::printf("plugins:");
+    for (const auto& p : model->plugins) std::printf(" %s", p.c_str());
+    std::printf("\n");
+
+    bench_run run{runner, in.n_seqs, blocks_per_seq};
+    std::mt19937 rng(1234);
+    std::uniform_int_distribution<int32_t> token(0, runner.n_vocab() - 1);
+    std::vector<std::vector<int32_t>> prompt(in.n_seqs, std::vector<int32_t>(in.n_prompt));
+    for (auto& p : prompt) {
+        for (auto& t : p) t = token(rng);
+    }
+    forward_output out;
+    std::vector<double> pp, tg;
+    for (int32_t r = 0; r < in.reps; ++r) {
+        const forward_batch prefill = run.batch_at(0, prompt);
+        const auto t0 = bench_clock::now();
+        if (auto st = runner.forward(prefill, out); !st) {
+            std::fprintf(stderr, "troupe bench: %s\n", st.message().c_str());
+            return exit_failure;
+        }
+        pp.push_back(static_cast<double>(in.n_prompt) * in.n_seqs / seconds_since(t0));
+
+        std::vector<std::vector<int32_t>> next(in.n_seqs, std::vector<int32_t>{1});
+        const auto t1 = bench_clock::now();
+        for (int32_t i = 0; i < in.n_gen; ++i) {
+            if (auto st = runner.forward(run.batch_at(i, next), out); !st) {
+                std::fprintf(stderr, "troupe bench: %s\n", st.message().c_str());
+                return exit_failure;
+            }
+            for (int32_t s = 0; s < in.n_seqs; ++s) {
+                const auto row = out.row(s);
+                next[s][0] = static_cast<int32_t>(std::max_element(row.begin(), row.end()) - row.begin());
+            }
+        }
+        tg.push_back(static_cast<double>(in.n_gen) * in.n_seqs / seconds_since(t1));
+    }
+    const double pp_tps = median(pp), tg_tps = median(tg);
+
+    std::printf("%-8s %12s %14s %s\n", "test", "tokens/s", "", "limit measured in this run");
+    if (cpu_llama* cpu = model->cpu) {
+        const double bandwidth = cpu::measure_read_bandwidth(cpu->pool());
+        const double fma_peak = cpu::measure_fma_peak(cpu->pool());
+        const double bytes_per_token = static_cast<double>(cpu->weight_bytes_per_token());
+        // A decode step of n_seqs sequences reads the weights once.
+        const double tg_bound = bandwidth * 1e9 / bytes_per_token * in.n_seqs;
+        const double gflops = 2.0 * static_cast<double>(cpu->matmul_macs_per_token()) * pp_tps / 1e9;
+        std::printf("pp%-6d %12.1f %8.1f GFLOP/s  %5.1f%% of the FMA peak %.1f GFLOP/s (%s, %d threads)\n", in.n_prompt,
+                    pp_tps, gflops, 100.0 * gflops / fma_peak, fma_peak,
+                    std::string(cpu::name(cpu::active_level())).c_str(), cpu->n_threads());
+        std::printf(
+            "tg%-6d %12.1f %8.1f GB/s     %5.1f%% of the bandwidth bound %.1f tokens/s "
+            "(%.1f MB of weights per step, %.1f GB/s read bandwidth)\n",
+            in.n_gen, tg_tps, tg_tps / in.n_seqs * bytes_per_token / 1e9, 100.0 * tg_tps / tg_bound, tg_bound,
+            bytes_per_token / 1e6, bandwidth);
+    } else {
+        std::printf("pp%-6d %12.1f\ntg%-6d %12.1f\n", in.n_prompt, pp_tps, in.n_gen, tg_tps);
+    }
+    if (in.n_seqs > 1) std::printf("(%d sequences per step; tokens/s count all of them)\n", in.n_seqs);
+    return exit_ok;
 }
 
 }  // namespace
@@ -65,7 +191,7 @@ const command_spec& bench_spec() {
             .summary = "measure prompt processing and generation throughput",
             .usage = "troupe bench --model M.gguf [--n-prompt N] [--n-gen N] [--n-seqs N] [--reps N]",
         };
-        s.flags.push_back({"--n-prompt", "", "N", "prompt tokens per sequence (default 128)"});
+        s.flags.push_back({"--n-prompt", "", "N", "prompt tokens per sequence (default 512)"});
         s.flags.push_back({"--n-gen", "", "N", "generated tokens per sequence (default 128)"});
         s.flags.push_back({"--n-seqs", "", "N", "sequences decoded together (default 1)"});
         s.flags.push_back({"--reps", "", "N", "repetitions, the median is reported (default 3)"});
@@ -87,12 +213,7 @@ int bench_command(const cli_args& args) {
         std::fputs(to_yaml(in->config).c_str(), stdout);
         return exit_ok;
     }
-    // TODO(lead): load the model, run reps x (prefill n_seqs x n_prompt tokens, then decode n_gen steps of
-    // n_seqs tokens), print tokens/s for both phases (median of reps) and their ratio to the measured
-    // memory-bandwidth and FLOP limits.
-    std::fprintf(stderr, "troupe bench: not yet wired (model %s, %d prompt + %d generated tokens x %d sequences)\n",
-                 in->config.model.c_str(), in->n_prompt, in->n_gen, in->n_seqs);
-    return exit_failure;
+    return measure(*in);
 }
 
 }  // namespace troupe::cli

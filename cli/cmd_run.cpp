@@ -3,9 +3,17 @@
 //
 // Structure: run_spec() declares the flags; prepare_run() turns them into a validated run_inputs (the
 // effective config and the prompt), with every problem reported at once; run_command() then drives the
-// engine. The engine part is not wired yet: it is the lead's to fill in at the marked place.
+// engine: the model loads as the config says, the request flows through the five actors, and each text
+// delta is written to stdout as it arrives. The summary (tokens, speed, pipeline overhead) goes to stderr.
+#include <condition_variable>
 #include <cstdio>
+#include <mutex>
 #include <string>
+
+#include "actors/engine/engine.h"
+#include "actors/executor/draft_adapter.h"
+#include "actors/tokenizer/tokenizer_codec.h"
+#include "core/loader/model_loader.h"
 
 #include "cli/commands.h"
 #include "cli/engine_flags.h"
@@ -25,10 +33,97 @@ result<run_inputs> prepare_run(const cli_args& args) {
     if (!config) return config.err();
     run_inputs in{std::move(*config), unescape(args.value_or("--prompt", ""))};
     if (args.has("--print-config")) return in;
-    if (in.config.model.empty())
-        return make_error("no model: give --model M.gguf, set TROUPE_MODEL, or set model: in the config");
+    auto model = resolve_model_path(in.config);
+    if (!model) return model.err();
+    in.config.model = *model;
     if (!args.has("--prompt")) return make_error("--prompt is required");
     return in;
+}
+
+// The outcome of the one request, filled by the sink on the streamer's lane.
+struct run_outcome {
+    std::mutex mutex;
+    std::condition_variable cv;
+    bool ended = false;
+    std::string error;
+    finish_reason reason = finish_reason::stop;
+    usage use;
+    timings time;
+};
+
+int generate(const engine_config& config, const std::string& prompt) {
+    set_log_level(config.log_level);
+    auto model = load_model(config);
+    if (!model) {
+        std::fprintf(stderr, "troupe run: %s\n", model.message().c_str());
+        return exit_failure;
+    }
+    engine_params params;
+    params.max_waiting = config.scheduler.max_waiting;
+    params.max_running = config.scheduler.max_running_seqs;
+    engine_parts parts{std::shared_ptr<model_runner>(std::move(model->runner)), make_tokenizer_codec(model->tok), {}};
+    if (model->spec) {
+        parts.draft = draft_fn_from(model->spec);
+        params.max_draft = model->spec_max_draft > 0 ? model->spec_max_draft : 5;
+    }
+    engine eng(std::move(parts), params);
+    if (auto st = eng.start(); !st) {
+        std::fprintf(stderr, "troupe run: %s\n", st.message().c_str());
+        return exit_failure;
+    }
+
+    run_outcome out;
+    request_sink sink;
+    sink.on_text = [](std::string_view delta) {
+        std::fwrite(delta.data(), 1, delta.size(), stdout);
+        std::fflush(stdout);
+    };
+    sink.on_done = [&out](finish_reason r, const usage& u, const timings& t) {
+        std::lock_guard lock(out.mutex);
+        out.reason = r;
+        out.use = u;
+        out.time = t;
+        out.ended = true;
+        out.cv.notify_all();
+    };
+    sink.on_error = [&out](const std::string& message) {
+        std::lock_guard lock(out.mutex);
+        out.error = message;
+        out.ended = true;
+        out.cv.notify_all();
+    };
+    std::fputs(prompt.c_str(), stdout);
+    std::fflush(stdout);
+    auto id = eng.submit(request{prompt, config.sampling, std::nullopt}, sink);
+    if (!id) {
+        std::fprintf(stderr, "\ntroupe run: %s\n", id.message().c_str());
+        (void)eng.stop(std::chrono::milliseconds(0));
+        return exit_failure;
+    }
+    {
+        std::unique_lock lock(out.mutex);
+        out.cv.wait(lock, [&] { return out.ended; });
+    }
+    std::fputs("\n", stdout);
+    std::fflush(stdout);
+    const engine_stats stats = eng.stats();
+    (void)eng.stop(std::chrono::milliseconds(1000));
+    if (!out.error.empty()) {
+        std::fprintf(stderr, "troupe run: %s\n", out.error.c_str());
+        return exit_failure;
+    }
+    std::fprintf(stderr,
+                 "troupe run: %d prompt + %d generated tokens, finish %s; time to first token %.1f ms, "
+                 "%.1f tokens/s; pipeline overhead per token (sampled -> delivered) median %.1f us, p99 %.1f us\n",
+                 out.use.n_prompt_tokens, out.use.n_completion_tokens,
+                 std::string(finish_reason_name(out.reason)).c_str(), out.time.time_to_first_token_ms,
+                 out.time.decode_tokens_per_s, stats.token_overhead.median_us, stats.token_overhead.p99_us);
+    if (out.use.n_draft_tokens > 0) {
+        std::fprintf(stderr, "troupe run: speculative decoding: %d drafted, %d accepted (%.0f%%)\n",
+                     out.use.n_draft_tokens, out.use.n_draft_accepted,
+                     100.0 * out.use.n_draft_accepted / out.use.n_draft_tokens);
+    }
+    return exit_ok;
 }
 
 }  // namespace
@@ -60,12 +155,7 @@ int run_command(const cli_args& args) {
         std::fputs(to_yaml(in->config).c_str(), stdout);
         return exit_ok;
     }
-    // TODO(lead): load the model (in->config.model, device, threads, plugins), tokenize in->prompt with BOS,
-    // submit one request with in->config.sampling, and write each text delta to stdout as it arrives
-    // (fflush per delta); the tokens/s summary goes to stderr. Exit 1 with the error's message on failure.
-    std::fprintf(stderr, "troupe run: not yet wired (model %s, %zu-byte prompt)\n", in->config.model.c_str(),
-                 in->prompt.size());
-    return exit_failure;
+    return generate(in->config, in->prompt);
 }
 
 }  // namespace troupe::cli

@@ -5,6 +5,8 @@
 
 #include <filesystem>
 
+#include "core/backend/cuda_runner.h"
+#include "core/backend/llama_view_of.h"
 #include "core/log/log.h"
 #include "core/model/cpu_llama.h"
 #include "core/plugin_host/plugin_host.h"
@@ -71,16 +73,13 @@ result<loaded_model> load_model(const engine_config& config) {
         m.plugins.push_back("spec/" + config.plugins.spec.name);
     }
 
-    if (config.device == device_kind::cuda) {
-        TROUPE_LOG_WARN("loader", "cuda: the CUDA backend is not available in this build; falling back to the CPU");
-    }
-
     // KV pool: the budget in blocks, but no more than every running sequence at full context needs.
     const llama_hparams& hp = weights->hp;
     const size_t kv_bytes_per_token = static_cast<size_t>(hp.n_layers) * 2 * hp.kv_width() * sizeof(float);
     const int32_t block_size = config.kv.block_size;
-    const uint64_t budget = config.kv.memory.resolve(static_cast<uint64_t>(std::max<long>(1, sysconf(_SC_PHYS_PAGES))) *
-                                                     static_cast<uint64_t>(sysconf(_SC_PAGE_SIZE)));
+    const uint64_t ram = static_cast<uint64_t>(std::max<long>(1, sysconf(_SC_PHYS_PAGES))) *
+                         static_cast<uint64_t>(sysconf(_SC_PAGE_SIZE));
+    const uint64_t budget = config.kv.memory.resolve(ram);
     const int64_t blocks_per_seq = (hp.n_ctx + block_size - 1) / block_size;
     const int64_t useful = blocks_per_seq * config.scheduler.max_running_seqs;
     const int64_t affordable = static_cast<int64_t>(budget / (kv_bytes_per_token * block_size));
@@ -90,11 +89,26 @@ result<loaded_model> load_model(const engine_config& config) {
     }
     params.kv = kv_geometry{block_size, static_cast<int32_t>(std::max<int64_t>(1, std::min(useful, affordable)))};
     params.n_threads = config.threads;
-    auto runner = cpu_llama::create(std::move(*weights), params);
+
+    auto make_cpu = [&]() -> result<std::unique_ptr<model_runner>> {
+        auto runner = cpu_llama::create(std::move(*weights), params);
+        if (!runner.ok()) return runner.err();
+        m.cpu = runner->get();
+        m.device = device_kind::cpu;
+        return std::unique_ptr<model_runner>(std::move(*runner));
+    };
+    result<std::unique_ptr<model_runner>> runner = make_error("no runner");
+    if (config.device == device_kind::cuda) {
+        cuda_runner_params cp;
+        cp.block_size = block_size;
+        cp.max_kv_tokens = useful * block_size;
+        m.device = device_kind::cuda;
+        runner = make_cuda_runner_or_cpu(llama_view_of(*weights), cp, make_cpu);
+    } else {
+        runner = make_cpu();
+    }
     if (!runner.ok()) return runner.err();
-    m.cpu = runner->get();
     m.runner = std::move(*runner);
-    m.device = device_kind::cpu;
     TROUPE_LOG_INFO("loader", "%s", m.runner->description().c_str());
     return m;
 }

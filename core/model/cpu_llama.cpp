@@ -106,6 +106,15 @@ size_t cpu_llama::weight_bytes_per_token() const {
     return bytes + w_.hp.dim * sizeof(float);
 }
 
+int64_t cpu_llama::matmul_macs_per_token() const {
+    int64_t macs = output_.n_in() * output_.n_out();
+    for (const layer& l : layers_) {
+        for (const linear* m : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down})
+            macs += m->n_in() * m->n_out();
+    }
+    return macs;
+}
+
 status cpu_llama::check_batch(const forward_batch& batch) const {
     const int32_t bs = kv_.block_size;
     for (const sequence_step& s : batch.seqs) {

@@ -47,6 +47,9 @@ public:
     const llama_hparams& hparams() const { return w_.hp; }
     size_t weight_bytes_per_token() const;  // bytes of weights one decode step reads
     int32_t n_threads() const { return pool_->n_threads(); }
+    cpu::thread_pool& pool() { return *pool_; }
+    // Multiply-adds of the weight matrices per token (attention over the context not included).
+    int64_t matmul_macs_per_token() const;
 
 private:
     struct layer {
