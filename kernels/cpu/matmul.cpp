@@ -25,12 +25,50 @@ const detail::matmul_kernels& active_kernels() {
 
 // Rows per work item of the dot-product path: enough to amortize the hand-over, a multiple of 4.
 constexpr int64_t k_rows_per_item = 16;
+// Products smaller than this many multiply-adds run on the calling thread (tiny models: the hand-over to
+// a worker would cost more than the work).
+constexpr int64_t k_inline_macs = 32 * 1024;
 
 // Splits n items of per_item rows each over parallel_for, calling fn(r0, r1) on row ranges.
 template <class Split, class Fn>
 void for_row_ranges(const Split& split, int64_t n_rows, int64_t per_item, const Fn& fn) {
     const int64_t n_items = (n_rows + per_item - 1) / per_item;
     split(n_items, [&](int64_t begin, int64_t end) { fn(begin * per_item, std::min(n_rows, end * per_item)); });
+}
+
+// The recipe's activations of token t as floats (rounded to F16 / BF16, or quantized to Q8_0 / Q8_K and
+// back), for the GEMM; `row` is scratch of n floats, `q` of the quantized row.
+const float* recipe_floats(const detail::matmul_kernels& k, ggml_type type, const float* x, int64_t n, float* row,
+                           void* q) {
+    switch (type) {
+        case ggml_type::f16:
+            k.round_f16(x, row, n);
+            return row;
+        case ggml_type::bf16:
+            k.round_bf16(x, row, n);
+            return row;
+        case ggml_type::q8_0:
+        case ggml_type::q4_0: {
+            auto* xq = static_cast<block_q8_0*>(q);
+            k.quantize_q8_0(x, xq, n);
+            for (int64_t b = 0; b < n / qk8_0; ++b) {
+                const float d = fp16_to_fp32(xq[b].d);
+                for (int i = 0; i < qk8_0; ++i) row[b * qk8_0 + i] = d * xq[b].qs[i];
+            }
+            return row;
+        }
+        case ggml_type::q4_k:
+        case ggml_type::q6_k: {
+            auto* xq = static_cast<block_q8_k*>(q);
+            k.quantize_q8_k(x, xq, n);
+            for (int64_t b = 0; b < n / qk_k; ++b) {
+                for (int i = 0; i < qk_k; ++i) row[b * qk_k + i] = xq[b].d * xq[b].qs[i];
+            }
+            return row;
+        }
+        default:
+            return x;  // F32
+    }
 }
 
 template <class Split>
@@ -43,10 +81,9 @@ void matmul_impl(const matmul_weight& w, const float* x, float* y, int64_t n_tok
     const int64_t n = w.n_in;
     const bool use_gemm = k.gemm != nullptr && n_tokens >= k.gemm_min_tokens;
 
-    // Activations, prepared once per call (not per row), tokens split over the threads when many.
+    // Activations are prepared once per call (not per row), tokens split over the threads when many.
     static thread_local aligned_buffer x_buffer;
-    detail::prepared_x px{x, static_cast<size_t>(n) * sizeof(float)};
-    const auto prepare = [&](auto&& per_token) {
+    const auto for_tokens = [&](const auto& per_token) {
         const auto run = [&](int64_t t0, int64_t t1) {
             for (int64_t t = t0; t < t1; ++t) per_token(t);
         };
@@ -56,53 +93,42 @@ void matmul_impl(const matmul_weight& w, const float* x, float* y, int64_t n_tok
             run(0, n_tokens);
         }
     };
-    const bool q8_0_act = w.type == ggml_type::q8_0 || w.type == ggml_type::q4_0;
-    const bool q8_k_act = w.type == ggml_type::q4_k || w.type == ggml_type::q6_k;
+
+    if (use_gemm) {
+        // GEMM: the recipe's float activations, packed once for all threads.
+        float* xp = x_buffer.as<float>(detail::gemm_packed_floats(n_tokens, n, k.gemm_mr));
+        for_tokens([&](int64_t t) {
+            static thread_local aligned_buffer row_buffer, q_buffer;
+            float* row = row_buffer.as<float>(static_cast<size_t>(n));
+            void* q = q_buffer.reserve(static_cast<size_t>(n / qk8_0 + 1) * sizeof(block_q8_k));
+            const float* values = recipe_floats(k, w.type, x + t * n, n, row, q);
+            detail::gemm_pack_token(values, t, n_tokens, n, k.gemm_mr, k.gemm_kc, xp);
+        });
+        for_row_ranges(split, w.n_out, k.gemm_rows,
+                       [&](int64_t r0, int64_t r1) { k.gemm(w, xp, y, w.n_out, n_tokens, r0, r1); });
+        return;
+    }
+
+    // Dot-product kernels: F32 as is, F16 / BF16 rounded floats, Q8_0 or Q8_K blocks.
+    detail::prepared_x px{x, static_cast<size_t>(n) * sizeof(float)};
     if (w.type == ggml_type::f16 || w.type == ggml_type::bf16) {
         float* xr = x_buffer.as<float>(static_cast<size_t>(n_tokens * n));
         const auto round = w.type == ggml_type::f16 ? k.round_f16 : k.round_bf16;
-        prepare([&](int64_t t) { round(x + t * n, xr + t * n, n); });
+        for_tokens([&](int64_t t) { round(x + t * n, xr + t * n, n); });
         px = {xr, static_cast<size_t>(n) * sizeof(float)};
-    } else if (q8_0_act) {
+    } else if (w.type == ggml_type::q8_0 || w.type == ggml_type::q4_0) {
         const int64_t nb = n / qk8_0;
-        const size_t q_bytes = static_cast<size_t>(n_tokens * nb) * sizeof(block_q8_0);
-        auto* base = static_cast<uint8_t*>(x_buffer.reserve(q_bytes + (use_gemm ? n_tokens * n * 4 + 64 : 0)));
-        auto* xq = reinterpret_cast<block_q8_0*>(base);
-        float* xf = reinterpret_cast<float*>(base + (q_bytes + 63) / 64 * 64);
-        prepare([&](int64_t t) {
-            k.quantize_q8_0(x + t * n, xq + t * nb, n);
-            if (use_gemm) {
-                for (int64_t b = 0; b < nb; ++b) {
-                    const float d = fp16_to_fp32(xq[t * nb + b].d);
-                    for (int i = 0; i < qk8_0; ++i) xf[t * n + b * qk8_0 + i] = d * xq[t * nb + b].qs[i];
-                }
-            }
-        });
-        px = use_gemm ? detail::prepared_x{xf, static_cast<size_t>(n) * sizeof(float)}
-                      : detail::prepared_x{xq, static_cast<size_t>(nb) * sizeof(block_q8_0)};
-    } else if (q8_k_act) {
+        auto* xq = x_buffer.as<block_q8_0>(static_cast<size_t>(n_tokens * nb));
+        for_tokens([&](int64_t t) { k.quantize_q8_0(x + t * n, xq + t * nb, n); });
+        px = {xq, static_cast<size_t>(nb) * sizeof(block_q8_0)};
+    } else if (w.type == ggml_type::q4_k || w.type == ggml_type::q6_k) {
         const int64_t nb = n / qk_k;
-        const size_t q_bytes = static_cast<size_t>(n_tokens * nb) * sizeof(block_q8_k);
-        auto* base = static_cast<uint8_t*>(x_buffer.reserve(q_bytes + (use_gemm ? n_tokens * n * 4 + 64 : 0)));
-        auto* xq = reinterpret_cast<block_q8_k*>(base);
-        float* xf = reinterpret_cast<float*>(base + (q_bytes + 63) / 64 * 64);
-        prepare([&](int64_t t) {
-            k.quantize_q8_k(x + t * n, xq + t * nb, n);
-            if (use_gemm) {
-                for (int64_t b = 0; b < nb; ++b) {
-                    const float d = xq[t * nb + b].d;
-                    for (int i = 0; i < qk_k; ++i) xf[t * n + b * qk_k + i] = d * xq[t * nb + b].qs[i];
-                }
-            }
-        });
-        px = use_gemm ? detail::prepared_x{xf, static_cast<size_t>(n) * sizeof(float)}
-                      : detail::prepared_x{xq, static_cast<size_t>(nb) * sizeof(block_q8_k)};
+        auto* xq = x_buffer.as<block_q8_k>(static_cast<size_t>(n_tokens * nb));
+        for_tokens([&](int64_t t) { k.quantize_q8_k(x + t * n, xq + t * nb, n); });
+        px = {xq, static_cast<size_t>(nb) * sizeof(block_q8_k)};
     }
-
-    if (use_gemm) {
-        const float* xf = static_cast<const float*>(px.data);
-        for_row_ranges(split, w.n_out, k.gemm_rows,
-                       [&](int64_t r0, int64_t r1) { k.gemm(w, xf, y, w.n_out, n_tokens, r0, r1); });
+    if (w.n_out * n * n_tokens < k_inline_macs) {
+        k.rows(w, px, y, w.n_out, n_tokens, 0, w.n_out);  // cheaper than waking a thread
     } else {
         for_row_ranges(split, w.n_out, k_rows_per_item,
                        [&](int64_t r0, int64_t r1) { k.rows(w, px, y, w.n_out, n_tokens, r0, r1); });

@@ -357,23 +357,16 @@ constexpr std::array<micro_fn, sizeof...(I)> micro_table(std::index_sequence<I..
 
 constexpr auto k_micro = micro_table(std::make_index_sequence<k_mr>());
 
-void gemm_avx2(const matmul_weight& w, const float* x, float* y, int64_t ldy, int64_t n_tokens, int64_t r0,
+void gemm_avx2(const matmul_weight& w, const float* xp, float* y, int64_t ldy, int64_t n_tokens, int64_t r0,
                int64_t r1) {
-    static thread_local aligned_buffer panel_buf, x_buf, tmp_buf;
+    static thread_local aligned_buffer panel_buf, tmp_buf;
     const int64_t n = w.n_in;
     const int64_t n_tiles = (n_tokens + k_mr - 1) / k_mr;
     float* panel = panel_buf.as<float>(k_kc * k_nr);
-    float* xp = x_buf.as<float>(static_cast<size_t>(n_tiles * k_mr * k_kc));
     float* tmp = tmp_buf.as<float>(k_kc);
     for (int64_t k0 = 0; k0 < n; k0 += k_kc) {
         const int64_t kc = std::min<int64_t>(k_kc, n - k0);
-        for (int64_t t0 = 0; t0 < n_tokens; t0 += k_mr) {
-            const int mr = static_cast<int>(std::min<int64_t>(k_mr, n_tokens - t0));
-            float* dst = xp + (t0 / k_mr) * kc * k_mr;
-            for (int m = 0; m < mr; ++m) {
-                for (int64_t k = 0; k < kc; ++k) dst[k * k_mr + m] = x[(t0 + m) * n + k0 + k];
-            }
-        }
+        const float* xk = xp + n_tiles * k_mr * k0;  // this k block's packed activations
         for (int64_t p0 = r0; p0 < r1; p0 += k_nr) {
             const int nr = static_cast<int>(std::min<int64_t>(k_nr, r1 - p0));
             for (int i = 0; i < k_nr; ++i) {
@@ -386,7 +379,7 @@ void gemm_avx2(const matmul_weight& w, const float* x, float* y, int64_t ldy, in
             }
             for (int64_t t0 = 0; t0 < n_tokens; t0 += k_mr) {
                 const int mr = static_cast<int>(std::min<int64_t>(k_mr, n_tokens - t0));
-                k_micro[mr - 1](panel, xp + (t0 / k_mr) * kc * k_mr, kc, y + t0 * ldy + p0, ldy, nr, k0 > 0);
+                k_micro[mr - 1](panel, xk + (t0 / k_mr) * kc * k_mr, kc, y + t0 * ldy + p0, ldy, nr, k0 > 0);
             }
         }
     }
@@ -409,6 +402,8 @@ const matmul_kernels& avx2_kernels() {
         .gemm = gemm_avx2,
         .gemm_min_tokens = 8,
         .gemm_rows = k_nr,
+        .gemm_mr = k_mr,
+        .gemm_kc = k_kc,
         .quantize_q8_0 = ref::quantize_row_q8_0,
         .quantize_q8_k = ref::quantize_row_q8_k,
         .round_f16 = round_f16_avx2,

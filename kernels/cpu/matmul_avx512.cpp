@@ -536,29 +536,16 @@ void pack_panel(const matmul_weight& w, int64_t p0, int nr, int64_t k0, int64_t 
     }
 }
 
-// xp[tile][k][k_mr] = x[tile * k_mr + m, k0 + k].
-void pack_x(const float* x, int64_t ldx, int64_t n_tokens, int64_t k0, int64_t kc, float* xp) {
-    for (int64_t t0 = 0; t0 < n_tokens; t0 += k_mr) {
-        const int mr = static_cast<int>(std::min<int64_t>(k_mr, n_tokens - t0));
-        float* dst = xp + (t0 / k_mr) * kc * k_mr;
-        for (int m = 0; m < mr; ++m) {
-            const float* src = x + (t0 + m) * ldx + k0;
-            for (int64_t k = 0; k < kc; ++k) dst[k * k_mr + m] = src[k];
-        }
-    }
-}
-
-void gemm_avx512(const matmul_weight& w, const float* x, float* y, int64_t ldy, int64_t n_tokens, int64_t r0,
+void gemm_avx512(const matmul_weight& w, const float* xp, float* y, int64_t ldy, int64_t n_tokens, int64_t r0,
                  int64_t r1) {
-    static thread_local aligned_buffer panel_buf, x_buf, tmp_buf;
+    static thread_local aligned_buffer panel_buf, tmp_buf;
     const int64_t n = w.n_in;
     const int64_t n_tiles = (n_tokens + k_mr - 1) / k_mr;
     float* panel = panel_buf.as<float>(k_kc * k_nr);
-    float* xp = x_buf.as<float>(static_cast<size_t>(n_tiles * k_mr * k_kc));
     float* tmp = tmp_buf.as<float>(k_kc);
     for (int64_t k0 = 0; k0 < n; k0 += k_kc) {
         const int64_t kc = std::min<int64_t>(k_kc, n - k0);
-        pack_x(x, n, n_tokens, k0, kc, xp);
+        const float* xk = xp + n_tiles * k_mr * k0;  // this k block's packed activations
         for (int64_t p0 = r0; p0 < r1; p0 += k_nr) {
             const int nr = static_cast<int>(std::min<int64_t>(k_nr, r1 - p0));
             pack_panel(w, p0, nr, k0, kc, panel, tmp);
@@ -566,7 +553,7 @@ void gemm_avx512(const matmul_weight& w, const float* x, float* y, int64_t ldy, 
             const __mmask16 m1 = static_cast<__mmask16>(nr >= 32 ? 0xffff : nr > 16 ? (1u << (nr - 16)) - 1 : 0);
             for (int64_t t0 = 0; t0 < n_tokens; t0 += k_mr) {
                 const int mr = static_cast<int>(std::min<int64_t>(k_mr, n_tokens - t0));
-                k_micro[mr - 1](panel, xp + (t0 / k_mr) * kc * k_mr, kc, y + t0 * ldy + p0, ldy, m0, m1, k0 > 0);
+                k_micro[mr - 1](panel, xk + (t0 / k_mr) * kc * k_mr, kc, y + t0 * ldy + p0, ldy, m0, m1, k0 > 0);
             }
         }
     }
@@ -662,6 +649,8 @@ const matmul_kernels& avx512_kernels() {
         .gemm = gemm_avx512,
         .gemm_min_tokens = 8,
         .gemm_rows = k_nr,
+        .gemm_mr = k_mr,
+        .gemm_kc = k_kc,
         .quantize_q8_0 = quantize_q8_0_avx512,
         .quantize_q8_k = quantize_q8_k_avx512,
         .round_f16 = round_f16_avx512,

@@ -22,11 +22,14 @@ struct prepared_x {
 struct matmul_kernels {
     // y[t * ldy + r] for t < n_tokens, r0 <= r < r1: dot-product formulation.
     void (*rows)(const matmul_weight& w, prepared_x x, float* y, int64_t ldy, int64_t n_tokens, int64_t r0, int64_t r1);
-    // Same with float activations x[n_tokens, n_in] through packed panels; null where the level has none.
-    void (*gemm)(const matmul_weight& w, const float* x, float* y, int64_t ldy, int64_t n_tokens, int64_t r0,
+    // Same through packed weight panels, with float activations packed by gemm_pack_token; null where the
+    // level has none.
+    void (*gemm)(const matmul_weight& w, const float* xp, float* y, int64_t ldy, int64_t n_tokens, int64_t r0,
                  int64_t r1);
     int64_t gemm_min_tokens;  // use gemm from this many tokens on
     int64_t gemm_rows;        // row granularity of gemm work items
+    int gemm_mr;              // tokens per micro-tile
+    int gemm_kc;              // k block
     void (*quantize_q8_0)(const float* x, block_q8_0* y, int64_t n);
     void (*quantize_q8_k)(const float* x, block_q8_k* y, int64_t n);
     void (*round_f16)(const float* x, float* y, int64_t n);   // y = float(half(x))
@@ -41,6 +44,24 @@ const matmul_kernels& avx512_kernels();
 void rows_scalar(const matmul_weight& w, prepared_x x, float* y, int64_t ldy, int64_t n_tokens, int64_t r0, int64_t r1);
 void round_f16_scalar(const float* x, float* y, int64_t n);
 void round_bf16_scalar(const float* x, float* y, int64_t n);
+
+// Packed GEMM activations: for each k block of kc = min(gemm_kc, n - k0) elements, for each tile of gemm_mr
+// tokens, [kc][gemm_mr] floats:
+//
+//   xp[n_tiles * mr * k0 + tile * kc * mr + (k - k0) * mr + t % mr] = x[t, k],  tile = t / mr
+inline size_t gemm_packed_floats(int64_t n_tokens, int64_t n, int mr) {
+    return static_cast<size_t>((n_tokens + mr - 1) / mr * mr * n);
+}
+
+inline void gemm_pack_token(const float* row, int64_t t, int64_t n_tokens, int64_t n, int mr, int kc_max, float* xp) {
+    const int64_t n_tiles = (n_tokens + mr - 1) / mr;
+    const int64_t tile = t / mr, m = t % mr;
+    for (int64_t k0 = 0; k0 < n; k0 += kc_max) {
+        const int64_t kc = n - k0 < kc_max ? n - k0 : kc_max;
+        float* dst = xp + n_tiles * mr * k0 + tile * kc * mr + m;
+        for (int64_t k = 0; k < kc; ++k) dst[k * mr] = row[k0 + k];
+    }
+}
 
 // Dequantizes elements [k0, k0 + n) of weight row r into out (k0, n multiples of the block size).
 void dequantize_range(const matmul_weight& w, int64_t r, int64_t k0, int64_t n, float* out);

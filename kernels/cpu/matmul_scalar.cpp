@@ -174,6 +174,8 @@ const matmul_kernels& scalar_kernels() {
         .gemm = nullptr,
         .gemm_min_tokens = 0,
         .gemm_rows = 0,
+        .gemm_mr = 0,
+        .gemm_kc = 0,
         .quantize_q8_0 = ref::quantize_row_q8_0,
         .quantize_q8_k = ref::quantize_row_q8_k,
         .round_f16 = round_f16_scalar,

@@ -1,5 +1,6 @@
 #include "kernels/cpu/thread_pool.h"
 
+#include <algorithm>
 #include <chrono>
 
 #if defined(__x86_64__) || defined(__i386__)
@@ -15,6 +16,8 @@ inline void cpu_relax() {
 #endif
 }
 
+constexpr int k_chunks_per_thread = 4;
+
 thread_local bool t_inside_pool_job = false;
 
 }  // namespace
@@ -23,7 +26,7 @@ thread_pool::thread_pool(int n_threads, int spin_us) : spin_us_(spin_us) {
     if (n_threads <= 0) n_threads = static_cast<int>(std::thread::hardware_concurrency());
     n_threads_ = n_threads < 1 ? 1 : n_threads;
     workers_.reserve(n_threads_ - 1);
-    for (int i = 1; i < n_threads_; ++i) workers_.emplace_back([this, i] { worker_main(i); });
+    for (int i = 1; i < n_threads_; ++i) workers_.emplace_back([this] { worker_main(); });
 }
 
 thread_pool::~thread_pool() {
@@ -33,13 +36,24 @@ thread_pool::~thread_pool() {
     for (auto& w : workers_) w.join();
 }
 
-void thread_pool::run_range(int index) {
-    const int64_t begin = n_ * index / n_threads_;
-    const int64_t end = n_ * (index + 1) / n_threads_;
-    if (begin < end) (*fn_)(begin, end);
+void thread_pool::run_chunks(uint32_t generation) {
+    for (;;) {
+        uint64_t c = claim_.load(std::memory_order_acquire);
+        // A claim succeeds only while the job is `generation` and has chunks left; once a chunk is ours
+        // the job cannot finish (the caller waits for it), so fn_, n_ and n_chunks_ are this job's.
+        if (static_cast<uint32_t>(c >> 32) != generation) return;
+        const uint32_t chunk = static_cast<uint32_t>(c);
+        if (chunk >= n_chunks_.load(std::memory_order_relaxed)) return;
+        if (!claim_.compare_exchange_weak(c, c + 1, std::memory_order_acq_rel)) continue;
+        const int64_t n_chunks = n_chunks_.load(std::memory_order_relaxed);
+        const int64_t begin = n_ * chunk / n_chunks;
+        const int64_t end = n_ * (chunk + 1) / n_chunks;
+        (*fn_)(begin, end);
+        n_done_.fetch_add(1, std::memory_order_release);
+    }
 }
 
-void thread_pool::worker_main(int index) {
+void thread_pool::worker_main() {
     t_inside_pool_job = true;  // a worker's fn that calls parallel_for runs it inline
     uint32_t seen = 0;
     for (;;) {
@@ -56,8 +70,7 @@ void thread_pool::worker_main(int index) {
         }
         seen = gen;
         if (stop_.load(std::memory_order_relaxed)) return;
-        run_range(index);
-        n_done_.fetch_add(1, std::memory_order_acq_rel);
+        run_chunks(gen);
     }
 }
 
@@ -68,17 +81,19 @@ void thread_pool::parallel_for(int64_t n, const std::function<void(int64_t, int6
         return;
     }
     std::lock_guard lock(submit_mutex_);
+    const uint32_t gen = generation_.load(std::memory_order_relaxed) + 1;
     fn_ = &fn;
     n_ = n;
+    const auto n_chunks = static_cast<uint32_t>(std::min<int64_t>(n, int64_t{n_threads_} * k_chunks_per_thread));
+    n_chunks_.store(n_chunks, std::memory_order_relaxed);
     n_done_.store(0, std::memory_order_relaxed);
-    generation_.fetch_add(1, std::memory_order_release);
+    claim_.store(uint64_t{gen} << 32, std::memory_order_release);
+    generation_.store(gen, std::memory_order_release);
     generation_.notify_all();
     t_inside_pool_job = true;
-    run_range(0);
+    run_chunks(gen);
     t_inside_pool_job = false;
-    const int n_workers = n_threads_ - 1;
-    while (n_done_.load(std::memory_order_acquire) != n_workers) cpu_relax();
-    fn_ = nullptr;
+    while (n_done_.load(std::memory_order_acquire) != n_chunks) cpu_relax();
 }
 
 parallel_for_fn thread_pool::as_parallel_for() {

@@ -1,12 +1,16 @@
 // A fixed set of persistent worker threads for data-parallel loops (matmuls, attention heads).
 //
-// parallel_for(n, fn) splits [0, n) into one contiguous range per thread (the caller is thread 0 and
-// works too) and returns when all ranges are done. Workers spin briefly on a generation counter after
-// each job, so back-to-back loops of a decode step hand over in well under a microsecond, then sleep
-// on a futex (std::atomic::wait) so an idle pool costs nothing.
+// parallel_for(n, fn) cuts [0, n) into up to 4 contiguous chunks per thread, which the caller (thread 0,
+// it works too) and the workers claim one at a time from a shared counter; it returns when every chunk
+// is done. Claiming rather than assigning means a worker the OS has not scheduled yet (an oversubscribed
+// machine) costs nothing: the threads that run take its chunks. Callers must not depend on which thread
+// runs which chunk, or on the chunk boundaries.
 //
-// One parallel_for at a time: calls from several threads are serialized by a mutex; a call from inside
-// a running fn (nesting) runs inline on the calling thread.
+// After a job, workers spin briefly on a generation counter, so back-to-back loops of a decode step hand
+// over in about a microsecond, then sleep on a futex (std::atomic::wait) so an idle pool costs nothing.
+//
+// One parallel_for at a time: calls from several threads are serialized by a mutex; a call from inside a
+// running fn (nesting) runs inline on the calling thread.
 #pragma once
 
 #include <atomic>
@@ -41,20 +45,23 @@ public:
     parallel_for_fn as_parallel_for();
 
 private:
-    void worker_main(int index);
-    void run_range(int index);
+    void worker_main();
+    // Claims and runs chunks of job `generation` until none is left (or another job is current).
+    void run_chunks(uint32_t generation);
 
     int n_threads_;
     int spin_us_;
     std::vector<std::thread> workers_;
     std::mutex submit_mutex_;
 
-    // The current job, published by a release increment of generation_.
+    // The current job; written by the caller before it publishes the job's generation.
     const std::function<void(int64_t, int64_t)>* fn_ = nullptr;
     int64_t n_ = 0;
-    alignas(64) std::atomic<uint32_t> generation_{0};
-    alignas(64) std::atomic<int> n_done_{0};
-    alignas(64) std::atomic<bool> stop_{false};
+    std::atomic<uint32_t> n_chunks_{0};
+    alignas(64) std::atomic<uint32_t> generation_{0};  // workers wait on it
+    alignas(64) std::atomic<uint64_t> claim_{0};       // generation << 32 | next chunk to claim
+    alignas(64) std::atomic<uint32_t> n_done_{0};      // chunks of the current job finished
+    std::atomic<bool> stop_{false};
 };
 
 }  // namespace cpu

@@ -1,6 +1,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <chrono>
 #include <thread>
 #include <vector>
 
@@ -29,12 +30,16 @@ TEST(thread_pool, parallel_for_visits_every_index_exactly_once) {
 
 TEST(thread_pool, work_runs_on_several_threads_and_back_to_back_calls_complete) {
     cpu::thread_pool pool(2);
-    std::atomic<int> distinct{0};
-    const auto caller = std::this_thread::get_id();
+    // Two chunks that each wait for the other's thread: only completes if a worker takes one of them.
+    std::atomic<int> arrived{0};
+    std::atomic<bool> met{false};
     pool.parallel_for(2, [&](int64_t, int64_t) {
-        if (std::this_thread::get_id() != caller) distinct.fetch_add(1);
+        arrived.fetch_add(1);
+        const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+        while (arrived.load() < 2 && std::chrono::steady_clock::now() < deadline) std::this_thread::yield();
+        if (arrived.load() == 2) met.store(true);
     });
-    EXPECT_EQ(distinct.load(), 1);
+    EXPECT_TRUE(met.load());
     int64_t total = 0;
     std::atomic<int64_t> sum{0};
     for (int i = 0; i < 20000; ++i) {
