@@ -85,7 +85,11 @@ status engine::start() {
     if (stopped_.load()) return make_error("engine: start() after stop()");
     if (accepting_.exchange(true)) return make_error("engine: started twice");
     for (auto& l : owned_lanes_) l->start();
-    TROUPE_LOG_INFO("engine", "started: %s, %zu lanes", description_.c_str(), owned_lanes_.size());
+    if (manual_ != nullptr) {
+        TROUPE_LOG_INFO("engine", "started: %s, on the caller's lane", description_.c_str());
+    } else {
+        TROUPE_LOG_INFO("engine", "started: %s, %zu lanes", description_.c_str(), owned_lanes_.size());
+    }
     return status::success();
 }
 

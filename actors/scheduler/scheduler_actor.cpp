@@ -51,6 +51,15 @@ void scheduler_actor::send(scheduler_output& out) {
                 }
             }
             core_.fail(live, why, again);
+            // The next step was planned with them: take them out (their retire is posted first).
+            if (out.step) {
+                auto& seqs = out.step->seqs;
+                std::erase_if(seqs, [&](const step_sequence& q) { return !core_.knows(q.seq_id); });
+                if (seqs.empty()) {
+                    core_.abandon_step(out.step->step_id);
+                    out.step.reset();
+                }
+            }
             for (auto& f : again.failures) out.failures.push_back(std::move(f));
             for (auto& r : again.release) out.release.push_back(r);
             for (auto id : again.retire) out.retire.push_back(id);
