@@ -2,6 +2,8 @@
 // Most tests run every actor on one caller-driven lane, so the message order is deterministic.
 #include <gtest/gtest.h>
 
+#include <mutex>
+#include <random>
 #include <thread>
 
 #include "actors/engine/engine.h"
@@ -425,6 +427,104 @@ TEST(engine, stats_report_the_per_token_overhead) {
     EXPECT_LE(s.token_overhead.median_us, s.token_overhead.p99_us);
     EXPECT_EQ(s.n_tokens, 10);
     EXPECT_EQ(s.n_steps, 10);
+}
+
+}  // namespace
+}  // namespace troupe
+
+namespace troupe {
+namespace {
+
+// Many requests on five threads with cancels from another thread and small queues: every accepted
+// request ends exactly once (done, cancelled, or refused as overloaded by the scheduler), nothing is
+// said to a sink after its end, and the engine's counts add up.
+TEST(engine, concurrent_submits_and_cancels_end_every_request_exactly_once) {
+    struct tally {
+        std::mutex m;
+        int n_endings = 0;
+        bool text_after_end = false;
+        std::string error;
+    };
+    fake_model_params model;
+    model.n_ctx = 96;
+    model.block_size = 16;  // paged: several blocks per sequence
+    model.n_blocks = 24;
+    model.step_time = std::chrono::microseconds(50);
+    auto runner = std::make_shared<fake_model_runner>(model);
+    runner->keep_batches(false);
+    engine_params params;
+    params.lanes = lane_layout::lane_per_actor;
+    params.max_running = 6;
+    params.submit_capacity = 16;
+    params.max_waiting = 8;  // some requests are refused later, by the scheduler
+    engine eng(engine_parts{runner, std::make_shared<testing::fake_codec>(), {}}, params);
+    ASSERT_TRUE(eng.start().ok());
+
+    const int n = 300;
+    std::vector<std::shared_ptr<tally>> tallies;
+    std::vector<request_id> accepted;
+    std::mt19937 rng(5);
+    std::atomic<bool> done_submitting{false};
+    std::mutex ids_mutex;
+    std::thread canceller([&] {
+        std::mt19937 crng(6);
+        while (!done_submitting.load()) {
+            std::lock_guard lock(ids_mutex);
+            if (!accepted.empty()) eng.cancel(accepted[crng() % accepted.size()]);
+            std::this_thread::yield();
+        }
+    });
+    int n_refused = 0;
+    for (int i = 0; i < n; ++i) {
+        auto t = std::make_shared<tally>();
+        request_sink sink;
+        sink.on_text = [t](std::string_view) {
+            std::lock_guard lock(t->m);
+            if (t->n_endings > 0) t->text_after_end = true;
+        };
+        sink.on_done = [t](finish_reason, const usage&, const timings&) {
+            std::lock_guard lock(t->m);
+            t->n_endings++;
+        };
+        sink.on_error = [t](const std::string& m) {
+            std::lock_guard lock(t->m);
+            t->n_endings++;
+            t->error = m;
+        };
+        sampling_params p = greedy(1 + static_cast<int32_t>(rng() % 40));
+        if (i % 3 == 0) p.stop_strings = {"mno"};
+        const std::string prompt(1 + rng() % 5, static_cast<char>('a' + rng() % 20));
+        auto id = eng.submit(request{prompt, p, std::nullopt}, sink);
+        while (!id.ok()) {  // a client backing off from "overloaded"
+            ASSERT_EQ(id.message().rfind("overloaded:", 0), 0u) << id.message();
+            n_refused++;
+            std::this_thread::sleep_for(std::chrono::microseconds(50));
+            id = eng.submit(request{prompt, p, std::nullopt}, sink);
+        }
+        tallies.push_back(t);
+        if (i % 4 == 0) eng.cancel(*id);  // at once: it is cancelled wherever it has got to
+        std::lock_guard lock(ids_mutex);
+        accepted.push_back(*id);
+    }
+    done_submitting.store(true);
+    canceller.join();
+    status st = eng.stop(std::chrono::seconds(30));
+    EXPECT_TRUE(st.ok()) << st.message();
+    for (const auto& t : tallies) {
+        EXPECT_EQ(t->n_endings, 1);
+        EXPECT_FALSE(t->text_after_end);
+        if (!t->error.empty()) {
+            EXPECT_EQ(t->error.rfind("overloaded: ", 0), 0u) << t->error;
+        }
+    }
+    auto s = eng.stats();
+    EXPECT_EQ(s.n_in_flight, 0);
+    EXPECT_EQ(s.n_submitted, n);
+    EXPECT_EQ(s.n_refused, n_refused);
+    EXPECT_EQ(s.n_completed + s.n_cancelled + s.n_failed, s.n_submitted);
+    EXPECT_GT(s.n_cancelled, 0);
+    EXPECT_GT(s.n_completed, 0);
+    EXPECT_GT(n_refused, 0);
 }
 
 }  // namespace
