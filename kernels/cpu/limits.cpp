@@ -35,47 +35,41 @@ double fma_chains_scalar(int64_t iterations) {
 
 }  // namespace
 
+// Both measurements hand the pool many small pieces (the pool's threads claim them), so every thread
+// works until the end even if one starts late, and take the best of many short runs: on a shared machine
+// that is the run no other process interrupted.
+
 double measure_read_bandwidth(thread_pool& pool, size_t buffer_bytes) {
-    const size_t n = buffer_bytes / sizeof(float) / 64 * 64;
+    constexpr int64_t k_pieces = 256;
+    const size_t piece = buffer_bytes / sizeof(float) / k_pieces / 64 * 64;  // floats per piece
+    const size_t n = piece * k_pieces;
     aligned_buffer buffer;
     float* data = buffer.as<float>(n);
-    const int64_t n_chunks = pool.n_threads();
-    const auto chunk = [&](int64_t c, size_t& begin, size_t& count) {
-        begin = n * c / n_chunks / 64 * 64;
-        const size_t end = c + 1 == n_chunks ? n : n * (c + 1) / n_chunks / 64 * 64;
-        count = end - begin;
-    };
-    // First touch by the thread that reads it (pages local to its memory node).
-    pool.parallel_for(n_chunks, [&](int64_t c0, int64_t c1) {
-        for (int64_t c = c0; c < c1; ++c) {
-            size_t begin = 0, count = 0;
-            chunk(c, begin, count);
-            std::memset(data + begin, 0, count * sizeof(float));
-        }
+    // First touch by the pool's threads (pages spread like the reads).
+    pool.parallel_for(k_pieces, [&](int64_t p0, int64_t p1) {
+        std::memset(data + p0 * piece, 0, (p1 - p0) * piece * sizeof(float));
     });
     const dispatch_level level = best_level();
     std::atomic<float> sink{0};
     double best = 0;
     for (int run = 0; run < 10; ++run) {
         const auto start = clock_type::now();
-        pool.parallel_for(n_chunks, [&](int64_t c0, int64_t c1) {
-            for (int64_t c = c0; c < c1; ++c) {
-                size_t begin = 0, count = 0;
-                chunk(c, begin, count);
-                float s = 0;
-                switch (level) {
-                    case dispatch_level::avx512:
-                        s = detail::read_stream_avx512(data + begin, count);
-                        break;
-                    case dispatch_level::avx2:
-                        s = detail::read_stream_avx2(data + begin, count);
-                        break;
-                    case dispatch_level::scalar:
-                        s = read_stream_scalar(data + begin, count);
-                        break;
-                }
-                sink.store(s, std::memory_order_relaxed);
+        pool.parallel_for(k_pieces, [&](int64_t p0, int64_t p1) {
+            const float* p = data + p0 * piece;
+            const size_t count = (p1 - p0) * piece;
+            float s = 0;
+            switch (level) {
+                case dispatch_level::avx512:
+                    s = detail::read_stream_avx512(p, count);
+                    break;
+                case dispatch_level::avx2:
+                    s = detail::read_stream_avx2(p, count);
+                    break;
+                case dispatch_level::scalar:
+                    s = read_stream_scalar(p, count);
+                    break;
             }
+            sink.store(s, std::memory_order_relaxed);
         });
         const double seconds = std::chrono::duration<double>(clock_type::now() - start).count();
         best = std::max(best, static_cast<double>(n * sizeof(float)) / seconds / 1e9);
@@ -85,13 +79,13 @@ double measure_read_bandwidth(thread_pool& pool, size_t buffer_bytes) {
 
 double measure_fma_peak(thread_pool& pool) {
     const dispatch_level level = best_level();
-    // Many short runs (~1 ms): on a shared machine the best one is the one no other process interrupted.
-    const int64_t iterations = 200'000;
+    const int64_t n_pieces = 8 * pool.n_threads();
+    const int64_t iterations = 50'000;  // per piece: ~0.2 ms with AVX-512
     double best = 0;
     for (int run = 0; run < 30; ++run) {
         std::atomic<double> flops{0};
         const auto start = clock_type::now();
-        pool.parallel_for(pool.n_threads(), [&](int64_t c0, int64_t c1) {
+        pool.parallel_for(n_pieces, [&](int64_t c0, int64_t c1) {
             for (int64_t c = c0; c < c1; ++c) {
                 double f = 0;
                 switch (level) {
