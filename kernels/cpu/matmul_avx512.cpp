@@ -528,14 +528,49 @@ const float* row_floats(const matmul_weight& w, int64_t r, int64_t k0, int64_t k
     }
 }
 
-// panel[k][32] = W[p0 + i, k0 + k] for i < nr, zero for the rows past the end.
-void pack_panel(const matmul_weight& w, int64_t p0, int nr, int64_t k0, int64_t kc, float* panel, float* tmp) {
-    for (int i = 0; i < nr; ++i) {
-        const float* src = row_floats(w, p0 + i, k0, kc, tmp);
-        for (int64_t k = 0; k < kc; ++k) panel[k * k_nr + i] = src[k];
+// In-register transpose: r[i][j] -> r[j][i] for a 16 x 16 block of floats.
+inline void transpose16(__m512* r) {
+    __m512 t[16], u[16];
+    for (int i = 0; i < 16; i += 2) {
+        t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
+        t[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
     }
-    for (int i = nr; i < k_nr; ++i) {
-        for (int64_t k = 0; k < kc; ++k) panel[k * k_nr + i] = 0.0f;
+    // u[4g + j], 128-bit lane L: rows 4g..4g+3 of column 4L + j.
+    for (int g = 0; g < 16; g += 4) {
+        const __m512d a = _mm512_castps_pd(t[g]), b = _mm512_castps_pd(t[g + 1]);
+        const __m512d c = _mm512_castps_pd(t[g + 2]), d = _mm512_castps_pd(t[g + 3]);
+        u[g] = _mm512_castpd_ps(_mm512_unpacklo_pd(a, c));
+        u[g + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(a, c));
+        u[g + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(b, d));
+        u[g + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(b, d));
+    }
+    for (int j = 0; j < 4; ++j) {
+        const __m512 v0 = _mm512_shuffle_f32x4(u[j], u[4 + j], 0x88),
+                     w0 = _mm512_shuffle_f32x4(u[8 + j], u[12 + j], 0x88);
+        const __m512 v1 = _mm512_shuffle_f32x4(u[j], u[4 + j], 0xdd),
+                     w1 = _mm512_shuffle_f32x4(u[8 + j], u[12 + j], 0xdd);
+        r[j] = _mm512_shuffle_f32x4(v0, w0, 0x88);
+        r[8 + j] = _mm512_shuffle_f32x4(v0, w0, 0xdd);
+        r[4 + j] = _mm512_shuffle_f32x4(v1, w1, 0x88);
+        r[12 + j] = _mm512_shuffle_f32x4(v1, w1, 0xdd);
+    }
+}
+
+// panel[k][32] = W[p0 + i, k0 + k] for i < nr, zero for the rows past the end. tmp: [32][k_kc] floats.
+void pack_panel(const matmul_weight& w, int64_t p0, int nr, int64_t k0, int64_t kc, float* panel, float* tmp) {
+    const float* src[k_nr];
+    for (int i = 0; i < nr; ++i) src[i] = row_floats(w, p0 + i, k0, kc, tmp + i * k_kc);
+    int64_t k = 0;
+    for (; k + 16 <= kc; k += 16) {
+        for (int h = 0; h < k_nr; h += 16) {
+            __m512 r[16];
+            for (int i = 0; i < 16; ++i) r[i] = h + i < nr ? _mm512_loadu_ps(src[h + i] + k) : _mm512_setzero_ps();
+            transpose16(r);
+            for (int j = 0; j < 16; ++j) _mm512_store_ps(panel + (k + j) * k_nr + h, r[j]);
+        }
+    }
+    for (; k < kc; ++k) {
+        for (int i = 0; i < k_nr; ++i) panel[k * k_nr + i] = i < nr ? src[i][k] : 0.0f;
     }
 }
 
@@ -545,7 +580,7 @@ void gemm_avx512(const matmul_weight& w, const float* xp, float* y, int64_t ldy,
     const int64_t n = w.n_in;
     const int64_t n_tiles = (n_tokens + k_mr - 1) / k_mr;
     float* panel = panel_buf.as<float>(k_kc * k_nr);
-    float* tmp = tmp_buf.as<float>(k_kc);
+    float* tmp = tmp_buf.as<float>(k_kc * k_nr);
     for (int64_t k0 = 0; k0 < n; k0 += k_kc) {
         const int64_t kc = std::min<int64_t>(k_kc, n - k0);
         const float* xk = xp + n_tiles * k_mr * k0;  // this k block's packed activations
