@@ -229,17 +229,28 @@ void q4_k_row(const block_q4_k* w, const uint8_t* x, size_t xs, int64_t nb, floa
     static const __m256i min_idx = _mm256_setr_epi16(8, 8, 9, 9, 10, 10, 11, 11, 12, 12, 13, 13, 14, 14, 15, 15);
     const __m512i low4 = _mm512_set1_epi8(0x0f);
     __m512 acc[T];
-    for (int t = 0; t < T; ++t) acc[t] = _mm512_setzero_ps();
+    __m256 acc_min[T];  // dmin * d_x * sum_j m_j * bsum_j, a separate chain
+    for (int t = 0; t < T; ++t) {
+        acc[t] = _mm512_setzero_ps();
+        acc_min[t] = _mm256_setzero_ps();
+    }
     for (int64_t b = 0; b < nb; ++b) {
         const block_q4_k& wb = w[b];
-        // The packed 6-bit scales and mins: bytes 0..7 = sc0..sc7, bytes 8..15 = m0..m7.
-        uint32_t sc03, sc47, m03, m47;
-        q4_k_scale_words(wb, sc03, sc47, m03, m47);
-        const __m256i words = _mm256_cvtepu8_epi16(_mm_setr_epi32(static_cast<int>(sc03), static_cast<int>(sc47),
-                                                                  static_cast<int>(m03), static_cast<int>(m47)));
+        // The packed 6-bit scales and mins as 16 words sc0..sc7, m0..m7 (see q4_k_scale_words): dwords
+        // [s0 & 3f, (s2 & 0f) | (s0 >> 2 & 30), s1 & 3f, (s2 >> 4 & 0f) | (s1 >> 2 & 30)]. The 16-byte load
+        // reads 4 bytes of qs past the 12 scale bytes, inside the block.
+        const __m128i s = _mm_loadu_si128(reinterpret_cast<const __m128i*>(wb.scales));
+        const __m128i p = _mm_shuffle_epi32(s, _MM_SHUFFLE(2, 1, 2, 0));
+        const __m128i q = _mm_shuffle_epi32(s, _MM_SHUFFLE(1, 1, 0, 0));
+        const __m128i lo = _mm_and_si128(_mm_srlv_epi32(p, _mm_setr_epi32(0, 0, 0, 4)),
+                                         _mm_setr_epi32(0x3f3f3f3f, 0x0f0f0f0f, 0x3f3f3f3f, 0x0f0f0f0f));
+        const __m128i hi = _mm_and_si128(_mm_srli_epi32(q, 2), _mm_setr_epi32(0, 0x30303030, 0, 0x30303030));
+        const __m256i words = _mm256_cvtepu8_epi16(_mm_or_si128(lo, hi));
         const __m512i words512 = _mm512_castsi256_si512(words);
         const __m256i mins = _mm256_permutexvar_epi16(min_idx, words);
-        const float dw = fp16(wb.d), dmin = fp16(wb.dmin);
+        uint32_t d_dmin;
+        std::memcpy(&d_dmin, &wb.d, 4);
+        const __m128 dd = _mm_cvtph_ps(_mm_cvtsi32_si128(static_cast<int>(d_dmin)));  // [d, dmin, 0, 0]
         __m512i sum[T];
         for (int t = 0; t < T; ++t) sum[t] = _mm512_setzero_si512();
 #pragma GCC unroll 4
@@ -259,14 +270,15 @@ void q4_k_row(const block_q4_k* w, const uint8_t* x, size_t xs, int64_t nb, floa
 #pragma GCC unroll 4
         for (int t = 0; t < T; ++t) {
             const block_q8_k& xb = reinterpret_cast<const block_q8_k*>(x + t * xs)[b];
+            const __m128 scale = _mm_mul_ps(dd, _mm_set1_ps(xb.d));  // [d * d_x, dmin * d_x]
             const __m256i msum =
                 _mm256_madd_epi16(mins, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xb.bsums)));
-            acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum[t]), _mm512_set1_ps(dw * xb.d), acc[t]);
-            acc[t] =
-                _mm512_fnmadd_ps(_mm512_cvtepi32_ps(_mm512_zextsi256_si512(msum)), _mm512_set1_ps(dmin * xb.d), acc[t]);
+            acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum[t]), _mm512_broadcastss_ps(scale), acc[t]);
+            acc_min[t] =
+                _mm256_fmadd_ps(_mm256_cvtepi32_ps(msum), _mm256_broadcastss_ps(_mm_movehdup_ps(scale)), acc_min[t]);
         }
     }
-    for (int t = 0; t < T; ++t) y[t * ldy] = _mm512_reduce_add_ps(acc[t]);
+    for (int t = 0; t < T; ++t) y[t * ldy] = _mm512_reduce_add_ps(acc[t]) - hsum256(acc_min[t]);
 }
 
 template <int T>
