@@ -202,3 +202,36 @@ TEST(matmul, activation_quantizers_and_rounding_are_bit_exact_with_the_reference
 
 }  // namespace
 }  // namespace troupe
+
+namespace troupe {
+namespace {
+
+TEST(matmul, a_nan_or_inf_in_the_activations_reaches_the_outputs_at_every_level) {
+    // Float weights: a NaN activation makes every output of its token NaN (nothing masks it), an infinite
+    // one makes them infinite or NaN; other tokens stay finite. Both the dot-product and the GEMM path.
+    cpu::thread_pool pool(2);
+    for (ggml_type type : {ggml_type::f32, ggml_type::f16, ggml_type::bf16}) {
+        const int64_t n_in = 64, n_out = 19;
+        const auto w = testing::make_weight(type, n_in, n_out, 8);
+        for (int64_t n_tokens : {3, 40}) {
+            auto x = testing::random_floats(n_tokens * n_in, 9);
+            x[1 * n_in + 5] = NAN;
+            x[2 * n_in + 7] = INFINITY;
+            for (auto level : cpu::available_levels()) {
+                SCOPED_TRACE(std::string(traits(type).name) + " " + testing::level_name(level) + " n_tokens " +
+                             std::to_string(n_tokens));
+                testing::scoped_level scope(level);
+                std::vector<float> y(n_tokens * n_out);
+                cpu::matmul(w.view, x.data(), y.data(), n_tokens, pool);
+                for (int64_t r = 0; r < n_out; ++r) {
+                    EXPECT_TRUE(std::isfinite(y[r]));
+                    EXPECT_TRUE(std::isnan(y[n_out + r]));
+                    EXPECT_FALSE(std::isfinite(y[2 * n_out + r]));
+                }
+            }
+        }
+    }
+}
+
+}  // namespace
+}  // namespace troupe
