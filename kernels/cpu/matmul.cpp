@@ -36,10 +36,9 @@ void for_row_ranges(const Split& split, int64_t n_rows, int64_t per_item, const 
     split(n_items, [&](int64_t begin, int64_t end) { fn(begin * per_item, std::min(n_rows, end * per_item)); });
 }
 
-// The recipe's activations of token t as floats (rounded to F16 / BF16, or quantized to Q8_0 / Q8_K and
-// back), for the GEMM; `row` is scratch of n floats, `q` of the quantized row.
-const float* recipe_floats(const detail::matmul_kernels& k, ggml_type type, const float* x, int64_t n, float* row,
-                           void* q) {
+// The recipe's activations of one token as floats (rounded to F16 / BF16, or the values of their Q8_0 / Q8_K
+// quantization), for the GEMM; `row` is scratch of n floats.
+const float* recipe_floats(const detail::matmul_kernels& k, ggml_type type, const float* x, int64_t n, float* row) {
     switch (type) {
         case ggml_type::f16:
             k.round_f16(x, row, n);
@@ -48,24 +47,13 @@ const float* recipe_floats(const detail::matmul_kernels& k, ggml_type type, cons
             k.round_bf16(x, row, n);
             return row;
         case ggml_type::q8_0:
-        case ggml_type::q4_0: {
-            auto* xq = static_cast<block_q8_0*>(q);
-            k.quantize_q8_0(x, xq, n);
-            for (int64_t b = 0; b < n / qk8_0; ++b) {
-                const float d = fp16_to_fp32(xq[b].d);
-                for (int i = 0; i < qk8_0; ++i) row[b * qk8_0 + i] = d * xq[b].qs[i];
-            }
+        case ggml_type::q4_0:
+            k.q8_0_values(x, row, n);
             return row;
-        }
         case ggml_type::q4_k:
-        case ggml_type::q6_k: {
-            auto* xq = static_cast<block_q8_k*>(q);
-            k.quantize_q8_k(x, xq, n);
-            for (int64_t b = 0; b < n / qk_k; ++b) {
-                for (int i = 0; i < qk_k; ++i) row[b * qk_k + i] = xq[b].d * xq[b].qs[i];
-            }
+        case ggml_type::q6_k:
+            k.q8_k_values(x, row, n);
             return row;
-        }
         default:
             return x;  // F32
     }
@@ -98,10 +86,8 @@ void matmul_impl(const matmul_weight& w, const float* x, float* y, int64_t n_tok
         // GEMM: the recipe's float activations, packed once for all threads.
         float* xp = x_buffer.as<float>(detail::gemm_packed_floats(n_tokens, n, k.gemm_mr));
         for_tokens([&](int64_t t) {
-            static thread_local aligned_buffer row_buffer, q_buffer;
-            float* row = row_buffer.as<float>(static_cast<size_t>(n));
-            void* q = q_buffer.reserve(static_cast<size_t>(n / qk8_0 + 1) * sizeof(block_q8_k));
-            const float* values = recipe_floats(k, w.type, x + t * n, n, row, q);
+            static thread_local aligned_buffer row_buffer;
+            const float* values = recipe_floats(k, w.type, x + t * n, n, row_buffer.as<float>(static_cast<size_t>(n)));
             detail::gemm_pack_token(values, t, n_tokens, n, k.gemm_mr, k.gemm_kc, xp);
         });
         for_row_ranges(split, w.n_out, k.gemm_rows,

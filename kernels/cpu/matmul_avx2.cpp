@@ -408,6 +408,8 @@ const matmul_kernels& avx2_kernels() {
         .quantize_q8_k = ref::quantize_row_q8_k,
         .round_f16 = round_f16_avx2,
         .round_bf16 = round_bf16_scalar,
+        .q8_0_values = q8_0_values_scalar,
+        .q8_k_values = q8_k_values_scalar,
     };
     return k;
 }

@@ -668,6 +668,30 @@ void quantize_q8_k_avx512(const float* x, block_q8_k* y, int64_t n) {
     }
 }
 
+void q8_0_values_avx512(const float* x, float* y, int64_t n) {
+    for (int64_t b = 0; b < n / qk8_0; ++b) {
+        const __m512 v0 = _mm512_loadu_ps(x + b * qk8_0), v1 = _mm512_loadu_ps(x + b * qk8_0 + 16);
+        const float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(v0), _mm512_abs_ps(v1)));
+        const float d = amax / 127.0f;
+        const float id = d != 0.0f ? 1.0f / d : 0.0f;
+        const __m512 s = _mm512_set1_ps(id), dq = _mm512_set1_ps(fp16_to_fp32(fp32_to_fp16(d)));
+        _mm512_storeu_ps(y + b * qk8_0, _mm512_mul_ps(dq, round_half_away(_mm512_mul_ps(v0, s))));
+        _mm512_storeu_ps(y + b * qk8_0 + 16, _mm512_mul_ps(dq, round_half_away(_mm512_mul_ps(v1, s))));
+    }
+}
+
+void q8_k_values_avx512(const float* x, float* y, int64_t n) {
+    for (int64_t b = 0; b < n / qk_k; ++b) {
+        block_q8_k q;
+        quantize_q8_k_avx512(x + b * qk_k, &q, qk_k);
+        const __m512 d = _mm512_set1_ps(q.d);
+        for (int j = 0; j < qk_k; j += 16) {
+            const __m512i v = _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q.qs + j)));
+            _mm512_storeu_ps(y + b * qk_k + j, _mm512_mul_ps(d, _mm512_cvtepi32_ps(v)));
+        }
+    }
+}
+
 void round_f16_avx512(const float* x, float* y, int64_t n) {
     int64_t i = 0;
     for (; i + 16 <= n; i += 16) {
@@ -705,6 +729,8 @@ const matmul_kernels& avx512_kernels() {
         .quantize_q8_k = quantize_q8_k_avx512,
         .round_f16 = round_f16_avx512,
         .round_bf16 = round_bf16_avx512,
+        .q8_0_values = q8_0_values_avx512,
+        .q8_k_values = q8_k_values_avx512,
     };
     return k;
 }

@@ -34,6 +34,9 @@ struct matmul_kernels {
     void (*quantize_q8_k)(const float* x, block_q8_k* y, int64_t n);
     void (*round_f16)(const float* x, float* y, int64_t n);   // y = float(half(x))
     void (*round_bf16)(const float* x, float* y, int64_t n);  // y = float(bfloat16(x))
+    // y = the values of x quantized to Q8_0 / Q8_K (d * q), for the GEMM path.
+    void (*q8_0_values)(const float* x, float* y, int64_t n);
+    void (*q8_k_values)(const float* x, float* y, int64_t n);
 };
 
 const matmul_kernels& scalar_kernels();
@@ -44,6 +47,8 @@ const matmul_kernels& avx512_kernels();
 void rows_scalar(const matmul_weight& w, prepared_x x, float* y, int64_t ldy, int64_t n_tokens, int64_t r0, int64_t r1);
 void round_f16_scalar(const float* x, float* y, int64_t n);
 void round_bf16_scalar(const float* x, float* y, int64_t n);
+void q8_0_values_scalar(const float* x, float* y, int64_t n);
+void q8_k_values_scalar(const float* x, float* y, int64_t n);
 
 // Packed GEMM activations: for each k block of kc = min(gemm_kc, n - k0) elements, for each tile of gemm_mr
 // tokens, [kc][gemm_mr] floats:

@@ -143,6 +143,23 @@ void round_bf16_scalar(const float* x, float* y, int64_t n) {
     for (int64_t i = 0; i < n; ++i) y[i] = bf16_to_fp32(fp32_to_bf16(x[i]));
 }
 
+void q8_0_values_scalar(const float* x, float* y, int64_t n) {
+    for (int64_t b = 0; b < n / qk8_0; ++b) {
+        block_q8_0 q;
+        ref::quantize_row_q8_0(x + b * qk8_0, &q, qk8_0);
+        const float d = fp16_to_fp32(q.d);
+        for (int i = 0; i < qk8_0; ++i) y[b * qk8_0 + i] = d * q.qs[i];
+    }
+}
+
+void q8_k_values_scalar(const float* x, float* y, int64_t n) {
+    for (int64_t b = 0; b < n / qk_k; ++b) {
+        block_q8_k q;
+        ref::quantize_row_q8_k(x + b * qk_k, &q, qk_k);
+        for (int i = 0; i < qk_k; ++i) y[b * qk_k + i] = q.d * q.qs[i];
+    }
+}
+
 void dequantize_range(const matmul_weight& w, int64_t r, int64_t k0, int64_t n, float* out) {
     const auto tr = traits(w.type);
     const uint8_t* p = row_ptr(w, r) + static_cast<size_t>(k0 / tr.block_size) * tr.type_size;
@@ -180,6 +197,8 @@ const matmul_kernels& scalar_kernels() {
         .quantize_q8_k = ref::quantize_row_q8_k,
         .round_f16 = round_f16_scalar,
         .round_bf16 = round_bf16_scalar,
+        .q8_0_values = q8_0_values_scalar,
+        .q8_k_values = q8_k_values_scalar,
     };
     return k;
 }

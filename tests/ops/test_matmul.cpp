@@ -167,7 +167,7 @@ const cpu::detail::matmul_kernels& kernels_of(cpu::dispatch_level level) {
     return cpu::detail::scalar_kernels();
 }
 
-TEST(matmul, activation_quantizers_and_rounding_are_bit_exact_with_the_reference_at_every_level) {
+TEST(matmul, activation_quantizers_rounding_and_quantized_values_are_bit_exact_at_every_level) {
     const int64_t n = 4 * qk_k;
     auto x = testing::random_floats(n, 77);
     // Ties of the rounding: a block whose scaled values land on k + 0.5 (amax 127 -> scale 1).
@@ -194,6 +194,13 @@ TEST(matmul, activation_quantizers_and_rounding_are_bit_exact_with_the_reference
         for (size_t i = 0; i < r.size(); ++i) {
             EXPECT_TRUE(r[i] == r_ref[i] || (std::isnan(r[i]) && std::isnan(r_ref[i]))) << "f16 of " << special[i];
         }
+        std::vector<float> v(n), v_ref(n);
+        k.q8_0_values(x.data(), v.data(), n);
+        cpu::detail::q8_0_values_scalar(x.data(), v_ref.data(), n);
+        EXPECT_EQ(v, v_ref);
+        k.q8_k_values(x.data(), v.data(), n);
+        cpu::detail::q8_k_values_scalar(x.data(), v_ref.data(), n);
+        EXPECT_EQ(v, v_ref);
         k.round_bf16(special.data(), r.data(), static_cast<int64_t>(special.size()));
         cpu::detail::round_bf16_scalar(special.data(), r_ref.data(), static_cast<int64_t>(special.size()));
         EXPECT_EQ(0, std::memcmp(r.data(), r_ref.data(), r.size() * sizeof(float)));
