@@ -106,61 +106,88 @@ inline __m256i q4_0_unpack(const block_q4_0& b) {
     return _mm256_and_si256(both, _mm256_set1_epi8(0x0f));
 }
 
-// Weight blocks of type B (block_q8_0 or block_q4_0): unsigned bytes u = q + offset, so the dot of the
-// signed weights is dot(u, x) - offset * sum(x).
-// Per token and block of the Q8_0 activations, computed once per work item and shared by its rows: the
-// offset correction -offset * (sums of 4 activations) as vpdpbusd's starting accumulator, and d as float.
-struct q8_0_aux {
-    __m256i corr;
-    float d;
-    float pad[7];
+// Weight blocks of type B (block_q8_0 or block_q4_0) are read as unsigned bytes u = q + offset, so the dot
+// of the signed weights is dot(u, x) - offset * sum(x). Blocks go two at a time through one zmm.
+//
+// The activations of each token are rearranged once per work item (shared by its rows) into pairs of
+// blocks: both blocks' bytes in one vector, the offset correction -offset * (sums of 4 activations) as
+// vpdpbusd's starting accumulator, and the two scales as floats, lanes 0..7 and 8..15. An odd last block is
+// paired with zeros.
+struct q8_0_pair {
+    __m512i corr;
+    __m512i qs;
+    __m512 d;
 };
 
-void make_q8_0_aux(const uint8_t* x, size_t xs, int64_t n_tokens, int64_t nb, bool q8_weights, q8_0_aux* aux) {
-    const __m256i offset = _mm256_set1_epi8(q8_weights ? static_cast<char>(0x80) : 8);
+inline int64_t n_pairs(int64_t nb) {
+    return (nb + 1) / 2;
+}
+
+void make_q8_0_pairs(const uint8_t* x, size_t xs, int64_t n_tokens, int64_t nb, bool q8_weights, q8_0_pair* pairs) {
+    const __m512i offset = _mm512_set1_epi8(q8_weights ? static_cast<char>(0x80) : 8);
     for (int64_t t = 0; t < n_tokens; ++t) {
         const auto* xb = reinterpret_cast<const block_q8_0*>(x + t * xs);
-        for (int64_t b = 0; b < nb; ++b) {
-            const __m256i xq = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xb[b].qs));
-            aux[t * nb + b].corr =
-                _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_dpbusd_epi32(_mm256_setzero_si256(), offset, xq));
-            aux[t * nb + b].d = fp16(xb[b].d);
+        for (int64_t p = 0; p < n_pairs(nb); ++p) {
+            const int64_t b = 2 * p;
+            const bool second = b + 1 < nb;
+            const __m256i lo = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xb[b].qs));
+            const __m256i hi =
+                second ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xb[b + 1].qs)) : _mm256_setzero_si256();
+            q8_0_pair& a = pairs[t * n_pairs(nb) + p];
+            a.qs = _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
+            a.corr =
+                _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_dpbusd_epi32(_mm512_setzero_si512(), offset, a.qs));
+            const __m256 d_lo = _mm256_set1_ps(fp16(xb[b].d));
+            const __m256 d_hi = _mm256_set1_ps(second ? fp16(xb[b + 1].d) : 0.0f);
+            a.d = _mm512_castpd_ps(
+                _mm512_insertf64x4(_mm512_castpd256_pd512(_mm256_castps_pd(d_lo)), _mm256_castps_pd(d_hi), 1));
         }
     }
 }
 
-template <class B, int T>
-inline void q8_block(const B& wb, const uint8_t* x, size_t xs, const q8_0_aux* aux, int64_t nb, int64_t b,
-                     __m256* acc) {
-    __m256i u;
+template <class B>
+inline __m256i unsigned_bytes(const B& wb) {
     if constexpr (std::is_same_v<B, block_q8_0>) {
-        u = _mm256_xor_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(wb.qs)),
-                             _mm256_set1_epi8(static_cast<char>(0x80)));
+        return _mm256_xor_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(wb.qs)),
+                                _mm256_set1_epi8(static_cast<char>(0x80)));
     } else {
-        u = q4_0_unpack(wb);
-    }
-    const __m256 dw = _mm256_cvtph_ps(_mm_set1_epi16(static_cast<short>(wb.d)));
-#pragma GCC unroll 4
-    for (int t = 0; t < T; ++t) {
-        const block_q8_0& xb = reinterpret_cast<const block_q8_0*>(x + t * xs)[b];
-        const q8_0_aux& a = aux[t * nb + b];
-        const __m256i sum = _mm256_dpbusd_epi32(a.corr, u, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xb.qs)));
-        acc[t] = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(sum), dw), _mm256_set1_ps(a.d), acc[t]);
+        return q4_0_unpack(wb);
     }
 }
 
+inline __m256 scale_of(uint16_t d) {
+    return _mm256_cvtph_ps(_mm_set1_epi16(static_cast<short>(d)));
+}
+
 template <class B, int T>
-void q8_row(const B* w, const uint8_t* x, size_t xs, const q8_0_aux* aux, int64_t nb, float* y, int64_t ldy) {
-    __m256 acc0[T], acc1[T];  // even and odd blocks: two FMA chains per token
+void q8_row(const B* w, const q8_0_pair* pairs, int64_t nb, float* y, int64_t ldy) {
+    const int64_t np = n_pairs(nb);
+    __m512 acc[T];
 #pragma GCC unroll 4
-    for (int t = 0; t < T; ++t) acc0[t] = acc1[t] = _mm256_setzero_ps();
+    for (int t = 0; t < T; ++t) acc[t] = _mm512_setzero_ps();
     int64_t b = 0;
     for (; b + 2 <= nb; b += 2) {
-        q8_block<B, T>(w[b], x, xs, aux, nb, b, acc0);
-        q8_block<B, T>(w[b + 1], x, xs, aux, nb, b + 1, acc1);
+        const __m512i u = _mm512_inserti64x4(_mm512_castsi256_si512(unsigned_bytes(w[b])), unsigned_bytes(w[b + 1]), 1);
+        const __m512 dw = _mm512_castpd_ps(_mm512_insertf64x4(
+            _mm512_castpd256_pd512(_mm256_castps_pd(scale_of(w[b].d))), _mm256_castps_pd(scale_of(w[b + 1].d)), 1));
+#pragma GCC unroll 4
+        for (int t = 0; t < T; ++t) {
+            const q8_0_pair& a = pairs[t * np + b / 2];
+            const __m512i sum = _mm512_dpbusd_epi32(a.corr, u, a.qs);
+            acc[t] = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(sum), dw), a.d, acc[t]);
+        }
     }
-    if (b < nb) q8_block<B, T>(w[b], x, xs, aux, nb, b, acc0);
-    for (int t = 0; t < T; ++t) y[t * ldy] = hsum256(_mm256_add_ps(acc0[t], acc1[t]));
+    if (b < nb) {  // the odd last block: the lower halves of its pair
+        const __m256i u = unsigned_bytes(w[b]);
+        const __m256 dw = scale_of(w[b].d);
+        for (int t = 0; t < T; ++t) {
+            const q8_0_pair& a = pairs[t * np + b / 2];
+            const __m256i sum = _mm256_dpbusd_epi32(_mm512_castsi512_si256(a.corr), u, _mm512_castsi512_si256(a.qs));
+            const __m256 v = _mm256_mul_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(sum), dw), _mm512_castps512_ps256(a.d));
+            acc[t] = _mm512_add_ps(acc[t], _mm512_castpd_ps(_mm512_zextpd256_pd512(_mm256_castps_pd(v))));
+        }
+    }
+    for (int t = 0; t < T; ++t) y[t * ldy] = _mm512_reduce_add_ps(acc[t]);
 }
 
 // ---------------------------------------------------------------------------------------------------------
@@ -335,7 +362,8 @@ void q6_k_row(const block_q6_k* w, const uint8_t* x, size_t xs, int64_t nb, floa
 // Dot-product driver
 
 template <int T>
-void row_tile(const matmul_weight& w, prepared_x x, const q8_0_aux* aux, float* y, int64_t ldy, int64_t r, int64_t t0) {
+void row_tile(const matmul_weight& w, prepared_x x, const q8_0_pair* pairs, float* y, int64_t ldy, int64_t r,
+              int64_t t0) {
     const uint8_t* wr = row_ptr(w, r);
     const auto* xt = static_cast<const uint8_t*>(x.data) + static_cast<size_t>(t0) * x.stride;
     const auto* xf = reinterpret_cast<const float*>(xt);
@@ -352,12 +380,12 @@ void row_tile(const matmul_weight& w, prepared_x x, const q8_0_aux* aux, float* 
             float_row<load_bf16, T>(wr, xf, x.stride / 4, n, yt, ldy);
             break;
         case ggml_type::q8_0:
-            q8_row<block_q8_0, T>(reinterpret_cast<const block_q8_0*>(wr), xt, x.stride, aux + t0 * (n / qk8_0),
-                                  n / qk8_0, yt, ldy);
+            q8_row<block_q8_0, T>(reinterpret_cast<const block_q8_0*>(wr), pairs + t0 * n_pairs(n / qk8_0), n / qk8_0,
+                                  yt, ldy);
             break;
         case ggml_type::q4_0:
-            q8_row<block_q4_0, T>(reinterpret_cast<const block_q4_0*>(wr), xt, x.stride, aux + t0 * (n / qk4_0),
-                                  n / qk4_0, yt, ldy);
+            q8_row<block_q4_0, T>(reinterpret_cast<const block_q4_0*>(wr), pairs + t0 * n_pairs(n / qk4_0), n / qk4_0,
+                                  yt, ldy);
             break;
         case ggml_type::q4_k:
             q4_k_row<T>(reinterpret_cast<const block_q4_k*>(wr), xt, x.stride, n / qk_k, yt, ldy);
@@ -375,27 +403,27 @@ void row_tile(const matmul_weight& w, prepared_x x, const q8_0_aux* aux, float* 
 // up to 4 while the row is in L1.
 void rows_avx512(const matmul_weight& w, prepared_x x, float* y, int64_t ldy, int64_t n_tokens, int64_t r0,
                  int64_t r1) {
-    static thread_local aligned_buffer aux_buf;
-    q8_0_aux* aux = nullptr;
+    static thread_local aligned_buffer pair_buf;
+    q8_0_pair* pairs = nullptr;
     if (w.type == ggml_type::q8_0 || w.type == ggml_type::q4_0) {
         const int64_t nb = w.n_in / qk8_0;
-        aux = aux_buf.as<q8_0_aux>(static_cast<size_t>(n_tokens * nb));
-        make_q8_0_aux(static_cast<const uint8_t*>(x.data), x.stride, n_tokens, nb, w.type == ggml_type::q8_0, aux);
+        pairs = pair_buf.as<q8_0_pair>(static_cast<size_t>(n_tokens * n_pairs(nb)));
+        make_q8_0_pairs(static_cast<const uint8_t*>(x.data), x.stride, n_tokens, nb, w.type == ggml_type::q8_0, pairs);
     }
     for (int64_t r = r0; r < r1; ++r) {
         for (int64_t t0 = 0; t0 < n_tokens; t0 += 4) {
             switch (std::min<int64_t>(4, n_tokens - t0)) {
                 case 1:
-                    row_tile<1>(w, x, aux, y, ldy, r, t0);
+                    row_tile<1>(w, x, pairs, y, ldy, r, t0);
                     break;
                 case 2:
-                    row_tile<2>(w, x, aux, y, ldy, r, t0);
+                    row_tile<2>(w, x, pairs, y, ldy, r, t0);
                     break;
                 case 3:
-                    row_tile<3>(w, x, aux, y, ldy, r, t0);
+                    row_tile<3>(w, x, pairs, y, ldy, r, t0);
                     break;
                 default:
-                    row_tile<4>(w, x, aux, y, ldy, r, t0);
+                    row_tile<4>(w, x, pairs, y, ldy, r, t0);
                     break;
             }
         }
