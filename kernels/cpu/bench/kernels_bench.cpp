@@ -30,8 +30,7 @@ struct shape {
 };
 
 // The matmuls of one decode step, in order: per layer q, k, v, o, gate, up, down; then the output.
-std::vector<shape> model_matmuls() {
-    const int64_t dim = 768, ffn = 2048, vocab = 32000, n_layers = 12;
+std::vector<shape> model_matmuls(int64_t dim = 768, int64_t ffn = 2048, int64_t vocab = 32000, int64_t n_layers = 12) {
     std::vector<shape> s;
     for (int64_t l = 0; l < n_layers; ++l) {
         for (int i = 0; i < 4; ++i) s.push_back({dim, dim});
@@ -51,11 +50,11 @@ struct model_weights {
     size_t total_bytes = 0;
 };
 
-model_weights make_weights(ggml_type type) {
+model_weights make_weights(ggml_type type, const std::vector<shape>& shapes) {
     model_weights m;
     std::mt19937 rng(7);
     std::normal_distribution<float> normal(0.0f, 0.02f);
-    for (const shape& s : model_matmuls()) {
+    for (const shape& s : shapes) {
         const size_t stride = row_bytes(type, s.n_in);
         const int64_t n_distinct = std::min<int64_t>(512, s.n_out);
         std::vector<float> rows(n_distinct * s.n_in);
@@ -93,6 +92,20 @@ int main(int argc, char** argv) {
         for (int i = 0; i < n; ++i) pool.parallel_for(n_threads, [](int64_t, int64_t) {});
         std::printf("thread pool: empty parallel_for round trip %.2f us\n", seconds_since(t) / n * 1e6);
     }
+    // A tiny model's decode step (stories260K: dim 64, ffn 172, 5 layers, vocab 512; F32): per-call overhead.
+    {
+        const auto tiny = model_matmuls(64, 172, 512, 5);
+        const model_weights m = make_weights(ggml_type::f32, tiny);
+        std::vector<float> xs(172, 0.5f), ys(512);
+        double best = 1e9;
+        for (int i = 0; i < 200; ++i) {
+            const auto t = clock_type::now();
+            for (const matmul_weight& w : m.views) cpu::matmul(w, xs.data(), ys.data(), 1, pool);
+            best = std::min(best, seconds_since(t));
+        }
+        std::printf("tiny model (stories260K shape, F32): the %zu matmuls of a decode step take %.1f us\n", tiny.size(),
+                    best * 1e6);
+    }
     const double bandwidth = cpu::measure_read_bandwidth(pool);
     const double peak = cpu::measure_fma_peak(pool);
     std::printf("limits: read bandwidth %.1f GB/s, FMA peak %.1f GFLOP/s\n\n", bandwidth, peak);
@@ -112,7 +125,7 @@ int main(int argc, char** argv) {
     std::printf("%-5s %10s | %-38s | %-34s\n", "type", "weights", "decode (1 token, all matmuls)", "prefill");
     for (ggml_type type : {ggml_type::f32, ggml_type::f16, ggml_type::bf16, ggml_type::q8_0, ggml_type::q4_0,
                            ggml_type::q4_k, ggml_type::q6_k}) {
-        const model_weights m = make_weights(type);
+        const model_weights m = make_weights(type, shapes);
         const auto step = [&](int64_t n_tokens) {
             for (const matmul_weight& w : m.views) cpu::matmul(w, x.data(), y.data(), n_tokens, pool);
         };
