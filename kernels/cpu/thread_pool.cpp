@@ -49,7 +49,7 @@ void thread_pool::run_chunks(uint32_t generation) {
         const int64_t begin = n_ * chunk / n_chunks;
         const int64_t end = n_ * (chunk + 1) / n_chunks;
         (*fn_)(begin, end);
-        n_done_.fetch_add(1, std::memory_order_release);
+        if (n_done_.fetch_add(1, std::memory_order_acq_rel) + 1 == n_chunks) n_done_.notify_one();
     }
 }
 
@@ -93,7 +93,15 @@ void thread_pool::parallel_for(int64_t n, const std::function<void(int64_t, int6
     t_inside_pool_job = true;
     run_chunks(gen);
     t_inside_pool_job = false;
-    while (n_done_.load(std::memory_order_acquire) != n_chunks) cpu_relax();
+    // Chunks still running on workers: spin briefly, then sleep (a long chunk must not burn this core).
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::microseconds(spin_us_);
+    int spins = 0;
+    uint32_t done = 0;
+    while ((done = n_done_.load(std::memory_order_acquire)) != n_chunks) {
+        cpu_relax();
+        if (++spins % 64 == 0 && std::chrono::steady_clock::now() > deadline)
+            n_done_.wait(done, std::memory_order_acquire);
+    }
 }
 
 parallel_for_fn thread_pool::as_parallel_for() {

@@ -1,5 +1,7 @@
 #include <gtest/gtest.h>
 
+#include <time.h>
+
 #include <atomic>
 #include <chrono>
 #include <thread>
@@ -47,6 +49,35 @@ TEST(thread_pool, work_runs_on_several_threads_and_back_to_back_calls_complete) 
         total += 4;
     }
     EXPECT_EQ(sum.load(), total);
+}
+
+double thread_cpu_seconds() {
+    timespec ts{};
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
+}
+
+TEST(thread_pool, the_caller_sleeps_while_a_long_chunk_runs_on_a_worker) {
+    cpu::thread_pool pool(2, /*spin_us=*/100);
+    const auto caller = std::this_thread::get_id();
+    std::atomic<bool> worker_started{false};
+    double cpu_after_own_chunk = 0;
+    const auto wall = std::chrono::steady_clock::now();
+    pool.parallel_for(2, [&](int64_t, int64_t) {
+        if (std::this_thread::get_id() == caller) {
+            // Wait (sleeping) until the worker holds the other chunk, then stop working.
+            for (int i = 0; i < 5000 && !worker_started.load(); ++i)
+                std::this_thread::sleep_for(std::chrono::milliseconds(1));
+            cpu_after_own_chunk = thread_cpu_seconds();
+        } else {
+            worker_started.store(true);
+            std::this_thread::sleep_for(std::chrono::milliseconds(150));
+        }
+    });
+    const double cpu_waiting = thread_cpu_seconds() - cpu_after_own_chunk;
+    ASSERT_TRUE(worker_started.load());
+    EXPECT_GE(std::chrono::steady_clock::now() - wall, std::chrono::milliseconds(100));
+    EXPECT_LT(cpu_waiting, 0.03) << "the caller spun while waiting for the worker";
 }
 
 TEST(thread_pool, a_nested_parallel_for_runs_inline) {
