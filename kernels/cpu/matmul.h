@@ -19,7 +19,8 @@
 
 namespace troupe::cpu {
 
-// y: [n_tokens, w.n_out]; x: [n_tokens, w.n_in]. matmul_supports(w.type) must hold.
+// y: [n_tokens, w.n_out]; x: [n_tokens, w.n_in]; y must not overlap x. matmul_supports(w.type) must hold and
+// w.n_in must be a multiple of the type's block size (asserted). Reentrant: scratch is per thread.
 void matmul(const matmul_weight& w, const float* x, float* y, int64_t n_tokens, thread_pool& pool);
 
 // The same, splitting the work over a caller's parallel_for (the host's pool, for plugins).
