@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "kernels/cpu/cpu_features.h"
+#include "kernels/cpu/limits.h"
 #include "kernels/cpu/thread_pool.h"
 
 namespace troupe {
@@ -109,6 +110,22 @@ TEST(cpu_features, scalar_is_always_available_and_levels_can_be_forced) {
         EXPECT_EQ(cpu::active_level(), level);
     }
     cpu::force_level(saved);
+}
+
+}  // namespace
+}  // namespace troupe
+
+namespace troupe {
+namespace {
+
+TEST(limits, measured_bandwidth_and_fma_peak_are_positive_and_plausible) {
+    cpu::thread_pool pool(2);
+    const double gbs = cpu::measure_read_bandwidth(pool, size_t{16} << 20);
+    EXPECT_GT(gbs, 0.5);
+    EXPECT_LT(gbs, 5000.0);
+    const double gflops = cpu::measure_fma_peak(pool);
+    EXPECT_GT(gflops, 0.5);
+    EXPECT_LT(gflops, 100000.0);
 }
 
 }  // namespace
