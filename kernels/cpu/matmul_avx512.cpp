@@ -21,6 +21,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cstdlib>
 #include <cstring>
 #include <utility>
 
@@ -44,10 +45,26 @@ inline float fp16(uint16_t h) {
     return _cvtsh_ss(h);
 }
 
+// Software prefetch of the weights this far ahead of the loads. Prefetching past the end of the matrix is
+// harmless (prefetches do not fault). TROUPE_PF overrides the distance (bytes; 0 disables) for tuning.
+inline int prefetch_distance() {
+    static const int d = std::getenv("TROUPE_PF") ? std::atoi(std::getenv("TROUPE_PF")) : 8192;
+    return d;
+}
+
+// Prefetches the cache lines of [p, p + n_bytes) shifted by the prefetch distance.
+inline void prefetch_ahead(const void* p, int n_bytes) {
+    const int d = prefetch_distance();
+    if (d == 0) return;
+    const char* q = static_cast<const char*>(p) + d;
+    for (int i = 0; i < n_bytes; i += 64) _mm_prefetch(q + i, _MM_HINT_T0);
+}
+
 // ---------------------------------------------------------------------------------------------------------
 // Float weights
 
 struct load_f32 {
+    static constexpr int bytes = 4;
     static __m512 full(const uint8_t* p, int64_t k) { return _mm512_loadu_ps(reinterpret_cast<const float*>(p) + k); }
     static __m512 part(const uint8_t* p, int64_t k, __mmask16 m) {
         return _mm512_maskz_loadu_ps(m, reinterpret_cast<const float*>(p) + k);
@@ -55,6 +72,7 @@ struct load_f32 {
 };
 
 struct load_f16 {
+    static constexpr int bytes = 2;
     static __m512 full(const uint8_t* p, int64_t k) {
         return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 2 * k)));
     }
@@ -64,6 +82,7 @@ struct load_f16 {
 };
 
 struct load_bf16 {
+    static constexpr int bytes = 2;
     static __m512 full(const uint8_t* p, int64_t k) {
         const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 2 * k));
         return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
@@ -82,6 +101,7 @@ void float_row(const uint8_t* w, const float* x, int64_t xs, int64_t n, float* y
     for (int t = 0; t < T; ++t) acc0[t] = acc1[t] = _mm512_setzero_ps();
     int64_t k = 0;
     for (; k + 32 <= n; k += 32) {
+        prefetch_ahead(w + k * L::bytes, 32 * L::bytes);
         const __m512 w0 = L::full(w, k), w1 = L::full(w, k + 16);
 #pragma GCC unroll 4
         for (int t = 0; t < T; ++t) {
@@ -167,6 +187,7 @@ void q8_row(const B* w, const q8_0_pair* pairs, int64_t nb, float* y, int64_t ld
     for (int t = 0; t < T; ++t) acc[t] = _mm512_setzero_ps();
     int64_t b = 0;
     for (; b + 2 <= nb; b += 2) {
+        prefetch_ahead(&w[b], 2 * sizeof(B));
         const __m512i u = _mm512_inserti64x4(_mm512_castsi256_si512(unsigned_bytes(w[b])), unsigned_bytes(w[b + 1]), 1);
         const __m512 dw = _mm512_castpd_ps(_mm512_insertf64x4(
             _mm512_castpd256_pd512(_mm256_castps_pd(scale_of(w[b].d))), _mm256_castps_pd(scale_of(w[b + 1].d)), 1));
@@ -263,6 +284,7 @@ void q4_k_row(const block_q4_k* w, const uint8_t* x, size_t xs, int64_t nb, floa
     }
     for (int64_t b = 0; b < nb; ++b) {
         const block_q4_k& wb = w[b];
+        prefetch_ahead(&wb, sizeof wb);
         // The packed 6-bit scales and mins as 16 words sc0..sc7, m0..m7 (see q4_k_scale_words): dwords
         // [s0 & 3f, (s2 & 0f) | (s0 >> 2 & 30), s1 & 3f, (s2 >> 4 & 0f) | (s1 >> 2 & 30)]. The 16-byte load
         // reads 4 bytes of qs past the 12 scale bytes, inside the block.
@@ -324,6 +346,7 @@ void q6_k_row(const block_q6_k* w, const uint8_t* x, size_t xs, int64_t nb, floa
     for (int t = 0; t < T; ++t) acc[t] = _mm512_setzero_ps();
     for (int64_t b = 0; b < nb; ++b) {
         const block_q6_k& wb = w[b];
+        prefetch_ahead(&wb, sizeof wb);
         const __m256i scales = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(wb.scales)));
         const __m512i scales512 = _mm512_castsi256_si512(scales);
         const float dw = fp16(wb.d);
