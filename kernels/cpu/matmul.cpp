@@ -23,6 +23,21 @@ const detail::matmul_kernels& active_kernels() {
     return detail::scalar_kernels();
 }
 
+// Tokens from which the GEMM runs for this weight type (never where the level has none).
+int64_t gemm_threshold(const detail::matmul_kernels& k, ggml_type type) {
+    if (k.gemm == nullptr) return INT64_MAX;
+    switch (type) {
+        case ggml_type::q8_0:
+        case ggml_type::q4_0:
+            return k.gemm_min_tokens_q8;
+        case ggml_type::q4_k:
+        case ggml_type::q6_k:
+            return k.gemm_min_tokens_k;
+        default:
+            return k.gemm_min_tokens_float;
+    }
+}
+
 // Rows per work item of the dot-product path: enough to amortize the hand-over, a multiple of 4.
 constexpr int64_t k_rows_per_item = 16;
 // Products smaller than this many multiply-adds run on the calling thread (tiny models: the hand-over to
@@ -67,7 +82,7 @@ void matmul_impl(const matmul_weight& w, const float* x, float* y, int64_t n_tok
     if (n_tokens <= 0 || w.n_out <= 0) return;
     const detail::matmul_kernels& k = active_kernels();
     const int64_t n = w.n_in;
-    const bool use_gemm = k.gemm != nullptr && n_tokens >= k.gemm_min_tokens;
+    const bool use_gemm = n_tokens >= gemm_threshold(k, w.type);
 
     // Activations are prepared once per call (not per row), tokens split over the threads when many.
     static thread_local aligned_buffer x_buffer;
@@ -132,9 +147,8 @@ void matmul(const matmul_weight& w, const float* x, float* y, int64_t n_tokens, 
     matmul_impl(w, x, y, n_tokens, parallel_for);
 }
 
-int64_t gemm_min_tokens() {
-    const detail::matmul_kernels& k = active_kernels();
-    return k.gemm ? k.gemm_min_tokens : INT64_MAX;
+int64_t gemm_min_tokens(ggml_type type) {
+    return gemm_threshold(active_kernels(), type);
 }
 
 }  // namespace troupe::cpu

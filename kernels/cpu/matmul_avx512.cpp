@@ -772,7 +772,9 @@ const matmul_kernels& avx512_kernels() {
     static const matmul_kernels k{
         .rows = rows_avx512,
         .gemm = gemm_avx512,
-        .gemm_min_tokens = 8,
+        .gemm_min_tokens_float = 6,
+        .gemm_min_tokens_q8 = 24,
+        .gemm_min_tokens_k = 32,
         .gemm_rows = k_nr,
         .gemm_mr = k_mr,
         .gemm_kc = k_kc,

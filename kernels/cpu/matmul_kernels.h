@@ -26,10 +26,14 @@ struct matmul_kernels {
     // level has none.
     void (*gemm)(const matmul_weight& w, const float* xp, float* y, int64_t ldy, int64_t n_tokens, int64_t r0,
                  int64_t r1);
-    int64_t gemm_min_tokens;  // use gemm from this many tokens on
-    int64_t gemm_rows;        // row granularity of gemm work items
-    int gemm_mr;              // tokens per micro-tile
-    int gemm_kc;              // k block
+    // Use gemm from this many tokens on, for float weights / Q8_0-Q4_0 / Q4_K-Q6_K: below, the dot kernels
+    // stream each row once for all tokens and (for the quantized types) skip the dequantization to panels.
+    int64_t gemm_min_tokens_float;
+    int64_t gemm_min_tokens_q8;
+    int64_t gemm_min_tokens_k;
+    int64_t gemm_rows;  // row granularity of gemm work items
+    int gemm_mr;        // tokens per micro-tile
+    int gemm_kc;        // k block
     void (*quantize_q8_0)(const float* x, block_q8_0* y, int64_t n);
     void (*quantize_q8_k)(const float* x, block_q8_k* y, int64_t n);
     void (*round_f16)(const float* x, float* y, int64_t n);   // y = float(half(x))

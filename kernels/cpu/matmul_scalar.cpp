@@ -189,7 +189,9 @@ const matmul_kernels& scalar_kernels() {
     static const matmul_kernels k{
         .rows = rows_scalar,
         .gemm = nullptr,
-        .gemm_min_tokens = 0,
+        .gemm_min_tokens_float = 0,
+        .gemm_min_tokens_q8 = 0,
+        .gemm_min_tokens_k = 0,
         .gemm_rows = 0,
         .gemm_mr = 0,
         .gemm_kc = 0,
