@@ -97,7 +97,8 @@ void matmul_impl(const matmul_weight& w, const float* x, float* y, int64_t n_tok
         }
     };
 
-    if (use_gemm) {
+    const bool q8_weights = w.type == ggml_type::q8_0 || w.type == ggml_type::q4_0;
+    if (use_gemm && !(q8_weights && k.gemm_q8 != nullptr)) {
         // GEMM: the recipe's float activations, packed once for all threads.
         float* xp = x_buffer.as<float>(detail::gemm_packed_floats(n_tokens, n, k.gemm_mr));
         for_tokens([&](int64_t t) {
@@ -128,7 +129,10 @@ void matmul_impl(const matmul_weight& w, const float* x, float* y, int64_t n_tok
         for_tokens([&](int64_t t) { k.quantize_q8_k(x + t * n, xq + t * nb, n); });
         px = {xq, static_cast<size_t>(nb) * sizeof(block_q8_k)};
     }
-    if (w.n_out * n * n_tokens < k_inline_macs) {
+    if (use_gemm) {  // the integer GEMM of Q8_0 / Q4_0 weights
+        for_row_ranges(split, w.n_out, k.gemm_q8_rows,
+                       [&](int64_t r0, int64_t r1) { k.gemm_q8(w, px, y, w.n_out, n_tokens, r0, r1); });
+    } else if (w.n_out * n * n_tokens < k_inline_macs) {
         k.rows(w, px, y, w.n_out, n_tokens, 0, w.n_out);  // cheaper than waking a thread
     } else {
         for_row_ranges(split, w.n_out, k_rows_per_item,

@@ -5,9 +5,11 @@
 //   - few tokens (decode): each weight row is streamed once and dotted with every token of the step
 //     (integer dot products for Q8_0/Q4_0 against Q8_0 activations, Q4_K/Q6_K against Q8_K, VNNI on
 //     AVX-512);
-//   - many tokens (prefill): a register-blocked GEMM; weights are unpacked into float panels of 32 rows
-//     (the quantized types exactly dequantized), activations are the float values of the recipe's
-//     quantized / rounded activations, so the result equals the integer recipe up to float rounding.
+//   - many tokens (prefill): a register-blocked GEMM. Q8_0 / Q4_0 on AVX-512: an integer GEMM (VNNI) on
+//     panels of 16 rows' bytes against the Q8_0 activations. Other types: weights unpacked into float
+//     panels of 32 rows (the quantized types exactly dequantized), activations are the float values of the
+//     recipe's quantized / rounded activations, so the result equals the integer recipe up to float
+//     rounding.
 // Work is split over output rows; each output is computed by one thread with a fixed order of operations,
 // so the result does not depend on the number of threads.
 #pragma once

@@ -406,6 +406,8 @@ const matmul_kernels& avx2_kernels() {
         .gemm_rows = k_nr,
         .gemm_mr = k_mr,
         .gemm_kc = k_kc,
+        .gemm_q8 = nullptr,
+        .gemm_q8_rows = 0,
         .quantize_q8_0 = ref::quantize_row_q8_0,
         .quantize_q8_k = ref::quantize_row_q8_k,
         .round_f16 = round_f16_avx2,

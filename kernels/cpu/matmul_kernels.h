@@ -34,6 +34,11 @@ struct matmul_kernels {
     int64_t gemm_rows;  // row granularity of gemm work items
     int gemm_mr;        // tokens per micro-tile
     int gemm_kc;        // k block
+    // Integer GEMM for Q8_0 / Q4_0 weights against Q8_0 activation rows (prepared as for `rows`), used from
+    // gemm_min_tokens_q8 on instead of `gemm`; null where the level has none. Row granularity gemm_q8_rows.
+    void (*gemm_q8)(const matmul_weight& w, prepared_x x, float* y, int64_t ldy, int64_t n_tokens, int64_t r0,
+                    int64_t r1);
+    int64_t gemm_q8_rows;
     void (*quantize_q8_0)(const float* x, block_q8_0* y, int64_t n);
     void (*quantize_q8_k)(const float* x, block_q8_k* y, int64_t n);
     void (*round_f16)(const float* x, float* y, int64_t n);   // y = float(half(x))

@@ -195,6 +195,8 @@ const matmul_kernels& scalar_kernels() {
         .gemm_rows = 0,
         .gemm_mr = 0,
         .gemm_kc = 0,
+        .gemm_q8 = nullptr,
+        .gemm_q8_rows = 0,
         .quantize_q8_0 = ref::quantize_row_q8_0,
         .quantize_q8_k = ref::quantize_row_q8_k,
         .round_f16 = round_f16_scalar,
