@@ -82,6 +82,10 @@ void thread_pool::parallel_for(int64_t n, const std::function<void(int64_t, int6
     }
     std::lock_guard lock(submit_mutex_);
     const uint32_t gen = generation_.load(std::memory_order_relaxed) + 1;
+    // Close the previous job's counter first: a worker that read it just before it ran out of chunks
+    // must not win its compare-exchange while the fields below already describe this job (it would run
+    // a chunk nobody waits for, past the end of this call).
+    claim_.store(uint64_t{gen} << 32 | 0xffffffffu, std::memory_order_seq_cst);
     fn_ = &fn;
     n_ = n;
     const auto n_chunks = static_cast<uint32_t>(std::min<int64_t>(n, int64_t{n_threads_} * k_chunks_per_thread));
