@@ -77,7 +77,7 @@ struct plugin_config {
 
 struct plugins_config {
     plugin_config attention{"gqa"};
-    plugin_config quant{"none"};
+    plugin_config quant{"q8"};
     plugin_config spec{"none"};
     std::string plugin_dir = TROUPE_DEFAULT_PLUGIN_DIR;  // "" in YAML means this
 };
