@@ -6,8 +6,14 @@
 namespace troupe::cpu::detail {
 
 float read_stream_avx512(const float* p, size_t n) {
+    // Software prefetch 8 KiB ahead: on the machines measured, the hardware prefetcher alone leaves a thread
+    // well below what the memory delivers (the matmul kernels prefetch the same way).
     __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
     for (size_t i = 0; i < n; i += 64) {
+        _mm_prefetch(reinterpret_cast<const char*>(p + i) + 8192, _MM_HINT_T0);
+        _mm_prefetch(reinterpret_cast<const char*>(p + i) + 8192 + 64, _MM_HINT_T0);
+        _mm_prefetch(reinterpret_cast<const char*>(p + i) + 8192 + 128, _MM_HINT_T0);
+        _mm_prefetch(reinterpret_cast<const char*>(p + i) + 8192 + 192, _MM_HINT_T0);
         a0 = _mm512_add_ps(a0, _mm512_load_ps(p + i));
         a1 = _mm512_add_ps(a1, _mm512_load_ps(p + i + 16));
         a2 = _mm512_add_ps(a2, _mm512_load_ps(p + i + 32));
