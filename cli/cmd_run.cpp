@@ -64,7 +64,7 @@ int generate(const engine_config& config, const std::string& prompt) {
     engine_parts parts{std::shared_ptr<model_runner>(std::move(model->runner)), make_tokenizer_codec(model->tok), {}};
     if (model->spec) {
         parts.draft = draft_fn_from(model->spec);
-        params.max_draft = model->spec_max_draft > 0 ? model->spec_max_draft : 5;
+        params.max_draft = max_draft_request;
     }
     engine eng(std::move(parts), params);
     if (auto st = eng.start(); !st) {

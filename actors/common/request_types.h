@@ -7,6 +7,8 @@
 #include <functional>
 #include <string>
 #include <string_view>
+#include <utility>
+#include <vector>
 
 namespace troupe {
 
@@ -54,8 +56,21 @@ struct timings {
 
 // Where a request's output goes. Called on the streamer's lane, in order: on_text* then exactly one of
 // on_done or on_error. Callbacks must not block (a front end posts to its own executor).
+// One sampled token with its log-probability and the top alternatives (OpenAI `logprobs`), sent when
+// the request asked for logprobs. Log-probabilities are of the distribution the token was drawn from
+// after penalties, before temperature and truncation (what OpenAI reports).
+struct token_logprobs {
+    int32_t token = 0;
+    std::string piece;  // the token's text (bytes; may be a partial UTF-8 sequence)
+    float logprob = 0;
+    std::vector<std::pair<int32_t, float>> top;  // [top_logprobs] (token, logprob), most likely first
+};
+
 struct request_sink {
     std::function<void(std::string_view delta)> on_text;
+    // Optional: called once per generated token, before the text that token completes, when
+    // request.logprobs > 0 (or == 0 for the sampled token's own logprob only). Not called otherwise.
+    std::function<void(const token_logprobs&)> on_logprobs;
     std::function<void(finish_reason, const usage&, const timings&)> on_done;
     std::function<void(const std::string& message)> on_error;
 };

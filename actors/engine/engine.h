@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "actors/common/request_types.h"
+#include "actors/engine/engine_snapshot.h"
 #include "actors/executor/draft_proposer.h"
 #include "actors/tokenizer/text_codec.h"
 #include "core/model/model_runner.h"
@@ -68,6 +69,7 @@ struct request {
     std::string prompt;
     sampling_params sampling;
     std::optional<std::vector<int32_t>> prompt_ids;  // used instead of the prompt when present
+    int32_t logprobs = -1;  // -1: off; 0: the sampled token's logprob; k > 0: also the top k (sink.on_logprobs)
 };
 
 struct engine_stats {
@@ -106,6 +108,10 @@ public:
     // clear reason and stops the lanes. Ok when everything drained; else says how many were failed.
     status stop(std::chrono::milliseconds drain_timeout);
     engine_stats stats() const;
+    // The live view for the admin console and /metrics (issue 3; see engine_snapshot.h).
+    engine_snapshot snapshot() const;
+    // Stops admitting new requests (submit answers "engine is draining"); running ones finish.
+    void drain();
     std::string description() const;
 
 private:

@@ -349,11 +349,7 @@ void read_config(const YAML::Node& root, const diagnostics& d, engine_config& c)
                          {"attention", [&](auto& n2, auto& p2) { read_plugin(n2, p2, d, c.plugins.attention, false); }},
                          {"quant", [&](auto& n2, auto& p2) { read_plugin(n2, p2, d, c.plugins.quant, true); }},
                          {"spec", [&](auto& n2, auto& p2) { read_plugin(n2, p2, d, c.plugins.spec, true); }},
-                         {"plugin_dir",
-                          [&](auto& n2, auto& p2) {
-                              read_string(n2, p2, d, c.plugins.plugin_dir);
-                              if (c.plugins.plugin_dir.empty()) c.plugins.plugin_dir = TROUPE_DEFAULT_PLUGIN_DIR;
-                          }},
+                         {"plugin_dir", [&](auto& n2, auto& p2) { read_string(n2, p2, d, c.plugins.plugin_dir); }},
                      });
              }},
         });

@@ -17,10 +17,6 @@
 #include "core/result.h"
 #include "core/sampling/sampler.h"
 
-#ifndef TROUPE_DEFAULT_PLUGIN_DIR
-#define TROUPE_DEFAULT_PLUGIN_DIR "plugins"
-#endif
-
 namespace troupe {
 
 enum class device_kind { cpu, cuda };
@@ -79,7 +75,7 @@ struct plugins_config {
     plugin_config attention{"gqa"};
     plugin_config quant{"q8"};
     plugin_config spec{"none"};
-    std::string plugin_dir = TROUPE_DEFAULT_PLUGIN_DIR;  // "" in YAML means this
+    std::string plugin_dir;  // "": $TROUPE_PLUGIN_DIR, else the build's plugin folder (the host decides)
 };
 
 struct engine_config {

@@ -14,16 +14,6 @@
 namespace troupe {
 namespace {
 
-// The spec plugin's params.max_draft, when set and numeric.
-int32_t max_draft_param(const plugin_config& spec) {
-    if (!spec.params || !spec.params.IsMap() || !spec.params["max_draft"]) return 0;
-    try {
-        return spec.params["max_draft"].as<int32_t>();
-    } catch (const YAML::Exception&) {
-        return 0;
-    }
-}
-
 result<loaded_plugin> load_plugin(plugin_host& host, plugin_kind kind, const plugin_config& pc) {
     plugin_spec spec{kind, pc.name, pc.path, pc.params};
     return host.load(spec);
@@ -69,7 +59,6 @@ result<loaded_model> load_model(const engine_config& config) {
         auto spec = load_plugin(host, plugin_kind::spec, config.plugins.spec);
         if (!spec.ok()) return spec.err();
         m.spec = spec->spec;
-        m.spec_max_draft = max_draft_param(config.plugins.spec);
         m.plugins.push_back("spec/" + config.plugins.spec.name);
     }
 

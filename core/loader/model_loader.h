@@ -21,6 +21,10 @@ namespace troupe {
 
 class cpu_llama;
 
+// Draft tokens the engine asks a spec plugin for per step: the ABI's upper bound; the plugin's own
+// params.max_draft caps what it proposes.
+inline constexpr int32_t max_draft_request = 16;
+
 struct loaded_model {
     std::shared_ptr<const gguf::gguf_file> file;
     std::shared_ptr<const tokenizer> tok;

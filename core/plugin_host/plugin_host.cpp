@@ -44,7 +44,7 @@ result<loaded_plugin> plugin_host::load(const plugin_spec& spec) {
     if (!library.ok()) {
         if (spec.path.empty() && library.message().find("no such file") != std::string::npos) {
             return make_error(library.message() + " (plugin folder " + plugin_dir_ +
-                              ", set by plugins.dir or $TROUPE_PLUGIN_DIR)");
+                              ", set by plugins.plugin_dir or $TROUPE_PLUGIN_DIR)");
         }
         return library.err();
     }

@@ -3,7 +3,7 @@
 //
 //   <plugin_dir>/<kind>/libtroupe_<kind>_<name>.so      e.g. plugins/spec/libtroupe_spec_ngram.so
 //
-// plugin_dir is the one in the options (config `plugins.dir`, flags), else $TROUPE_PLUGIN_DIR, else the
+// plugin_dir is the one in the options (config `plugins.plugin_dir`, flags), else $TROUPE_PLUGIN_DIR, else the
 // build's plugin folder (TROUPE_DEFAULT_PLUGIN_DIR). A spec with an explicit path loads that file.
 //
 // Loading: dlopen (RTLD_LOCAL) -> negotiate the ABI -> check kind and backend -> create the instance

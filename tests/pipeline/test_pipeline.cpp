@@ -75,7 +75,7 @@ result<running_engine> start_engine(const std::string& model_path, const std::st
     engine_parts parts{std::shared_ptr<model_runner>(std::move(m->runner)), make_tokenizer_codec(m->tok), {}};
     if (m->spec) {
         parts.draft = draft_fn_from(m->spec);
-        params.max_draft = 4;
+        params.max_draft = max_draft_request;
     }
     r.model = std::move(*m);
     r.eng = std::make_unique<engine>(std::move(parts), params);

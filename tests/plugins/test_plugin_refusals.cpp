@@ -19,7 +19,7 @@ TEST(plugin_refusals, a_missing_file_names_the_path_tried_and_the_plugin_folder)
     ASSERT_FALSE(r.ok());
     const std::string path = std::string(TROUPE_DEFAULT_PLUGIN_DIR) + "/attention/libtroupe_attention_flash.so";
     EXPECT_TRUE(r.message().starts_with("plugin attention/flash: no such file: " + path)) << r.message();
-    EXPECT_TRUE(contains(r.message(), "plugins.dir or $TROUPE_PLUGIN_DIR")) << r.message();
+    EXPECT_TRUE(contains(r.message(), "plugins.plugin_dir or $TROUPE_PLUGIN_DIR")) << r.message();
 }
 
 TEST(plugin_refusals, a_missing_explicit_path_is_named) {

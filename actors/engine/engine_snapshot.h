@@ -1,0 +1,64 @@
+// engine_snapshot: what the admin console, /metrics and `troupe bench serve` read about a running
+// engine, taken at one instant. Plain values; engine::snapshot() fills it (cheap: it may be called
+// several times a second).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "actors/common/request_types.h"
+#include "core/runtime/latency_histogram.h"
+
+namespace troupe {
+
+enum class request_state { tokenizing, waiting, prefilling, decoding, preempted, finishing };
+
+struct request_view {
+    request_id id = 0;
+    request_state state = request_state::waiting;
+    double age_ms = 0;  // since submit
+    int32_t n_prompt_tokens = 0;
+    int32_t n_computed_prompt_tokens = 0;  // prefill progress (chunked prefill)
+    int32_t n_generated_tokens = 0;
+    int32_t n_cached_prompt_tokens = 0;  // prompt tokens served from the prefix cache
+    int32_t n_kv_blocks = 0;
+};
+
+struct kv_view {
+    int32_t block_size = 0;
+    int32_t n_blocks = 0;          // the pool
+    int32_t n_used = 0;            // referenced by running sequences
+    int32_t n_cached = 0;          // free but holding reusable prefix blocks (evicted LRU when needed)
+    int32_t n_free = 0;            // neither
+    int64_t n_prefix_queries = 0;  // prompt blocks looked up in the prefix cache
+    int64_t n_prefix_hits = 0;     // of which found
+    double prefix_hit_rate = 0;    // n_prefix_hits / n_prefix_queries
+    uint64_t bytes_per_block = 0;
+    int64_t n_preemptions = 0;
+};
+
+struct step_view {
+    int64_t n_steps = 0;
+    int32_t last_batch_size = 0;    // sequences in the last step
+    int32_t last_batch_tokens = 0;  // tokens in the last step (prefill chunks + decodes)
+    double mean_batch_size = 0;     // over the last minute
+    double mean_batch_tokens = 0;
+};
+
+struct engine_snapshot {
+    bool accepting = true;               // false while draining / stopping
+    std::vector<request_view> requests;  // waiting and running, oldest first
+    kv_view kv;
+    step_view steps;
+    // Over a sliding window (the last few minutes): per finished request / per token.
+    latency_summary ttft_ms;    // submit -> first token
+    latency_summary tpot_ms;    // mean time per output token after the first, per request
+    latency_summary e2e_ms;     // submit -> done
+    double tokens_per_s = 0;    // generated tokens per second over the last minute
+    double requests_per_s = 0;  // finished requests per second over the last minute
+    int64_t n_completed = 0, n_failed = 0, n_cancelled = 0, n_refused = 0;
+    int64_t n_generated_tokens = 0, n_prompt_tokens = 0;
+};
+
+}  // namespace troupe
