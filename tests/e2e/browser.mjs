@@ -1,0 +1,157 @@
+// Headless Chromium (Debian's /usr/bin/chromium, driven by playwright-core) on the chat page and the console:
+//   /        type a message, send, see the reply's text grow delta by delta, then its speed line;
+//            stop a second reply; screenshot chat.png
+//   /admin   a wrong token is refused; the right one (from ?token=, then gone from the address) shows
+//            the completed requests counted, the KV cache, plugins and config; screenshot admin.png;
+//            drain flips the server to "draining"
+//   TROUPE_BASE_URL=... TROUPE_ADMIN_TOKEN=... TROUPE_E2E_OUT=dir node browser.mjs   (run_e2e.py sets them)
+import assert from "node:assert/strict";
+import fs from "node:fs";
+import os from "node:os";
+import path from "node:path";
+import { chromium } from "playwright-core";
+
+const base = process.env.TROUPE_BASE_URL;
+const token = process.env.TROUPE_ADMIN_TOKEN;
+const out_dir = process.env.TROUPE_E2E_OUT || ".";
+const executable = process.env.TROUPE_CHROMIUM || "/usr/bin/chromium";
+assert.ok(base && token, "TROUPE_BASE_URL and TROUPE_ADMIN_TOKEN must be set (run through run_e2e.py)");
+fs.mkdirSync(out_dir, { recursive: true });
+
+const page_errors = [];
+
+function watch(page, name) {
+    page.on("pageerror", (e) => page_errors.push(`${name}: ${e.message}`));
+    page.on("console", (m) => {
+        if (m.type() === "error") console.log(`[${name} console] ${m.text()}`);
+    });
+}
+
+async function chat(context) {
+    const page = await context.newPage();
+    watch(page, "chat");
+    await page.goto(base + "/");
+    await page.locator("#conn.conn-on").waitFor({ timeout: 15000 });
+    // Record every length the reply's text takes, so streaming is seen even when the model is fast.
+    await page.evaluate(() => {
+        window.__lengths = [];
+        new MutationObserver(() => {
+            const b = document.querySelector(".msg-assistant.streaming .bubble");
+            if (b) window.__lengths.push(b.textContent.length);
+        }).observe(document.getElementById("log"), { subtree: true, childList: true, characterData: true });
+    });
+    await page.click(".settings summary");
+    await page.fill("#temperature", "0");
+    await page.fill("#max-tokens", "48");
+    await page.fill("#input", "Once upon a time");
+    await page.click("#send");
+    await page.locator(".msg-user .bubble", { hasText: "Once upon a time" }).waitFor();
+    await page.waitForFunction(() => document.body.dataset.state === "idle" && document.querySelector(".msg-assistant .meta").textContent, null, { timeout: 60000 });
+
+    const reply = await page.locator(".msg-assistant .bubble").first().textContent();
+    const meta = await page.locator(".msg-assistant .meta").first().textContent();
+    const lengths = await page.evaluate(() => window.__lengths);
+    const growth = [...new Set(lengths.filter((n) => n > 0))];
+    console.log(`chat: reply ${JSON.stringify(reply)}`);
+    console.log(`chat: stats "${meta}"; text grew through ${growth.length} lengths`);
+    assert.ok(reply.trim().length > 0, "the reply is empty");
+    assert.ok(growth.length >= 2, `the reply did not stream: lengths seen ${JSON.stringify(lengths)}`);
+    for (let i = 1; i < growth.length; i++) assert.ok(growth[i] > growth[i - 1], `the reply's text shrank: ${growth}`);
+    assert.match(meta, /\d+ tokens/);
+    assert.match(meta, /tok\/s/);
+    assert.match(meta, /TTFT \d/);
+
+    // A second turn, stopped as soon as its first text shows (the model may finish first: then it just ends).
+    await page.fill("#temperature", "0.8");
+    await page.fill("#max-tokens", "400");
+    await page.fill("#input", "Tell me a long story about Tom");
+    await page.click("#send");
+    await page.locator(".msg-assistant").nth(1).waitFor();
+    await page.waitForFunction(() => {
+        const b = document.querySelectorAll(".msg-assistant .bubble")[1];
+        return document.body.dataset.state === "idle" || (b && b.textContent.length > 0);
+    }, null, { timeout: 60000 });
+    const stopped_in_time = await page.evaluate(() => document.body.dataset.state === "generating");
+    if (stopped_in_time) await page.click("#stop");
+    await page.waitForFunction(() => document.body.dataset.state === "idle", null, { timeout: 15000 });
+    const meta2 = await page.locator(".msg-assistant .meta").nth(1).textContent();
+    console.log(`chat: second reply ${stopped_in_time ? "stopped" : "finished before stop"}: "${meta2}"`);
+    if (stopped_in_time) assert.match(meta2, /stopped/, "the stopped reply does not say so");
+    assert.equal(await page.locator(".msg").count(), 4, "the conversation should hold two turns");
+
+    // The conversation survives a reload.
+    await page.reload();
+    await page.locator("#conn.conn-on").waitFor({ timeout: 15000 });
+    assert.equal(await page.locator(".msg").count(), 4, "the conversation was lost on reload");
+    assert.equal(await page.locator(".msg-assistant .bubble").first().textContent(), reply);
+
+    await page.screenshot({ path: path.join(out_dir, "chat.png") });
+    console.log(`chat: screenshot ${path.join(out_dir, "chat.png")}`);
+    await page.close();
+}
+
+async function admin(context) {
+    // A wrong token: the console shows the token form with the refusal.
+    const bad = await context.newPage();
+    watch(bad, "admin-bad-token");
+    await bad.goto(base + "/admin?token=wrong-" + token);
+    await bad.locator("#login-error", { hasText: "refused" }).waitFor({ timeout: 15000 });
+    assert.ok(await bad.locator("#console").isHidden());
+    console.log("admin: a wrong token is refused");
+    await bad.close();
+
+    const page = await context.newPage();
+    watch(page, "admin");
+    await page.goto(base + "/admin?token=" + encodeURIComponent(token));
+    await page.locator("#console").waitFor({ state: "visible", timeout: 15000 });
+    assert.ok(!page.url().includes("token="), `the token stayed in the address: ${page.url()}`);
+    await page.waitForFunction(() => parseInt(document.getElementById("n-completed").textContent.replace(/,/g, ""), 10) >= 1, null, { timeout: 15000 });
+    const completed = await page.locator("#n-completed").textContent();
+    const cancelled = await page.locator("#n-cancelled").textContent();
+    const kv_total = await page.locator("#kv-total").textContent();
+    const config = await page.locator("#config").textContent();
+    const plugins = await page.locator("#plugins").textContent();
+    console.log(`admin: completed ${completed}, cancelled ${cancelled}, KV blocks ${kv_total}, plugins "${plugins.trim()}"`);
+    assert.ok(parseInt(kv_total.replace(/,/g, ""), 10) > 0, "no KV blocks shown");
+    assert.ok(config.length > 10 && config !== "—", "no effective config shown");
+    assert.equal(await page.locator("#error").textContent(), "");
+    // A few polls, so the charts have points, then the picture.
+    await page.waitForTimeout(3500);
+    assert.equal(await page.locator("#updated").textContent(), "live");
+    await page.screenshot({ path: path.join(out_dir, "admin.png"), fullPage: true });
+    console.log(`admin: screenshot ${path.join(out_dir, "admin.png")}`);
+
+    // Drain: two clicks (the second confirms); the server stops accepting.
+    await page.click("#drain");
+    await page.locator("#drain", { hasText: "Confirm drain" }).waitFor();
+    await page.click("#drain");
+    await page.locator("#accepting", { hasText: "draining" }).waitFor({ timeout: 15000 });
+    console.log("admin: drained (the console shows 'draining')");
+    await page.close();
+}
+
+async function main() {
+    const profile = fs.mkdtempSync(path.join(os.tmpdir(), "troupe-e2e-chromium-"));
+    const context = await chromium.launchPersistentContext(profile, {
+        executablePath: executable,
+        headless: true,
+        viewport: { width: 1200, height: 820 },
+        args: ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
+            "--disable-component-update", "--disable-sync"],
+    });
+    try {
+        await chat(context);
+        await admin(context);
+    } finally {
+        await context.close();
+        fs.rmSync(profile, { recursive: true, force: true });
+    }
+    assert.deepEqual(page_errors, [], "uncaught errors in the pages");
+    console.log("browser: PASS");
+}
+
+main().catch((e) => {
+    console.error("browser: FAIL:", e && e.stack ? e.stack : e);
+    if (page_errors.length) console.error("page errors:", page_errors.join("\n"));
+    process.exit(1);
+});
