@@ -16,13 +16,33 @@ missing=()
 for p in "${packages[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
+sudo_cmd=()
+[ "$(id -u)" -eq 0 ] || sudo_cmd=(sudo)
 if ((${#missing[@]})); then
     echo "setup: installing ${missing[*]}" >&2
-    sudo_cmd=()
-    [ "$(id -u)" -eq 0 ] || sudo_cmd=(sudo)
     "${sudo_cmd[@]}" env DEBIAN_FRONTEND=noninteractive apt-get update -qq
     "${sudo_cmd[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi
+
+# What the end-to-end tests (tests/e2e) use besides the build, only for `test`: Debian's chromium (driven by
+# playwright-core), python3-websockets, Node.js and npm (only when node or npm is missing: a newer one may be
+# installed already), then `npm ci` in tests/e2e (the openai and playwright-core packages from its lock file).
+install_e2e_dependencies() {
+    local e2e_packages=(chromium fonts-liberation python3-websockets) e2e_missing=()
+    command -v node >/dev/null && command -v npm >/dev/null || e2e_packages+=(nodejs npm)
+    for p in "${e2e_packages[@]}"; do
+        dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || e2e_missing+=("$p")
+    done
+    if ((${#e2e_missing[@]})); then
+        echo "setup: installing ${e2e_missing[*]} (end-to-end tests)" >&2
+        "${sudo_cmd[@]}" env DEBIAN_FRONTEND=noninteractive apt-get update -qq
+        "${sudo_cmd[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${e2e_missing[@]}"
+    fi
+    if [ ! -d tests/e2e/node_modules ] || [ tests/e2e/package-lock.json -nt tests/e2e/node_modules ]; then
+        echo "setup: npm ci in tests/e2e" >&2
+        (cd tests/e2e && npm ci --no-audit --no-fund >&2)
+    fi
+}
 
 build_dir=${TROUPE_BUILD_DIR:-build}
 jobs=$(nproc)
@@ -37,6 +57,7 @@ case "$cmd" in
     build) ;;
     test)
         # The tests find ../shared (models, vocabularies, goldens) or $TROUPE_SHARED_DIR.
+        install_e2e_dependencies
         ctest --test-dir "$build_dir" --output-on-failure -j"$jobs" --timeout 900 "$@"
         ;;
     *) exec "$build_dir/troupe" "$cmd" "$@" ;;
