@@ -2,7 +2,7 @@
 //   client -> {type:"start", id, messages:[{role, content}], params:{temperature, max_tokens}}
 //   client -> {type:"cancel", id}
 //   server -> {type:"delta", id, text} ... then {type:"done", id, finish_reason, usage, timings}
-//             or {type:"error", id, message}
+//             or {type:"error", id, message}; on connect {type:"hello", model, context_length, chat_template}
 // The conversation lives in localStorage, so a reload keeps it; every start sends the whole history.
 "use strict";
 
@@ -189,6 +189,14 @@
         }
     }
 
+    // The server's greeting names the model it serves.
+    function on_hello(msg) {
+        if (msg.model) {
+            $("model").textContent = msg.model + (msg.context_length ? " · " + msg.context_length + " ctx" : "");
+            document.title = "troupe · " + msg.model;
+        }
+    }
+
     function stop() {
         if (!current || current.stopping) return;
         current.stopping = true;
@@ -219,6 +227,7 @@
             if (msg.type === "delta") on_delta(msg);
             else if (msg.type === "done") on_done(msg);
             else if (msg.type === "error") on_error(msg);
+            else if (msg.type === "hello") on_hello(msg);
         };
         ws.onclose = () => {
             set_conn("off", "disconnected");

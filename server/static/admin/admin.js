@@ -136,6 +136,7 @@
         set_text("n-failed", fmt(snap.n_failed));
         set_text("n-refused", fmt(snap.n_refused));
         set_text("requests-per-s", fmt(snap.requests_per_s, 2));
+        set_text("n-tokens", fmt(snap.n_generated_tokens) + " / " + fmt(snap.n_prompt_tokens));
 
         const steps = snap.steps || {};
         set_text("batch-size", fmt(steps.last_batch_size));
@@ -158,8 +159,8 @@
         $("bar-cached").style.width = total ? (100 * cached) / total + "%" : "0";
         const queries = num(kv.n_prefix_queries);
         const rate = num(kv.prefix_hit_rate);
-        set_text("kv-hit-rate", rate === null || queries === 0 ? "— (no lookups yet)"
-            : (100 * rate).toFixed(1) + " %" + (queries !== null ? " of " + fmt(queries) + " blocks" : ""));
+        set_text("kv-hit-rate", rate === null || queries === 0 ? "— (no lookups)" : (100 * rate).toFixed(1) + " %");
+        $("kv-hit-rate").title = queries !== null ? fmt(kv.n_prefix_hits) + " of " + fmt(queries) + " prompt blocks found" : "";
         const bytes = num(kv.bytes_per_block);
         set_text("kv-block", (kv.block_size ? kv.block_size + " tokens" : "—") +
             (bytes ? " · " + (bytes >= 1 << 20 ? (bytes / (1 << 20)).toFixed(1) + " MiB" : (bytes / 1024).toFixed(1) + " KiB") : ""));
@@ -256,8 +257,7 @@
                     .map(([k, v]) => k + " " + v);
                 if (rest.length) {
                     const s = document.createElement("div");
-                    s.className = "muted";
-                    s.style.fontSize = "12px";
+                    s.className = "detail";
                     s.textContent = rest.join(" · ");
                     li.appendChild(s);
                 }
@@ -291,6 +291,8 @@
         g.setTransform(dpr, 0, 0, dpr, 0, 0);
         g.clearRect(0, 0, w, h);
         const now = Date.now();
+        // The x axis spans the history kept so far: one minute at least, WINDOW_MS at most.
+        const span = Math.min(WINDOW_MS, Math.max(60000, history.length ? now - history[0].t : 0));
         const left = 4, right = w - 4, top = 14, bottom = h - 14;
         let max = 0;
         for (const s of series) for (const p of history) if (num(p[s.key]) !== null) max = Math.max(max, p[s.key]);
@@ -310,12 +312,12 @@
         g.textBaseline = "bottom";
         g.fillText(fmt(max), left, top - 2);
         g.textBaseline = "top";
-        g.fillText("−" + WINDOW_MS / 60000 + " min", left, bottom + 2);
+        g.fillText("−" + (span >= 60000 ? Math.round(span / 60000) + " min" : Math.round(span / 1000) + " s"), left, bottom + 2);
         g.textAlign = "right";
         g.fillText("now", right, bottom + 2);
         g.textAlign = "left";
 
-        const x_of = (t) => right - ((now - t) / WINDOW_MS) * (right - left);
+        const x_of = (t) => right - ((now - t) / span) * (right - left);
         const y_of = (v) => bottom - (v / max) * (bottom - top);
         for (const s of series) {
             g.strokeStyle = css_var(s.color);
