@@ -161,11 +161,17 @@ TEST(cli, bad_command_lines_give_a_clear_error_and_exit_code_2) {
         EXPECT_EQ(r.rc, 2) << line << "\n" << r.err;
         EXPECT_TRUE(contains(r.err, c.message)) << line << "\ngot:      " << r.err << "\nexpected: " << c.message;
     }
-    const auto env_model = std::getenv("TROUPE_MODEL");
-    if (!env_model) {
-        auto r = troupe({"run", "--prompt", "hi"});
+}
+
+TEST(cli, run_without_a_model_takes_the_shared_stories260K_or_says_how_to_name_one) {
+    if (std::getenv("TROUPE_MODEL")) GTEST_SKIP() << "TROUPE_MODEL is set";
+    auto r = troupe({"run", "--prompt", "Once upon a time", "--temperature", "0", "-n", "8"});
+    if (testing::shared_file("models/stories260K.gguf")) {
+        EXPECT_EQ(r.rc, 0) << r.err;
+        EXPECT_TRUE(contains(r.out, "Once upon a time, there was a little girl")) << r.out;
+    } else {
         EXPECT_EQ(r.rc, 2);
-        EXPECT_TRUE(contains(r.err, "no model: give --model M.gguf")) << r.err;
+        EXPECT_TRUE(contains(r.err, "no model named: pass --model FILE.gguf")) << r.err;
     }
 }
 
