@@ -282,6 +282,37 @@ void read_sampling(const YAML::Node& node, const std::string& path, const diagno
         });
 }
 
+void read_server(const YAML::Node& node, const std::string& path, const diagnostics& d, server_config& s) {
+    read_map(
+        node, path, d,
+        {
+            {"host",
+             [&](auto& n, auto& p) {
+                 std::string host = s.host;
+                 read_string(n, p, d, host);
+                 if (host.empty()) return d.add(n, p, "expected an address like 127.0.0.1 or 0.0.0.0, got nothing");
+                 s.host = host;
+             }},
+            {"port", [&](auto& n, auto& p) { read_int(n, p, d, s.port, between<int32_t>(0, 65535)); }},
+            {"admin_token", [&](auto& n, auto& p) { read_string(n, p, d, s.admin_token); }},
+            {"max_body_bytes",
+             [&](auto& n, auto& p) { read_int(n, p, d, s.max_body_bytes, between<int64_t>(1024, int64_t{1} << 32)); }},
+            {"drain_timeout_ms",
+             [&](auto& n, auto& p) { read_int(n, p, d, s.drain_timeout_ms, between<int32_t>(0, 3600000)); }},
+            {"max_prompt_tokens",
+             [&](auto& n, auto& p) { read_int(n, p, d, s.max_prompt_tokens, at_least<int32_t>(0)); }},
+            {"max_queue_requests",
+             [&](auto& n, auto& p) { read_int(n, p, d, s.max_queue_requests, at_least<int32_t>(1)); }},
+            {"max_queue_tokens",
+             [&](auto& n, auto& p) { read_int(n, p, d, s.max_queue_tokens, at_least<int64_t>(1)); }},
+            {"max_send_queue_bytes",
+             [&](auto& n, auto& p) {
+                 read_int(n, p, d, s.max_send_queue_bytes, between<int64_t>(4096, int64_t{1} << 32));
+             }},
+            {"served_model_name", [&](auto& n, auto& p) { read_string(n, p, d, s.served_model_name); }},
+        });
+}
+
 void read_config(const YAML::Node& root, const diagnostics& d, engine_config& c) {
     read_map(
         root, "", d,
@@ -364,6 +395,7 @@ void check_consistency(const engine_config& c, const std::string& source, std::v
     }
 }
 
+            {"server", [&](auto& n, auto& p) { read_server(n, p, d, c.server); }},
 status summarize(const std::string& source, std::vector<std::string>& errors) {
     if (errors.empty()) return status::success();
     if (errors.size() == 1) return make_error(errors[0]);

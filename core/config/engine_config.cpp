@@ -228,3 +228,17 @@ std::string to_yaml(const engine_config& c) {
 }
 
 }  // namespace troupe
+    const server_config& sv = c.server;
+    out << YAML::Key << "server" << YAML::Value << YAML::BeginMap;
+    out << YAML::Key << "host" << YAML::Value << YAML::DoubleQuoted << sv.host;
+    out << YAML::Key << "port" << YAML::Value << sv.port;
+    out << YAML::Key << "admin_token" << YAML::Value << YAML::DoubleQuoted << sv.admin_token;
+    out << YAML::Key << "max_body_bytes" << YAML::Value << sv.max_body_bytes;
+    out << YAML::Key << "drain_timeout_ms" << YAML::Value << sv.drain_timeout_ms;
+    out << YAML::Key << "max_prompt_tokens" << YAML::Value << sv.max_prompt_tokens;
+    out << YAML::Key << "max_queue_requests" << YAML::Value << sv.max_queue_requests;
+    out << YAML::Key << "max_queue_tokens" << YAML::Value << sv.max_queue_tokens;
+    out << YAML::Key << "max_send_queue_bytes" << YAML::Value << sv.max_send_queue_bytes;
+    out << YAML::Key << "served_model_name" << YAML::Value << YAML::DoubleQuoted << sv.served_model_name;
+    out << YAML::EndMap;
+

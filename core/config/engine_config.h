@@ -92,7 +92,22 @@ struct engine_config {
 // The effective config as YAML, every key, in the order of config/default.yaml. Parsing it back gives
 // the same config.
 std::string to_yaml(const engine_config& config);
+// The HTTP / WebSocket front end (`troupe serve`).
+struct server_config {
+    std::string host = "127.0.0.1";          // address to bind; 127.0.0.1 keeps it local
+    int32_t port = 8080;                     // 0: an ephemeral port (tests)
+    std::string admin_token;                 // required for /admin; empty: the admin console is disabled
+    int64_t max_body_bytes = 1 << 20;        // larger request bodies are answered 413
+    int32_t drain_timeout_ms = 10000;        // on SIGTERM / drain: running requests get this long to finish
+    int32_t max_prompt_tokens = 0;           // 0: the model's context less one; longer prompts are answered 422
+    int32_t max_queue_requests = 256;        // requests waiting for their first token beyond which 429
+    int64_t max_queue_tokens = 262144;       // their prompt tokens together beyond which 429
+    int64_t max_send_queue_bytes = 4 << 20;  // per connection: unsent output beyond it cancels and closes
+    std::string served_model_name;           // the `model` name in the API; empty: the GGUF file's stem
+};
+
 // A plugin's params as YAML text ("{}" when empty), for the plugin ABI.
 std::string params_yaml(const plugin_config& plugin);
 
 }  // namespace troupe
+    server_config server;

@@ -107,7 +107,7 @@ TEST(config, each_kind_of_error_is_reported_with_its_path_line_and_what_is_valid
         {"kv: {memory: 1.5}", "c.yaml:1: kv.memory: a fraction must be in (0, 1], got '1.5'"},
         {"modle: x.gguf",
          "c.yaml:1: modle: unknown key (valid: model, device, threads, log_level, sampling, "
-         "scheduler, kv, plugins)"},
+         "scheduler, kv, plugins, server)"},
         {"sampling:\n  top_q: 0.5", "c.yaml:2: sampling.top_q: unknown key (valid: temperature, top_k, top_p, min_p,"},
         {"plugins: {attention: {name: none}}", "c.yaml:1: plugins.attention.name: an attention plugin is required"},
         {"plugins: {spec: {name: ../evil}}", "c.yaml:1: plugins.spec.name: expected a plugin name"},
@@ -274,6 +274,35 @@ TEST(config, memory_budgets_parse_sizes_and_fractions) {
     }
     EXPECT_EQ((memory_budget{0, 0.5}).resolve(1000), 500u);
     EXPECT_EQ((memory_budget{64, 0}).resolve(1000), 64u);
+}
+
+TEST(config, the_server_section_reads_its_keys_and_reports_bad_values_with_their_paths) {
+    auto c = parse_config(R"(
+server: {host: 0.0.0.0, port: 9000, admin_token: s3cret, max_body_bytes: 4096, drain_timeout_ms: 500,
+         max_prompt_tokens: 100, max_queue_requests: 2, max_queue_tokens: 300, max_send_queue_bytes: 8192,
+         served_model_name: tiny}
+)",
+                          "c.yaml");
+    ASSERT_TRUE(c.ok()) << c.message();
+    EXPECT_EQ(c->server.host, "0.0.0.0");
+    EXPECT_EQ(c->server.port, 9000);
+    EXPECT_EQ(c->server.admin_token, "s3cret");
+    EXPECT_EQ(c->server.max_body_bytes, 4096);
+    EXPECT_EQ(c->server.drain_timeout_ms, 500);
+    EXPECT_EQ(c->server.max_prompt_tokens, 100);
+    EXPECT_EQ(c->server.max_queue_requests, 2);
+    EXPECT_EQ(c->server.max_queue_tokens, 300);
+    EXPECT_EQ(c->server.max_send_queue_bytes, 8192);
+    EXPECT_EQ(c->server.served_model_name, "tiny");
+    auto back = parse_config(to_yaml(*c), "printed");
+    ASSERT_TRUE(back.ok()) << back.message();
+    EXPECT_EQ(to_yaml(*back), to_yaml(*c));
+    EXPECT_EQ(engine_config{}.server.host, "127.0.0.1");
+
+    const std::string e = error_of("server: {port: 70000, max_body_bytes: 10, hots: x}\n");
+    EXPECT_NE(e.find("server.port: must be between 0 and 65535, got 70000"), std::string::npos) << e;
+    EXPECT_NE(e.find("server.max_body_bytes: must be between 1024"), std::string::npos) << e;
+    EXPECT_NE(e.find("server.hots: unknown key (valid: host, port, admin_token"), std::string::npos) << e;
 }
 
 }  // namespace
