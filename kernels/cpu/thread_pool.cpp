@@ -2,10 +2,13 @@
 
 #include <algorithm>
 #include <chrono>
+#include <string>
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
 #endif
+
+#include "core/result.h"
 
 namespace troupe::cpu {
 namespace {
@@ -43,7 +46,9 @@ void thread_pool::run_chunks(uint32_t generation) {
         // the job cannot finish (the caller waits for it), so fn_, n_ and n_chunks_ are this job's.
         if (static_cast<uint32_t>(c >> 32) != generation) return;
         const uint32_t chunk = static_cast<uint32_t>(c);
-        if (chunk >= n_chunks_.load(std::memory_order_relaxed)) return;
+        // Acquire: if this is already the next job's n_chunks_, the closing store of claim_ that precedes it
+        // in parallel_for is visible to the compare-exchange below, which then fails.
+        if (chunk >= n_chunks_.load(std::memory_order_acquire)) return;
         if (!claim_.compare_exchange_weak(c, c + 1, std::memory_order_acq_rel)) continue;
         const int64_t n_chunks = n_chunks_.load(std::memory_order_relaxed);
         const int64_t begin = n_ * chunk / n_chunks;
@@ -89,7 +94,7 @@ void thread_pool::parallel_for(int64_t n, const std::function<void(int64_t, int6
     fn_ = &fn;
     n_ = n;
     const auto n_chunks = static_cast<uint32_t>(std::min<int64_t>(n, int64_t{n_threads_} * k_chunks_per_thread));
-    n_chunks_.store(n_chunks, std::memory_order_relaxed);
+    n_chunks_.store(n_chunks, std::memory_order_release);
     n_done_.store(0, std::memory_order_relaxed);
     claim_.store(uint64_t{gen} << 32, std::memory_order_release);
     generation_.store(gen, std::memory_order_release);
@@ -101,11 +106,13 @@ void thread_pool::parallel_for(int64_t n, const std::function<void(int64_t, int6
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::microseconds(spin_us_);
     int spins = 0;
     uint32_t done = 0;
-    while ((done = n_done_.load(std::memory_order_acquire)) != n_chunks) {
+    while ((done = n_done_.load(std::memory_order_acquire)) < n_chunks) {
         cpu_relax();
         if (++spins % 64 == 0 && std::chrono::steady_clock::now() > deadline)
             n_done_.wait(done, std::memory_order_acquire);
     }
+    TROUPE_ASSERT(done == n_chunks,
+                  "thread_pool: " + std::to_string(done) + " chunks finished for a job of " + std::to_string(n_chunks));
 }
 
 parallel_for_fn thread_pool::as_parallel_for() {

@@ -81,6 +81,33 @@ TEST(thread_pool, the_caller_sleeps_while_a_long_chunk_runs_on_a_worker) {
     EXPECT_LT(cpu_waiting, 0.03) << "the caller spun while waiting for the worker";
 }
 
+TEST(thread_pool, no_chunk_runs_twice_or_after_its_call_returned_in_back_to_back_calls_of_varying_size) {
+    // Changing n changes the number of chunks between calls: the case where a worker that read the previous
+    // job's counter could claim a chunk of the next one. More threads than cores, so workers get preempted
+    // inside the claim; the caller does as little as possible between calls to keep the window open.
+    for (int threads : {2, 4, 8}) {
+        cpu::thread_pool pool(threads, /*spin_us=*/1000);
+        std::atomic<int64_t> total{0};
+        std::atomic<int> in_flight{0};
+        const int n_calls = threads == 2 ? 100000 : 5000;  // oversubscribed pools are slow by design
+        for (int call = 0; call < n_calls; ++call) {
+            const int64_t n = 1 + (call * 7) % 61;
+            total.store(0, std::memory_order_relaxed);
+            pool.parallel_for(n, [&](int64_t b, int64_t e) {
+                in_flight.fetch_add(1);
+                total.fetch_add(e - b);
+                in_flight.fetch_sub(1);
+            });
+            const int64_t done = total.load();
+            const int running = in_flight.load();
+            if (done != n || running != 0) {
+                FAIL() << threads << " threads, call " << call << ": " << done << " of " << n
+                       << " items when it returned, " << running << " chunks still running";
+            }
+        }
+    }
+}
+
 TEST(thread_pool, a_nested_parallel_for_runs_inline) {
     cpu::thread_pool pool(2);
     std::atomic<int64_t> sum{0};
