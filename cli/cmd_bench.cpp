@@ -197,7 +197,9 @@ const command_spec& bench_spec() {
         s.flags.push_back({"--reps", "", "N", "repetitions, the median is reported (default 3)"});
         s.flags.push_back({"--print-config", "", "", "print the effective config as YAML and exit"});
         for (auto& f : engine_flags()) s.flags.push_back(f);
-        s.details = "No model at hand? 'troupe synth --shape 1B --vocab V.gguf --type q8_0 -o 1B.gguf' writes one.";
+        s.details =
+            "No model at hand? 'troupe synth --shape 1B --vocab V.gguf --type q8_0 -o 1B.gguf' writes one.\n"
+            "'troupe bench serve --help': load a running server (config/experiments/).";
         return s;
     }();
     return spec;

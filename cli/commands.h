@@ -12,6 +12,10 @@ int run_command(const cli_args& args);  // troupe run: generate from a prompt, s
 const command_spec& bench_spec();
 int bench_command(const cli_args& args);  // troupe bench: throughput figures
 
+// `troupe bench serve`: main.cpp dispatches `bench` with the first argument `serve` here (own flags).
+const command_spec& bench_serve_spec();
+int bench_serve_command(const cli_args& args);  // troupe bench serve: load a running server, report latencies
+
 const command_spec& info_spec();
 int info_command(const cli_args& args);  // troupe info: GGUF header, metadata, tensors
 

@@ -76,12 +76,17 @@ int dispatch(const std::vector<std::string>& argv) {
         std::fprintf(stderr, "troupe: unknown command '%s' (valid: %s)\n", name.c_str(), command_names().c_str());
         return exit_usage;
     }
+    // `troupe bench serve ...` is a sub-mode of bench with flags of its own.
+    static const command_entry bench_serve{bench_serve_spec, bench_serve_command};
+    const bool sub = name == "bench" && argv.size() > 1 && argv[1] == "serve";
+    if (sub) c = &bench_serve;
     const command_spec& spec = c->spec();
-    const std::vector<std::string> rest(argv.begin() + 1, argv.end());
+    const std::vector<std::string> rest(argv.begin() + (sub ? 2 : 1), argv.end());
     auto args = parse_args(spec, rest);
     if (!args) {
-        std::fprintf(stderr, "troupe %s: %s\nusage: %s\n'troupe %s --help' lists the flags.\n", name.c_str(),
-                     args.message().c_str(), std::string(spec.usage).c_str(), name.c_str());
+        const std::string spec_name(spec.name);
+        std::fprintf(stderr, "troupe %s: %s\nusage: %s\n'troupe %s --help' lists the flags.\n", spec_name.c_str(),
+                     args.message().c_str(), std::string(spec.usage).c_str(), spec_name.c_str());
         return exit_usage;
     }
     if (args->help) {

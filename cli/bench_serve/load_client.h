@@ -1,0 +1,46 @@
+// load_client: the HTTP side of `troupe bench serve` (the one translation unit with Asio and Beast).
+//
+// One io_context on the calling thread runs everything: warmup requests one after the other, then the
+// measured ones, each started at its arrival offset from the run's start, or later while max_concurrency
+// requests are in flight (a request waits for a free slot; its latencies count from when it is sent, as
+// vLLM's benchmark does). Each request is its own connection: POST, then the SSE body read with
+// read_some so that every chunk is timestamped when its bytes arrive.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "cli/bench_serve/load_config.h"
+#include "cli/bench_serve/metrics.h"
+#include "cli/bench_serve/openai_protocol.h"
+#include "cli/bench_serve/workload.h"
+#include "core/result.h"
+
+namespace troupe::bench {
+
+struct load_run_params {
+    http_url url;
+    endpoint_kind endpoint = endpoint_kind::completions;
+    std::string model;
+    output_config output;
+    double timeout_s = 600.0;
+    int32_t max_concurrency = 0;  // 0: no cap
+    std::span<const request_spec> warmup;
+    std::span<const request_spec> requests;
+};
+
+struct load_run_result {
+    std::vector<request_record> records;  // one per measured request, in request order
+    double duration_s = 0.0;              // the run's start to the last request's end
+    int32_t warmup_failed = 0;
+};
+
+load_run_result run_load(const load_run_params& params);
+
+// GET base_path + path; the body when the answer is 200, else an error with the status and the body's start.
+result<std::string> http_get(const http_url& url, std::string_view path, double timeout_s);
+
+}  // namespace troupe::bench

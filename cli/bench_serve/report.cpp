@@ -1,0 +1,212 @@
+// JSON and Markdown reports of a load run (see report.h).
+#include "cli/bench_serve/report.h"
+
+#include "cli/bench_serve/openai_protocol.h"
+
+#include <boost/json.hpp>
+
+#include <charconv>
+#include <cmath>
+#include <cstdio>
+#include <map>
+
+namespace troupe::bench {
+
+std::vector<metric_sample> parse_prometheus(std::string_view text) {
+    std::vector<metric_sample> out;
+    size_t pos = 0;
+    while (pos < text.size()) {
+        size_t eol = text.find('\n', pos);
+        if (eol == std::string_view::npos) eol = text.size();
+        std::string_view line = text.substr(pos, eol - pos);
+        pos = eol + 1;
+        while (!line.empty() && (line.back() == '\r' || line.back() == ' ')) line.remove_suffix(1);
+        if (line.empty() || line[0] == '#') continue;
+        // The series ends at the first space outside braces.
+        size_t end = 0;
+        bool in_labels = false, in_quotes = false;
+        for (; end < line.size(); ++end) {
+            const char c = line[end];
+            if (in_quotes) {
+                if (c == '\\')
+                    ++end;
+                else if (c == '"')
+                    in_quotes = false;
+            } else if (c == '"' && in_labels) {
+                in_quotes = true;
+            } else if (c == '{') {
+                in_labels = true;
+            } else if (c == '}') {
+                in_labels = false;
+            } else if (c == ' ' && !in_labels) {
+                break;
+            }
+        }
+        if (end >= line.size()) continue;
+        std::string_view value = line.substr(end + 1);
+        value = value.substr(0, value.find(' '));
+        double v = 0;
+        if (value == "NaN") {
+            v = std::nan("");
+        } else if (value == "+Inf") {
+            v = INFINITY;
+        } else if (value == "-Inf") {
+            v = -INFINITY;
+        } else {
+            auto r = std::from_chars(value.data(), value.data() + value.size(), v);
+            if (r.ec != std::errc{} || r.ptr != value.data() + value.size()) continue;
+        }
+        out.push_back({std::string(line.substr(0, end)), v});
+    }
+    return out;
+}
+
+namespace {
+
+boost::json::object dist_json(const distribution& d) {
+    return {{"n", d.n},     {"mean", d.mean}, {"std", d.std}, {"median", d.median},
+            {"p90", d.p90}, {"p99", d.p99},   {"min", d.min}, {"max", d.max}};
+}
+
+double finite(double v) {
+    return std::isfinite(v) ? v : 0.0;
+}
+
+// Server series whose names say something about batching and the KV cache, before/after/delta.
+std::vector<std::pair<std::string, std::pair<double, double>>> server_rows(const run_report& r) {
+    std::map<std::string, double> before;
+    for (const auto& m : r.metrics_before) before[m.series] = m.value;
+    std::vector<std::pair<std::string, std::pair<double, double>>> rows;
+    for (const auto& m : r.metrics_after) {
+        auto it = before.find(m.series);
+        rows.push_back({m.series, {it == before.end() ? 0.0 : it->second, m.value}});
+    }
+    return rows;
+}
+
+bool interesting(std::string_view series) {
+    for (std::string_view k : {"prefix", "kv", "cache", "waste", "batch", "preempt", "running", "waiting"}) {
+        if (series.find(k) != std::string_view::npos) return true;
+    }
+    return false;
+}
+
+std::string fmt(const char* f, double v) {
+    char buf[64];
+    std::snprintf(buf, sizeof buf, f, v);
+    return buf;
+}
+
+}  // namespace
+
+std::string report_json(const run_report& r) {
+    const bench_summary& s = r.summary;
+    boost::json::object o;
+    o["name"] = r.config.name;
+    o["url"] = r.config.target.url;
+    o["model"] = r.config.target.model;
+    o["endpoint"] = std::string(name(r.config.target.endpoint));
+    o["arrivals"] = std::string(name(r.config.arrivals.kind));
+    o["request_rate"] = r.config.arrivals.rate_per_s;
+    o["max_concurrency"] = r.config.max_concurrency;
+    o["n_requests"] = r.config.n_requests;
+    o["exact_prompt_tokens"] = r.exact_tokens;
+    o["completed"] = s.completed;
+    o["failed"] = s.failed;
+    o["duration_s"] = s.duration_s;
+    o["total_input_tokens"] = s.total_input_tokens;
+    o["total_output_tokens"] = s.total_output_tokens;
+    o["requested_output_tokens"] = s.requested_output_tokens;
+    o["request_throughput"] = s.request_throughput;
+    o["input_throughput"] = s.input_throughput;
+    o["output_throughput"] = s.output_throughput;
+    o["total_token_throughput"] = s.total_token_throughput;
+    o["ttft_ms"] = dist_json(s.ttft_ms);
+    o["tpot_ms"] = dist_json(s.tpot_ms);
+    o["itl_ms"] = dist_json(s.itl_ms);
+    o["e2e_ms"] = dist_json(s.e2e_ms);
+    o["slo"] = {{"ttft_ms", r.config.slo.ttft_ms}, {"tpot_ms", r.config.slo.tpot_ms}, {"e2e_ms", r.config.slo.e2e_ms}};
+    o["good_requests"] = s.n_good;
+    o["goodput"] = s.goodput;
+    boost::json::array errors;
+    for (const auto& e : s.errors) errors.push_back(boost::json::string(e));
+    o["errors"] = std::move(errors);
+    boost::json::object server;
+    for (const auto& [series, v] : server_rows(r)) {
+        server[series] = {
+            {"before", finite(v.first)}, {"after", finite(v.second)}, {"delta", finite(v.second - v.first)}};
+    }
+    o["server_metrics"] = std::move(server);
+    boost::json::array reqs;
+    for (const auto& q : r.requests) {
+        boost::json::array itl;
+        for (double g : q.itl_s) itl.push_back(g * 1e3);
+        reqs.push_back({{"ok", q.ok},
+                        {"error", q.error},
+                        {"start_s", q.start_s},
+                        {"ttft_ms", q.ttft_s * 1e3},
+                        {"e2e_ms", q.e2e_s * 1e3},
+                        {"tpot_ms", tpot_s(q) * 1e3},
+                        {"prompt_tokens", q.prompt_tokens},
+                        {"output_tokens", q.output_tokens},
+                        {"requested_tokens", q.requested_tokens},
+                        {"usage_reported", q.usage_reported},
+                        {"itl_ms", std::move(itl)}});
+    }
+    o["requests"] = std::move(reqs);
+    o["config_yaml"] = to_yaml(r.config);
+    return boost::json::serialize(o) + "\n";
+}
+
+std::string report_markdown(const run_report& r) {
+    const bench_summary& s = r.summary;
+    std::string m = "## " + r.config.name + "\n\n";
+    m += "| metric | value |\n| --- | ---: |\n";
+    auto row = [&](const std::string& k, const std::string& v) { m += "| " + k + " | " + v + " |\n"; };
+    row("model", r.config.target.model);
+    row("endpoint", std::string(endpoint_path(r.config.target.endpoint)));
+    row("arrivals",
+        std::string(name(r.config.arrivals.kind)) +
+            (r.config.arrivals.kind == arrival_kind::burst ? "" : fmt(" %.2f/s", r.config.arrivals.rate_per_s)));
+    row("max concurrency", r.config.max_concurrency == 0 ? "none" : std::to_string(r.config.max_concurrency));
+    row("completed / failed", std::to_string(s.completed) + " / " + std::to_string(s.failed));
+    row("duration (s)", fmt("%.2f", s.duration_s));
+    row("input tokens", std::to_string(s.total_input_tokens));
+    row("output tokens",
+        std::to_string(s.total_output_tokens) + " (requested " + std::to_string(s.requested_output_tokens) + ")");
+    row("request throughput (req/s)", fmt("%.2f", s.request_throughput));
+    row("input token throughput (tok/s)", fmt("%.1f", s.input_throughput));
+    row("output token throughput (tok/s)", fmt("%.1f", s.output_throughput));
+    row("total token throughput (tok/s)", fmt("%.1f", s.total_token_throughput));
+    if (s.slo_set) {
+        std::string slo;
+        if (r.config.slo.ttft_ms > 0) slo += fmt("TTFT <= %g ms ", r.config.slo.ttft_ms);
+        if (r.config.slo.tpot_ms > 0) slo += fmt("TPOT <= %g ms ", r.config.slo.tpot_ms);
+        if (r.config.slo.e2e_ms > 0) slo += fmt("E2E <= %g ms ", r.config.slo.e2e_ms);
+        row("goodput (req/s) " + slo, fmt("%.2f", s.goodput) + " (" + std::to_string(s.n_good) + " requests)");
+    }
+    m += "\n| latency (ms) | mean | median | p90 | p99 |\n| --- | ---: | ---: | ---: | ---: |\n";
+    auto lat = [&](const char* k, const distribution& d) {
+        m += std::string("| ") + k + " | " + fmt("%.2f", d.mean) + " | " + fmt("%.2f", d.median) + " | " +
+             fmt("%.2f", d.p90) + " | " + fmt("%.2f", d.p99) + " |\n";
+    };
+    lat("TTFT", s.ttft_ms);
+    lat("TPOT", s.tpot_ms);
+    lat("ITL", s.itl_ms);
+    lat("E2E", s.e2e_ms);
+    bool header = false;
+    for (const auto& [series, v] : server_rows(r)) {
+        if (!interesting(series)) continue;
+        if (!header) m += "\n| server metric | before | after | delta |\n| --- | ---: | ---: | ---: |\n";
+        header = true;
+        m += "| `" + series + "` | " + fmt("%g", v.first) + " | " + fmt("%g", v.second) + " | " +
+             fmt("%g", v.second - v.first) + " |\n";
+    }
+    if (!s.errors.empty()) {
+        m += "\nfirst errors:\n";
+        for (const auto& e : s.errors) m += "- " + e + "\n";
+    }
+    return m;
+}
+
+}  // namespace troupe::bench

@@ -1,0 +1,131 @@
+// Load experiment configs: defaults, every key, and errors with paths, lines and valid choices, all at once.
+#include <gtest/gtest.h>
+
+#include "cli/bench_serve/load_config.h"
+
+namespace troupe::bench {
+namespace {
+
+TEST(load_config, an_empty_file_gives_the_defaults) {
+    auto c = parse_load_config("");
+    ASSERT_TRUE(c) << c.message();
+    EXPECT_EQ(c->target.url, "http://127.0.0.1:8080");
+    EXPECT_EQ(c->target.endpoint, endpoint_kind::completions);
+    EXPECT_EQ(c->arrivals.kind, arrival_kind::burst);
+    EXPECT_EQ(c->n_requests, 100);
+    EXPECT_TRUE(c->output.ignore_eos);
+}
+
+TEST(load_config, every_key_is_read) {
+    auto c = parse_load_config(R"(
+name: mixed
+target: {url: "http://localhost:9000/api", model: m, endpoint: chat, timeout_s: 30}
+n_requests: 200
+warmup_requests: 3
+max_concurrency: 16
+seed: 42
+arrivals: {kind: poisson, rate_per_s: 2.5}
+prompt: {kind: uniform, min_tokens: 16, max_tokens: 512, source: p.txt, tokenizer: v.gguf, shared_prefix_tokens: 64}
+output: {kind: uniform, min_tokens: 8, max_tokens: 256, ignore_eos: false, temperature: 0.7}
+slo: {ttft_ms: 500, tpot_ms: 50, e2e_ms: 10000}
+)");
+    ASSERT_TRUE(c) << c.message();
+    EXPECT_EQ(c->name, "mixed");
+    EXPECT_EQ(c->target.url, "http://localhost:9000/api");
+    EXPECT_EQ(c->target.model, "m");
+    EXPECT_EQ(c->target.endpoint, endpoint_kind::chat);
+    EXPECT_DOUBLE_EQ(c->target.timeout_s, 30);
+    EXPECT_EQ(c->n_requests, 200);
+    EXPECT_EQ(c->warmup_requests, 3);
+    EXPECT_EQ(c->max_concurrency, 16);
+    EXPECT_EQ(c->seed, 42u);
+    EXPECT_EQ(c->arrivals.kind, arrival_kind::poisson);
+    EXPECT_DOUBLE_EQ(c->arrivals.rate_per_s, 2.5);
+    EXPECT_EQ(c->prompt.kind, prompt_kind::uniform);
+    EXPECT_EQ(c->prompt.min_tokens, 16);
+    EXPECT_EQ(c->prompt.max_tokens, 512);
+    EXPECT_EQ(c->prompt.source, "p.txt");
+    EXPECT_EQ(c->prompt.tokenizer, "v.gguf");
+    EXPECT_EQ(c->prompt.shared_prefix_tokens, 64);
+    EXPECT_EQ(c->output.kind, output_kind::uniform);
+    EXPECT_EQ(c->output.min_tokens, 8);
+    EXPECT_EQ(c->output.max_tokens, 256);
+    EXPECT_FALSE(c->output.ignore_eos);
+    EXPECT_DOUBLE_EQ(c->output.temperature, 0.7);
+    EXPECT_DOUBLE_EQ(c->slo.ttft_ms, 500);
+    EXPECT_DOUBLE_EQ(c->slo.tpot_ms, 50);
+    EXPECT_DOUBLE_EQ(c->slo.e2e_ms, 10000);
+}
+
+TEST(load_config, printed_yaml_reads_back_to_the_same_config) {
+    auto c = parse_load_config("name: x\narrivals: {kind: fixed, rate_per_s: 4}\noutput: {tokens: 7}\nseed: 9\n");
+    ASSERT_TRUE(c) << c.message();
+    auto back = parse_load_config(to_yaml(*c));
+    ASSERT_TRUE(back) << back.message() << "\n" << to_yaml(*c);
+    EXPECT_EQ(to_yaml(*back), to_yaml(*c));
+    EXPECT_EQ(back->arrivals.kind, arrival_kind::fixed);
+    EXPECT_EQ(back->output.tokens, 7);
+}
+
+struct bad_case {
+    const char* yaml;
+    const char* expected;  // a substring of the message
+};
+
+class load_config_errors : public ::testing::TestWithParam<bad_case> {};
+
+TEST_P(load_config_errors, name_the_path_and_what_would_be_right) {
+    auto c = parse_load_config(GetParam().yaml, "x.yaml");
+    ASSERT_FALSE(c) << GetParam().yaml;
+    EXPECT_NE(c.message().find(GetParam().expected), std::string::npos) << c.message();
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    cases, load_config_errors,
+    ::testing::Values(
+        bad_case{"n_reqests: 5", "x.yaml:1: n_reqests: unknown key (valid: name, target, n_requests"},
+        bad_case{"arrivals: {kind: poison}", "arrivals.kind: unknown value 'poison' (valid: poisson, fixed, burst)"},
+        bad_case{"arrivals: {kind: poisson}", "arrivals.rate_per_s: must be > 0 when arrivals.kind is poisson"},
+        bad_case{"arrivals: {kind: fixed, rate_per_s: -1}", "arrivals.rate_per_s: must be >= 0"},
+        bad_case{"n_requests: 0", "n_requests: must be between 1 and 1000000, got 0"},
+        bad_case{"max_concurrency: lots", "max_concurrency: expected an integer, got 'lots'"},
+        bad_case{"prompt: {kind: uniform, min_tokens: 64}", "prompt.max_tokens: required when prompt.kind is uniform"},
+        bad_case{"prompt: {kind: uniform, min_tokens: 64, max_tokens: 8}",
+                 "prompt.min_tokens: must be <= prompt.max_tokens (8), got 64"},
+        bad_case{"output: {kind: file}", "output.kind: 'file' takes the lengths of a conversations file"},
+        bad_case{"output: {ignore_eos: maybe}", "output.ignore_eos: expected true or false, got 'maybe'"},
+        bad_case{"target: {endpoint: embeddings}",
+                 "target.endpoint: unknown value 'embeddings' (valid: completions, chat)"},
+        bad_case{"target: {url: \"https://x\"}", "target.url: expected an http:// address"},
+        bad_case{"slo: {ttft_ms: fast}", "slo.ttft_ms: expected a number, got 'fast'"},
+        bad_case{"slo: [1, 2]", "slo: expected a mapping, got a list"},
+        bad_case{"prompt: {kind: [}", "x.yaml:1: malformed YAML"}));
+
+TEST(load_config, all_problems_are_reported_together_with_their_lines) {
+    auto c = parse_load_config("n_requests: 0\narrivals:\n  kind: poison\nslo: {ttft_ms: -5}\nbogus: 1\n", "e.yaml");
+    ASSERT_FALSE(c);
+    const std::string& m = c.message();
+    EXPECT_NE(m.find("e.yaml: 4 errors:"), std::string::npos) << m;
+    EXPECT_NE(m.find("e.yaml:1: n_requests"), std::string::npos) << m;
+    EXPECT_NE(m.find("e.yaml:3: arrivals.kind"), std::string::npos) << m;
+    EXPECT_NE(m.find("e.yaml:4: slo.ttft_ms"), std::string::npos) << m;
+    EXPECT_NE(m.find("e.yaml:5: bogus: unknown key"), std::string::npos) << m;
+}
+
+TEST(load_config, a_missing_file_is_named) {
+    auto c = load_load_config_file("/nonexistent/exp.yaml");
+    ASSERT_FALSE(c);
+    EXPECT_NE(c.message().find("/nonexistent/exp.yaml"), std::string::npos);
+}
+
+TEST(load_config, every_shipped_experiment_is_valid) {
+    for (const char* f : {"single_stream", "concurrent_16", "mixed_continuous", "mixed_static", "shared_prefix"}) {
+        const std::string path = std::string(TROUPE_SOURCE_DIR) + "/config/experiments/" + f + ".yaml";
+        auto c = load_load_config_file(path);
+        ASSERT_TRUE(c) << c.message();
+        EXPECT_EQ(c->name, f);
+    }
+}
+
+}  // namespace
+}  // namespace troupe::bench
