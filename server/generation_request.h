@@ -1,0 +1,29 @@
+// generation_request: one parsed and validated API request (OpenAI completions or chat completions, or a
+// WebSocket "start"), in plain values, before it is rendered and tokenized.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/chat/chat_template.h"
+#include "core/sampling/sampler.h"
+
+namespace troupe::server {
+
+enum class api_kind { completion, chat };
+
+struct generation_request {
+    api_kind kind = api_kind::completion;
+    std::string model;                               // as the client named it; empty: the served model
+    std::string prompt;                              // completion: the prompt text
+    std::optional<std::vector<int32_t>> prompt_ids;  // completion: a prompt given as token ids
+    std::vector<chat_message> messages;              // chat: the conversation
+    sampling_params sampling;                        // the config's defaults with the request's fields applied
+    bool stream = false;
+    bool include_usage = false;  // stream_options.include_usage: a last chunk with usage
+    int32_t logprobs = -1;       // -1: off; else top-k alternatives per token (0: the sampled token's only)
+};
+
+}  // namespace troupe::server

@@ -1,0 +1,843 @@
+// The Beast front end: listener, HTTP sessions (API, SSE, admin, pages) and WebSocket sessions, all as
+// C++20 coroutines on one I/O thread. Everything protocol-shaped (parsing, JSON, Prometheus text, chat
+// templates) lives in the plain files beside this one; this file moves bytes and waits for the engine.
+//
+// Waiting for the engine: each request has a request_stream; its sink (engine lane) posts one wake-up
+// to this thread, which cancels the connection's `wake` timer; the coroutine then take()s every event.
+// take() and the wait have no suspension point between them and there is one I/O thread, so no wake-up
+// is lost.
+//
+// Disconnects: while an HTTP request generates, a watcher waits for the socket to become readable; EOF
+// or an error there (or a failed write) cancels the request at once. WebSocket: the read loop ending
+// cancels the connection's requests.
+#include "server/http_server.h"
+
+#include <boost/asio.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+#include <boost/beast/websocket.hpp>
+
+#include <atomic>
+#include <ctime>
+#include <future>
+#include <list>
+#include <map>
+#include <thread>
+
+#include "core/log/log.h"
+#include "core/tokenizer/tokenizer.h"
+#include "server/metrics_text.h"
+#include "server/request_parser.h"
+#include "server/request_stream.h"
+#include "server/response_builder.h"
+#include "server/routes.h"
+#include "server/static_files.h"
+
+namespace troupe::server {
+namespace net = boost::asio;
+namespace beast = boost::beast;
+namespace http = beast::http;
+namespace websocket = beast::websocket;
+using tcp = net::ip::tcp;
+namespace {
+
+constexpr auto nothrow = net::as_tuple(net::use_awaitable);
+constexpr std::string_view json_type = "application/json";
+
+// Where engine-lane callbacks post their wake-ups; nulled when the server stops so that late callbacks
+// from an engine that outlives the server do nothing.
+struct post_target {
+    std::mutex mutex;
+    net::io_context* ioc = nullptr;
+
+    template <class F>
+    void post(F&& f) {
+        std::lock_guard lock(mutex);
+        if (ioc) net::post(*ioc, std::forward<F>(f));
+    }
+};
+
+struct http_conn {
+    beast::tcp_stream stream;
+    net::steady_timer wake;
+    bool disconnected = false;
+
+    explicit http_conn(tcp::socket s) : stream(std::move(s)), wake(stream.get_executor()) {}
+};
+
+struct ws_request {
+    request_id id = 0;
+    std::shared_ptr<request_stream> stream;
+};
+
+struct ws_conn {
+    websocket::stream<beast::tcp_stream> ws;
+    net::steady_timer wake;
+    std::deque<std::string> out;
+    int64_t out_bytes = 0;
+    std::map<std::string, ws_request> active;
+    bool closed = false;
+
+    explicit ws_conn(beast::tcp_stream s) : ws(std::move(s)), wake(ws.get_executor()) {}
+};
+
+int64_t unix_now() {
+    return static_cast<int64_t>(std::time(nullptr));
+}
+
+}  // namespace
+
+class http_server::impl {
+public:
+    explicit impl(engine_config config)
+        : config_(std::move(config)), sc_(config_.server), target_(std::make_shared<post_target>()) {
+        target_->ioc = &ioc_;
+    }
+
+    engine_config config_;
+    const server_config& sc_;
+    net::io_context ioc_{1};
+    tcp::acceptor acceptor_{ioc_};
+    net::steady_timer sampler_{ioc_};
+    std::thread thread_;
+    std::shared_ptr<post_target> target_;
+    std::atomic<bool> ready_{false};
+    std::atomic<bool> draining_{false};
+    std::atomic<bool> stopped_{false};
+    serving_model model_;  // written once by attach (on the I/O thread) before ready_
+    server_stats stats_;
+    metrics_history history_;
+    steady_clock::time_point t_start_ = steady_clock::now();
+    uint16_t port_ = 0;
+    std::list<std::weak_ptr<http_conn>> http_conns_;
+    std::list<std::weak_ptr<ws_conn>> ws_conns_;
+
+    double uptime_s() const { return std::chrono::duration<double>(steady_clock::now() - t_start_).count(); }
+
+    server_figures figures() const {
+        server_figures f = figures_of(stats_);
+        f.ready = ready_.load();
+        f.draining = draining_.load();
+        f.uptime_s = uptime_s();
+        return f;
+    }
+
+    engine_snapshot snapshot() const { return ready_.load() ? model_.eng->snapshot() : engine_snapshot{}; }
+
+    // ---- listener -------------------------------------------------------------------------------
+
+    net::awaitable<void> accept_loop() {
+        for (;;) {
+            auto [ec, socket] = co_await acceptor_.async_accept(nothrow);
+            if (ec) {
+                if (ec == net::error::operation_aborted || !acceptor_.is_open()) co_return;
+                continue;  // e.g. too many open files: keep serving the others
+            }
+            auto c = std::make_shared<http_conn>(std::move(socket));
+            http_conns_.push_back(c);
+            net::co_spawn(ioc_, http_session(c), net::detached);
+        }
+    }
+
+    net::awaitable<void> sample_loop() {
+        for (;;) {
+            sampler_.expires_after(std::chrono::seconds(1));
+            auto [ec] = co_await sampler_.async_wait(nothrow);
+            if (ec || stopped_.load()) co_return;
+            if (ready_.load()) history_.add(sample_of(model_.eng->snapshot(), uptime_s()));
+            http_conns_.remove_if([](const auto& w) { return w.expired(); });
+            ws_conns_.remove_if([](const auto& w) { return w.expired(); });
+        }
+    }
+
+    // ---- HTTP -----------------------------------------------------------------------------------
+
+    void count_status(unsigned status) {
+        stats_.n_http_requests.fetch_add(1);
+        if (status < 300) {
+            stats_.n_http_2xx.fetch_add(1);
+        } else if (status < 500) {
+            stats_.n_http_4xx.fetch_add(1);
+        } else {
+            stats_.n_http_5xx.fetch_add(1);
+        }
+    }
+
+    static http::response<http::string_body> make_response(unsigned status, std::string_view content_type,
+                                                           std::string body, bool keep_alive) {
+        http::response<http::string_body> res{static_cast<http::status>(status), 11};
+        res.set(http::field::server, "troupe");
+        res.set(http::field::content_type, content_type);
+        res.keep_alive(keep_alive);
+        res.body() = std::move(body);
+        res.prepare_payload();
+        return res;
+    }
+
+    // Writes a whole response; false when the connection is no longer usable.
+    net::awaitable<bool> send(http_conn& c, http::response<http::string_body> res) {
+        count_status(res.result_int());
+        const bool keep = res.keep_alive();
+        auto [ec, n] = co_await http::async_write(c.stream, res, nothrow);
+        co_return !ec && keep;
+    }
+
+    net::awaitable<bool> send_error(http_conn& c, const api_error& e, bool keep_alive) {
+        auto res = make_response(static_cast<unsigned>(e.status), json_type, error_json(e), keep_alive);
+        if (e.status == 401) res.set(http::field::www_authenticate, "Bearer");
+        if (e.status == 429 || e.status == 503) res.set(http::field::retry_after, "1");
+        co_return co_await send(c, std::move(res));
+    }
+
+    net::awaitable<void> http_session(std::shared_ptr<http_conn> c) {
+        stats_.n_connections.fetch_add(1);
+        beast::flat_buffer buffer;
+        for (;;) {
+            http::request_parser<http::string_body> parser;
+            parser.body_limit(static_cast<uint64_t>(sc_.max_body_bytes));
+            parser.header_limit(16 * 1024);
+            c->stream.expires_after(std::chrono::seconds(60));
+            auto [ec, n] = co_await http::async_read(c->stream, buffer, parser, nothrow);
+            if (ec == http::error::body_limit) {
+                (void)co_await send_error(*c,
+                                          api_error{413,
+                                                    "The request body is larger than server.max_body_bytes (" +
+                                                        std::to_string(sc_.max_body_bytes) + " bytes)",
+                                                    "invalid_request_error",
+                                                    {},
+                                                    "request_too_large"},
+                                          false);
+                break;
+            }
+            if (ec) {
+                if (ec.category() == http::make_error_code(http::error::bad_target).category() &&
+                    ec != http::error::end_of_stream && ec != http::error::partial_message) {
+                    (void)co_await send_error(*c, bad_request("malformed HTTP request: " + ec.message()), false);
+                }
+                break;
+            }
+            c->stream.expires_never();
+            http::request<http::string_body> req = parser.release();
+            if (websocket::is_upgrade(req)) {
+                if (split(req.target()).path == "/ws") {
+                    stats_.n_connections.fetch_sub(1);
+                    co_await ws_session(std::move(c->stream), std::move(req));
+                    co_return;
+                }
+                (void)co_await send_error(
+                    *c, api_error{404, "WebSocket endpoint is /ws", "invalid_request_error", {}, {}}, false);
+                break;
+            }
+            if (!co_await handle(c, req)) break;
+        }
+        beast::error_code ignored;
+        c->stream.socket().shutdown(tcp::socket::shutdown_send, ignored);
+        c->stream.socket().close(ignored);
+        stats_.n_connections.fetch_sub(1);
+    }
+
+    // One request; false when the connection must close.
+    net::awaitable<bool> handle(std::shared_ptr<http_conn> c, http::request<http::string_body>& req) {
+        const bool keep = req.keep_alive();
+        const split_target t = split(req.target());
+        const std::string path(t.path);
+        const auto method = req.method();
+        const bool get = method == http::verb::get || method == http::verb::head;
+        const bool post = method == http::verb::post;
+        auto wrong_method = [&](std::string_view allowed) {
+            return api_error{405,
+                             "Method " + std::string(req.method_string()) + " is not allowed on " + path +
+                                 " (allowed: " + std::string(allowed) + ")",
+                             "invalid_request_error",
+                             {},
+                             "method_not_allowed"};
+        };
+
+        if (path == "/health") {
+            if (!get) co_return co_await send_error(*c, wrong_method("GET"), keep);
+            const bool ok = ready_.load() && !draining_.load();
+            const char* state = !ready_.load() ? "loading" : draining_.load() ? "draining" : "ok";
+            co_return co_await send(
+                *c, make_response(ok ? 200 : 503, json_type, std::string("{\"status\":\"") + state + "\"}", keep));
+        }
+        if (path == "/metrics") {
+            if (!get) co_return co_await send_error(*c, wrong_method("GET"), keep);
+            co_return co_await send(*c, make_response(200, "text/plain; version=0.0.4; charset=utf-8",
+                                                      prometheus_text(snapshot(), figures(), model_.facts), keep));
+        }
+        if (path == "/v1/models") {
+            if (!get) co_return co_await send_error(*c, wrong_method("GET"), keep);
+            if (!ready_.load()) co_return co_await send_error(*c, unavailable("The model is loading"), keep);
+            co_return co_await send(
+                *c, make_response(200, json_type,
+                                  models_json(model_.facts.name, unix_now(), model_.facts.context_length,
+                                              model_.facts.chat_template),
+                                  keep));
+        }
+        if (path == "/v1/completions" || path == "/v1/chat/completions") {
+            if (!post) co_return co_await send_error(*c, wrong_method("POST"), keep);
+            co_return co_await generate(c, req, path == "/v1/chat/completions" ? api_kind::chat : api_kind::completion);
+        }
+        if (path.starts_with("/admin/api/")) co_return co_await admin(*c, req, path, t.query);
+        if (get) {
+            if (const static_file* f = find_static_file(path)) {
+                auto res = make_response(200, f->content_type, std::string(f->body), keep);
+                res.set(http::field::cache_control, "no-cache");
+                co_return co_await send(*c, std::move(res));
+            }
+        }
+        co_return co_await send_error(*c,
+                                      api_error{404,
+                                                "Unknown route: " + std::string(req.method_string()) + " " + path,
+                                                "invalid_request_error",
+                                                {},
+                                                "not_found"},
+                                      keep);
+    }
+
+    net::awaitable<bool> admin(http_conn& c, http::request<http::string_body>& req, const std::string& path,
+                               std::string_view query) {
+        const bool keep = req.keep_alive();
+        if (sc_.admin_token.empty()) {
+            co_return co_await send_error(
+                c,
+                api_error{403,
+                          "The admin console is disabled: set server.admin_token in the config to enable it",
+                          "permission_error",
+                          {},
+                          "admin_disabled"},
+                keep);
+        }
+        const auto auth = req[http::field::authorization];
+        if (!admin_authorized(std::string_view(auth.data(), auth.size()), query, sc_.admin_token)) {
+            co_return co_await send_error(
+                c,
+                api_error{401,
+                          "The admin API needs the token: Authorization: Bearer <server.admin_token>",
+                          "authentication_error",
+                          {},
+                          "invalid_admin_token"},
+                keep);
+        }
+        if (path == "/admin/api/state") {
+            if (req.method() != http::verb::get) co_return co_await send_error(c, bad_request("use GET"), keep);
+            co_return co_await send(
+                c, make_response(200, json_type,
+                                 admin_state_json(snapshot(), figures(), model_.facts, history_.samples()), keep));
+        }
+        if (req.method() != http::verb::post) co_return co_await send_error(c, bad_request("use POST"), keep);
+        if (path == "/admin/api/drain") {
+            begin_drain();
+            co_return co_await send(c, make_response(200, json_type, "{\"draining\":true}", keep));
+        }
+        if (auto id = id_after(path, "/admin/api/cancel/")) {
+            if (!ready_.load()) co_return co_await send_error(c, unavailable("The model is loading"), keep);
+            bool found = false;
+            for (const auto& r : model_.eng->snapshot().requests) found = found || r.id == *id;
+            if (!found) {
+                co_return co_await send_error(c,
+                                              api_error{404,
+                                                        "No request " + std::to_string(*id) + " is in flight",
+                                                        "invalid_request_error",
+                                                        {},
+                                                        "not_found"},
+                                              keep);
+            }
+            model_.eng->cancel(*id);
+            co_return co_await send(c,
+                                    make_response(200, json_type, "{\"cancelled\":" + std::to_string(*id) + "}", keep));
+        }
+        co_return co_await send_error(
+            c, api_error{404, "Unknown admin route: " + path, "invalid_request_error", {}, "not_found"}, keep);
+    }
+
+    void begin_drain() {
+        if (draining_.exchange(true)) return;
+        TROUPE_LOG_INFO("server", "draining: new requests are refused, running ones finish");
+        if (ready_.load()) model_.eng->drain();
+    }
+
+    // The checks every generation request passes before submit; the error to answer, if any.
+    std::optional<api_error> refuse_now() const {
+        if (!ready_.load()) return unavailable("The model is loading; retry shortly");
+        if (draining_.load() || stopped_.load()) return unavailable("The server is draining: no new requests");
+        return std::nullopt;
+    }
+
+    std::function<void()> waker(const std::shared_ptr<http_conn>& c) {
+        return [target = target_, weak = std::weak_ptr<http_conn>(c)] {
+            target->post([weak] {
+                if (auto conn = weak.lock()) conn->wake.cancel();
+            });
+        };
+    }
+
+    std::shared_ptr<request_stream> make_stream(int32_t n_prompt_tokens) {
+        request_stream::params p;
+        p.max_pending_bytes = sc_.max_send_queue_bytes;
+        p.n_prompt_tokens = n_prompt_tokens;
+        p.stats = &stats_;
+        p.piece = [tok = model_.tok](int32_t id) {
+            return id >= 0 && id < tok->n_vocab() ? tok->token_to_piece(id) : std::string();
+        };
+        return std::make_shared<request_stream>(std::move(p));
+    }
+
+    static net::awaitable<void> wait_wake(net::steady_timer& wake) {
+        wake.expires_at(steady_clock::time_point::max());
+        auto [ec] = co_await wake.async_wait(nothrow);
+        (void)ec;
+    }
+
+    static net::awaitable<void> watch_disconnect(std::shared_ptr<http_conn> c, std::shared_ptr<bool> done) {
+        auto [ec] = co_await c->stream.socket().async_wait(tcp::socket::wait_read, nothrow);
+        if (*done || ec == net::error::operation_aborted) co_return;
+        if (!ec) {
+            beast::error_code ec2;
+            const size_t n = c->stream.socket().available(ec2);
+            if (!ec2 && n > 0) co_return;  // a pipelined request, not a disconnect
+        }
+        c->disconnected = true;
+        c->wake.cancel();
+    }
+
+    net::awaitable<bool> generate(std::shared_ptr<http_conn> c, http::request<http::string_body>& req, api_kind kind) {
+        const bool keep = req.keep_alive();
+        if (auto e = refuse_now()) co_return co_await send_error(*c, *e, keep);
+        parsed_request parsed = kind == api_kind::chat ? parse_chat_request(req.body(), config_.sampling)
+                                                       : parse_completion_request(req.body(), config_.sampling);
+        if (auto* e = std::get_if<api_error>(&parsed)) co_return co_await send_error(*c, *e, keep);
+        generation_request& r = std::get<generation_request>(parsed);
+        prepared prep = prepare_request(model_, sc_, r);
+        if (auto* e = std::get_if<api_error>(&prep)) co_return co_await send_error(*c, *e, keep);
+        prepared_request& p = std::get<prepared_request>(prep);
+        if (auto e = check_admission(sc_, stats_, p.n_prompt_tokens)) {
+            stats_.n_overloaded.fetch_add(1);
+            co_return co_await send_error(*c, *e, keep);
+        }
+
+        auto rs = make_stream(p.n_prompt_tokens);
+        auto id_holder = std::make_shared<std::atomic<request_id>>(0);
+        rs->set_notify(waker(c));
+        rs->set_on_overflow(
+            [eng = model_.eng, id_holder, target = target_, weak = std::weak_ptr<http_conn>(c), stats = &stats_] {
+                if (const request_id id = id_holder->load(); id > 0) eng->cancel(id);
+                stats->n_slow_client_closes.fetch_add(1);
+                target->post([weak] {
+                    if (auto conn = weak.lock()) {
+                        conn->disconnected = true;
+                        beast::error_code ignored;
+                        conn->stream.socket().close(ignored);
+                        conn->wake.cancel();
+                    }
+                });
+            });
+        auto submitted = model_.eng->submit(std::move(p.req), rs->make_sink());
+        if (!submitted) {
+            rs->release_admission();
+            api_error e = engine_error(submitted.message());
+            if (e.status == 429) stats_.n_overloaded.fetch_add(1);
+            co_return co_await send_error(*c, e, keep);
+        }
+        const request_id id = *submitted;
+        id_holder->store(id);
+
+        generation_result res;
+        res.id = next_response_id(kind);
+        res.created = unix_now();
+        res.model = model_.facts.name;
+        res.with_logprobs = r.logprobs >= 0;
+
+        auto done = std::make_shared<bool>(false);
+        net::co_spawn(ioc_, watch_disconnect(c, done), net::detached);
+        auto stop_watch = [&] {
+            *done = true;
+            beast::error_code ignored;
+            c->stream.socket().cancel(ignored);
+        };
+        auto client_gone = [&] {
+            *done = true;
+            model_.eng->cancel(id);
+            stats_.n_disconnect_cancels.fetch_add(1);
+            TROUPE_LOG_INFO("server", "request %lld: the client went away; cancelled", static_cast<long long>(id));
+        };
+
+        if (!r.stream) {
+            std::optional<std::string> error;
+            for (bool ended = false; !ended;) {
+                for (auto& e : rs->take()) {
+                    switch (e.what) {
+                        case stream_event::kind::text:
+                            res.text += e.text;
+                            break;
+                        case stream_event::kind::logprobs:
+                            res.logprobs.push_back(std::move(e.logprob));
+                            break;
+                        case stream_event::kind::done:
+                            res.finish_reason = std::string(openai_finish_reason(e.reason));
+                            res.use = e.use;
+                            ended = true;
+                            break;
+                        case stream_event::kind::error:
+                            error = e.text;
+                            ended = true;
+                            break;
+                    }
+                }
+                if (ended) break;
+                if (c->disconnected) {
+                    client_gone();
+                    co_return false;
+                }
+                co_await wait_wake(c->wake);
+            }
+            stop_watch();
+            if (error) {
+                api_error e = engine_error(*error);
+                if (e.status == 429) stats_.n_overloaded.fetch_add(1);
+                co_return co_await send_error(*c, e, keep);
+            }
+            co_return co_await send(
+                *c, make_response(200, json_type,
+                                  kind == api_kind::chat ? chat_completion_json(res) : completion_json(res), keep));
+        }
+
+        // Streaming: the header waits for the first event, so an engine refusal can still be a 429.
+        bool header_sent = false;
+        bool first_chunk = true;
+        std::vector<token_logprob> pending_lps;
+        http::response<http::empty_body> head{http::status::ok, 11};
+        head.set(http::field::server, "troupe");
+        head.set(http::field::content_type, "text/event-stream");
+        head.set(http::field::cache_control, "no-cache");
+        head.keep_alive(keep);
+        head.chunked(true);
+        http::response_serializer<http::empty_body> serializer{head};
+        for (;;) {
+            std::string out;
+            bool ended = false;
+            std::optional<std::string> error;
+            for (auto& e : rs->take()) {
+                switch (e.what) {
+                    case stream_event::kind::logprobs:
+                        pending_lps.push_back(std::move(e.logprob));
+                        break;
+                    case stream_event::kind::text: {
+                        const auto* lps = res.with_logprobs ? &pending_lps : nullptr;
+                        out += sse_event(kind == api_kind::chat
+                                             ? chat_chunk_json(res, e.text, first_chunk, {}, lps, r.include_usage)
+                                             : completion_chunk_json(res, e.text, {}, lps, r.include_usage));
+                        first_chunk = false;
+                        pending_lps.clear();
+                        break;
+                    }
+                    case stream_event::kind::done: {
+                        res.use = e.use;
+                        const auto* lps = res.with_logprobs && !pending_lps.empty() ? &pending_lps : nullptr;
+                        const std::string_view reason = openai_finish_reason(e.reason);
+                        out += sse_event(kind == api_kind::chat
+                                             ? chat_chunk_json(res, "", first_chunk, reason, lps, r.include_usage)
+                                             : completion_chunk_json(res, "", reason, lps, r.include_usage));
+                        if (r.include_usage) out += sse_event(usage_chunk_json(res, kind == api_kind::chat));
+                        out += sse_done;
+                        ended = true;
+                        break;
+                    }
+                    case stream_event::kind::error:
+                        error = e.text;
+                        ended = true;
+                        break;
+                }
+            }
+            if (error) {
+                api_error e = engine_error(*error);
+                if (e.status == 429) stats_.n_overloaded.fetch_add(1);
+                if (!header_sent) {
+                    stop_watch();
+                    co_return co_await send_error(*c, e, keep);
+                }
+                out += sse_event(error_json(e));
+                out += sse_done;
+            }
+            if (!out.empty() && !header_sent) {
+                count_status(200);
+                auto [ec, n] = co_await http::async_write_header(c->stream, serializer, nothrow);
+                if (ec) {
+                    client_gone();
+                    co_return false;
+                }
+                header_sent = true;
+            }
+            if (!out.empty()) {
+                auto [ec, n] = co_await net::async_write(c->stream, http::make_chunk(net::buffer(out)), nothrow);
+                if (ec) {
+                    if (!ended) client_gone();
+                    co_return false;
+                }
+            }
+            if (ended) break;
+            if (c->disconnected) {
+                client_gone();
+                co_return false;
+            }
+            co_await wait_wake(c->wake);
+        }
+        stop_watch();
+        auto [ec, n] = co_await net::async_write(c->stream, http::make_chunk_last(), nothrow);
+        co_return !ec && keep;
+    }
+
+    // ---- WebSocket ------------------------------------------------------------------------------
+
+    void ws_send(ws_conn& c, std::string msg) {
+        if (c.closed) return;
+        c.out_bytes += static_cast<int64_t>(msg.size());
+        c.out.push_back(std::move(msg));
+        if (c.out_bytes > sc_.max_send_queue_bytes) {
+            stats_.n_slow_client_closes.fetch_add(1);
+            TROUPE_LOG_INFO("server", "websocket: the client does not read (%lld bytes unsent); closing",
+                            static_cast<long long>(c.out_bytes));
+            ws_close(c);
+            return;
+        }
+        c.wake.cancel();
+    }
+
+    // Cancels the connection's requests and closes its socket (reads and writes fail at once).
+    void ws_close(ws_conn& c) {
+        if (c.closed) return;
+        c.closed = true;
+        for (auto& [name, r] : c.active) {
+            model_.eng->cancel(r.id);
+            stats_.n_disconnect_cancels.fetch_add(1);
+        }
+        c.active.clear();
+        c.out.clear();
+        c.out_bytes = 0;
+        beast::error_code ignored;
+        beast::get_lowest_layer(c.ws).socket().close(ignored);
+        c.wake.cancel();
+    }
+
+    // Moves every request's new events into the outgoing queue.
+    void ws_pump(ws_conn& c) {
+        for (auto it = c.active.begin(); it != c.active.end();) {
+            bool ended = false;
+            for (auto& e : it->second.stream->take()) {
+                switch (e.what) {
+                    case stream_event::kind::text:
+                        ws_send(c, ws_delta_json(it->first, e.text));
+                        break;
+                    case stream_event::kind::logprobs:
+                        break;
+                    case stream_event::kind::done:
+                        ws_send(c, ws_done_json(it->first, e.reason, e.use, e.time));
+                        ended = true;
+                        break;
+                    case stream_event::kind::error:
+                        ws_send(c, ws_error_json(it->first, e.text));
+                        ended = true;
+                        break;
+                }
+                if (c.closed) return;
+            }
+            it = ended ? c.active.erase(it) : std::next(it);
+        }
+    }
+
+    net::awaitable<void> ws_writer(std::shared_ptr<ws_conn> c) {
+        while (!c->closed) {
+            while (!c->out.empty() && !c->closed) {
+                std::string msg = std::move(c->out.front());
+                c->out.pop_front();
+                c->out_bytes -= static_cast<int64_t>(msg.size());
+                c->ws.text(true);
+                auto [ec, n] = co_await c->ws.async_write(net::buffer(msg), nothrow);
+                if (ec) {
+                    ws_close(*c);
+                    co_return;
+                }
+            }
+            if (c->closed) break;
+            co_await wait_wake(c->wake);
+        }
+    }
+
+    void start_ws_request(const std::shared_ptr<ws_conn>& c, ws_start& s) {
+        if (c->active.count(s.id)) return ws_send(*c, ws_error_json(s.id, "a request with this id is running"));
+        if (auto e = refuse_now()) return ws_send(*c, ws_error_json(s.id, e->message));
+        prepared prep = prepare_request(model_, sc_, s.request);
+        if (auto* e = std::get_if<api_error>(&prep)) return ws_send(*c, ws_error_json(s.id, e->message));
+        prepared_request& p = std::get<prepared_request>(prep);
+        if (auto e = check_admission(sc_, stats_, p.n_prompt_tokens)) {
+            stats_.n_overloaded.fetch_add(1);
+            return ws_send(*c, ws_error_json(s.id, e->message));
+        }
+        auto rs = make_stream(p.n_prompt_tokens);
+        rs->set_notify([target = target_, weak = std::weak_ptr<ws_conn>(c), this] {
+            target->post([weak, this] {
+                if (auto conn = weak.lock()) ws_pump(*conn);
+            });
+        });
+        rs->set_on_overflow([target = target_, weak = std::weak_ptr<ws_conn>(c), this] {
+            target->post([weak, this] {
+                if (auto conn = weak.lock()) {
+                    stats_.n_slow_client_closes.fetch_add(1);
+                    ws_close(*conn);
+                }
+            });
+        });
+        auto submitted = model_.eng->submit(std::move(p.req), rs->make_sink());
+        if (!submitted) {
+            rs->release_admission();
+            if (engine_error(submitted.message()).status == 429) stats_.n_overloaded.fetch_add(1);
+            return ws_send(*c, ws_error_json(s.id, submitted.message()));
+        }
+        c->active[s.id] = ws_request{*submitted, rs};
+        ws_pump(*c);  // events that arrived before the request was registered
+    }
+
+    net::awaitable<void> ws_session(beast::tcp_stream stream, http::request<http::string_body> req) {
+        auto c = std::make_shared<ws_conn>(std::move(stream));
+        ws_conns_.push_back(c);
+        c->ws.set_option(websocket::stream_base::timeout::suggested(beast::role_type::server));
+        c->ws.read_message_max(static_cast<uint64_t>(sc_.max_body_bytes));
+        auto [ec] = co_await c->ws.async_accept(req, nothrow);
+        if (ec) co_return;
+        count_status(101);
+        stats_.n_connections.fetch_add(1);
+        stats_.n_websockets.fetch_add(1);
+        net::co_spawn(ioc_, ws_writer(c), net::detached);
+        if (ready_.load()) {
+            ws_send(*c, ws_hello_json(model_.facts.name, model_.facts.chat_template, model_.facts.context_length));
+        }
+        beast::flat_buffer buffer;
+        while (!c->closed) {
+            auto [rec, n] = co_await c->ws.async_read(buffer, nothrow);
+            if (rec) break;
+            const std::string text = beast::buffers_to_string(buffer.data());
+            buffer.consume(buffer.size());
+            ws_client_message m = parse_ws_message(text, config_.sampling);
+            if (auto* s = std::get_if<ws_start>(&m)) {
+                start_ws_request(c, *s);
+            } else if (auto* x = std::get_if<ws_cancel>(&m)) {
+                auto it = c->active.find(x->id);
+                if (it != c->active.end()) model_.eng->cancel(it->second.id);
+            } else {
+                const auto& bad = std::get<ws_bad>(m);
+                ws_send(*c, ws_error_json(bad.id, bad.message));
+            }
+        }
+        ws_close(*c);
+        stats_.n_connections.fetch_sub(1);
+        stats_.n_websockets.fetch_sub(1);
+    }
+};
+
+http_server::http_server(engine_config config) : impl_(std::make_unique<impl>(std::move(config))) {}
+
+http_server::~http_server() {
+    stop();
+}
+
+result<uint16_t> http_server::listen() {
+    impl& m = *impl_;
+    beast::error_code ec;
+    const auto address = net::ip::make_address(m.sc_.host, ec);
+    if (ec) return make_error("server.host: '" + m.sc_.host + "' is not an IP address (like 127.0.0.1 or 0.0.0.0)");
+    const tcp::endpoint ep{address, static_cast<uint16_t>(m.sc_.port)};
+    m.acceptor_.open(ep.protocol(), ec);
+    if (!ec) m.acceptor_.set_option(net::socket_base::reuse_address(true), ec);
+    if (!ec) m.acceptor_.bind(ep, ec);
+    if (!ec) m.acceptor_.listen(net::socket_base::max_listen_connections, ec);
+    if (ec) {
+        return make_error("cannot listen on " + m.sc_.host + ":" + std::to_string(m.sc_.port) + ": " + ec.message());
+    }
+    m.port_ = m.acceptor_.local_endpoint().port();
+    net::co_spawn(m.ioc_, m.accept_loop(), net::detached);
+    net::co_spawn(m.ioc_, m.sample_loop(), net::detached);
+    m.thread_ = std::thread([&m] {
+        for (;;) {
+            try {
+                m.ioc_.run();
+                return;
+            } catch (const std::exception& e) {  // the edge: a handler threw; log it and keep serving
+                TROUPE_LOG_ERROR("server", "I/O handler failed: %s", e.what());
+            }
+        }
+    });
+    return m.port_;
+}
+
+uint16_t http_server::port() const {
+    return impl_->port_;
+}
+
+void http_server::attach(serving_model model) {
+    impl& m = *impl_;
+    std::promise<void> done;
+    auto f = done.get_future();
+    net::post(m.ioc_, [&m, &model, &done] {
+        m.model_ = std::move(model);
+        m.ready_.store(true);
+        if (m.draining_.load()) m.model_.eng->drain();
+        done.set_value();
+    });
+    f.wait();
+    TROUPE_LOG_INFO("server", "ready: model '%s', chat template %s", m.model_.facts.name.c_str(),
+                    m.model_.facts.chat_template.c_str());
+}
+
+void http_server::begin_drain() {
+    impl& m = *impl_;
+    net::post(m.ioc_, [&m] { m.begin_drain(); });
+    m.draining_.store(true);
+}
+
+bool http_server::draining() const {
+    return impl_->draining_.load();
+}
+
+bool http_server::wait_idle(std::chrono::steady_clock::time_point deadline) const {
+    while (impl_->stats_.n_active.load() > 0) {
+        if (std::chrono::steady_clock::now() >= deadline) return false;
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    return true;
+}
+
+void http_server::stop() {
+    impl& m = *impl_;
+    if (m.stopped_.exchange(true)) return;
+    if (m.thread_.joinable()) {
+        net::post(m.ioc_, [&m] {
+            beast::error_code ignored;
+            m.acceptor_.close(ignored);
+            m.sampler_.cancel();
+            for (auto& w : m.http_conns_) {
+                if (auto c = w.lock()) {
+                    c->stream.socket().close(ignored);
+                    c->wake.cancel();
+                }
+            }
+            for (auto& w : m.ws_conns_) {
+                if (auto c = w.lock()) m.ws_close(*c);
+            }
+        });
+        // Let the sessions unwind, then stop whatever is left.
+        const auto deadline = steady_clock::now() + std::chrono::seconds(2);
+        while (!m.ioc_.stopped() && steady_clock::now() < deadline) {
+            std::this_thread::sleep_for(std::chrono::milliseconds(5));
+        }
+        m.ioc_.stop();
+        m.thread_.join();
+    }
+    std::lock_guard lock(m.target_->mutex);
+    m.target_->ioc = nullptr;
+}
+
+const server_stats& http_server::stats() const {
+    return impl_->stats_;
+}
+
+}  // namespace troupe::server

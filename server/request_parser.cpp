@@ -1,0 +1,482 @@
+// The field readers share one shape: read(value, name) -> an error message or nothing, so that each
+// request kind is a table of (field name, reader). Numbers accept any JSON number of the right kind;
+// null means "absent" for every optional field, as OpenAI's SDKs send it.
+#include "server/request_parser.h"
+
+#include <boost/json.hpp>
+
+#include <cmath>
+#include <functional>
+#include <initializer_list>
+#include <limits>
+#include <optional>
+
+namespace troupe::server {
+namespace json = boost::json;
+namespace {
+
+using field_fn = std::function<std::optional<api_error>(const json::value&)>;
+struct field {
+    std::string_view name;
+    field_fn read;
+};
+
+std::string type_name(const json::value& v) {
+    switch (v.kind()) {
+        case json::kind::null:
+            return "null";
+        case json::kind::bool_:
+            return "a boolean";
+        case json::kind::int64:
+        case json::kind::uint64:
+            return "an integer";
+        case json::kind::double_:
+            return "a number";
+        case json::kind::string:
+            return "a string";
+        case json::kind::array:
+            return "an array";
+        case json::kind::object:
+            return "an object";
+    }
+    return "?";
+}
+
+api_error wrong_type(std::string_view name, std::string_view expected, const json::value& v) {
+    return bad_request(std::string(name) + ": expected " + std::string(expected) + ", got " + type_name(v),
+                       std::string(name));
+}
+
+std::optional<double> number_of(const json::value& v) {
+    if (v.is_int64()) return static_cast<double>(v.get_int64());
+    if (v.is_uint64()) return static_cast<double>(v.get_uint64());
+    if (v.is_double()) return v.get_double();
+    return std::nullopt;
+}
+
+// An integer; a double with an integral value is accepted (JavaScript clients send 5.0 as 5 anyway).
+std::optional<int64_t> integer_of(const json::value& v) {
+    if (v.is_int64()) return v.get_int64();
+    if (v.is_uint64()) {
+        if (v.get_uint64() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) return std::nullopt;
+        return static_cast<int64_t>(v.get_uint64());
+    }
+    if (v.is_double()) {
+        const double d = v.get_double();
+        if (std::isfinite(d) && std::floor(d) == d && std::fabs(d) < 9e15) return static_cast<int64_t>(d);
+    }
+    return std::nullopt;
+}
+
+std::string num_text(double x) {
+    json::value v(x);
+    return json::serialize(v);
+}
+
+field float_field(std::string_view name, float& out, double lo, double hi) {
+    return {name, [name, &out, lo, hi](const json::value& v) -> std::optional<api_error> {
+                auto x = number_of(v);
+                if (!x) return wrong_type(name, "a number", v);
+                if (!(*x >= lo && *x <= hi)) {
+                    return bad_request(std::string(name) + ": must be between " + num_text(lo) + " and " +
+                                           num_text(hi) + ", got " + num_text(*x),
+                                       std::string(name));
+                }
+                out = static_cast<float>(*x);
+                return std::nullopt;
+            }};
+}
+
+template <class T>
+field int_field(std::string_view name, T& out, int64_t lo, int64_t hi) {
+    return {name, [name, &out, lo, hi](const json::value& v) -> std::optional<api_error> {
+                auto x = integer_of(v);
+                if (!x) return wrong_type(name, "an integer", v);
+                if (*x < lo || *x > hi) {
+                    return bad_request(std::string(name) + ": must be between " + std::to_string(lo) + " and " +
+                                           std::to_string(hi) + ", got " + std::to_string(*x),
+                                       std::string(name));
+                }
+                out = static_cast<T>(*x);
+                return std::nullopt;
+            }};
+}
+
+field bool_field(std::string_view name, bool& out) {
+    return {name, [name, &out](const json::value& v) -> std::optional<api_error> {
+                if (!v.is_bool()) return wrong_type(name, "a boolean", v);
+                out = v.get_bool();
+                return std::nullopt;
+            }};
+}
+
+field ignored_string(std::string_view name) {
+    return {name, [name](const json::value& v) -> std::optional<api_error> {
+                if (!v.is_string()) return wrong_type(name, "a string", v);
+                return std::nullopt;
+            }};
+}
+
+field unsupported(std::string_view name, std::string why) {
+    return {name, [name, why](const json::value&) -> std::optional<api_error> {
+                return bad_request(std::string(name) + ": " + why, std::string(name));
+            }};
+}
+
+// stop: a string or an array of up to 4 non-empty strings.
+field stop_field(std::vector<std::string>& out) {
+    return {"stop", [&out](const json::value& v) -> std::optional<api_error> {
+                std::vector<std::string> stops;
+                auto add = [&](const json::value& s) -> std::optional<api_error> {
+                    if (!s.is_string()) return wrong_type("stop", "a string or an array of strings", s);
+                    if (s.get_string().empty()) return bad_request("stop: a stop string cannot be empty", "stop");
+                    stops.emplace_back(s.get_string());
+                    return std::nullopt;
+                };
+                if (v.is_array()) {
+                    if (v.get_array().size() > 4) {
+                        return bad_request(
+                            "stop: at most 4 stop sequences, got " + std::to_string(v.get_array().size()), "stop");
+                    }
+                    for (const auto& s : v.get_array()) {
+                        if (auto e = add(s)) return e;
+                    }
+                } else if (auto e = add(v)) {
+                    return e;
+                }
+                out = std::move(stops);
+                return std::nullopt;
+            }};
+}
+
+// The sampling and streaming fields every generation request has.
+struct common_fields {
+    generation_request& r;
+    int64_t n = 1;
+    std::optional<bool> include_usage;
+
+    std::vector<field> fields() {
+        sampling_params& s = r.sampling;
+        return {
+            {"model",
+             [this](const json::value& v) -> std::optional<api_error> {
+                 if (!v.is_string()) return wrong_type("model", "a string", v);
+                 r.model = v.get_string();
+                 return std::nullopt;
+             }},
+            int_field("max_tokens", s.max_tokens, 1, 1 << 30),
+            float_field("temperature", s.temperature, 0.0, 2.0),
+            float_field("top_p", s.top_p, 0.0, 1.0),
+            int_field("top_k", s.top_k, 0, 1 << 30),
+            float_field("min_p", s.min_p, 0.0, 1.0),
+            float_field("repetition_penalty", s.repetition_penalty, 1e-3, 100.0),
+            float_field("presence_penalty", s.presence_penalty, -2.0, 2.0),
+            float_field("frequency_penalty", s.frequency_penalty, -2.0, 2.0),
+            bool_field("ignore_eos", s.ignore_eos),
+            {"seed",
+             [&s](const json::value& v) -> std::optional<api_error> {
+                 auto x = integer_of(v);
+                 if (!x && v.is_uint64()) {
+                     s.seed = v.get_uint64();
+                     return std::nullopt;
+                 }
+                 if (!x) return wrong_type("seed", "an integer", v);
+                 s.seed = static_cast<uint64_t>(*x);
+                 return std::nullopt;
+             }},
+            stop_field(s.stop_strings),
+            int_field("n", n, 1, 128),
+            bool_field("stream", r.stream),
+            {"stream_options",
+             [this](const json::value& v) -> std::optional<api_error> {
+                 if (!v.is_object()) return wrong_type("stream_options", "an object", v);
+                 for (const auto& kv : v.get_object()) {
+                     if (kv.key() != "include_usage") {
+                         return bad_request(
+                             "stream_options: unknown field '" + std::string(kv.key()) + "' (valid: include_usage)",
+                             "stream_options");
+                     }
+                     if (kv.value().is_null()) continue;
+                     if (!kv.value().is_bool())
+                         return wrong_type("stream_options.include_usage", "a boolean", kv.value());
+                     include_usage = kv.value().get_bool();
+                 }
+                 return std::nullopt;
+             }},
+            ignored_string("user"),
+            {"logit_bias",
+             [](const json::value& v) -> std::optional<api_error> {
+                 if (!v.is_object()) return wrong_type("logit_bias", "an object", v);
+                 if (!v.get_object().empty()) return bad_request("logit_bias: not supported by troupe", "logit_bias");
+                 return std::nullopt;
+             }},
+        };
+    }
+};
+
+// Walks the body's fields against the table; unknown fields are rejected.
+std::optional<api_error> read_fields(const json::object& body, const std::vector<field>& fields) {
+    for (const auto& kv : body) {
+        const field* found = nullptr;
+        for (const auto& f : fields) {
+            if (f.name == kv.key()) found = &f;
+        }
+        if (!found) {
+            return bad_request("Unrecognized request argument supplied: " + std::string(kv.key()),
+                               std::string(kv.key()));
+        }
+        if (kv.value().is_null()) continue;
+        if (auto e = found->read(kv.value())) return e;
+    }
+    return std::nullopt;
+}
+
+std::variant<json::object, api_error> parse_object(std::string_view body) {
+    boost::system::error_code ec;
+    json::parse_options opt;
+    opt.max_depth = 32;
+    json::value v = json::parse(body, ec, {}, opt);
+    if (ec) return bad_request("the request body is not valid JSON: " + ec.message());
+    if (!v.is_object()) return bad_request("the request body must be a JSON object, got " + type_name(v));
+    return std::move(v.get_object());
+}
+
+std::optional<api_error> finish_common(common_fields& c) {
+    if (c.n != 1) return bad_request("n: only n=1 is supported, got " + std::to_string(c.n), "n");
+    if (c.include_usage.has_value()) {
+        if (!c.r.stream) return bad_request("stream_options: only allowed when stream is true", "stream_options");
+        c.r.include_usage = *c.include_usage;
+    }
+    return std::nullopt;
+}
+
+std::optional<api_error> read_prompt(const json::value& v, generation_request& r) {
+    if (v.is_string()) {
+        r.prompt = v.get_string();
+        return std::nullopt;
+    }
+    if (!v.is_array()) return wrong_type("prompt", "a string, an array of token ids or an array of one string", v);
+    const auto& a = v.get_array();
+    if (a.empty()) return bad_request("prompt: cannot be an empty array", "prompt");
+    if (a[0].is_string() || a[0].is_array()) {
+        if (a.size() != 1) return bad_request("prompt: only one prompt per request is supported", "prompt");
+        if (a[0].is_string()) return read_prompt(a[0], r);
+        return read_prompt(a[0], r);
+    }
+    std::vector<int32_t> ids;
+    ids.reserve(a.size());
+    for (const auto& t : a) {
+        auto x = integer_of(t);
+        if (!x) return wrong_type("prompt", "an array of token ids (integers)", t);
+        if (*x < 0 || *x > std::numeric_limits<int32_t>::max()) {
+            return bad_request("prompt: token id out of range: " + std::to_string(*x), "prompt");
+        }
+        ids.push_back(static_cast<int32_t>(*x));
+    }
+    r.prompt_ids = std::move(ids);
+    return std::nullopt;
+}
+
+std::optional<api_error> read_messages(const json::value& v, std::vector<chat_message>& out) {
+    if (!v.is_array()) return wrong_type("messages", "an array of messages", v);
+    const auto& a = v.get_array();
+    if (a.empty()) return bad_request("messages: at least one message is required", "messages");
+    for (size_t i = 0; i < a.size(); ++i) {
+        const std::string where = "messages[" + std::to_string(i) + "]";
+        if (!a[i].is_object()) return wrong_type(where, "an object with role and content", a[i]);
+        chat_message m;
+        bool has_role = false;
+        for (const auto& kv : a[i].get_object()) {
+            const json::value& f = kv.value();
+            if (kv.key() == "role") {
+                if (!f.is_string()) return wrong_type(where + ".role", "a string", f);
+                m.role = f.get_string();
+                if (!valid_chat_role(m.role)) {
+                    return bad_request(
+                        where + ".role: unknown role '" + m.role + "' (valid: system, developer, user, assistant)",
+                        "messages");
+                }
+                has_role = true;
+            } else if (kv.key() == "content") {
+                if (f.is_null()) continue;
+                if (f.is_string()) {
+                    m.content = f.get_string();
+                } else if (f.is_array()) {
+                    for (const auto& part : f.get_array()) {
+                        const json::object* p = part.if_object();
+                        const json::value* type = p ? p->if_contains("type") : nullptr;
+                        const json::value* text = p ? p->if_contains("text") : nullptr;
+                        if (!type || !type->is_string() || type->get_string() != "text" || !text ||
+                            !text->is_string()) {
+                            return bad_request(where +
+                                                   ".content: only parts of the form {\"type\": \"text\", \"text\": "
+                                                   "...} are supported",
+                                               "messages");
+                        }
+                        m.content += text->get_string();
+                    }
+                } else {
+                    return wrong_type(where + ".content", "a string or an array of text parts", f);
+                }
+            } else if (kv.key() == "name") {
+                if (!f.is_string() && !f.is_null()) return wrong_type(where + ".name", "a string", f);
+            } else {
+                return bad_request(
+                    where + ": unknown field '" + std::string(kv.key()) + "' (valid: role, content, name)", "messages");
+            }
+        }
+        if (!has_role) return bad_request(where + ": role is required", "messages");
+        out.push_back(std::move(m));
+    }
+    return std::nullopt;
+}
+
+}  // namespace
+
+parsed_request parse_completion_request(std::string_view body, const sampling_params& defaults) {
+    auto obj = parse_object(body);
+    if (auto* e = std::get_if<api_error>(&obj)) return *e;
+    const json::object& o = std::get<json::object>(obj);
+    generation_request r;
+    r.kind = api_kind::completion;
+    r.sampling = defaults;
+    common_fields c{r};
+    std::vector<field> fields = c.fields();
+    bool has_prompt = false;
+    fields.push_back({"prompt", [&](const json::value& v) -> std::optional<api_error> {
+                          has_prompt = true;
+                          return read_prompt(v, r);
+                      }});
+    fields.push_back({"logprobs", [&](const json::value& v) -> std::optional<api_error> {
+                          auto x = integer_of(v);
+                          if (!x) return wrong_type("logprobs", "an integer (how many alternatives per token)", v);
+                          if (*x < 0 || *x > 20) {
+                              return bad_request("logprobs: must be between 0 and 20, got " + std::to_string(*x),
+                                                 "logprobs");
+                          }
+                          r.logprobs = static_cast<int32_t>(*x);
+                          return std::nullopt;
+                      }});
+    fields.push_back({"echo", [](const json::value& v) -> std::optional<api_error> {
+                          if (!v.is_bool()) return wrong_type("echo", "a boolean", v);
+                          if (v.get_bool()) return bad_request("echo: not supported by troupe", "echo");
+                          return std::nullopt;
+                      }});
+    fields.push_back({"best_of", [](const json::value& v) -> std::optional<api_error> {
+                          auto x = integer_of(v);
+                          if (!x) return wrong_type("best_of", "an integer", v);
+                          if (*x != 1) return bad_request("best_of: only best_of=1 is supported", "best_of");
+                          return std::nullopt;
+                      }});
+    fields.push_back(unsupported("suffix", "not supported by troupe"));
+    if (auto e = read_fields(o, fields)) return *e;
+    if (!has_prompt) return bad_request("prompt: required", "prompt");
+    if (auto e = finish_common(c)) return *e;
+    return r;
+}
+
+parsed_request parse_chat_request(std::string_view body, const sampling_params& defaults) {
+    auto obj = parse_object(body);
+    if (auto* e = std::get_if<api_error>(&obj)) return *e;
+    const json::object& o = std::get<json::object>(obj);
+    generation_request r;
+    r.kind = api_kind::chat;
+    r.sampling = defaults;
+    common_fields c{r};
+    std::vector<field> fields = c.fields();
+    bool has_messages = false;
+    bool logprobs = false;
+    int32_t top_logprobs = -1;
+    fields.push_back({"messages", [&](const json::value& v) -> std::optional<api_error> {
+                          has_messages = true;
+                          return read_messages(v, r.messages);
+                      }});
+    fields.push_back(int_field("max_completion_tokens", r.sampling.max_tokens, 1, 1 << 30));
+    fields.push_back(bool_field("logprobs", logprobs));
+    fields.push_back(int_field("top_logprobs", top_logprobs, 0, 20));
+    fields.push_back({"response_format", [](const json::value& v) -> std::optional<api_error> {
+                          const json::object* f = v.if_object();
+                          const json::value* t = f ? f->if_contains("type") : nullptr;
+                          if (!t || !t->is_string() || t->get_string() != "text") {
+                              return bad_request("response_format: only {\"type\": \"text\"} is supported",
+                                                 "response_format");
+                          }
+                          return std::nullopt;
+                      }});
+    for (const char* name : {"tools", "tool_choice", "functions", "function_call", "parallel_tool_calls"}) {
+        fields.push_back(unsupported(name, "tool calling is not supported by troupe"));
+    }
+    if (auto e = read_fields(o, fields)) return *e;
+    if (!has_messages) return bad_request("messages: required", "messages");
+    if (top_logprobs >= 0 && !logprobs) {
+        return bad_request("top_logprobs: requires logprobs to be true", "top_logprobs");
+    }
+    if (logprobs) r.logprobs = top_logprobs < 0 ? 0 : top_logprobs;
+    if (auto e = finish_common(c)) return *e;
+    return r;
+}
+
+ws_client_message parse_ws_message(std::string_view text, const sampling_params& defaults) {
+    auto obj = parse_object(text);
+    if (auto* e = std::get_if<api_error>(&obj)) return ws_bad{{}, e->message};
+    const json::object& o = std::get<json::object>(obj);
+    std::string id;
+    if (const json::value* v = o.if_contains("id")) {
+        if (v->is_string()) {
+            id = v->get_string();
+        } else if (auto x = integer_of(*v)) {
+            id = std::to_string(*x);
+        } else {
+            return ws_bad{{}, "id: expected a string or an integer, got " + type_name(*v)};
+        }
+    }
+    const json::value* type = o.if_contains("type");
+    if (!type || !type->is_string()) return ws_bad{id, "type: required, one of start, cancel"};
+    if (type->get_string() == "cancel") {
+        if (id.empty()) return ws_bad{id, "cancel: id is required"};
+        return ws_cancel{id};
+    }
+    if (type->get_string() != "start") {
+        return ws_bad{id,
+                      "type: unknown message type '" + std::string(type->get_string()) + "' (valid: start, cancel)"};
+    }
+    if (id.empty()) return ws_bad{id, "start: id is required"};
+    ws_start s{id, {}};
+    generation_request& r = s.request;
+    r.sampling = defaults;
+    r.stream = true;
+    bool has_input = false;
+    for (const auto& kv : o) {
+        if (kv.key() == "type" || kv.key() == "id") continue;
+        if (kv.key() == "messages") {
+            r.kind = api_kind::chat;
+            has_input = true;
+            if (auto e = read_messages(kv.value(), r.messages)) return ws_bad{id, e->message};
+        } else if (kv.key() == "prompt") {
+            r.kind = api_kind::completion;
+            has_input = true;
+            if (!kv.value().is_string()) return ws_bad{id, "prompt: expected a string, got " + type_name(kv.value())};
+            r.prompt = kv.value().get_string();
+        } else if (kv.key() == "params") {
+            if (kv.value().is_null()) continue;
+            if (!kv.value().is_object()) return ws_bad{id, "params: expected an object, got " + type_name(kv.value())};
+            common_fields c{r};
+            std::vector<field> fields;
+            for (auto& f : c.fields()) {
+                if (f.name != "stream" && f.name != "stream_options" && f.name != "n" && f.name != "model") {
+                    fields.push_back(std::move(f));
+                }
+            }
+            if (auto e = read_fields(kv.value().get_object(), fields)) {
+                return ws_bad{id, "params: " + e->message};
+            }
+        } else {
+            return ws_bad{id,
+                          "unknown field '" + std::string(kv.key()) + "' (valid: type, id, messages, prompt, params)"};
+        }
+    }
+    if (!has_input) return ws_bad{id, "start: messages (or prompt) is required"};
+    return s;
+}
+
+}  // namespace troupe::server

@@ -1,0 +1,90 @@
+#include "server/serving.h"
+
+#include <atomic>
+
+#include "core/tokenizer/tokenizer.h"
+
+namespace troupe::server {
+
+void set_chat_template(serving_model& m, std::string_view jinja) {
+    m.chat = detect_chat_template(jinja);
+    m.facts.chat_template = std::string(chat_template_name(m.chat));
+    if (m.tok) {
+        const int32_t bos = m.tok->bos_id();
+        const int32_t eos = m.tok->eos_id();
+        m.special.bos = bos >= 0 ? m.tok->token_to_piece(bos) : std::string();
+        m.special.eos = eos >= 0 ? m.tok->token_to_piece(eos) : std::string();
+    }
+}
+
+prepared prepare_request(const serving_model& m, const server_config& config, generation_request& r) {
+    if (!r.model.empty() && r.model != m.facts.name) {
+        return api_error{404, "The model '" + r.model + "' does not exist; this server serves '" + m.facts.name + "'",
+                         "invalid_request_error", "model", "model_not_found"};
+    }
+    prepared_request p;
+    std::vector<int32_t> ids;
+    if (r.kind == api_kind::chat) {
+        ids = m.tok->encode(render_chat(m.chat, r.messages, m.special), true, true);
+    } else if (r.prompt_ids) {
+        for (int32_t id : *r.prompt_ids) {
+            if (id < 0 || id >= m.tok->n_vocab()) {
+                return bad_request("prompt: token id " + std::to_string(id) + " is outside the vocabulary (0.." +
+                                       std::to_string(m.tok->n_vocab() - 1) + ")",
+                                   "prompt");
+            }
+        }
+        ids = *r.prompt_ids;
+    } else {
+        ids = m.tok->encode(r.prompt, true, true);
+    }
+    if (ids.empty()) return bad_request("prompt: the prompt is empty (no tokens)", "prompt");
+    const int32_t limit = config.max_prompt_tokens > 0 ? std::min(config.max_prompt_tokens, m.n_ctx - 1) : m.n_ctx - 1;
+    const auto n = static_cast<int64_t>(ids.size());
+    if (n > limit) {
+        return api_error{422,
+                         "This model's maximum context length is " + std::to_string(m.n_ctx) +
+                             " tokens and prompts may have at most " + std::to_string(limit) +
+                             " tokens; the prompt has " + std::to_string(n) + " tokens",
+                         "invalid_request_error", r.kind == api_kind::chat ? "messages" : "prompt",
+                         "context_length_exceeded"};
+    }
+    p.n_prompt_tokens = static_cast<int32_t>(n);
+    p.req.sampling = r.sampling;
+    p.req.prompt_ids = std::move(ids);
+    p.req.logprobs = r.logprobs;
+    return p;
+}
+
+std::optional<api_error> check_admission(const server_config& config, const server_stats& stats,
+                                         int32_t n_prompt_tokens) {
+    const int64_t n_queued = stats.n_queued.load();
+    const int64_t n_tokens = stats.n_queued_tokens.load();
+    if (n_queued + 1 > config.max_queue_requests) {
+        return overloaded("The server is overloaded: " + std::to_string(n_queued) +
+                          " requests are waiting (server.max_queue_requests = " +
+                          std::to_string(config.max_queue_requests) + "); retry later");
+    }
+    if (n_queued > 0 && n_tokens + n_prompt_tokens > config.max_queue_tokens) {
+        return overloaded("The server is overloaded: " + std::to_string(n_tokens) +
+                          " prompt tokens are waiting (server.max_queue_tokens = " +
+                          std::to_string(config.max_queue_tokens) + "); retry later");
+    }
+    return std::nullopt;
+}
+
+api_error engine_error(const std::string& message) {
+    if (message.starts_with("overloaded")) return overloaded(message);
+    if (message.find("draining") != std::string::npos || message.find("stopping") != std::string::npos ||
+        message.find("stopped") != std::string::npos || message.find("not started") != std::string::npos) {
+        return unavailable(message);
+    }
+    return api_error{500, message, "server_error", {}, {}};
+}
+
+std::string next_response_id(api_kind kind) {
+    static std::atomic<int64_t> next{1};
+    return std::string(kind == api_kind::chat ? "chatcmpl-" : "cmpl-") + std::to_string(next.fetch_add(1));
+}
+
+}  // namespace troupe::server

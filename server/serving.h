@@ -1,0 +1,58 @@
+// serving: what stands between a parsed API request and engine::submit, without sockets — the served
+// model's facts, chat rendering and tokenization, the context-length check (422), the model-name check
+// (404), queue admission (429) and the mapping of engine refusals to HTTP statuses.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <variant>
+
+#include "actors/engine/engine.h"
+#include "core/chat/chat_template.h"
+#include "core/config/engine_config.h"
+#include "server/api_error.h"
+#include "server/generation_request.h"
+#include "server/metrics_text.h"
+#include "server/server_stats.h"
+
+namespace troupe {
+class tokenizer;
+}
+
+namespace troupe::server {
+
+// The model a ready server serves. The engine is owned by the caller and outlives the server's use of it.
+struct serving_model {
+    engine* eng = nullptr;
+    std::shared_ptr<const tokenizer> tok;
+    model_facts facts;
+    chat_template_kind chat = chat_template_kind::plain;
+    chat_special_tokens special;
+    int32_t n_ctx = 0;
+};
+
+// Fills chat, special tokens and facts.chat_template from the GGUF's tokenizer.chat_template text.
+void set_chat_template(serving_model& m, std::string_view jinja);
+
+struct prepared_request {
+    request req;  // prompt_ids filled
+    int32_t n_prompt_tokens = 0;
+};
+using prepared = std::variant<prepared_request, api_error>;
+
+// Renders (chat), tokenizes and checks the request. max_prompt_tokens 0: the context less one.
+prepared prepare_request(const serving_model& m, const server_config& config, generation_request& r);
+
+// 429 when one more request of n_prompt_tokens would pass the server's queue bounds.
+std::optional<api_error> check_admission(const server_config& config, const server_stats& stats,
+                                         int32_t n_prompt_tokens);
+
+// An engine refusal (submit's error or a sink's on_error before any output) as an API error:
+// "overloaded: ..." -> 429, "engine is draining/stopping/not started" -> 503, else 500.
+api_error engine_error(const std::string& message);
+
+// "cmpl-<n>" / "chatcmpl-<n>", unique in this process.
+std::string next_response_id(api_kind kind);
+
+}  // namespace troupe::server
