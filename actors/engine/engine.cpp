@@ -1,7 +1,6 @@
 #include "actors/engine/engine.h"
 
 #include "actors/executor/executor_actor.h"
-#include "actors/kv_allocator/kv_allocator_actor.h"
 #include "actors/scheduler/scheduler_actor.h"
 #include "actors/streamer/streamer_actor.h"
 #include "actors/tokenizer/tokenizer_actor.h"
@@ -23,55 +22,60 @@ engine::engine(engine_parts parts, engine_params params) : params_(params) {
     switch (params.lanes) {
         case lane_layout::one_lane: {
             lane* l = make("lane");
-            build(std::move(parts), params, l, l, l, l, l);
+            build(std::move(parts), params, l, l, l, l);
             break;
         }
         case lane_layout::control_and_compute: {
             lane* control = make("control");
             lane* compute = make("compute");
-            build(std::move(parts), params, control, control, control, compute, control);
+            build(std::move(parts), params, control, control, compute, control);
             break;
         }
         case lane_layout::lane_per_actor: {
             lane* tok = make("tokenizer");
             lane* sched = make("scheduler");
-            lane* kv = make("kv_allocator");
             lane* exec = make("executor");
             lane* stream = make("streamer");
-            build(std::move(parts), params, tok, sched, kv, exec, stream);
+            build(std::move(parts), params, tok, sched, exec, stream);
             break;
         }
     }
 }
 
 engine::engine(engine_parts parts, engine_params params, lane& manual) : params_(params), manual_(&manual) {
-    build(std::move(parts), params, &manual, &manual, &manual, &manual, &manual);
+    build(std::move(parts), params, &manual, &manual, &manual, &manual);
 }
 
-void engine::build(engine_parts parts, const engine_params& params, lane* tok, lane* sched, lane* kv, lane* exec,
-                   lane* stream) {
+void engine::build(engine_parts parts, const engine_params& params, lane* tok, lane* sched, lane* exec, lane* stream) {
     TROUPE_ASSERT(parts.runner != nullptr && parts.codec != nullptr, "engine needs a model runner and a codec");
     description_ = parts.runner->description();
-    scheduler_config sc;
+    bytes_per_token_ = parts.runner->kv_bytes_per_token();
+    scheduler_params sc;
     sc.max_waiting = params.max_waiting;
     sc.max_running = params.max_running;
     sc.n_ctx = parts.runner->n_ctx();
     sc.max_draft = parts.draft ? params.max_draft : 0;
     sc.eog_ids = parts.codec->eog_ids();
-    const kv_geometry geometry = parts.runner->kv();
+    sc.max_batched_tokens = std::max(params.max_batched_tokens, 1);
+    sc.kv = parts.runner->kv();
+    sc.prefix_caching = params.prefix_caching;
+    sc.policy = params.policy;
+    sc.preemption = params.preemption;
+    sc.can_swap = parts.runner->separate_kv_memory();
+    auto codec = parts.codec;
 
     tokenizer_ = std::make_unique<tokenizer_actor>(*tok, parts.codec, params.submit_capacity);
     scheduler_ = std::make_unique<scheduler_actor>(*sched, std::move(sc), params.scheduler_capacity);
-    kv_ = std::make_unique<kv_allocator_actor>(*kv, geometry, k_control_only_capacity);
-    executor_ = std::make_unique<executor_actor>(*exec, std::move(parts.runner), std::move(parts.draft),
-                                                 k_control_only_capacity);
+    executor_ =
+        std::make_unique<executor_actor>(*exec, std::move(parts.runner), std::move(parts.draft),
+                                         k_control_only_capacity, [codec](int32_t id) { return codec->piece(id); });
     streamer_ = std::make_unique<streamer_actor>(
         *stream, parts.codec, &overhead_, [this](request_id id, request_outcome o) { on_request_end(id, o); },
         params.streamer_capacity);
 
     tokenizer_->connect(scheduler_->inbox(), streamer_->inbox());
-    scheduler_->connect(kv_->inbox(), executor_->inbox(), streamer_->inbox());
-    kv_->connect(scheduler_->inbox());
+    streamer_->set_timing_fn([this](const usage& u, const timings& t) { window_.record(u, t, steady_clock::now()); });
+    scheduler_->connect(executor_->inbox(), streamer_->inbox());
     executor_->connect(scheduler_->inbox());
     streamer_->connect(scheduler_->inbox());
 }
@@ -96,7 +100,9 @@ status engine::start() {
 result<request_id> engine::submit(request r, request_sink sink) {
     if (!accepting_.load()) {
         n_refused_.fetch_add(1);
-        return make_error(stopped_.load() ? "engine is stopping: no new requests" : "engine is not started");
+        if (stopped_.load()) return make_error("engine is stopping: no new requests");
+        if (draining_.load()) return make_error("engine is draining: no new requests");
+        return make_error("engine is not started");
     }
     const request_id id = next_id_.fetch_add(1);
     submit_request m;
@@ -106,6 +112,7 @@ result<request_id> engine::submit(request r, request_sink sink) {
     m.params = std::make_shared<const sampling_params>(std::move(r.sampling));
     m.sink = std::make_shared<const request_sink>(std::move(sink));
     m.t_submit = steady_clock::now();
+    m.logprobs = r.logprobs;
     n_in_flight_.fetch_add(1);
     if (!tokenizer_->inbox().try_post(std::move(m))) {
         n_in_flight_.fetch_sub(1);
@@ -197,8 +204,38 @@ engine_stats engine::stats() const {
     s.draft_acceptance =
         s.n_drafted > 0 ? static_cast<double>(s.n_draft_accepted) / static_cast<double>(s.n_drafted) : 0;
     s.token_overhead = overhead_.summary();
-    s.mailboxes = {tokenizer_->inbox().stats(), scheduler_->inbox().stats(), kv_->inbox().stats(),
-                   executor_->inbox().stats(), streamer_->inbox().stats()};
+    s.mailboxes = {tokenizer_->inbox().stats(), scheduler_->inbox().stats(), executor_->inbox().stats(),
+                   streamer_->inbox().stats()};
+    s.n_preemptions = c.n_preemptions.load();
+    return s;
+}
+
+void engine::drain() {
+    if (draining_.exchange(true)) return;
+    const bool was = accepting_.exchange(false);
+    if (was)
+        TROUPE_LOG_INFO("engine", "draining: %lld requests in flight", static_cast<long long>(n_in_flight_.load()));
+}
+
+engine_snapshot engine::snapshot() const {
+    engine_snapshot s;
+    const time_point now = steady_clock::now();
+    s.accepting = accepting_.load();
+    scheduler_->view(s.requests, s.kv, s.steps);
+    s.kv.bytes_per_block = bytes_per_token_ * static_cast<uint64_t>(s.kv.block_size);
+    const window_figures f = window_.figures(now);
+    s.ttft_ms = f.ttft_ms;
+    s.tpot_ms = f.tpot_ms;
+    s.e2e_ms = f.e2e_ms;
+    s.tokens_per_s = f.tokens_per_s;
+    s.requests_per_s = f.requests_per_s;
+    s.n_completed = n_completed_.load();
+    s.n_failed = n_failed_.load();
+    s.n_cancelled = n_cancelled_.load();
+    s.n_refused = n_refused_.load();
+    const auto& c = scheduler_->counters();
+    s.n_generated_tokens = c.n_tokens.load();
+    s.n_prompt_tokens = c.n_prompt_tokens.load();
     return s;
 }
 

@@ -1,6 +1,6 @@
 // engine: the five actors wired into one pipeline, and the API a front end calls.
 //
-//   submit ─► tokenizer ─► scheduler ⇄ kv_allocator
+//   submit ─► tokenizer ─► scheduler (+ KV block pool, prefix cache)
 //                 │            ⇅
 //                 │         executor (model_runner, samplers, draft verification)
 //                 ▼            │
@@ -26,7 +26,9 @@
 
 #include "actors/common/request_types.h"
 #include "actors/engine/engine_snapshot.h"
+#include "actors/engine/request_window.h"
 #include "actors/executor/draft_proposer.h"
+#include "actors/scheduler/scheduling_policy.h"
 #include "actors/tokenizer/text_codec.h"
 #include "core/model/model_runner.h"
 #include "core/result.h"
@@ -39,19 +41,22 @@ namespace troupe {
 class lane;
 class tokenizer_actor;
 class scheduler_actor;
-class kv_allocator_actor;
 class executor_actor;
 class streamer_actor;
 
 enum class lane_layout {
     one_lane,             // every actor on one thread
     control_and_compute,  // executor on its own thread, the others on one
-    lane_per_actor,       // five threads
+    lane_per_actor,       // four threads (the KV block pool lives in the scheduler)
 };
 
 struct engine_params {
     int32_t max_waiting = 256;          // scheduler's waiting queue
     int32_t max_running = 16;           // sequences per step
+    int32_t max_batched_tokens = 2048;  // token budget per step: decodes first, then prefill chunks
+    batching_policy policy = batching_policy::continuous;
+    preemption_mode preemption = preemption_mode::recompute;  // swap only where the runner has device memory
+    bool prefix_caching = true;                               // share KV blocks of identical prompt prefixes
     int32_t max_draft = 0;              // speculative tokens per step when a draft proposer is given (0: off)
     int32_t submit_capacity = 1024;     // tokenizer mailbox: submissions not yet tokenized
     int32_t scheduler_capacity = 1024;  // scheduler mailbox: tokenized prompts not yet queued
@@ -85,9 +90,10 @@ struct engine_stats {
     int64_t n_tokens = 0;
     int64_t n_drafted = 0;
     int64_t n_draft_accepted = 0;
-    double draft_acceptance = 0;     // n_draft_accepted / n_drafted
-    latency_summary token_overhead;  // per token: sampled (executor) -> delivered (streamer), microseconds
-    std::vector<mailbox_stats> mailboxes;
+    double draft_acceptance = 0;           // n_draft_accepted / n_drafted
+    latency_summary token_overhead;        // per token: sampled (executor) -> delivered (streamer), microseconds
+    std::vector<mailbox_stats> mailboxes;  // tokenizer, scheduler, executor, streamer
+    int64_t n_preemptions = 0;
 };
 
 class engine {
@@ -110,29 +116,32 @@ public:
     engine_stats stats() const;
     // The live view for the admin console and /metrics (issue 3; see engine_snapshot.h).
     engine_snapshot snapshot() const;
-    // Stops admitting new requests (submit answers "engine is draining"); running ones finish.
+    // Stops admitting new requests (submit answers "engine is draining: ..."); those in flight finish.
+    // Idempotent; stop() still ends the engine (and waits for the drain up to its timeout).
     void drain();
+    bool draining() const { return draining_.load(); }
     std::string description() const;
 
 private:
-    void build(engine_parts parts, const engine_params& params, lane* tok, lane* sched, lane* kv, lane* exec,
-               lane* stream);
+    void build(engine_parts parts, const engine_params& params, lane* tok, lane* sched, lane* exec, lane* stream);
     void on_request_end(request_id id, request_outcome outcome);
     // Waits (or, on a manual lane, runs it) until no request is in flight or the deadline passes.
     bool wait_idle(steady_clock::time_point deadline);
 
     engine_params params_;
     std::string description_;
+    uint64_t bytes_per_token_ = 0;
     std::vector<std::unique_ptr<lane>> owned_lanes_;
     lane* manual_ = nullptr;
     latency_histogram overhead_;
     std::unique_ptr<tokenizer_actor> tokenizer_;
     std::unique_ptr<scheduler_actor> scheduler_;
-    std::unique_ptr<kv_allocator_actor> kv_;
     std::unique_ptr<executor_actor> executor_;
     std::unique_ptr<streamer_actor> streamer_;
 
+    request_window window_;
     std::atomic<bool> accepting_{false};
+    std::atomic<bool> draining_{false};
     std::atomic<bool> stopped_{false};
     std::atomic<request_id> next_id_{1};
     std::atomic<int64_t> n_submitted_{0};

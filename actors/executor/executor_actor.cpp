@@ -5,8 +5,8 @@
 namespace troupe {
 
 executor_actor::executor_actor(lane& home, std::shared_ptr<model_runner> runner, draft_proposer_fn draft,
-                               int32_t capacity)
-    : core_(std::move(runner), std::move(draft)),
+                               int32_t capacity, std::function<std::string(int32_t)> piece)
+    : core_(std::move(runner), std::move(draft), std::move(piece)),
       inbox_(
           home, "executor", capacity, [this](executor_msg& m) { handle(m); },
           [this](const executor_msg& m, const std::string& what) { on_failure(m, what); }) {}
@@ -19,6 +19,7 @@ void executor_actor::handle(executor_msg& m) {
     std::visit(overloaded{
                    [&](step_plan& p) { scheduler_->post(core_.run(p)); },
                    [&](retire_sequences& r) { core_.retire(r.seq_ids); },
+                   [&](swap_blocks& w) { core_.swap(w); },
                },
                m);
 }

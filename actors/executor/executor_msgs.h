@@ -23,6 +23,10 @@ struct step_sequence {
     std::shared_ptr<const sampling_params> params;
     bool sample = true;     // false for a prefill chunk that is not the prompt's last
     int32_t max_draft = 0;  // speculative tokens the executor may add after tokens (0: none)
+    // The tokens at positions [0, pos0) on the first step after (re)admission: a prefix-cache hit
+    // starts at pos0 > 0, and the executor's history (penalties, drafts) must know what is there.
+    std::shared_ptr<const std::vector<int32_t>> context;
+    int32_t logprobs = -1;  // -1: none; 0: the sampled token's; k: also the top k alternatives
 };
 
 struct step_plan {
@@ -36,6 +40,17 @@ struct retire_sequences {
     std::vector<int64_t> seq_ids;
 };
 
-using executor_msg = std::variant<step_plan, retire_sequences>;
+// Swap preemption, where the runner has separate device memory: copy a sequence's KV rows from its
+// blocks to host memory (to_host) or back into newly granted blocks. Sent before the step that
+// reuses (or needs) those blocks; the executor handles messages in order.
+struct swap_blocks {
+    static constexpr const char* name = "swap_blocks";
+    int64_t seq_id = 0;
+    bool to_host = true;
+    std::vector<int32_t> blocks;  // in position order
+    int32_t n_tokens = 0;         // rows that hold data
+};
+
+using executor_msg = std::variant<step_plan, retire_sequences, swap_blocks>;
 
 }  // namespace troupe

@@ -4,32 +4,38 @@
 
 namespace troupe {
 
-scheduler_actor::scheduler_actor(lane& home, scheduler_config config, int32_t capacity)
-    : core_(std::move(config)),
+scheduler_actor::scheduler_actor(lane& home, scheduler_params config, int32_t capacity)
+    : core_([&config] {
+          config.plan_on_events = false;
+          return std::move(config);
+      }()),
       inbox_(
           home, "scheduler", capacity, [this](scheduler_msg& m) { handle(m); },
           [this](const scheduler_msg& m, const std::string& what) { on_failure(m, what); }) {}
 
-void scheduler_actor::connect(mailbox<kv_allocator_msg>& kv, mailbox<executor_msg>& executor,
-                              mailbox<streamer_msg>& streamer) {
-    kv_ = &kv;
+void scheduler_actor::connect(mailbox<executor_msg>& executor, mailbox<streamer_msg>& streamer) {
     executor_ = &executor;
     streamer_ = &streamer;
 }
 
 void scheduler_actor::handle(scheduler_msg& m) {
     out_.clear();
+    const bool tick = std::holds_alternative<plan_tick>(m);
+    if (tick) tick_pending_ = false;
     std::visit(overloaded{
                    [&](enqueue_request& r) { core_.enqueue(r, out_); },
                    [&](cancel_request& c) { core_.cancel(c.id, out_); },
                    [&](finish_request& f) { core_.finish(f.id, out_); },
                    [&](abort_all& a) { core_.abort_all(a.reason, out_); },
-                   [&](blocks_granted& g) { core_.granted(g, out_); },
-                   [&](blocks_refused& r) { core_.refused(r, out_); },
                    [&](step_done& d) { core_.step_finished(d, out_); },
+                   [&](plan_tick&) { core_.plan(out_); },
                },
                m);
     send(out_);
+    if (!tick && !tick_pending_ && core_.wants_step()) {
+        tick_pending_ = true;
+        inbox_.post(plan_tick{});
+    }
 }
 
 void scheduler_actor::send(scheduler_output& out) {
@@ -61,16 +67,14 @@ void scheduler_actor::send(scheduler_output& out) {
                 }
             }
             for (auto& f : again.failures) out.failures.push_back(std::move(f));
-            for (auto& r : again.release) out.release.push_back(r);
             for (auto id : again.retire) out.retire.push_back(id);
-            for (auto& r : again.reserve) out.reserve.push_back(r);
+            for (auto& w : again.swaps) out.swaps.push_back(std::move(w));
             if (again.step) out.step = std::move(again.step);
         }
     }
     for (auto& f : out.failures) streamer_->post(std::move(f));
-    for (const auto& r : out.release) kv_->post(r);
-    for (const auto& r : out.reserve) kv_->post(r);
     if (!out.retire.empty()) executor_->post(retire_sequences{std::move(out.retire)});
+    for (auto& w : out.swaps) executor_->post(std::move(w));
     if (out.step) executor_->post(std::move(*out.step));
 
     const auto& c = core_.counters();
@@ -80,6 +84,57 @@ void scheduler_actor::send(scheduler_output& out) {
     live_.n_accepted.store(c.n_accepted, std::memory_order_relaxed);
     live_.n_waiting.store(static_cast<int64_t>(core_.n_waiting()), std::memory_order_relaxed);
     live_.n_running.store(static_cast<int64_t>(core_.n_running()), std::memory_order_relaxed);
+    live_.n_preemptions.store(c.n_preemptions, std::memory_order_relaxed);
+    live_.n_prompt_tokens.store(c.n_prompt_tokens, std::memory_order_relaxed);
+    publish();
+}
+
+void scheduler_actor::publish() {
+    const time_point now = steady_clock::now();
+    const auto& c = core_.counters();
+    if (c.n_steps > published_steps_) {
+        published_steps_ = c.n_steps;
+        recent_steps_.push_back({now, c.last_batch_size, c.last_batch_tokens});
+    }
+    while (!recent_steps_.empty() && now - recent_steps_.front().when > std::chrono::minutes(1))
+        recent_steps_.pop_front();
+    // The request list costs O(requests): refresh it at most every 5 ms (cheap for a busy engine).
+    const bool list = now - last_publish_ > std::chrono::milliseconds(5) || core_.n_running() + core_.n_waiting() < 8;
+    std::lock_guard lock(view_mutex_);
+    if (list) {
+        core_.view(requests_, now);
+        last_publish_ = now;
+    }
+    const block_pool& pool = core_.pool();
+    const block_pool_stats ps = pool.stats();
+    kv_view_.block_size = pool.block_size();
+    kv_view_.n_blocks = pool.n_blocks();
+    kv_view_.n_used = ps.n_used;
+    kv_view_.n_cached = ps.n_cached;
+    kv_view_.n_free = ps.n_free;
+    kv_view_.n_prefix_queries = ps.n_prefix_queries;
+    kv_view_.n_prefix_hits = ps.n_prefix_hits;
+    kv_view_.prefix_hit_rate =
+        ps.n_prefix_queries > 0 ? static_cast<double>(ps.n_prefix_hits) / static_cast<double>(ps.n_prefix_queries) : 0;
+    kv_view_.n_preemptions = c.n_preemptions;
+    step_view_.n_steps = c.n_steps;
+    step_view_.last_batch_size = c.last_batch_size;
+    step_view_.last_batch_tokens = c.last_batch_tokens;
+    double seqs = 0, toks = 0;
+    for (const auto& r : recent_steps_) {
+        seqs += r.n_seqs;
+        toks += r.n_tokens;
+    }
+    const double n = static_cast<double>(recent_steps_.size());
+    step_view_.mean_batch_size = n > 0 ? seqs / n : 0;
+    step_view_.mean_batch_tokens = n > 0 ? toks / n : 0;
+}
+
+void scheduler_actor::view(std::vector<request_view>& requests, kv_view& kv, step_view& steps) const {
+    std::lock_guard lock(view_mutex_);
+    requests = requests_;
+    kv = kv_view_;
+    steps = step_view_;
 }
 
 void scheduler_actor::on_failure(const scheduler_msg& m, const std::string& what) {
@@ -90,8 +145,7 @@ void scheduler_actor::on_failure(const scheduler_msg& m, const std::string& what
                    [&](const cancel_request& c) { ids.push_back(c.id); },
                    [&](const finish_request& f) { ids.push_back(f.id); },
                    [&](const abort_all&) {},
-                   [&](const blocks_granted& g) { ids.push_back(g.seq_id); },
-                   [&](const blocks_refused& r) { ids.push_back(r.seq_id); },
+                   [&](const plan_tick&) { tick_pending_ = false; },
                    [&](const step_done& d) {
                        step = d.step_id;
                        for (const auto& r : d.results) ids.push_back(r.seq_id);

@@ -1,22 +1,30 @@
-// scheduler_core: the scheduling policy, a pure class (no Asio) that the scheduler actor wraps.
+// scheduler_core: the continuous-batching policy, a pure class (no Asio) that the scheduler actor wraps.
+// It owns the KV block pool's bookkeeping (block_pool: paged blocks, prefix cache) and decides, step
+// by step, which tokens of which sequences run next.
 //
-// Requests wait in a bounded FCFS queue. The head is admitted when a running slot is free and the KV
-// allocator grants it blocks (one reservation in flight at a time keeps FCFS strict); a refusal
-// blocks admission until some sequence releases blocks. At most one step is in flight: when none is,
-// every running sequence goes into the next plan with its pending tokens (the whole prompt on its
-// first step, then its last sampled token, plus room for draft tokens), so newly admitted prompts
-// join the decodes of the others in one batch.
+// One step is planned whenever none is in flight, under a token budget (max_batched_tokens):
+//   1. decodes: every running sequence with one pending token (plus room for draft tokens) gets it,
+//      in admission order. Each may need one more KV block; when none is free the latest admitted
+//      running sequence is preempted (recompute: its blocks are freed and it goes back to the head of
+//      the queue with all its tokens as the new prompt; swap: its blocks are copied to host memory
+//      first, where the runner has separate device memory) until the block fits.
+//   2. prefill chunks: running sequences still in their prompt get min(pending, budget left) tokens;
+//      only the chunk that reaches the prompt's end samples. A long prompt thus takes several steps
+//      and never stalls the decodes above.
+//   3. admission (FCFS, bounded queue, at most max_running running): the head is admitted when the
+//      blocks for its whole prompt are free; its longest cached prefix (whole blocks, at least one
+//      token left to compute) is shared instead of recomputed, so its first chunk starts at
+//      pos0 = n_cached. If the head's next prompt block is being computed by another sequence in
+//      the step in flight, admission waits one step to share it instead of computing it twice.
+//   static policy (the baseline): admission only when nothing runs; the admitted batch runs to its end.
 //
 // Each step result is checked token by token for the stop conditions, in this order: an
-// end-of-generation or stop token (unless ignore_eos; the token is counted but not detokenized),
-// max_tokens (finish length), then the context (finish context_full when no position is left).
+// end-of-generation or stop token (unless ignore_eos; counted but not detokenized), max_tokens
+// (finish length), then the context (finish context_full when no position is left).
 //
-// Per sequence: n_computed = positions in the KV cache; pending = known tokens not yet run;
-// n_computed + pending.size() <= n_covered (the positions its blocks cover) whenever it is planned.
-//
-// Seams for what comes next: a continuous-batching policy replaces plan_step() (token budget, prefill
-// chunks with sample=false, preemption by releasing blocks and re-queueing with its tokens as the
-// new prompt) and reserve_for() (grow block tables step by step) without touching the messages.
+// Per sequence: tokens = prompt then every sampled token; n_computed = positions in the KV cache;
+// tokens[n_computed..] are pending (one after a sample, the rest of the prompt during prefill, all of
+// them after a recompute preemption). Its block table covers n_computed plus the step's tokens.
 #pragma once
 
 #include <deque>
@@ -25,26 +33,37 @@
 #include <unordered_map>
 #include <vector>
 
+#include "actors/engine/engine_snapshot.h"
 #include "actors/executor/executor_msgs.h"
-#include "actors/kv_allocator/kv_allocator_msgs.h"
+#include "actors/kv_allocator/block_pool.h"
 #include "actors/scheduler/scheduler_msgs.h"
+#include "actors/scheduler/scheduling_policy.h"
 #include "actors/streamer/streamer_msgs.h"
 
 namespace troupe {
 
-struct scheduler_config {
-    int32_t max_waiting = 256;  // queued requests beyond this are refused as overloaded
-    int32_t max_running = 16;   // sequences per step
-    int32_t n_ctx = 0;          // positions per sequence
-    int32_t max_draft = 0;      // speculative tokens per decode step (0: off)
+struct scheduler_params {
+    int32_t max_waiting = 256;          // queued requests beyond this are refused as overloaded
+    int32_t max_running = 16;           // sequences per step
+    int32_t max_batched_tokens = 2048;  // token budget per step: decodes, drafts and prefill chunks
+    int32_t n_ctx = 0;                  // positions per sequence
+    int32_t max_draft = 0;              // speculative tokens per decode step (0: off)
     std::vector<int32_t> eog_ids;
+    kv_geometry kv{0, 0};  // block_size 0: one block of n_ctx per sequence, max_running blocks
+    bool prefix_caching = true;
+    batching_policy policy = batching_policy::continuous;
+    preemption_mode preemption = preemption_mode::recompute;
+    bool can_swap = false;
+    // true: every input that may allow a step plans it at once (the tables in the tests); false: a
+    // step result plans the next at once, other inputs leave it to plan() (the actor posts itself a
+    // plan_tick, so the arrivals and cancels already queued are handled first).
+    bool plan_on_events = true;  // the runner has separate device memory (swap falls back to recompute otherwise)
 };
 
 // What the scheduler sends after handling one input; the actor shell posts each part.
 struct scheduler_output {
-    std::vector<reserve_blocks> reserve;
-    std::vector<release_blocks> release;
     std::vector<int64_t> retire;             // sequences whose executor state can go
+    std::vector<swap_blocks> swaps;          // before the step: host copies out of / into blocks
     std::vector<token_delivery> deliveries;  // one deliver_tokens message
     std::vector<fail_stream> failures;
     std::optional<step_plan> step;
@@ -57,49 +76,64 @@ struct scheduler_counters {
     int64_t n_tokens = 0;  // sampled tokens consumed
     int64_t n_drafted = 0;
     int64_t n_accepted = 0;
+    int64_t n_preemptions = 0;
+    int64_t n_prompt_tokens = 0;         // admitted prompt tokens
+    int64_t n_cached_prompt_tokens = 0;  // of which served from the prefix cache
+    int32_t last_batch_size = 0;
+    int32_t last_batch_tokens = 0;
 };
 
 class scheduler_core {
 public:
-    explicit scheduler_core(scheduler_config config);
+    explicit scheduler_core(scheduler_params config);
 
     void enqueue(const enqueue_request& r, scheduler_output& out);
     void cancel(request_id id, scheduler_output& out);
     // The streamer already finished the request (stop string): drop it without telling the streamer.
     void finish(request_id id, scheduler_output& out);
     void abort_all(const std::string& reason, scheduler_output& out);
-    void granted(const blocks_granted& g, scheduler_output& out);
-    void refused(const blocks_refused& r, scheduler_output& out);
     void step_finished(const step_done& d, scheduler_output& out);
     // Supervision and undeliverable output: fail these requests with a message, wherever they are.
     void fail(const std::vector<request_id>& ids, const std::string& message, scheduler_output& out);
     // Supervision: the handler of this step's result threw; forget that it is in flight.
     void abandon_step(int64_t step_id);
+    // Plans the next step if none is in flight and something can run.
+    void plan(scheduler_output& out);
+    // No step in flight and some request waiting or running: plan() may produce a step.
+    bool wants_step() const { return !in_flight_ && (!running_.empty() || !waiting_.empty()); }
 
     size_t n_waiting() const { return waiting_.size(); }
     size_t n_running() const { return running_.size(); }
     bool step_in_flight() const { return in_flight_.has_value(); }
     bool knows(request_id id) const { return seqs_.contains(id); }
     const scheduler_counters& counters() const { return counters_; }
+    const block_pool& pool() const { return pool_; }
+    const scheduler_params& config() const { return config_; }
+    // The requests, oldest first, for engine::snapshot().
+    void view(std::vector<request_view>& out, time_point now) const;
 
 private:
-    enum class phase { waiting, reserving, running };
+    enum class phase { waiting, running };
 
     struct sequence_state {
         request_id id = 0;
-        std::shared_ptr<const std::vector<int32_t>> prompt;
         std::shared_ptr<const sampling_params> params;
         time_point t_submit;
         time_point t_admitted;
         phase where = phase::waiting;
-        bool cancel_on_reply = false;  // cancelled (or failed) while its reservation was in flight
-        bool failed = false;           // failed while reserving: the client has been told already
-        std::shared_ptr<const std::vector<int32_t>> block_table;
-        int32_t n_covered = 0;
+        std::vector<int32_t> tokens;  // prompt, then sampled tokens; [n_computed, size) pending
+        int32_t n_prompt = 0;         // the request's prompt
         int32_t n_computed = 0;
-        std::vector<int32_t> pending;  // known tokens not yet in the KV cache
+        int32_t n_cached = 0;  // prompt tokens shared from the prefix cache at the last admission
         int32_t n_generated = 0;
         int32_t n_step_inputs = 0;  // tokens (without drafts) in the step in flight
+        bool step_samples = false;
+        bool swapped = false;  // its KV rows are in host memory (swap preemption)
+        bool fresh = true;     // the executor has not seen it since (re)admission
+        bool ever_admitted = false;
+        int32_t n_preemptions = 0;
+        int32_t logprobs = -1;
+        int32_t pending() const { return static_cast<int32_t>(tokens.size()) - n_computed; }
     };
 
     struct step_record {
@@ -108,21 +142,23 @@ private:
     };
 
     void schedule(scheduler_output& out);
-    void admit_head(scheduler_output& out);
-    std::optional<step_plan> plan_step();
-    int32_t reserve_for(const sequence_state& s) const;
+    std::optional<step_plan> plan_step(scheduler_output& out);
+    // Frees the latest admitted running sequence's blocks and requeues it at the head; false if none.
+    bool preempt_last(scheduler_output& out);
+    bool admit_head(int32_t& budget, step_plan& plan, step_record& record, scheduler_output& out);
+    void add_to_plan(sequence_state& s, int32_t n_tokens, int32_t max_draft, step_plan& plan, step_record& record);
     void consume(sequence_state& s, const sequence_result& r, scheduler_output& out);
     bool is_stop_token(const sequence_state& s, int32_t token) const;
     // Removes the sequence; frees its blocks and executor state.
     void drop(request_id id, scheduler_output& out);
     void end(sequence_state& s, finish_reason reason, scheduler_output& out);
+    int32_t max_cached_tokens(const sequence_state& s) const;
 
-    scheduler_config config_;
+    scheduler_params config_;
+    block_pool pool_;
     std::unordered_map<request_id, sequence_state> seqs_;
-    std::deque<request_id> waiting_;   // FCFS; the head may be reserving
+    std::deque<request_id> waiting_;   // FCFS; preempted sequences go back to the front
     std::vector<request_id> running_;  // admission order
-    bool reserving_ = false;
-    bool blocked_on_kv_ = false;  // the head was refused; retry after a release
     bool stopping_ = false;
     std::string stop_reason_;
     std::optional<step_record> in_flight_;

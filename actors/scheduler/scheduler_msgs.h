@@ -1,5 +1,5 @@
-// Messages to the scheduler actor: requests (from the tokenizer), KV grants (from the KV allocator),
-// step results (from the executor), stop-string finishes (from the streamer), stop (from the engine).
+// Messages to the scheduler actor: requests (from the tokenizer), step results (from the executor), stop-string
+// finishes (from the streamer), stop (from the engine).
 #pragma once
 
 #include <memory>
@@ -18,6 +18,7 @@ struct enqueue_request {
     std::shared_ptr<const std::vector<int32_t>> prompt;  // ids, with BOS
     std::shared_ptr<const sampling_params> params;
     time_point t_submit;
+    int32_t logprobs = -1;  // -1: none; 0: the sampled token's; k: also the top k
 };
 
 // Cancellation is a message. Sent through the tokenizer so that it arrives behind the request itself.
@@ -39,26 +40,13 @@ struct abort_all {
     std::string reason;
 };
 
-struct blocks_granted {
-    static constexpr const char* name = "blocks_granted";
-    int64_t seq_id = 0;
-    std::vector<int32_t> block_table;
-    int32_t n_tokens_covered = 0;
-};
-
-struct blocks_refused {
-    static constexpr const char* name = "blocks_refused";
-    int64_t seq_id = 0;
-    int32_t n_tokens = 0;
-    bool never_fits = false;  // more than the whole pool
-};
-
 struct sequence_result {
     int64_t seq_id = 0;
     std::vector<int32_t> tokens;  // accepted draft tokens, then one sampled token (empty if not sampled)
     int32_t n_drafted = 0;
     int32_t n_accepted = 0;
     time_point t_sampled;
+    std::vector<token_logprobs> logprobs;  // per token in tokens, when the plan asked for logprobs
 };
 
 struct step_done {
@@ -68,7 +56,12 @@ struct step_done {
     std::string error;                     // non-empty: the step failed and every sequence in it with it
 };
 
-using scheduler_msg =
-    std::variant<enqueue_request, cancel_request, finish_request, abort_all, blocks_granted, blocks_refused, step_done>;
+// The scheduler to itself: plan the next step now. Posted after an input that may allow one, so the
+// inputs already queued (arrivals, cancels) are handled first and join or leave that plan.
+struct plan_tick {
+    static constexpr const char* name = "plan_tick";
+};
+
+using scheduler_msg = std::variant<enqueue_request, cancel_request, finish_request, abort_all, step_done, plan_tick>;
 
 }  // namespace troupe

@@ -17,6 +17,8 @@ public:
     void connect(mailbox<scheduler_msg>& scheduler);
 
     mailbox<streamer_msg>& inbox() { return inbox_; }
+    // Before start: where finished requests' timings go.
+    void set_timing_fn(streamer_core::timing_fn fn) { core_.set_timing_fn(std::move(fn)); }
 
 private:
     void handle(streamer_msg& m);

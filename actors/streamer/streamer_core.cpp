@@ -56,6 +56,9 @@ void streamer_core::deliver(const deliver_tokens& m, std::vector<request_id>& st
         s.use.n_draft_tokens += e.n_drafted;
         s.use.n_draft_accepted += e.n_accepted;
 
+        if (s.sink->on_logprobs) {
+            for (const token_logprobs& lp : e.logprobs) s.sink->on_logprobs(lp);
+        }
         std::string text = std::move(s.held);
         s.held.clear();
         for (int32_t t : e.tokens) text += s.decoder->push(t);
@@ -107,6 +110,7 @@ void streamer_core::finish(request_id id, stream_state& s, finish_reason reason,
     auto sink = s.sink;  // the stream goes before the callback runs: a throwing sink cannot end it twice
     usage use = s.use;
     streams_.erase(id);
+    if (on_timing_ && reason != finish_reason::cancelled) on_timing_(use, t);
     if (on_end_) on_end_(id, reason == finish_reason::cancelled ? request_outcome::cancelled : request_outcome::done);
     if (sink->on_done) sink->on_done(reason, use, t);
 }

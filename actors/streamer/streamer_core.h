@@ -27,6 +27,8 @@ class streamer_core {
 public:
     // on_end is told once per opened request when it ends (the engine counts in-flight requests).
     using end_fn = std::function<void(request_id, request_outcome)>;
+    // Told the usage and timings of every request that finishes (not failed ones): the engine's window.
+    using timing_fn = std::function<void(const usage&, const timings&)>;
 
     streamer_core(std::shared_ptr<const text_codec> codec, latency_histogram* overhead, end_fn on_end);
 
@@ -37,6 +39,7 @@ public:
     // A stream that could not be opened: its sink hears the error directly.
     void reject(const open_stream& m, const std::string& message);
     void close_all(const std::string& reason);
+    void set_timing_fn(timing_fn fn) { on_timing_ = std::move(fn); }
 
     size_t n_open() const { return streams_.size(); }
     bool is_open(request_id id) const { return streams_.contains(id); }
@@ -63,6 +66,7 @@ private:
     std::shared_ptr<const text_codec> codec_;
     latency_histogram* overhead_;
     end_fn on_end_;
+    timing_fn on_timing_;
     std::unordered_map<request_id, stream_state> streams_;
 };
 

@@ -27,6 +27,11 @@ public:
     virtual std::unique_ptr<text_decoder> make_decoder() const = 0;
     // End-of-generation ids (EOS, EOT, ...).
     virtual std::vector<int32_t> eog_ids() const = 0;
+    // A token's raw bytes (may be part of a UTF-8 sequence), for logprobs; empty where unknown.
+    virtual std::string piece(int32_t id) const {
+        (void)id;
+        return {};
+    }
 };
 
 }  // namespace troupe

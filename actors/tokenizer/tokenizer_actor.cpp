@@ -50,6 +50,7 @@ void tokenizer_actor::submit(const submit_request& r) {
     e.prompt = std::make_shared<const std::vector<int32_t>>(std::move(ids).value());
     e.params = r.params;
     e.t_submit = r.t_submit;
+    e.logprobs = r.logprobs;
     if (!scheduler_->try_post(std::move(e))) {
         streamer_->post(fail_stream{r.id, "overloaded: the scheduler's mailbox is full (" +
                                               std::to_string(scheduler_->stats().capacity) + " requests)"});

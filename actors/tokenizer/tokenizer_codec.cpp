@@ -24,6 +24,10 @@ public:
     std::vector<int32_t> encode(std::string_view text) const override { return tok_->encode(text, true, true); }
     std::unique_ptr<text_decoder> make_decoder() const override { return std::make_unique<tokenizer_decoder>(tok_); }
     std::vector<int32_t> eog_ids() const override { return tok_->eog_ids(); }
+    std::string piece(int32_t id) const override {
+        if (id < 0 || id >= tok_->n_vocab()) return {};
+        return tok_->token_to_piece(id);
+    }
 
 private:
     std::shared_ptr<const tokenizer> tok_;

@@ -344,6 +344,16 @@ void read_config(const YAML::Node& root, const diagnostics& d, engine_config& c)
                                [&](auto& n2, auto& p2) {
                                    read_int(n2, p2, d, c.scheduler.max_waiting, at_least<int32_t>(0));
                                }},
+                              {"policy",
+                               [&](auto& n2, auto& p2) {
+                                   read_enum<schedule_policy>(n2, p2, d, c.scheduler.policy, parse_schedule_policy,
+                                                              {"continuous", "static"});
+                               }},
+                              {"preemption",
+                               [&](auto& n2, auto& p2) {
+                                   read_enum<preemption_policy>(n2, p2, d, c.scheduler.preemption,
+                                                                parse_preemption_policy, {"recompute", "swap"});
+                               }},
                           });
              }},
             {"kv",
@@ -370,6 +380,8 @@ void read_config(const YAML::Node& root, const diagnostics& d, engine_config& c)
                                    if (!m) return d.add(n2, p2, m.message());
                                    c.kv.memory = *m;
                                }},
+                              {"prefix_caching",
+                               [&](auto& n2, auto& p2) { read_bool(n2, p2, d, c.kv.prefix_caching); }},
                           });
              }},
             {"plugins",

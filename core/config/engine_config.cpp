@@ -110,6 +110,38 @@ std::optional<device_kind> parse_device(std::string_view name) {
     return std::nullopt;
 }
 
+std::string_view schedule_policy_name(schedule_policy p) {
+    switch (p) {
+        case schedule_policy::continuous:
+            return "continuous";
+        case schedule_policy::static_batch:
+            return "static";
+    }
+    return "?";
+}
+
+std::optional<schedule_policy> parse_schedule_policy(std::string_view name) {
+    if (name == "continuous") return schedule_policy::continuous;
+    if (name == "static") return schedule_policy::static_batch;
+    return std::nullopt;
+}
+
+std::string_view preemption_policy_name(preemption_policy p) {
+    switch (p) {
+        case preemption_policy::recompute:
+            return "recompute";
+        case preemption_policy::swap:
+            return "swap";
+    }
+    return "?";
+}
+
+std::optional<preemption_policy> parse_preemption_policy(std::string_view name) {
+    if (name == "recompute") return preemption_policy::recompute;
+    if (name == "swap") return preemption_policy::swap;
+    return std::nullopt;
+}
+
 std::optional<log_level> parse_log_level(std::string_view name) {
     for (log_level l : {log_level::debug, log_level::info, log_level::warn, log_level::error}) {
         if (log_level_name(l) == name) return l;
@@ -209,11 +241,14 @@ std::string to_yaml(const engine_config& c) {
     out << YAML::Key << "max_running_seqs" << YAML::Value << c.scheduler.max_running_seqs;
     out << YAML::Key << "max_batched_tokens" << YAML::Value << c.scheduler.max_batched_tokens;
     out << YAML::Key << "max_waiting" << YAML::Value << c.scheduler.max_waiting;
+    out << YAML::Key << "policy" << YAML::Value << std::string(schedule_policy_name(c.scheduler.policy));
+    out << YAML::Key << "preemption" << YAML::Value << std::string(preemption_policy_name(c.scheduler.preemption));
     out << YAML::EndMap;
 
     out << YAML::Key << "kv" << YAML::Value << YAML::BeginMap;
     out << YAML::Key << "block_size" << YAML::Value << c.kv.block_size;
     out << YAML::Key << "memory" << YAML::Value << format_memory_budget(c.kv.memory);
+    out << YAML::Key << "prefix_caching" << YAML::Value << c.kv.prefix_caching;
     out << YAML::EndMap;
 
     out << YAML::Key << "plugins" << YAML::Value << YAML::BeginMap;

@@ -42,15 +42,30 @@ result<memory_budget> parse_memory_budget(std::string_view text);
 // Inverse of parse_memory_budget: "256MiB" where exact, else bytes; fractions as the shortest decimal.
 std::string format_memory_budget(const memory_budget& m);
 
+// scheduler.policy: continuous batching, or the static baseline (a batch runs to completion).
+enum class schedule_policy { continuous, static_batch };
+// scheduler.preemption: when KV blocks run out, recompute the preempted sequence's KV later, or swap
+// its blocks to host memory (only where the device has separate memory; recompute otherwise).
+enum class preemption_policy { recompute, swap };
+
+std::string_view schedule_policy_name(schedule_policy p);
+std::optional<schedule_policy> parse_schedule_policy(std::string_view name);
+std::string_view preemption_policy_name(preemption_policy p);
+std::optional<preemption_policy> parse_preemption_policy(std::string_view name);
+
 struct scheduler_config {
     int32_t max_running_seqs = 64;      // sequences in one step (decode batch)
     int32_t max_batched_tokens = 2048;  // tokens in one step, prefill chunks and decodes together
     int32_t max_waiting = 1024;         // queued requests beyond which new ones are refused (overload)
+    schedule_policy policy = schedule_policy::continuous;
+    preemption_policy preemption = preemption_policy::recompute;
 };
 
 struct kv_config {
     int32_t block_size = 16;                       // tokens per KV block; a power of two
     memory_budget memory{uint64_t{1} << 30, 0.0};  // 1GiB
+    bool prefix_caching = true;                    // share the blocks of identical prompt prefixes
+};  // 1GiB
 };
 
 // One plugin choice. params is the plugin's own sub-tree, passed through unvalidated (the plugin

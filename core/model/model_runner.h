@@ -50,6 +50,21 @@ public:
     virtual size_t kv_bytes_per_token() const = 0;
     // Runs one step. Errors (bad positions, a plugin failure) fail the step, not the process.
     virtual status forward(const forward_batch& batch, forward_output& out) = 0;
+
+    // Swap preemption, for runners whose KV memory is separate from host memory (a GPU): copy the
+    // first n_tokens rows of a sequence's blocks (in position order) to host memory, and back into
+    // other blocks later. The CPU runner has no separate memory: the scheduler recomputes instead.
+    virtual bool separate_kv_memory() const { return false; }
+    virtual status swap_out(int64_t seq_id, std::span<const int32_t> blocks, int32_t n_tokens) {
+        (void)blocks;
+        (void)n_tokens;
+        return make_error("swap_out of sequence " + std::to_string(seq_id) + ": this runner has no separate KV memory");
+    }
+    virtual status swap_in(int64_t seq_id, std::span<const int32_t> blocks, int32_t n_tokens) {
+        (void)blocks;
+        (void)n_tokens;
+        return make_error("swap_in of sequence " + std::to_string(seq_id) + ": this runner has no separate KV memory");
+    }
 };
 
 }  // namespace troupe

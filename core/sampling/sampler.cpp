@@ -187,6 +187,12 @@ void sampler::distribution(std::span<const float> logits, std::span<const int32_
     for (const auto& c : cand) probs[static_cast<size_t>(c.second)] = c.first;
 }
 
+void sampler::penalized(std::span<const float> logits, std::span<const int32_t> history,
+                        std::vector<float>& out) const {
+    out.assign(logits.begin(), logits.end());
+    apply_penalties(params_, history, out);
+}
+
 int32_t sampler::sample(std::span<const float> logits, std::span<const int32_t> history) {
     TROUPE_ASSERT(!logits.empty(), "sampler: empty logits");
     scratch_logits_.assign(logits.begin(), logits.end());

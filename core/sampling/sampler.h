@@ -42,6 +42,9 @@ public:
     // normalized over the vocabulary (zeros outside the kept set). Greedy: one-hot at the argmax.
     void distribution(std::span<const float> logits, std::span<const int32_t> history, std::vector<float>& probs) const;
 
+    // The logits after penalties (before temperature and truncation): what logprobs are reported on.
+    void penalized(std::span<const float> logits, std::span<const int32_t> history, std::vector<float>& out) const;
+
     // distribution() + draw(), or the argmax (after penalties) when greedy.
     int32_t sample(std::span<const float> logits, std::span<const int32_t> history);
 

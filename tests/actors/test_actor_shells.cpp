@@ -51,21 +51,19 @@ TEST(tokenizer_actor, a_full_scheduler_mailbox_fails_the_request_as_overloaded) 
 
 TEST(scheduler_actor, a_streamer_that_falls_behind_fails_the_request_as_overloaded_and_frees_it) {
     lane home("scheduler"), peers("peers"), stalled("stalled");
-    peer<kv_allocator_msg> kv(peers, "kv_allocator", 1);
     peer<executor_msg> executor(peers, "executor", 1);
     peer<streamer_msg> streamer(stalled, "streamer", 2);  // never runs: its client stopped reading
-    scheduler_config config;
+    scheduler_params config;
     config.n_ctx = 64;
     config.eog_ids = {testing::k_fake_eos};
     scheduler_actor sched(home, config, 8);
-    sched.connect(kv.box, executor.box, streamer.box);
+    sched.connect(executor.box, streamer.box);
 
     sampling_params p;
     p.temperature = 0;
     p.max_tokens = 10;
     sched.inbox().post(enqueue_request{1, std::make_shared<const std::vector<int32_t>>(testing::fake_ids("ab")),
                                        std::make_shared<const sampling_params>(p), steady_clock::now()});
-    sched.inbox().post(blocks_granted{1, {0}, 64});
     home.run_until_idle();
     for (int64_t step = 1; step <= 3; ++step) {
         step_done d;
@@ -75,7 +73,13 @@ TEST(scheduler_actor, a_streamer_that_falls_behind_fails_the_request_as_overload
         home.run_until_idle();
     }
     peers.run_until_idle();
-    EXPECT_EQ(kv.got, (std::vector<std::string>{"reserve_blocks", "release_blocks"}));
+    std::vector<request_view> requests;
+    kv_view kv;
+    step_view steps;
+    sched.view(requests, kv, steps);
+    EXPECT_EQ(kv.n_used, 0);  // the failed request's blocks are back
+    EXPECT_TRUE(requests.empty());
+    EXPECT_EQ(steps.n_steps, 3);
     EXPECT_EQ(executor.got, (std::vector<std::string>{"step_plan", "step_plan", "step_plan", "retire_sequences"}));
     EXPECT_EQ(streamer.box.stats().n_rejected, 1);
     EXPECT_EQ(sched.counters().n_running.load(), 0);

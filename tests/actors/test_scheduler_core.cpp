@@ -1,5 +1,8 @@
-// The scheduling policy without actors: each input and the exact output it produces.
+// The scheduling policy without actors: step-by-step tables of what each input produces, driven by a
+// fake executor (each sampled token is the step's last input + 1, unless a table says otherwise).
 #include <gtest/gtest.h>
+
+#include <functional>
 
 #include "actors/scheduler/scheduler_core.h"
 
@@ -8,13 +11,15 @@ namespace {
 
 constexpr int32_t k_eos = 2;
 
-scheduler_config config(int32_t max_running = 4, int32_t max_draft = 0) {
-    scheduler_config c;
+scheduler_params config(int32_t max_running = 4, int32_t max_draft = 0) {
+    scheduler_params c;
     c.max_waiting = 3;
     c.max_running = max_running;
     c.n_ctx = 16;
     c.max_draft = max_draft;
     c.eog_ids = {k_eos};
+    c.kv = {4, 16};  // 16 blocks of 4 tokens
+    c.max_batched_tokens = 64;
     return c;
 }
 
@@ -27,13 +32,22 @@ enqueue_request req(request_id id, std::vector<int32_t> prompt, int32_t max_toke
             std::make_shared<const sampling_params>(p), steady_clock::now()};
 }
 
-step_done done(const step_plan& plan, std::vector<std::vector<int32_t>> tokens, std::vector<int32_t> accepted = {}) {
+std::vector<int32_t> range(int32_t from, int32_t n) {
+    std::vector<int32_t> v;
+    for (int32_t i = 0; i < n; ++i) v.push_back(from + i);
+    return v;
+}
+
+// The fake executor: sampled tokens per sequence given explicitly, or the last input + 1.
+step_done done(const step_plan& plan, std::vector<std::vector<int32_t>> tokens = {},
+               std::vector<int32_t> accepted = {}) {
     step_done d;
     d.step_id = plan.step_id;
     for (size_t i = 0; i < plan.seqs.size(); ++i) {
         sequence_result r;
         r.seq_id = plan.seqs[i].seq_id;
-        r.tokens = tokens[i];
+        if (plan.seqs[i].sample)
+            r.tokens = tokens.empty() ? std::vector<int32_t>{plan.seqs[i].tokens.back() + 1} : tokens[i];
         r.n_accepted = accepted.empty() ? 0 : accepted[i];
         r.n_drafted = plan.seqs[i].max_draft;
         d.results.push_back(r);
@@ -41,24 +55,47 @@ step_done done(const step_plan& plan, std::vector<std::vector<int32_t>> tokens, 
     return d;
 }
 
-std::vector<int64_t> ids_of(const step_plan& p) {
-    std::vector<int64_t> ids;
-    for (const auto& s : p.seqs) ids.push_back(s.seq_id);
-    return ids;
+// One planned sequence as the tables write it.
+struct planned {
+    int64_t seq;
+    int32_t pos0;
+    int32_t n_tokens;
+    bool sample;
+    bool operator==(const planned&) const = default;
+};
+
+void PrintTo(const planned& p, std::ostream* os) {
+    *os << "{" << p.seq << " @" << p.pos0 << " x" << p.n_tokens << (p.sample ? " s}" : "}");
 }
 
-TEST(scheduler_core, a_request_is_reserved_prefilled_decoded_and_released_at_max_tokens) {
+std::vector<planned> shape(const step_plan& p) {
+    std::vector<planned> v;
+    for (const auto& s : p.seqs) v.push_back({s.seq_id, s.pos0, static_cast<int32_t>(s.tokens.size()), s.sample});
+    return v;
+}
+
+std::string show(const std::vector<planned>& v) {
+    std::string s;
+    for (const auto& p : v)
+        s += "{" + std::to_string(p.seq) + " @" + std::to_string(p.pos0) + " x" + std::to_string(p.n_tokens) +
+             (p.sample ? " s" : "") + "} ";
+    return s;
+}
+
+// Runs the plan in out.step through the fake executor and returns the output of step_finished.
+scheduler_output run(scheduler_core& s, scheduler_output& out) {
+    EXPECT_TRUE(out.step);
+    step_plan plan = *out.step;
+    scheduler_output next;
+    s.step_finished(done(plan), next);
+    return next;
+}
+
+TEST(scheduler_core, a_request_is_prefilled_decoded_and_finished_at_max_tokens_with_blocks_growing_per_step) {
     scheduler_core s(config());
     scheduler_output out;
-    s.enqueue(req(1, {1, 10, 11}, 3), out);
-    ASSERT_EQ(out.reserve.size(), 1u);
-    EXPECT_EQ(out.reserve[0].seq_id, 1);
-    EXPECT_EQ(out.reserve[0].n_tokens, 6);  // prompt + max_tokens, within n_ctx
-    EXPECT_FALSE(out.step);
-
-    out.clear();
-    s.granted({1, {0}, 16}, out);
-    ASSERT_TRUE(out.step);
+    s.enqueue(req(1, {1, 10, 11}, 4), out);
+    ASSERT_TRUE(out.step);  // no reservation round trip: the first step is planned at once
     EXPECT_EQ(out.step->seqs[0].tokens, (std::vector<int32_t>{1, 10, 11}));
     EXPECT_EQ(out.step->seqs[0].pos0, 0);
     EXPECT_EQ(*out.step->seqs[0].block_table, std::vector<int32_t>{0});
@@ -68,9 +105,12 @@ TEST(scheduler_core, a_request_is_reserved_prefilled_decoded_and_released_at_max
         std::vector<int32_t> delivered;
         std::optional<finish_reason> finish;
         int32_t next_pos0;
+        std::vector<int32_t> next_table;
     };
-    for (const step_t& t : std::vector<step_t>{
-             {12, {12}, std::nullopt, 3}, {13, {13}, std::nullopt, 4}, {14, {14}, finish_reason::length, -1}}) {
+    for (const step_t& t : std::vector<step_t>{{12, {12}, std::nullopt, 3, {0}},
+                                               {13, {13}, std::nullopt, 4, {0, 1}},  // position 4 needs block 2
+                                               {14, {14}, std::nullopt, 5, {0, 1}},
+                                               {15, {15}, finish_reason::length, -1, {}}}) {
         step_plan plan = *out.step;
         out.clear();
         s.step_finished(done(plan, {{t.sampled}}), out);
@@ -81,15 +121,15 @@ TEST(scheduler_core, a_request_is_reserved_prefilled_decoded_and_released_at_max
             ASSERT_TRUE(out.step);
             EXPECT_EQ(out.step->seqs[0].tokens, std::vector<int32_t>{t.sampled});
             EXPECT_EQ(out.step->seqs[0].pos0, t.next_pos0);
+            EXPECT_EQ(*out.step->seqs[0].block_table, t.next_table);
         } else {
             EXPECT_FALSE(out.step);
-            ASSERT_EQ(out.release.size(), 1u);
-            EXPECT_EQ(out.release[0].seq_id, 1);
             EXPECT_EQ(out.retire, std::vector<int64_t>{1});
         }
     }
     EXPECT_EQ(s.n_running(), 0u);
     EXPECT_FALSE(s.knows(1));
+    EXPECT_EQ(s.pool().n_free(), 16);  // every block back
 }
 
 TEST(scheduler_core, stop_tokens_and_end_of_generation_are_counted_but_not_delivered) {
@@ -97,7 +137,6 @@ TEST(scheduler_core, stop_tokens_and_end_of_generation_are_counted_but_not_deliv
         scheduler_core s(config());
         scheduler_output out;
         s.enqueue(req(1, {1, 10}, 10, {50}), out);
-        s.granted({1, {0}, 16}, out);
         step_plan plan = *out.step;
         out.clear();
         s.step_finished(done(plan, {{stop}}), out);
@@ -108,117 +147,230 @@ TEST(scheduler_core, stop_tokens_and_end_of_generation_are_counted_but_not_deliv
     }
 }
 
-TEST(scheduler_core, admission_is_first_come_first_served_within_max_running) {
+TEST(scheduler_core, admission_is_first_come_first_served_within_max_running_and_joins_running_decodes) {
     scheduler_core s(config(2));
     scheduler_output out;
     s.enqueue(req(1, {1, 10}, 5), out);
-    s.enqueue(req(2, {1, 11}, 5), out);
-    s.enqueue(req(3, {1, 12}, 5), out);
-    ASSERT_EQ(out.reserve.size(), 1u);  // one reservation in flight at a time
-    out.clear();
-    s.granted({1, {0}, 16}, out);
-    ASSERT_EQ(out.reserve.size(), 1u);
-    EXPECT_EQ(out.reserve[0].seq_id, 2);
     ASSERT_TRUE(out.step);
-    EXPECT_EQ(ids_of(*out.step), std::vector<int64_t>{1});
     step_plan first = *out.step;
+    s.enqueue(req(2, {1, 11}, 5), out);  // a step is in flight: 2 waits for the next plan
+    s.enqueue(req(3, {1, 12}, 5), out);
+    EXPECT_EQ(s.n_waiting(), 2u);
     out.clear();
-    s.granted({2, {1}, 16}, out);
-    EXPECT_TRUE(out.reserve.empty());  // two running: 3 waits
-    EXPECT_FALSE(out.step);            // step 1 still in flight
-    out.clear();
-    s.step_finished(done(first, {{20}}), out);
+    s.step_finished(done(first), out);
     ASSERT_TRUE(out.step);
-    EXPECT_EQ(ids_of(*out.step), (std::vector<int64_t>{1, 2}));  // 2 joins with its prefill
-    EXPECT_EQ(out.step->seqs[1].tokens, (std::vector<int32_t>{1, 11}));
+    // 1 decodes first, then 2 is admitted with its prefill in the same step; 3 waits (max_running 2).
+    EXPECT_EQ(shape(*out.step), (std::vector<planned>{{1, 2, 1, true}, {2, 0, 2, true}})) << show(shape(*out.step));
     EXPECT_EQ(s.n_waiting(), 1u);
+    out = run(s, out);
+    EXPECT_EQ(shape(*out.step), (std::vector<planned>{{1, 3, 1, true}, {2, 2, 1, true}}));
 }
 
-TEST(scheduler_core, a_refused_reservation_waits_for_a_release_and_one_that_never_fits_fails) {
+TEST(scheduler_core, a_long_prompt_is_prefilled_in_chunks_behind_the_running_decodes) {
+    scheduler_params c = config();
+    c.max_batched_tokens = 4;
+    c.n_ctx = 32;
+    scheduler_core s(c);
+    scheduler_output out;
+    s.enqueue(req(1, {1, 10}, 8), out);
+    out = run(s, out);  // 1 now decodes
+    s.enqueue(req(2, range(20, 10), 3), out);
+    ASSERT_TRUE(out.step);
+    // Step by step: the decode of 1 always runs; 2's 10 prompt tokens take the 3 tokens left each step.
+    const std::vector<std::vector<planned>> steps = {
+        {{1, 2, 1, true}},  // planned before 2 arrived
+        {{1, 3, 1, true}, {2, 0, 3, false}},
+        {{1, 4, 1, true}, {2, 3, 3, false}},
+        {{1, 5, 1, true}, {2, 6, 3, false}},
+        {{1, 6, 1, true}, {2, 9, 1, true}},  // the last chunk samples
+        {{1, 7, 1, true}, {2, 10, 1, true}},
+    };
+    for (size_t i = 0; i < steps.size(); ++i) {
+        SCOPED_TRACE("step " + std::to_string(i));
+        ASSERT_TRUE(out.step);
+        EXPECT_EQ(shape(*out.step), steps[i]) << show(shape(*out.step));
+        const size_t n_delivered_expected = i >= 4 ? 2 : 1;
+        out = run(s, out);
+        EXPECT_EQ(out.deliveries.size(), n_delivered_expected);
+    }
+}
+
+TEST(scheduler_core, running_out_of_blocks_preempts_the_latest_admitted_which_resumes_by_recompute) {
+    for (bool caching : {false, true}) {
+        SCOPED_TRACE(caching ? "prefix caching" : "no prefix caching");
+        scheduler_params c = config();
+        c.kv = {4, 4};  // 16 positions in all
+        c.prefix_caching = caching;
+        scheduler_core s(c);
+        scheduler_output out;
+        s.enqueue(req(1, range(10, 5), 8), out);  // 2 blocks
+        s.enqueue(req(2, range(30, 3), 8), out);  // waits for the next plan
+        out = run(s, out);
+        EXPECT_EQ(shape(*out.step), (std::vector<planned>{{1, 5, 1, true}, {2, 0, 3, true}}));
+        // Step table: (plan, preemptions so far). 1 holds blocks 0,1; 2 holds block 2.
+        struct step_t {
+            std::vector<planned> plan;
+            int64_t n_preemptions;
+        };
+        const std::vector<step_t> steps = {
+            {{{1, 6, 1, true}, {2, 3, 1, true}}, 0},  // 2 needs block 3 for position 4: the last free
+            {{{1, 7, 1, true}, {2, 4, 1, true}}, 0},
+            {{{1, 8, 1, true}}, 1},  // 1 needs a third block: none free, 2 (the latest) is preempted
+            {{{1, 9, 1, true}}, 1},  // 2 waits: its 6 tokens + 1 need 2 blocks, 1 free
+            {{{1, 10, 1, true}}, 1},
+            {{{1, 11, 1, true}}, 1},  // 1 finishes after this step (8 tokens)
+            // 2 resumes: its prompt and 3 sampled tokens are recomputed and the 4th sampled; with prefix
+            // caching its own first block is still cached (evicted only when needed): only 2 tokens run.
+            {{caching ? planned{2, 4, 2, true} : planned{2, 0, 6, true}}, 1},
+            {{{2, 6, 1, true}}, 1},
+        };
+        for (size_t i = 0; i < steps.size(); ++i) {
+            SCOPED_TRACE("step " + std::to_string(i));
+            out = run(s, out);
+            ASSERT_TRUE(out.step);
+            EXPECT_EQ(shape(*out.step), steps[i].plan) << show(shape(*out.step));
+            EXPECT_EQ(s.counters().n_preemptions, steps[i].n_preemptions);
+            EXPECT_TRUE(out.failures.empty());
+        }
+        // The resumed sequence's recompute carries its own tokens, sampled ones included.
+        EXPECT_EQ(s.pool().stats().n_prefix_hits, caching ? 1 : 0);
+    }
+}
+
+TEST(scheduler_core, a_resumed_sequence_delivers_each_token_once_and_in_order) {
+    scheduler_params c = config();
+    c.kv = {4, 4};
+    scheduler_core s(c);
+    scheduler_output out;
+    s.enqueue(req(1, range(10, 5), 8), out);
+    s.enqueue(req(2, range(30, 3), 8), out);
+    std::vector<int32_t> got2;
+    for (int i = 0; i < 40 && out.step; ++i) {
+        out = run(s, out);
+        for (const auto& d : out.deliveries) {
+            if (d.id == 2) got2.insert(got2.end(), d.tokens.begin(), d.tokens.end());
+        }
+    }
+    EXPECT_EQ(got2, range(33, 8));  // the fake continues +1 from the prompt's last token: 33..40, no gap, no repeat
+    EXPECT_EQ(s.counters().n_preemptions, 1);
+}
+
+TEST(scheduler_core, identical_prompt_prefixes_share_blocks_and_start_after_the_cached_tokens) {
     scheduler_core s(config());
     scheduler_output out;
-    s.enqueue(req(1, {1, 10}, 5), out);
-    s.granted({1, {0}, 16}, out);
-    step_plan plan = *out.step;
-    s.enqueue(req(2, {1, 11}, 5), out);
-    out.clear();
-    s.refused({2, 7, false}, out);
-    EXPECT_TRUE(out.reserve.empty());
-    EXPECT_TRUE(out.failures.empty());
-    out.clear();
-    s.step_finished(done(plan, {{k_eos}}), out);  // 1 ends, frees its blocks: 2 is asked again
-    ASSERT_EQ(out.reserve.size(), 1u);
-    EXPECT_EQ(out.reserve[0].seq_id, 2);
-    out.clear();
-    s.refused({2, 7, true}, out);
-    ASSERT_EQ(out.failures.size(), 1u);
-    EXPECT_EQ(out.failures[0].id, 2);
-    EXPECT_NE(out.failures[0].message.find("cannot hold 7 tokens"), std::string::npos);
+    const std::vector<int32_t> prompt = range(10, 9);  // blocks [10..13] [14..17] and a partial one
+    s.enqueue(req(1, prompt, 4), out);
+    ASSERT_TRUE(out.step);
+    EXPECT_EQ(*out.step->seqs[0].block_table, (std::vector<int32_t>{0, 1, 2}));
+    out = run(s, out);  // 1's prompt is computed: blocks 0 and 1 are cached
+    s.enqueue(req(2, prompt, 4), out);
+    out = run(s, out);
+    ASSERT_TRUE(out.step);
+    // 2 shares blocks 0, 1 and computes only the 9th token, at pos0 8, with the context given.
+    const step_sequence& q = out.step->seqs.back();
+    EXPECT_EQ(q.seq_id, 2);
+    EXPECT_EQ(q.pos0, 8);
+    EXPECT_EQ(q.tokens, std::vector<int32_t>{18});
+    ASSERT_TRUE(q.context);
+    EXPECT_EQ(*q.context, range(10, 8));
+    EXPECT_EQ((*q.block_table)[0], 0);
+    EXPECT_EQ((*q.block_table)[1], 1);
+    EXPECT_EQ(s.pool().ref_count(0), 2);
+    EXPECT_EQ(s.pool().stats().n_prefix_hits, 2);
+    EXPECT_EQ(s.pool().stats().n_prefix_queries, 4);  // 2 whole blocks looked up per request
+    // A prompt that differs in its second block shares only the first.
+    std::vector<int32_t> other = prompt;
+    other[5] = 99;
+    s.enqueue(req(3, other, 4), out);
+    out = run(s, out);
+    EXPECT_EQ(out.step->seqs.back().seq_id, 3);
+    EXPECT_EQ(out.step->seqs.back().pos0, 4);
 }
 
-TEST(scheduler_core, cancel_ends_a_request_wherever_it_is) {
+TEST(scheduler_core, a_request_arriving_with_its_prefix_in_flight_waits_one_step_to_share_it) {
+    scheduler_core s(config());
+    scheduler_output out;
+    const std::vector<int32_t> prompt = range(10, 9);
+    // Both arrive before any plan can run (1's step is in flight when 2 and 3 arrive).
+    s.enqueue(req(1, prompt, 4), out);
+    step_plan first = *out.step;
+    s.enqueue(req(2, prompt, 4), out);
+    s.enqueue(req(3, range(50, 3), 4), out);
+    out.clear();
+    s.step_finished(done(first), out);
+    ASSERT_TRUE(out.step);
+    EXPECT_EQ(shape(*out.step), (std::vector<planned>{{1, 9, 1, true}, {2, 8, 1, true}, {3, 0, 3, true}}))
+        << show(shape(*out.step));
+
+    // Same arrival in one plan: 2 waits for 1's blocks to be computed (FCFS: 3 waits behind it).
+    scheduler_core t(config());
+    scheduler_output o2;
+    t.enqueue(req(1, prompt, 4), o2);
+    step_plan p1 = *o2.step;
+    o2.clear();
+    t.abandon_step(p1.step_id);  // (re-plan with 2 present: simulate both arriving before the first plan)
+    t.enqueue(req(2, prompt, 4), o2);
+    ASSERT_TRUE(o2.step);
+    EXPECT_EQ(shape(*o2.step), (std::vector<planned>{{1, 0, 9, true}})) << show(shape(*o2.step));
+    EXPECT_EQ(t.n_waiting(), 1u);
+}
+
+TEST(scheduler_core, cancel_ends_a_request_wherever_it_is_even_mid_step) {
     scheduler_core s(config(1));
     scheduler_output out;
-    s.enqueue(req(1, {1, 10}, 5), out);  // reserving
+    s.enqueue(req(1, {1, 10}, 5), out);  // running, step in flight
+    step_plan plan = *out.step;
     s.enqueue(req(2, {1, 11}, 5), out);  // waiting
     out.clear();
     s.cancel(2, out);
     ASSERT_EQ(out.deliveries.size(), 1u);
     EXPECT_EQ(out.deliveries[0].finish, finish_reason::cancelled);
-    EXPECT_TRUE(out.release.empty());
+    EXPECT_TRUE(out.retire.empty());  // the executor never saw it
     out.clear();
-    s.cancel(1, out);
-    EXPECT_TRUE(out.deliveries.empty());  // its grant is still coming
-    s.granted({1, {0}, 16}, out);
+    s.cancel(1, out);  // mid-step
     ASSERT_EQ(out.deliveries.size(), 1u);
     EXPECT_EQ(out.deliveries[0].finish, finish_reason::cancelled);
-    ASSERT_EQ(out.release.size(), 1u);
-    EXPECT_FALSE(out.step);
-
-    s.enqueue(req(3, {1, 12}, 5), out);
-    s.granted({3, {0}, 16}, out);
-    step_plan plan = *out.step;
-    out.clear();
-    s.cancel(3, out);  // running, step in flight
-    EXPECT_EQ(out.deliveries[0].finish, finish_reason::cancelled);
-    EXPECT_EQ(out.retire, std::vector<int64_t>{3});
+    EXPECT_EQ(out.retire, std::vector<int64_t>{1});
+    EXPECT_FALSE(out.step);  // the step is still in flight
+    EXPECT_EQ(s.pool().n_free(), 16);
     out.clear();
     s.step_finished(done(plan, {{20}}), out);  // the late result is dropped
     EXPECT_TRUE(out.deliveries.empty());
     EXPECT_FALSE(out.step);
+    s.enqueue(req(3, {1, 12}, 5), out);
+    ASSERT_TRUE(out.step);
+    EXPECT_EQ(shape(*out.step), (std::vector<planned>{{3, 0, 2, true}}));
 }
 
 TEST(scheduler_core, a_failed_step_fails_every_sequence_in_it) {
     scheduler_core s(config());
     scheduler_output out;
     s.enqueue(req(1, {1, 10}, 5), out);
-    s.granted({1, {0}, 16}, out);
-    s.enqueue(req(2, {1, 11}, 5), out);
-    s.granted({2, {1}, 16}, out);
     step_plan plan = *out.step;
+    s.enqueue(req(2, {1, 11}, 5), out);
     out.clear();
     step_done d;
     d.step_id = plan.step_id;
     d.error = "out of memory";
     s.step_finished(d, out);
-    EXPECT_EQ(ids_of(plan), std::vector<int64_t>{1});
     ASSERT_EQ(out.failures.size(), 1u);
+    EXPECT_EQ(out.failures[0].id, 1);
     EXPECT_EQ(out.failures[0].message, "step 1 failed: out of memory");
     ASSERT_TRUE(out.step);  // 2 goes on
-    EXPECT_EQ(ids_of(*out.step), std::vector<int64_t>{2});
+    EXPECT_EQ(shape(*out.step), (std::vector<planned>{{2, 0, 2, true}}));
 }
 
-TEST(scheduler_core, draft_room_is_bounded_by_config_blocks_and_remaining_tokens) {
+TEST(scheduler_core, draft_room_is_bounded_by_config_context_and_remaining_tokens) {
     scheduler_core s(config(4, 5));
     scheduler_output out;
     s.enqueue(req(1, {1, 10, 11, 12}, 6), out);
-    s.granted({1, {0}, 10}, out);               // covers 10 positions
     EXPECT_EQ(out.step->seqs[0].max_draft, 0);  // no drafts for a prefill
     step_plan plan = *out.step;
     out.clear();
     s.step_finished(done(plan, {{13}}), out);
-    // pos0 4, 1 input: room 10 - 5 = 5; tokens left after this step's own: 6 - 1 - 1 = 4.
+    // tokens left after this step's own: 6 - 1 - 1 = 4; blocks are grown to cover them.
     EXPECT_EQ(out.step->seqs[0].max_draft, 4);
+    EXPECT_EQ(out.step->seqs[0].block_table->size(), 3u);  // positions 4..8
     plan = *out.step;
     out.clear();
     s.step_finished(done(plan, {{14, 15, 16}}, {2}), out);  // 2 drafts accepted, 1 sampled
@@ -232,35 +384,116 @@ TEST(scheduler_core, draft_room_is_bounded_by_config_blocks_and_remaining_tokens
     EXPECT_EQ(out.deliveries[0].finish, finish_reason::length);
 }
 
-TEST(scheduler_core, a_full_queue_and_a_stopping_scheduler_refuse_requests) {
-    scheduler_core s(config(1));
+TEST(scheduler_core, a_full_queue_a_prompt_that_never_fits_and_a_stopping_scheduler_refuse_requests) {
+    scheduler_params c = config(1);
+    scheduler_core s(c);
     scheduler_output out;
-    for (request_id id = 1; id <= 4; ++id) s.enqueue(req(id, {1, 10}, 5), out);
+    for (request_id id = 1; id <= 5; ++id) s.enqueue(req(id, {1, 10}, 5), out);  // 1 runs, 3 wait
     ASSERT_EQ(out.failures.size(), 1u);
-    EXPECT_EQ(out.failures[0].id, 4);
+    EXPECT_EQ(out.failures[0].id, 5);
     EXPECT_EQ(out.failures[0].message, "overloaded: 3 requests are already waiting (limit 3)");
     out.clear();
     s.abort_all("engine stopped", out);
-    EXPECT_EQ(out.failures.size(), 3u);
-    s.granted({1, {0}, 16}, out);
-    EXPECT_EQ(out.release.size(), 1u);
+    EXPECT_EQ(out.failures.size(), 4u);
+    EXPECT_EQ(s.pool().n_free(), 16);
     out.clear();
-    s.enqueue(req(5, {1, 10}, 5), out);
+    s.enqueue(req(6, {1, 10}, 5), out);
     ASSERT_EQ(out.failures.size(), 1u);
     EXPECT_EQ(out.failures[0].message, "engine stopped");
     EXPECT_EQ(s.n_waiting(), 0u);
+
+    c.kv = {4, 2};
+    scheduler_core small(c);
+    out.clear();
+    small.enqueue(req(7, range(10, 8), 5), out);  // 8 + 1 tokens need 3 blocks of 4; the pool has 2
+    ASSERT_EQ(out.failures.size(), 1u);
+    EXPECT_NE(out.failures[0].message.find("cannot hold 9 tokens"), std::string::npos) << out.failures[0].message;
 }
 
 TEST(scheduler_core, a_stop_string_finish_drops_the_request_without_a_delivery) {
     scheduler_core s(config());
     scheduler_output out;
     s.enqueue(req(1, {1, 10}, 5), out);
-    s.granted({1, {0}, 16}, out);
     out.clear();
     s.finish(1, out);
     EXPECT_TRUE(out.deliveries.empty());
-    EXPECT_EQ(out.release.size(), 1u);
+    EXPECT_EQ(out.retire, std::vector<int64_t>{1});
     EXPECT_FALSE(s.knows(1));
+    EXPECT_EQ(s.pool().n_free(), 16);
+}
+
+TEST(scheduler_core, the_static_policy_admits_a_batch_only_when_nothing_runs) {
+    scheduler_params c = config(2);
+    c.policy = batching_policy::static_batch;
+    scheduler_core s(c);
+    scheduler_output out;
+    s.enqueue(req(1, {1, 10}, 2), out);
+    step_plan first = *out.step;
+    s.enqueue(req(2, {1, 11}, 3), out);
+    s.enqueue(req(3, {1, 12}, 1), out);
+    out.clear();
+    s.step_finished(done(first), out);
+    // 1 runs alone: 2 and 3 wait although a slot is free.
+    EXPECT_EQ(shape(*out.step), (std::vector<planned>{{1, 2, 1, true}}));
+    out = run(s, out);  // 1 ends: the next batch is 2 and 3 together
+    EXPECT_EQ(shape(*out.step), (std::vector<planned>{{2, 0, 2, true}, {3, 0, 2, true}}));
+    out = run(s, out);  // 3 ends (1 token) but nobody joins 2
+    EXPECT_EQ(shape(*out.step), (std::vector<planned>{{2, 2, 1, true}}));
+
+    c.policy = batching_policy::continuous;
+    scheduler_core t(c);
+    out.clear();
+    t.enqueue(req(1, {1, 10}, 2), out);
+    first = *out.step;
+    t.enqueue(req(2, {1, 11}, 3), out);
+    out.clear();
+    t.step_finished(done(first), out);
+    EXPECT_EQ(shape(*out.step), (std::vector<planned>{{1, 2, 1, true}, {2, 0, 2, true}}));
+}
+
+TEST(scheduler_core, swap_preemption_copies_blocks_out_and_back_where_the_runner_can) {
+    scheduler_params c = config();
+    c.kv = {4, 4};
+    c.preemption = preemption_mode::swap;
+    c.can_swap = true;
+    scheduler_core s(c);
+    scheduler_output out;
+    s.enqueue(req(1, range(10, 5), 8), out);
+    s.enqueue(req(2, range(30, 3), 8), out);
+    int n_out = 0, n_in = 0;
+    std::vector<int32_t> got2;
+    for (int i = 0; i < 40 && out.step; ++i) {
+        out = run(s, out);
+        for (const auto& w : out.swaps) {
+            EXPECT_EQ(w.seq_id, 2);
+            if (w.to_host) {
+                n_out++;
+                EXPECT_EQ(w.n_tokens, 5);  // its computed rows at preemption
+            } else {
+                n_in++;
+                ASSERT_TRUE(out.step);
+                // Resumes where it was: one token at pos0 5, no recompute.
+                EXPECT_EQ(shape(*out.step).front(), (planned{2, 5, 1, true}));
+            }
+        }
+        for (const auto& d : out.deliveries) {
+            if (d.id == 2) got2.insert(got2.end(), d.tokens.begin(), d.tokens.end());
+        }
+    }
+    EXPECT_EQ(n_out, 1);
+    EXPECT_EQ(n_in, 1);
+    EXPECT_EQ(got2, range(33, 8));
+
+    c.can_swap = false;  // the CPU: swap falls back to recompute
+    scheduler_core cpu(c);
+    out.clear();
+    cpu.enqueue(req(1, range(10, 5), 8), out);
+    cpu.enqueue(req(2, range(30, 3), 8), out);
+    for (int i = 0; i < 40 && out.step; ++i) {
+        out = run(cpu, out);
+        EXPECT_TRUE(out.swaps.empty());
+    }
+    EXPECT_EQ(cpu.counters().n_preemptions, 1);
 }
 
 }  // namespace

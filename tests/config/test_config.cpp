@@ -55,8 +55,8 @@ device: cuda
 threads: 8
 log_level: debug
 sampling: {temperature: 0, top_k: 0, stop_strings: ["\n\n", "User:"], stop_tokens: [2, 7], ignore_eos: yes, seed: 18446744073709551615}
-scheduler: {max_running_seqs: 8, max_batched_tokens: 512}
-kv: {block_size: 32, memory: 0.5}
+scheduler: {max_running_seqs: 8, max_batched_tokens: 512, policy: static, preemption: swap}
+kv: {block_size: 32, memory: 0.5, prefix_caching: false}
 plugins:
   spec: {name: ngram, params: {ngram_max: 3, lists: [a, b]}}
 )");
@@ -73,6 +73,9 @@ plugins:
     EXPECT_EQ(c->sampling.seed, 18446744073709551615ull);
     EXPECT_EQ(c->scheduler.max_running_seqs, 8);
     EXPECT_EQ(c->scheduler.max_waiting, 1024);  // kept
+    EXPECT_EQ(c->scheduler.policy, schedule_policy::static_batch);
+    EXPECT_EQ(c->scheduler.preemption, preemption_policy::swap);
+    EXPECT_FALSE(c->kv.prefix_caching);
     EXPECT_EQ(c->kv.block_size, 32);
     EXPECT_EQ(c->kv.memory.bytes, 0u);
     EXPECT_DOUBLE_EQ(c->kv.memory.fraction, 0.5);
@@ -138,7 +141,7 @@ sampling:
         "  c.yaml:1: device: unknown value 'gpu' (valid: cpu, cuda)\n"
         "  c.yaml:2: threads: must be between 0 and 4096, got -1\n"
         "  c.yaml:4: scheduler.max_batched_tokens: must be >= 1, got 0\n"
-        "  c.yaml:5: scheduler.max_queue: unknown key (valid: max_running_seqs, max_batched_tokens, max_waiting)\n"
+        "  c.yaml:5: scheduler.max_queue: unknown key (valid: max_running_seqs, max_batched_tokens, max_waiting, policy, preemption)\n"
         "  c.yaml:7: sampling.top_k: expected an integer, got 'x'");
 }
 
@@ -230,6 +233,9 @@ TEST(config, the_printed_config_reads_back_to_the_same_config) {
     c.sampling.stop_strings = {"\n\n", "'quoted' \"too\"", "#"};
     c.sampling.stop_tokens = {2};
     c.kv.memory = memory_budget{0, 0.85};
+    c.kv.prefix_caching = false;
+    c.scheduler.policy = schedule_policy::static_batch;
+    c.scheduler.preemption = preemption_policy::swap;
     c.plugins.spec.name = "ngram";
     c.plugins.spec.params = YAML::Load("{ngram_max: 3, nested: {a: [1, 2]}}");
     const std::string printed = to_yaml(c);
@@ -241,6 +247,9 @@ TEST(config, the_printed_config_reads_back_to_the_same_config) {
     EXPECT_EQ(back->sampling.temperature, 0.7f);
     EXPECT_EQ(back->sampling.seed, c.sampling.seed);
     EXPECT_EQ(back->kv.memory, c.kv.memory);
+    EXPECT_FALSE(back->kv.prefix_caching);
+    EXPECT_EQ(back->scheduler.policy, schedule_policy::static_batch);
+    EXPECT_EQ(back->scheduler.preemption, preemption_policy::swap);
     EXPECT_EQ(back->plugins.spec.params["nested"]["a"][1].as<int>(), 2);
     EXPECT_TRUE(validate(c).ok());
     c.sampling.top_k = -5;
