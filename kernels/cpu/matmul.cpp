@@ -23,9 +23,16 @@ const detail::matmul_kernels& active_kernels() {
     return detail::scalar_kernels();
 }
 
-// Tokens from which the GEMM runs for this weight type (never where the level has none).
-int64_t gemm_threshold(const detail::matmul_kernels& k, ggml_type type) {
+bool is_float_type(ggml_type type) {
+    return type == ggml_type::f32 || type == ggml_type::f16 || type == ggml_type::bf16;
+}
+
+// Tokens from which the GEMM runs for this weight type and recipe (never where the level has none).
+int64_t gemm_threshold(const detail::matmul_kernels& k, ggml_type type, cpu::activation_recipe recipe) {
     if (k.gemm == nullptr) return INT64_MAX;
+    if (recipe == cpu::activation_recipe::float32) {
+        return is_float_type(type) ? k.gemm_min_tokens_float : k.gemm_min_tokens_float_act;
+    }
     switch (type) {
         case ggml_type::q8_0:
         case ggml_type::q4_0:
@@ -74,15 +81,56 @@ const float* recipe_floats(const detail::matmul_kernels& k, ggml_type type, cons
     }
 }
 
+// The float-activation recipe: the activations as given, to the GEMM, the float dot kernels (float weights)
+// or the dequantize-in-registers kernels (quantized weights).
 template <class Split>
-void matmul_impl(const matmul_weight& w, const float* x, float* y, int64_t n_tokens, const Split& split) {
+void matmul_float_act(const detail::matmul_kernels& k, const matmul_weight& w, const float* x, float* y,
+                      int64_t n_tokens, bool use_gemm, const Split& split) {
+    const int64_t n = w.n_in;
+    if (use_gemm) {
+        static thread_local aligned_buffer x_buffer;
+        float* xp = x_buffer.as<float>(detail::gemm_packed_floats(n_tokens, n, k.gemm_mr));
+        const auto pack = [&](int64_t t0, int64_t t1) {
+            for (int64_t t = t0; t < t1; ++t)
+                detail::gemm_pack_token(x + t * n, t, n_tokens, n, k.gemm_mr, k.gemm_kc, xp);
+        };
+        if (n_tokens >= 8) {
+            split(n_tokens, pack);
+        } else {
+            pack(0, n_tokens);
+        }
+        for_row_ranges(split, w.n_out, k.gemm_rows,
+                       [&](int64_t r0, int64_t r1) { k.gemm(w, xp, y, w.n_out, n_tokens, r0, r1); });
+        return;
+    }
+    const auto rows = [&](int64_t r0, int64_t r1) {
+        if (is_float_type(w.type)) {
+            k.rows(w, detail::prepared_x{x, static_cast<size_t>(n) * sizeof(float)}, y, w.n_out, n_tokens, r0, r1);
+        } else {
+            k.rows_float_act(w, x, y, w.n_out, n_tokens, r0, r1);
+        }
+    };
+    if (w.n_out * n * n_tokens < k_inline_macs) {
+        rows(0, w.n_out);  // cheaper than waking a thread
+    } else {
+        for_row_ranges(split, w.n_out, k_rows_per_item, rows);
+    }
+}
+
+template <class Split>
+void matmul_impl(const matmul_weight& w, const float* x, float* y, int64_t n_tokens, activation_recipe recipe,
+                 const Split& split) {
     TROUPE_ASSERT(matmul_supports(w.type), "matmul: unsupported weight type " + std::string(traits(w.type).name));
     TROUPE_ASSERT(w.n_in % traits(w.type).block_size == 0, "matmul: n_in is not a multiple of the block size");
     TROUPE_ASSERT(w.row_stride >= row_bytes(w.type, w.n_in));
     if (n_tokens <= 0 || w.n_out <= 0) return;
     const detail::matmul_kernels& k = active_kernels();
     const int64_t n = w.n_in;
-    const bool use_gemm = n_tokens >= gemm_threshold(k, w.type);
+    const bool use_gemm = n_tokens >= gemm_threshold(k, w.type, recipe);
+    if (recipe == activation_recipe::float32) {
+        matmul_float_act(k, w, x, y, n_tokens, use_gemm, split);
+        return;
+    }
 
     // Activations are prepared once per call (not per row), tokens split over the threads when many.
     static thread_local aligned_buffer x_buffer;
@@ -142,17 +190,19 @@ void matmul_impl(const matmul_weight& w, const float* x, float* y, int64_t n_tok
 
 }  // namespace
 
-void matmul(const matmul_weight& w, const float* x, float* y, int64_t n_tokens, thread_pool& pool) {
-    matmul_impl(w, x, y, n_tokens,
+void matmul(const matmul_weight& w, const float* x, float* y, int64_t n_tokens, thread_pool& pool,
+            activation_recipe recipe) {
+    matmul_impl(w, x, y, n_tokens, recipe,
                 [&pool](int64_t n, const std::function<void(int64_t, int64_t)>& fn) { pool.parallel_for(n, fn); });
 }
 
-void matmul(const matmul_weight& w, const float* x, float* y, int64_t n_tokens, const parallel_for_fn& parallel_for) {
-    matmul_impl(w, x, y, n_tokens, parallel_for);
+void matmul(const matmul_weight& w, const float* x, float* y, int64_t n_tokens, const parallel_for_fn& parallel_for,
+            activation_recipe recipe) {
+    matmul_impl(w, x, y, n_tokens, recipe, parallel_for);
 }
 
-int64_t gemm_min_tokens(ggml_type type) {
-    return gemm_threshold(active_kernels(), type);
+int64_t gemm_min_tokens(ggml_type type, activation_recipe recipe) {
+    return gemm_threshold(active_kernels(), type, recipe);
 }
 
 }  // namespace troupe::cpu

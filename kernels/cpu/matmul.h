@@ -10,6 +10,10 @@
 //     panels of 32 rows (the quantized types exactly dequantized), activations are the float values of the
 //     recipe's quantized / rounded activations, so the result equals the integer recipe up to float
 //     rounding.
+// The float-activation recipe (activation_recipe::float32, ref::matmul_float_act the scalar twin) leaves the
+// activations in float32 and dequantizes the weights exactly: decode dequantizes each weight block in
+// registers and multiplies it with the float activations by FMA (matmul_float_act_avx512.cpp / _avx2.cpp);
+// prefill is the float GEMM on dequantized panels with the activations packed unchanged.
 // Work is split over output rows; each output is computed by one thread with a fixed order of operations,
 // so the result does not depend on the number of threads.
 #pragma once
@@ -21,15 +25,23 @@
 
 namespace troupe::cpu {
 
+// What the activations become before they meet the weights (F32 weights: the same in both).
+enum class activation_recipe {
+    quantized,  // llama.cpp's CPU path: Q8_0 / Q8_K blocks, F16 / BF16 rounding (ref::matmul)
+    float32,    // float32 activations, weights dequantized exactly (ref::matmul_float_act)
+};
+
 // y: [n_tokens, w.n_out]; x: [n_tokens, w.n_in]; y must not overlap x. matmul_supports(w.type) must hold and
 // w.n_in must be a multiple of the type's block size (asserted). Reentrant: scratch is per thread.
-void matmul(const matmul_weight& w, const float* x, float* y, int64_t n_tokens, thread_pool& pool);
+void matmul(const matmul_weight& w, const float* x, float* y, int64_t n_tokens, thread_pool& pool,
+            activation_recipe recipe = activation_recipe::quantized);
 
 // The same, splitting the work over a caller's parallel_for (the host's pool, for plugins).
-void matmul(const matmul_weight& w, const float* x, float* y, int64_t n_tokens, const parallel_for_fn& parallel_for);
+void matmul(const matmul_weight& w, const float* x, float* y, int64_t n_tokens, const parallel_for_fn& parallel_for,
+            activation_recipe recipe = activation_recipe::quantized);
 
 // Below this many tokens the dot-product kernels run, from here on the GEMM (at the active level, for
 // weights of this type). Measured crossovers on Zen 5: float weights 6, Q8_0/Q4_0 24, Q4_K/Q6_K 32.
-int64_t gemm_min_tokens(ggml_type type);
+int64_t gemm_min_tokens(ggml_type type, activation_recipe recipe = activation_recipe::quantized);
 
 }  // namespace troupe::cpu

@@ -36,6 +36,13 @@ struct matmul_kernels {
     int gemm_kc;        // k block
     // Integer GEMM for Q8_0 / Q4_0 weights against Q8_0 activation rows (prepared as for `rows`), used from
     // gemm_min_tokens_q8 on instead of `gemm`; null where the level has none. Row granularity gemm_q8_rows.
+    // The float-activation recipe for quantized weights (Q8_0, Q4_0, Q4_K, Q6_K): y[t * ldy + r] for
+    // t < n_tokens, r0 <= r < r1, x: [n_tokens, n_in] floats as given; each weight block dequantized exactly
+    // and multiplied with x in float. Float weights take `rows` with the unrounded activations instead.
+    void (*rows_float_act)(const matmul_weight& w, const float* x, float* y, int64_t ldy, int64_t n_tokens, int64_t r0,
+                           int64_t r1);
+    // GEMM from this many tokens on for quantized weights with float activations.
+    int64_t gemm_min_tokens_float_act;
     void (*gemm_q8)(const matmul_weight& w, prepared_x x, float* y, int64_t ldy, int64_t n_tokens, int64_t r0,
                     int64_t r1);
     int64_t gemm_q8_rows;
@@ -54,6 +61,12 @@ const matmul_kernels& avx512_kernels();
 
 // Scalar building blocks other levels fall back to.
 void rows_scalar(const matmul_weight& w, prepared_x x, float* y, int64_t ldy, int64_t n_tokens, int64_t r0, int64_t r1);
+void rows_float_act_scalar(const matmul_weight& w, const float* x, float* y, int64_t ldy, int64_t n_tokens, int64_t r0,
+                           int64_t r1);
+void rows_float_act_avx2(const matmul_weight& w, const float* x, float* y, int64_t ldy, int64_t n_tokens, int64_t r0,
+                         int64_t r1);
+void rows_float_act_avx512(const matmul_weight& w, const float* x, float* y, int64_t ldy, int64_t n_tokens, int64_t r0,
+                           int64_t r1);
 void round_f16_scalar(const float* x, float* y, int64_t n);
 void round_bf16_scalar(const float* x, float* y, int64_t n);
 void q8_0_values_scalar(const float* x, float* y, int64_t n);

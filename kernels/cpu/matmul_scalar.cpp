@@ -1,5 +1,8 @@
 // The scalar level: portable C++ for every weight type (the fallback on any CPU), and the pieces
-// the SIMD levels share (dequantize_range, rounding of activations).
+// the SIMD levels share (dequantize_range, rounding of activations). rows_float_act_scalar is
+// ref::matmul_float_act row by row (same dequantization, same order of float sums).
+#include <vector>
+
 #include "core/result.h"
 #include "kernels/cpu/matmul_kernels.h"
 #include "kernels/fp16.h"
@@ -135,6 +138,21 @@ void rows_scalar(const matmul_weight& w, prepared_x x, float* y, int64_t ldy, in
     }
 }
 
+void rows_float_act_scalar(const matmul_weight& w, const float* x, float* y, int64_t ldy, int64_t n_tokens, int64_t r0,
+                           int64_t r1) {
+    const int64_t n = w.n_in;
+    std::vector<float> row(static_cast<size_t>(n));  // [n_in] one dequantized weight row
+    for (int64_t r = r0; r < r1; ++r) {
+        dequantize_range(w, r, 0, n, row.data());
+        for (int64_t t = 0; t < n_tokens; ++t) {
+            const float* xt = x + t * n;
+            float v = 0;
+            for (int64_t i = 0; i < n; ++i) v += row[i] * xt[i];
+            y[t * ldy + r] = v;
+        }
+    }
+}
+
 void round_f16_scalar(const float* x, float* y, int64_t n) {
     for (int64_t i = 0; i < n; ++i) y[i] = fp16_to_fp32(fp32_to_fp16(x[i]));
 }
@@ -195,6 +213,8 @@ const matmul_kernels& scalar_kernels() {
         .gemm_rows = 0,
         .gemm_mr = 0,
         .gemm_kc = 0,
+        .rows_float_act = rows_float_act_scalar,
+        .gemm_min_tokens_float_act = 0,
         .gemm_q8 = nullptr,
         .gemm_q8_rows = 0,
         .quantize_q8_0 = ref::quantize_row_q8_0,

@@ -1,0 +1,179 @@
+// The float-activation recipe at the AVX-512 level (decode): one weight row x up to 4 tokens per pass, the row
+// streamed once. Each 16-element chunk of a weight block is widened in registers (bytes -> int32 -> float),
+// scaled exactly as the reference dequantizes it (matmul_float_act_blocks.h), and multiplied with 16 float
+// activations by FMA; two accumulator chains per token (even and odd chunks) hide the FMA latency. Weight bytes
+// are prefetched ahead like the integer kernels (TROUPE_PF).
+#include "kernels/cpu/matmul_kernels.h"
+
+#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__) && defined(__AVX512VNNI__)
+
+#include <algorithm>
+#include <cstdlib>
+
+#include "kernels/cpu/matmul_float_act_blocks.h"
+
+namespace troupe::cpu::detail {
+namespace {
+
+inline float fp16(uint16_t h) {
+    return _cvtsh_ss(h);
+}
+
+inline int prefetch_distance() {
+    static const int d = std::getenv("TROUPE_PF") ? std::atoi(std::getenv("TROUPE_PF")) : 8192;
+    return d;
+}
+
+template <class B>
+inline void prefetch_block(const B* p) {
+    const int d = prefetch_distance();
+    if (d == 0) return;
+    const char* q = reinterpret_cast<const char*>(p) + d;
+    for (size_t i = 0; i < sizeof(B); i += 64) _mm_prefetch(q + i, _MM_HINT_T0);
+}
+
+inline __m512 widen(__m128i q) {
+    return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q));
+}
+
+// acc[t] += wv * x[t * xs + 0..15]
+template <int T>
+inline void fma16(__m512 (&acc)[T], __m512 wv, const float* x, int64_t xs) {
+#pragma GCC unroll 4
+    for (int t = 0; t < T; ++t) acc[t] = _mm512_fmadd_ps(wv, _mm512_loadu_ps(x + t * xs), acc[t]);
+}
+
+template <int T>
+inline void store(__m512 (&acc0)[T], __m512 (&acc1)[T], float* y, int64_t ldy) {
+    for (int t = 0; t < T; ++t) y[t * ldy] = _mm512_reduce_add_ps(_mm512_add_ps(acc0[t], acc1[t]));
+}
+
+template <int T>
+void q8_0_row(const block_q8_0* w, const float* x, int64_t xs, int64_t nb, float* y, int64_t ldy) {
+    __m512 acc0[T], acc1[T];
+    for (int t = 0; t < T; ++t) acc0[t] = acc1[t] = _mm512_setzero_ps();
+    for (int64_t b = 0; b < nb; ++b) {
+        prefetch_block(w + b);
+        const __m512 d = _mm512_set1_ps(fp16(w[b].d));
+        const float* xb = x + b * qk8_0;
+        fma16<T>(acc0, _mm512_mul_ps(widen(load16(w[b].qs)), d), xb, xs);
+        fma16<T>(acc1, _mm512_mul_ps(widen(load16(w[b].qs + 16)), d), xb + 16, xs);
+    }
+    store<T>(acc0, acc1, y, ldy);
+}
+
+template <int T>
+void q4_0_row(const block_q4_0* w, const float* x, int64_t xs, int64_t nb, float* y, int64_t ldy) {
+    __m512 acc0[T], acc1[T];
+    for (int t = 0; t < T; ++t) acc0[t] = acc1[t] = _mm512_setzero_ps();
+    for (int64_t b = 0; b < nb; ++b) {
+        if (b % 2 == 0) prefetch_block(w + b);
+        const __m512 d = _mm512_set1_ps(fp16(w[b].d));
+        const float* xb = x + b * qk4_0;
+        fma16<T>(acc0, _mm512_mul_ps(widen(q4_0_chunk(w[b], 0)), d), xb, xs);
+        fma16<T>(acc1, _mm512_mul_ps(widen(q4_0_chunk(w[b], 1)), d), xb + 16, xs);
+    }
+    store<T>(acc0, acc1, y, ldy);
+}
+
+template <int T>
+void q4_k_row(const block_q4_k* w, const float* x, int64_t xs, int64_t nb, float* y, int64_t ldy) {
+    __m512 acc0[T], acc1[T];
+    for (int t = 0; t < T; ++t) acc0[t] = acc1[t] = _mm512_setzero_ps();
+    for (int64_t b = 0; b < nb; ++b) {
+        prefetch_block(w + b);
+        const block_q4_k& wb = w[b];
+        uint8_t sc[8], mn[8];
+        q4_k_unpack_scales(wb, sc, mn);
+        const float d = fp16(wb.d), dmin = fp16(wb.dmin);
+        const float* xb = x + b * qk_k;
+#pragma GCC unroll 8
+        for (int j = 0; j < 8; ++j) {
+            const __m512 scale = _mm512_set1_ps(d * sc[j]), min = _mm512_set1_ps(dmin * mn[j]);
+            const __m512 w0 = _mm512_sub_ps(_mm512_mul_ps(widen(q4_k_chunk(wb, j, 0)), scale), min);
+            const __m512 w1 = _mm512_sub_ps(_mm512_mul_ps(widen(q4_k_chunk(wb, j, 1)), scale), min);
+            fma16<T>(acc0, w0, xb + 32 * j, xs);
+            fma16<T>(acc1, w1, xb + 32 * j + 16, xs);
+        }
+    }
+    store<T>(acc0, acc1, y, ldy);
+}
+
+template <int T>
+void q6_k_row(const block_q6_k* w, const float* x, int64_t xs, int64_t nb, float* y, int64_t ldy) {
+    __m512 acc0[T], acc1[T];
+    for (int t = 0; t < T; ++t) acc0[t] = acc1[t] = _mm512_setzero_ps();
+    for (int64_t b = 0; b < nb; ++b) {
+        prefetch_block(w + b);
+        const block_q6_k& wb = w[b];
+        const float d = fp16(wb.d);
+#pragma GCC unroll 2
+        for (int half = 0; half < 2; ++half) {
+#pragma GCC unroll 4
+            for (int k = 0; k < 4; ++k) {
+                const int j = 8 * half + 2 * k;
+                const float* xk = x + b * qk_k + 128 * half + 32 * k;
+                const __m512 w0 = _mm512_mul_ps(widen(q6_k_chunk(wb, half, k, 0)), _mm512_set1_ps(d * wb.scales[j]));
+                const __m512 w1 =
+                    _mm512_mul_ps(widen(q6_k_chunk(wb, half, k, 1)), _mm512_set1_ps(d * wb.scales[j + 1]));
+                fma16<T>(acc0, w0, xk, xs);
+                fma16<T>(acc1, w1, xk + 16, xs);
+            }
+        }
+    }
+    store<T>(acc0, acc1, y, ldy);
+}
+
+template <int T>
+void row_tile(const matmul_weight& w, const float* x, float* y, int64_t ldy, int64_t r) {
+    const auto* wr = static_cast<const uint8_t*>(w.data) + static_cast<size_t>(r) * w.row_stride;
+    const int64_t n = w.n_in;
+    switch (w.type) {
+        case ggml_type::q8_0:
+            q8_0_row<T>(reinterpret_cast<const block_q8_0*>(wr), x, n, n / qk8_0, y, ldy);
+            break;
+        case ggml_type::q4_0:
+            q4_0_row<T>(reinterpret_cast<const block_q4_0*>(wr), x, n, n / qk4_0, y, ldy);
+            break;
+        case ggml_type::q4_k:
+            q4_k_row<T>(reinterpret_cast<const block_q4_k*>(wr), x, n, n / qk_k, y, ldy);
+            break;
+        case ggml_type::q6_k:
+            q6_k_row<T>(reinterpret_cast<const block_q6_k*>(wr), x, n, n / qk_k, y, ldy);
+            break;
+        default:  // float weights take the float dot kernels (matmul.cpp)
+            rows_float_act_scalar(w, x, y - r, ldy, T, r, r + 1);
+            break;
+    }
+}
+
+}  // namespace
+
+void rows_float_act_avx512(const matmul_weight& w, const float* x, float* y, int64_t ldy, int64_t n_tokens, int64_t r0,
+                           int64_t r1) {
+    const int64_t n = w.n_in;
+    for (int64_t r = r0; r < r1; ++r) {
+        for (int64_t t0 = 0; t0 < n_tokens; t0 += 4) {
+            const float* xt = x + t0 * n;
+            float* yt = y + t0 * ldy + r;
+            switch (std::min<int64_t>(4, n_tokens - t0)) {
+                case 1:
+                    row_tile<1>(w, xt, yt, ldy, r);
+                    break;
+                case 2:
+                    row_tile<2>(w, xt, yt, ldy, r);
+                    break;
+                case 3:
+                    row_tile<3>(w, xt, yt, ldy, r);
+                    break;
+                default:
+                    row_tile<4>(w, xt, yt, ldy, r);
+                    break;
+            }
+        }
+    }
+}
+
+}  // namespace troupe::cpu::detail
+
+#endif

@@ -1,0 +1,68 @@
+// Internal: quantized weight blocks as 16-byte chunks of small signed integers and their float scale, for the
+// float-activation kernels (matmul_float_act_avx512.cpp, matmul_float_act_avx2.cpp). Chunk c of a block holds
+// 16 consecutive elements; the element's value is float(q) * scale (- min for Q4_K), computed in the same
+// order as the reference dequantization (kernels/ref/quants.cpp), so the weights are exactly the reference's:
+//
+//   type  | chunks per block | chunk c: elements   | q                         | scale           | min
+//   ------+------------------+---------------------+---------------------------+-----------------+-----------
+//   Q8_0  | 2                | 16 c ..             | qs                        | d               |
+//   Q4_0  | 2                | 16 c ..             | nibble (low: c 0) - 8     | d               |
+//   Q4_K  | 16               | 16 c ..             | nibble of sub-block c / 2 | d * sc[c / 2]   | dmin * m[c / 2]
+//   Q6_K  | 16               | 16 c ..             | 6-bit value - 32          | d * scales[c]   |
+//
+// Only SSE2/SSSE3 intrinsics (every x86-64 level). Included by one ISA-specific file each; everything here has
+// internal linkage so no inline copy compiled with one file's flags can be used by another.
+#pragma once
+
+#include <immintrin.h>
+
+#include <cstdint>
+#include <cstring>
+
+#include "kernels/ggml_types.h"
+
+namespace troupe::cpu::detail {
+namespace {
+
+// The 6-bit scales sc[8] and mins m[8] of a Q4_K block.
+inline void q4_k_unpack_scales(const block_q4_k& b, uint8_t* sc, uint8_t* m) {
+    uint32_t s[3];
+    std::memcpy(s, b.scales, 12);
+    const uint32_t words[4] = {s[0] & 0x3f3f3f3fu, (s[2] & 0x0f0f0f0fu) | ((s[0] >> 2) & 0x30303030u),
+                               s[1] & 0x3f3f3f3fu, ((s[2] >> 4) & 0x0f0f0f0fu) | ((s[1] >> 2) & 0x30303030u)};
+    std::memcpy(sc, words, 8);
+    std::memcpy(m, words + 2, 8);
+}
+
+inline __m128i load16(const void* p) {
+    return _mm_loadu_si128(static_cast<const __m128i*>(p));
+}
+
+// Q4_0 chunk c: the low (c = 0) or high (c = 1) nibbles of the 16 bytes, minus 8.
+inline __m128i q4_0_chunk(const block_q4_0& b, int c) {
+    const __m128i q = load16(b.qs);
+    const __m128i v = _mm_and_si128(c == 0 ? q : _mm_srli_epi16(q, 4), _mm_set1_epi8(0x0f));
+    return _mm_sub_epi8(v, _mm_set1_epi8(8));
+}
+
+// Q4_K sub-block j (32 elements), half h: nibbles 0..15 of bytes 32 (j / 2) + 16 h (low nibbles for even j).
+inline __m128i q4_k_chunk(const block_q4_k& b, int j, int h) {
+    const __m128i q = load16(b.qs + 32 * (j / 2) + 16 * h);
+    return _mm_and_si128(j % 2 == 0 ? q : _mm_srli_epi16(q, 4), _mm_set1_epi8(0x0f));
+}
+
+// Q6_K half `half`, group k (0..3, elements 128 half + 32 k ..), chunk i (0, 1): the 6-bit values minus 32.
+inline __m128i q6_k_chunk(const block_q6_k& b, int half, int k, int i) {
+    const __m128i l = load16(b.ql + 64 * half + 32 * (k % 2) + 16 * i);
+    const __m128i h = load16(b.qh + 32 * half + 16 * i);
+    const __m128i low = _mm_and_si128(k < 2 ? l : _mm_srli_epi16(l, 4), _mm_set1_epi8(0x0f));
+    const __m128i hs = k == 0   ? _mm_slli_epi16(h, 4)
+                       : k == 1 ? _mm_slli_epi16(h, 2)
+                       : k == 2 ? h
+                                : _mm_srli_epi16(h, 2);
+    const __m128i high = _mm_and_si128(hs, _mm_set1_epi8(0x30));
+    return _mm_sub_epi8(_mm_or_si128(low, high), _mm_set1_epi8(32));
+}
+
+}  // namespace
+}  // namespace troupe::cpu::detail
