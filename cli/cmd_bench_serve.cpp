@@ -22,7 +22,8 @@ using namespace troupe::bench;
 result<load_config> prepare(const cli_args& args) {
     auto path = args.value("--config");
     if (!path) return make_error("--config FILE is required (see config/experiments/)");
-    auto config = load_load_config_file(*path);
+    const std::vector<std::string> sets = args.all("--set");
+    auto config = load_load_config_file(*path, sets);
     if (!config) return config.err();
     std::vector<std::string> problems;
     if (auto url = args.value("--url")) config->target.url = *url;
@@ -76,7 +77,6 @@ int run(load_config config, const cli_args& args) {
     }
     run_report report;
     report.exact_tokens = source->exact_tokens;
-    if (auto m = http_get(url, "/metrics", 10.0)) report.metrics_before = parse_prometheus(*m);
 
     const size_t n_warm = static_cast<size_t>(config.warmup_requests);
     load_run_params params;
@@ -85,16 +85,26 @@ int run(load_config config, const cli_args& args) {
     params.model = config.target.model;
     params.output = config.output;
     params.timeout_s = config.target.timeout_s;
-    params.max_concurrency = config.max_concurrency;
-    params.warmup = std::span<const request_spec>(specs->data(), n_warm);
-    params.requests = std::span<const request_spec>(specs->data() + n_warm, specs->size() - n_warm);
     std::fprintf(stderr, "troupe bench serve: %s: %d requests (+%d warmup) to %s, model %s\n", config.name.c_str(),
                  config.n_requests, config.warmup_requests, config.target.url.c_str(), config.target.model.c_str());
+    if (n_warm > 0) {
+        params.max_concurrency = 1;
+        params.requests = std::span<const request_spec>(specs->data(), n_warm);
+        const load_run_result warm = run_load(params);
+        for (const auto& r : warm.records) {
+            if (!r.ok) std::fprintf(stderr, "troupe bench serve: a warmup request failed: %s\n", r.error.c_str());
+        }
+    }
+    if (auto m = http_get(url, "/metrics", 10.0)) report.metrics_before = parse_prometheus(*m);
+    params.max_concurrency = config.max_concurrency;
+    params.metrics_interval_s = config.metrics_interval_s;
+    params.requests = std::span<const request_spec>(specs->data() + n_warm, specs->size() - n_warm);
     load_run_result run = run_load(params);
 
     if (auto m = http_get(url, "/metrics", 10.0)) report.metrics_after = parse_prometheus(*m);
     report.summary = summarize(run.records, run.duration_s, config.slo);
     report.requests = std::move(run.records);
+    report.polls = std::move(run.polls);
     report.config = std::move(config);
     std::fputs(report_markdown(report).c_str(), stdout);
     if (auto out = args.value("--out")) {
@@ -105,8 +115,6 @@ int run(load_config config, const cli_args& args) {
             return exit_failure;
         }
     }
-    if (run.warmup_failed > 0)
-        std::fprintf(stderr, "troupe bench serve: %d warmup requests failed\n", run.warmup_failed);
     if (report.summary.completed == 0) {
         std::fprintf(stderr, "troupe bench serve: every request failed; the first: %s\n",
                      report.summary.errors.empty() ? "?" : report.summary.errors[0].c_str());
@@ -131,6 +139,7 @@ const command_spec& bench_serve_spec() {
         s.flags.push_back({"--model", "", "NAME", "the requests' model, overrides target.model"});
         s.flags.push_back({"--n-requests", "", "N", "overrides n_requests"});
         s.flags.push_back({"--max-concurrency", "", "N", "overrides max_concurrency (0: no cap)"});
+        s.flags.push_back({"--set", "", "KEY=VALUE", "override a key of the experiment (prompt.max_tokens=200)", true});
         s.flags.push_back({"--out", "-o", "FILE", "write the JSON report (figures, per-request records, /metrics)"});
         s.flags.push_back({"--print-config", "", "", "print the effective experiment as YAML and exit"});
         s.details =

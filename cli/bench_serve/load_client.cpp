@@ -28,11 +28,14 @@ struct run_context {
     const load_run_params& params;
     std::string target;  // the request path
     int32_t in_flight = 0;
+    int64_t live_tokens = 0;                   // prompt + received tokens of the requests in flight
+    bool finished = false;                     // every request has ended
     asio::steady_timer* slot_freed = nullptr;  // cancelled whenever a request ends
+    asio::steady_timer* poll_wait = nullptr;   // cancelled when the run ends
 };
 
-void finish_stream(const std::string& data, request_record& rec, bool& done, int32_t& n_token_chunks,
-                   double& last_token_s, double now_s) {
+void on_event(const std::string& data, request_record& rec, bool& done, int32_t& n_token_chunks, double& last_token_s,
+              double now_s, int64_t& live_tokens) {
     stream_chunk c = parse_stream_chunk(data);
     if (!c.error.empty()) {
         if (rec.error.empty()) rec.error = "server error in stream: " + c.error;
@@ -46,6 +49,7 @@ void finish_stream(const std::string& data, request_record& rec, bool& done, int
             rec.itl_s.push_back(now_s - last_token_s);
         last_token_s = now_s;
         ++n_token_chunks;
+        ++live_tokens;
     }
     if (c.completion_tokens) {
         rec.output_tokens = *c.completion_tokens;
@@ -64,6 +68,7 @@ asio::awaitable<void> one_request(run_context& ctx, const request_spec& spec, re
     const steady::time_point deadline =
         sent + std::chrono::duration_cast<steady::duration>(std::chrono::duration<double>(p.timeout_s));
     rec.start_s = seconds(sent - run_start);
+    ctx.live_tokens += spec.prompt_tokens;
     bool done = false;
     int32_t n_token_chunks = 0;
     double last_token_s = 0.0;
@@ -109,7 +114,8 @@ asio::awaitable<void> one_request(run_context& ctx, const request_spec& spec, re
             } else if (got > 0) {
                 events.clear();
                 sse.feed(std::string_view(chunk, got), events);
-                for (const auto& e : events) finish_stream(e, rec, done, n_token_chunks, last_token_s, now_s);
+                for (const auto& e : events)
+                    on_event(e, rec, done, n_token_chunks, last_token_s, now_s, ctx.live_tokens);
             }
             if (ec == http::error::end_of_stream) break;
         }
@@ -131,6 +137,7 @@ asio::awaitable<void> one_request(run_context& ctx, const request_spec& spec, re
         rec.e2e_s = seconds(steady::now() - sent);
         rec.error = e.what();
     }
+    ctx.live_tokens -= spec.prompt_tokens + n_token_chunks;
     if (!rec.usage_reported) rec.output_tokens = n_token_chunks;
     rec.ok = rec.error.empty();
 }
@@ -142,18 +149,38 @@ asio::awaitable<void> tracked_request(run_context& ctx, const request_spec& spec
     ctx.slot_freed->cancel();
 }
 
-asio::awaitable<void> run_all(run_context& ctx, load_run_result& out, steady::time_point& run_start) {
+asio::awaitable<void> get_body(const http_url& url, std::string target, double timeout_s, unsigned& status,
+                               std::string& body, std::string& error);
+
+asio::awaitable<void> poll_metrics(run_context& ctx, load_run_result& out, steady::time_point run_start) {
+    const load_run_params& p = ctx.params;
+    const auto interval =
+        std::chrono::duration_cast<steady::duration>(std::chrono::duration<double>(p.metrics_interval_s));
+    while (!ctx.finished) {
+        metrics_poll poll;
+        poll.t_s = seconds(steady::now() - run_start);
+        poll.client_live_tokens = ctx.live_tokens;
+        poll.n_in_flight = ctx.in_flight;
+        unsigned status = 0;
+        std::string error;
+        co_await get_body(p.url, p.url.base_path + "/metrics", 5.0, status, poll.text, error);
+        if (status != 200) co_return;  // no /metrics: stop asking
+        if (ctx.finished) co_return;
+        out.polls.push_back(std::move(poll));
+        ctx.poll_wait->expires_after(interval);
+        co_await ctx.poll_wait->async_wait(asio::as_tuple(asio::use_awaitable));
+    }
+}
+
+asio::awaitable<void> run_all(run_context& ctx, load_run_result& out, steady::time_point run_start) {
     auto ex = co_await asio::this_coro::executor;
     const load_run_params& p = ctx.params;
-    for (const auto& w : p.warmup) {
-        request_record rec;
-        co_await one_request(ctx, w, rec, steady::now());
-        if (!rec.ok) ++out.warmup_failed;
-    }
     asio::steady_timer arrival(ex);
     asio::steady_timer slot_freed(ex);
+    asio::steady_timer poll_wait(ex);
     ctx.slot_freed = &slot_freed;
-    run_start = steady::now();
+    ctx.poll_wait = &poll_wait;
+    if (p.metrics_interval_s > 0) asio::co_spawn(ex, poll_metrics(ctx, out, run_start), asio::detached);
     for (size_t i = 0; i < p.requests.size(); ++i) {
         const auto at = run_start + std::chrono::duration_cast<steady::duration>(
                                         std::chrono::duration<double>(p.requests[i].arrival_s));
@@ -172,6 +199,8 @@ asio::awaitable<void> run_all(run_context& ctx, load_run_result& out, steady::ti
         slot_freed.expires_at(steady::time_point::max());
         co_await slot_freed.async_wait(asio::as_tuple(asio::use_awaitable));
     }
+    ctx.finished = true;
+    poll_wait.cancel();
 }
 
 asio::awaitable<void> get_body(const http_url& url, std::string target, double timeout_s, unsigned& status,
@@ -206,7 +235,7 @@ load_run_result run_load(const load_run_params& params) {
     out.records.resize(params.requests.size());
     run_context ctx{params, params.url.base_path + std::string(endpoint_path(params.endpoint))};
     asio::io_context io;
-    steady::time_point run_start = steady::now();
+    const steady::time_point run_start = steady::now();
     std::exception_ptr failure;
     asio::co_spawn(io, run_all(ctx, out, run_start), [&](std::exception_ptr e) { failure = e; });
     io.run();

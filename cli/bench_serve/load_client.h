@@ -1,10 +1,10 @@
 // load_client: the HTTP side of `troupe bench serve` (the one translation unit with Asio and Beast).
 //
-// One io_context on the calling thread runs everything: warmup requests one after the other, then the
-// measured ones, each started at its arrival offset from the run's start, or later while max_concurrency
-// requests are in flight (a request waits for a free slot; its latencies count from when it is sent, as
-// vLLM's benchmark does). Each request is its own connection: POST, then the SSE body read with
-// read_some so that every chunk is timestamped when its bytes arrive.
+// One io_context on the calling thread runs everything: the requests, each started at its arrival offset
+// from the run's start, or later while max_concurrency requests are in flight (a request waits for a free slot; its
+// latencies count from when it is sent, as vLLM's benchmark does). Each request is its own connection: POST, then the
+// SSE body read with read_some so that every chunk is timestamped when its bytes arrive. Beside them, GET /metrics
+// every metrics_interval_s while requests run (warmup is a separate run_load call with a cap of one).
 #pragma once
 
 #include <cstdint>
@@ -27,15 +27,15 @@ struct load_run_params {
     std::string model;
     output_config output;
     double timeout_s = 600.0;
-    int32_t max_concurrency = 0;  // 0: no cap
-    std::span<const request_spec> warmup;
+    int32_t max_concurrency = 0;      // 0: no cap
+    double metrics_interval_s = 0.0;  // 0: no polls
     std::span<const request_spec> requests;
 };
 
 struct load_run_result {
     std::vector<request_record> records;  // one per measured request, in request order
     double duration_s = 0.0;              // the run's start to the last request's end
-    int32_t warmup_failed = 0;
+    std::vector<metrics_poll> polls;      // GET /metrics answers during the run
 };
 
 load_run_result run_load(const load_run_params& params);

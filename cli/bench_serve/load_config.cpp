@@ -264,6 +264,8 @@ void read_root(const YAML::Node& root, diagnostics& d, load_config& c) {
                          {"temperature", [&](auto& m, auto& q) { read_number(m, q, d, o.temperature, 0, false, 100); }},
                      });
              }},
+            {"metrics_interval_s",
+             [&](auto& n, auto& path) { read_number(n, path, d, c.metrics_interval_s, 0, false, 3600); }},
             {"slo",
              [&](auto& n, auto& path) {
                  read_map(n, path, d,
@@ -347,12 +349,46 @@ result<load_config> parse_load_config(std::string_view yaml_text, std::string_vi
     return make_error(msg);
 }
 
-result<load_config> load_load_config_file(const std::string& path) {
+result<load_config> load_load_config_file(const std::string& path, std::span<const std::string> overrides) {
     std::ifstream in(path);
     if (!in) return make_error(path + ": cannot open the load config");
     std::stringstream ss;
     ss << in.rdbuf();
     auto c = parse_load_config(ss.str(), path);
+    if (c && !overrides.empty()) {
+        YAML::Node root;
+        try {
+            root = YAML::Load(ss.str());
+            if (root.IsNull()) root = YAML::Node(YAML::NodeType::Map);
+            for (const auto& o : overrides) {
+                const size_t eq = o.find('=');
+                if (eq == std::string::npos || eq == 0) {
+                    return make_error("--set: expected key.path=value, got '" + o + "'");
+                }
+                const std::string key = o.substr(0, eq);
+                YAML::Node node = root;
+                size_t start = 0;
+                while (true) {
+                    const size_t dot = key.find('.', start);
+                    const std::string part =
+                        key.substr(start, dot == std::string::npos ? std::string::npos : dot - start);
+                    if (part.empty()) return make_error("--set: empty key part in '" + key + "'");
+                    if (dot == std::string::npos) {
+                        node[part] = YAML::Load(o.substr(eq + 1));
+                        break;
+                    }
+                    if (!node[part].IsMap()) node[part] = YAML::Node(YAML::NodeType::Map);
+                    node.reset(node[part]);
+                    start = dot + 1;
+                }
+            }
+        } catch (const YAML::Exception& e) {
+            return make_error("--set: malformed YAML value: " + e.msg);
+        }
+        YAML::Emitter out;
+        out << root;
+        c = parse_load_config(out.c_str(), path + " with --set");
+    }
     if (c && c->name.empty()) c->name = file_stem(path);
     return c;
 }
@@ -373,6 +409,7 @@ std::string to_yaml(const load_config& c) {
       << "\n  min_tokens: " << c.output.min_tokens << "\n  max_tokens: " << c.output.max_tokens
       << "\n  ignore_eos: " << (c.output.ignore_eos ? "true" : "false")
       << "\n  temperature: " << num(c.output.temperature) << "\n";
+    o << "metrics_interval_s: " << num(c.metrics_interval_s) << "\n";
     o << "slo:\n  ttft_ms: " << num(c.slo.ttft_ms) << "\n  tpot_ms: " << num(c.slo.tpot_ms)
       << "\n  e2e_ms: " << num(c.slo.e2e_ms) << "\n";
     return o.str();

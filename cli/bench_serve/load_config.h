@@ -13,6 +13,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 
@@ -83,12 +84,14 @@ struct load_config {
     prompt_config prompt;
     output_config output;
     slo_config slo;
+    double metrics_interval_s = 0.5;  // GET /metrics this often during the run (gauges, KV use); 0 = off
 };
 
 // Reads YAML text over the defaults; `source` names it in messages.
 result<load_config> parse_load_config(std::string_view yaml_text, std::string_view source = "<string>");
-// Reads a file; a missing file is an error naming the path. The name defaults to the file's stem.
-result<load_config> load_load_config_file(const std::string& path);
+// Reads a file, then applies "key.path=value" overrides (--set; the value is YAML) through the same checks.
+// A missing file is an error naming the path. The name defaults to the file's stem.
+result<load_config> load_load_config_file(const std::string& path, std::span<const std::string> overrides = {});
 
 // The config as YAML (every key), for the report and --print-config.
 std::string to_yaml(const load_config& c);

@@ -36,6 +36,14 @@ bool meets_slo(const request_record& r, const slo_config& slo);
 // Linear interpolation between the nearest ranks of a sorted sample; 0 for an empty one.
 double percentile(std::span<const double> sorted, double p);
 
+// One GET /metrics during a run, with what the client knew at that instant.
+struct metrics_poll {
+    double t_s = 0.0;                // from the run's start
+    std::string text;                // the Prometheus text
+    int64_t client_live_tokens = 0;  // prompt tokens + tokens received of the requests in flight
+    int32_t n_in_flight = 0;
+};
+
 struct distribution {
     size_t n = 0;
     double mean = 0, std = 0, median = 0, p90 = 0, p99 = 0, min = 0, max = 0;  // in the samples' unit

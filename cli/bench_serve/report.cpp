@@ -5,10 +5,12 @@
 
 #include <boost/json.hpp>
 
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <cstdio>
 #include <map>
+#include <optional>
 
 namespace troupe::bench {
 
@@ -62,6 +64,73 @@ std::vector<metric_sample> parse_prometheus(std::string_view text) {
 }
 
 namespace {
+
+std::optional<double> find_series(std::span<const metric_sample> samples, std::string_view series) {
+    for (const auto& m : samples) {
+        if (m.series == series) return m.value;
+    }
+    return std::nullopt;
+}
+
+}  // namespace
+
+kv_waste_figure kv_waste(std::span<const metrics_poll> polls) {
+    kv_waste_figure w;
+    double sum = 0.0;
+    for (const auto& p : polls) {
+        const auto samples = parse_prometheus(p.text);
+        double waste = 0.0;
+        if (auto server = find_series(samples, "troupe_kv_waste_ratio")) {
+            if (p.n_in_flight == 0) continue;
+            w.from_server = true;
+            waste = *server;
+        } else {
+            const auto used = find_series(samples, "troupe_kv_blocks{state=\"used\"}");
+            const auto block = find_series(samples, "troupe_kv_block_size_tokens");
+            const auto waiting = find_series(samples, "troupe_requests_waiting");
+            if (!used || !block || *used <= 0 || p.n_in_flight == 0 || (waiting && *waiting > 0)) continue;
+            const double slots = *used * *block;
+            waste = std::clamp(1.0 - static_cast<double>(p.client_live_tokens) / slots, 0.0, 1.0);
+        }
+        sum += waste;
+        w.max = std::max(w.max, waste);
+        ++w.n_samples;
+    }
+    w.available = w.n_samples > 0;
+    if (w.available) w.mean = sum / w.n_samples;
+    return w;
+}
+
+double prefix_hit_rate(std::span<const metric_sample> before, std::span<const metric_sample> after) {
+    const auto h0 = find_series(before, "troupe_prefix_cache_hits_total");
+    const auto q0 = find_series(before, "troupe_prefix_cache_queries_total");
+    const auto h1 = find_series(after, "troupe_prefix_cache_hits_total");
+    const auto q1 = find_series(after, "troupe_prefix_cache_queries_total");
+    if (!h0 || !q0 || !h1 || !q1 || *q1 - *q0 <= 0) return -1.0;
+    return (*h1 - *h0) / (*q1 - *q0);
+}
+
+namespace {
+
+// Mean and max of every gauge-like series over the polls.
+boost::json::object gauges_json(std::span<const metrics_poll> polls) {
+    std::map<std::string, std::pair<double, double>> sum_max;
+    std::map<std::string, int> count;
+    for (const auto& p : polls) {
+        for (const auto& m : parse_prometheus(p.text)) {
+            if (!std::isfinite(m.value)) continue;
+            auto& [sum, mx] = sum_max[m.series];
+            if (count[m.series]++ == 0) mx = m.value;
+            sum += m.value;
+            mx = std::max(mx, m.value);
+        }
+    }
+    boost::json::object o;
+    for (const auto& [series, v] : sum_max) {
+        o[series] = {{"mean", v.first / count[series]}, {"max", v.second}, {"n", count[series]}};
+    }
+    return o;
+}
 
 boost::json::object dist_json(const distribution& d) {
     return {{"n", d.n},     {"mean", d.mean}, {"std", d.std}, {"median", d.median},
@@ -137,6 +206,14 @@ std::string report_json(const run_report& r) {
             {"before", finite(v.first)}, {"after", finite(v.second)}, {"delta", finite(v.second - v.first)}};
     }
     o["server_metrics"] = std::move(server);
+    o["server_gauges_during_run"] = gauges_json(r.polls);
+    const kv_waste_figure w = kv_waste(r.polls);
+    o["kv_waste"] = {{"available", w.available},
+                     {"source", w.from_server ? "server" : "estimate"},
+                     {"mean", w.mean},
+                     {"max", w.max},
+                     {"n_samples", w.n_samples}};
+    o["prefix_cache_hit_rate"] = prefix_hit_rate(r.metrics_before, r.metrics_after);
     boost::json::array reqs;
     for (const auto& q : r.requests) {
         boost::json::array itl;
@@ -194,6 +271,14 @@ std::string report_markdown(const run_report& r) {
     lat("TPOT", s.tpot_ms);
     lat("ITL", s.itl_ms);
     lat("E2E", s.e2e_ms);
+    if (const double hit = prefix_hit_rate(r.metrics_before, r.metrics_after); hit >= 0) {
+        m += "\n" + fmt("prefix-cache hit rate during the run: %.1f%%", 100 * hit) + "\n";
+    }
+    if (const kv_waste_figure w = kv_waste(r.polls); w.available) {
+        m += fmt("KV waste (allocated slots without a token): mean %.1f%%", 100 * w.mean) +
+             fmt(", max %.1f%%", 100 * w.max) + " over " + std::to_string(w.n_samples) + " polls" +
+             (w.from_server ? "" : " (estimated from the client's token counts)") + "\n";
+    }
     bool header = false;
     for (const auto& [series, v] : server_rows(r)) {
         if (!interesting(series)) continue;

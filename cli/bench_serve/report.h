@@ -22,13 +22,31 @@ struct metric_sample {
 // parse are skipped.
 std::vector<metric_sample> parse_prometheus(std::string_view text);
 
+// KV cache waste during the run: allocated token slots not holding a token, / allocated slots. From the
+// server's troupe_kv_waste_ratio gauge when it has one; else estimated per poll as
+// 1 - client_live_tokens / (troupe_kv_blocks{state="used"} * troupe_kv_block_size_tokens), over polls with
+// requests in flight and none waiting (a waiting request holds no blocks yet), clamped to [0, 1].
+struct kv_waste_figure {
+    bool available = false;
+    bool from_server = false;
+    double mean = 0.0;
+    double max = 0.0;
+    int32_t n_samples = 0;
+};
+kv_waste_figure kv_waste(std::span<const metrics_poll> polls);
+
+// Prefix-cache hit rate of the run: the change of troupe_prefix_cache_hits_total over the change of
+// troupe_prefix_cache_queries_total; -1 when the counters are missing or nothing was looked up.
+double prefix_hit_rate(std::span<const metric_sample> before, std::span<const metric_sample> after);
+
 struct run_report {
     load_config config;  // with the url and model actually used
     bench_summary summary;
     std::vector<request_record> requests;
     std::vector<metric_sample> metrics_before;  // empty when /metrics was not readable
     std::vector<metric_sample> metrics_after;
-    bool exact_tokens = false;  // prompt lengths were counted with a tokenizer
+    std::vector<metrics_poll> polls;  // /metrics during the run
+    bool exact_tokens = false;        // prompt lengths were counted with a tokenizer
 };
 
 std::string report_json(const run_report& r);

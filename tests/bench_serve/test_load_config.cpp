@@ -1,6 +1,8 @@
 // Load experiment configs: defaults, every key, and errors with paths, lines and valid choices, all at once.
 #include <gtest/gtest.h>
 
+#include <cstdio>
+
 #include "cli/bench_serve/load_config.h"
 
 namespace troupe::bench {
@@ -110,6 +112,30 @@ TEST(load_config, all_problems_are_reported_together_with_their_lines) {
     EXPECT_NE(m.find("e.yaml:3: arrivals.kind"), std::string::npos) << m;
     EXPECT_NE(m.find("e.yaml:4: slo.ttft_ms"), std::string::npos) << m;
     EXPECT_NE(m.find("e.yaml:5: bogus: unknown key"), std::string::npos) << m;
+}
+
+TEST(load_config, set_overrides_go_through_the_same_checks) {
+    const std::string path = ::testing::TempDir() + "/set_test.yaml";
+    {
+        std::FILE* f = std::fopen(path.c_str(), "w");
+        std::fputs("prompt: {kind: fixed, tokens: 8}\n", f);
+        std::fclose(f);
+    }
+    const std::vector<std::string> good = {"prompt.tokens=99", "output.kind=uniform", "output.min_tokens=2",
+                                           "output.max_tokens=4", "slo.ttft_ms=50"};
+    auto c = load_load_config_file(path, good);
+    ASSERT_TRUE(c) << c.message();
+    EXPECT_EQ(c->name, "set_test");
+    EXPECT_EQ(c->prompt.tokens, 99);
+    EXPECT_EQ(c->output.kind, output_kind::uniform);
+    EXPECT_EQ(c->output.max_tokens, 4);
+    EXPECT_DOUBLE_EQ(c->slo.ttft_ms, 50);
+    const std::vector<std::string> bad = {"prompt.tokns=3"};
+    auto e = load_load_config_file(path, bad);
+    ASSERT_FALSE(e);
+    EXPECT_NE(e.message().find("prompt.tokns: unknown key"), std::string::npos) << e.message();
+    const std::vector<std::string> no_eq = {"prompt.tokens"};
+    EXPECT_FALSE(load_load_config_file(path, no_eq));
 }
 
 TEST(load_config, a_missing_file_is_named) {

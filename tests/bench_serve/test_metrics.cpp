@@ -97,6 +97,46 @@ TEST(prometheus, samples_keep_their_labels_and_skip_comments) {
     EXPECT_DOUBLE_EQ(m[1].value, 0.25);
 }
 
+std::string kv_text(int used, int waiting, const char* extra = "") {
+    return "troupe_kv_blocks{state=\"used\"} " + std::to_string(used) +
+           "\ntroupe_kv_blocks{state=\"free\"} 100\ntroupe_kv_block_size_tokens 16\ntroupe_requests_waiting " +
+           std::to_string(waiting) + "\n" + extra;
+}
+
+TEST(kv_waste, is_estimated_from_used_blocks_and_the_clients_live_tokens) {
+    std::vector<metrics_poll> polls = {
+        {0.0, kv_text(10, 0), 152, 2},  // 160 slots, 152 tokens: 5%
+        {0.5, kv_text(10, 0), 144, 2},  // 10%
+        {1.0, kv_text(10, 3), 10, 5},   // requests waiting: skipped
+        {1.5, kv_text(0, 0), 0, 0},     // idle: skipped
+    };
+    const kv_waste_figure w = kv_waste(polls);
+    ASSERT_TRUE(w.available);
+    EXPECT_FALSE(w.from_server);
+    EXPECT_EQ(w.n_samples, 2);
+    EXPECT_NEAR(w.mean, 0.075, 1e-12);
+    EXPECT_NEAR(w.max, 0.10, 1e-12);
+}
+
+TEST(kv_waste, prefers_the_servers_own_ratio) {
+    std::vector<metrics_poll> polls = {{0.0, kv_text(10, 0, "troupe_kv_waste_ratio 0.02\n"), 1, 1}};
+    const kv_waste_figure w = kv_waste(polls);
+    ASSERT_TRUE(w.available);
+    EXPECT_TRUE(w.from_server);
+    EXPECT_DOUBLE_EQ(w.mean, 0.02);
+    EXPECT_FALSE(kv_waste(std::vector<metrics_poll>{{0.0, "other 1\n", 5, 1}}).available);
+}
+
+TEST(prefix_hit_rate, is_the_change_of_hits_over_the_change_of_lookups) {
+    std::vector<metric_sample> before = {{"troupe_prefix_cache_hits_total", 10},
+                                         {"troupe_prefix_cache_queries_total", 20}};
+    std::vector<metric_sample> after = {{"troupe_prefix_cache_hits_total", 100},
+                                        {"troupe_prefix_cache_queries_total", 120}};
+    EXPECT_DOUBLE_EQ(prefix_hit_rate(before, after), 0.9);
+    EXPECT_EQ(prefix_hit_rate(before, before), -1.0);
+    EXPECT_EQ(prefix_hit_rate({}, after), -1.0);
+}
+
 TEST(report, json_and_markdown_carry_every_figure) {
     run_report r;
     r.config.name = "exp";
@@ -104,16 +144,20 @@ TEST(report, json_and_markdown_carry_every_figure) {
     r.config.slo.ttft_ms = 250;
     r.requests = {ok_record(0.1, 1.1, 11, 20), ok_record(0.3, 0.8, 6, 30)};
     r.summary = summarize(r.requests, 2.0, r.config.slo);
-    r.metrics_before = {{"troupe_prefix_cache_hits_total", 5}};
-    r.metrics_after = {{"troupe_prefix_cache_hits_total", 45}, {"troupe_http_requests_total", 2}};
+    r.metrics_before = {{"troupe_prefix_cache_hits_total", 5}, {"troupe_prefix_cache_queries_total", 10}};
+    r.metrics_after = {{"troupe_prefix_cache_hits_total", 45},
+                       {"troupe_prefix_cache_queries_total", 60},
+                       {"troupe_http_requests_total", 2}};
+    r.polls = {{0.1, kv_text(4, 0), 61, 2}, {0.2, kv_text(4, 0), 64, 2}};
     const std::string json = report_json(r);
     boost::system::error_code ec;
     auto v = boost::json::parse(json, ec);
     ASSERT_FALSE(ec) << json;
     const auto& o = v.as_object();
-    for (const char* k : {"completed", "failed", "duration_s", "request_throughput", "input_throughput",
-                          "output_throughput", "total_token_throughput", "ttft_ms", "tpot_ms", "itl_ms", "e2e_ms",
-                          "goodput", "server_metrics", "requests", "config_yaml"}) {
+    for (const char* k :
+         {"completed", "failed", "duration_s", "request_throughput", "input_throughput", "output_throughput",
+          "total_token_throughput", "ttft_ms", "tpot_ms", "itl_ms", "e2e_ms", "goodput", "server_metrics",
+          "server_gauges_during_run", "kv_waste", "prefix_cache_hit_rate", "requests", "config_yaml"}) {
         EXPECT_TRUE(o.contains(k)) << k;
     }
     EXPECT_EQ(o.at("completed").as_int64(), 2);
@@ -122,10 +166,21 @@ TEST(report, json_and_markdown_carry_every_figure) {
     EXPECT_DOUBLE_EQ(
         o.at("server_metrics").as_object().at("troupe_prefix_cache_hits_total").as_object().at("delta").as_double(),
         40);
+    EXPECT_DOUBLE_EQ(o.at("prefix_cache_hit_rate").as_double(), 0.8);
+    EXPECT_NEAR(o.at("kv_waste").as_object().at("mean").as_double(), 0.5 * (3.0 / 64), 1e-12);
+    EXPECT_DOUBLE_EQ(o.at("server_gauges_during_run")
+                         .as_object()
+                         .at("troupe_kv_blocks{state=\"used\"}")
+                         .as_object()
+                         .at("max")
+                         .as_double(),
+                     4);
     const std::string md = report_markdown(r);
-    for (const char* k : {"## exp", "| completed / failed | 2 / 0 |", "| request throughput (req/s) | 1.00 |",
-                          "output token throughput", "| TTFT | 200.00 | 200.00 |", "| TPOT |", "| ITL |", "| E2E |",
-                          "goodput (req/s) TTFT <= 250 ms", "`troupe_prefix_cache_hits_total` | 5 | 45 | 40"}) {
+    for (const char* k :
+         {"## exp", "| completed / failed | 2 / 0 |", "| request throughput (req/s) | 1.00 |",
+          "output token throughput", "| TTFT | 200.00 | 200.00 |", "| TPOT |", "| ITL |", "| E2E |",
+          "goodput (req/s) TTFT <= 250 ms", "`troupe_prefix_cache_hits_total` | 5 | 45 | 40",
+          "prefix-cache hit rate during the run: 80.0%", "KV waste (allocated slots without a token): mean 2.3%"}) {
         EXPECT_NE(md.find(k), std::string::npos) << k << "\n" << md;
     }
     EXPECT_EQ(md.find("troupe_http_requests_total"), std::string::npos);  // only cache / batch series in the table
