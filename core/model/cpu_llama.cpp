@@ -46,7 +46,7 @@ result<std::unique_ptr<cpu_llama>> cpu_llama::create(llama_weights weights, cpu_
     quant_op* quant = params.quant.get();
     const std::string& path = m->w_.file->path();
     auto make = [&](const weight_view& w, const std::string& name, linear& out) -> status {
-        auto l = linear::make(w, quant, path + ": " + name);
+        auto l = linear::make(w, quant, path + ": " + name, params.activations);
         if (!l.ok()) return l.err();
         out = std::move(*l);
         return {};
@@ -89,7 +89,8 @@ std::string cpu_llama::description() const {
     types = std::string(traits(t).name);
     return w_.file->path() + ": " + hp.architecture + ", " + std::to_string(hp.n_layers) + " layers, dim " +
            std::to_string(hp.dim) + ", " + std::to_string(hp.n_heads) + " heads / " + std::to_string(hp.n_kv_heads) +
-           " kv heads, vocab " + std::to_string(hp.n_vocab) + ", " + types + " weights, cpu (" +
+           " kv heads, vocab " + std::to_string(hp.n_vocab) + ", " + types + " weights" +
+           (params_.activations == cpu::activation_recipe::float32 ? ", float activations" : "") + ", cpu (" +
            std::to_string(pool_->n_threads()) + " threads)";
 }
 

@@ -31,6 +31,8 @@ struct cpu_llama_params {
     int32_t n_threads = 0;                    // 0: all cores
     kv_geometry kv{0, 0};                     // block_size 0: one block of n_ctx per sequence
     int32_t max_seqs = 4;                     // sizes the default pool when kv.n_blocks is 0
+    // Activations of the builtin kernels (types the quant plugin does not take): kernels.activations.
+    cpu::activation_recipe activations = cpu::activation_recipe::quantized;
 };
 
 class cpu_llama final : public model_runner {

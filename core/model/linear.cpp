@@ -1,12 +1,12 @@
 #include "core/model/linear.h"
 
-#include "kernels/cpu/matmul.h"
-
 namespace troupe {
 
-result<linear> linear::make(const weight_view& w, quant_op* quant, const std::string& name) {
+result<linear> linear::make(const weight_view& w, quant_op* quant, const std::string& name,
+                            cpu::activation_recipe recipe) {
     linear l;
     l.w_ = w;
+    l.recipe_ = recipe;
     if (quant && quant->claims(w.type)) {
         auto prepared = quant->prepare(w);
         if (!prepared.ok()) return make_error(name + ": quant plugin " + quant->name() + ": " + prepared.message());
@@ -28,7 +28,7 @@ size_t linear::n_bytes() const {
 status linear::forward(const float* x, float* y, int64_t n_tokens, const compute_context& ctx) const {
     if (prepared_) return quant_->matmul(*prepared_, x, y, n_tokens, ctx.parallel_for);
     const matmul_weight w{w_.type, w_.data, w_.n_in, w_.n_out, w_.row_stride};
-    cpu::matmul(w, x, y, n_tokens, *ctx.pool);
+    cpu::matmul(w, x, y, n_tokens, *ctx.pool, recipe_);
     return {};
 }
 

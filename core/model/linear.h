@@ -1,6 +1,8 @@
 // linear: one weight matrix ready to multiply, y[n_tokens, n_out] = x[n_tokens, n_in] · Wᵀ.
 // A quant plugin takes over the types it claims (e.g. Q8_0, or F32/F16 quantized online at load);
-// every other computable type runs on the builtin CPU kernels.
+// every other computable type runs on the builtin CPU kernels, with the activation recipe chosen at make
+// (kernels.activations: llama.cpp's quantized activations, or float32 activations against exactly dequantized
+// weights).
 #pragma once
 
 #include <memory>
@@ -8,13 +10,15 @@
 
 #include "core/model/compute_context.h"
 #include "core/model/ops.h"
+#include "kernels/cpu/matmul.h"
 
 namespace troupe {
 
 class linear {
 public:
     linear() = default;
-    static result<linear> make(const weight_view& w, quant_op* quant, const std::string& name);
+    static result<linear> make(const weight_view& w, quant_op* quant, const std::string& name,
+                               cpu::activation_recipe recipe = cpu::activation_recipe::quantized);
 
     status forward(const float* x, float* y, int64_t n_tokens, const compute_context& ctx) const;
 
@@ -23,10 +27,12 @@ public:
     size_t n_bytes() const;  // weight bytes read per product
     bool by_plugin() const { return prepared_ != nullptr; }
     ggml_type stored_type() const { return w_.type; }
+    cpu::activation_recipe recipe() const { return recipe_; }  // of the builtin kernels (unused by a plugin)
 
 private:
     weight_view w_{};
     quant_op* quant_ = nullptr;
+    cpu::activation_recipe recipe_ = cpu::activation_recipe::quantized;
     std::shared_ptr<const prepared_weight> prepared_;
 };
 
