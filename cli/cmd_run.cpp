@@ -11,6 +11,7 @@
 #include <string>
 
 #include "actors/engine/engine.h"
+#include "actors/engine/engine_params_from.h"
 #include "actors/executor/draft_adapter.h"
 #include "actors/tokenizer/tokenizer_codec.h"
 #include "core/loader/model_loader.h"
@@ -58,9 +59,7 @@ int generate(const engine_config& config, const std::string& prompt) {
         std::fprintf(stderr, "troupe run: %s\n", model.message().c_str());
         return exit_failure;
     }
-    engine_params params;
-    params.max_waiting = config.scheduler.max_waiting;
-    params.max_running = config.scheduler.max_running_seqs;
+    engine_params params = engine_params_from(config);
     engine_parts parts{std::shared_ptr<model_runner>(std::move(model->runner)), make_tokenizer_codec(model->tok), {}};
     if (model->spec) {
         parts.draft = draft_fn_from(model->spec);

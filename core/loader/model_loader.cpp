@@ -62,7 +62,9 @@ result<loaded_model> load_model(const engine_config& config) {
         m.plugins.push_back("spec/" + config.plugins.spec.name);
     }
 
-    // KV pool: the budget in blocks, but no more than every running sequence at full context needs.
+    // KV pool (paged): kv.memory / (bytes per token * block_size) blocks. Capped at four times what every
+    // running sequence at full context needs: beyond that, blocks only keep old prefixes cached and cost
+    // address space.
     const llama_hparams& hp = weights->hp;
     const size_t kv_bytes_per_token = static_cast<size_t>(hp.n_layers) * 2 * hp.kv_width() * sizeof(float);
     const int32_t block_size = config.kv.block_size;
@@ -71,12 +73,18 @@ result<loaded_model> load_model(const engine_config& config) {
     const uint64_t budget = config.kv.memory.resolve(ram);
     const int64_t blocks_per_seq = (hp.n_ctx + block_size - 1) / block_size;
     const int64_t useful = blocks_per_seq * config.scheduler.max_running_seqs;
+    const int64_t cap = 4 * useful;
     const int64_t affordable = static_cast<int64_t>(budget / (kv_bytes_per_token * block_size));
     if (affordable < blocks_per_seq) {
         TROUPE_LOG_WARN("loader", "kv.memory allows %lld tokens, less than one full context of %d",
                         static_cast<long long>(affordable * block_size), hp.n_ctx);
     }
-    params.kv = kv_geometry{block_size, static_cast<int32_t>(std::max<int64_t>(1, std::min(useful, affordable)))};
+    const int64_t n_blocks = std::clamp<int64_t>(affordable, 1, std::min<int64_t>(cap, INT32_MAX));
+    params.kv = kv_geometry{block_size, static_cast<int32_t>(n_blocks)};
+    TROUPE_LOG_INFO("loader", "KV pool: %lld blocks of %d tokens (%.1f MiB, %lld tokens; %lld full contexts)",
+                    static_cast<long long>(n_blocks), block_size,
+                    static_cast<double>(n_blocks * block_size) * static_cast<double>(kv_bytes_per_token) / (1 << 20),
+                    static_cast<long long>(n_blocks * block_size), static_cast<long long>(n_blocks / blocks_per_seq));
     params.n_threads = config.threads;
 
     auto make_cpu = [&]() -> result<std::unique_ptr<model_runner>> {
@@ -90,7 +98,7 @@ result<loaded_model> load_model(const engine_config& config) {
     if (config.device == device_kind::cuda) {
         cuda_runner_params cp;
         cp.block_size = block_size;
-        cp.max_kv_tokens = useful * block_size;
+        cp.max_kv_tokens = n_blocks * block_size;
         m.device = device_kind::cuda;
         runner = make_cuda_runner_or_cpu(llama_view_of(*weights), cp, make_cpu);
     } else {

@@ -7,9 +7,13 @@
 #include <yaml-cpp/yaml.h>
 
 #include <condition_variable>
+#include <fstream>
+#include <functional>
 #include <mutex>
+#include <sstream>
 
 #include "actors/engine/engine.h"
+#include "actors/engine/engine_params_from.h"
 #include "actors/executor/draft_adapter.h"
 #include "actors/tokenizer/tokenizer_codec.h"
 #include "core/loader/model_loader.h"
@@ -27,16 +31,20 @@ struct collected {
     std::string error;
     bool ended = false;
     usage use;
+    timings time;
+    std::vector<steady_clock::time_point> delta_times;  // when each text delta arrived
 
     request_sink sink() {
         request_sink s;
         s.on_text = [this](std::string_view d) {
             std::lock_guard lock(mutex);
             text += d;
+            delta_times.push_back(steady_clock::now());
         };
-        s.on_done = [this](finish_reason, const usage& u, const timings&) {
+        s.on_done = [this](finish_reason, const usage& u, const timings& t) {
             std::lock_guard lock(mutex);
             use = u;
+            time = t;
             ended = true;
             cv.notify_all();
         };
@@ -59,7 +67,8 @@ struct running_engine {
     std::unique_ptr<engine> eng;
 };
 
-result<running_engine> start_engine(const std::string& model_path, const std::string& spec) {
+result<running_engine> start_engine(const std::string& model_path, const std::string& spec,
+                                    const std::function<void(engine_config&)>& adjust = {}) {
     engine_config config;
     config.model = model_path;
     config.scheduler.max_running_seqs = 4;
@@ -67,11 +76,11 @@ result<running_engine> start_engine(const std::string& model_path, const std::st
         config.plugins.spec = plugin_config(spec);
         config.plugins.spec.params["max_draft"] = 4;
     }
+    if (adjust) adjust(config);
     auto m = load_model(config);
     if (!m.ok()) return m.err();
     running_engine r;
-    engine_params params;
-    params.max_running = 4;
+    engine_params params = engine_params_from(config);
     engine_parts parts{std::shared_ptr<model_runner>(std::move(m->runner)), make_tokenizer_codec(m->tok), {}};
     if (m->spec) {
         parts.draft = draft_fn_from(m->spec);
@@ -162,6 +171,90 @@ TEST_F(pipeline, a_seeded_request_gives_the_same_text_alone_and_in_a_batch) {
     other2.wait();
     EXPECT_FALSE(alone.text.empty());
     EXPECT_EQ(again.text, alone.text);
+    EXPECT_TRUE(r->eng->stop(std::chrono::milliseconds(1000)).ok());
+}
+
+TEST_F(pipeline, sixteen_concurrent_greedy_requests_of_one_prompt_all_give_the_golden_text_sharing_its_blocks) {
+    auto r = start_engine(model_path_, "", [](engine_config& c) {
+        c.scheduler.max_running_seqs = 16;
+        c.kv.block_size = 4;  // the golden prompt spans whole blocks that the requests share
+    });
+    ASSERT_TRUE(r.ok()) << r.message();
+    std::vector<std::unique_ptr<collected>> outs;
+    for (int i = 0; i < 16; ++i) {
+        outs.push_back(std::make_unique<collected>());
+        ASSERT_TRUE(r->eng->submit(request{run_.prompt, greedy(48), std::nullopt}, outs.back()->sink()).ok());
+    }
+    const std::string golden = golden_text(r->model, run_);
+    for (auto& o : outs) {
+        o->wait();
+        EXPECT_EQ(o->error, "");
+        EXPECT_EQ(o->text, golden);
+    }
+    const engine_snapshot snap = r->eng->snapshot();
+    const auto n_blocks = static_cast<int64_t>((run_.prompt_ids.size() - 1) / 4);
+    ASSERT_GT(n_blocks, 0);
+    EXPECT_EQ(snap.kv.n_prefix_queries, 16 * n_blocks);
+    EXPECT_EQ(snap.kv.n_prefix_hits, 15 * n_blocks);  // all but the first request's
+    EXPECT_GT(snap.kv.prefix_hit_rate, 0.9);
+    EXPECT_EQ(snap.n_completed, 16);
+    EXPECT_EQ(snap.ttft_ms.n, 16);
+    EXPECT_GT(snap.steps.n_steps, 0);
+    EXPECT_EQ(snap.kv.n_used, 0);  // every block back; the prompt's blocks stay cached
+    EXPECT_GT(snap.kv.n_cached, 0);
+    EXPECT_TRUE(r->eng->stop(std::chrono::milliseconds(1000)).ok());
+}
+
+TEST_F(pipeline, a_long_prompt_is_prefilled_in_chunks_while_the_running_streams_keep_decoding) {
+    auto text = testing::shared_file("text/stories.txt");
+    if (!text) GTEST_SKIP() << testing::missing_shared_message("text/stories.txt");
+    std::ifstream in(*text);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    const std::string long_prompt = ss.str().substr(0, 1400);  // about 350 tokens
+
+    constexpr int32_t k_budget = 32;
+    auto r = start_engine(model_path_, "", [](engine_config& c) {
+        c.scheduler.max_batched_tokens = k_budget;
+        c.kv.prefix_caching = false;  // else the second long prompt is served from the first one's blocks
+    });
+    ASSERT_TRUE(r.ok()) << r.message();
+    // The long prompt alone (with the same chunking) gives the reference text.
+    collected alone;
+    ASSERT_TRUE(r->eng->submit(request{long_prompt, greedy(8), std::nullopt}, alone.sink()).ok());
+    alone.wait();
+    ASSERT_EQ(alone.error, "");
+    const int32_t n_long = alone.use.n_prompt_tokens;
+    ASSERT_GT(n_long, 8 * k_budget);
+
+    std::vector<std::unique_ptr<collected>> shorts;
+    for (const char* p : {"Once upon a time", "The dog ran to the park", "Tom had a red boat"}) {
+        shorts.push_back(std::make_unique<collected>());
+        sampling_params g = greedy(120);
+        g.ignore_eos = true;
+        ASSERT_TRUE(r->eng->submit(request{p, g, std::nullopt}, shorts.back()->sink()).ok());
+    }
+    for (auto& s : shorts) {  // all three are decoding
+        while (true) {
+            std::lock_guard lock(s->mutex);
+            if (!s->delta_times.empty()) break;
+        }
+    }
+    collected long_one;
+    const auto t_long = steady_clock::now();
+    ASSERT_TRUE(r->eng->submit(request{long_prompt, greedy(8), std::nullopt}, long_one.sink()).ok());
+    long_one.wait();
+    for (auto& s : shorts) s->wait();
+    EXPECT_EQ(long_one.text, alone.text);  // chunked alongside others = chunked alone
+    ASSERT_FALSE(long_one.delta_times.empty());
+    const auto t_first = long_one.delta_times.front();
+    // While the long prompt was prefilled (at most 29 tokens a step), every running stream
+    // kept receiving tokens: one per step.
+    for (auto& s : shorts) {
+        int n_during = 0;
+        for (auto t : s->delta_times) n_during += t > t_long && t < t_first ? 1 : 0;
+        EXPECT_GE(n_during, (n_long / k_budget) - 3) << "a running stream stalled during the long prefill";
+    }
     EXPECT_TRUE(r->eng->stop(std::chrono::milliseconds(1000)).ok());
 }
 
