@@ -129,7 +129,7 @@ INSTANTIATE_TEST_SUITE_P(
         bad_params_case{plugin_kind::quant, "q8", "{online: maybe}",
                         "plugin quant/q8: params.online: must be true or false, got 'maybe'"},
         bad_params_case{plugin_kind::quant, "q8", "{online: true, group: {size: 64}}",
-                        "plugin quant/q8: params.group.size: unknown key (valid keys: online)"},
+                        "plugin quant/q8: params.group.size: unknown key (valid keys: online, activations)"},
         bad_params_case{plugin_kind::spec, "ngram", "{max_draft: 40}",
                         "plugin spec/ngram: params.max_draft: must be between 1 and 16, got 40"},
         bad_params_case{plugin_kind::spec, "ngram", "{ngram_min: 0}",

@@ -1,6 +1,8 @@
-// quant/q8 through the ABI: Q8_0 tensors used as stored, F32/F16 weights quantized online, products
-// against (a) the integer recipe computed here from the test's own Q8_0 quantizer and (b) the float
-// product within the error bound of 8-bit groups.
+// quant/q8 through the ABI: Q8_0 tensors used as stored, F32/F16 weights quantized online, in both recipes:
+//   - activations: float (W8A16, the default): the float product of the Q8_0 weights (as dequantized) with the
+//     float activations, within float summation error;
+//   - activations: int8 (W8A8): (a) the integer recipe computed here from the test's own Q8_0 quantizer and
+//     (b) the float product within the error bound of 8-bit groups.
 #include <dlfcn.h>
 
 #include <cmath>
@@ -57,6 +59,7 @@ struct quant_case {
     ggml_type type;  // as stored: q8_0, f32 or f16
     int64_t n_in, n_out, n_tokens;
     bool threaded;
+    bool int8_activations;  // params.activations: int8 (W8A8), else float (W8A16)
 };
 
 void PrintTo(const quant_case& c, std::ostream* os) {
@@ -65,10 +68,10 @@ void PrintTo(const quant_case& c, std::ostream* os) {
 
 class quant_plugin : public ::testing::TestWithParam<quant_case> {};
 
-TEST_P(quant_plugin, products_match_the_q8_0_integer_recipe_and_the_float_product_within_the_8_bit_bound) {
+TEST_P(quant_plugin, products_match_their_recipe_and_the_float_product_within_its_bound) {
     const quant_case& c = GetParam();
     plugin_host host = real_plugins();
-    auto op = host.load_quant("q8", yaml("{online: true}"));
+    auto op = host.load_quant("q8", yaml(c.int8_activations ? "{online: true, activations: int8}" : "{online: true}"));
     ASSERT_TRUE(op.ok()) << op.message();
     ASSERT_TRUE((*op)->claims(c.type));
 
@@ -110,6 +113,30 @@ TEST_P(quant_plugin, products_match_the_q8_0_integer_recipe_and_the_float_produc
                                     c.threaded ? threaded_parallel_for() : no_parallel_for());
     ASSERT_TRUE(st.ok()) << st.message();
 
+    if (!c.int8_activations) {
+        // W8A16: w holds the stored weights as the plugin dequantizes them (Q8_0 ones exactly; online-quantized
+        // F32/F16 ones are compared with the float product of their own Q8_0 blocks).
+        for (int64_t o = 0; o < c.n_out; ++o) {
+            if (c.type == ggml_type::q8_0) break;
+            const int64_t n_pad = (c.n_in + 31) / 32 * 32;
+            std::vector<float> r(n_pad, 0.0f);
+            std::copy(w.begin() + o * c.n_in, w.begin() + (o + 1) * c.n_in, r.begin());
+            const auto q = quantize_q8_0(r.data(), n_pad);
+            for (int64_t i = 0; i < c.n_in; ++i) w[o * c.n_in + i] = fp16_to_fp32(q[i / 32].d) * q[i / 32].qs[i % 32];
+        }
+        for (int64_t t = 0; t < c.n_tokens; ++t) {
+            for (int64_t o = 0; o < c.n_out; ++o) {
+                double exact = 0.0, magnitude = 0.0;
+                for (int64_t i = 0; i < c.n_in; ++i) {
+                    exact += double{w[o * c.n_in + i]} * x[t * c.n_in + i];
+                    magnitude += std::fabs(double{w[o * c.n_in + i]} * x[t * c.n_in + i]);
+                }
+                ASSERT_LE(std::fabs(y[t * c.n_out + o] - exact), 1e-5 * magnitude + 1e-7)
+                    << "token " << t << " output " << o << ": " << y[t * c.n_out + o] << " vs " << exact;
+            }
+        }
+        return;
+    }
     const std::vector<float> recipe = reference_q8_product(w, x, c.n_in, c.n_out, c.n_tokens);
     for (int64_t t = 0; t < c.n_tokens; ++t) {
         for (int64_t o = 0; o < c.n_out; ++o) {
@@ -138,14 +165,23 @@ TEST_P(quant_plugin, products_match_the_q8_0_integer_recipe_and_the_float_produc
 
 INSTANTIATE_TEST_SUITE_P(
     q8, quant_plugin,
-    ::testing::Values(quant_case{"q8_0_64_in_7_out_1_token", ggml_type::q8_0, 64, 7, 1, false},
-                      quant_case{"q8_0_256_in_33_out_5_tokens", ggml_type::q8_0, 256, 33, 5, true},
-                      quant_case{"q8_0_96_in_40_out_37_tokens", ggml_type::q8_0, 96, 40, 37, true},
-                      quant_case{"f32_online_128_in_9_out_3_tokens", ggml_type::f32, 128, 9, 3, false},
-                      quant_case{"f32_online_256_in_64_out_40_tokens", ggml_type::f32, 256, 64, 40, true},
-                      quant_case{"f16_online_64_in_16_out_2_tokens", ggml_type::f16, 64, 16, 2, true},
-                      quant_case{"f16_online_172_in_rows_padded_to_192", ggml_type::f16, 172, 11, 4, true},
-                      quant_case{"f32_online_20_in_shorter_than_a_block", ggml_type::f32, 20, 3, 2, false}),
+    ::testing::Values(quant_case{"q8_0_64_in_7_out_1_token_int8", ggml_type::q8_0, 64, 7, 1, false, true},
+                      quant_case{"q8_0_256_in_33_out_5_tokens_int8", ggml_type::q8_0, 256, 33, 5, true, true},
+                      quant_case{"q8_0_96_in_40_out_37_tokens_int8", ggml_type::q8_0, 96, 40, 37, true, true},
+                      quant_case{"f32_online_128_in_9_out_3_tokens_int8", ggml_type::f32, 128, 9, 3, false, true},
+                      quant_case{"f32_online_256_in_64_out_40_tokens_int8", ggml_type::f32, 256, 64, 40, true, true},
+                      quant_case{"f16_online_64_in_16_out_2_tokens_int8", ggml_type::f16, 64, 16, 2, true, true},
+                      quant_case{"f16_online_172_in_rows_padded_to_192_int8", ggml_type::f16, 172, 11, 4, true, true},
+                      quant_case{"f32_online_20_in_shorter_than_a_block_int8", ggml_type::f32, 20, 3, 2, false, true},
+                      quant_case{"q8_0_64_in_7_out_1_token_float", ggml_type::q8_0, 64, 7, 1, false, false},
+                      quant_case{"q8_0_256_in_33_out_5_tokens_float", ggml_type::q8_0, 256, 33, 5, true, false},
+                      quant_case{"q8_0_96_in_40_out_37_tokens_float", ggml_type::q8_0, 96, 40, 37, true, false},
+                      quant_case{"f32_online_128_in_9_out_3_tokens_float", ggml_type::f32, 128, 9, 3, false, false},
+                      quant_case{"f32_online_256_in_64_out_40_tokens_float", ggml_type::f32, 256, 64, 40, true, false},
+                      quant_case{"f16_online_64_in_16_out_2_tokens_float", ggml_type::f16, 64, 16, 2, true, false},
+                      quant_case{"f16_online_172_in_rows_padded_to_192_float", ggml_type::f16, 172, 11, 4, true, false},
+                      quant_case{"f32_online_20_in_shorter_than_a_block_float", ggml_type::f32, 20, 3, 2, false,
+                                 false}),
     [](const ::testing::TestParamInfo<quant_case>& info) { return std::string(info.param.name); });
 
 TEST(quant_plugin_claims, without_online_quantization_only_q8_0_is_claimed) {
@@ -162,6 +198,42 @@ TEST(quant_plugin_claims, without_online_quantization_only_q8_0_is_claimed) {
     EXPECT_TRUE((*online)->claims(ggml_type::bf16));
     EXPECT_FALSE((*online)->claims(ggml_type::q4_0));
     EXPECT_FALSE((*online)->claims(ggml_type::q6_k));
+}
+
+TEST(quant_plugin_params, activations_default_to_float_and_int8_selects_the_integer_recipe) {
+    // One block whose activations do not survive 8-bit rounding: 0.001 next to 1.0 (Q8_0 rounds it to 0).
+    std::vector<float> wf(32, 0.0f), x(32, 0.0f);
+    wf[0] = 1.0f;
+    wf[1] = 1.0f;
+    x[0] = 1.0f;
+    x[1] = 0.001f;
+    const auto q = quantize_q8_0(wf.data(), 32);
+    const weight_view view{ggml_type::q8_0, q.data(), 32, 1, sizeof(block_q8_0)};
+    plugin_host host = real_plugins();
+    for (const char* params : {"{}", "{activations: float}", "{activations: int8}"}) {
+        SCOPED_TRACE(params);
+        auto op = host.load_quant("q8", yaml(params));
+        ASSERT_TRUE(op.ok()) << op.message();
+        auto w = (*op)->prepare(view);
+        ASSERT_TRUE(w.ok()) << w.message();
+        float y = NAN;
+        ASSERT_TRUE((*op)->matmul(**w, x.data(), &y, 1, no_parallel_for()).ok());
+        const float wd = fp16_to_fp32(q[0].d) * q[0].qs[0];  // both weights, as stored
+        if (std::string(params).find("int8") != std::string::npos) {
+            EXPECT_NEAR(y, wd, 2e-4f);  // 0.001 quantized away (and 1.0 rounded through an fp16 scale)
+        } else {
+            EXPECT_NEAR(y, wd * 1.001f, 1e-6f);
+        }
+    }
+}
+
+TEST(quant_plugin_params, an_unknown_activations_choice_is_refused_with_the_valid_ones) {
+    plugin_host host = real_plugins();
+    auto op = host.load_quant("q8", yaml("{activations: fp8}"));
+    ASSERT_FALSE(op.ok());
+    EXPECT_NE(op.message().find("params.activations: must be one of"), std::string::npos) << op.message();
+    EXPECT_NE(op.message().find("float"), std::string::npos) << op.message();
+    EXPECT_NE(op.message().find("int8"), std::string::npos) << op.message();
 }
 
 TEST(quant_plugin_claims, preparing_an_unclaimed_type_fails_with_the_types_it_takes) {

@@ -1,12 +1,15 @@
-// CPU kernels of the q8 quant plugin (W8A16 weights, llama.cpp's Q8_0 recipe):
+// CPU kernels of the q8 quant plugin, Q8_0 weights in one of two recipes:
 //
-//   weight row  : n_in / 32 blocks of {fp16 d, int8 q[32]}, x = d * q
-//   activations : quantized to Q8_0 blocks per token row, then per block int dot(q_w, q_x) * d_w * d_x
+//   weight row  : n_in / 32 blocks of {fp16 d, int8 q[32]}, w = d * q
+//   W8A16 (activations float, the default): each weight block dequantized exactly, multiplied with the float32
+//                 activations in float (ref::matmul_float_act's recipe; golden/rand10M-greedy-floatact.json)
+//   W8A8  (activations int8, llama.cpp's recipe): activations quantized to Q8_0 blocks per token row, then per
+//                 block int dot(q_w, q_x) * d_w * d_x (golden/rand10M-greedy.json)
 //
 // quantize_rows turns float rows (F32, F16 or BF16 as stored) into Q8_0 blocks at load, padding each row
 // with zeros up to n_in_padded (a multiple of 32) so rows of any length can be quantized online.
 // matmul runs the product through troupe_kernels (kernels/cpu/matmul.h) when the plugin is built with
-// it (TROUPE_Q8_WITH_KERNELS), else through a scalar loop with the same recipe.
+// it (TROUPE_Q8_WITH_KERNELS), else through a scalar loop with the same recipes.
 #pragma once
 
 #include <cstddef>
@@ -20,6 +23,9 @@ namespace troupe::q8 {
 using range_fn = std::function<void(int64_t, int64_t)>;
 using parallel_fn = std::function<void(int64_t n, const range_fn& fn)>;
 
+// What the activations are when they meet the Q8_0 weights (params.activations).
+enum class activations { float32, int8 };
+
 // ggml's Q8_0 quantizer: d = amax / 127 (stored as fp16), q = round(x / d).
 void quantize_row_q8_0(const float* x, block_q8_0* y, int64_t n);
 
@@ -30,7 +36,7 @@ void quantize_rows(ggml_type type, const void* src, size_t row_stride, int64_t n
 
 // y[n_tokens, n_out] = x[n_tokens, n_in] * W^T, W: n_out rows of n_in / 32 Q8_0 blocks, row_stride bytes apart.
 void matmul(const block_q8_0* w, int64_t n_in, int64_t n_out, size_t row_stride, const float* x, float* y,
-            int64_t n_tokens, const parallel_fn& parallel_for);
+            int64_t n_tokens, const parallel_fn& parallel_for, activations recipe);
 
 // Which implementation matmul uses: "troupe_kernels" or "scalar".
 const char* matmul_implementation();

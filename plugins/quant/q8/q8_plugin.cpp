@@ -1,13 +1,16 @@
-// quant/q8: W8A16 matrix products with Q8_0 weights (8-bit groups of 32 with an fp16 scale).
+// quant/q8: matrix products with Q8_0 weights (8-bit groups of 32 with an fp16 scale), W8A16 by default.
 //
 //   - GGUF Q8_0 tensors are used in place, as stored (the weight data must outlive the prepared weight);
 //   - with params `online: true`, F32, F16 and BF16 weights are quantized to Q8_0 at load (rows whose
 //     length is not a multiple of 32 are padded with zeros, and so are the activations);
-//   - matmul quantizes the activations to Q8_0 and takes integer dot products per block (llama.cpp's
-//     recipe, the one golden/rand10M-greedy.json uses), split over the host's parallel_for.
+//   - matmul, split over the host's parallel_for, either keeps the activations in float32 and multiplies them
+//     with the exactly dequantized weights (W8A16, the default; the recipe of golden/rand10M-greedy-floatact.json),
+//     or quantizes them to Q8_0 and takes integer dot products per block (W8A8, llama.cpp's recipe, the one
+//     golden/rand10M-greedy.json uses).
 //
 // Parameters:
-//   online: true | false   (default false: claim Q8_0 tensors only)
+//   online: true | false         (default false: claim Q8_0 tensors only)
+//   activations: float | int8    (default float: W8A16; int8: W8A8, llama.cpp's CPU recipe)
 #include <troupe/plugin.h>
 
 #include <functional>
@@ -31,6 +34,7 @@ constexpr const char* source = "quant/q8";
 
 struct troupe_plugin_instance {
     bool online = false;
+    troupe::q8::activations activations = troupe::q8::activations::float32;
     std::string error;
 };
 
@@ -171,7 +175,7 @@ int32_t q8_matmul(troupe_plugin_instance* inst, const troupe_prepared_weight* w,
         }
         std::atomic<bool> failed{false};
         troupe::q8::matmul(w->data, w->n_in_padded, w->n_out, w->row_stride, xin, y, n_tokens,
-                           to_parallel_fn(par, failed));
+                           to_parallel_fn(par, failed), inst->activations);
         if (failed.load()) return fail(inst, TROUPE_ERR_INTERNAL, "the host's parallel_for failed");
         return TROUPE_OK;
     });
@@ -191,18 +195,21 @@ int32_t q8_create(const troupe_plugin_params* params, troupe_plugin_instance** o
     const int32_t rc = guarded(error, [&]() -> int32_t {
         param_reader reader(params);
         const bool online = reader.boolean("online", false);
+        const std::string activations = reader.choice("activations", {"float", "int8"}, "float");
         if (params != nullptr && TROUPE_HAS_FIELD(params, troupe_plugin_params, backend) &&
             params->backend != TROUPE_BACKEND_CPU) {
             error = "backend " + std::to_string(params->backend) + " is not supported (CPU only)";
             return TROUPE_ERR_UNSUPPORTED;
         }
-        if (const std::string& errors = reader.finish({"online"}); !errors.empty()) {
+        if (const std::string& errors = reader.finish({"online", "activations"}); !errors.empty()) {
             error = errors;
             return TROUPE_ERR_INVALID_PARAMS;
         }
         auto* inst = new troupe_plugin_instance;
         inst->online = online;
-        host_log::write(TROUPE_LOG_LEVEL_INFO, source, "online quantization %s, matmul by %s", online ? "on" : "off",
+        inst->activations = activations == "int8" ? troupe::q8::activations::int8 : troupe::q8::activations::float32;
+        host_log::write(TROUPE_LOG_LEVEL_INFO, source, "online quantization %s, %s activations (%s), matmul by %s",
+                        online ? "on" : "off", activations.c_str(), activations == "int8" ? "W8A8" : "W8A16",
                         troupe::q8::matmul_implementation());
         *out = inst;
         return TROUPE_OK;
@@ -230,7 +237,8 @@ const troupe_plugin_descriptor q8_descriptor = {
     TROUPE_PLUGIN_KIND_QUANT,
     "q8",
     "1.0.0",
-    "W8A16: Q8_0 weights (as stored, or quantized online from F32/F16/BF16), Q8_0 activations, int8 dot products",
+    "Q8_0 weights (as stored, or quantized online from F32/F16/BF16) with float activations (W8A16, default) or "
+    "Q8_0 activations and int8 dot products (W8A8, params.activations: int8)",
     q8_score,
     q8_create,
     q8_destroy,
