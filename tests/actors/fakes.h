@@ -55,6 +55,7 @@ public:
     }
     std::unique_ptr<text_decoder> make_decoder() const override { return std::make_unique<fake_decoder>(); }
     std::vector<int32_t> eog_ids() const override { return {k_fake_eos}; }
+    std::string piece(int32_t id) const override { return fake_decoder().push(id); }
 };
 
 inline int32_t fake_next(int32_t token) {
