@@ -358,30 +358,41 @@ void read_config(const YAML::Node& root, const diagnostics& d, engine_config& c)
              }},
             {"kv",
              [&](auto& n, auto& p) {
+                 read_map(
+                     n, p, d,
+                     {
+                         {"block_size",
+                          [&](auto& n2, auto& p2) {
+                              int32_t b = c.kv.block_size;
+                              read_int(n2, p2, d, b, between<int32_t>(1, 1024));
+                              if ((b & (b - 1)) != 0) {
+                                  return d.add(n2, p2, "must be a power of two, got " + std::to_string(b));
+                              }
+                              c.kv.block_size = b;
+                          }},
+                         {"memory",
+                          [&](auto& n2, auto& p2) {
+                              if (!n2.IsScalar()) {
+                                  return d.add(
+                                      n2, p2,
+                                      "expected a size like '256MiB' or a fraction like 0.5, got " + describe(n2));
+                              }
+                              auto m = parse_memory_budget(n2.Scalar());
+                              if (!m) return d.add(n2, p2, m.message());
+                              c.kv.memory = *m;
+                          }},
+                         {"prefix_caching", [&](auto& n2, auto& p2) { read_bool(n2, p2, d, c.kv.prefix_caching); }},
+                     });
+             }},
+            {"kernels",
+             [&](auto& n, auto& p) {
                  read_map(n, p, d,
                           {
-                              {"block_size",
+                              {"activations",
                                [&](auto& n2, auto& p2) {
-                                   int32_t b = c.kv.block_size;
-                                   read_int(n2, p2, d, b, between<int32_t>(1, 1024));
-                                   if ((b & (b - 1)) != 0) {
-                                       return d.add(n2, p2, "must be a power of two, got " + std::to_string(b));
-                                   }
-                                   c.kv.block_size = b;
+                                   read_enum<kernel_activations>(n2, p2, d, c.kernels.activations,
+                                                                 parse_kernel_activations, {"quantized", "float"});
                                }},
-                              {"memory",
-                               [&](auto& n2, auto& p2) {
-                                   if (!n2.IsScalar()) {
-                                       return d.add(
-                                           n2, p2,
-                                           "expected a size like '256MiB' or a fraction like 0.5, got " + describe(n2));
-                                   }
-                                   auto m = parse_memory_budget(n2.Scalar());
-                                   if (!m) return d.add(n2, p2, m.message());
-                                   c.kv.memory = *m;
-                               }},
-                              {"prefix_caching",
-                               [&](auto& n2, auto& p2) { read_bool(n2, p2, d, c.kv.prefix_caching); }},
                           });
              }},
             {"plugins",
@@ -395,6 +406,7 @@ void read_config(const YAML::Node& root, const diagnostics& d, engine_config& c)
                          {"plugin_dir", [&](auto& n2, auto& p2) { read_string(n2, p2, d, c.plugins.plugin_dir); }},
                      });
              }},
+            {"server", [&](auto& n, auto& p) { read_server(n, p, d, c.server); }},
         });
 }
 
@@ -407,7 +419,6 @@ void check_consistency(const engine_config& c, const std::string& source, std::v
     }
 }
 
-            {"server", [&](auto& n, auto& p) { read_server(n, p, d, c.server); }},
 status summarize(const std::string& source, std::vector<std::string>& errors) {
     if (errors.empty()) return status::success();
     if (errors.size() == 1) return make_error(errors[0]);

@@ -142,6 +142,22 @@ std::optional<preemption_policy> parse_preemption_policy(std::string_view name) 
     return std::nullopt;
 }
 
+std::string_view kernel_activations_name(kernel_activations r) {
+    switch (r) {
+        case kernel_activations::quantized:
+            return "quantized";
+        case kernel_activations::float32:
+            return "float";
+    }
+    return "?";
+}
+
+std::optional<kernel_activations> parse_kernel_activations(std::string_view name) {
+    if (name == "quantized") return kernel_activations::quantized;
+    if (name == "float") return kernel_activations::float32;
+    return std::nullopt;
+}
+
 std::optional<log_level> parse_log_level(std::string_view name) {
     for (log_level l : {log_level::debug, log_level::info, log_level::warn, log_level::error}) {
         if (log_level_name(l) == name) return l;
@@ -251,6 +267,10 @@ std::string to_yaml(const engine_config& c) {
     out << YAML::Key << "prefix_caching" << YAML::Value << c.kv.prefix_caching;
     out << YAML::EndMap;
 
+    out << YAML::Key << "kernels" << YAML::Value << YAML::BeginMap;
+    out << YAML::Key << "activations" << YAML::Value << std::string(kernel_activations_name(c.kernels.activations));
+    out << YAML::EndMap;
+
     out << YAML::Key << "plugins" << YAML::Value << YAML::BeginMap;
     emit_plugin(out, "attention", c.plugins.attention);
     emit_plugin(out, "quant", c.plugins.quant);
@@ -258,11 +278,6 @@ std::string to_yaml(const engine_config& c) {
     out << YAML::Key << "plugin_dir" << YAML::Value << YAML::DoubleQuoted << c.plugins.plugin_dir;
     out << YAML::EndMap;
 
-    out << YAML::EndMap;
-    return std::string(out.c_str()) + "\n";
-}
-
-}  // namespace troupe
     const server_config& sv = c.server;
     out << YAML::Key << "server" << YAML::Value << YAML::BeginMap;
     out << YAML::Key << "host" << YAML::Value << YAML::DoubleQuoted << sv.host;
@@ -277,3 +292,8 @@ std::string to_yaml(const engine_config& c) {
     out << YAML::Key << "served_model_name" << YAML::Value << YAML::DoubleQuoted << sv.served_model_name;
     out << YAML::EndMap;
 
+    out << YAML::EndMap;
+    return std::string(out.c_str()) + "\n";
+}
+
+}  // namespace troupe

@@ -65,7 +65,20 @@ struct kv_config {
     int32_t block_size = 16;                       // tokens per KV block; a power of two
     memory_budget memory{uint64_t{1} << 30, 0.0};  // 1GiB
     bool prefix_caching = true;                    // share the blocks of identical prompt prefixes
-};  // 1GiB
+};
+
+// kernels.activations: what the builtin CPU kernels do with the activations before they meet quantized or
+// F16/BF16 weights (types no quant plugin takes). F32 weights are the same in both.
+enum class kernel_activations {
+    quantized,  // "quantized": 8-bit blocks (Q8_0 / Q8_K) or F16/BF16 rounding, llama.cpp's CPU path
+    float32,    // "float": float32 activations, weights dequantized exactly
+};
+
+std::string_view kernel_activations_name(kernel_activations r);
+std::optional<kernel_activations> parse_kernel_activations(std::string_view name);
+
+struct kernels_config {
+    kernel_activations activations = kernel_activations::quantized;
 };
 
 // One plugin choice. params is the plugin's own sub-tree, passed through unvalidated (the plugin
@@ -93,20 +106,6 @@ struct plugins_config {
     std::string plugin_dir;  // "": $TROUPE_PLUGIN_DIR, else the build's plugin folder (the host decides)
 };
 
-struct engine_config {
-    std::string model;  // GGUF path; $TROUPE_MODEL overrides the file, flags override both
-    device_kind device = device_kind::cpu;
-    int32_t threads = 0;  // 0: all cores
-    troupe::log_level log_level = troupe::log_level::info;
-    sampling_params sampling;  // per-request defaults; requests override them
-    scheduler_config scheduler;
-    kv_config kv;
-    plugins_config plugins;
-};
-
-// The effective config as YAML, every key, in the order of config/default.yaml. Parsing it back gives
-// the same config.
-std::string to_yaml(const engine_config& config);
 // The HTTP / WebSocket front end (`troupe serve`).
 struct server_config {
     std::string host = "127.0.0.1";          // address to bind; 127.0.0.1 keeps it local
@@ -121,8 +120,23 @@ struct server_config {
     std::string served_model_name;           // the `model` name in the API; empty: the GGUF file's stem
 };
 
+struct engine_config {
+    std::string model;  // GGUF path; $TROUPE_MODEL overrides the file, flags override both
+    device_kind device = device_kind::cpu;
+    int32_t threads = 0;  // 0: all cores
+    troupe::log_level log_level = troupe::log_level::info;
+    sampling_params sampling;  // per-request defaults; requests override them
+    scheduler_config scheduler;
+    kv_config kv;
+    kernels_config kernels;
+    plugins_config plugins;
+    server_config server;
+};
+
+// The effective config as YAML, every key, in the order of config/default.yaml. Parsing it back gives
+// the same config.
+std::string to_yaml(const engine_config& config);
 // A plugin's params as YAML text ("{}" when empty), for the plugin ABI.
 std::string params_yaml(const plugin_config& plugin);
 
 }  // namespace troupe
-    server_config server;

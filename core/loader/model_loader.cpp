@@ -86,6 +86,8 @@ result<loaded_model> load_model(const engine_config& config) {
                     static_cast<double>(n_blocks * block_size) * static_cast<double>(kv_bytes_per_token) / (1 << 20),
                     static_cast<long long>(n_blocks * block_size), static_cast<long long>(n_blocks / blocks_per_seq));
     params.n_threads = config.threads;
+    params.activations = config.kernels.activations == kernel_activations::float32 ? cpu::activation_recipe::float32
+                                                                                   : cpu::activation_recipe::quantized;
 
     auto make_cpu = [&]() -> result<std::unique_ptr<model_runner>> {
         auto runner = cpu_llama::create(std::move(*weights), params);

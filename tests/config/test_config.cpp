@@ -110,7 +110,7 @@ TEST(config, each_kind_of_error_is_reported_with_its_path_line_and_what_is_valid
         {"kv: {memory: 1.5}", "c.yaml:1: kv.memory: a fraction must be in (0, 1], got '1.5'"},
         {"modle: x.gguf",
          "c.yaml:1: modle: unknown key (valid: model, device, threads, log_level, sampling, "
-         "scheduler, kv, plugins, server)"},
+         "scheduler, kv, kernels, plugins, server)"},
         {"sampling:\n  top_q: 0.5", "c.yaml:2: sampling.top_q: unknown key (valid: temperature, top_k, top_p, min_p,"},
         {"plugins: {attention: {name: none}}", "c.yaml:1: plugins.attention.name: an attention plugin is required"},
         {"plugins: {spec: {name: ../evil}}", "c.yaml:1: plugins.spec.name: expected a plugin name"},
@@ -135,14 +135,14 @@ scheduler:
 sampling:
   top_k: x
 )");
-    EXPECT_EQ(
-        msg,
-        "c.yaml: 5 errors:\n"
-        "  c.yaml:1: device: unknown value 'gpu' (valid: cpu, cuda)\n"
-        "  c.yaml:2: threads: must be between 0 and 4096, got -1\n"
-        "  c.yaml:4: scheduler.max_batched_tokens: must be >= 1, got 0\n"
-        "  c.yaml:5: scheduler.max_queue: unknown key (valid: max_running_seqs, max_batched_tokens, max_waiting, policy, preemption)\n"
-        "  c.yaml:7: sampling.top_k: expected an integer, got 'x'");
+    EXPECT_EQ(msg,
+              "c.yaml: 5 errors:\n"
+              "  c.yaml:1: device: unknown value 'gpu' (valid: cpu, cuda)\n"
+              "  c.yaml:2: threads: must be between 0 and 4096, got -1\n"
+              "  c.yaml:4: scheduler.max_batched_tokens: must be >= 1, got 0\n"
+              "  c.yaml:5: scheduler.max_queue: unknown key (valid: max_running_seqs, max_batched_tokens, max_waiting, "
+              "policy, preemption)\n"
+              "  c.yaml:7: sampling.top_k: expected an integer, got 'x'");
 }
 
 TEST(config, a_missing_file_is_an_error_naming_the_path) {
@@ -312,6 +312,26 @@ server: {host: 0.0.0.0, port: 9000, admin_token: s3cret, max_body_bytes: 4096, d
     EXPECT_NE(e.find("server.port: must be between 0 and 65535, got 70000"), std::string::npos) << e;
     EXPECT_NE(e.find("server.max_body_bytes: must be between 1024"), std::string::npos) << e;
     EXPECT_NE(e.find("server.hots: unknown key (valid: host, port, admin_token"), std::string::npos) << e;
+}
+
+TEST(config, kernels_activations_selects_the_builtin_kernels_recipe_and_defaults_to_quantized) {
+    EXPECT_EQ(engine_config{}.kernels.activations, kernel_activations::quantized);
+    auto c = parse_config("kernels: {activations: float}\n", "c.yaml");
+    ASSERT_TRUE(c.ok()) << c.message();
+    EXPECT_EQ(c->kernels.activations, kernel_activations::float32);
+    EXPECT_NE(to_yaml(*c).find("kernels:\n  activations: float\n"), std::string::npos) << to_yaml(*c);
+    auto back = parse_config(to_yaml(*c), "printed");
+    ASSERT_TRUE(back.ok()) << back.message();
+    EXPECT_EQ(back->kernels.activations, kernel_activations::float32);
+
+    engine_config o;
+    const std::vector<config_override> set{{"kernels.activations", "float", "--set"}};
+    ASSERT_TRUE(apply_overrides(o, set).ok());
+    EXPECT_EQ(o.kernels.activations, kernel_activations::float32);
+
+    const std::string e = error_of("kernels: {activations: int4, tile: 8}\n");
+    EXPECT_NE(e.find("kernels.activations: unknown value 'int4' (valid: quantized, float)"), std::string::npos) << e;
+    EXPECT_NE(e.find("kernels.tile: unknown key (valid: activations)"), std::string::npos) << e;
 }
 
 }  // namespace
