@@ -125,6 +125,8 @@ def main():
         if c not in ("openai", "ws", "browser"):
             ap.error(f"unknown client '{c}' (valid: openai, ws, browser)")
 
+    args.out = os.path.abspath(args.out)
+    args.troupe = os.path.abspath(args.troupe)
     model, tools = check_prerequisites(clients, args.troupe)
     os.makedirs(args.out, exist_ok=True)
     port = free_port()
