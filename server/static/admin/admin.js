@@ -118,13 +118,16 @@
         const requests = Array.isArray(snap.requests) ? snap.requests : [];
         let n_running = 0, n_waiting = 0;
         for (const r of requests) RUNNING.has(state_name(r.state)) ? n_running++ : n_waiting++;
+        if (num(snap.n_running) !== null) n_running = num(snap.n_running);
+        if (num(snap.n_waiting) !== null) n_waiting = num(snap.n_waiting);
 
         const accepting = snap.accepting !== false;
         const pill = $("accepting");
-        pill.className = "pill " + (accepting ? "pill-ok" : "pill-warn");
-        pill.textContent = accepting ? "accepting" : "draining";
+        const loading = state.ready === false && !state.draining;
+        pill.className = "pill " + (loading ? "pill-warn" : accepting ? "pill-ok" : "pill-bad");
+        pill.textContent = loading ? "loading" : accepting ? "accepting" : "draining";
         const drain = $("drain");
-        if (!accepting) {
+        if (!accepting && !loading) {
             drain.disabled = true;
             drain.textContent = "Draining";
         }
@@ -176,13 +179,26 @@
 
         render_requests(requests);
         render_plugins(state.plugins);
+        render_model(state);
         set_text("config", typeof state.config_yaml === "string" && state.config_yaml ? state.config_yaml : "—");
         const tmpl = typeof state.chat_template === "string" ? state.chat_template : "";
         $("template-card").hidden = !tmpl;
         set_text("template", tmpl);
 
         const now = Date.now();
-        history.push({ t: now, tps: num(snap.tokens_per_s), ttft50, ttft90, tpot50, tpot90 });
+        if (Array.isArray(state.history) && state.history.length && num(state.uptime_s) !== null) {
+            // The server keeps the last minutes (one sample a second): a reloaded console has them at once.
+            history = state.history.map((h) => ({
+                t: now - (state.uptime_s - h.t_s) * 1000,
+                tps: num(h.tokens_per_s),
+                ttft50: num(h.ttft_p50_ms),
+                ttft90: num(h.ttft_p90_ms),
+                tpot50: num(h.tpot_p50_ms),
+                tpot90: num(h.tpot_p90_ms),
+            }));
+        } else {
+            history.push({ t: now, tps: num(snap.tokens_per_s), ttft50, ttft90, tpot50, tpot90 });
+        }
         while (history.length && history[0].t < now - WINDOW_MS) history.shift();
         draw_charts();
     }
@@ -273,6 +289,17 @@
             items.push(li);
         }
         ul.replaceChildren(...items);
+    }
+
+    function render_model(state) {
+        const m = state.model || {};
+        set_text("model-name", m.name || "—");
+        set_text("model-device", [m.device, m.context_length ? fmt(m.context_length) + " ctx" : ""].filter(Boolean).join(" · ") || "—");
+        set_text("model-description", m.description || "");
+        $("model-description").title = m.path || "";
+        const srv = state.server || {};
+        set_text("server-conns", num(srv.connections) === null ? "—" : fmt(srv.connections) + " / " + fmt(srv.websockets));
+        set_text("server-uptime", num(state.uptime_s) === null ? "—" : fmt_age(state.uptime_s * 1000));
     }
 
     // --- charts: hand-drawn lines on a canvas, time on x (the last WINDOW_MS), 0..max on y ------------
