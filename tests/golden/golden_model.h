@@ -1,5 +1,5 @@
-// Loads a shared model the way `troupe run` does with the default config (attention/gqa and quant/q8
-// plugins), for the golden tests.
+// Loads a shared model the way `troupe run` does, in one of the setups the golden tests compare (which
+// activation recipe the matrix products follow decides which golden a model matches).
 #pragma once
 
 #include <memory>
@@ -11,14 +11,25 @@
 
 namespace troupe::testing {
 
+// Which recipe each weight type's products follow:
+//   default_config    : the default config: quant/q8 takes the Q8_0 tensors (W8A16: float activations), the builtin
+//                       kernels (kernels.activations: quantized) the rest;
+//   builtin_quantized : no quant plugin, kernels.activations: quantized (llama.cpp's recipe for every type);
+//   builtin_float     : no quant plugin, kernels.activations: float (float activations for every type);
+//   float_recipe      : quant/q8 in float mode for Q8_0 tensors and kernels.activations: float for the rest;
+//   int8_recipe       : quant/q8 with activations: int8 (W8A8) and kernels.activations: quantized.
+enum class golden_setup { default_config, builtin_quantized, builtin_float, float_recipe, int8_recipe };
+
+const char* setup_name(golden_setup s);
+
 struct golden_model {
     std::shared_ptr<const tokenizer> tok;
     std::unique_ptr<model_runner> runner;
 };
 
-// The default config with the model at `path`, attention/gqa and quant/q8 (which runs the Q8_0 tensors).
-engine_config golden_config(const std::string& path);
+// The default config with the model at `path`, attention/gqa, and the quant plugin and kernels of `setup`.
+engine_config golden_config(const std::string& path, golden_setup setup = golden_setup::default_config);
 
-result<golden_model> load_golden_model(const std::string& path);
+result<golden_model> load_golden_model(const std::string& path, golden_setup setup = golden_setup::default_config);
 
 }  // namespace troupe::testing
