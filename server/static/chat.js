@@ -66,6 +66,8 @@
         for (const el of log.querySelectorAll(".msg")) el.remove();
         empty.hidden = conversation.length > 0;
         for (const m of conversation) add_message(m.role, m.content, m.meta);
+        const last = conversation.length ? conversation[conversation.length - 1] : null;
+        speed.textContent = last && last.meta ? last.meta : "—";
     }
 
     function set_conn(state, text) {

@@ -2,8 +2,8 @@
 //   /        type a message, send, see the reply's text grow delta by delta, then its speed line;
 //            stop a second reply; screenshot chat.png
 //   /admin   a wrong token is refused; the right one (from ?token=, then gone from the address) shows
-//            the completed requests counted, the KV cache, plugins and config; screenshot admin.png;
-//            drain flips the server to "draining"
+//            the completed requests counted, the KV cache, plugins and config; under a load of 16 long
+//            requests it lists them (screenshot admin.png) and cancels one; drain flips it to "draining"
 //   TROUPE_BASE_URL=... TROUPE_ADMIN_TOKEN=... TROUPE_E2E_OUT=dir node browser.mjs   (run_e2e.py sets them)
 import assert from "node:assert/strict";
 import fs from "node:fs";
@@ -122,11 +122,41 @@ async function admin(context) {
     assert.ok(parseInt(kv_total.replace(/,/g, ""), 10) > 0, "no KV blocks shown");
     assert.ok(config.length > 10 && config !== "—", "no effective config shown");
     assert.equal(await page.locator("#error").textContent(), "");
-    // A few polls, so the charts have points, then the picture.
-    await page.waitForTimeout(3500);
-    assert.equal(await page.locator("#updated").textContent(), "live");
+    // Load: 16 long requests on one WebSocket from the page (the driver runs this server with 2 sequences
+    // per step, so most wait). The console lists them with their state; the picture is taken then.
+    const n_cancelled_before = parseInt(cancelled.replace(/,/g, ""), 10);
+    await page.evaluate(() => new Promise((resolve) => {
+        window.__load = { ends: {}, ws: new WebSocket("ws://" + location.host + "/ws") };
+        window.__load.ws.onmessage = (e) => {
+            const m = JSON.parse(e.data);
+            if (m.type === "done" || m.type === "error") window.__load.ends[m.id] = m.finish_reason || "error: " + m.message;
+        };
+        window.__load.ws.onopen = () => {
+            for (let i = 0; i < 16; i++) {
+                window.__load.ws.send(JSON.stringify({ type: "start", id: "load-" + i, messages: [{ role: "user", content: "Tom and Lily " + i }],
+                    params: { temperature: 0.8, max_tokens: 1900 } }));
+            }
+            resolve();
+        };
+    }));
+    await page.locator("#requests tbody tr[data-id]").first().waitFor({ timeout: 20000 });
+    const rows = await page.locator("#requests tbody tr[data-id]").count();
+    const states = await page.locator("#requests tbody .state").allTextContents();
+    console.log(`admin: ${rows} requests listed: ${[...new Set(states)].join(", ")}`);
     await page.screenshot({ path: path.join(out_dir, "admin.png"), fullPage: true });
     console.log(`admin: screenshot ${path.join(out_dir, "admin.png")}`);
+
+    // Cancel the newest listed request from the console: its stream ends "cancelled", the count goes up.
+    const last = page.locator("#requests tbody tr[data-id]").last();
+    const cancel_id = await last.getAttribute("data-id");
+    await last.locator("button.cancel").click();
+    await page.waitForFunction((before) => parseInt(document.getElementById("n-cancelled").textContent.replace(/,/g, ""), 10) > before,
+        n_cancelled_before, { timeout: 20000 });
+    await page.waitForFunction(() => Object.values(window.__load.ends).includes("cancelled"), null, { timeout: 20000 });
+    console.log(`admin: cancelled request ${cancel_id} from the console; its WebSocket stream ended "cancelled"`);
+    await page.evaluate(() => window.__load.ws.close());
+    assert.equal(await page.locator("#error").textContent(), "");
+    assert.equal(await page.locator("#updated").textContent(), "live");
 
     // Drain: two clicks (the second confirms); the server stops accepting.
     await page.click("#drain");

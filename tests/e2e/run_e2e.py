@@ -135,6 +135,10 @@ def main():
     log_path = os.path.join(args.out, f"serve-{'-'.join(clients)}.log")
     cmd = [args.troupe, "serve", "--model", model, "--host", "127.0.0.1", "--port", str(port),
            "--set", f"server.admin_token={token}"]
+    if "browser" in clients:
+        # Two sequences per step: the browser's load of 16 long requests queues long enough for the console
+        # (polled once a second) to list them and cancel one.
+        cmd += ["--set", "scheduler.max_running_seqs=2"]
     print("starting:", " ".join(cmd).replace(token, "<token>"), flush=True)
     log = open(log_path, "w", encoding="utf-8")
     proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=SOURCE_DIR)
