@@ -20,8 +20,17 @@ fs.mkdirSync(out_dir, { recursive: true });
 
 const page_errors = [];
 
+// Every request a page makes goes to the server itself (no CDN, no web fonts: the pages work offline).
+const foreign_requests = [];
+
 function watch(page, name) {
     page.on("pageerror", (e) => page_errors.push(`${name}: ${e.message}`));
+    page.on("request", (r) => {
+        const u = r.url();
+        if (!u.startsWith(base + "/") && !u.startsWith(base.replace("http://", "ws://") + "/") && !u.startsWith("data:")) {
+            foreign_requests.push(`${name}: ${u}`);
+        }
+    });
     page.on("console", (m) => {
         if (m.type() === "error") console.log(`[${name} console] ${m.text()}`);
     });
@@ -184,6 +193,7 @@ async function main() {
         fs.rmSync(profile, { recursive: true, force: true });
     }
     assert.deepEqual(page_errors, [], "uncaught errors in the pages");
+    assert.deepEqual(foreign_requests, [], "the pages fetched something from elsewhere than the server");
     console.log("browser: PASS");
 }
 

@@ -98,7 +98,7 @@ async def main():
         print(f"two on one socket: {pair['pair-a'][1]} and {pair['pair-b'][1]} deltas")
 
         # 3. cancel after the first delta: done with finish_reason "cancelled", fewer tokens than asked.
-        await ws.send(start_msg("long", "Once upon a time", 400, temperature=0.8))
+        await ws.send(start_msg("long", "Once upon a time", 1900, temperature=0.8))
         first = await recv(ws)
         check(first["type"] == "delta" and first["id"] == "long", f"cancel: first message {first}")
         await ws.send(json.dumps({"type": "cancel", "id": "long"}))
@@ -113,7 +113,7 @@ async def main():
         check(msg["type"] == "done", f"cancel: ended with {msg}")
         check(msg.get("finish_reason") == "cancelled", f"cancel: finish_reason {msg.get('finish_reason')}")
         generated = (msg.get("usage") or {}).get("completion_tokens", 0)
-        check(generated < 400, f"cancel: {generated} tokens, the cancel did not stop it")
+        check(generated < 1900, f"cancel: {generated} tokens, the cancel did not stop it")
         print(f"cancel: stopped after {generated} tokens ({n_after} deltas after the cancel)")
 
         # 4. a malformed start gets an error naming the request, and the socket stays usable.
