@@ -41,6 +41,7 @@
         timer = null;
         token = null;
         $("console").hidden = true;
+        $("session").hidden = true;
         $("login").hidden = false;
         $("login-error").textContent = message || "";
         $("token").focus();
@@ -49,6 +50,7 @@
     function show_console() {
         $("login").hidden = true;
         $("console").hidden = false;
+        $("session").hidden = false;
         poll();
     }
 
