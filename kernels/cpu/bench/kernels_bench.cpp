@@ -7,7 +7,9 @@
 //
 // Usage: troupe_kernels_bench [n_threads (default 2)] [prefill tokens (default 512)] [rounds (default 3)]
 // (Q8_0 and Q4_0 prefill run the integer GEMM: their GFLOP/s count multiply-adds as 2 flops like the others
-// but are not bound by the float FMA peak.)
+// but are not bound by the float FMA peak.) Rows with activations "float" run the float-activation recipe
+// (cpu::activation_recipe::float32: weight blocks dequantized in registers for decode, the float GEMM on
+// dequantized panels for prefill); "quant" rows llama.cpp's recipe.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -126,16 +128,29 @@ int main(int argc, char** argv) {
     std::vector<model_weights> weights;
     for (ggml_type type : types) weights.push_back(make_weights(type, shapes));
 
+    // Every type in llama.cpp's recipe, then the types whose products the float-activation recipe changes.
+    struct bench_row {
+        size_t type_index;
+        cpu::activation_recipe recipe;
+    };
+    std::vector<bench_row> rows;
+    for (size_t i = 0; i < types.size(); ++i) rows.push_back({i, cpu::activation_recipe::quantized});
+    for (size_t i = 0; i < types.size(); ++i) {
+        if (types[i] != ggml_type::f32) rows.push_back({i, cpu::activation_recipe::float32});
+    }
+
     // Rounds of (limits, then every kernel): each figure is the best over the rounds, so a burst of other
     // work on a shared machine spoils a round's figure, not the result.
     double bandwidth = 0, peak = 0;
-    std::vector<double> decode_s(types.size(), 1e9), prefill_s(types.size(), 1e9);
+    std::vector<double> decode_s(rows.size(), 1e9), prefill_s(rows.size(), 1e9);
     for (int round = 0; round < n_rounds; ++round) {
         bandwidth = std::max(bandwidth, cpu::measure_read_bandwidth(pool));
         peak = std::max(peak, cpu::measure_fma_peak(pool));
-        for (size_t i = 0; i < types.size(); ++i) {
+        for (size_t i = 0; i < rows.size(); ++i) {
+            const model_weights& mw = weights[rows[i].type_index];
             const auto step = [&](int64_t n_tokens) {
-                for (const matmul_weight& w : weights[i].views) cpu::matmul(w, x.data(), y.data(), n_tokens, pool);
+                for (const matmul_weight& w : mw.views)
+                    cpu::matmul(w, x.data(), y.data(), n_tokens, pool, rows[i].recipe);
             };
             step(1);  // warm up scratch buffers
             for (int k = 0; k < 10; ++k) {
@@ -151,16 +166,19 @@ int main(int argc, char** argv) {
     std::printf(
         "limits: read bandwidth %.1f GB/s, FMA peak %.1f GFLOP/s (best of %d rounds, as every figure below)\n\n",
         bandwidth, peak, n_rounds);
-    std::printf("%-5s %10s | %-38s | %-34s\n", "type", "weights", "decode (1 token, all matmuls)", "prefill");
-    for (size_t i = 0; i < types.size(); ++i) {
-        const double gbs = static_cast<double>(weights[i].total_bytes) / decode_s[i] / 1e9;
+    std::printf("%-5s %-5s %10s | %-38s | %-34s\n", "type", "act", "weights", "decode (1 token, all matmuls)",
+                "prefill");
+    for (size_t i = 0; i < rows.size(); ++i) {
+        const model_weights& mw = weights[rows[i].type_index];
+        const double gbs = static_cast<double>(mw.total_bytes) / decode_s[i] / 1e9;
         const double gflops = 2.0 * static_cast<double>(params) * static_cast<double>(n_prefill) / prefill_s[i] / 1e9;
         std::printf(
-            "%-5s %7.1f MB | %6.2f ms/token %6.1f GB/s = %3.0f%% bw | %4lld tok %7.1f tok/s %6.1f GFLOP/s = %3.0f%% "
-            "peak\n",
-            std::string(traits(types[i]).name).c_str(), weights[i].total_bytes / 1e6, decode_s[i] * 1e3, gbs,
-            100.0 * gbs / bandwidth, static_cast<long long>(n_prefill), n_prefill / prefill_s[i], gflops,
-            100.0 * gflops / peak);
+            "%-5s %-5s %7.1f MB | %6.2f ms/token %6.1f GB/s = %3.0f%% bw | %4lld tok %7.1f tok/s %6.1f GFLOP/s = "
+            "%3.0f%% peak\n",
+            std::string(traits(types[rows[i].type_index]).name).c_str(),
+            rows[i].recipe == cpu::activation_recipe::float32 ? "float" : "quant", mw.total_bytes / 1e6,
+            decode_s[i] * 1e3, gbs, 100.0 * gbs / bandwidth, static_cast<long long>(n_prefill),
+            n_prefill / prefill_s[i], gflops, 100.0 * gflops / peak);
     }
     return 0;
 }
