@@ -81,12 +81,13 @@ void engine::build(engine_parts parts, const engine_params& params, lane* tok, l
 }
 
 engine::~engine() {
-    if (!stopped_.load() && accepting_.load()) (void)stop(std::chrono::milliseconds(0));
+    if (!stopped_.load() && (accepting_.load() || draining_.load())) (void)stop(std::chrono::milliseconds(0));
     for (auto& l : owned_lanes_) l->stop();
 }
 
 status engine::start() {
     if (stopped_.load()) return make_error("engine: start() after stop()");
+    if (draining_.load()) return make_error("engine: start() after drain()");
     if (accepting_.exchange(true)) return make_error("engine: started twice");
     for (auto& l : owned_lanes_) l->start();
     if (manual_ != nullptr) {

@@ -23,6 +23,7 @@ struct request_view {
     int32_t n_generated_tokens = 0;
     int32_t n_cached_prompt_tokens = 0;  // prompt tokens served from the prefix cache
     int32_t n_kv_blocks = 0;
+    int32_t n_preemptions = 0;  // times it was preempted (recompute or swap) and resumed
 };
 
 struct kv_view {
@@ -51,7 +52,8 @@ struct engine_snapshot {
     std::vector<request_view> requests;  // waiting and running, oldest first
     kv_view kv;
     step_view steps;
-    // Over a sliding window (the last few minutes): per finished request / per token.
+    // Over a sliding window (the last 5 minutes) of finished requests. NOTE: these summaries hold
+    // milliseconds in their *_us fields (median_us is the median in ms); n is the number of requests.
     latency_summary ttft_ms;    // submit -> first token
     latency_summary tpot_ms;    // mean time per output token after the first, per request
     latency_summary e2e_ms;     // submit -> done

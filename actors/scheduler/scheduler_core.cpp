@@ -387,6 +387,7 @@ void scheduler_core::view(std::vector<request_view>& out, time_point now) const 
         v.n_generated_tokens = s.n_generated;
         v.n_cached_prompt_tokens = s.n_cached;
         v.n_kv_blocks = static_cast<int32_t>(pool_.table(id).size());
+        v.n_preemptions = s.n_preemptions;
         v.n_computed_prompt_tokens = std::min(s.n_computed, s.n_prompt);
         if (s.where == phase::waiting) {
             v.state = s.n_preemptions > 0 ? request_state::preempted : request_state::waiting;

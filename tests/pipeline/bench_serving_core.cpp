@@ -123,6 +123,14 @@ struct workload_item {
     int32_t max_tokens;
 };
 
+// Throughput figures vary with other work on a shared machine: each figure is the best of k_rounds
+// interleaved runs.
+constexpr int k_rounds = 2;
+
+run_figures best_of(const run_figures& a, const run_figures& b) {
+    return a.tokens_per_s >= b.tokens_per_s ? a : b;
+}
+
 double percentile(std::vector<double> v, double q) {
     if (v.empty()) return 0;
     std::sort(v.begin(), v.end());
@@ -181,6 +189,30 @@ run_figures run_workload(const std::shared_ptr<model_runner>& runner, const std:
     return f;
 }
 
+// The model's own batching gain, the limit for figure 3: the time of one forward of n decode tokens (one
+// per sequence, each at position 64 of its own blocks), best of a few. Run before any engine uses the runner.
+double decode_step_ms(model_runner& runner, int32_t n_seqs) {
+    const int32_t bs = runner.kv().block_size;
+    const int32_t per_seq = (65 + bs - 1) / bs;
+    forward_batch batch;
+    for (int32_t s = 0; s < n_seqs; ++s) {
+        sequence_step q{};
+        q.seq_id = s;
+        q.tokens = {100 + s};
+        q.pos0 = 64;
+        for (int32_t b = 0; b < per_seq; ++b) q.block_table.push_back(s * per_seq + b);
+        batch.seqs.push_back(q);
+    }
+    forward_output out;
+    double best = 1e30;
+    for (int rep = 0; rep < 7; ++rep) {
+        const auto t0 = steady_clock::now();
+        if (!runner.forward(batch, out).ok()) return 0;
+        best = std::min(best, std::chrono::duration<double, std::milli>(steady_clock::now() - t0).count());
+    }
+    return best;
+}
+
 std::vector<std::string> read_lines(const std::string& path) {
     std::vector<std::string> lines;
     std::ifstream in(path);
@@ -230,6 +262,13 @@ int main_impl(int argc, char** argv) {
         std::fprintf(stderr, "bench_serving_core: needs ../shared/text/prompts.txt and stories.txt\n");
         return 1;
     }
+    const double step1 = decode_step_ms(*runner, 1);
+    const double step16 = decode_step_ms(*runner, 16);
+    const double model_gain = 16 * step1 / step16;
+    std::printf(
+        "model forward, decode step: 1 sequence %.2f ms, 16 sequences %.2f ms -> the model itself gives at most "
+        "%.2fx tokens/s with 16 streams\n\n",
+        step1, step16, model_gain);
     const auto prompts = read_lines(*prompts_file);
     const auto stories = read_lines(*stories_file);
     const engine_params base = engine_params_from(config);
@@ -263,13 +302,19 @@ int main_impl(int argc, char** argv) {
         std::printf("== 3. decode throughput: 16 concurrent streams against one (128 tokens each)\n");
         engine_params p = base;
         p.prefix_caching = false;
-        const run_figures one = run_workload(runner, codec, p, {{prompts[0], 128}});
         std::vector<workload_item> work;
         for (int32_t i = 0; i < 16; ++i) work.push_back({prompts[i], 128});
-        const run_figures many = run_workload(runner, codec, p, work);
+        run_figures one, many;
+        for (int round = 0; round < k_rounds; ++round) {  // interleaved, best of rounds (a shared machine)
+            one = best_of(one, run_workload(runner, codec, p, {{prompts[0], 128}}));
+            many = best_of(many, run_workload(runner, codec, p, work));
+        }
         const double ratio = many.tokens_per_s / one.tokens_per_s;
-        std::printf("   1 stream: %.1f tokens/s; 16 streams: %.1f tokens/s aggregate = %.2fx (goal >= 4x: %s)\n\n",
-                    one.tokens_per_s, many.tokens_per_s, ratio, ratio >= 4 ? "met" : "NOT met");
+        std::printf(
+            "   1 stream: %.1f tokens/s; 16 streams: %.1f tokens/s aggregate = %.2fx (goal >= 4x: %s); the model's "
+            "limit here is %.2fx, the engine reaches %.0f%% of it\n\n",
+            one.tokens_per_s, many.tokens_per_s, ratio, ratio >= 4 ? "met" : "NOT met", model_gain,
+            100 * ratio / model_gain);
     }
 
     // ---- 4. continuous vs static ----
@@ -290,15 +335,26 @@ int main_impl(int argc, char** argv) {
             n_requests);
         engine_params p = base;
         p.prefix_caching = false;
-        p.policy = batching_policy::static_batch;
-        const run_figures st = run_workload(runner, codec, p, work);
-        p.policy = batching_policy::continuous;
-        const run_figures co = run_workload(runner, codec, p, work);
+        run_figures st, co;
+        for (int round = 0; round < k_rounds; ++round) {
+            p.policy = batching_policy::static_batch;
+            st = best_of(st, run_workload(runner, codec, p, work));
+            p.policy = batching_policy::continuous;
+            co = best_of(co, run_workload(runner, codec, p, work));
+        }
         const double ratio = co.tokens_per_s / st.tokens_per_s;
-        std::printf("   static:     %.1f tokens/s, %.2f s, TTFT p50 %.0f ms, p99 %.0f ms, mean batch %.1f\n",
-                    st.tokens_per_s, st.wall_s, st.ttft_p50, st.ttft_p99, st.snap.steps.mean_batch_size);
-        std::printf("   continuous: %.1f tokens/s, %.2f s, TTFT p50 %.0f ms, p99 %.0f ms, mean batch %.1f\n",
-                    co.tokens_per_s, co.wall_s, co.ttft_p50, co.ttft_p99, co.snap.steps.mean_batch_size);
+        std::printf(
+            "   static:     %.1f tokens/s, %.2f s, TTFT p50 %.0f ms, p99 %.0f ms, %lld steps, mean batch %.1f\n",
+            st.tokens_per_s, st.wall_s, st.ttft_p50, st.ttft_p99, static_cast<long long>(st.snap.steps.n_steps),
+            st.snap.steps.mean_batch_size);
+        std::printf(
+            "   continuous: %.1f tokens/s, %.2f s, TTFT p50 %.0f ms, p99 %.0f ms, %lld steps, mean batch %.1f\n",
+            co.tokens_per_s, co.wall_s, co.ttft_p50, co.ttft_p99, static_cast<long long>(co.snap.steps.n_steps),
+            co.snap.steps.mean_batch_size);
+        std::printf(
+            "   steps for the same tokens: static / continuous = %.2fx (what the policy saves; wall-clock gains "
+            "follow where a bigger batch costs little more per step)\n",
+            static_cast<double>(st.snap.steps.n_steps) / std::max<int64_t>(1, co.snap.steps.n_steps));
         std::printf(
             "   continuous / static throughput = %.2fx with p99 TTFT %s (goal >= 2x at no worse p99 TTFT: %s)\n", ratio,
             co.ttft_p99 <= st.ttft_p99 ? "no worse" : "WORSE",
