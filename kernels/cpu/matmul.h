@@ -41,7 +41,8 @@ void matmul(const matmul_weight& w, const float* x, float* y, int64_t n_tokens, 
             activation_recipe recipe = activation_recipe::quantized);
 
 // Below this many tokens the dot-product kernels run, from here on the GEMM (at the active level, for
-// weights of this type). Measured crossovers on Zen 5: float weights 6, Q8_0/Q4_0 24, Q4_K/Q6_K 32.
+// weights of this type). Measured crossovers on Zen 5: float weights 6, Q8_0/Q4_0 24, Q4_K/Q6_K 32; with float
+// activations (recipe float32) quantized weights 5.
 int64_t gemm_min_tokens(ggml_type type, activation_recipe recipe = activation_recipe::quantized);
 
 }  // namespace troupe::cpu

@@ -407,7 +407,7 @@ const matmul_kernels& avx2_kernels() {
         .gemm_mr = k_mr,
         .gemm_kc = k_kc,
         .rows_float_act = rows_float_act_avx2,
-        .gemm_min_tokens_float_act = 8,
+        .gemm_min_tokens_float_act = 6,
         .gemm_q8 = nullptr,
         .gemm_q8_rows = 0,
         .quantize_q8_0 = ref::quantize_row_q8_0,

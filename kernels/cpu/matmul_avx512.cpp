@@ -909,7 +909,7 @@ const matmul_kernels& avx512_kernels() {
         .gemm_mr = k_mr,
         .gemm_kc = k_kc,
         .rows_float_act = rows_float_act_avx512,
-        .gemm_min_tokens_float_act = 8,
+        .gemm_min_tokens_float_act = 5,
         .gemm_q8 = gemm_q8_avx512,
         .gemm_q8_rows = k_q8_rows,
         .quantize_q8_0 = quantize_q8_0_avx512,

@@ -23,16 +23,13 @@ inline float fp16(uint16_t h) {
     return _cvtsh_ss(h);
 }
 
-inline int prefetch_distance() {
-    static const int d = std::getenv("TROUPE_PF") ? std::atoi(std::getenv("TROUPE_PF")) : 8192;
-    return d;
-}
+const int k_prefetch_distance = std::getenv("TROUPE_PF") ? std::atoi(std::getenv("TROUPE_PF")) : 8192;
 
+// Prefetches the cache lines of block *p shifted by pf bytes (pf: k_prefetch_distance, read once per row).
 template <class B>
-inline void prefetch_block(const B* p) {
-    const int d = prefetch_distance();
-    if (d == 0) return;
-    const char* q = reinterpret_cast<const char*>(p) + d;
+inline void prefetch_block(const B* p, int pf) {
+    if (pf == 0) return;
+    const char* q = reinterpret_cast<const char*>(p) + pf;
     for (size_t i = 0; i < sizeof(B); i += 64) _mm_prefetch(q + i, _MM_HINT_T0);
 }
 
@@ -83,9 +80,10 @@ inline void q8_0_block(const block_q8_0& wb, const float* xb, int64_t xs, __m512
 template <int T>
 void q8_0_row(const block_q8_0* w, const float* x, int64_t xs, int64_t nb, float* y, int64_t ldy) {
     TROUPE_FA_CHAINS;
+    const int pf = k_prefetch_distance;
     int64_t b = 0;
     for (; b + 2 <= nb; b += 2) {  // two blocks per step into chains a0 and a1 (a2, a3 unused)
-        prefetch_block(w + b);
+        prefetch_block(w + b, pf);
         q8_0_block<T>(w[b], x + b * qk8_0, xs, a0);
         q8_0_block<T>(w[b + 1], x + (b + 1) * qk8_0, xs, a1);
     }
@@ -101,9 +99,10 @@ inline void q4_0_block(const block_q4_0& wb, const float* xb, int64_t xs, __m512
 template <int T>
 void q4_0_row(const block_q4_0* w, const float* x, int64_t xs, int64_t nb, float* y, int64_t ldy) {
     TROUPE_FA_CHAINS;
+    const int pf = k_prefetch_distance;
     int64_t b = 0;
     for (; b + 2 <= nb; b += 2) {  // two blocks per step into chains a0 and a1 (a2, a3 unused)
-        prefetch_block(w + b);
+        prefetch_block(w + b, pf);
         q4_0_block<T>(w[b], x + b * qk4_0, xs, a0);
         q4_0_block<T>(w[b + 1], x + (b + 1) * qk4_0, xs, a1);
     }
@@ -123,8 +122,9 @@ inline void q4_k_sub(const block_q4_k& wb, int j, float scale, float min, const 
 template <int T>
 void q4_k_row(const block_q4_k* w, const float* x, int64_t xs, int64_t nb, float* y, int64_t ldy) {
     TROUPE_FA_CHAINS;
+    const int pf = k_prefetch_distance;
     for (int64_t b = 0; b < nb; ++b) {
-        prefetch_block(w + b);
+        prefetch_block(w + b, pf);
         const block_q4_k& wb = w[b];
         uint8_t sc[8], mn[8];
         q4_k_unpack_scales(wb, sc, mn);
@@ -151,8 +151,9 @@ inline void q6_k_group(const block_q6_k& wb, float d, int half, int k, const flo
 template <int T>
 void q6_k_row(const block_q6_k* w, const float* x, int64_t xs, int64_t nb, float* y, int64_t ldy) {
     TROUPE_FA_CHAINS;
+    const int pf = k_prefetch_distance;
     for (int64_t b = 0; b < nb; ++b) {
-        prefetch_block(w + b);
+        prefetch_block(w + b, pf);
         const block_q6_k& wb = w[b];
         const float d = fp16(wb.d);
         const float* xb = x + b * qk_k;

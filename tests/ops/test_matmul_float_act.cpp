@@ -1,7 +1,8 @@
 // The float-activation recipe (cpu::activation_recipe::float32) against its scalar twin ref::matmul_float_act at
 // every dispatch level this CPU has, on odd shapes: row counts 1, 3, 17 (with padded row stride), 67; token
-// counts 1-5 and 7 for the dequantize-in-registers dot kernels (tiles of 4 and their remainders), 8 and 33, 130
-// for the GEMM on dequantized panels; 1 and 2 threads.
+// counts 1-4 through matmul for the dequantize-in-registers dot kernels (5-9 by calling them directly: tiles of 4
+// and their remainders), 5-8, 33, 130 for the GEMM on dequantized panels (from gemm_min_tokens on); 1 and 2
+// threads.
 //
 // Tolerance: both sides multiply the exactly dequantized weights with the same float activations, so they differ
 // only by float summation order: |y - y_ref| <= 4e-6 * sum_k |w_k x_k| + 1e-30. The scalar level is the reference
@@ -11,6 +12,7 @@
 #include <cmath>
 
 #include "kernels/cpu/matmul.h"
+#include "kernels/cpu/matmul_kernels.h"
 #include "kernels/ref/ops.h"
 #include "ops_test_util.h"
 
@@ -87,6 +89,40 @@ INSTANTIATE_TEST_SUITE_P(all_weight_types, matmul_float_act_types,
                          ::testing::Values(ggml_type::f32, ggml_type::f16, ggml_type::bf16, ggml_type::q8_0,
                                            ggml_type::q4_0, ggml_type::q4_k, ggml_type::q6_k),
                          [](const auto& info) { return std::string(traits(info.param).name); });
+
+const cpu::detail::matmul_kernels& kernels_of(cpu::dispatch_level level) {
+    switch (level) {
+        case cpu::dispatch_level::scalar:
+            return cpu::detail::scalar_kernels();
+        case cpu::dispatch_level::avx2:
+            return cpu::detail::avx2_kernels();
+        case cpu::dispatch_level::avx512:
+            return cpu::detail::avx512_kernels();
+    }
+    return cpu::detail::scalar_kernels();
+}
+
+TEST(matmul_float_act, the_dot_kernels_match_the_reference_for_token_counts_past_the_gemm_threshold_too) {
+    // matmul hands 5+ tokens to the GEMM; the dot kernels (tiles of 4 tokens and a remainder) are called directly.
+    for (ggml_type type : {ggml_type::q8_0, ggml_type::q4_0, ggml_type::q4_k, ggml_type::q6_k}) {
+        const int64_t n_in = 512, n_out = 9;
+        const auto w = make_weight(type, n_in, n_out, 31, 10);
+        for (int64_t n_tokens : {5, 6, 7, 9}) {
+            const auto x = random_floats(n_tokens * n_in, 32);
+            std::vector<float> y_ref(n_tokens * n_out);
+            ref::matmul_float_act(w.view, x.data(), y_ref.data(), n_tokens);
+            for (auto level : cpu::available_levels()) {
+                SCOPED_TRACE(std::string(traits(type).name) + " " + testing::level_name(level) + " n_tokens " +
+                             std::to_string(n_tokens));
+                std::vector<float> y(n_tokens * n_out, NAN);
+                kernels_of(level).rows_float_act(w.view, x.data(), y.data(), n_out, n_tokens, 0, n_out);
+                for (size_t i = 0; i < y.size(); ++i) {
+                    ASSERT_NEAR(y[i], y_ref[i], 1e-5f * (1.0f + std::fabs(y_ref[i]))) << "output " << i;
+                }
+            }
+        }
+    }
+}
 
 TEST(matmul_float_act, differs_from_the_quantized_recipe_except_for_f32_weights) {
     cpu::thread_pool pool(2);
