@@ -15,6 +15,7 @@
 #include <stdexcept>
 #include <string>
 #include <thread>
+#include <unordered_map>
 #include <vector>
 
 #include "actors/tokenizer/text_codec.h"
@@ -70,6 +71,7 @@ struct fake_model_params {
     int32_t block_size = 64;  // = n_ctx: contiguous, one block per sequence
     int32_t n_blocks = 8;
     std::chrono::microseconds step_time{0};  // busy time per forward
+    bool separate_memory = false;            // swap_out / swap_in copy rows to a host map (like a GPU)
 };
 
 class fake_model_runner : public model_runner {
@@ -127,6 +129,35 @@ public:
         return status::success();
     }
 
+    bool separate_kv_memory() const override { return p_.separate_memory; }
+    status swap_out(int64_t seq_id, std::span<const int32_t> blocks, int32_t n_tokens) override {
+        if (!p_.separate_memory) return model_runner::swap_out(seq_id, blocks, n_tokens);
+        auto& host = host_[seq_id];
+        host.clear();
+        for (int32_t pos = 0; pos < n_tokens; ++pos) {
+            int32_t& row =
+                cache_[static_cast<size_t>(blocks[pos / p_.block_size]) * p_.block_size + pos % p_.block_size];
+            host.push_back(row);
+            row = -1;  // the device rows are gone: a resumption that skipped swap_in would read garbage
+        }
+        n_swaps_out_++;
+        return status::success();
+    }
+    status swap_in(int64_t seq_id, std::span<const int32_t> blocks, int32_t n_tokens) override {
+        if (!p_.separate_memory) return model_runner::swap_in(seq_id, blocks, n_tokens);
+        auto it = host_.find(seq_id);
+        if (it == host_.end() || static_cast<int32_t>(it->second.size()) != n_tokens)
+            return make_error("fake model: nothing swapped out for sequence " + std::to_string(seq_id));
+        for (int32_t pos = 0; pos < n_tokens; ++pos)
+            cache_[static_cast<size_t>(blocks[pos / p_.block_size]) * p_.block_size + pos % p_.block_size] =
+                it->second[pos];
+        host_.erase(it);
+        n_swaps_in_++;
+        return status::success();
+    }
+    int n_swaps_out() const { return n_swaps_out_; }
+    int n_swaps_in() const { return n_swaps_in_; }
+
     std::vector<forward_batch> batches() const {
         std::lock_guard lock(mutex_);
         return batches_;
@@ -139,7 +170,9 @@ private:
     }
 
     fake_model_params p_;
-    std::vector<int32_t> cache_;  // [n_blocks, block_size] token stored at each KV row
+    std::vector<int32_t> cache_;                              // [n_blocks, block_size] token stored at each KV row
+    std::unordered_map<int64_t, std::vector<int32_t>> host_;  // swapped-out rows per sequence
+    int n_swaps_out_ = 0, n_swaps_in_ = 0;
     mutable std::mutex mutex_;
     std::vector<forward_batch> batches_;
     bool keep_ = true;

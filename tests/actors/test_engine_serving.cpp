@@ -109,6 +109,39 @@ TEST(engine_serving, a_pool_too_small_for_all_requests_preempts_and_every_text_e
     }
 }
 
+TEST(engine_serving, swap_preemption_on_a_runner_with_device_memory_gives_the_same_texts) {
+    const std::vector<std::string> prompts = {"abcd", "mnop", "stuv", "efgh"};
+    std::vector<std::string> alone;
+    for (const auto& p : prompts) {
+        manual_engine e;
+        auto r = e.submit(p, greedy(14));
+        e.run();
+        alone.push_back(r->text);
+    }
+    engine_params params;
+    params.preemption = preemption_mode::swap;
+    params.prefix_caching = false;  // every resumption must come from the swapped rows
+    fake_model_params m = paged(10);
+    m.separate_memory = true;
+    manual_engine e(params, m);
+    std::vector<std::shared_ptr<sink_record>> rs;
+    for (const auto& p : prompts) rs.push_back(e.submit(p, greedy(14)));
+    e.run();
+    for (size_t i = 0; i < prompts.size(); ++i) {
+        EXPECT_FALSE(rs[i]->error) << *rs[i]->error;
+        EXPECT_EQ(rs[i]->text, alone[i]) << prompts[i];
+    }
+    EXPECT_GT(e.runner->n_swaps_out(), 0);
+    EXPECT_EQ(e.runner->n_swaps_in(), e.runner->n_swaps_out());
+    EXPECT_EQ(e.eng.stats().n_preemptions, e.runner->n_swaps_out());
+    // No recompute: every prompt token ran exactly once.
+    int32_t n_prompt_rows = 0;
+    for (const auto& b : e.runner->batches())
+        for (const auto& q : b.seqs)
+            if (q.tokens.size() > 1) n_prompt_rows += static_cast<int32_t>(q.tokens.size());
+    EXPECT_EQ(n_prompt_rows, 4 * 5);
+}
+
 TEST(engine_serving, the_static_policy_gives_the_same_text_in_more_steps) {
     const std::vector<std::pair<std::string, int32_t>> work = {{"ab", 2}, {"mn", 12}, {"st", 3}, {"xy", 1}};
     int64_t steps[2] = {0, 0};
