@@ -1,0 +1,128 @@
+#!/usr/bin/env bash
+# The serving experiments: for each (server config, load) pair, start `troupe serve` on a free loopback port,
+# wait for /health, run the load with `troupe bench serve`, stop the server; then print the comparison of
+# the figures the serving issue asks for, with their ratios.
+#
+#   config/experiments/run_all.sh [--model M.gguf] [--troupe build/troupe] [--out DIR] [--quick] [-- BENCH FLAGS]
+#
+# --model      the GGUF to serve (default $TROUPE_MODEL, else ../shared/models/stories260K.gguf)
+# --quick      8 requests per load instead of each file's n_requests
+# BENCH FLAGS  passed to every `troupe bench serve`, e.g. -- --set output.max_tokens=64
+#              (prompts are cut with the served model's own tokenizer: --set prompt.tokenizer=MODEL is added)
+# Everything stays on 127.0.0.1; every wait is bounded.
+set -euo pipefail
+
+here=$(cd "$(dirname "$0")" && pwd)
+root=$(cd "$here/../.." && pwd)
+troupe="$root/build/troupe"
+model="${TROUPE_MODEL:-$root/../shared/models/stories260K.gguf}"
+out=""
+quick=0
+bench_flags=()
+while [ $# -gt 0 ]; do
+    case "$1" in
+        --model) model="$2"; shift 2 ;;
+        --troupe) troupe="$2"; shift 2 ;;
+        --out) out="$2"; shift 2 ;;
+        --quick) quick=1; shift ;;
+        --) shift; bench_flags=("$@"); break ;;
+        -h|--help) sed -n '2,14p' "$0"; exit 0 ;;
+        *) echo "run_all.sh: unknown argument '$1' (--help lists them)" >&2; exit 2 ;;
+    esac
+done
+[ -x "$troupe" ] || { echo "run_all.sh: no troupe binary at $troupe (build it, or --troupe PATH)" >&2; exit 1; }
+[ -f "$model" ] || { echo "run_all.sh: no model at $model (--model M.gguf)" >&2; exit 1; }
+model=$(cd "$(dirname "$model")" && pwd)/$(basename "$model")
+out="${out:-$root/bench-results/$(date -u +%Y%m%d-%H%M%S)}"
+mkdir -p "$out"
+[ "$quick" = 1 ] && bench_flags+=(--n-requests 8)
+bench_flags+=(--set "prompt.tokenizer=$model")
+
+free_port() {
+    python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1]); s.close()'
+}
+
+server_pid=""
+stop_server() {
+    [ -n "$server_pid" ] || return 0
+    kill "$server_pid" 2>/dev/null || true
+    for _ in $(seq 1 60); do  # up to 30 s to drain
+        kill -0 "$server_pid" 2>/dev/null || break
+        sleep 0.5
+    done
+    kill -9 "$server_pid" 2>/dev/null || true
+    wait "$server_pid" 2>/dev/null || true
+    server_pid=""
+}
+trap stop_server EXIT
+
+# run SERVER_CONFIG LOAD_CONFIG RESULT_NAME
+run() {
+    local server_cfg="$here/$1.yaml" load_cfg="$here/$2.yaml" name="$3"
+    local port
+    port=$(free_port)
+    echo "== $name: troupe serve --config ${1}.yaml on 127.0.0.1:$port, load ${2}.yaml" >&2
+    "$troupe" serve --config "$server_cfg" --model "$model" --host 127.0.0.1 --port "$port" \
+        >"$out/server-$name.log" 2>&1 &
+    server_pid=$!
+    local ready=0
+    for _ in $(seq 1 240); do  # up to 120 s to load the model
+        if ! kill -0 "$server_pid" 2>/dev/null; then break; fi
+        if curl -sf "http://127.0.0.1:$port/health" >/dev/null 2>&1; then ready=1; break; fi
+        sleep 0.5
+    done
+    if [ "$ready" != 1 ]; then
+        echo "run_all.sh: the server for $name did not become healthy; its log:" >&2
+        tail -20 "$out/server-$name.log" >&2
+        stop_server
+        return 1
+    fi
+    (cd "$root" && "$troupe" bench serve --config "$load_cfg" --url "http://127.0.0.1:$port" \
+        --set "name=$name" --out "$out/$name.json" "${bench_flags[@]}") | tee "$out/$name.md"
+    stop_server
+}
+
+run server_continuous single_stream single_stream
+run server_continuous concurrent_16 concurrent_16
+run server_continuous mixed_continuous mixed_continuous
+run server_static mixed_static mixed_static
+run server_continuous shared_prefix shared_prefix
+run server_no_prefix_cache shared_prefix shared_prefix_nocache
+
+python3 - "$out" "$model" <<'PY' | tee "$out/comparison.md"
+import json, os, sys
+out, model = sys.argv[1], sys.argv[2]
+r = {n: json.load(open(os.path.join(out, n + ".json"))) for n in
+     ["single_stream", "concurrent_16", "mixed_continuous", "mixed_static", "shared_prefix", "shared_prefix_nocache"]}
+def pct(x): return "%.1f%%" % (100 * x)
+print("\n## Serving comparison: %s\n" % os.path.basename(model))
+print("| run | completed/failed | req/s | output tok/s | TTFT median / p99 (ms) | TPOT median (ms) | ITL p99 (ms) |")
+print("| --- | ---: | ---: | ---: | ---: | ---: | ---: |")
+for n, j in r.items():
+    print("| %s | %d/%d | %.2f | %.1f | %.1f / %.1f | %.1f | %.1f |" % (
+        n, j["completed"], j["failed"], j["request_throughput"], j["output_throughput"], j["ttft_ms"]["median"],
+        j["ttft_ms"]["p99"], j["tpot_ms"]["median"], j["itl_ms"]["p99"]))
+print("\n| figure | measured | target | met |\n| --- | ---: | ---: | :---: |")
+def row(name, value, target, ok): print("| %s | %s | %s | %s |" % (name, value, target, "yes" if ok else "NO"))
+c = r["concurrent_16"]["output_throughput"] / max(r["single_stream"]["output_throughput"], 1e-9)
+row("16 streams / 1 stream, output tokens/s", "%.2fx (%.1f / %.1f)" % (
+    c, r["concurrent_16"]["output_throughput"], r["single_stream"]["output_throughput"]), ">= 4x", c >= 4)
+b = r["mixed_continuous"]["output_throughput"] / max(r["mixed_static"]["output_throughput"], 1e-9)
+row("continuous / static batching, output tokens/s (mixed lengths)", "%.2fx (%.1f / %.1f)" % (
+    b, r["mixed_continuous"]["output_throughput"], r["mixed_static"]["output_throughput"]), ">= 2x", b >= 2)
+t_c, t_s = r["mixed_continuous"]["ttft_ms"]["p99"], r["mixed_static"]["ttft_ms"]["p99"]
+row("  p99 TTFT continuous vs static (ms)", "%.0f vs %.0f" % (t_c, t_s), "continuous <= static", t_c <= t_s)
+for n in ["concurrent_16", "mixed_continuous"]:
+    w = r[n]["kv_waste"]
+    if w["available"]:
+        row("KV waste, %s (%s, %d polls)" % (n, w["source"], w["n_samples"]), "mean %s, max %s" % (
+            pct(w["mean"]), pct(w["max"])), "< 5%", w["mean"] < 0.05)
+    else:
+        row("KV waste, %s" % n, "not measured (no /metrics polls)", "< 5%", False)
+h = r["shared_prefix"]["prefix_cache_hit_rate"]
+row("prefix-cache hit rate, shared prefix", pct(h) if h >= 0 else "not reported", "> 90%", h > 0.9)
+a, z = r["shared_prefix"]["ttft_ms"], r["shared_prefix_nocache"]["ttft_ms"]
+row("TTFT median with / without prefix cache (ms)", "%.1f / %.1f (%.2fx)" % (
+    a["median"], z["median"], z["median"] / max(a["median"], 1e-9)), "lower with", a["median"] < z["median"])
+print("\nresults: %s" % out)
+PY
