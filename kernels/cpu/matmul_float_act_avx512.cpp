@@ -1,7 +1,8 @@
 // The float-activation recipe at the AVX-512 level (decode): one weight row x up to 4 tokens per pass, the row
 // streamed once. Each 16-element chunk of a weight block is widened in registers (bytes -> int32 -> float):
-//   - Q4_K / Q6_K: scaled as the reference dequantizes it (matmul_float_act_blocks.h), then multiplied with 16
-//     float activations by FMA, four accumulator chains per token;
+//   - Q6_K: scaled as the reference dequantizes it (matmul_float_act_blocks.h), then multiplied with 16 float
+//     activations by FMA, four accumulator chains per token;
+//   - Q4_K: (d sc_j) (q_j . x_j) per sub-block, the mins (dmin m_j) against per-call sums of x per 32;
 //   - Q8_0 / Q4_0 (one scale per 32): p = q . x per token first, then acc += d * p: one multiply per block instead
 //     of one per weight (equal to the dequantized product but for rounding). One core is bound by its vector
 //     units here, not by memory (about 28 G weights/s per core on Zen 5 for Q8_0, 30 GB/s of Q8_0 rows), so
@@ -14,6 +15,7 @@
 #include <algorithm>
 #include <cstdlib>
 
+#include "kernels/cpu/aligned_buffer.h"
 #include "kernels/cpu/matmul_float_act_blocks.h"
 
 namespace troupe::cpu::detail {
@@ -110,33 +112,57 @@ void q4_0_row(const block_q4_0* w, const float* x, int64_t xs, int64_t nb, float
     store4<T>(a0, a1, a2, a3, y, ldy);
 }
 
-// Sub-block j (32 elements) of a Q4_K block: q * (d * sc) - dmin * m, into two chains.
+// Q4_K: w = (d sc_j) q - (dmin m_j) per sub-block j of 32, so w . x = sum_j (d sc_j) (q_j . x_j) - (dmin m_j) sum(x_j):
+// the sums of x per 32 (xsum, [T][nb * 8], stride xss) are computed once per work item, the mins then cost one
+// 8-wide FMA per block and token instead of a subtraction per weight.
 template <int T>
-inline void q4_k_sub(const block_q4_k& wb, int j, float scale, float min, const float* xj, int64_t xs,
-                     __m512 (&acc0)[T], __m512 (&acc1)[T]) {
-    const __m512 s = _mm512_set1_ps(scale), m = _mm512_set1_ps(min);
-    fma16<T>(acc0, _mm512_sub_ps(_mm512_mul_ps(widen(q4_k_chunk(wb, j, 0)), s), m), xj, xs);
-    fma16<T>(acc1, _mm512_sub_ps(_mm512_mul_ps(widen(q4_k_chunk(wb, j, 1)), s), m), xj + 16, xs);
-}
-
-template <int T>
-void q4_k_row(const block_q4_k* w, const float* x, int64_t xs, int64_t nb, float* y, int64_t ldy) {
+void q4_k_row(const block_q4_k* w, const float* x, int64_t xs, const float* xsum, int64_t xss, int64_t nb, float* y,
+              int64_t ldy) {
     TROUPE_FA_CHAINS;
     const int pf = k_prefetch_distance;
+    __m256 mins[T];
+    for (int t = 0; t < T; ++t) mins[t] = _mm256_setzero_ps();
     for (int64_t b = 0; b < nb; ++b) {
         prefetch_block(w + b, pf);
         const block_q4_k& wb = w[b];
         uint8_t sc[8], mn[8];
         q4_k_unpack_scales(wb, sc, mn);
         const float d = fp16(wb.d), dmin = fp16(wb.dmin);
-        const float* xb = x + b * qk_k;
+        int64_t m8;
+        std::memcpy(&m8, mn, 8);
+        const __m256 mv =
+            _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128(m8))), _mm256_set1_ps(dmin));
 #pragma GCC unroll 4
-        for (int c = 0; c < 4; ++c) {  // sub-blocks 2c (low nibbles) and 2c + 1 (high nibbles)
-            q4_k_sub<T>(wb, 2 * c, d * sc[2 * c], dmin * mn[2 * c], xb + 64 * c, xs, a0, a1);
-            q4_k_sub<T>(wb, 2 * c + 1, d * sc[2 * c + 1], dmin * mn[2 * c + 1], xb + 64 * c + 32, xs, a2, a3);
+        for (int t = 0; t < T; ++t) mins[t] = _mm256_fmadd_ps(mv, _mm256_loadu_ps(xsum + t * xss + 8 * b), mins[t]);
+        const float* xb = x + b * qk_k;
+#pragma GCC unroll 2
+        for (int c = 0; c < 4; c += 2) {  // sub-blocks 2c..2c+3 into chains a0..a3
+            scaled_block<T>(widen(q4_k_chunk(wb, 2 * c, 0)), widen(q4_k_chunk(wb, 2 * c, 1)), d * sc[2 * c],
+                            xb + 64 * c, xs, a0);
+            scaled_block<T>(widen(q4_k_chunk(wb, 2 * c + 1, 0)), widen(q4_k_chunk(wb, 2 * c + 1, 1)), d * sc[2 * c + 1],
+                            xb + 64 * c + 32, xs, a1);
+            scaled_block<T>(widen(q4_k_chunk(wb, 2 * c + 2, 0)), widen(q4_k_chunk(wb, 2 * c + 2, 1)), d * sc[2 * c + 2],
+                            xb + 64 * c + 64, xs, a2);
+            scaled_block<T>(widen(q4_k_chunk(wb, 2 * c + 3, 0)), widen(q4_k_chunk(wb, 2 * c + 3, 1)), d * sc[2 * c + 3],
+                            xb + 64 * c + 96, xs, a3);
         }
     }
-    store4<T>(a0, a1, a2, a3, y, ldy);
+    for (int t = 0; t < T; ++t) {
+        const __m512 s = _mm512_add_ps(_mm512_add_ps(a0[t], a1[t]), _mm512_add_ps(a2[t], a3[t]));
+        const __m128 m4 = _mm_add_ps(_mm256_castps256_ps128(mins[t]), _mm256_extractf128_ps(mins[t], 1));
+        const __m128 m2 = _mm_add_ps(m4, _mm_movehl_ps(m4, m4));
+        y[t * ldy] = _mm512_reduce_add_ps(s) - _mm_cvtss_f32(_mm_add_ss(m2, _mm_movehdup_ps(m2)));
+    }
+}
+
+// Sums of each 32 activations of n_tokens rows of n: xsum[t * (n / 32) + g].
+void sums_of_32(const float* x, int64_t n, int64_t n_tokens, float* xsum) {
+    for (int64_t t = 0; t < n_tokens; ++t) {
+        for (int64_t g = 0; g < n / 32; ++g) {
+            const float* p = x + t * n + 32 * g;
+            xsum[t * (n / 32) + g] = _mm512_reduce_add_ps(_mm512_add_ps(_mm512_loadu_ps(p), _mm512_loadu_ps(p + 16)));
+        }
+    }
 }
 
 // Group k (32 elements) of half `half` of a Q6_K block: (d * scale) * (q - 32), into two chains.
@@ -170,7 +196,7 @@ void q6_k_row(const block_q6_k* w, const float* x, int64_t xs, int64_t nb, float
 #undef TROUPE_FA_CHAINS
 
 template <int T>
-void row_tile(const matmul_weight& w, const float* x, float* y, int64_t ldy, int64_t r) {
+void row_tile(const matmul_weight& w, const float* x, const float* xsum, float* y, int64_t ldy, int64_t r) {
     const auto* wr = static_cast<const uint8_t*>(w.data) + static_cast<size_t>(r) * w.row_stride;
     const int64_t n = w.n_in;
     switch (w.type) {
@@ -181,7 +207,7 @@ void row_tile(const matmul_weight& w, const float* x, float* y, int64_t ldy, int
             q4_0_row<T>(reinterpret_cast<const block_q4_0*>(wr), x, n, n / qk4_0, y, ldy);
             break;
         case ggml_type::q4_k:
-            q4_k_row<T>(reinterpret_cast<const block_q4_k*>(wr), x, n, n / qk_k, y, ldy);
+            q4_k_row<T>(reinterpret_cast<const block_q4_k*>(wr), x, n, xsum, n / 32, n / qk_k, y, ldy);
             break;
         case ggml_type::q6_k:
             q6_k_row<T>(reinterpret_cast<const block_q6_k*>(wr), x, n, n / qk_k, y, ldy);
@@ -197,22 +223,29 @@ void row_tile(const matmul_weight& w, const float* x, float* y, int64_t ldy, int
 void rows_float_act_avx512(const matmul_weight& w, const float* x, float* y, int64_t ldy, int64_t n_tokens, int64_t r0,
                            int64_t r1) {
     const int64_t n = w.n_in;
+    static thread_local aligned_buffer xsum_buf;
+    float* xsum = nullptr;  // [n_tokens, n / 32] sums of activations, for Q4_K's mins
+    if (w.type == ggml_type::q4_k) {
+        xsum = xsum_buf.as<float>(static_cast<size_t>(n_tokens * (n / 32)));
+        sums_of_32(x, n, n_tokens, xsum);
+    }
     for (int64_t r = r0; r < r1; ++r) {
         for (int64_t t0 = 0; t0 < n_tokens; t0 += 4) {
             const float* xt = x + t0 * n;
+            const float* st = xsum != nullptr ? xsum + t0 * (n / 32) : nullptr;
             float* yt = y + t0 * ldy + r;
             switch (std::min<int64_t>(4, n_tokens - t0)) {
                 case 1:
-                    row_tile<1>(w, xt, yt, ldy, r);
+                    row_tile<1>(w, xt, st, yt, ldy, r);
                     break;
                 case 2:
-                    row_tile<2>(w, xt, yt, ldy, r);
+                    row_tile<2>(w, xt, st, yt, ldy, r);
                     break;
                 case 3:
-                    row_tile<3>(w, xt, yt, ldy, r);
+                    row_tile<3>(w, xt, st, yt, ldy, r);
                     break;
                 default:
-                    row_tile<4>(w, xt, yt, ldy, r);
+                    row_tile<4>(w, xt, st, yt, ldy, r);
                     break;
             }
         }
