@@ -1,7 +1,8 @@
 // The float-activation recipe at the AVX-512 level (decode): one weight row x up to 4 tokens per pass, the row
 // streamed once. Each 16-element chunk of a weight block is widened in registers (bytes -> int32 -> float):
-//   - Q6_K: scaled as the reference dequantizes it (matmul_float_act_blocks.h), then multiplied with 16 float
-//     activations by FMA, four accumulator chains per token;
+//   - Q6_K: 64 values at a time unpacked with 512-bit integer ops into a small stack buffer, each chunk of 16
+//     scaled as the reference dequantizes it ((d sc) q), then multiplied with 16 float activations by FMA, four
+//     accumulator chains per token;
 //   - Q4_K: (d sc_j) (q_j . x_j) per sub-block, the mins (dmin m_j) against per-call sums of x per 32;
 //   - Q8_0 / Q4_0 (one scale per 32): p = q . x per token first, then acc += d * p: one multiply per block instead
 //     of one per weight (equal to the dequantized product but for rounding). One core is bound by its vector
@@ -165,29 +166,45 @@ void sums_of_32(const float* x, int64_t n, int64_t n_tokens, float* xsum) {
     }
 }
 
-// Group k (32 elements) of half `half` of a Q6_K block: (d * scale) * (q - 32), into two chains.
-template <int T>
-inline void q6_k_group(const block_q6_k& wb, float d, int half, int k, const float* xk, int64_t xs, __m512 (&acc0)[T],
-                       __m512 (&acc1)[T]) {
-    const int j = 8 * half + 2 * k;
-    fma16<T>(acc0, _mm512_mul_ps(widen(q6_k_chunk(wb, half, k, 0)), _mm512_set1_ps(d * wb.scales[j])), xk, xs);
-    fma16<T>(acc1, _mm512_mul_ps(widen(q6_k_chunk(wb, half, k, 1)), _mm512_set1_ps(d * wb.scales[j + 1])), xk + 16, xs);
+// The 128 values of half `half` of a Q6_K block minus 32, in element order, unpacked 64 at a time:
+// bytes 0..63 of ql hold the low nibbles of elements 0..63 and the high nibbles of 64..127; qh (32 bytes, used
+// twice) the two high bits, at shifts 0, 2 (elements 0..31, 32..63) and 4, 6 (64..95, 96..127).
+inline void q6_k_half_values(const block_q6_k& wb, int half, int8_t* q) {
+    const __m512i low4 = _mm512_set1_epi8(0x0f), bits45 = _mm512_set1_epi8(0x30), k32 = _mm512_set1_epi8(32);
+    const __m512i l = _mm512_loadu_si512(wb.ql + 64 * half);
+    const __m512i h = _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(wb.qh + 32 * half)));
+    const __m512i ha =
+        _mm512_and_si512(_mm512_mask_blend_epi64(0xf0, _mm512_slli_epi16(h, 4), _mm512_slli_epi16(h, 2)), bits45);
+    const __m512i hb = _mm512_and_si512(_mm512_mask_blend_epi64(0xf0, h, _mm512_srli_epi16(h, 2)), bits45);
+    _mm512_store_si512(q, _mm512_sub_epi8(_mm512_or_si512(_mm512_and_si512(l, low4), ha), k32));
+    _mm512_store_si512(q + 64,
+                       _mm512_sub_epi8(_mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(l, 4), low4), hb), k32));
 }
 
 template <int T>
 void q6_k_row(const block_q6_k* w, const float* x, int64_t xs, int64_t nb, float* y, int64_t ldy) {
     TROUPE_FA_CHAINS;
     const int pf = k_prefetch_distance;
+    alignas(64) int8_t q[128];  // one half block's values - 32
     for (int64_t b = 0; b < nb; ++b) {
         prefetch_block(w + b, pf);
         const block_q6_k& wb = w[b];
         const float d = fp16(wb.d);
-        const float* xb = x + b * qk_k;
-#pragma GCC unroll 4
-        for (int g = 0; g < 4; ++g) {  // groups 2 (g % 2) and 2 (g % 2) + 1 of half g / 2
-            const int half = g / 2, k = 2 * (g % 2);
-            q6_k_group<T>(wb, d, half, k, xb + 128 * half + 32 * k, xs, a0, a1);
-            q6_k_group<T>(wb, d, half, k + 1, xb + 128 * half + 32 * (k + 1), xs, a2, a3);
+#pragma GCC unroll 2
+        for (int half = 0; half < 2; ++half) {
+            q6_k_half_values(wb, half, q);
+            const float* xh = x + b * qk_k + 128 * half;
+            const int8_t* sc = wb.scales + 8 * half;
+#pragma GCC unroll 2
+            for (int c = 0; c < 8; c += 4) {  // chunks of 16 (each its own scale) into chains a0..a3
+                fma16<T>(a0, _mm512_mul_ps(widen(load16(q + 16 * c)), _mm512_set1_ps(d * sc[c])), xh + 16 * c, xs);
+                fma16<T>(a1, _mm512_mul_ps(widen(load16(q + 16 * c + 16)), _mm512_set1_ps(d * sc[c + 1])),
+                         xh + 16 * c + 16, xs);
+                fma16<T>(a2, _mm512_mul_ps(widen(load16(q + 16 * c + 32)), _mm512_set1_ps(d * sc[c + 2])),
+                         xh + 16 * c + 32, xs);
+                fma16<T>(a3, _mm512_mul_ps(widen(load16(q + 16 * c + 48)), _mm512_set1_ps(d * sc[c + 3])),
+                         xh + 16 * c + 48, xs);
+            }
         }
     }
     store4<T>(a0, a1, a2, a3, y, ldy);
