@@ -12,7 +12,8 @@
 //   Q4_K    | Q8_K blocks (per 256, f32 d)  | d_x * (d * sum_j sc_j * int dot_j - dmin * sum_j m_j * bsum_j)
 //   Q6_K    | Q8_K blocks                   | d_x * d * sum_j scale_j * int dot_j of (q - 32)
 //
-// matmul_float_act is the other recipe: weights dequantized exactly, activations left in float.
+// matmul_float_act is the other recipe: weights dequantized exactly, activations left in float (the twin of
+// cpu::matmul with cpu::activation_recipe::float32; config kernels.activations: float).
 #pragma once
 
 #include <cstddef>
