@@ -17,6 +17,7 @@ void executor_core::retire(const std::vector<int64_t>& seq_ids) {
     for (int64_t id : seq_ids) {
         seqs_.erase(id);
         lost_.erase(id);
+        runner_->forget(id);
     }
 }
 

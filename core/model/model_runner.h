@@ -65,6 +65,8 @@ public:
         (void)n_tokens;
         return make_error("swap_in of sequence " + std::to_string(seq_id) + ": this runner has no separate KV memory");
     }
+    // The sequence ended: drop anything kept for it (a swapped-out copy that was never swapped in).
+    virtual void forget(int64_t seq_id) { (void)seq_id; }
 };
 
 }  // namespace troupe

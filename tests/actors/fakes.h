@@ -155,6 +155,8 @@ public:
         n_swaps_in_++;
         return status::success();
     }
+    void forget(int64_t seq_id) override { host_.erase(seq_id); }
+    size_t n_host_copies() const { return host_.size(); }
     int n_swaps_out() const { return n_swaps_out_; }
     int n_swaps_in() const { return n_swaps_in_; }
 

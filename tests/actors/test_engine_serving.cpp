@@ -133,6 +133,7 @@ TEST(engine_serving, swap_preemption_on_a_runner_with_device_memory_gives_the_sa
     }
     EXPECT_GT(e.runner->n_swaps_out(), 0);
     EXPECT_EQ(e.runner->n_swaps_in(), e.runner->n_swaps_out());
+    EXPECT_EQ(e.runner->n_host_copies(), 0u);
     EXPECT_EQ(e.eng.stats().n_preemptions, e.runner->n_swaps_out());
     // No recompute: every prompt token ran exactly once.
     int32_t n_prompt_rows = 0;
