@@ -1,7 +1,8 @@
 // The float-activation recipe at the AVX2 level (decode): one weight row x up to 4 tokens per pass, the row
 // streamed once. Each 16-element chunk of a weight block is widened in registers (bytes -> int32 -> float, two
 // halves of 8), scaled exactly as the reference dequantizes it (matmul_float_act_blocks.h), and multiplied
-// with 8 float activations by FMA; two accumulator chains per token (the halves) hide the FMA latency.
+// with 8 float activations by FMA; four accumulator chains per token (the halves of even and odd chunks; two from
+// 3 tokens on) hide the FMA latency.
 #include "kernels/cpu/matmul_kernels.h"
 
 #if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
@@ -48,41 +49,49 @@ inline void fma16(__m256 (&acc0)[T], __m256 (&acc1)[T], chunk16 c, const float* 
     }
 }
 
+// Accumulator chains: four per token up to 2 tokens, two from 3 on (16 ymm registers: 4 x 4 accumulators would
+// spill). acc2 / acc3 name acc0 / acc1 then.
+#define TROUPE_FA_CHAINS                                                                       \
+    __m256 acc0[T], acc1[T], acc2_[T], acc3_[T];                                               \
+    for (int t = 0; t < T; ++t) acc0[t] = acc1[t] = acc2_[t] = acc3_[t] = _mm256_setzero_ps(); \
+    auto& acc2 = T <= 2 ? acc2_ : acc0;                                                        \
+    auto& acc3 = T <= 2 ? acc3_ : acc1
+
 template <int T>
-inline void store(__m256 (&acc0)[T], __m256 (&acc1)[T], float* y, int64_t ldy) {
-    for (int t = 0; t < T; ++t) y[t * ldy] = hsum(_mm256_add_ps(acc0[t], acc1[t]));
+inline void store(__m256 (&acc0)[T], __m256 (&acc1)[T], __m256 (&acc2)[T], __m256 (&acc3)[T], float* y, int64_t ldy) {
+    for (int t = 0; t < T; ++t) {
+        const __m256 s = _mm256_add_ps(acc0[t], acc1[t]);
+        y[t * ldy] = hsum(&acc2 == &acc0 ? s : _mm256_add_ps(s, _mm256_add_ps(acc2[t], acc3[t])));
+    }
 }
 
 template <int T>
 void q8_0_row(const block_q8_0* w, const float* x, int64_t xs, int64_t nb, float* y, int64_t ldy) {
-    __m256 acc0[T], acc1[T];
-    for (int t = 0; t < T; ++t) acc0[t] = acc1[t] = _mm256_setzero_ps();
+    TROUPE_FA_CHAINS;
     for (int64_t b = 0; b < nb; ++b) {
         const __m256 d = _mm256_set1_ps(fp16(w[b].d));
         const float* xb = x + b * qk8_0;
         fma16<T>(acc0, acc1, scaled(load16(w[b].qs), d), xb, xs);
-        fma16<T>(acc0, acc1, scaled(load16(w[b].qs + 16), d), xb + 16, xs);
+        fma16<T>(acc2, acc3, scaled(load16(w[b].qs + 16), d), xb + 16, xs);
     }
-    store<T>(acc0, acc1, y, ldy);
+    store<T>(acc0, acc1, acc2, acc3, y, ldy);
 }
 
 template <int T>
 void q4_0_row(const block_q4_0* w, const float* x, int64_t xs, int64_t nb, float* y, int64_t ldy) {
-    __m256 acc0[T], acc1[T];
-    for (int t = 0; t < T; ++t) acc0[t] = acc1[t] = _mm256_setzero_ps();
+    TROUPE_FA_CHAINS;
     for (int64_t b = 0; b < nb; ++b) {
         const __m256 d = _mm256_set1_ps(fp16(w[b].d));
         const float* xb = x + b * qk4_0;
         fma16<T>(acc0, acc1, scaled(q4_0_chunk(w[b], 0), d), xb, xs);
-        fma16<T>(acc0, acc1, scaled(q4_0_chunk(w[b], 1), d), xb + 16, xs);
+        fma16<T>(acc2, acc3, scaled(q4_0_chunk(w[b], 1), d), xb + 16, xs);
     }
-    store<T>(acc0, acc1, y, ldy);
+    store<T>(acc0, acc1, acc2, acc3, y, ldy);
 }
 
 template <int T>
 void q4_k_row(const block_q4_k* w, const float* x, int64_t xs, int64_t nb, float* y, int64_t ldy) {
-    __m256 acc0[T], acc1[T];
-    for (int t = 0; t < T; ++t) acc0[t] = acc1[t] = _mm256_setzero_ps();
+    TROUPE_FA_CHAINS;
     for (int64_t b = 0; b < nb; ++b) {
         const block_q4_k& wb = w[b];
         uint8_t sc[8], mn[8];
@@ -93,16 +102,15 @@ void q4_k_row(const block_q4_k* w, const float* x, int64_t xs, int64_t nb, float
         for (int j = 0; j < 8; ++j) {
             const __m256 scale = _mm256_set1_ps(d * sc[j]), min = _mm256_set1_ps(dmin * mn[j]);
             fma16<T>(acc0, acc1, scaled(q4_k_chunk(wb, j, 0), scale, min), xb + 32 * j, xs);
-            fma16<T>(acc0, acc1, scaled(q4_k_chunk(wb, j, 1), scale, min), xb + 32 * j + 16, xs);
+            fma16<T>(acc2, acc3, scaled(q4_k_chunk(wb, j, 1), scale, min), xb + 32 * j + 16, xs);
         }
     }
-    store<T>(acc0, acc1, y, ldy);
+    store<T>(acc0, acc1, acc2, acc3, y, ldy);
 }
 
 template <int T>
 void q6_k_row(const block_q6_k* w, const float* x, int64_t xs, int64_t nb, float* y, int64_t ldy) {
-    __m256 acc0[T], acc1[T];
-    for (int t = 0; t < T; ++t) acc0[t] = acc1[t] = _mm256_setzero_ps();
+    TROUPE_FA_CHAINS;
     for (int64_t b = 0; b < nb; ++b) {
         const block_q6_k& wb = w[b];
         const float d = fp16(wb.d);
@@ -113,13 +121,15 @@ void q6_k_row(const block_q6_k* w, const float* x, int64_t xs, int64_t nb, float
                 const int j = 8 * half + 2 * k;
                 const float* xk = x + b * qk_k + 128 * half + 32 * k;
                 fma16<T>(acc0, acc1, scaled(q6_k_chunk(wb, half, k, 0), _mm256_set1_ps(d * wb.scales[j])), xk, xs);
-                fma16<T>(acc0, acc1, scaled(q6_k_chunk(wb, half, k, 1), _mm256_set1_ps(d * wb.scales[j + 1])), xk + 16,
+                fma16<T>(acc2, acc3, scaled(q6_k_chunk(wb, half, k, 1), _mm256_set1_ps(d * wb.scales[j + 1])), xk + 16,
                          xs);
             }
         }
     }
-    store<T>(acc0, acc1, y, ldy);
+    store<T>(acc0, acc1, acc2, acc3, y, ldy);
 }
+
+#undef TROUPE_FA_CHAINS
 
 template <int T>
 void row_tile(const matmul_weight& w, const float* x, float* y, int64_t ldy, int64_t r) {
