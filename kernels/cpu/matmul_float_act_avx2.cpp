@@ -1,8 +1,8 @@
-// The float-activation recipe at the AVX2 level (decode): one weight row x up to 4 tokens per pass, the row
-// streamed once. Each 16-element chunk of a weight block is widened in registers (bytes -> int32 -> float, two
-// halves of 8), scaled exactly as the reference dequantizes it (matmul_float_act_blocks.h), and multiplied
-// with 8 float activations by FMA; four accumulator chains per token (the halves of even and odd chunks; two from
-// 3 tokens on) hide the FMA latency.
+// The float-activation recipe at the AVX2 level (decode): one weight row x up to 2 tokens per pass, the row
+// streamed once (from L1 for the further pairs). Each 16-element chunk of a weight block is widened in registers (bytes
+// -> int32 -> float, two halves of 8), scaled exactly as the reference dequantizes it (matmul_float_act_blocks.h), and
+// multiplied with 8 float activations by FMA; four accumulator chains per token (the halves of even and odd chunks)
+// hide the FMA latency.
 #include "kernels/cpu/matmul_kernels.h"
 
 #if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
@@ -49,19 +49,17 @@ inline void fma16(__m256 (&acc0)[T], __m256 (&acc1)[T], chunk16 c, const float* 
     }
 }
 
-// Accumulator chains: four per token up to 2 tokens, two from 3 on (16 ymm registers: 4 x 4 accumulators would
-// spill). acc2 / acc3 name acc0 / acc1 then.
-#define TROUPE_FA_CHAINS                                                                       \
-    __m256 acc0[T], acc1[T], acc2_[T], acc3_[T];                                               \
-    for (int t = 0; t < T; ++t) acc0[t] = acc1[t] = acc2_[t] = acc3_[t] = _mm256_setzero_ps(); \
-    auto& acc2 = T <= 2 ? acc2_ : acc0;                                                        \
-    auto& acc3 = T <= 2 ? acc3_ : acc1
+// Four accumulator chains per token, for tiles of at most 2 tokens (16 ymm registers: 4 x 4 accumulators would
+// spill). The order of operations of a token does not depend on its tile, so results do not depend on the batch.
+#define TROUPE_FA_CHAINS                       \
+    static_assert(T <= 2);                     \
+    __m256 acc0[T], acc1[T], acc2[T], acc3[T]; \
+    for (int t = 0; t < T; ++t) acc0[t] = acc1[t] = acc2[t] = acc3[t] = _mm256_setzero_ps()
 
 template <int T>
 inline void store(__m256 (&acc0)[T], __m256 (&acc1)[T], __m256 (&acc2)[T], __m256 (&acc3)[T], float* y, int64_t ldy) {
     for (int t = 0; t < T; ++t) {
-        const __m256 s = _mm256_add_ps(acc0[t], acc1[t]);
-        y[t * ldy] = hsum(&acc2 == &acc0 ? s : _mm256_add_ps(s, _mm256_add_ps(acc2[t], acc3[t])));
+        y[t * ldy] = hsum(_mm256_add_ps(_mm256_add_ps(acc0[t], acc1[t]), _mm256_add_ps(acc2[t], acc3[t])));
     }
 }
 
@@ -160,22 +158,11 @@ void rows_float_act_avx2(const matmul_weight& w, const float* x, float* y, int64
                          int64_t r1) {
     const int64_t n = w.n_in;
     for (int64_t r = r0; r < r1; ++r) {
-        for (int64_t t0 = 0; t0 < n_tokens; t0 += 4) {
-            const float* xt = x + t0 * n;
-            float* yt = y + t0 * ldy + r;
-            switch (std::min<int64_t>(4, n_tokens - t0)) {
-                case 1:
-                    row_tile<1>(w, xt, yt, ldy, r);
-                    break;
-                case 2:
-                    row_tile<2>(w, xt, yt, ldy, r);
-                    break;
-                case 3:
-                    row_tile<3>(w, xt, yt, ldy, r);
-                    break;
-                default:
-                    row_tile<4>(w, xt, yt, ldy, r);
-                    break;
+        for (int64_t t0 = 0; t0 < n_tokens; t0 += 2) {  // tiles of 2 tokens (see TROUPE_FA_CHAINS)
+            if (n_tokens - t0 >= 2) {
+                row_tile<2>(w, x + t0 * n, y + t0 * ldy + r, ldy, r);
+            } else {
+                row_tile<1>(w, x + t0 * n, y + t0 * ldy + r, ldy, r);
             }
         }
     }

@@ -124,6 +124,33 @@ TEST(matmul_float_act, the_dot_kernels_match_the_reference_for_token_counts_past
     }
 }
 
+TEST(matmul_float_act, a_tokens_outputs_do_not_depend_on_the_other_tokens_of_a_decode_batch) {
+    // Below the GEMM threshold each token's sums run in the same order whatever tile it lands in, so a sequence's
+    // logits do not change with how many others share its decode step.
+    cpu::thread_pool pool(2);
+    for (ggml_type type : {ggml_type::f16, ggml_type::q8_0, ggml_type::q4_0, ggml_type::q4_k, ggml_type::q6_k}) {
+        const int64_t n_in = 512, n_out = 21;
+        const auto w = make_weight(type, n_in, n_out, 41);
+        const auto x = random_floats(4 * n_in, 42);
+        for (auto level : cpu::available_levels()) {
+            SCOPED_TRACE(std::string(traits(type).name) + " " + testing::level_name(level));
+            scoped_level scope(level);
+            ASSERT_GT(cpu::gemm_min_tokens(type, k_float), 4);
+            std::vector<float> batch(4 * n_out), alone(n_out);
+            for (int64_t n_tokens = 2; n_tokens <= 4; ++n_tokens) {
+                cpu::matmul(w.view, x.data(), batch.data(), n_tokens, pool, k_float);
+                for (int64_t t = 0; t < n_tokens; ++t) {
+                    cpu::matmul(w.view, x.data() + t * n_in, alone.data(), 1, pool, k_float);
+                    for (int64_t r = 0; r < n_out; ++r) {
+                        ASSERT_EQ(batch[t * n_out + r], alone[r])
+                            << "token " << t << " of " << n_tokens << " row " << r;
+                    }
+                }
+            }
+        }
+    }
+}
+
 TEST(matmul_float_act, differs_from_the_quantized_recipe_except_for_f32_weights) {
     cpu::thread_pool pool(2);
     const int64_t n_in = 256, n_out = 33;
