@@ -253,6 +253,13 @@ bool scheduler_core::admit_head(int32_t& budget, step_plan& plan, step_record& r
     if (static_cast<int32_t>(running_.size()) >= config_.max_running) return false;
     sequence_state& s = seqs_.at(waiting_.front());
     const int32_t n_known = static_cast<int32_t>(s.tokens.size());
+    if (pool_.blocks_for(std::min(n_known + 1, config_.n_ctx)) > pool_.n_blocks()) {
+        // A preempted sequence that grew past what the whole pool holds: it can never resume.
+        out.failures.push_back({s.id, "the KV cache cannot hold " + std::to_string(n_known + 1) +
+                                          " tokens for one sequence; raise kv.memory or lower max_tokens"});
+        drop(s.id, out);
+        return true;
+    }
     if (s.swapped) {
         // Back from host memory: blocks for what was computed, then the copy in before the step.
         if (pool_.blocks_for(n_known + 1) > pool_.n_free()) return false;

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <functional>
+#include <map>
 
 #include "actors/scheduler/scheduler_core.h"
 
@@ -235,6 +236,28 @@ TEST(scheduler_core, running_out_of_blocks_preempts_the_latest_admitted_which_re
         // The resumed sequence's recompute carries its own tokens, sampled ones included.
         EXPECT_EQ(s.pool().stats().n_prefix_hits, caching ? 1 : 0);
     }
+}
+
+TEST(scheduler_core, sequences_that_outgrow_the_whole_pool_fail_with_a_reason_and_nothing_is_left_stuck) {
+    scheduler_params c = config();
+    c.kv = {4, 4};  // 16 positions
+    c.n_ctx = 32;
+    scheduler_core s(c);
+    scheduler_output out;
+    s.enqueue(req(1, range(10, 3), 20), out);  // both want 23 positions: more than the pool
+    s.enqueue(req(2, range(40, 3), 20), out);
+    std::map<request_id, std::string> endings;
+    for (int i = 0; i < 100 && out.step; ++i) {
+        out = run(s, out);
+        for (const auto& d : out.deliveries)
+            if (d.finish) endings[d.id] = "finished";
+        for (const auto& f : out.failures) endings[f.id] = f.message;
+    }
+    EXPECT_FALSE(out.step);
+    ASSERT_EQ(endings.size(), 2u);
+    for (const auto& [id, why] : endings) EXPECT_NE(why.find("cannot hold"), std::string::npos) << id << ": " << why;
+    EXPECT_EQ(s.n_running() + s.n_waiting(), 0u);
+    EXPECT_EQ(s.pool().n_free(), 4);
 }
 
 TEST(scheduler_core, a_resumed_sequence_delivers_each_token_once_and_in_order) {
