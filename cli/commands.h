@@ -16,6 +16,9 @@ int bench_command(const cli_args& args);  // troupe bench: throughput figures
 const command_spec& bench_serve_spec();
 int bench_serve_command(const cli_args& args);  // troupe bench serve: load a running server, report latencies
 
+const command_spec& serve_spec();
+int serve_command(const cli_args& args);  // troupe serve: the chat page, OpenAI API and admin console
+
 const command_spec& info_spec();
 int info_command(const cli_args& args);  // troupe info: GGUF header, metadata, tensors
 

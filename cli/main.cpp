@@ -19,8 +19,8 @@ struct command_entry {
 };
 
 const command_entry commands[] = {
-    {run_spec, run_command},           {bench_spec, bench_command}, {info_spec, info_command},
-    {tokenize_spec, tokenize_command}, {synth_spec, synth_command},
+    {run_spec, run_command},   {serve_spec, serve_command},       {bench_spec, bench_command},
+    {info_spec, info_command}, {tokenize_spec, tokenize_command}, {synth_spec, synth_command},
 };
 
 std::string command_names() {

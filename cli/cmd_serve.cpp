@@ -1,0 +1,170 @@
+// troupe serve [--config C.yaml] [--model M.gguf] [--host H] [--port P]: the chat page, the OpenAI API,
+// the admin console, /metrics and /health over HTTP and WebSocket (server/http_server.h).
+//
+// Order: the listener starts first (so /health answers 503 while the model loads), the URLs go to
+// stdout, the model loads, the engine starts, the server is attached (/health 200). SIGTERM or SIGINT
+// then drains: new requests are refused (503), running ones get server.drain_timeout_ms to finish, the
+// rest are cancelled by the engine's stop, the server closes, and the process exits 0.
+//
+// Signals are blocked in every thread and taken with sigwait() on the main thread: no handler runs
+// inside the server's or the engine's threads.
+#include <pthread.h>
+
+#include <csignal>
+#include <cstdio>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "actors/engine/engine.h"
+#include "actors/engine/engine_params_from.h"
+#include "actors/executor/draft_adapter.h"
+#include "actors/tokenizer/tokenizer_codec.h"
+#include "cli/commands.h"
+#include "cli/engine_flags.h"
+#include "core/config/engine_config.h"
+#include "core/loader/model_loader.h"
+#include "server/http_server.h"
+
+namespace troupe::cli {
+namespace {
+
+result<engine_config> serve_config(const cli_args& args) {
+    auto config = resolve_cli_config(args);
+    if (!config) return config.err();
+    std::vector<config_override> extra;
+    if (auto h = args.value("--host")) extra.push_back({"server.host", "\"" + *h + "\"", "--host"});
+    if (auto p = args.value("--port")) extra.push_back({"server.port", *p, "--port"});
+    if (auto s = apply_overrides(*config, extra); !s) return s.err();
+    return config;
+}
+
+std::string served_name(const engine_config& config) {
+    if (!config.server.served_model_name.empty()) return config.server.served_model_name;
+    return std::filesystem::path(config.model).stem().string();
+}
+
+int serve(engine_config config) {
+    set_log_level(config.log_level);
+    sigset_t signals;
+    sigemptyset(&signals);
+    sigaddset(&signals, SIGTERM);
+    sigaddset(&signals, SIGINT);
+    pthread_sigmask(SIG_BLOCK, &signals, nullptr);  // before any thread starts: they inherit it
+
+    server::http_server srv(config);
+    auto port = srv.listen();
+    if (!port) {
+        std::fprintf(stderr, "troupe serve: %s\n", port.message().c_str());
+        return exit_failure;
+    }
+    const std::string base = "http://" + config.server.host + ":" + std::to_string(*port);
+    std::printf("troupe serve: listening on %s/\n  chat page      %s/\n  OpenAI API     %s/v1\n", base.c_str(),
+                base.c_str(), base.c_str());
+    if (config.server.admin_token.empty()) {
+        std::printf("  admin console  disabled (set server.admin_token to enable it)\n");
+    } else {
+        std::printf("  admin console  %s/admin\n", base.c_str());
+    }
+    std::printf("  metrics        %s/metrics\n  health         %s/health\nloading %s ...\n", base.c_str(), base.c_str(),
+                config.model.c_str());
+    std::fflush(stdout);
+
+    auto model = load_model(config);
+    if (!model) {
+        std::fprintf(stderr, "troupe serve: %s\n", model.message().c_str());
+        srv.stop();
+        return exit_failure;
+    }
+    server::serving_model sm;
+    sm.tok = model->tok;
+    sm.n_ctx = model->runner->n_ctx();
+    sm.facts.name = served_name(config);
+    sm.facts.path = config.model;
+    sm.facts.description = model->runner->description();
+    sm.facts.device = std::string(device_name(model->device));
+    sm.facts.context_length = sm.n_ctx;
+    sm.facts.plugins = model->plugins;
+    engine_config shown = config;
+    if (!shown.server.admin_token.empty()) shown.server.admin_token = "<redacted>";
+    sm.facts.config_yaml = to_yaml(shown);
+    server::set_chat_template(sm, model->file->string_or("tokenizer.chat_template", ""));
+
+    engine_params params = engine_params_from(config);
+    engine_parts parts{std::shared_ptr<model_runner>(std::move(model->runner)), make_tokenizer_codec(model->tok), {}};
+    if (model->spec) {
+        parts.draft = draft_fn_from(model->spec);
+        params.max_draft = max_draft_request;
+    }
+    engine eng(std::move(parts), params);
+    if (auto st = eng.start(); !st) {
+        std::fprintf(stderr, "troupe serve: %s\n", st.message().c_str());
+        srv.stop();
+        return exit_failure;
+    }
+    sm.eng = &eng;
+    const std::string name = sm.facts.name;
+    const std::string chat = sm.facts.chat_template;
+    const int32_t n_ctx = sm.n_ctx;
+    srv.attach(std::move(sm));
+    std::printf("ready: model '%s' (context %d tokens), chat template %s\n", name.c_str(), n_ctx, chat.c_str());
+    std::fflush(stdout);
+
+    int sig = 0;
+    sigwait(&signals, &sig);
+    const auto timeout = std::chrono::milliseconds(config.server.drain_timeout_ms);
+    std::printf("troupe serve: %s: draining (running requests get up to %lld ms)\n",
+                sig == SIGTERM ? "SIGTERM" : "SIGINT", static_cast<long long>(timeout.count()));
+    std::fflush(stdout);
+    srv.begin_drain();
+    const bool drained = srv.wait_idle(steady_clock::now() + timeout);
+    auto st = eng.stop(drained ? std::chrono::milliseconds(1000) : std::chrono::milliseconds(0));
+    (void)srv.wait_idle(steady_clock::now() + std::chrono::seconds(2));  // let the last errors reach clients
+    srv.stop();
+    std::printf("troupe serve: stopped%s\n", st ? "" : (": " + st.message()).c_str());
+    std::fflush(stdout);
+    return exit_ok;
+}
+
+}  // namespace
+
+const command_spec& serve_spec() {
+    static const command_spec spec = [] {
+        command_spec s{
+            .name = "serve",
+            .summary = "serve the chat page, the OpenAI API and the admin console over HTTP",
+            .usage = "troupe serve [--config C.yaml] [--model M.gguf] [--host H] [--port P] [--set KEY=VALUE]",
+        };
+        s.flags.push_back({"--host", "", "ADDR", "address to listen on (server.host, default 127.0.0.1)"});
+        s.flags.push_back({"--port", "", "PORT", "TCP port (server.port, default 8080; 0 = any free port)"});
+        s.flags.push_back({"--print-config", "", "", "print the effective config as YAML and exit"});
+        for (auto& f : engine_flags()) s.flags.push_back(f);
+        for (auto& f : sampling_flags()) s.flags.push_back(f);
+        s.details =
+            "Routes: / (chat page), /ws (WebSocket chat), /v1/completions, /v1/chat/completions, /v1/models, "
+            "/admin (console, needs server.admin_token), /metrics, /health. SIGTERM or SIGINT drains and exits 0.";
+        return s;
+    }();
+    return spec;
+}
+
+int serve_command(const cli_args& args) {
+    auto config = serve_config(args);
+    if (!config) {
+        std::fprintf(stderr, "troupe serve: %s\n", config.message().c_str());
+        return exit_usage;
+    }
+    if (args.has("--print-config")) {
+        std::fputs(to_yaml(*config).c_str(), stdout);
+        return exit_ok;
+    }
+    auto model = resolve_model_path(*config);
+    if (!model) {
+        std::fprintf(stderr, "troupe serve: %s\n", model.message().c_str());
+        return exit_usage;
+    }
+    config->model = *model;
+    return serve(std::move(*config));
+}
+
+}  // namespace troupe::cli
