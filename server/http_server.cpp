@@ -4,8 +4,8 @@
 //
 // Waiting for the engine: each request has a request_stream; its sink (engine lane) posts one wake-up
 // to this thread, which cancels the connection's `wake` timer; the coroutine then take()s every event.
-// take() and the wait have no suspension point between them and there is one I/O thread, so no wake-up
-// is lost.
+// Before waiting it checks pending(): a wake-up that arrived while it was writing is not repeated, and
+// with one I/O thread nothing can slip in between that check and the wait, so no wake-up is lost.
 //
 // Disconnects: while an HTTP request generates, a watcher waits for the socket to become readable; EOF
 // or an error there (or a failed write) cancels the request at once. WebSocket: the read loop ending
@@ -133,6 +133,10 @@ public:
                 if (ec == net::error::operation_aborted || !acceptor_.is_open()) co_return;
                 continue;  // e.g. too many open files: keep serving the others
             }
+            // A fixed kernel send buffer (no autotuning to megabytes): with server.max_send_queue_bytes it
+            // bounds what one client that does not read can hold, and such a client is noticed soon.
+            beast::error_code ignored;
+            socket.set_option(net::socket_base::send_buffer_size(256 * 1024), ignored);
             auto c = std::make_shared<http_conn>(std::move(socket));
             http_conns_.push_back(c);
             net::co_spawn(ioc_, http_session(c), net::detached);
@@ -174,8 +178,20 @@ public:
         return res;
     }
 
+    // Every co_await below takes only named objects: GCC 12 mis-handles temporaries that live across a
+    // co_await in the same full-expression (they can be destroyed twice), so responses and errors are
+    // built first, then sent.
+    using response = http::response<http::string_body>;
+
+    static response error_response(const api_error& e, bool keep_alive) {
+        auto res = make_response(static_cast<unsigned>(e.status), json_type, error_json(e), keep_alive);
+        if (e.status == 401) res.set(http::field::www_authenticate, "Bearer");
+        if (e.status == 429 || e.status == 503) res.set(http::field::retry_after, "1");
+        return res;
+    }
+
     // Writes a whole response; false when the connection is no longer usable.
-    net::awaitable<bool> send(http_conn& c, http::response<http::string_body> res) {
+    net::awaitable<bool> send(http_conn& c, response& res) {
         count_status(res.result_int());
         const bool keep = res.keep_alive();
         auto [ec, n] = co_await http::async_write(c.stream, res, nothrow);
@@ -183,10 +199,9 @@ public:
     }
 
     net::awaitable<bool> send_error(http_conn& c, const api_error& e, bool keep_alive) {
-        auto res = make_response(static_cast<unsigned>(e.status), json_type, error_json(e), keep_alive);
-        if (e.status == 401) res.set(http::field::www_authenticate, "Bearer");
-        if (e.status == 429 || e.status == 503) res.set(http::field::retry_after, "1");
-        co_return co_await send(c, std::move(res));
+        response res = error_response(e, keep_alive);
+        const bool ok = co_await send(c, res);
+        co_return ok;
     }
 
     net::awaitable<void> http_session(std::shared_ptr<http_conn> c) {
@@ -199,20 +214,20 @@ public:
             c->stream.expires_after(std::chrono::seconds(60));
             auto [ec, n] = co_await http::async_read(c->stream, buffer, parser, nothrow);
             if (ec == http::error::body_limit) {
-                (void)co_await send_error(*c,
-                                          api_error{413,
-                                                    "The request body is larger than server.max_body_bytes (" +
-                                                        std::to_string(sc_.max_body_bytes) + " bytes)",
-                                                    "invalid_request_error",
-                                                    {},
-                                                    "request_too_large"},
-                                          false);
+                const api_error e{413,
+                                  "The request body is larger than server.max_body_bytes (" +
+                                      std::to_string(sc_.max_body_bytes) + " bytes)",
+                                  "invalid_request_error",
+                                  {},
+                                  "request_too_large"};
+                (void)co_await send_error(*c, e, false);
                 break;
             }
             if (ec) {
                 if (ec.category() == http::make_error_code(http::error::bad_target).category() &&
                     ec != http::error::end_of_stream && ec != http::error::partial_message) {
-                    (void)co_await send_error(*c, bad_request("malformed HTTP request: " + ec.message()), false);
+                    const api_error e = bad_request("malformed HTTP request: " + ec.message());
+                    (void)co_await send_error(*c, e, false);
                 }
                 break;
             }
@@ -221,14 +236,15 @@ public:
             if (websocket::is_upgrade(req)) {
                 if (split(req.target()).path == "/ws") {
                     stats_.n_connections.fetch_sub(1);
-                    co_await ws_session(std::move(c->stream), std::move(req));
+                    co_await ws_session(c, req);
                     co_return;
                 }
-                (void)co_await send_error(
-                    *c, api_error{404, "WebSocket endpoint is /ws", "invalid_request_error", {}, {}}, false);
+                const api_error e{404, "WebSocket endpoint is /ws", "invalid_request_error", {}, "not_found"};
+                (void)co_await send_error(*c, e, false);
                 break;
             }
-            if (!co_await handle(c, req)) break;
+            const bool again = co_await handle(c, req);
+            if (!again) break;
         }
         beast::error_code ignored;
         c->stream.socket().shutdown(tcp::socket::shutdown_send, ignored);
@@ -237,70 +253,76 @@ public:
     }
 
     // One request; false when the connection must close.
-    net::awaitable<bool> handle(std::shared_ptr<http_conn> c, http::request<http::string_body>& req) {
+    net::awaitable<bool> handle(const std::shared_ptr<http_conn>& c, http::request<http::string_body>& req) {
+        const std::string path(split(req.target()).path);
+        if (path == "/v1/completions" || path == "/v1/chat/completions") {
+            if (req.method() == http::verb::post) {
+                const api_kind kind = path == "/v1/chat/completions" ? api_kind::chat : api_kind::completion;
+                const bool again = co_await generate(c, req, kind);
+                co_return again;
+            }
+        }
+        response res = route(req);
+        const bool again = co_await send(*c, res);
+        co_return again;
+    }
+
+    // Everything but generation: answered at once.
+    response route(http::request<http::string_body>& req) {
         const bool keep = req.keep_alive();
         const split_target t = split(req.target());
         const std::string path(t.path);
         const auto method = req.method();
         const bool get = method == http::verb::get || method == http::verb::head;
-        const bool post = method == http::verb::post;
         auto wrong_method = [&](std::string_view allowed) {
-            return api_error{405,
-                             "Method " + std::string(req.method_string()) + " is not allowed on " + path +
-                                 " (allowed: " + std::string(allowed) + ")",
-                             "invalid_request_error",
-                             {},
-                             "method_not_allowed"};
+            return error_response(api_error{405,
+                                            "Method " + std::string(req.method_string()) + " is not allowed on " +
+                                                path + " (allowed: " + std::string(allowed) + ")",
+                                            "invalid_request_error",
+                                            {},
+                                            "method_not_allowed"},
+                                  keep);
         };
-
         if (path == "/health") {
-            if (!get) co_return co_await send_error(*c, wrong_method("GET"), keep);
+            if (!get) return wrong_method("GET");
             const bool ok = ready_.load() && !draining_.load();
             const char* state = !ready_.load() ? "loading" : draining_.load() ? "draining" : "ok";
-            co_return co_await send(
-                *c, make_response(ok ? 200 : 503, json_type, std::string("{\"status\":\"") + state + "\"}", keep));
+            return make_response(ok ? 200 : 503, json_type, std::string("{\"status\":\"") + state + "\"}", keep);
         }
         if (path == "/metrics") {
-            if (!get) co_return co_await send_error(*c, wrong_method("GET"), keep);
-            co_return co_await send(*c, make_response(200, "text/plain; version=0.0.4; charset=utf-8",
-                                                      prometheus_text(snapshot(), figures(), model_.facts), keep));
+            if (!get) return wrong_method("GET");
+            return make_response(200, "text/plain; version=0.0.4; charset=utf-8",
+                                 prometheus_text(snapshot(), figures(), model_.facts), keep);
         }
         if (path == "/v1/models") {
-            if (!get) co_return co_await send_error(*c, wrong_method("GET"), keep);
-            if (!ready_.load()) co_return co_await send_error(*c, unavailable("The model is loading"), keep);
-            co_return co_await send(
-                *c, make_response(200, json_type,
-                                  models_json(model_.facts.name, unix_now(), model_.facts.context_length,
-                                              model_.facts.chat_template),
-                                  keep));
+            if (!get) return wrong_method("GET");
+            if (!ready_.load()) return error_response(unavailable("The model is loading"), keep);
+            return make_response(
+                200, json_type,
+                models_json(model_.facts.name, unix_now(), model_.facts.context_length, model_.facts.chat_template),
+                keep);
         }
-        if (path == "/v1/completions" || path == "/v1/chat/completions") {
-            if (!post) co_return co_await send_error(*c, wrong_method("POST"), keep);
-            co_return co_await generate(c, req, path == "/v1/chat/completions" ? api_kind::chat : api_kind::completion);
-        }
-        if (path.starts_with("/admin/api/")) co_return co_await admin(*c, req, path, t.query);
+        if (path == "/v1/completions" || path == "/v1/chat/completions") return wrong_method("POST");
+        if (path.starts_with("/admin/api/")) return admin(req, path, t.query);
         if (get) {
             if (const static_file* f = find_static_file(path)) {
                 auto res = make_response(200, f->content_type, std::string(f->body), keep);
                 res.set(http::field::cache_control, "no-cache");
-                co_return co_await send(*c, std::move(res));
+                return res;
             }
         }
-        co_return co_await send_error(*c,
-                                      api_error{404,
-                                                "Unknown route: " + std::string(req.method_string()) + " " + path,
-                                                "invalid_request_error",
-                                                {},
-                                                "not_found"},
-                                      keep);
+        return error_response(api_error{404,
+                                        "Unknown route: " + std::string(req.method_string()) + " " + path,
+                                        "invalid_request_error",
+                                        {},
+                                        "not_found"},
+                              keep);
     }
 
-    net::awaitable<bool> admin(http_conn& c, http::request<http::string_body>& req, const std::string& path,
-                               std::string_view query) {
+    response admin(http::request<http::string_body>& req, const std::string& path, std::string_view query) {
         const bool keep = req.keep_alive();
         if (sc_.admin_token.empty()) {
-            co_return co_await send_error(
-                c,
+            return error_response(
                 api_error{403,
                           "The admin console is disabled: set server.admin_token in the config to enable it",
                           "permission_error",
@@ -310,45 +332,40 @@ public:
         }
         const auto auth = req[http::field::authorization];
         if (!admin_authorized(std::string_view(auth.data(), auth.size()), query, sc_.admin_token)) {
-            co_return co_await send_error(
-                c,
-                api_error{401,
-                          "The admin API needs the token: Authorization: Bearer <server.admin_token>",
-                          "authentication_error",
-                          {},
-                          "invalid_admin_token"},
-                keep);
+            return error_response(api_error{401,
+                                            "The admin API needs the token: Authorization: Bearer <server.admin_token>",
+                                            "authentication_error",
+                                            {},
+                                            "invalid_admin_token"},
+                                  keep);
         }
         if (path == "/admin/api/state") {
-            if (req.method() != http::verb::get) co_return co_await send_error(c, bad_request("use GET"), keep);
-            co_return co_await send(
-                c, make_response(200, json_type,
-                                 admin_state_json(snapshot(), figures(), model_.facts, history_.samples()), keep));
+            if (req.method() != http::verb::get) return error_response(bad_request("use GET"), keep);
+            return make_response(200, json_type,
+                                 admin_state_json(snapshot(), figures(), model_.facts, history_.samples()), keep);
         }
-        if (req.method() != http::verb::post) co_return co_await send_error(c, bad_request("use POST"), keep);
+        if (req.method() != http::verb::post) return error_response(bad_request("use POST"), keep);
         if (path == "/admin/api/drain") {
             begin_drain();
-            co_return co_await send(c, make_response(200, json_type, "{\"draining\":true}", keep));
+            return make_response(200, json_type, "{\"draining\":true}", keep);
         }
         if (auto id = id_after(path, "/admin/api/cancel/")) {
-            if (!ready_.load()) co_return co_await send_error(c, unavailable("The model is loading"), keep);
+            if (!ready_.load()) return error_response(unavailable("The model is loading"), keep);
             bool found = false;
             for (const auto& r : model_.eng->snapshot().requests) found = found || r.id == *id;
             if (!found) {
-                co_return co_await send_error(c,
-                                              api_error{404,
-                                                        "No request " + std::to_string(*id) + " is in flight",
-                                                        "invalid_request_error",
-                                                        {},
-                                                        "not_found"},
-                                              keep);
+                return error_response(api_error{404,
+                                                "No request " + std::to_string(*id) + " is in flight",
+                                                "invalid_request_error",
+                                                {},
+                                                "not_found"},
+                                      keep);
             }
             model_.eng->cancel(*id);
-            co_return co_await send(c,
-                                    make_response(200, json_type, "{\"cancelled\":" + std::to_string(*id) + "}", keep));
+            return make_response(200, json_type, "{\"cancelled\":" + std::to_string(*id) + "}", keep);
         }
-        co_return co_await send_error(
-            c, api_error{404, "Unknown admin route: " + path, "invalid_request_error", {}, "not_found"}, keep);
+        return error_response(api_error{404, "Unknown admin route: " + path, "invalid_request_error", {}, "not_found"},
+                              keep);
     }
 
     void begin_drain() {
@@ -401,7 +418,8 @@ public:
         c->wake.cancel();
     }
 
-    net::awaitable<bool> generate(std::shared_ptr<http_conn> c, http::request<http::string_body>& req, api_kind kind) {
+    net::awaitable<bool> generate(const std::shared_ptr<http_conn>& c, http::request<http::string_body>& req,
+                                  api_kind kind) {
         const bool keep = req.keep_alive();
         if (auto e = refuse_now()) co_return co_await send_error(*c, *e, keep);
         parsed_request parsed = kind == api_kind::chat ? parse_chat_request(req.body(), config_.sampling)
@@ -489,7 +507,7 @@ public:
                     client_gone();
                     co_return false;
                 }
-                co_await wait_wake(c->wake);
+                if (!rs->pending()) co_await wait_wake(c->wake);
             }
             stop_watch();
             if (error) {
@@ -497,9 +515,10 @@ public:
                 if (e.status == 429) stats_.n_overloaded.fetch_add(1);
                 co_return co_await send_error(*c, e, keep);
             }
-            co_return co_await send(
-                *c, make_response(200, json_type,
-                                  kind == api_kind::chat ? chat_completion_json(res) : completion_json(res), keep));
+            response whole = make_response(
+                200, json_type, kind == api_kind::chat ? chat_completion_json(res) : completion_json(res), keep);
+            const bool again = co_await send(*c, whole);
+            co_return again;
         }
 
         // Streaming: the header waits for the first event, so an engine refusal can still be a 429.
@@ -569,7 +588,8 @@ public:
                 header_sent = true;
             }
             if (!out.empty()) {
-                auto [ec, n] = co_await net::async_write(c->stream, http::make_chunk(net::buffer(out)), nothrow);
+                const auto chunk = http::make_chunk(net::buffer(out));
+                auto [ec, n] = co_await net::async_write(c->stream, chunk, nothrow);
                 if (ec) {
                     if (!ended) client_gone();
                     co_return false;
@@ -580,10 +600,11 @@ public:
                 client_gone();
                 co_return false;
             }
-            co_await wait_wake(c->wake);
+            if (!rs->pending()) co_await wait_wake(c->wake);
         }
         stop_watch();
-        auto [ec, n] = co_await net::async_write(c->stream, http::make_chunk_last(), nothrow);
+        const auto last = http::make_chunk_last();
+        auto [ec, n] = co_await net::async_write(c->stream, last, nothrow);
         co_return !ec && keep;
     }
 
@@ -697,8 +718,8 @@ public:
         ws_pump(*c);  // events that arrived before the request was registered
     }
 
-    net::awaitable<void> ws_session(beast::tcp_stream stream, http::request<http::string_body> req) {
-        auto c = std::make_shared<ws_conn>(std::move(stream));
+    net::awaitable<void> ws_session(const std::shared_ptr<http_conn>& hc, http::request<http::string_body>& req) {
+        auto c = std::make_shared<ws_conn>(std::move(hc->stream));
         ws_conns_.push_back(c);
         c->ws.set_option(websocket::stream_base::timeout::suggested(beast::role_type::server));
         c->ws.read_message_max(static_cast<uint64_t>(sc_.max_body_bytes));

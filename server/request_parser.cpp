@@ -5,6 +5,7 @@
 
 #include <boost/json.hpp>
 
+#include <charconv>
 #include <cmath>
 #include <functional>
 #include <initializer_list>
@@ -69,8 +70,9 @@ std::optional<int64_t> integer_of(const json::value& v) {
 }
 
 std::string num_text(double x) {
-    json::value v(x);
-    return json::serialize(v);
+    char buf[32];
+    auto r = std::to_chars(buf, buf + sizeof buf, x);
+    return std::string(buf, r.ptr);
 }
 
 field float_field(std::string_view name, float& out, double lo, double hi) {
@@ -340,7 +342,7 @@ parsed_request parse_completion_request(std::string_view body, const sampling_pa
     generation_request r;
     r.kind = api_kind::completion;
     r.sampling = defaults;
-    common_fields c{r};
+    common_fields c{r, 1, std::nullopt};
     std::vector<field> fields = c.fields();
     bool has_prompt = false;
     fields.push_back({"prompt", [&](const json::value& v) -> std::optional<api_error> {
@@ -382,7 +384,7 @@ parsed_request parse_chat_request(std::string_view body, const sampling_params& 
     generation_request r;
     r.kind = api_kind::chat;
     r.sampling = defaults;
-    common_fields c{r};
+    common_fields c{r, 1, std::nullopt};
     std::vector<field> fields = c.fields();
     bool has_messages = false;
     bool logprobs = false;
@@ -460,7 +462,7 @@ ws_client_message parse_ws_message(std::string_view text, const sampling_params&
         } else if (kv.key() == "params") {
             if (kv.value().is_null()) continue;
             if (!kv.value().is_object()) return ws_bad{id, "params: expected an object, got " + type_name(kv.value())};
-            common_fields c{r};
+            common_fields c{r, 1, std::nullopt};
             std::vector<field> fields;
             for (auto& f : c.fields()) {
                 if (f.name != "stream" && f.name != "stream_options" && f.name != "n" && f.name != "model") {

@@ -111,6 +111,11 @@ std::vector<stream_event> request_stream::take() {
     return out;
 }
 
+bool request_stream::pending() const {
+    std::lock_guard lock(mutex_);
+    return !events_.empty();
+}
+
 bool request_stream::ended() const {
     std::lock_guard lock(mutex_);
     return ended_;

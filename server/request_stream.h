@@ -5,7 +5,8 @@
 //   I/O thread:   notify handler ─► take() all events ─► write them to the client
 //
 // notify is called at most once until the I/O side calls take() again, so a fast stream posts one
-// wake-up per batch of tokens, not one per token. Unsent bytes are bounded: past max_pending_bytes the
+// wake-up per batch of tokens, not one per token. So the I/O side must check pending() before it waits
+// (a wake-up that came while it was busy writing is not repeated). Unsent bytes are bounded: past max_pending_bytes the
 // stream is marked overflowed and on_overflow runs once (the server cancels the request and closes the
 // connection of a client that does not read). Queue admission (server_stats.n_queued / n_queued_tokens)
 // is released at the first text or at the end, whichever comes first, even when no connection is left.
@@ -54,6 +55,7 @@ public:
 
     // Everything pushed since the last take(); re-arms notify.
     std::vector<stream_event> take();
+    bool pending() const;     // events wait to be taken
     bool ended() const;       // done or error was pushed
     bool overflowed() const;  // pending bytes passed the bound
 
