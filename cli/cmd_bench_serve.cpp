@@ -98,6 +98,7 @@ int run(load_config config, const cli_args& args) {
     if (auto m = http_get(url, "/metrics", 10.0)) report.metrics_before = parse_prometheus(*m);
     params.max_concurrency = config.max_concurrency;
     params.metrics_interval_s = config.metrics_interval_s;
+    params.admin_token = config.target.admin_token;
     params.requests = std::span<const request_spec>(specs->data() + n_warm, specs->size() - n_warm);
     load_run_result run = run_load(params);
 

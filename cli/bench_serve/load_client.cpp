@@ -149,8 +149,8 @@ asio::awaitable<void> tracked_request(run_context& ctx, const request_spec& spec
     ctx.slot_freed->cancel();
 }
 
-asio::awaitable<void> get_body(const http_url& url, std::string target, double timeout_s, unsigned& status,
-                               std::string& body, std::string& error);
+asio::awaitable<void> get_body(const http_url& url, std::string target, double timeout_s, const std::string& bearer,
+                               unsigned& status, std::string& body, std::string& error);
 
 asio::awaitable<void> poll_metrics(run_context& ctx, load_run_result& out, steady::time_point run_start) {
     const load_run_params& p = ctx.params;
@@ -163,8 +163,13 @@ asio::awaitable<void> poll_metrics(run_context& ctx, load_run_result& out, stead
         poll.n_in_flight = ctx.in_flight;
         unsigned status = 0;
         std::string error;
-        co_await get_body(p.url, p.url.base_path + "/metrics", 5.0, status, poll.text, error);
+        co_await get_body(p.url, p.url.base_path + "/metrics", 5.0, "", status, poll.text, error);
         if (status != 200) co_return;  // no /metrics: stop asking
+        if (!p.admin_token.empty()) {
+            co_await get_body(p.url, p.url.base_path + "/admin/api/state", 5.0, p.admin_token, status, poll.admin_state,
+                              error);
+            if (status != 200) poll.admin_state.clear();
+        }
         if (ctx.finished) co_return;
         out.polls.push_back(std::move(poll));
         ctx.poll_wait->expires_after(interval);
@@ -203,8 +208,8 @@ asio::awaitable<void> run_all(run_context& ctx, load_run_result& out, steady::ti
     poll_wait.cancel();
 }
 
-asio::awaitable<void> get_body(const http_url& url, std::string target, double timeout_s, unsigned& status,
-                               std::string& body, std::string& error) {
+asio::awaitable<void> get_body(const http_url& url, std::string target, double timeout_s, const std::string& bearer,
+                               unsigned& status, std::string& body, std::string& error) {
     auto ex = co_await asio::this_coro::executor;
     try {
         beast::tcp_stream stream(ex);
@@ -214,6 +219,7 @@ asio::awaitable<void> get_body(const http_url& url, std::string target, double t
         co_await stream.async_connect(endpoints, asio::use_awaitable);
         http::request<http::empty_body> req{http::verb::get, target, 11};
         req.set(http::field::host, url.host + ":" + url.port);
+        if (!bearer.empty()) req.set(http::field::authorization, "Bearer " + bearer);
         req.keep_alive(false);
         co_await http::async_write(stream, req, asio::use_awaitable);
         beast::flat_buffer buffer;
@@ -246,12 +252,12 @@ load_run_result run_load(const load_run_params& params) {
     return out;
 }
 
-result<std::string> http_get(const http_url& url, std::string_view path, double timeout_s) {
+result<std::string> http_get(const http_url& url, std::string_view path, double timeout_s, const std::string& bearer) {
     asio::io_context io;
     unsigned status = 0;
     std::string body, error;
     const std::string target = url.base_path + std::string(path);
-    asio::co_spawn(io, get_body(url, target, timeout_s, status, body, error), asio::detached);
+    asio::co_spawn(io, get_body(url, target, timeout_s, bearer, status, body, error), asio::detached);
     io.run();
     if (!error.empty()) return make_error("GET " + target + " from " + url.host + ":" + url.port + ": " + error);
     if (status != 200) {

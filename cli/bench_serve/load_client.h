@@ -29,6 +29,7 @@ struct load_run_params {
     double timeout_s = 600.0;
     int32_t max_concurrency = 0;      // 0: no cap
     double metrics_interval_s = 0.0;  // 0: no polls
+    std::string admin_token;          // also poll /admin/api/state with it
     std::span<const request_spec> requests;
 };
 
@@ -40,7 +41,9 @@ struct load_run_result {
 
 load_run_result run_load(const load_run_params& params);
 
-// GET base_path + path; the body when the answer is 200, else an error with the status and the body's start.
-result<std::string> http_get(const http_url& url, std::string_view path, double timeout_s);
+// GET base_path + path (with "Authorization: Bearer <bearer>" when given); the body when the answer is 200,
+// else an error with the status and the body's start.
+result<std::string> http_get(const http_url& url, std::string_view path, double timeout_s,
+                             const std::string& bearer = "");
 
 }  // namespace troupe::bench

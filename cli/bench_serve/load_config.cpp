@@ -207,6 +207,7 @@ void read_root(const YAML::Node& root, diagnostics& d, load_config& c) {
                               read_enum(m, q, d, t.endpoint, {endpoint_kind::completions, endpoint_kind::chat});
                           }},
                          {"timeout_s", [&](auto& m, auto& q) { read_number(m, q, d, t.timeout_s, 0, true, 86400); }},
+                         {"admin_token", [&](auto& m, auto& q) { read_string(m, q, d, t.admin_token); }},
                      });
              }},
             {"n_requests", [&](auto& n, auto& path) { read_int(n, path, d, c.n_requests, 1, 1000000); }},
@@ -397,7 +398,8 @@ std::string to_yaml(const load_config& c) {
     std::ostringstream o;
     o << "name: \"" << c.name << "\"\n";
     o << "target:\n  url: \"" << c.target.url << "\"\n  model: \"" << c.target.model
-      << "\"\n  endpoint: " << name(c.target.endpoint) << "\n  timeout_s: " << num(c.target.timeout_s) << "\n";
+      << "\"\n  endpoint: " << name(c.target.endpoint) << "\n  timeout_s: " << num(c.target.timeout_s)
+      << "\n  admin_token: \"" << c.target.admin_token << "\"\n";
     o << "n_requests: " << c.n_requests << "\nwarmup_requests: " << c.warmup_requests
       << "\nmax_concurrency: " << c.max_concurrency << "\nseed: " << c.seed << "\n";
     o << "arrivals:\n  kind: " << name(c.arrivals.kind) << "\n  rate_per_s: " << num(c.arrivals.rate_per_s) << "\n";

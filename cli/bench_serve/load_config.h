@@ -36,6 +36,7 @@ struct target_config {
     std::string model;                          // the requests' "model"; "": the first of GET /v1/models
     endpoint_kind endpoint = endpoint_kind::completions;
     double timeout_s = 600.0;  // per request, connect to last byte
+    std::string admin_token;   // when set, /admin/api/state is polled too (exact per-request KV use)
 };
 
 struct arrival_config {

@@ -74,13 +74,49 @@ std::optional<double> find_series(std::span<const metric_sample> samples, std::s
 
 }  // namespace
 
+// 1 - tokens / slots over the running requests of an /admin/api/state answer; nullopt when none holds blocks.
+std::optional<double> admin_waste(std::string_view state_json) {
+    boost::system::error_code ec;
+    const boost::json::value v = boost::json::parse(state_json, ec);
+    if (ec || !v.is_object()) return std::nullopt;
+    const auto& o = v.as_object();
+    const auto* kv = o.if_contains("kv");
+    const auto* reqs = o.if_contains("requests");
+    if (!kv || !kv->is_object() || !reqs || !reqs->is_array()) return std::nullopt;
+    const auto* bs = kv->as_object().if_contains("block_size");
+    if (!bs || !bs->is_number()) return std::nullopt;
+    const double block = bs->to_number<double>();
+    double tokens = 0, slots = 0;
+    for (const auto& r : reqs->as_array()) {
+        if (!r.is_object()) continue;
+        const auto& q = r.as_object();
+        const auto num = [&](std::string_view k) {
+            const auto* x = q.if_contains(k);
+            return x && x->is_number() ? x->to_number<double>() : 0.0;
+        };
+        const double blocks = num("n_kv_blocks");
+        if (blocks <= 0) continue;
+        tokens += num("n_computed_prompt_tokens") + num("n_generated_tokens");
+        slots += blocks * block;
+    }
+    if (slots <= 0) return std::nullopt;
+    return std::clamp(1.0 - tokens / slots, 0.0, 1.0);
+}
+
 kv_waste_figure kv_waste(std::span<const metrics_poll> polls) {
     kv_waste_figure w;
     double sum = 0.0;
     for (const auto& p : polls) {
         const auto samples = parse_prometheus(p.text);
         double waste = 0.0;
-        if (auto server = find_series(samples, "troupe_kv_waste_ratio")) {
+        if (!p.admin_state.empty()) {
+            const auto a = admin_waste(p.admin_state);
+            if (!a) continue;
+            w.from_server = true;
+            w.source = "admin_state";
+            waste = *a;
+        } else if (auto server = find_series(samples, "troupe_kv_waste_ratio")) {
+            w.source = "server_gauge";
             if (p.n_in_flight == 0) continue;
             w.from_server = true;
             waste = *server;
@@ -89,6 +125,7 @@ kv_waste_figure kv_waste(std::span<const metrics_poll> polls) {
             const auto block = find_series(samples, "troupe_kv_block_size_tokens");
             const auto waiting = find_series(samples, "troupe_requests_waiting");
             if (!used || !block || *used <= 0 || p.n_in_flight == 0 || (waiting && *waiting > 0)) continue;
+            w.source = "client_estimate";
             const double slots = *used * *block;
             waste = std::clamp(1.0 - static_cast<double>(p.client_live_tokens) / slots, 0.0, 1.0);
         }
@@ -208,11 +245,8 @@ std::string report_json(const run_report& r) {
     o["server_metrics"] = std::move(server);
     o["server_gauges_during_run"] = gauges_json(r.polls);
     const kv_waste_figure w = kv_waste(r.polls);
-    o["kv_waste"] = {{"available", w.available},
-                     {"source", w.from_server ? "server" : "estimate"},
-                     {"mean", w.mean},
-                     {"max", w.max},
-                     {"n_samples", w.n_samples}};
+    o["kv_waste"] = {
+        {"available", w.available}, {"source", w.source}, {"mean", w.mean}, {"max", w.max}, {"n_samples", w.n_samples}};
     o["prefix_cache_hit_rate"] = prefix_hit_rate(r.metrics_before, r.metrics_after);
     boost::json::array reqs;
     for (const auto& q : r.requests) {
@@ -277,7 +311,7 @@ std::string report_markdown(const run_report& r) {
     if (const kv_waste_figure w = kv_waste(r.polls); w.available) {
         m += fmt("KV waste (allocated slots without a token): mean %.1f%%", 100 * w.mean) +
              fmt(", max %.1f%%", 100 * w.max) + " over " + std::to_string(w.n_samples) + " polls" +
-             (w.from_server ? "" : " (estimated from the client's token counts)") + "\n";
+             (w.from_server ? " (" + w.source + ")" : " (estimated from the client's token counts)") + "\n";
     }
     bool header = false;
     for (const auto& [series, v] : server_rows(r)) {

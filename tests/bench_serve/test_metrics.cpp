@@ -127,6 +127,23 @@ TEST(kv_waste, prefers_the_servers_own_ratio) {
     EXPECT_FALSE(kv_waste(std::vector<metrics_poll>{{0.0, "other 1\n", 5, 1}}).available);
 }
 
+TEST(kv_waste, is_exact_from_the_admin_state_of_running_requests) {
+    // 2 requests: 3 blocks of 16 for 40 tokens, 2 blocks for 30 tokens; a waiting one holds no block.
+    const std::string state = R"({"kv": {"block_size": 16, "n_used": 5}, "requests": [
+        {"state": "decoding", "n_computed_prompt_tokens": 30, "n_generated_tokens": 10, "n_kv_blocks": 3},
+        {"state": "decoding", "n_computed_prompt_tokens": 29, "n_generated_tokens": 1, "n_kv_blocks": 2},
+        {"state": "waiting", "n_computed_prompt_tokens": 0, "n_generated_tokens": 0, "n_kv_blocks": 0}]})";
+    metrics_poll p{0.0, kv_text(5, 1), 0, 3};
+    p.admin_state = state;
+    const kv_waste_figure w = kv_waste(std::vector<metrics_poll>{p});
+    ASSERT_TRUE(w.available);
+    EXPECT_EQ(w.source, "admin_state");
+    EXPECT_NEAR(w.mean, 1.0 - 70.0 / 80.0, 1e-12);
+    metrics_poll idle{0.0, kv_text(0, 0), 0, 0};
+    idle.admin_state = R"({"kv": {"block_size": 16}, "requests": []})";
+    EXPECT_FALSE(kv_waste(std::vector<metrics_poll>{idle}).available);
+}
+
 TEST(prefix_hit_rate, is_the_change_of_hits_over_the_change_of_lookups) {
     std::vector<metric_sample> before = {{"troupe_prefix_cache_hits_total", 10},
                                          {"troupe_prefix_cache_queries_total", 20}};
