@@ -350,6 +350,7 @@ TEST_F(server_loopback, admin_needs_the_token_and_shows_state_metrics_has_the_na
     EXPECT_NE(page.headers["content-type"].find("text/html"), std::string::npos);
     EXPECT_EQ(http_call(port_, "GET", "/").status, 200);
 
+    ASSERT_EQ(post("/v1/completions", R"({"prompt":"Once","max_tokens":2})").status, 200);  // the engine has run
     auto state = http_call(port_, "GET", "/admin/api/state", {}, {{"Authorization", "Bearer test-token"}});
     ASSERT_EQ(state.status, 200) << state.body;
     auto o = parse(state.body);
@@ -505,6 +506,28 @@ TEST_F(server_manual, admin_cancel_and_drain_act_on_the_engine) {
     EXPECT_FALSE(parse(http_call(port_, "GET", "/admin/api/state", {}, auth).body)["snapshot"]
                      .as_object()["accepting"]
                      .as_bool());
+}
+
+TEST(server_start, before_the_model_is_attached_health_and_the_api_answer_503_and_the_pages_load) {
+    engine_config c;
+    c.server.port = 0;
+    c.log_level = log_level::warn;
+    server::http_server srv(c);
+    auto port = srv.listen();
+    ASSERT_TRUE(port.ok()) << port.message();
+    auto h = http_call(*port, "GET", "/health");
+    EXPECT_EQ(h.status, 503);
+    EXPECT_EQ(parse(h.body)["status"].as_string(), "loading");
+    EXPECT_EQ(http_call(*port, "POST", "/v1/completions", R"({"prompt":"a"})").status, 503);
+    EXPECT_EQ(http_call(*port, "GET", "/v1/models").status, 503);
+    EXPECT_EQ(http_call(*port, "GET", "/").status, 200);
+    EXPECT_EQ(http_call(*port, "GET", "/metrics").status, 200);
+    // No admin token configured: the admin API is disabled, with a message saying how to enable it.
+    auto admin = http_call(*port, "GET", "/admin/api/state", {}, {{"Authorization", "Bearer "}});
+    EXPECT_EQ(admin.status, 403);
+    EXPECT_NE(admin.body.find("server.admin_token"), std::string::npos);
+    srv.stop();
+    EXPECT_NE(http_call(*port, "GET", "/health", {}, {}, 1000).status, 200);
 }
 
 }  // namespace
