@@ -79,7 +79,8 @@ std::optional<double> admin_waste(std::string_view state_json) {
     boost::system::error_code ec;
     const boost::json::value v = boost::json::parse(state_json, ec);
     if (ec || !v.is_object()) return std::nullopt;
-    const auto& o = v.as_object();
+    const auto* inner = v.as_object().if_contains("snapshot");  // troupe serve wraps the engine's snapshot
+    const auto& o = inner && inner->is_object() ? inner->as_object() : v.as_object();
     const auto* kv = o.if_contains("kv");
     const auto* reqs = o.if_contains("requests");
     if (!kv || !kv->is_object() || !reqs || !reqs->is_array()) return std::nullopt;

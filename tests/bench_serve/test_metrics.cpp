@@ -129,10 +129,11 @@ TEST(kv_waste, prefers_the_servers_own_ratio) {
 
 TEST(kv_waste, is_exact_from_the_admin_state_of_running_requests) {
     // 2 requests: 3 blocks of 16 for 40 tokens, 2 blocks for 30 tokens; a waiting one holds no block.
-    const std::string state = R"({"kv": {"block_size": 16, "n_used": 5}, "requests": [
+    const std::string state = R"({"snapshot": {"kv": {"block_size": 16, "n_used": 5}, "requests": [
         {"state": "decoding", "n_computed_prompt_tokens": 30, "n_generated_tokens": 10, "n_kv_blocks": 3},
         {"state": "decoding", "n_computed_prompt_tokens": 29, "n_generated_tokens": 1, "n_kv_blocks": 2},
-        {"state": "waiting", "n_computed_prompt_tokens": 0, "n_generated_tokens": 0, "n_kv_blocks": 0}]})";
+        {"state": "waiting", "n_computed_prompt_tokens": 0, "n_generated_tokens": 0, "n_kv_blocks": 0}]},
+        "model": {"name": "m"}})";
     metrics_poll p{0.0, kv_text(5, 1), 0, 3};
     p.admin_state = state;
     const kv_waste_figure w = kv_waste(std::vector<metrics_poll>{p});
