@@ -74,7 +74,8 @@ std::optional<double> find_series(std::span<const metric_sample> samples, std::s
 
 }  // namespace
 
-// 1 - tokens / slots over the running requests of an /admin/api/state answer; nullopt when none holds blocks.
+// 1 - tokens / slots over the decoding requests of an /admin/api/state answer (a prefilling one holds blocks
+// for the chunk being computed); nullopt when none holds blocks.
 std::optional<double> admin_waste(std::string_view state_json) {
     boost::system::error_code ec;
     const boost::json::value v = boost::json::parse(state_json, ec);
@@ -95,6 +96,8 @@ std::optional<double> admin_waste(std::string_view state_json) {
             const auto* x = q.if_contains(k);
             return x && x->is_number() ? x->to_number<double>() : 0.0;
         };
+        const auto* state = q.if_contains("state");
+        if (!state || !state->is_string() || state->as_string() != "decoding") continue;
         const double blocks = num("n_kv_blocks");
         if (blocks <= 0) continue;
         tokens += num("n_computed_prompt_tokens") + num("n_generated_tokens");

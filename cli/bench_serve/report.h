@@ -23,12 +23,12 @@ struct metric_sample {
 std::vector<metric_sample> parse_prometheus(std::string_view text);
 
 // KV cache waste during the run: allocated token slots not holding a token, / allocated slots (per poll, then
-// the mean over polls with requests running). Exact from /admin/api/state when polled: over the running
-// requests, 1 - sum(n_computed_prompt_tokens + n_generated_tokens) / sum(n_kv_blocks * block_size) (a block
-// shared through the prefix cache counts in every request that holds it, as vLLM counts fragmentation). Else
-// from the server's troupe_kv_waste_ratio gauge when it has one; else estimated per poll as
-// 1 - client_live_tokens / (troupe_kv_blocks{state="used"} * troupe_kv_block_size_tokens), over polls with
-// requests in flight and none waiting (a waiting request holds no blocks yet), clamped to [0, 1].
+// the mean over polls with requests running). Exact from /admin/api/state when polled: over the decoding
+// requests (a prefilling one holds blocks for the chunk in flight), 1 - sum(n_computed_prompt_tokens +
+// n_generated_tokens) / sum(n_kv_blocks * block_size) (a block shared through the prefix cache counts in every request
+// that holds it, as vLLM counts fragmentation). Else from the server's troupe_kv_waste_ratio gauge when it has one;
+// else estimated per poll as 1 - client_live_tokens / (troupe_kv_blocks{state="used"} * troupe_kv_block_size_tokens),
+// over polls with requests in flight and none waiting (a waiting request holds no blocks yet), clamped to [0, 1].
 struct kv_waste_figure {
     bool available = false;
     bool from_server = false;  // exact (admin state or the server's gauge), not the client's estimate

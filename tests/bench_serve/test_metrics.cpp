@@ -128,10 +128,12 @@ TEST(kv_waste, prefers_the_servers_own_ratio) {
 }
 
 TEST(kv_waste, is_exact_from_the_admin_state_of_running_requests) {
-    // 2 requests: 3 blocks of 16 for 40 tokens, 2 blocks for 30 tokens; a waiting one holds no block.
+    // 2 decoding requests: 3 blocks of 16 for 40 tokens, 2 blocks for 30 tokens; a prefilling one (blocks for
+    // its chunk in flight) and a waiting one do not count.
     const std::string state = R"({"snapshot": {"kv": {"block_size": 16, "n_used": 5}, "requests": [
         {"state": "decoding", "n_computed_prompt_tokens": 30, "n_generated_tokens": 10, "n_kv_blocks": 3},
         {"state": "decoding", "n_computed_prompt_tokens": 29, "n_generated_tokens": 1, "n_kv_blocks": 2},
+        {"state": "prefilling", "n_computed_prompt_tokens": 16, "n_generated_tokens": 0, "n_kv_blocks": 8},
         {"state": "waiting", "n_computed_prompt_tokens": 0, "n_generated_tokens": 0, "n_kv_blocks": 0}]},
         "model": {"name": "m"}})";
     metrics_poll p{0.0, kv_text(5, 1), 0, 3};
