@@ -263,6 +263,11 @@ public:
             }
         }
         response res = route(req);
+        if (req.method() == http::verb::head) {  // the headers of the GET, no body
+            const std::string length = std::to_string(res.body().size());
+            res.body().clear();
+            res.set(http::field::content_length, length);
+        }
         const bool again = co_await send(*c, res);
         co_return again;
     }

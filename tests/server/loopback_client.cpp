@@ -60,6 +60,7 @@ http_reply http_call(uint16_t port, std::string_view method, std::string_view ta
     beast::flat_buffer buffer;
     http::response_parser<http::string_body> parser;
     parser.body_limit(64u << 20);
+    if (method == "HEAD") parser.skip(true);  // the answer to HEAD has headers only
     http::read(s, buffer, parser, ec);
     if (ec) {
         reply.error += (reply.error.empty() ? "" : "; ") + std::string("read: ") + ec.message();

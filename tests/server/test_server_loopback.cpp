@@ -349,6 +349,7 @@ TEST_F(server_loopback, admin_needs_the_token_and_shows_state_metrics_has_the_na
     EXPECT_EQ(page.status, 200);
     EXPECT_NE(page.headers["content-type"].find("text/html"), std::string::npos);
     EXPECT_EQ(http_call(port_, "GET", "/").status, 200);
+    EXPECT_EQ(http_call(port_, "HEAD", "/health").status, 200);
 
     ASSERT_EQ(post("/v1/completions", R"({"prompt":"Once","max_tokens":2})").status, 200);  // the engine has run
     auto state = http_call(port_, "GET", "/admin/api/state", {}, {{"Authorization", "Bearer test-token"}});
