@@ -131,7 +131,12 @@ public:
             auto [ec, socket] = co_await acceptor_.async_accept(nothrow);
             if (ec) {
                 if (ec == net::error::operation_aborted || !acceptor_.is_open()) co_return;
-                continue;  // e.g. too many open files: keep serving the others
+                // E.g. too many open files: keep serving the open connections, retry a little later.
+                TROUPE_LOG_WARN("server", "accept failed: %s", ec.message().c_str());
+                net::steady_timer backoff(ioc_, std::chrono::milliseconds(50));
+                auto [ec2] = co_await backoff.async_wait(nothrow);
+                (void)ec2;
+                continue;
             }
             // A fixed kernel send buffer (no autotuning to megabytes): with server.max_send_queue_bytes it
             // bounds what one client that does not read can hold, and such a client is noticed soon.
@@ -464,6 +469,9 @@ public:
         }
         const request_id id = *submitted;
         id_holder->store(id);
+        TROUPE_LOG_DEBUG("server", "request %lld: %s, %d prompt tokens, max_tokens %d%s", static_cast<long long>(id),
+                         kind == api_kind::chat ? "chat" : "completion", p.n_prompt_tokens, r.sampling.max_tokens,
+                         r.stream ? ", streamed" : "");
 
         generation_result res;
         res.id = next_response_id(kind);
