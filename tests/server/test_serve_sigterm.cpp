@@ -8,6 +8,7 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <chrono>
 #include <string>
 #include <thread>
@@ -88,13 +89,21 @@ TEST(troupe_serve, sigterm_drains_the_running_request_and_exits_0) {
     EXPECT_EQ(http_call(static_cast<uint16_t>(port), "GET", "/health").status, 200);
 
     http_reply running;
+    std::atomic<bool> finished{false};
     std::thread client([&] {
         running = http_call(
             static_cast<uint16_t>(port), "POST", "/v1/completions",
-            R"({"prompt":"Once upon a time","max_tokens":400,"ignore_eos":true,"temperature":0,"stream":true})", {},
+            R"({"prompt":"Once upon a time","max_tokens":1500,"ignore_eos":true,"temperature":0,"stream":true})", {},
             20000);
+        finished = true;
     });
-    std::this_thread::sleep_for(30ms);  // the request is in flight (or already done: both are fine)
+    // SIGTERM once the request is in flight (the admin state counts it), or after it finished already.
+    const auto deadline = std::chrono::steady_clock::now() + 10s;
+    while (!finished.load() && std::chrono::steady_clock::now() < deadline) {
+        auto state = http_call(static_cast<uint16_t>(port), "GET", "/admin/api/state?token=t0k", {}, {}, 2000);
+        if (state.body.find("\"active_requests\":0") == std::string::npos && state.status == 200) break;
+        std::this_thread::sleep_for(1ms);
+    }
     ASSERT_EQ(::kill(c.pid, SIGTERM), 0);
     const int code = c.wait_exit(15000ms);
     client.join();
