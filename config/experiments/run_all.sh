@@ -3,10 +3,14 @@
 # wait for /health, run the load with `troupe bench serve`, stop the server; then print the comparison of
 # the figures the serving issue asks for, with their ratios.
 #
-#   config/experiments/run_all.sh [--model M.gguf] [--troupe build/troupe] [--out DIR] [--quick] [-- BENCH FLAGS]
+#   config/experiments/run_all.sh [--model M.gguf] [--troupe build/troupe] [--out DIR] [--quick]
+#                                 [--only RUN,RUN] [--server-set KEY=VALUE]... [-- BENCH FLAGS]
 #
 # --model      the GGUF to serve (default $TROUPE_MODEL, else ../shared/models/stories260K.gguf)
 # --quick      8 requests per load instead of each file's n_requests
+# --only       some of the runs: single_stream, concurrent_16, mixed_continuous, mixed_static, shared_prefix,
+#              shared_prefix_nocache (the comparison shows the figures whose runs are there)
+# --server-set passed to every `troupe serve` as --set (e.g. threads=1)
 # BENCH FLAGS  passed to every `troupe bench serve`, e.g. -- --set output.max_tokens=64
 #              (prompts are cut with the served model's own tokenizer: --set prompt.tokenizer=MODEL is added)
 # Everything stays on 127.0.0.1; every wait is bounded.
@@ -18,6 +22,8 @@ troupe="$root/build/troupe"
 model="${TROUPE_MODEL:-$root/../shared/models/stories260K.gguf}"
 out=""
 quick=0
+only=""
+server_flags=()
 bench_flags=()
 while [ $# -gt 0 ]; do
     case "$1" in
@@ -25,8 +31,10 @@ while [ $# -gt 0 ]; do
         --troupe) troupe="$2"; shift 2 ;;
         --out) out="$2"; shift 2 ;;
         --quick) quick=1; shift ;;
+        --only) only=",$2,"; shift 2 ;;
+        --server-set) server_flags+=(--set "$2"); shift 2 ;;
         --) shift; bench_flags=("$@"); break ;;
-        -h|--help) sed -n '2,14p' "$0"; exit 0 ;;
+        -h|--help) sed -n '2,18p' "$0"; exit 0 ;;
         *) echo "run_all.sh: unknown argument '$1' (--help lists them)" >&2; exit 2 ;;
     esac
 done
@@ -59,11 +67,12 @@ trap stop_server EXIT
 # run SERVER_CONFIG LOAD_CONFIG RESULT_NAME
 run() {
     local server_cfg="$here/$1.yaml" load_cfg="$here/$2.yaml" name="$3"
+    if [ -n "$only" ] && [[ "$only" != *",$name,"* ]]; then return 0; fi
     local port
     port=$(free_port)
     echo "== $name: troupe serve --config ${1}.yaml on 127.0.0.1:$port, load ${2}.yaml" >&2
     "$troupe" serve --config "$server_cfg" --model "$model" --host 127.0.0.1 --port "$port" \
-        >"$out/server-$name.log" 2>&1 &
+        ${server_flags[@]+"${server_flags[@]}"} >"$out/server-$name.log" 2>&1 &
     server_pid=$!
     local ready=0
     for _ in $(seq 1 240); do  # up to 120 s to load the model
@@ -92,37 +101,46 @@ run server_no_prefix_cache shared_prefix shared_prefix_nocache
 python3 - "$out" "$model" <<'PY' | tee "$out/comparison.md"
 import json, os, sys
 out, model = sys.argv[1], sys.argv[2]
-r = {n: json.load(open(os.path.join(out, n + ".json"))) for n in
-     ["single_stream", "concurrent_16", "mixed_continuous", "mixed_static", "shared_prefix", "shared_prefix_nocache"]}
+names = ["single_stream", "concurrent_16", "mixed_continuous", "mixed_static", "shared_prefix", "shared_prefix_nocache"]
+r = {n: json.load(open(os.path.join(out, n + ".json"))) for n in names if os.path.exists(os.path.join(out, n + ".json"))}
+have = lambda *ns: all(n in r for n in ns)
 def pct(x): return "%.1f%%" % (100 * x)
 print("\n## Serving comparison: %s\n" % os.path.basename(model))
-print("| run | completed/failed | req/s | output tok/s | TTFT median / p99 (ms) | TPOT median (ms) | ITL p99 (ms) |")
-print("| --- | ---: | ---: | ---: | ---: | ---: | ---: |")
+print("| run | completed/failed | req/s | output tok/s | TTFT median / p99 (ms) | TPOT median (ms) | ITL p99 (ms) "
+      "| engine steps | ms per step | mean batch |")
+print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
 for n, j in r.items():
-    print("| %s | %d/%d | %.2f | %.1f | %.1f / %.1f | %.1f | %.1f |" % (
+    steps = j["server_metrics"].get("troupe_steps_total", {}).get("delta", 0)
+    batch = j["server_gauges_during_run"].get("troupe_batch_size", {}).get("mean", 0)
+    print("| %s | %d/%d | %.2f | %.1f | %.1f / %.1f | %.1f | %.1f | %d | %s | %.1f |" % (
         n, j["completed"], j["failed"], j["request_throughput"], j["output_throughput"], j["ttft_ms"]["median"],
-        j["ttft_ms"]["p99"], j["tpot_ms"]["median"], j["itl_ms"]["p99"]))
+        j["ttft_ms"]["p99"], j["tpot_ms"]["median"], j["itl_ms"]["p99"], steps,
+        "%.1f" % (1e3 * j["duration_s"] / steps) if steps else "-", batch))
 print("\n| figure | measured | target | met |\n| --- | ---: | ---: | :---: |")
 def row(name, value, target, ok): print("| %s | %s | %s | %s |" % (name, value, target, "yes" if ok else "NO"))
-c = r["concurrent_16"]["output_throughput"] / max(r["single_stream"]["output_throughput"], 1e-9)
-row("16 streams / 1 stream, output tokens/s", "%.2fx (%.1f / %.1f)" % (
-    c, r["concurrent_16"]["output_throughput"], r["single_stream"]["output_throughput"]), ">= 4x", c >= 4)
-b = r["mixed_continuous"]["output_throughput"] / max(r["mixed_static"]["output_throughput"], 1e-9)
-row("continuous / static batching, output tokens/s (mixed lengths)", "%.2fx (%.1f / %.1f)" % (
-    b, r["mixed_continuous"]["output_throughput"], r["mixed_static"]["output_throughput"]), ">= 2x", b >= 2)
-t_c, t_s = r["mixed_continuous"]["ttft_ms"]["p99"], r["mixed_static"]["ttft_ms"]["p99"]
-row("  p99 TTFT continuous vs static (ms)", "%.0f vs %.0f" % (t_c, t_s), "continuous <= static", t_c <= t_s)
-for n in ["concurrent_16", "mixed_continuous"]:
+if have("concurrent_16", "single_stream"):
+  c = r["concurrent_16"]["output_throughput"] / max(r["single_stream"]["output_throughput"], 1e-9)
+  row("16 streams / 1 stream, output tokens/s", "%.2fx (%.1f / %.1f)" % (
+      c, r["concurrent_16"]["output_throughput"], r["single_stream"]["output_throughput"]), ">= 4x", c >= 4)
+if have("mixed_continuous", "mixed_static"):
+  b = r["mixed_continuous"]["output_throughput"] / max(r["mixed_static"]["output_throughput"], 1e-9)
+  row("continuous / static batching, output tokens/s (mixed lengths)", "%.2fx (%.1f / %.1f)" % (
+      b, r["mixed_continuous"]["output_throughput"], r["mixed_static"]["output_throughput"]), ">= 2x", b >= 2)
+  t_c, t_s = r["mixed_continuous"]["ttft_ms"]["p99"], r["mixed_static"]["ttft_ms"]["p99"]
+  row("  p99 TTFT continuous vs static (ms)", "%.0f vs %.0f" % (t_c, t_s), "continuous <= static", t_c <= t_s)
+for n in [n for n in ["concurrent_16", "mixed_continuous"] if n in r]:
     w = r[n]["kv_waste"]
     if w["available"]:
         row("KV waste, %s (%s, %d polls)" % (n, w["source"], w["n_samples"]), "mean %s, max %s" % (
             pct(w["mean"]), pct(w["max"])), "< 5%", w["mean"] < 0.05)
     else:
         row("KV waste, %s" % n, "not measured (no /metrics polls)", "< 5%", False)
-h = r["shared_prefix"]["prefix_cache_hit_rate"]
-row("prefix-cache hit rate, shared prefix", pct(h) if h >= 0 else "not reported", "> 90%", h > 0.9)
-a, z = r["shared_prefix"]["ttft_ms"], r["shared_prefix_nocache"]["ttft_ms"]
-row("TTFT median with / without prefix cache (ms)", "%.1f / %.1f (%.2fx)" % (
-    a["median"], z["median"], z["median"] / max(a["median"], 1e-9)), "lower with", a["median"] < z["median"])
+if have("shared_prefix"):
+  h = r["shared_prefix"]["prefix_cache_hit_rate"]
+  row("prefix-cache hit rate, shared prefix", pct(h) if h >= 0 else "not reported", "> 90%", h > 0.9)
+if have("shared_prefix", "shared_prefix_nocache"):
+  a, z = r["shared_prefix"]["ttft_ms"], r["shared_prefix_nocache"]["ttft_ms"]
+  row("TTFT median with / without prefix cache (ms)", "%.1f / %.1f (%.2fx)" % (
+      a["median"], z["median"], z["median"] / max(a["median"], 1e-9)), "lower with", a["median"] < z["median"])
 print("\nresults: %s" % out)
 PY
