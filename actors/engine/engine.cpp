@@ -1,6 +1,7 @@
 #include "actors/engine/engine.h"
 
 #include "actors/executor/executor_actor.h"
+#include "actors/kv_allocator/kv_allocator_actor.h"
 #include "actors/scheduler/scheduler_actor.h"
 #include "actors/streamer/streamer_actor.h"
 #include "actors/tokenizer/tokenizer_actor.h"
@@ -22,31 +23,34 @@ engine::engine(engine_parts parts, engine_params params) : params_(params) {
     switch (params.lanes) {
         case lane_layout::one_lane: {
             lane* l = make("lane");
-            build(std::move(parts), params, l, l, l, l);
+            build(std::move(parts), params, l, l, l, l, l);
             break;
         }
         case lane_layout::control_and_compute: {
             lane* control = make("control");
             lane* compute = make("compute");
-            build(std::move(parts), params, control, control, compute, control);
+            // The KV allocator shares the scheduler's thread: a round trip is two posts, a few us.
+            build(std::move(parts), params, control, control, control, compute, control);
             break;
         }
         case lane_layout::lane_per_actor: {
             lane* tok = make("tokenizer");
             lane* sched = make("scheduler");
+            lane* kv = make("kv_allocator");
             lane* exec = make("executor");
             lane* stream = make("streamer");
-            build(std::move(parts), params, tok, sched, exec, stream);
+            build(std::move(parts), params, tok, sched, kv, exec, stream);
             break;
         }
     }
 }
 
 engine::engine(engine_parts parts, engine_params params, lane& manual) : params_(params), manual_(&manual) {
-    build(std::move(parts), params, &manual, &manual, &manual, &manual);
+    build(std::move(parts), params, &manual, &manual, &manual, &manual, &manual);
 }
 
-void engine::build(engine_parts parts, const engine_params& params, lane* tok, lane* sched, lane* exec, lane* stream) {
+void engine::build(engine_parts parts, const engine_params& params, lane* tok, lane* sched, lane* kv, lane* exec,
+                   lane* stream) {
     TROUPE_ASSERT(parts.runner != nullptr && parts.codec != nullptr, "engine needs a model runner and a codec");
     description_ = parts.runner->description();
     bytes_per_token_ = parts.runner->kv_bytes_per_token();
@@ -63,8 +67,10 @@ void engine::build(engine_parts parts, const engine_params& params, lane* tok, l
     sc.preemption = params.preemption;
     sc.can_swap = parts.runner->separate_kv_memory();
     auto codec = parts.codec;
+    const kv_allocator_params kv_params = kv_allocator_params_from(sc);
 
     tokenizer_ = std::make_unique<tokenizer_actor>(*tok, parts.codec, params.submit_capacity);
+    kv_allocator_ = std::make_unique<kv_allocator_actor>(*kv, kv_params, k_control_only_capacity);
     scheduler_ = std::make_unique<scheduler_actor>(*sched, std::move(sc), params.scheduler_capacity);
     executor_ =
         std::make_unique<executor_actor>(*exec, std::move(parts.runner), std::move(parts.draft),
@@ -75,7 +81,8 @@ void engine::build(engine_parts parts, const engine_params& params, lane* tok, l
 
     tokenizer_->connect(scheduler_->inbox(), streamer_->inbox());
     streamer_->set_timing_fn([this](const usage& u, const timings& t) { window_.record(u, t, steady_clock::now()); });
-    scheduler_->connect(executor_->inbox(), streamer_->inbox());
+    scheduler_->connect(kv_allocator_->inbox(), executor_->inbox(), streamer_->inbox());
+    kv_allocator_->connect(scheduler_->inbox());
     executor_->connect(scheduler_->inbox());
     streamer_->connect(scheduler_->inbox());
 }
@@ -205,8 +212,8 @@ engine_stats engine::stats() const {
     s.draft_acceptance =
         s.n_drafted > 0 ? static_cast<double>(s.n_draft_accepted) / static_cast<double>(s.n_drafted) : 0;
     s.token_overhead = overhead_.summary();
-    s.mailboxes = {tokenizer_->inbox().stats(), scheduler_->inbox().stats(), executor_->inbox().stats(),
-                   streamer_->inbox().stats()};
+    s.mailboxes = {tokenizer_->inbox().stats(), scheduler_->inbox().stats(), kv_allocator_->inbox().stats(),
+                   executor_->inbox().stats(), streamer_->inbox().stats()};
     s.n_preemptions = c.n_preemptions.load();
     return s;
 }

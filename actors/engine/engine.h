@@ -1,6 +1,6 @@
 // engine: the five actors wired into one pipeline, and the API a front end calls.
 //
-//   submit ─► tokenizer ─► scheduler (+ KV block pool, prefix cache)
+//   submit ─► tokenizer ─► scheduler ⇄ KV allocator (block pool, prefix cache)
 //                 │            ⇅
 //                 │         executor (model_runner, samplers, draft verification)
 //                 ▼            │
@@ -41,13 +41,14 @@ namespace troupe {
 class lane;
 class tokenizer_actor;
 class scheduler_actor;
+class kv_allocator_actor;
 class executor_actor;
 class streamer_actor;
 
 enum class lane_layout {
     one_lane,             // every actor on one thread
     control_and_compute,  // executor on its own thread, the others on one
-    lane_per_actor,       // four threads (the KV block pool lives in the scheduler)
+    lane_per_actor,       // five threads
 };
 
 struct engine_params {
@@ -92,7 +93,7 @@ struct engine_stats {
     int64_t n_draft_accepted = 0;
     double draft_acceptance = 0;           // n_draft_accepted / n_drafted
     latency_summary token_overhead;        // per token: sampled (executor) -> delivered (streamer), microseconds
-    std::vector<mailbox_stats> mailboxes;  // tokenizer, scheduler, executor, streamer
+    std::vector<mailbox_stats> mailboxes;  // tokenizer, scheduler, kv_allocator, executor, streamer
     int64_t n_preemptions = 0;
 };
 
@@ -123,7 +124,8 @@ public:
     std::string description() const;
 
 private:
-    void build(engine_parts parts, const engine_params& params, lane* tok, lane* sched, lane* exec, lane* stream);
+    void build(engine_parts parts, const engine_params& params, lane* tok, lane* sched, lane* kv, lane* exec,
+               lane* stream);
     void on_request_end(request_id id, request_outcome outcome);
     // Waits (or, on a manual lane, runs it) until no request is in flight or the deadline passes.
     bool wait_idle(steady_clock::time_point deadline);
@@ -136,6 +138,7 @@ private:
     latency_histogram overhead_;
     std::unique_ptr<tokenizer_actor> tokenizer_;
     std::unique_ptr<scheduler_actor> scheduler_;
+    std::unique_ptr<kv_allocator_actor> kv_allocator_;
     std::unique_ptr<executor_actor> executor_;
     std::unique_ptr<streamer_actor> streamer_;
 

@@ -13,7 +13,9 @@ scheduler_actor::scheduler_actor(lane& home, scheduler_params config, int32_t ca
           home, "scheduler", capacity, [this](scheduler_msg& m) { handle(m); },
           [this](const scheduler_msg& m, const std::string& what) { on_failure(m, what); }) {}
 
-void scheduler_actor::connect(mailbox<executor_msg>& executor, mailbox<streamer_msg>& streamer) {
+void scheduler_actor::connect(mailbox<kv_allocator_msg>& kv_allocator, mailbox<executor_msg>& executor,
+                              mailbox<streamer_msg>& streamer) {
+    kv_allocator_ = &kv_allocator;
     executor_ = &executor;
     streamer_ = &streamer;
 }
@@ -22,6 +24,8 @@ void scheduler_actor::handle(scheduler_msg& m) {
     out_.clear();
     const bool tick = std::holds_alternative<plan_tick>(m);
     if (tick) tick_pending_ = false;
+    // A grant answers a plan: it makes the step (or finds none possible now) and asks for no other.
+    const bool grant = std::holds_alternative<kv_step_grant>(m);
     std::visit(overloaded{
                    [&](enqueue_request& r) { core_.enqueue(r, out_); },
                    [&](cancel_request& c) { core_.cancel(c.id, out_); },
@@ -29,10 +33,11 @@ void scheduler_actor::handle(scheduler_msg& m) {
                    [&](abort_all& a) { core_.abort_all(a.reason, out_); },
                    [&](step_done& d) { core_.step_finished(d, out_); },
                    [&](plan_tick&) { core_.plan(out_); },
+                   [&](kv_step_grant& g) { core_.granted(g, out_); },
                },
                m);
     send(out_);
-    if (!tick && !tick_pending_ && core_.wants_step()) {
+    if (!tick && !grant && !tick_pending_ && core_.wants_step()) {
         tick_pending_ = true;
         inbox_.post(plan_tick{});
     }
@@ -70,12 +75,14 @@ void scheduler_actor::send(scheduler_output& out) {
             for (auto id : again.retire) out.retire.push_back(id);
             for (auto& w : again.swaps) out.swaps.push_back(std::move(w));
             if (again.step) out.step = std::move(again.step);
+            if (again.kv_request) out.kv_request = std::move(again.kv_request);
         }
     }
     for (auto& f : out.failures) streamer_->post(std::move(f));
     if (!out.retire.empty()) executor_->post(retire_sequences{std::move(out.retire)});
     for (auto& w : out.swaps) executor_->post(std::move(w));
     if (out.step) executor_->post(std::move(*out.step));
+    if (out.kv_request) kv_allocator_->post(std::move(*out.kv_request));
 
     const auto& c = core_.counters();
     live_.n_steps.store(c.n_steps, std::memory_order_relaxed);
@@ -105,10 +112,9 @@ void scheduler_actor::publish() {
         core_.view(requests_, now);
         last_publish_ = now;
     }
-    const block_pool& pool = core_.pool();
-    const block_pool_stats ps = pool.stats();
-    kv_view_.block_size = pool.block_size();
-    kv_view_.n_blocks = pool.n_blocks();
+    const kv_pool_view& ps = core_.kv_pool();  // as the KV allocator reported it with the last grant
+    kv_view_.block_size = ps.block_size;
+    kv_view_.n_blocks = ps.n_blocks;
     kv_view_.n_used = ps.n_used;
     kv_view_.n_cached = ps.n_cached;
     kv_view_.n_free = ps.n_free;
@@ -146,6 +152,11 @@ void scheduler_actor::on_failure(const scheduler_msg& m, const std::string& what
                    [&](const finish_request& f) { ids.push_back(f.id); },
                    [&](const abort_all&) {},
                    [&](const plan_tick&) { tick_pending_ = false; },
+                   [&](const kv_step_grant& g) {
+                       core_.abandon_request(g.step_id);
+                       for (const auto& q : g.seqs) ids.push_back(q.seq_id);
+                       for (const auto& a : g.admitted) ids.push_back(a.seq_id);
+                   },
                    [&](const step_done& d) {
                        step = d.step_id;
                        for (const auto& r : d.results) ids.push_back(r.seq_id);

@@ -8,6 +8,7 @@
 #include <mutex>
 
 #include "actors/executor/executor_msgs.h"
+#include "actors/kv_allocator/kv_allocator_msgs.h"
 #include "actors/scheduler/scheduler_core.h"
 #include "actors/scheduler/scheduler_msgs.h"
 #include "actors/streamer/streamer_msgs.h"
@@ -30,7 +31,8 @@ struct scheduler_live_counters {
 class scheduler_actor {
 public:
     scheduler_actor(lane& home, scheduler_params config, int32_t capacity);
-    void connect(mailbox<executor_msg>& executor, mailbox<streamer_msg>& streamer);
+    void connect(mailbox<kv_allocator_msg>& kv_allocator, mailbox<executor_msg>& executor,
+                 mailbox<streamer_msg>& streamer);
 
     mailbox<scheduler_msg>& inbox() { return inbox_; }
     const scheduler_live_counters& counters() const { return live_; }
@@ -61,6 +63,7 @@ private:
     };
     std::deque<step_sample> recent_steps_;  // over the last minute
     int64_t published_steps_ = 0;
+    mailbox<kv_allocator_msg>* kv_allocator_ = nullptr;
     mailbox<executor_msg>* executor_ = nullptr;
     mailbox<streamer_msg>* streamer_ = nullptr;
     mailbox<scheduler_msg> inbox_;

@@ -12,7 +12,16 @@ kv_geometry geometry_of(const scheduler_params& c) {
     return kv_geometry{c.n_ctx, c.max_running};  // contiguous: one block of the context per sequence
 }
 
+std::string too_big(int32_t n_tokens) {
+    return "the KV cache cannot hold " + std::to_string(n_tokens) +
+           " tokens for one sequence; raise kv.memory or lower max_tokens";
+}
+
 }  // namespace
+
+kv_allocator_params kv_allocator_params_from(const scheduler_params& c) {
+    return kv_allocator_params{geometry_of(c), c.n_ctx, c.prefix_caching};
+}
 
 void scheduler_output::clear() {
     retire.clear();
@@ -20,10 +29,13 @@ void scheduler_output::clear() {
     deliveries.clear();
     failures.clear();
     step.reset();
+    kv_request.reset();
 }
 
-scheduler_core::scheduler_core(scheduler_params config)
-    : config_(std::move(config)), pool_(geometry_of(config_), config_.prefix_caching) {
+scheduler_core::scheduler_core(scheduler_params config) : config_(std::move(config)), geometry_(geometry_of(config_)) {
+    pool_view_.block_size = geometry_.block_size;
+    pool_view_.n_blocks = geometry_.n_blocks;
+    pool_view_.n_free = geometry_.n_blocks;
     TROUPE_ASSERT(config_.n_ctx > 0, "scheduler needs the context length");
     TROUPE_ASSERT(config_.max_running > 0 && config_.max_waiting > 0, "scheduler limits must be positive");
     TROUPE_ASSERT(config_.max_batched_tokens > 0, "scheduler needs a positive token budget");
@@ -42,9 +54,9 @@ void scheduler_core::enqueue(const enqueue_request& r, scheduler_output& out) {
                   std::to_string(config_.n_ctx) + ", so at most " + std::to_string(config_.n_ctx - 1) + " fit";
     } else if (r.params->max_tokens < 1) {
         problem = "max_tokens must be at least 1, got " + std::to_string(r.params->max_tokens);
-    } else if (pool_.blocks_for(n_prompt + 1) > pool_.n_blocks()) {
+    } else if (blocks_for(n_prompt + 1) > geometry_.n_blocks) {
         problem = "the KV cache cannot hold " + std::to_string(n_prompt + 1) + " tokens for one sequence (" +
-                  std::to_string(pool_.n_blocks()) + " blocks of " + std::to_string(pool_.block_size()) +
+                  std::to_string(geometry_.n_blocks) + " blocks of " + std::to_string(geometry_.block_size) +
                   "); raise kv.memory or shorten the prompt";
     } else if (static_cast<int32_t>(waiting_.size()) >= config_.max_waiting) {
         problem = "overloaded: " + std::to_string(waiting_.size()) + " requests are already waiting (limit " +
@@ -61,7 +73,9 @@ void scheduler_core::enqueue(const enqueue_request& r, scheduler_output& out) {
     s.tokens.assign(r.prompt->begin(), r.prompt->end());
     s.n_prompt = n_prompt;
     s.logprobs = r.logprobs;
+    s.kv_tokens = r.prompt;
     seqs_.emplace(r.id, std::move(s));
+    if (awaiting_) changed_while_awaiting_ = true;
     waiting_.push_back(r.id);
     schedule(out);
 }
@@ -101,6 +115,10 @@ void scheduler_core::abandon_step(int64_t step_id) {
     if (in_flight_ && in_flight_->step_id == step_id) in_flight_.reset();
 }
 
+void scheduler_core::abandon_request(int64_t step_id) {
+    if (awaiting_ && *awaiting_ == step_id) awaiting_.reset();
+}
+
 void scheduler_core::step_finished(const step_done& d, scheduler_output& out) {
     TROUPE_ASSERT(in_flight_ && in_flight_->step_id == d.step_id,
                   "step " + std::to_string(d.step_id) + " finished but was not in flight");
@@ -123,7 +141,7 @@ void scheduler_core::consume(sequence_state& s, const sequence_result& r, schedu
     const auto& p = *s.params;
     // KV now holds the step's inputs and the accepted drafts.
     s.n_computed += s.n_step_inputs + r.n_accepted;
-    pool_.computed(s.id, s.n_computed);
+    computed_.push_back({s.id, s.n_computed});
     s.fresh = false;
     if (!s.step_samples) return;  // a prefill chunk: nothing sampled
     counters_.n_drafted += r.n_drafted;
@@ -187,7 +205,9 @@ void scheduler_core::end(sequence_state& s, finish_reason reason, scheduler_outp
 void scheduler_core::drop(request_id id, scheduler_output& out) {
     auto it = seqs_.find(id);
     TROUPE_ASSERT(it != seqs_.end());
-    pool_.release(id);
+    // Its blocks (if the KV allocator gave it any, perhaps in the grant awaited now) go back with the next request.
+    frees_.push_back(id);
+    if (awaiting_) changed_while_awaiting_ = true;
     if (it->second.ever_admitted) out.retire.push_back(id);
     if (it->second.where == phase::running) {
         running_.erase(std::find(running_.begin(), running_.end(), id));
@@ -198,48 +218,73 @@ void scheduler_core::drop(request_id id, scheduler_output& out) {
     seqs_.erase(it);
 }
 
-bool scheduler_core::preempt_last(scheduler_output& out) {
-    if (running_.empty()) return false;
-    const request_id id = running_.back();
-    sequence_state& s = seqs_.at(id);
-    running_.pop_back();
-    const bool swap = config_.preemption == preemption_mode::swap && config_.can_swap && s.n_computed > 0;
-    if (swap) {
-        out.swaps.push_back({id, true, pool_.table(id), s.n_computed});
-        s.swapped = true;
-    } else {
-        s.n_computed = 0;  // recompute: every known token is pending again
+int32_t scheduler_core::blocks_for(int32_t n_tokens) const {
+    return (n_tokens + geometry_.block_size - 1) / geometry_.block_size;
+}
+
+kv_step_request scheduler_core::make_request() {
+    kv_step_request r;
+    r.step_id = next_step_id_;
+    r.computed = std::move(computed_);
+    r.frees = std::move(frees_);
+    computed_.clear();
+    frees_.clear();
+    requested_.clear();
+    r.grows.reserve(running_.size());
+    for (request_id id : running_) {
+        sequence_state& s = seqs_.at(id);
+        kv_grow g;
+        g.seq_id = id;
+        g.n_computed = s.n_computed;
+        if (config_.max_draft > 0 && s.n_generated > 0) {
+            const int32_t left = s.params->max_tokens - s.n_generated - 1;  // the verified step adds one more
+            const int32_t room = config_.n_ctx - (s.n_computed + 1);
+            g.draft_cap = std::min({config_.max_draft, left, room});
+        }
+        g.append.assign(s.tokens.begin() + s.n_sent, s.tokens.end());
+        s.n_sent = static_cast<int32_t>(s.tokens.size());
+        r.grows.push_back(std::move(g));
+        requested_.push_back(id);
     }
-    pool_.release(id);
-    s.where = phase::waiting;
-    s.fresh = true;
-    s.n_preemptions++;
-    counters_.n_preemptions++;
-    waiting_.push_front(id);
-    return true;
+    r.token_budget = config_.max_batched_tokens;
+    r.max_running = config_.max_running;
+    r.admit_without_budget = config_.policy == batching_policy::static_batch;
+    r.may_admit = (config_.policy == batching_policy::continuous || running_.empty()) && !stopping_;
+    r.preemption = config_.preemption == preemption_mode::swap && config_.can_swap ? preemption_mode::swap
+                                                                                   : preemption_mode::recompute;
+    if (r.may_admit) {
+        // As many candidates as may join (one more: a sequence too big to grow may leave), plus those
+        // that can never fit (the allocator fails them where the queue reaches them).
+        int32_t slots = config_.max_running - static_cast<int32_t>(running_.size()) + 1;
+        for (request_id id : waiting_) {
+            sequence_state& s = seqs_.at(id);
+            const auto n_known = static_cast<int32_t>(s.tokens.size());
+            const bool never = blocks_for(std::min(n_known + 1, config_.n_ctx)) > geometry_.n_blocks;
+            if (!never && slots-- <= 0) break;
+            if (!s.kv_tokens || s.kv_tokens->size() != s.tokens.size())
+                s.kv_tokens = std::make_shared<const std::vector<int32_t>>(s.tokens);
+            r.admits.push_back({id, s.kv_tokens, s.n_computed, s.swapped});
+            requested_.push_back(id);
+        }
+    }
+    return r;
 }
 
-int32_t scheduler_core::max_cached_tokens(const sequence_state& s) const {
-    // Whole blocks only, and at least one token left to run (its logits give the next token).
-    const int32_t bs = pool_.block_size();
-    return ((static_cast<int32_t>(s.tokens.size()) - 1) / bs) * bs;
-}
-
-void scheduler_core::add_to_plan(sequence_state& s, int32_t n_tokens, int32_t max_draft, step_plan& plan,
-                                 step_record& record) {
+void scheduler_core::add_to_plan(sequence_state& s, const kv_step_seq& g, step_plan& plan, step_record& record) {
+    const int32_t n_tokens = g.n_tokens;
     step_sequence q;
     q.seq_id = s.id;
     q.pos0 = s.n_computed;
     q.tokens.assign(s.tokens.begin() + s.n_computed, s.tokens.begin() + s.n_computed + n_tokens);
-    q.block_table = std::make_shared<const std::vector<int32_t>>(pool_.table(s.id));
+    q.block_table = g.block_table;
     q.params = s.params;
     q.sample = s.n_computed + n_tokens == static_cast<int32_t>(s.tokens.size());
-    q.max_draft = q.sample ? max_draft : 0;
+    q.max_draft = q.sample ? g.max_draft : 0;
     q.logprobs = s.logprobs;
     if (s.fresh && s.n_computed > 0) {
         q.context = std::make_shared<const std::vector<int32_t>>(s.tokens.begin(), s.tokens.begin() + s.n_computed);
     }
-    pool_.commit(s.id, s.tokens, s.n_computed + n_tokens);
+    s.n_blocks = static_cast<int32_t>(g.block_table->size());
     s.n_step_inputs = n_tokens;
     s.step_samples = q.sample;
     counters_.last_batch_tokens += n_tokens + q.max_draft;
@@ -247,133 +292,92 @@ void scheduler_core::add_to_plan(sequence_state& s, int32_t n_tokens, int32_t ma
     record.ids.push_back(s.id);
 }
 
-bool scheduler_core::admit_head(int32_t& budget, step_plan& plan, step_record& record, scheduler_output& out) {
-    // The static baseline admits its whole batch at once; the first chunks then wait for budget.
-    if (waiting_.empty() || (budget <= 0 && config_.policy == batching_policy::continuous)) return false;
-    if (static_cast<int32_t>(running_.size()) >= config_.max_running) return false;
-    sequence_state& s = seqs_.at(waiting_.front());
-    const int32_t n_known = static_cast<int32_t>(s.tokens.size());
-    if (pool_.blocks_for(std::min(n_known + 1, config_.n_ctx)) > pool_.n_blocks()) {
-        // A preempted sequence that grew past what the whole pool holds: it can never resume.
-        out.failures.push_back({s.id, "the KV cache cannot hold " + std::to_string(n_known + 1) +
-                                          " tokens for one sequence; raise kv.memory or lower max_tokens"});
-        drop(s.id, out);
-        return true;
+void scheduler_core::granted(const kv_step_grant& g, scheduler_output& out) {
+    TROUPE_ASSERT(awaiting_ && *awaiting_ == g.step_id,
+                  "KV grant for step " + std::to_string(g.step_id) + " that was not requested");
+    awaiting_.reset();
+    pool_view_ = g.pool;
+    if (release_only_) {
+        TROUPE_ASSERT(g.seqs.empty() && g.admitted.empty() && g.preempted.empty(), "a release grant granted a step");
+        release_only_ = false;
+        plan(out);  // the step may have finished meanwhile: plan the next
+        return;
     }
-    if (s.swapped) {
-        // Back from host memory: blocks for what was computed, then the copy in before the step.
-        if (pool_.blocks_for(n_known + 1) > pool_.n_free()) return false;
-        pool_.allocate(s.id, s.n_computed);
-        out.swaps.push_back({s.id, false, pool_.table(s.id), s.n_computed});
-        s.swapped = false;
-    } else {
-        const prefix_match peek = pool_.peek_prefix(s.tokens, max_cached_tokens(s));
-        if (peek.n_pending > 0) return false;  // shares a block being computed now: next step
-        // Blocks for the whole prompt (and the first sampled token) must be free, so an admitted
-        // prefill is not preempted by its own later chunks.
-        const int32_t need = pool_.blocks_for(n_known + 1) - peek.n_hits;
-        if (need > pool_.n_free() - peek.n_idle_hits) return false;
-        const prefix_match m = pool_.match_prefix(s.id, s.tokens, max_cached_tokens(s));
-        s.n_computed = m.n_tokens;
-        s.n_cached = m.n_tokens;
-        if (!s.ever_admitted) {
-            counters_.n_prompt_tokens += s.n_prompt;
-            counters_.n_cached_prompt_tokens += std::min(m.n_tokens, s.n_prompt);
-        }
-    }
-    waiting_.pop_front();
-    s.where = phase::running;
-    if (!s.ever_admitted) s.t_admitted = steady_clock::now();
-    s.ever_admitted = true;
-    running_.push_back(s.id);
-    const int32_t chunk = std::min(s.pending(), std::max(0, budget));
-    const bool ok = pool_.allocate(s.id, s.n_computed + chunk);
-    TROUPE_ASSERT(ok, "admitted sequence " + std::to_string(s.id) + " but its first chunk does not fit");
-    if (chunk > 0) add_to_plan(s, chunk, 0, plan, record);
-    budget -= chunk;
-    return true;
-}
-
-std::optional<step_plan> scheduler_core::plan_step(scheduler_output& out) {
-    if (in_flight_) return std::nullopt;
-    step_plan plan;
-    step_record record;
-    int32_t budget = config_.max_batched_tokens;
     counters_.last_batch_tokens = 0;
-    bool preempted = false;
-
-    // 1. Decodes, in admission order; blocks run out -> preempt from the back.
-    for (size_t i = 0; i < running_.size(); ++i) {
-        sequence_state& s = seqs_.at(running_[i]);
-        if (s.pending() != 1 || budget <= 0) continue;
-        int32_t max_draft = 0;
-        if (config_.max_draft > 0 && s.n_generated > 0) {
-            const int32_t left = s.params->max_tokens - s.n_generated - 1;  // the verified step adds one more
-            const int32_t room = config_.n_ctx - (s.n_computed + 1);
-            max_draft = std::max(0, std::min({config_.max_draft, left, room, budget - 1}));
+    if (!g.error.empty()) {
+        std::vector<request_id> ids = std::move(requested_);
+        requested_.clear();
+        fail(ids, "KV allocator: " + g.error, out);
+        return;
+    }
+    for (const kv_too_big& f : g.failed) {
+        if (!seqs_.contains(f.seq_id)) continue;
+        out.failures.push_back({f.seq_id, too_big(f.n_tokens)});
+        drop(f.seq_id, out);
+    }
+    for (const kv_preempted& p : g.preempted) {
+        auto it = seqs_.find(p.seq_id);
+        if (it == seqs_.end()) continue;  // ended while the request was out
+        sequence_state& s = it->second;
+        running_.erase(std::find(running_.begin(), running_.end(), s.id));
+        if (p.swapped) {
+            out.swaps.push_back({s.id, true, p.blocks, p.n_computed});
+            s.swapped = true;
+        } else {
+            s.n_computed = 0;  // recompute: every known token is pending again
         }
-        bool placed = false;
-        while (true) {
-            if (max_draft > 0 && pool_.allocate(s.id, s.n_computed + 1 + max_draft)) {
-                placed = true;
-                break;
+        s.where = phase::waiting;
+        s.fresh = true;
+        s.n_sent = 0;
+        s.n_blocks = 0;
+        s.n_preemptions++;
+        counters_.n_preemptions++;
+        waiting_.push_front(s.id);
+    }
+    for (const kv_admitted& a : g.admitted) {
+        auto it = seqs_.find(a.seq_id);
+        if (it == seqs_.end()) continue;
+        sequence_state& s = it->second;
+        waiting_.erase(std::find(waiting_.begin(), waiting_.end(), s.id));
+        if (a.swapped_in) {
+            out.swaps.push_back({s.id, false, a.swap_in_blocks, s.n_computed});
+            s.swapped = false;
+        } else {
+            s.n_computed = a.n_computed;
+            s.n_cached = a.n_cached;
+            if (!s.ever_admitted) {
+                counters_.n_prompt_tokens += s.n_prompt;
+                counters_.n_cached_prompt_tokens += std::min(a.n_cached, s.n_prompt);
             }
-            max_draft = 0;
-            if (pool_.allocate(s.id, s.n_computed + 1)) {
-                placed = true;
-                break;
-            }
-            const bool self = running_.back() == s.id;
-            if (self && running_.size() == 1) {
-                out.failures.push_back({s.id, "the KV cache cannot hold " + std::to_string(s.n_computed + 1) +
-                                                  " tokens for one sequence; raise kv.memory or lower max_tokens"});
-                drop(s.id, out);
-                --i;
-                break;
-            }
-            preempt_last(out);
-            preempted = true;
-            if (self) break;
         }
-        if (!placed) continue;
-        add_to_plan(s, 1, max_draft, plan, record);
-        budget -= 1 + max_draft;
+        s.where = phase::running;
+        if (!s.ever_admitted) s.t_admitted = steady_clock::now();
+        s.ever_admitted = true;
+        s.n_sent = static_cast<int32_t>(s.tokens.size());
+        s.n_blocks = a.n_blocks;
+        running_.push_back(s.id);
     }
-
-    // 2. Prefill chunks of admitted prompts.
-    for (request_id id : running_) {
-        sequence_state& s = seqs_.at(id);
-        if (s.pending() <= 1 || budget <= 0) continue;
-        int32_t chunk = std::min(s.pending(), budget);
-        const int32_t have = static_cast<int32_t>(pool_.table(id).size()) * pool_.block_size();
-        const int32_t fits = have + pool_.n_free() * pool_.block_size() - s.n_computed;
-        chunk = std::min(chunk, fits);
-        if (chunk <= 0) continue;
-        pool_.allocate(id, s.n_computed + chunk);
-        add_to_plan(s, chunk, 0, plan, record);
-        budget -= chunk;
+    step_plan next;
+    step_record record;
+    for (const kv_step_seq& q : g.seqs) {
+        auto it = seqs_.find(q.seq_id);
+        if (it == seqs_.end()) continue;  // ended while the request was out: freed with the next one
+        add_to_plan(it->second, q, next, record);
     }
-
-    // 3. Admission, FCFS.
-    const bool may_admit = config_.policy == batching_policy::continuous || running_.empty();
-    if (may_admit && !preempted && !stopping_) {
-        while (admit_head(budget, plan, record, out)) {
+    if (next.seqs.empty()) {
+        // Nothing can run now; what arrived or ended meanwhile may change that.
+        if (changed_while_awaiting_) {
+            changed_while_awaiting_ = false;
+            plan(out);
         }
+        return;
     }
-
-    if (plan.seqs.empty()) {
-        // Nothing can run: the running prefills wait for blocks held by each other. Free the latest.
-        if (running_.size() > 1) {
-            preempt_last(out);
-            return plan_step(out);
-        }
-        return std::nullopt;
-    }
-    plan.step_id = next_step_id_++;
-    record.step_id = plan.step_id;
-    counters_.last_batch_size = static_cast<int32_t>(plan.seqs.size());
+    changed_while_awaiting_ = false;
+    next.step_id = next_step_id_++;
+    record.step_id = next.step_id;
+    counters_.last_batch_size = static_cast<int32_t>(next.seqs.size());
     in_flight_ = std::move(record);
-    return plan;
+    out.step = std::move(next);
 }
 
 void scheduler_core::schedule(scheduler_output& out) {
@@ -381,7 +385,26 @@ void scheduler_core::schedule(scheduler_output& out) {
 }
 
 void scheduler_core::plan(scheduler_output& out) {
-    if (auto p = plan_step(out)) out.step = std::move(p);
+    if (awaiting_ || out.kv_request) return;
+    if (in_flight_) {
+        // Blocks of requests that ended while the step runs go back at once (nothing else is asked).
+        if (frees_.empty()) return;
+        kv_step_request r;
+        r.step_id = next_step_id_;
+        r.frees = std::move(frees_);
+        frees_.clear();
+        r.may_admit = false;
+        r.max_running = config_.max_running;
+        requested_.clear();
+        release_only_ = true;
+        out.kv_request = std::move(r);
+    } else {
+        if (running_.empty() && waiting_.empty() && frees_.empty() && computed_.empty()) return;
+        out.kv_request = make_request();
+        release_only_ = false;
+    }
+    awaiting_ = out.kv_request->step_id;
+    changed_while_awaiting_ = false;
 }
 
 void scheduler_core::view(std::vector<request_view>& out, time_point now) const {
@@ -393,7 +416,7 @@ void scheduler_core::view(std::vector<request_view>& out, time_point now) const 
         v.n_prompt_tokens = s.n_prompt;
         v.n_generated_tokens = s.n_generated;
         v.n_cached_prompt_tokens = s.n_cached;
-        v.n_kv_blocks = static_cast<int32_t>(pool_.table(id).size());
+        v.n_kv_blocks = s.n_blocks;
         v.n_preemptions = s.n_preemptions;
         v.n_computed_prompt_tokens = std::min(s.n_computed, s.n_prompt);
         if (s.where == phase::waiting) {

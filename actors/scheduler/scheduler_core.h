@@ -1,6 +1,9 @@
 // scheduler_core: the continuous-batching policy, a pure class (no Asio) that the scheduler actor wraps.
-// It owns the KV block pool's bookkeeping (block_pool: paged blocks, prefix cache) and decides, step
-// by step, which tokens of which sequences run next.
+// It decides, step by step, which tokens of which sequences run next; the KV allocator (its own actor,
+// kv_allocator_core) owns the blocks. One round trip per step: the scheduler asks for what it wants
+// (kv_step_request: its running sequences to extend by their pending tokens, oldest first, the
+// waiting requests to admit in FCFS order, the frees since the last step) and turns the answer
+// (kv_step_grant) into the step_plan for the executor.
 //
 // One step is planned whenever none is in flight, under a token budget (max_batched_tokens):
 //   1. decodes: every running sequence with one pending token (plus room for draft tokens) gets it,
@@ -17,6 +20,7 @@
 //      pos0 = n_cached. If the head's next prompt block is being computed by another sequence in
 //      the step in flight, admission waits one step to share it instead of computing it twice.
 //   static policy (the baseline): admission only when nothing runs; the admitted batch runs to its end.
+// (The block-dependent parts, 1-3 as far as blocks decide them, run in the KV allocator.)
 //
 // Each step result is checked token by token for the stop conditions, in this order: an
 // end-of-generation or stop token (unless ignore_eos; counted but not detokenized), max_tokens
@@ -35,7 +39,8 @@
 
 #include "actors/engine/engine_snapshot.h"
 #include "actors/executor/executor_msgs.h"
-#include "actors/kv_allocator/block_pool.h"
+#include "actors/kv_allocator/kv_allocator_core.h"
+#include "actors/kv_allocator/kv_allocator_msgs.h"
 #include "actors/scheduler/scheduler_msgs.h"
 #include "actors/scheduler/scheduling_policy.h"
 #include "actors/streamer/streamer_msgs.h"
@@ -67,6 +72,7 @@ struct scheduler_output {
     std::vector<token_delivery> deliveries;  // one deliver_tokens message
     std::vector<fail_stream> failures;
     std::optional<step_plan> step;
+    std::optional<kv_step_request> kv_request;  // to the KV allocator; its grant goes to granted()
 
     void clear();
 };
@@ -83,6 +89,9 @@ struct scheduler_counters {
     int32_t last_batch_tokens = 0;
 };
 
+// The KV allocator's parameters for this scheduler's config (block_size 0: contiguous).
+kv_allocator_params kv_allocator_params_from(const scheduler_params& c);
+
 class scheduler_core {
 public:
     explicit scheduler_core(scheduler_params config);
@@ -93,21 +102,33 @@ public:
     void finish(request_id id, scheduler_output& out);
     void abort_all(const std::string& reason, scheduler_output& out);
     void step_finished(const step_done& d, scheduler_output& out);
+    // The KV allocator's answer to out.kv_request: the step's blocks, preemptions and admissions.
+    void granted(const kv_step_grant& g, scheduler_output& out);
     // Supervision and undeliverable output: fail these requests with a message, wherever they are.
     void fail(const std::vector<request_id>& ids, const std::string& message, scheduler_output& out);
     // Supervision: the handler of this step's result threw; forget that it is in flight.
     void abandon_step(int64_t step_id);
+    // Supervision: the grant for this request cannot be used; forget that it is awaited.
+    void abandon_request(int64_t step_id);
     // Plans the next step if none is in flight and something can run.
     void plan(scheduler_output& out);
     // No step in flight and some request waiting or running: plan() may produce a step.
-    bool wants_step() const { return !in_flight_ && (!running_.empty() || !waiting_.empty()); }
+    // plan() has something to ask the KV allocator: a step (none in flight, some request waiting or
+    // running), or blocks to free.
+    bool wants_step() const {
+        if (awaiting_) return false;
+        if (in_flight_) return !frees_.empty();
+        return !running_.empty() || !waiting_.empty() || !frees_.empty() || !computed_.empty();
+    }
 
     size_t n_waiting() const { return waiting_.size(); }
     size_t n_running() const { return running_.size(); }
     bool step_in_flight() const { return in_flight_.has_value(); }
+    bool grant_awaited() const { return awaiting_.has_value(); }
     bool knows(request_id id) const { return seqs_.contains(id); }
     const scheduler_counters& counters() const { return counters_; }
-    const block_pool& pool() const { return pool_; }
+    // The KV pool as of the last grant.
+    const kv_pool_view& kv_pool() const { return pool_view_; }
     const scheduler_params& config() const { return config_; }
     // The requests, oldest first, for engine::snapshot().
     void view(std::vector<request_view>& out, time_point now) const;
@@ -133,6 +154,9 @@ private:
         bool ever_admitted = false;
         int32_t n_preemptions = 0;
         int32_t logprobs = -1;
+        int32_t n_sent = 0;    // tokens the KV allocator has (it keeps them for the prefix cache)
+        int32_t n_blocks = 0;  // its block table's length, from the last grant
+        std::shared_ptr<const std::vector<int32_t>> kv_tokens;  // tokens as sent for admission
         int32_t pending() const { return static_cast<int32_t>(tokens.size()) - n_computed; }
     };
 
@@ -142,20 +166,24 @@ private:
     };
 
     void schedule(scheduler_output& out);
-    std::optional<step_plan> plan_step(scheduler_output& out);
-    // Frees the latest admitted running sequence's blocks and requeues it at the head; false if none.
-    bool preempt_last(scheduler_output& out);
-    bool admit_head(int32_t& budget, step_plan& plan, step_record& record, scheduler_output& out);
-    void add_to_plan(sequence_state& s, int32_t n_tokens, int32_t max_draft, step_plan& plan, step_record& record);
+    kv_step_request make_request();
+    void add_to_plan(sequence_state& s, const kv_step_seq& q, step_plan& plan, step_record& record);
     void consume(sequence_state& s, const sequence_result& r, scheduler_output& out);
     bool is_stop_token(const sequence_state& s, int32_t token) const;
     // Removes the sequence; frees its blocks and executor state.
     void drop(request_id id, scheduler_output& out);
     void end(sequence_state& s, finish_reason reason, scheduler_output& out);
-    int32_t max_cached_tokens(const sequence_state& s) const;
+    int32_t blocks_for(int32_t n_tokens) const;
 
     scheduler_params config_;
-    block_pool pool_;
+    kv_geometry geometry_;
+    kv_pool_view pool_view_;
+    std::vector<int64_t> frees_;         // for the next kv_step_request
+    std::vector<kv_computed> computed_;  // for the next kv_step_request
+    std::optional<int64_t> awaiting_;    // a kv_step_request is out; its step id
+    std::vector<request_id> requested_;  // the sequences it named
+    bool changed_while_awaiting_ = false;
+    bool release_only_ = false;  // the awaited request only frees blocks (a step is in flight)
     std::unordered_map<request_id, sequence_state> seqs_;
     std::deque<request_id> waiting_;   // FCFS; preempted sequences go back to the front
     std::vector<request_id> running_;  // admission order

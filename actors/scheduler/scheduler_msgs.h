@@ -1,5 +1,5 @@
-// Messages to the scheduler actor: requests (from the tokenizer), step results (from the executor), stop-string
-// finishes (from the streamer), stop (from the engine).
+// Messages to the scheduler actor: requests (from the tokenizer), KV grants (from the KV allocator), step results
+// (from the executor), stop-string finishes (from the streamer), stop (from the engine).
 #pragma once
 
 #include <memory>
@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "actors/common/request_types.h"
+#include "actors/kv_allocator/kv_allocator_msgs.h"
 #include "core/sampling/sampler.h"
 
 namespace troupe {
@@ -62,6 +63,7 @@ struct plan_tick {
     static constexpr const char* name = "plan_tick";
 };
 
-using scheduler_msg = std::variant<enqueue_request, cancel_request, finish_request, abort_all, step_done, plan_tick>;
+using scheduler_msg =
+    std::variant<enqueue_request, cancel_request, finish_request, abort_all, step_done, plan_tick, kv_step_grant>;
 
 }  // namespace troupe

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "actors/common/overloaded.h"
+#include "actors/kv_allocator/kv_allocator_actor.h"
 #include "actors/scheduler/scheduler_actor.h"
 #include "actors/tokenizer/tokenizer_actor.h"
 #include "tests/actors/fakes.h"
@@ -57,7 +58,9 @@ TEST(scheduler_actor, a_streamer_that_falls_behind_fails_the_request_as_overload
     config.n_ctx = 64;
     config.eog_ids = {testing::k_fake_eos};
     scheduler_actor sched(home, config, 8);
-    sched.connect(executor.box, streamer.box);
+    kv_allocator_actor kv_allocator(home, kv_allocator_params_from(config), 1);
+    kv_allocator.connect(sched.inbox());
+    sched.connect(kv_allocator.inbox(), executor.box, streamer.box);
 
     sampling_params p;
     p.temperature = 0;

@@ -55,13 +55,33 @@ TEST(engine, a_request_flows_through_the_actors_in_the_expected_message_order) {
     e.run();
 
     const std::vector<std::string> expected = {
-        // The scheduler allocates KV blocks itself (block_pool) while it plans: no round trip.
-        "tokenizer <- submit_request", "streamer <- open_stream",      "scheduler <- enqueue_request",
-        "scheduler <- plan_tick",      "executor <- step_plan",        "scheduler <- step_done",
-        "streamer <- deliver_tokens",  "executor <- step_plan",        "scheduler <- step_done",
-        "streamer <- deliver_tokens",  "executor <- retire_sequences",
+        "tokenizer <- submit_request",
+        "streamer <- open_stream",
+        "scheduler <- enqueue_request",
+        "scheduler <- plan_tick",
+        // One round trip to the KV allocator per step: blocks for the prompt, then the plan.
+        "kv_allocator <- kv_step_request",
+        "scheduler <- kv_step_grant",
+        "executor <- step_plan",
+        "scheduler <- step_done",
+        "streamer <- deliver_tokens",
+        "kv_allocator <- kv_step_request",  // one more block row for the decode
+        "scheduler <- kv_step_grant",
+        "executor <- step_plan",
+        "scheduler <- step_done",
+        "streamer <- deliver_tokens",
+        "executor <- retire_sequences",
+        "kv_allocator <- kv_step_request",  // the finished request's blocks go back
+        "scheduler <- kv_step_grant",
     };
     EXPECT_EQ(trace, expected);
+    const auto boxes = e.eng.stats().mailboxes;
+    ASSERT_EQ(boxes.size(), 5u);
+    std::vector<std::string> names;
+    for (const auto& b : boxes) names.push_back(b.name);
+    EXPECT_EQ(names, (std::vector<std::string>{"tokenizer", "scheduler", "kv_allocator", "executor", "streamer"}));
+    EXPECT_EQ(boxes[2].n_handled, 3);
+    EXPECT_EQ(e.eng.snapshot().kv.n_used, 0);
     EXPECT_EQ(r->text, "cd");
     EXPECT_EQ(r->deltas, (std::vector<std::string>{"c", "d"}));
     ASSERT_TRUE(r->finish.has_value());

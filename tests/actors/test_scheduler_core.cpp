@@ -1,11 +1,13 @@
 // The scheduling policy without actors: step-by-step tables of what each input produces, driven by a
 // fake executor (each sampled token is the step's last input + 1, unless a table says otherwise).
+// The scheduler and KV allocator cores run joined (scheduler_kv_loop): each kv_step_request is
+// granted at once, as the two actors would by messages.
 #include <gtest/gtest.h>
 
 #include <functional>
 #include <map>
 
-#include "actors/scheduler/scheduler_core.h"
+#include "actors/scheduler/scheduler_kv_loop.h"
 
 namespace troupe {
 namespace {
@@ -84,7 +86,7 @@ std::string show(const std::vector<planned>& v) {
 }
 
 // Runs the plan in out.step through the fake executor and returns the output of step_finished.
-scheduler_output run(scheduler_core& s, scheduler_output& out) {
+scheduler_output run(scheduler_kv_loop& s, scheduler_output& out) {
     EXPECT_TRUE(out.step);
     step_plan plan = *out.step;
     scheduler_output next;
@@ -93,10 +95,11 @@ scheduler_output run(scheduler_core& s, scheduler_output& out) {
 }
 
 TEST(scheduler_core, a_request_is_prefilled_decoded_and_finished_at_max_tokens_with_blocks_growing_per_step) {
-    scheduler_core s(config());
+    scheduler_kv_loop s(config());
     scheduler_output out;
     s.enqueue(req(1, {1, 10, 11}, 4), out);
-    ASSERT_TRUE(out.step);  // no reservation round trip: the first step is planned at once
+    ASSERT_TRUE(out.step);  // the KV round trip is answered at once: the first step is planned
+    EXPECT_EQ(s.n_round_trips(), 1);
     EXPECT_EQ(out.step->seqs[0].tokens, (std::vector<int32_t>{1, 10, 11}));
     EXPECT_EQ(out.step->seqs[0].pos0, 0);
     EXPECT_EQ(*out.step->seqs[0].block_table, std::vector<int32_t>{0});
@@ -135,7 +138,7 @@ TEST(scheduler_core, a_request_is_prefilled_decoded_and_finished_at_max_tokens_w
 
 TEST(scheduler_core, stop_tokens_and_end_of_generation_are_counted_but_not_delivered) {
     for (int32_t stop : {k_eos, 50}) {
-        scheduler_core s(config());
+        scheduler_kv_loop s(config());
         scheduler_output out;
         s.enqueue(req(1, {1, 10}, 10, {50}), out);
         step_plan plan = *out.step;
@@ -149,7 +152,7 @@ TEST(scheduler_core, stop_tokens_and_end_of_generation_are_counted_but_not_deliv
 }
 
 TEST(scheduler_core, admission_is_first_come_first_served_within_max_running_and_joins_running_decodes) {
-    scheduler_core s(config(2));
+    scheduler_kv_loop s(config(2));
     scheduler_output out;
     s.enqueue(req(1, {1, 10}, 5), out);
     ASSERT_TRUE(out.step);
@@ -171,7 +174,7 @@ TEST(scheduler_core, a_long_prompt_is_prefilled_in_chunks_behind_the_running_dec
     scheduler_params c = config();
     c.max_batched_tokens = 4;
     c.n_ctx = 32;
-    scheduler_core s(c);
+    scheduler_kv_loop s(c);
     scheduler_output out;
     s.enqueue(req(1, {1, 10}, 8), out);
     out = run(s, out);  // 1 now decodes
@@ -202,7 +205,7 @@ TEST(scheduler_core, running_out_of_blocks_preempts_the_latest_admitted_which_re
         scheduler_params c = config();
         c.kv = {4, 4};  // 16 positions in all
         c.prefix_caching = caching;
-        scheduler_core s(c);
+        scheduler_kv_loop s(c);
         scheduler_output out;
         s.enqueue(req(1, range(10, 5), 8), out);  // 2 blocks
         s.enqueue(req(2, range(30, 3), 8), out);  // waits for the next plan
@@ -242,7 +245,7 @@ TEST(scheduler_core, sequences_that_outgrow_the_whole_pool_fail_with_a_reason_an
     scheduler_params c = config();
     c.kv = {4, 4};  // 16 positions
     c.n_ctx = 32;
-    scheduler_core s(c);
+    scheduler_kv_loop s(c);
     scheduler_output out;
     s.enqueue(req(1, range(10, 3), 20), out);  // both want 23 positions: more than the pool
     s.enqueue(req(2, range(40, 3), 20), out);
@@ -263,7 +266,7 @@ TEST(scheduler_core, sequences_that_outgrow_the_whole_pool_fail_with_a_reason_an
 TEST(scheduler_core, a_resumed_sequence_delivers_each_token_once_and_in_order) {
     scheduler_params c = config();
     c.kv = {4, 4};
-    scheduler_core s(c);
+    scheduler_kv_loop s(c);
     scheduler_output out;
     s.enqueue(req(1, range(10, 5), 8), out);
     s.enqueue(req(2, range(30, 3), 8), out);
@@ -279,7 +282,7 @@ TEST(scheduler_core, a_resumed_sequence_delivers_each_token_once_and_in_order) {
 }
 
 TEST(scheduler_core, identical_prompt_prefixes_share_blocks_and_start_after_the_cached_tokens) {
-    scheduler_core s(config());
+    scheduler_kv_loop s(config());
     scheduler_output out;
     const std::vector<int32_t> prompt = range(10, 9);  // blocks [10..13] [14..17] and a partial one
     s.enqueue(req(1, prompt, 4), out);
@@ -311,7 +314,7 @@ TEST(scheduler_core, identical_prompt_prefixes_share_blocks_and_start_after_the_
 }
 
 TEST(scheduler_core, a_request_arriving_with_its_prefix_in_flight_waits_one_step_to_share_it) {
-    scheduler_core s(config());
+    scheduler_kv_loop s(config());
     scheduler_output out;
     const std::vector<int32_t> prompt = range(10, 9);
     // Both arrive before any plan can run (1's step is in flight when 2 and 3 arrive).
@@ -326,7 +329,7 @@ TEST(scheduler_core, a_request_arriving_with_its_prefix_in_flight_waits_one_step
         << show(shape(*out.step));
 
     // Same arrival in one plan: 2 waits for 1's blocks to be computed (FCFS: 3 waits behind it).
-    scheduler_core t(config());
+    scheduler_kv_loop t(config());
     scheduler_output o2;
     t.enqueue(req(1, prompt, 4), o2);
     step_plan p1 = *o2.step;
@@ -339,7 +342,7 @@ TEST(scheduler_core, a_request_arriving_with_its_prefix_in_flight_waits_one_step
 }
 
 TEST(scheduler_core, cancel_ends_a_request_wherever_it_is_even_mid_step) {
-    scheduler_core s(config(1));
+    scheduler_kv_loop s(config(1));
     scheduler_output out;
     s.enqueue(req(1, {1, 10}, 5), out);  // running, step in flight
     step_plan plan = *out.step;
@@ -366,7 +369,7 @@ TEST(scheduler_core, cancel_ends_a_request_wherever_it_is_even_mid_step) {
 }
 
 TEST(scheduler_core, a_failed_step_fails_every_sequence_in_it) {
-    scheduler_core s(config());
+    scheduler_kv_loop s(config());
     scheduler_output out;
     s.enqueue(req(1, {1, 10}, 5), out);
     step_plan plan = *out.step;
@@ -384,7 +387,7 @@ TEST(scheduler_core, a_failed_step_fails_every_sequence_in_it) {
 }
 
 TEST(scheduler_core, draft_room_is_bounded_by_config_context_and_remaining_tokens) {
-    scheduler_core s(config(4, 5));
+    scheduler_kv_loop s(config(4, 5));
     scheduler_output out;
     s.enqueue(req(1, {1, 10, 11, 12}, 6), out);
     EXPECT_EQ(out.step->seqs[0].max_draft, 0);  // no drafts for a prefill
@@ -409,7 +412,7 @@ TEST(scheduler_core, draft_room_is_bounded_by_config_context_and_remaining_token
 
 TEST(scheduler_core, a_full_queue_a_prompt_that_never_fits_and_a_stopping_scheduler_refuse_requests) {
     scheduler_params c = config(1);
-    scheduler_core s(c);
+    scheduler_kv_loop s(c);
     scheduler_output out;
     for (request_id id = 1; id <= 5; ++id) s.enqueue(req(id, {1, 10}, 5), out);  // 1 runs, 3 wait
     ASSERT_EQ(out.failures.size(), 1u);
@@ -426,7 +429,7 @@ TEST(scheduler_core, a_full_queue_a_prompt_that_never_fits_and_a_stopping_schedu
     EXPECT_EQ(s.n_waiting(), 0u);
 
     c.kv = {4, 2};
-    scheduler_core small(c);
+    scheduler_kv_loop small(c);
     out.clear();
     small.enqueue(req(7, range(10, 8), 5), out);  // 8 + 1 tokens need 3 blocks of 4; the pool has 2
     ASSERT_EQ(out.failures.size(), 1u);
@@ -434,7 +437,7 @@ TEST(scheduler_core, a_full_queue_a_prompt_that_never_fits_and_a_stopping_schedu
 }
 
 TEST(scheduler_core, a_stop_string_finish_drops_the_request_without_a_delivery) {
-    scheduler_core s(config());
+    scheduler_kv_loop s(config());
     scheduler_output out;
     s.enqueue(req(1, {1, 10}, 5), out);
     out.clear();
@@ -448,7 +451,7 @@ TEST(scheduler_core, a_stop_string_finish_drops_the_request_without_a_delivery) 
 TEST(scheduler_core, the_static_policy_admits_a_batch_only_when_nothing_runs) {
     scheduler_params c = config(2);
     c.policy = batching_policy::static_batch;
-    scheduler_core s(c);
+    scheduler_kv_loop s(c);
     scheduler_output out;
     s.enqueue(req(1, {1, 10}, 2), out);
     step_plan first = *out.step;
@@ -464,7 +467,7 @@ TEST(scheduler_core, the_static_policy_admits_a_batch_only_when_nothing_runs) {
     EXPECT_EQ(shape(*out.step), (std::vector<planned>{{2, 2, 1, true}}));
 
     c.policy = batching_policy::continuous;
-    scheduler_core t(c);
+    scheduler_kv_loop t(c);
     out.clear();
     t.enqueue(req(1, {1, 10}, 2), out);
     first = *out.step;
@@ -479,7 +482,7 @@ TEST(scheduler_core, swap_preemption_copies_blocks_out_and_back_where_the_runner
     c.kv = {4, 4};
     c.preemption = preemption_mode::swap;
     c.can_swap = true;
-    scheduler_core s(c);
+    scheduler_kv_loop s(c);
     scheduler_output out;
     s.enqueue(req(1, range(10, 5), 8), out);
     s.enqueue(req(2, range(30, 3), 8), out);
@@ -508,7 +511,7 @@ TEST(scheduler_core, swap_preemption_copies_blocks_out_and_back_where_the_runner
     EXPECT_EQ(got2, range(33, 8));
 
     c.can_swap = false;  // the CPU: swap falls back to recompute
-    scheduler_core cpu(c);
+    scheduler_kv_loop cpu(c);
     out.clear();
     cpu.enqueue(req(1, range(10, 5), 8), out);
     cpu.enqueue(req(2, range(30, 3), 8), out);
@@ -517,6 +520,41 @@ TEST(scheduler_core, swap_preemption_copies_blocks_out_and_back_where_the_runner
         EXPECT_TRUE(out.swaps.empty());
     }
     EXPECT_EQ(cpu.counters().n_preemptions, 1);
+}
+
+TEST(scheduler_core, inputs_that_arrive_while_a_kv_grant_is_awaited_are_planned_after_it) {
+    scheduler_params c = config();
+    c.plan_on_events = false;  // as in the actor: plan() is called, and grants arrive later
+    scheduler_core s(c);
+    kv_allocator_core kv(kv_allocator_params_from(c));
+    scheduler_output out;
+    s.enqueue(req(1, {1, 10}, 5), out);
+    EXPECT_FALSE(out.kv_request);
+    s.plan(out);
+    ASSERT_TRUE(out.kv_request);
+    const kv_step_request first = *out.kv_request;
+    ASSERT_EQ(first.admits.size(), 1u);
+    out.clear();
+    // 2 arrives and 1 is cancelled before the grant comes back.
+    s.enqueue(req(2, {1, 11}, 5), out);
+    s.cancel(1, out);
+    EXPECT_FALSE(out.kv_request);
+    EXPECT_FALSE(s.wants_step());
+    out.clear();
+    s.granted(kv.grant(first), out);
+    // 1's blocks were granted but it ended: no step; the scheduler asks again, freeing them, for 2.
+    EXPECT_FALSE(out.step);
+    ASSERT_TRUE(out.kv_request);
+    EXPECT_EQ(out.kv_request->frees, std::vector<int64_t>{1});
+    ASSERT_EQ(out.kv_request->admits.size(), 1u);
+    EXPECT_EQ(out.kv_request->admits[0].seq_id, 2);
+    const kv_step_request second = *out.kv_request;
+    out.clear();
+    s.granted(kv.grant(second), out);
+    ASSERT_TRUE(out.step);
+    EXPECT_EQ(shape(*out.step), (std::vector<planned>{{2, 0, 2, true}})) << show(shape(*out.step));
+    EXPECT_EQ(kv.pool().stats().n_used, 1);
+    EXPECT_EQ(s.kv_pool().n_used, 1);  // the snapshot's KV view, as the grant reported it
 }
 
 }  // namespace

@@ -24,7 +24,7 @@
 
 #include "actors/engine/engine.h"
 #include "actors/engine/engine_params_from.h"
-#include "actors/scheduler/scheduler_core.h"
+#include "actors/scheduler/scheduler_kv_loop.h"
 #include "actors/tokenizer/tokenizer_codec.h"
 #include "core/loader/model_loader.h"
 #include "tests/common/shared_data.h"
@@ -50,7 +50,7 @@ waste_figures kv_waste(int32_t n_requests, uint64_t seed) {
     c.eog_ids = {2};
     c.kv = {16, 4096};  // 65536 positions
     c.prefix_caching = false;
-    scheduler_core s(c);
+    scheduler_kv_loop s(c);
     std::mt19937_64 rng(seed);
     struct job {
         int32_t n_prompt, max_tokens, n_answer;
