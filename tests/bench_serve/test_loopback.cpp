@@ -160,10 +160,15 @@ TEST(loopback, ttft_and_itl_follow_the_servers_pacing_and_the_concurrency_cap_ho
         EXPECT_GE(r.ttft_s, 0.029);
         EXPECT_LT(r.ttft_s, 1.0);
         ASSERT_EQ(r.itl_s.size(), 7u);  // eight token chunks
+        // The server sleeps 10 ms between chunks, but a busy client can read two chunks together after
+        // a late one: single gaps may be short, their sum cannot.
+        double itl_sum = 0;
         for (double g : r.itl_s) {
-            EXPECT_GE(g, 0.008);
+            EXPECT_GE(g, 0.0);
             EXPECT_LT(g, 0.5);
+            itl_sum += g;
         }
+        EXPECT_GE(itl_sum, 7 * 0.009);
         EXPECT_GE(r.e2e_s, r.ttft_s + 7 * 0.009);
     }
     // Three waves of two: the run lasts at least three requests' time.
