@@ -424,7 +424,7 @@ void row_tile(const matmul_weight& w, prepared_x x, const q8_0_pair* pairs, floa
 
 // One weight row at a time (a single sequential stream per thread is what the memory system serves
 // fastest here; interleaving 4 rows measured 3x slower from DRAM), every token of the step in tiles of
-// up to 4 while the row is in L1.
+// up to 4 while the row (or, past 4 tokens, a block of rows) is in cache.
 void rows_avx512(const matmul_weight& w, prepared_x x, float* y, int64_t ldy, int64_t n_tokens, int64_t r0,
                  int64_t r1) {
     static thread_local aligned_buffer pair_buf;
@@ -434,21 +434,29 @@ void rows_avx512(const matmul_weight& w, prepared_x x, float* y, int64_t ldy, in
         pairs = pair_buf.as<q8_0_pair>(static_cast<size_t>(n_tokens * n_pairs(nb)));
         make_q8_0_pairs(static_cast<const uint8_t*>(x.data), x.stride, n_tokens, nb, w.type == ggml_type::q8_0, pairs);
     }
-    for (int64_t r = r0; r < r1; ++r) {
+    // More than one tile of tokens: a block of rows (about 16 KiB) is streamed from memory by the first
+    // tile and served from L1/L2 to the next ones, so each tile's activations are reused across the
+    // block's rows instead of being fetched again for every row.
+    const int64_t block =
+        n_tokens <= 4 ? 1 : std::max<int64_t>(1, (int64_t{16} << 10) / static_cast<int64_t>(w.row_stride));
+    for (int64_t rb = r0; rb < r1; rb += block) {
+        const int64_t re = std::min(r1, rb + block);
         for (int64_t t0 = 0; t0 < n_tokens; t0 += 4) {
-            switch (std::min<int64_t>(4, n_tokens - t0)) {
-                case 1:
-                    row_tile<1>(w, x, pairs, y, ldy, r, t0);
-                    break;
-                case 2:
-                    row_tile<2>(w, x, pairs, y, ldy, r, t0);
-                    break;
-                case 3:
-                    row_tile<3>(w, x, pairs, y, ldy, r, t0);
-                    break;
-                default:
-                    row_tile<4>(w, x, pairs, y, ldy, r, t0);
-                    break;
+            for (int64_t r = rb; r < re; ++r) {
+                switch (std::min<int64_t>(4, n_tokens - t0)) {
+                    case 1:
+                        row_tile<1>(w, x, pairs, y, ldy, r, t0);
+                        break;
+                    case 2:
+                        row_tile<2>(w, x, pairs, y, ldy, r, t0);
+                        break;
+                    case 3:
+                        row_tile<3>(w, x, pairs, y, ldy, r, t0);
+                        break;
+                    default:
+                        row_tile<4>(w, x, pairs, y, ldy, r, t0);
+                        break;
+                }
             }
         }
     }
@@ -909,7 +917,7 @@ const matmul_kernels& avx512_kernels() {
         .gemm_mr = k_mr,
         .gemm_kc = k_kc,
         .rows_float_act = rows_float_act_avx512,
-        .gemm_min_tokens_float_act = 5,
+        .gemm_min_tokens_float_act = 32,
         .gemm_q8 = gemm_q8_avx512,
         .gemm_q8_rows = k_q8_rows,
         .quantize_q8_0 = quantize_q8_0_avx512,

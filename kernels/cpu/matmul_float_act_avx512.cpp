@@ -246,24 +246,31 @@ void rows_float_act_avx512(const matmul_weight& w, const float* x, float* y, int
         xsum = xsum_buf.as<float>(static_cast<size_t>(n_tokens * (n / 32)));
         sums_of_32(x, n, n_tokens, xsum);
     }
-    for (int64_t r = r0; r < r1; ++r) {
+    // Past 4 tokens, a block of rows (about 16 KiB) is streamed once and reused from cache by every tile
+    // of tokens, so each tile's activations are reused across the block instead of refetched per row.
+    const int64_t block =
+        n_tokens <= 4 ? 1 : std::max<int64_t>(1, (int64_t{16} << 10) / static_cast<int64_t>(w.row_stride));
+    for (int64_t rb = r0; rb < r1; rb += block) {
+        const int64_t re = std::min(r1, rb + block);
         for (int64_t t0 = 0; t0 < n_tokens; t0 += 4) {
-            const float* xt = x + t0 * n;
-            const float* st = xsum != nullptr ? xsum + t0 * (n / 32) : nullptr;
-            float* yt = y + t0 * ldy + r;
-            switch (std::min<int64_t>(4, n_tokens - t0)) {
-                case 1:
-                    row_tile<1>(w, xt, st, yt, ldy, r);
-                    break;
-                case 2:
-                    row_tile<2>(w, xt, st, yt, ldy, r);
-                    break;
-                case 3:
-                    row_tile<3>(w, xt, st, yt, ldy, r);
-                    break;
-                default:
-                    row_tile<4>(w, xt, st, yt, ldy, r);
-                    break;
+            for (int64_t r = rb; r < re; ++r) {
+                const float* xt = x + t0 * n;
+                const float* st = xsum != nullptr ? xsum + t0 * (n / 32) : nullptr;
+                float* yt = y + t0 * ldy + r;
+                switch (std::min<int64_t>(4, n_tokens - t0)) {
+                    case 1:
+                        row_tile<1>(w, xt, st, yt, ldy, r);
+                        break;
+                    case 2:
+                        row_tile<2>(w, xt, st, yt, ldy, r);
+                        break;
+                    case 3:
+                        row_tile<3>(w, xt, st, yt, ldy, r);
+                        break;
+                    default:
+                        row_tile<4>(w, xt, st, yt, ldy, r);
+                        break;
+                }
             }
         }
     }
