@@ -18,15 +18,16 @@ struct avx2 {
         for (; i < n; ++i) sum += a[i] * b[i];
         return sum;
     }
-    static void axpby(float* acc, float c, float w, const float* v, int32_t n) {
-        const __m256 vc = _mm256_set1_ps(c);
+    static void axpy(float* acc, float w, const float* v, int32_t n) {
         const __m256 vw = _mm256_set1_ps(w);
         int32_t i = 0;
         for (; i + 8 <= n; i += 8) {
-            const __m256 a = _mm256_mul_ps(_mm256_loadu_ps(acc + i), vc);
-            _mm256_storeu_ps(acc + i, _mm256_fmadd_ps(_mm256_loadu_ps(v + i), vw, a));
+            _mm256_storeu_ps(acc + i, _mm256_fmadd_ps(_mm256_loadu_ps(v + i), vw, _mm256_loadu_ps(acc + i)));
         }
-        for (; i < n; ++i) acc[i] = acc[i] * c + w * v[i];
+        for (; i < n; ++i) acc[i] += w * v[i];
+    }
+    static void exp_shifted(float* s, int32_t n, float m) {
+        for (int32_t i = 0; i < n; ++i) s[i] = expf(s[i] - m);
     }
     static void scale(float* out, const float* acc, float f, int32_t n) {
         const __m256 vf = _mm256_set1_ps(f);

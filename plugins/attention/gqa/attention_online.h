@@ -3,9 +3,10 @@
 // has internal linkage and uses no library templates (no std::vector): a copy built with AVX-512 flags
 // must never be merged at link time with the copy other CPUs run.
 //
-// Per query head, over positions j = 0..pos:   s_j = scale * q . k_j
-//   m = max so far, l = sum of exp(s - m), acc = sum of exp(s - m) * v_j; on a new max the running
-//   l and acc are rescaled by exp(m_old - m_new). out = acc / l.
+// Per query head, over positions j = 0..pos in chunks of 16:   s_j = scale * q . k_j
+//   m = max so far, l = sum of exp(s - m), acc = sum of exp(s - m) * v_j; when a chunk raises the max the
+//   running l and acc are rescaled once by exp(m_old - m_new); the chunk's 16 exponentials are taken
+//   together (one vector exp where the instruction set has one). out = acc / l.
 // The heads of a GQA group are done heads_per_pass at a time, so each K/V row is loaded once per pass.
 #pragma once
 
@@ -16,7 +17,9 @@
 namespace troupe::gqa {
 namespace {
 
-// isa must provide: dot(a, b, n); axpby(acc, c, w, v, n): acc = c * acc + w * v; scale(out, acc, f, n).
+// isa must provide: dot(a, b, n); axpy(acc, w, v, n): acc += w * v; scale(out, acc, f, n): out = f * acc
+// (out may be acc); exp_shifted(s, n, m): s[i] = exp(s[i] - m) for i < n (n <= chunk).
+constexpr int32_t chunk = 16;
 constexpr int32_t prefetch_distance = 8;  // positions
 
 template <class isa>
@@ -40,30 +43,39 @@ void attend_online(const troupe_attention_call& call, int64_t begin, int64_t end
                 l[g] = 0.0f;
             }
             for (int32_t i = 0; i < n_g * hd; ++i) acc[i] = 0.0f;
-            for (int32_t j = 0; j <= pos; ++j) {
-                const size_t off = kv_offset(call, table, j, kv_head);
-                const float* k = call.k_pool + off;
-                const float* v = call.v_pool + off;
-                if (j + prefetch_distance <= pos) {  // rows of one kv head are strided: help the prefetcher
-                    const size_t ahead = kv_offset(call, table, j + prefetch_distance, kv_head);
-                    for (int32_t d = 0; d < hd; d += 16) {
-                        __builtin_prefetch(call.k_pool + ahead + d);
-                        __builtin_prefetch(call.v_pool + ahead + d);
+            alignas(64) float sc[heads_per_pass][chunk];  // this chunk's scores, then their weights
+            for (int32_t j0 = 0; j0 <= pos; j0 += chunk) {
+                const int32_t n = pos + 1 - j0 < chunk ? pos + 1 - j0 : chunk;
+                for (int32_t jj = 0; jj < n; ++jj) {
+                    const int32_t j = j0 + jj;
+                    const float* k = call.k_pool + kv_offset(call, table, j, kv_head);
+                    if (j + prefetch_distance <= pos) {  // rows of one kv head are strided: help the prefetcher
+                        const size_t ahead = kv_offset(call, table, j + prefetch_distance, kv_head);
+                        for (int32_t d = 0; d < hd; d += 16) {
+                            __builtin_prefetch(call.k_pool + ahead + d);
+                            __builtin_prefetch(call.v_pool + ahead + d);
+                        }
+                    }
+                    for (int32_t g = 0; g < n_g; ++g) {
+                        sc[g][jj] = isa::dot(q + static_cast<size_t>(g) * hd, k, hd) * call.scale;
                     }
                 }
                 for (int32_t g = 0; g < n_g; ++g) {
-                    float* a = acc + static_cast<size_t>(g) * hd;
-                    const float s = isa::dot(q + static_cast<size_t>(g) * hd, k, hd) * call.scale;
-                    if (s > m[g]) {
-                        const float c = expf(m[g] - s);  // 0 on the first position (m = -inf)
-                        isa::axpby(a, c, 1.0f, v, hd);
-                        l[g] = l[g] * c + 1.0f;
-                        m[g] = s;
-                    } else {
-                        const float w = expf(s - m[g]);
-                        isa::axpby(a, 1.0f, w, v, hd);
-                        l[g] += w;
+                    float cm = sc[g][0];
+                    for (int32_t jj = 1; jj < n; ++jj) cm = sc[g][jj] > cm ? sc[g][jj] : cm;
+                    if (cm > m[g]) {
+                        const float c = expf(m[g] - cm);  // 0 on the first chunk (m = -inf)
+                        float* a = acc + static_cast<size_t>(g) * hd;
+                        isa::scale(a, a, c, hd);
+                        l[g] *= c;
+                        m[g] = cm;
                     }
+                    isa::exp_shifted(sc[g], n, m[g]);
+                    for (int32_t jj = 0; jj < n; ++jj) l[g] += sc[g][jj];
+                }
+                for (int32_t jj = 0; jj < n; ++jj) {
+                    const float* v = call.v_pool + kv_offset(call, table, j0 + jj, kv_head);
+                    for (int32_t g = 0; g < n_g; ++g) isa::axpy(acc + static_cast<size_t>(g) * hd, sc[g][jj], v, hd);
                 }
             }
             float* out = call.out + head0 * hd;
