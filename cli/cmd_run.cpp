@@ -11,9 +11,8 @@
 #include <string>
 
 #include "actors/engine/engine.h"
+#include "actors/engine/engine_from_model.h"
 #include "actors/engine/engine_params_from.h"
-#include "actors/executor/draft_adapter.h"
-#include "actors/tokenizer/tokenizer_codec.h"
 #include "core/loader/model_loader.h"
 
 #include "cli/commands.h"
@@ -60,11 +59,7 @@ int generate(const engine_config& config, const std::string& prompt) {
         return exit_failure;
     }
     engine_params params = engine_params_from(config);
-    engine_parts parts{std::shared_ptr<model_runner>(std::move(model->runner)), make_tokenizer_codec(model->tok), {}};
-    if (model->spec) {
-        parts.draft = draft_fn_from(model->spec);
-        params.max_draft = max_draft_request;
-    }
+    engine_parts parts = engine_parts_from(*model, params);
     engine eng(std::move(parts), params);
     if (auto st = eng.start(); !st) {
         std::fprintf(stderr, "troupe run: %s\n", st.message().c_str());

@@ -17,9 +17,8 @@
 #include <vector>
 
 #include "actors/engine/engine.h"
+#include "actors/engine/engine_from_model.h"
 #include "actors/engine/engine_params_from.h"
-#include "actors/executor/draft_adapter.h"
-#include "actors/tokenizer/tokenizer_codec.h"
 #include "cli/commands.h"
 #include "cli/engine_flags.h"
 #include "core/config/engine_config.h"
@@ -91,11 +90,7 @@ int serve(engine_config config) {
     server::set_chat_template(sm, model->file->string_or("tokenizer.chat_template", ""));
 
     engine_params params = engine_params_from(config);
-    engine_parts parts{std::shared_ptr<model_runner>(std::move(model->runner)), make_tokenizer_codec(model->tok), {}};
-    if (model->spec) {
-        parts.draft = draft_fn_from(model->spec);
-        params.max_draft = max_draft_request;
-    }
+    engine_parts parts = engine_parts_from(*model, params);
     engine eng(std::move(parts), params);
     if (auto st = eng.start(); !st) {
         std::fprintf(stderr, "troupe serve: %s\n", st.message().c_str());

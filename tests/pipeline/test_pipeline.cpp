@@ -13,8 +13,8 @@
 #include <sstream>
 
 #include "actors/engine/engine.h"
+#include "actors/engine/engine_from_model.h"
 #include "actors/engine/engine_params_from.h"
-#include "actors/executor/draft_adapter.h"
 #include "actors/tokenizer/tokenizer_codec.h"
 #include "core/loader/model_loader.h"
 #include "tests/common/shared_data.h"
@@ -81,11 +81,7 @@ result<running_engine> start_engine(const std::string& model_path, const std::st
     if (!m.ok()) return m.err();
     running_engine r;
     engine_params params = engine_params_from(config);
-    engine_parts parts{std::shared_ptr<model_runner>(std::move(m->runner)), make_tokenizer_codec(m->tok), {}};
-    if (m->spec) {
-        parts.draft = draft_fn_from(m->spec);
-        params.max_draft = max_draft_request;
-    }
+    engine_parts parts = engine_parts_from(*m, params);
     r.model = std::move(*m);
     r.eng = std::make_unique<engine>(std::move(parts), params);
     if (status st = r.eng->start(); !st.ok()) return st.err();
