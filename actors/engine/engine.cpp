@@ -243,6 +243,16 @@ engine_snapshot engine::snapshot() const {
     s.n_refused = n_refused_.load();
     const auto& c = scheduler_->counters();
     s.n_generated_tokens = c.n_tokens.load();
+    {
+        std::lock_guard lock(rate_mutex_);
+        token_samples_.emplace_back(now, s.n_generated_tokens);
+        while (token_samples_.size() > 2 && now - token_samples_[1].first >= std::chrono::minutes(1)) {
+            token_samples_.pop_front();
+        }
+        const double span_s = std::chrono::duration<double>(now - token_samples_.front().first).count();
+        if (span_s >= 0.5)
+            s.tokens_per_s = static_cast<double>(s.n_generated_tokens - token_samples_.front().second) / span_s;
+    }
     s.n_prompt_tokens = c.n_prompt_tokens.load();
     return s;
 }

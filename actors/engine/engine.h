@@ -18,6 +18,7 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <deque>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -143,6 +144,10 @@ private:
     std::unique_ptr<streamer_actor> streamer_;
 
     request_window window_;
+    // (time, generated tokens so far) at each snapshot() of the last minute: the live token rate, which
+    // counts the running requests' tokens too (the window sees a request only when it ends).
+    mutable std::mutex rate_mutex_;
+    mutable std::deque<std::pair<time_point, int64_t>> token_samples_;
     std::atomic<bool> accepting_{false};
     std::atomic<bool> draining_{false};
     std::atomic<bool> stopped_{false};

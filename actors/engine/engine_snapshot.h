@@ -54,10 +54,11 @@ struct engine_snapshot {
     step_view steps;
     // Over a sliding window (the last 5 minutes) of finished requests. NOTE: these summaries hold
     // milliseconds in their *_us fields (median_us is the median in ms); n is the number of requests.
-    latency_summary ttft_ms;    // submit -> first token
-    latency_summary tpot_ms;    // mean time per output token after the first, per request
-    latency_summary e2e_ms;     // submit -> done
-    double tokens_per_s = 0;    // generated tokens per second over the last minute
+    latency_summary ttft_ms;  // submit -> first token
+    latency_summary tpot_ms;  // mean time per output token after the first, per request
+    latency_summary e2e_ms;   // submit -> done
+    double tokens_per_s =
+        0;  // generated tokens per second over the last minute (between snapshot() calls; running requests count)
     double requests_per_s = 0;  // finished requests per second over the last minute
     int64_t n_completed = 0, n_failed = 0, n_cancelled = 0, n_refused = 0;
     int64_t n_generated_tokens = 0, n_prompt_tokens = 0;
