@@ -104,11 +104,13 @@ private:
                            chunk(R"({"choices":[],"usage":{"prompt_tokens":7,"completion_tokens":)" +
                                  std::to_string(max_tokens) + "}}") +
                            chunk("[DONE]") + "0\r\n\r\n";
+        // Counted before the last write: the client may read it, finish and check (or start its next
+        // request) before this coroutine resumes.
+        ++served_;
+        --in_flight_;
         co_await asio::async_write(stream.socket(), asio::buffer(tail), asio::as_tuple(asio::use_awaitable));
         beast::error_code ignored;
         stream.socket().shutdown(tcp::socket::shutdown_send, ignored);
-        --in_flight_;
-        ++served_;
     }
 
     fake_server_params params_;
