@@ -3,6 +3,8 @@
 // walk so that they are reported together with the rest. yaml-cpp throws on malformed YAML: caught here.
 #include "cli/bench_serve/load_config.h"
 
+#include "core/config/yaml_fields.h"
+
 #include <yaml-cpp/yaml.h>
 
 #include <charconv>
@@ -63,31 +65,12 @@ std::string_view name(output_kind k) {
 
 namespace {
 
-struct diagnostics {
-    std::string source;
-    std::vector<std::string> errors;
-
-    void add(const YAML::Node& node, const std::string& path, const std::string& message) {
-        std::string where = source;
-        if (node.IsDefined() && node.Mark().line >= 0) where += ":" + std::to_string(node.Mark().line + 1);
-        errors.push_back(where + ": " + path + ": " + message);
-    }
-};
-
-std::string describe(const YAML::Node& node) {
-    switch (node.Type()) {
-        case YAML::NodeType::Null:
-        case YAML::NodeType::Undefined:
-            return "nothing";
-        case YAML::NodeType::Scalar:
-            return "'" + node.Scalar() + "'";
-        case YAML::NodeType::Sequence:
-            return "a list";
-        case YAML::NodeType::Map:
-            return "a mapping";
-    }
-    return "?";
-}
+using yaml_fields::describe;
+using yaml_fields::diagnostics;
+using yaml_fields::field;
+using yaml_fields::read_bool;
+using yaml_fields::read_map;
+using yaml_fields::read_string;
 
 std::string num(double x) {
     char buf[64];
@@ -95,7 +78,8 @@ std::string num(double x) {
     return std::string(buf, r.ptr);
 }
 
-void read_int(const YAML::Node& n, const std::string& path, diagnostics& d, int32_t& out, int64_t lo, int64_t hi) {
+void read_int(const YAML::Node& n, const std::string& path, const diagnostics& d, int32_t& out, int64_t lo,
+              int64_t hi) {
     int64_t v = 0;
     const std::string s = n.IsScalar() ? n.Scalar() : "";
     auto r = std::from_chars(s.data(), s.data() + s.size(), v);
@@ -106,7 +90,7 @@ void read_int(const YAML::Node& n, const std::string& path, diagnostics& d, int3
     out = static_cast<int32_t>(v);
 }
 
-void read_seed(const YAML::Node& n, const std::string& path, diagnostics& d, uint64_t& out) {
+void read_seed(const YAML::Node& n, const std::string& path, const diagnostics& d, uint64_t& out) {
     uint64_t v = 0;
     const std::string s = n.IsScalar() ? n.Scalar() : "";
     auto r = std::from_chars(s.data(), s.data() + s.size(), v);
@@ -116,7 +100,7 @@ void read_seed(const YAML::Node& n, const std::string& path, diagnostics& d, uin
 }
 
 // A number >= lo (> lo when open), <= hi.
-void read_number(const YAML::Node& n, const std::string& path, diagnostics& d, double& out, double lo, bool open,
+void read_number(const YAML::Node& n, const std::string& path, const diagnostics& d, double& out, double lo, bool open,
                  double hi) {
     double v = 0;
     const std::string s = n.IsScalar() ? n.Scalar() : "";
@@ -129,23 +113,9 @@ void read_number(const YAML::Node& n, const std::string& path, diagnostics& d, d
     out = v;
 }
 
-void read_bool(const YAML::Node& n, const std::string& path, diagnostics& d, bool& out) {
-    if (n.IsScalar()) {
-        const std::string& s = n.Scalar();
-        if (s == "true" || s == "yes" || s == "on") return void(out = true);
-        if (s == "false" || s == "no" || s == "off") return void(out = false);
-    }
-    d.add(n, path, "expected true or false, got " + describe(n));
-}
-
-void read_string(const YAML::Node& n, const std::string& path, diagnostics& d, std::string& out) {
-    if (n.IsNull()) return void(out.clear());
-    if (!n.IsScalar()) return d.add(n, path, "expected a string, got " + describe(n));
-    out = n.Scalar();
-}
-
 template <class E>
-void read_enum(const YAML::Node& n, const std::string& path, diagnostics& d, E& out, std::initializer_list<E> all) {
+void read_enum(const YAML::Node& n, const std::string& path, const diagnostics& d, E& out,
+               std::initializer_list<E> all) {
     std::string valid;
     for (E e : all) valid += (valid.empty() ? "" : ", ") + std::string(name(e));
     if (n.IsScalar()) {
@@ -157,35 +127,9 @@ void read_enum(const YAML::Node& n, const std::string& path, diagnostics& d, E& 
     d.add(n, path, "expected one of " + valid + ", got " + describe(n));
 }
 
-struct field {
-    std::string_view key;
-    std::function<void(const YAML::Node&, const std::string&)> read;
-};
-
-void read_map(const YAML::Node& node, const std::string& path, diagnostics& d, std::initializer_list<field> fields) {
-    if (node.IsNull()) return;
-    if (!node.IsMap())
-        return d.add(node, path.empty() ? "(top level)" : path, "expected a mapping, got " + describe(node));
-    for (const auto& kv : node) {
-        const std::string key = kv.first.IsScalar() ? kv.first.Scalar() : describe(kv.first);
-        const std::string sub = path.empty() ? key : path + "." + key;
-        const field* found = nullptr;
-        for (const auto& f : fields) {
-            if (f.key == key) found = &f;
-        }
-        if (!found) {
-            std::string valid;
-            for (const auto& f : fields) valid += (valid.empty() ? "" : ", ") + std::string(f.key);
-            d.add(kv.first, sub, "unknown key (valid: " + valid + ")");
-            continue;
-        }
-        found->read(kv.second, sub);
-    }
-}
-
 constexpr int64_t max_tokens_limit = 1 << 20;
 
-void read_root(const YAML::Node& root, diagnostics& d, load_config& c) {
+void read_root(const YAML::Node& root, const diagnostics& d, load_config& c) {
     auto& t = c.target;
     auto& a = c.arrivals;
     auto& p = c.prompt;
@@ -289,7 +233,7 @@ YAML::Node node_at(const YAML::Node& root, std::initializer_list<const char*> ke
     return n;
 }
 
-void check_uniform(const YAML::Node& root, diagnostics& d, const char* section, int32_t lo, int32_t hi) {
+void check_uniform(const YAML::Node& root, const diagnostics& d, const char* section, int32_t lo, int32_t hi) {
     const std::string s = section;
     if (lo == 0) d.add(node_at(root, {section, "kind"}), s + ".min_tokens", "required when " + s + ".kind is uniform");
     if (hi == 0) d.add(node_at(root, {section, "kind"}), s + ".max_tokens", "required when " + s + ".kind is uniform");
@@ -299,7 +243,7 @@ void check_uniform(const YAML::Node& root, diagnostics& d, const char* section, 
     }
 }
 
-void check_consistency(const YAML::Node& root, diagnostics& d, const load_config& c) {
+void check_consistency(const YAML::Node& root, const diagnostics& d, const load_config& c) {
     if (c.arrivals.kind != arrival_kind::burst && c.arrivals.rate_per_s <= 0) {
         d.add(node_at(root, {"arrivals", "kind"}), "arrivals.rate_per_s",
               "must be > 0 when arrivals.kind is " + std::string(name(c.arrivals.kind)) + ", got " +
@@ -333,7 +277,8 @@ std::string file_stem(const std::string& path) {
 }  // namespace
 
 result<load_config> parse_load_config(std::string_view yaml_text, std::string_view source) {
-    diagnostics d{std::string(source), {}};
+    std::vector<std::string> errors;
+    const diagnostics d{std::string(source), true, &errors};
     load_config c;
     YAML::Node root;
     try {
@@ -343,10 +288,10 @@ result<load_config> parse_load_config(std::string_view yaml_text, std::string_vi
     }
     read_root(root, d, c);
     check_consistency(root, d, c);
-    if (d.errors.empty()) return c;
-    if (d.errors.size() == 1) return make_error(d.errors[0]);
-    std::string msg = std::string(source) + ": " + std::to_string(d.errors.size()) + " errors:";
-    for (const auto& e : d.errors) msg += "\n  " + e;
+    if (errors.empty()) return c;
+    if (errors.size() == 1) return make_error(errors[0]);
+    std::string msg = std::string(source) + ": " + std::to_string(errors.size()) + " errors:";
+    for (const auto& e : errors) msg += "\n  " + e;
     return make_error(msg);
 }
 

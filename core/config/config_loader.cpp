@@ -3,6 +3,8 @@
 // line. yaml-cpp throws on malformed YAML; that is caught here, at the edge, and becomes a message.
 #include "core/config/config_loader.h"
 
+#include "core/config/yaml_fields.h"
+
 #include <yaml-cpp/yaml.h>
 
 #include <charconv>
@@ -17,34 +19,12 @@
 namespace troupe {
 namespace {
 
-struct diagnostics {
-    std::string source;  // "config.yaml", "--set", "--top-p"
-    bool with_lines;     // file sources carry line numbers
-    std::vector<std::string>* errors;
-
-    void add(const YAML::Node& node, const std::string& path, const std::string& message) const {
-        std::string where = source;
-        if (with_lines && node.IsDefined() && node.Mark().line >= 0)
-            where += ":" + std::to_string(node.Mark().line + 1);
-        errors->push_back(where + ": " + path + ": " + message);
-    }
-};
-
-std::string describe(const YAML::Node& node) {
-    switch (node.Type()) {
-        case YAML::NodeType::Null:
-            return "nothing";
-        case YAML::NodeType::Scalar:
-            return "'" + node.Scalar() + "'";
-        case YAML::NodeType::Sequence:
-            return "a list";
-        case YAML::NodeType::Map:
-            return "a mapping";
-        case YAML::NodeType::Undefined:
-            return "nothing";
-    }
-    return "?";
-}
+using yaml_fields::describe;
+using yaml_fields::diagnostics;
+using yaml_fields::field;
+using yaml_fields::read_bool;
+using yaml_fields::read_map;
+using yaml_fields::read_string;
 
 std::string join(std::initializer_list<std::string_view> names) {
     std::string s;
@@ -126,22 +106,6 @@ void read_float(const YAML::Node& node, const std::string& path, const diagnosti
     out = value;
 }
 
-void read_bool(const YAML::Node& node, const std::string& path, const diagnostics& d, bool& out) {
-    if (node.IsScalar()) {
-        const std::string& s = node.Scalar();
-        if (s == "true" || s == "yes" || s == "on" || s == "True" || s == "TRUE") return void(out = true);
-        if (s == "false" || s == "no" || s == "off" || s == "False" || s == "FALSE") return void(out = false);
-    }
-    d.add(node, path, "expected true or false, got " + describe(node));
-}
-
-// Strings: null reads as the empty string.
-void read_string(const YAML::Node& node, const std::string& path, const diagnostics& d, std::string& out) {
-    if (node.IsNull()) return void(out.clear());
-    if (!node.IsScalar()) return d.add(node, path, "expected a string, got " + describe(node));
-    out = node.Scalar();
-}
-
 template <class E>
 void read_enum(const YAML::Node& node, const std::string& path, const diagnostics& d, E& out,
                std::optional<E> (*parse)(std::string_view), std::initializer_list<std::string_view> valid) {
@@ -157,35 +121,6 @@ void read_list(const YAML::Node& node, const std::string& path, const diagnostic
     if (node.IsScalar()) return read_item(node, path);
     if (!node.IsSequence()) return d.add(node, path, "expected a list, got " + describe(node));
     for (size_t i = 0; i < node.size(); ++i) read_item(node[i], path + "[" + std::to_string(i) + "]");
-}
-
-using field_reader = std::function<void(const YAML::Node&, const std::string&)>;
-struct field {
-    std::string_view key;
-    field_reader read;
-};
-
-// A mapping with known keys; every other key is reported with the valid ones.
-void read_map(const YAML::Node& node, const std::string& path, const diagnostics& d,
-              std::initializer_list<field> fields) {
-    if (node.IsNull()) return;
-    if (!node.IsMap())
-        return d.add(node, path.empty() ? "(top level)" : path, "expected a mapping, got " + describe(node));
-    for (const auto& kv : node) {
-        const std::string key = kv.first.IsScalar() ? kv.first.Scalar() : describe(kv.first);
-        const std::string sub = path.empty() ? key : path + "." + key;
-        const field* found = nullptr;
-        for (const auto& f : fields) {
-            if (f.key == key) found = &f;
-        }
-        if (!found) {
-            std::string valid;
-            for (const auto& f : fields) valid += (valid.empty() ? "" : ", ") + std::string(f.key);
-            d.add(kv.first, sub, "unknown key (valid: " + valid + ")");
-            continue;
-        }
-        found->read(kv.second, sub);
-    }
 }
 
 // Deep merge of plugin params: mappings merge by key, anything else replaces. Builds a fresh node so
