@@ -1,35 +1,12 @@
 #include "core/tokenizer/bpe_encoder.h"
 
 #include <algorithm>
-#include <queue>
 #include <string>
 
+#include "core/tokenizer/pair_merge.h"
 #include "core/tokenizer/utf8.h"
 
 namespace troupe::tok {
-namespace {
-
-struct symbol {
-    size_t offset;
-    size_t n;  // 0 once merged into its left neighbour
-    int prev;
-    int next;
-};
-
-struct bigram {
-    int left;
-    int right;
-    int32_t rank;
-    size_t size;
-};
-
-struct bigram_order {
-    bool operator()(const bigram& a, const bigram& b) const {
-        return a.rank > b.rank || (a.rank == b.rank && a.left > b.left);
-    }
-};
-
-}  // namespace
 
 void bpe_encode_word(const vocab& v, std::string_view word, std::vector<int32_t>& out) {
     if (word.empty()) return;
@@ -39,46 +16,20 @@ void bpe_encode_word(const vocab& v, std::string_view word, std::vector<int32_t>
             return;
         }
     }
-    std::vector<symbol> symbols;
-    symbols.reserve(word.size());
-    for (size_t offset = 0; offset < word.size();) {
-        const size_t n = std::min(utf8_sequence_length(static_cast<uint8_t>(word[offset])), word.size() - offset);
-        const int index = static_cast<int>(symbols.size());
-        symbols.push_back({offset, n, index - 1, offset + n == word.size() ? -1 : index + 1});
-        offset += n;
-    }
-
-    std::priority_queue<bigram, std::vector<bigram>, bigram_order> queue;
     std::string key;
-    const auto try_add = [&](int left, int right) {
-        if (left < 0 || right < 0) return;
-        const symbol& l = symbols[left];
-        const symbol& r = symbols[right];
-        key.assign(word.substr(l.offset, l.n));
+    const auto rank = [&](std::string_view left, std::string_view right) -> std::optional<int32_t> {
+        key.assign(left);
         key += ' ';
-        key.append(word.substr(r.offset, r.n));
+        key.append(right);
         auto it = v.merge_ranks.find(key);
-        if (it == v.merge_ranks.end()) return;
-        queue.push({left, right, it->second, l.n + r.n});
+        if (it == v.merge_ranks.end()) return std::nullopt;
+        return it->second;
     };
-    for (int i = 1; i < static_cast<int>(symbols.size()); ++i) try_add(i - 1, i);
-
-    while (!queue.empty()) {
-        const bigram b = queue.top();
-        queue.pop();
-        symbol& l = symbols[b.left];
-        symbol& r = symbols[b.right];
-        if (l.n == 0 || r.n == 0 || l.n + r.n != b.size) continue;
-        l.n += r.n;
-        r.n = 0;
-        l.next = r.next;
-        if (r.next >= 0) symbols[r.next].prev = b.left;
-        try_add(l.prev, b.left);
-        try_add(b.left, l.next);
-    }
+    const std::vector<merge_symbol> symbols =
+        merge_pairs<int32_t>(word, rank, [](int32_t a, int32_t b) { return a < b; });  // lower rank first
 
     for (int i = 0; i != -1; i = symbols[i].next) {
-        const symbol& s = symbols[i];
+        const merge_symbol& s = symbols[i];
         const std::string_view piece = word.substr(s.offset, s.n);
         if (const int32_t id = v.find(piece); id >= 0) {
             out.push_back(id);
