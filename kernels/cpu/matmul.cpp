@@ -6,6 +6,7 @@
 #include "kernels/cpu/aligned_buffer.h"
 #include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/matmul_kernels.h"
+#include "kernels/cpu/q8_panels_kernels.h"
 #include "kernels/fp16.h"
 
 namespace troupe::cpu {
@@ -124,6 +125,10 @@ void matmul_impl(const matmul_weight& w, const float* x, float* y, int64_t n_tok
     TROUPE_ASSERT(w.n_in % traits(w.type).block_size == 0, "matmul: n_in is not a multiple of the block size");
     TROUPE_ASSERT(w.row_stride >= row_bytes(w.type, w.n_in));
     if (n_tokens <= 0 || w.n_out <= 0) return;
+    if (detail::q8_panels_active(w, recipe)) {  // pre-packed Q8_0 / Q4_0 panels: one kernel for every n_tokens
+        detail::matmul_q8_panels(w, x, y, n_tokens, split);
+        return;
+    }
     const detail::matmul_kernels& k = active_kernels();
     const int64_t n = w.n_in;
     const bool use_gemm = n_tokens >= gemm_threshold(k, w.type, recipe);

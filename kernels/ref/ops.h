@@ -29,7 +29,8 @@ struct matmul_weight {
     const void* data;  // [n_out] rows of row_stride bytes
     int64_t n_in;
     int64_t n_out;
-    size_t row_stride;  // bytes between rows, >= row_bytes(type, n_in)
+    size_t row_stride;             // bytes between rows, >= row_bytes(type, n_in)
+    const void* panels = nullptr;  // the q8 panel form (cpu::pack_q8_panels) or null; data stays valid too
 };
 
 // Whether matmul / embedding support this weight type.

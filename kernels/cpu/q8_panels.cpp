@@ -1,0 +1,122 @@
+// Packing of Q8_0 / Q4_0 weights into row panels (layout in q8_panels.h) and the matmul driver of the panel
+// kernels. Packing runs once at load, in portable C++; the products are in q8_panels_avx512.cpp.
+#include "kernels/cpu/q8_panels.h"
+
+#include <algorithm>
+#include <cstring>
+#include <string>
+
+#include "core/result.h"
+#include "kernels/cpu/aligned_buffer.h"
+#include "kernels/cpu/cpu_features.h"
+#include "kernels/cpu/q8_panels_kernels.h"
+
+namespace troupe::cpu {
+namespace detail {
+namespace {
+
+bool is_panel_type(ggml_type type) {
+    return type == ggml_type::q8_0 || type == ggml_type::q4_0;
+}
+
+// Writes panel p of w at dst (geometry g; dst zeroed by the caller, so padding rows stay zero).
+void pack_panel(const matmul_weight& w, const q8_panel_geometry& g, int64_t p, uint8_t* dst) {
+    const bool q8 = w.type == ggml_type::q8_0;
+    const size_t block_bytes = q8 ? sizeof(block_q8_0) : sizeof(block_q4_0);
+    const int64_t n_rows = std::min<int64_t>(k_panel_rows, w.n_out - p * k_panel_rows);
+    for (int64_t b = 0; b < g.n_blocks; ++b) {
+        uint8_t* group = dst + static_cast<size_t>(b / 2) * g.group_bytes;
+        auto* scales = reinterpret_cast<uint16_t*>(group) + k_panel_rows * (b % 2);  // [16 rows] fp16
+        uint8_t* quads = group + 64 + static_cast<size_t>(b % 2) * g.quads * 64;     // [Q][16 rows][4]
+        for (int64_t r = 0; r < n_rows; ++r) {
+            const uint8_t* src = static_cast<const uint8_t*>(w.data) +
+                                 static_cast<size_t>(p * k_panel_rows + r) * w.row_stride + b * block_bytes;
+            uint16_t d;
+            std::memcpy(&d, src, sizeof d);  // both block types start with the fp16 scale
+            scales[r] = d;
+            const uint8_t* qs = src + sizeof d;
+            for (int q = 0; q < g.quads; ++q) {
+                for (int j = 0; j < 4; ++j) {
+                    const uint8_t byte = qs[4 * q + j];
+                    quads[q * 64 + r * 4 + j] = q8 ? static_cast<uint8_t>(byte ^ 0x80) : byte;
+                }
+            }
+        }
+    }
+}
+
+}  // namespace
+
+q8_panel_geometry q8_panel_geometry_of(ggml_type type, int64_t n_in, int64_t n_out) {
+    TROUPE_ASSERT(is_panel_type(type), "q8 panels: weight type " + std::string(traits(type).name) +
+                                           " has no panel form (Q8_0 or Q4_0 only)");
+    TROUPE_ASSERT(n_in % qk8_0 == 0, "q8 panels: n_in " + std::to_string(n_in) + " is not a multiple of 32");
+    q8_panel_geometry g;
+    g.quads = type == ggml_type::q8_0 ? 8 : 4;
+    g.group_bytes = 64 + 2 * static_cast<size_t>(g.quads) * 64;
+    g.n_blocks = n_in / qk8_0;
+    g.panel_bytes = static_cast<size_t>(g.n_blocks / 2) * g.group_bytes +
+                    (g.n_blocks % 2 ? 64 + static_cast<size_t>(g.quads) * 64 : 0);
+    g.n_panels = (n_out + k_panel_rows - 1) / k_panel_rows;
+    return g;
+}
+
+bool q8_panels_active(const matmul_weight& w, activation_recipe recipe) {
+    return w.panels != nullptr && q8_panels_supported(w.type, recipe);
+}
+
+void matmul_q8_panels(const matmul_weight& w, const float* x, float* y, int64_t n_tokens,
+                      const parallel_for_fn& parallel_for) {
+    const q8_panel_geometry g = q8_panel_geometry_of(w.type, w.n_in, w.n_out);
+    // Activations once per call, [n_blocks][n_tokens]: a tile's tokens are adjacent for every block.
+    static thread_local aligned_buffer x_buffer;
+    auto* xq = x_buffer.as<q8_act_block>(static_cast<size_t>(g.n_blocks * n_tokens));
+    const auto prepare = [&](int64_t t0, int64_t t1) {
+        for (int64_t t = t0; t < t1; ++t) q8_panels_prepare_avx512(x + t * w.n_in, w.n_in, w.type, xq + t, n_tokens);
+    };
+    // Small products run on the calling thread: the hand-over to a worker would cost more than the work.
+    constexpr int64_t k_inline_macs = 32 * 1024;
+    const bool inline_call = w.n_out * w.n_in * n_tokens < k_inline_macs;
+    if (n_tokens >= 8 && !inline_call) {
+        parallel_for(n_tokens, prepare);
+    } else {
+        prepare(0, n_tokens);
+    }
+    if (inline_call) {
+        q8_panels_product_avx512(w, xq, n_tokens, y, 0, g.n_panels);
+    } else {
+        parallel_for(g.n_panels, [&](int64_t p0, int64_t p1) { q8_panels_product_avx512(w, xq, n_tokens, y, p0, p1); });
+    }
+}
+
+}  // namespace detail
+
+bool q8_panels_supported(ggml_type type, activation_recipe recipe) {
+    return detail::is_panel_type(type) && recipe == activation_recipe::quantized &&
+           active_level() == dispatch_level::avx512;
+}
+
+size_t q8_panels_bytes(const matmul_weight& w) {
+    const detail::q8_panel_geometry g = detail::q8_panel_geometry_of(w.type, w.n_in, w.n_out);
+    return static_cast<size_t>(g.n_panels) * g.panel_bytes;
+}
+
+void pack_q8_panels(const matmul_weight& w, void* dst, thread_pool* pool) {
+    TROUPE_ASSERT(reinterpret_cast<uintptr_t>(dst) % 64 == 0, "pack_q8_panels: dst is not 64-byte aligned");
+    const detail::q8_panel_geometry g = detail::q8_panel_geometry_of(w.type, w.n_in, w.n_out);
+    auto* out = static_cast<uint8_t*>(dst);
+    const auto pack = [&](int64_t p0, int64_t p1) {
+        for (int64_t p = p0; p < p1; ++p) {
+            uint8_t* panel = out + static_cast<size_t>(p) * g.panel_bytes;
+            std::memset(panel, 0, g.panel_bytes);
+            detail::pack_panel(w, g, p, panel);
+        }
+    };
+    if (pool != nullptr) {
+        pool->parallel_for(g.n_panels, pack);
+    } else {
+        pack(0, g.n_panels);
+    }
+}
+
+}  // namespace troupe::cpu

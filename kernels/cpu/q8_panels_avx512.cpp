@@ -1,0 +1,178 @@
+// The panel kernels (q8_panels.h has the layout), AVX-512 VNNI: compiled with those flags only
+// (kernels/CMakeLists.txt, plus -ffp-contract=off so the per-block multiply and add stay two roundings, as in
+// ref::matmul) and called only where cpu_features says they exist.
+//
+// Micro-tile: one panel (16 rows) x M tokens. Per block, per token: an int32 zmm starts at the token's
+// correction -offset * sum(x_block), takes 8 vpdpbusd (weight quad in a register, the token's 4 activation
+// bytes broadcast from memory), then y += float(sum) * (d_w * d_x) with d_w the 16 rows' scales. No horizontal
+// reductions; each lane is one output, summed over blocks in order, so the result equals ref::matmul bit for
+// bit. Registers: M int sums + M float sums + a weight quad (+ its two nibble halves for Q4_0), so M <= 12.
+//
+// Loop order: a chunk of tokens whose activations fit in L2 outermost, then the panels of the work item, then
+// the tiles of M tokens: a panel (13 KB for n_in 768) is read from memory once per chunk and from L1 for the
+// other tiles. The first tile of a panel prefetches ahead along the contiguous panels (decode is a stream).
+#include "kernels/cpu/q8_panels_kernels.h"
+
+#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__) && defined(__AVX512VNNI__)
+
+#include <immintrin.h>
+
+#include <algorithm>
+#include <array>
+#include <cstring>
+#include <utility>
+
+#include "kernels/cpu/aligned_buffer.h"
+#include "kernels/cpu/matmul_kernels.h"
+
+namespace troupe::cpu::detail {
+namespace {
+
+constexpr int k_max_tile = 12;                   // tokens per micro-tile at most
+constexpr int k_prefetch_distance = 8192;        // bytes ahead of the loads (as the row kernels)
+constexpr size_t k_chunk_act_bytes = 256 << 10;  // activations per token chunk (L2 share)
+
+inline int32_t load_i32(const int8_t* p) {
+    int32_t v;
+    std::memcpy(&v, p, sizeof v);
+    return v;
+}
+
+// Adds float(sum) * (d_w * d_x) of one block to acc, for the M tokens at xb (adjacent blocks).
+template <int Q, int M>
+__attribute__((always_inline)) inline void block_step(const uint8_t* quads, __m512 dw, const q8_act_block* xb,
+                                                      __m512 (&acc)[M]) {
+    __m512i s[M];
+#pragma GCC unroll 12
+    for (int m = 0; m < M; ++m) s[m] = _mm512_set1_epi32(xb[m].neg_corr);
+    if constexpr (Q == 8) {
+#pragma GCC unroll 8
+        for (int q = 0; q < 8; ++q) {
+            const __m512i wq = _mm512_load_si512(quads + 64 * q);
+#pragma GCC unroll 12
+            for (int m = 0; m < M; ++m)
+                s[m] = _mm512_dpbusd_epi32(s[m], wq, _mm512_set1_epi32(load_i32(xb[m].qs + 4 * q)));
+        }
+    } else {
+        const __m512i low4 = _mm512_set1_epi8(0x0f);
+#pragma GCC unroll 4
+        for (int q = 0; q < 4; ++q) {
+            const __m512i v = _mm512_load_si512(quads + 64 * q);
+            const __m512i lo = _mm512_and_si512(v, low4);                        // elements 4q .. 4q + 3
+            const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), low4);  // elements 16 + 4q ..
+#pragma GCC unroll 12
+            for (int m = 0; m < M; ++m) {
+                s[m] = _mm512_dpbusd_epi32(s[m], lo, _mm512_set1_epi32(load_i32(xb[m].qs + 4 * q)));
+                s[m] = _mm512_dpbusd_epi32(s[m], hi, _mm512_set1_epi32(load_i32(xb[m].qs + 16 + 4 * q)));
+            }
+        }
+    }
+#pragma GCC unroll 12
+    for (int m = 0; m < M; ++m) {
+        const __m512 scale = _mm512_mul_ps(dw, _mm512_set1_ps(xb[m].d));
+        acc[m] = _mm512_add_ps(acc[m], _mm512_mul_ps(_mm512_cvtepi32_ps(s[m]), scale));
+    }
+}
+
+inline void prefetch_ahead(const uint8_t* p, size_t n_bytes) {
+    for (size_t i = 0; i < n_bytes; i += 64)
+        _mm_prefetch(reinterpret_cast<const char*>(p) + k_prefetch_distance + i, _MM_HINT_T0);
+}
+
+// y[m * ldy + r] for m < M, lanes r in `rows`: panel (nb blocks, groups of group_bytes) times the tokens'
+// blocks x[b * x_stride + m].
+template <int Q, int M>
+void panel_tile(const uint8_t* panel, int64_t nb, size_t group_bytes, const q8_act_block* x, int64_t x_stride, float* y,
+                int64_t ldy, __mmask16 rows, bool prefetch) {
+    __m512 acc[M];
+#pragma GCC unroll 12
+    for (int m = 0; m < M; ++m) acc[m] = _mm512_setzero_ps();
+    int64_t b = 0;
+    for (const uint8_t* group = panel; b < nb; b += 2, group += group_bytes) {
+        if (prefetch) prefetch_ahead(group, group_bytes);
+        const __m512 scales = _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(group)));
+        block_step<Q, M>(group + 64, scales, x + b * x_stride, acc);
+        if (b + 1 < nb) {
+            const __m512 scales1 = _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(group) + 1));
+            block_step<Q, M>(group + 64 + Q * 64, scales1, x + (b + 1) * x_stride, acc);
+        }
+    }
+#pragma GCC unroll 12
+    for (int m = 0; m < M; ++m) _mm512_mask_storeu_ps(y + m * ldy, rows, acc[m]);
+}
+
+using tile_fn = void (*)(const uint8_t*, int64_t, size_t, const q8_act_block*, int64_t, float*, int64_t, __mmask16,
+                         bool);
+
+template <int Q, size_t... I>
+constexpr std::array<tile_fn, sizeof...(I)> tile_table(std::index_sequence<I...>) {
+    return {&panel_tile<Q, static_cast<int>(I) + 1>...};
+}
+
+constexpr auto k_q8_tiles = tile_table<8>(std::make_index_sequence<k_max_tile>());
+constexpr auto k_q4_tiles = tile_table<4>(std::make_index_sequence<k_max_tile>());
+
+}  // namespace
+
+void q8_panels_prepare_avx512(const float* x, int64_t n_in, ggml_type type, q8_act_block* out, int64_t stride) {
+    const int64_t nb = n_in / qk8_0;
+    static thread_local aligned_buffer row_buffer;
+    auto* q = row_buffer.as<block_q8_0>(static_cast<size_t>(nb));
+    avx512_kernels().quantize_q8_0(x, q, n_in);  // bit-exact with ref::quantize_row_q8_0
+    const int32_t offset = type == ggml_type::q8_0 ? 128 : 8;
+    for (int64_t b = 0; b < nb; ++b) {
+        q8_act_block& a = out[b * stride];
+        std::memcpy(a.qs, q[b].qs, qk8_0);
+        int32_t sum = 0;
+        for (int i = 0; i < qk8_0; ++i) sum += q[b].qs[i];
+        a.d = _cvtsh_ss(q[b].d);
+        a.neg_corr = -offset * sum;
+    }
+}
+
+void q8_panels_product_avx512(const matmul_weight& w, const q8_act_block* x, int64_t n_tokens, float* y, int64_t p0,
+                              int64_t p1) {
+    const q8_panel_geometry g = q8_panel_geometry_of(w.type, w.n_in, w.n_out);
+    const auto& tiles = w.type == ggml_type::q8_0 ? k_q8_tiles : k_q4_tiles;
+    const auto* panels = static_cast<const uint8_t*>(w.panels);
+    const int64_t chunk = std::max<int64_t>(
+        k_max_tile, static_cast<int64_t>(k_chunk_act_bytes / (static_cast<size_t>(g.n_blocks) * sizeof(q8_act_block))));
+    for (int64_t c0 = 0; c0 < n_tokens; c0 += chunk) {
+        const int64_t nc = std::min(chunk, n_tokens - c0);
+        // Tiles of equal size (within one) rather than full tiles and a small rest.
+        const int64_t n_tiles = (nc + k_max_tile - 1) / k_max_tile;
+        const int64_t base = nc / n_tiles, n_longer = nc % n_tiles;
+        for (int64_t p = p0; p < p1; ++p) {
+            const int64_t n_rows = std::min<int64_t>(k_panel_rows, w.n_out - p * k_panel_rows);
+            const auto rows = static_cast<__mmask16>(n_rows >= 16 ? 0xffff : (1u << n_rows) - 1);
+            const uint8_t* panel = panels + static_cast<size_t>(p) * g.panel_bytes;
+            int64_t t0 = c0;
+            for (int64_t i = 0; i < n_tiles; ++i) {
+                const int64_t m = base + (i < n_longer ? 1 : 0);
+                tiles[m - 1](panel, g.n_blocks, g.group_bytes, x + t0, n_tokens, y + t0 * w.n_out + p * k_panel_rows,
+                             w.n_out, rows, i == 0);
+                t0 += m;
+            }
+        }
+    }
+}
+
+}  // namespace troupe::cpu::detail
+
+#else  // built without AVX-512 flags (another architecture): q8_panels_supported is false, never called
+
+#include "core/result.h"
+
+namespace troupe::cpu::detail {
+
+void q8_panels_prepare_avx512(const float*, int64_t, ggml_type, q8_act_block*, int64_t) {
+    TROUPE_ASSERT(false, "q8 panels: built without AVX-512");
+}
+
+void q8_panels_product_avx512(const matmul_weight&, const q8_act_block*, int64_t, float*, int64_t, int64_t) {
+    TROUPE_ASSERT(false, "q8 panels: built without AVX-512");
+}
+
+}  // namespace troupe::cpu::detail
+
+#endif

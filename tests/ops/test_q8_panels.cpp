@@ -1,0 +1,154 @@
+// Q8_0 / Q4_0 weights packed into row panels (kernels/cpu/q8_panels.h) against the reference recipe:
+// cpu::matmul with panels set must equal ref::matmul bit for bit (same int sums per block, the same float
+// operations in block order), and stay within the row path's tolerance of it, for row counts that are not a
+// multiple of 16, every token count 1..33 and 512, odd block counts and padded row strides, with 1 and 2
+// threads.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+
+#include "kernels/cpu/aligned_buffer.h"
+#include "kernels/cpu/matmul.h"
+#include "kernels/cpu/q8_panels.h"
+#include "kernels/ref/ops.h"
+#include "ops_test_util.h"
+
+namespace troupe {
+namespace {
+
+using testing::make_weight;
+using testing::random_floats;
+
+// A test weight with its panel form.
+struct panel_weight {
+    testing::test_weight base;
+    cpu::aligned_buffer panel_bytes;
+    matmul_weight with_panels;
+};
+
+void pack(panel_weight& pw, cpu::thread_pool* pool) {
+    pw.with_panels = pw.base.view;
+    void* dst = pw.panel_bytes.reserve(cpu::q8_panels_bytes(pw.base.view));
+    cpu::pack_q8_panels(pw.base.view, dst, pool);
+    pw.with_panels.panels = dst;
+}
+
+bool panels_run_here(ggml_type type) {
+    return cpu::q8_panels_supported(type, cpu::activation_recipe::quantized);
+}
+
+struct shape_case {
+    int64_t n_in, n_out;
+    size_t extra_stride;
+};
+
+class q8_panels_types : public ::testing::TestWithParam<ggml_type> {};
+
+TEST_P(q8_panels_types, equal_the_reference_recipe_bit_for_bit_at_every_token_count_and_thread_count) {
+    const ggml_type type = GetParam();
+    if (!panels_run_here(type)) GTEST_SKIP() << "no AVX-512 VNNI: the panel kernels do not run on this CPU";
+    cpu::thread_pool one(1), two(2);
+    std::vector<int64_t> token_counts;
+    for (int64_t t = 1; t <= 33; ++t) token_counts.push_back(t);
+    token_counts.push_back(512);
+    const shape_case shapes[] = {{32, 1, 0}, {96, 17, 6}, {256, 67, 0}, {768, 40, 0}};
+    uint32_t seed = 11;
+    for (const shape_case& s : shapes) {
+        panel_weight pw{make_weight(type, s.n_in, s.n_out, seed++, s.extra_stride), {}, {}};
+        pack(pw, &two);
+        for (int64_t n_tokens : token_counts) {
+            if (n_tokens == 512 && s.n_in > 256) continue;  // keeps the reference's cost down
+            SCOPED_TRACE(std::string(traits(type).name) + " n_in " + std::to_string(s.n_in) + " n_out " +
+                         std::to_string(s.n_out) + " n_tokens " + std::to_string(n_tokens));
+            const auto x = random_floats(n_tokens * s.n_in, seed++);
+            std::vector<float> y_ref(n_tokens * s.n_out), y1(y_ref.size(), NAN), y2(y_ref.size(), NAN);
+            ref::matmul(pw.base.view, x.data(), y_ref.data(), n_tokens);
+            cpu::matmul(pw.with_panels, x.data(), y1.data(), n_tokens, one);
+            cpu::matmul(pw.with_panels, x.data(), y2.data(), n_tokens, two);
+            for (size_t i = 0; i < y_ref.size(); ++i) {
+                ASSERT_EQ(y1[i], y_ref[i]) << "1 thread, output " << i;
+                ASSERT_EQ(y2[i], y_ref[i]) << "2 threads, output " << i;
+            }
+        }
+    }
+}
+
+TEST_P(q8_panels_types, agree_with_the_row_kernels_within_float_rounding) {
+    const ggml_type type = GetParam();
+    if (!panels_run_here(type)) GTEST_SKIP() << "no AVX-512 VNNI: the panel kernels do not run on this CPU";
+    cpu::thread_pool pool(2);
+    const int64_t n_in = 512, n_out = 83;
+    panel_weight pw{make_weight(type, n_in, n_out, 5), {}, {}};
+    pack(pw, nullptr);
+    for (int64_t n_tokens : {1, 3, 16, 40}) {
+        const auto x = random_floats(n_tokens * n_in, 9);
+        std::vector<float> rows(n_tokens * n_out), panels(rows.size());
+        cpu::matmul(pw.base.view, x.data(), rows.data(), n_tokens, pool);
+        cpu::matmul(pw.with_panels, x.data(), panels.data(), n_tokens, pool);
+        for (int64_t t = 0; t < n_tokens; ++t) {
+            for (int64_t r = 0; r < n_out; ++r) {
+                double bound = 0;  // sum_k |w_k x_k|: the scale of float rounding differences
+                for (int64_t k = 0; k < n_in; ++k)
+                    bound += std::fabs(pw.base.dequantized[r * n_in + k] * x[t * n_in + k]);
+                const size_t i = t * n_out + r;
+                ASSERT_LE(std::fabs(panels[i] - rows[i]), 4e-6 * bound)
+                    << "n_tokens " << n_tokens << " output " << i << ": " << panels[i] << " vs rows " << rows[i];
+            }
+        }
+    }
+}
+
+INSTANTIATE_TEST_SUITE_P(panel_types, q8_panels_types, ::testing::Values(ggml_type::q8_0, ggml_type::q4_0),
+                         [](const auto& info) { return std::string(traits(info.param).name); });
+
+TEST(q8_panels, size_is_the_original_row_bytes_rounded_up_to_whole_panels_and_cache_lines) {
+    // Q8_0: 2 blocks of 16 rows = 64 B of scales + 16 zmm = 17 lines = 16 * 2 * 34 B.
+    const matmul_weight q8{ggml_type::q8_0, nullptr, 768, 768, row_bytes(ggml_type::q8_0, 768)};
+    EXPECT_EQ(cpu::q8_panels_bytes(q8), 768u * row_bytes(ggml_type::q8_0, 768));
+    const matmul_weight q4{ggml_type::q4_0, nullptr, 2048, 32, row_bytes(ggml_type::q4_0, 2048)};
+    EXPECT_EQ(cpu::q8_panels_bytes(q4), 32u * row_bytes(ggml_type::q4_0, 2048));
+    // 17 rows -> 2 panels; 3 blocks -> a full group (1088 B) and a half one (64 + 512 B).
+    const matmul_weight odd{ggml_type::q8_0, nullptr, 96, 17, row_bytes(ggml_type::q8_0, 96)};
+    EXPECT_EQ(cpu::q8_panels_bytes(odd), 2u * (1088 + 576));
+}
+
+TEST(q8_panels, packing_with_a_pool_writes_the_same_bytes_as_without) {
+    cpu::thread_pool pool(2);
+    for (ggml_type type : {ggml_type::q8_0, ggml_type::q4_0}) {
+        const auto w = make_weight(type, 160, 70, 3, 4);
+        const size_t n = cpu::q8_panels_bytes(w.view);
+        cpu::aligned_buffer a, b;
+        std::memset(a.reserve(n), 0xab, n);
+        std::memset(b.reserve(n), 0xcd, n);
+        cpu::pack_q8_panels(w.view, a.reserve(n), nullptr);
+        cpu::pack_q8_panels(w.view, b.reserve(n), &pool);
+        EXPECT_EQ(0, std::memcmp(a.reserve(n), b.reserve(n), n)) << traits(type).name;
+    }
+}
+
+TEST(q8_panels, are_supported_only_for_q8_0_and_q4_0_with_quantized_activations) {
+    EXPECT_FALSE(cpu::q8_panels_supported(ggml_type::q4_k, cpu::activation_recipe::quantized));
+    EXPECT_FALSE(cpu::q8_panels_supported(ggml_type::f32, cpu::activation_recipe::quantized));
+    EXPECT_FALSE(cpu::q8_panels_supported(ggml_type::q8_0, cpu::activation_recipe::float32));
+    const bool avx512 = cpu::active_level() == cpu::dispatch_level::avx512;
+    EXPECT_EQ(cpu::q8_panels_supported(ggml_type::q8_0, cpu::activation_recipe::quantized), avx512);
+    EXPECT_EQ(cpu::q8_panels_supported(ggml_type::q4_0, cpu::activation_recipe::quantized), avx512);
+}
+
+TEST(q8_panels, a_weight_with_panels_falls_back_to_its_rows_below_the_avx512_level) {
+    cpu::thread_pool pool(2);
+    const int64_t n_in = 96, n_out = 17, n_tokens = 3;
+    panel_weight pw{make_weight(ggml_type::q8_0, n_in, n_out, 21), {}, {}};
+    pack(pw, nullptr);
+    const auto x = random_floats(n_tokens * n_in, 4);
+    std::vector<float> a(n_tokens * n_out), b(a.size());
+    testing::scoped_level scalar(cpu::dispatch_level::scalar);
+    EXPECT_FALSE(cpu::q8_panels_supported(ggml_type::q8_0, cpu::activation_recipe::quantized));
+    cpu::matmul(pw.base.view, x.data(), a.data(), n_tokens, pool);
+    cpu::matmul(pw.with_panels, x.data(), b.data(), n_tokens, pool);
+    EXPECT_EQ(a, b);
+}
+
+}  // namespace
+}  // namespace troupe
