@@ -328,6 +328,11 @@ void read_config(const YAML::Node& root, const diagnostics& d, engine_config& c)
                                    read_enum<kernel_activations>(n2, p2, d, c.kernels.activations,
                                                                  parse_kernel_activations, {"quantized", "float"});
                                }},
+                              {"weights",
+                               [&](auto& n2, auto& p2) {
+                                   read_enum<weight_memory>(n2, p2, d, c.kernels.weights, parse_weight_memory,
+                                                            {"copy", "mmap"});
+                               }},
                           });
              }},
             {"plugins",

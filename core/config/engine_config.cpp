@@ -158,6 +158,22 @@ std::optional<kernel_activations> parse_kernel_activations(std::string_view name
     return std::nullopt;
 }
 
+std::string_view weight_memory_name(weight_memory w) {
+    switch (w) {
+        case weight_memory::copy:
+            return "copy";
+        case weight_memory::mmap:
+            return "mmap";
+    }
+    return "?";
+}
+
+std::optional<weight_memory> parse_weight_memory(std::string_view name) {
+    if (name == "copy") return weight_memory::copy;
+    if (name == "mmap") return weight_memory::mmap;
+    return std::nullopt;
+}
+
 std::optional<log_level> parse_log_level(std::string_view name) {
     for (log_level l : {log_level::debug, log_level::info, log_level::warn, log_level::error}) {
         if (log_level_name(l) == name) return l;
@@ -269,6 +285,7 @@ std::string to_yaml(const engine_config& c) {
 
     out << YAML::Key << "kernels" << YAML::Value << YAML::BeginMap;
     out << YAML::Key << "activations" << YAML::Value << std::string(kernel_activations_name(c.kernels.activations));
+    out << YAML::Key << "weights" << YAML::Value << std::string(weight_memory_name(c.kernels.weights));
     out << YAML::EndMap;
 
     out << YAML::Key << "plugins" << YAML::Value << YAML::BeginMap;

@@ -77,8 +77,18 @@ enum class kernel_activations {
 std::string_view kernel_activations_name(kernel_activations r);
 std::optional<kernel_activations> parse_kernel_activations(std::string_view name);
 
+// kernels.weights: where the weights the builtin CPU kernels stream live during inference.
+enum class weight_memory {
+    copy,  // "copy": copied (or repacked for a kernel's layout) into anonymous memory advised for huge pages
+    mmap,  // "mmap": read in place from the file's mapped pages (no copy; shared page cache)
+};
+
+std::string_view weight_memory_name(weight_memory w);
+std::optional<weight_memory> parse_weight_memory(std::string_view name);
+
 struct kernels_config {
     kernel_activations activations = kernel_activations::quantized;
+    weight_memory weights = weight_memory::copy;
 };
 
 // One plugin choice. params is the plugin's own sub-tree, passed through unvalidated (the plugin

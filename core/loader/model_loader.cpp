@@ -88,6 +88,7 @@ result<loaded_model> load_model(const engine_config& config) {
     params.n_threads = config.threads;
     params.activations = config.kernels.activations == kernel_activations::float32 ? cpu::activation_recipe::float32
                                                                                    : cpu::activation_recipe::quantized;
+    params.copy_weights = config.kernels.weights == weight_memory::copy;
 
     auto make_cpu = [&]() -> result<std::unique_ptr<model_runner>> {
         auto runner = cpu_llama::create(std::move(*weights), params);

@@ -1,9 +1,12 @@
 #include "core/model/cpu_llama.h"
 
 #include <algorithm>
+#include <cerrno>
 #include <cmath>
+#include <cstring>
 #include <thread>
 
+#include "core/log/log.h"
 #include "core/model/cpu_ops.h"
 
 namespace troupe {
@@ -78,8 +81,37 @@ result<std::unique_ptr<cpu_llama>> cpu_llama::create(llama_weights weights, cpu_
         !st.ok()) {
         return st.err();
     }
+    if (params.copy_weights) {
+        if (status st = m->place_weights(); !st.ok()) return st.err();
+    }
     m->s_.reserve(64, hp);
     return m;
+}
+
+status cpu_llama::place_weights() {
+    std::vector<linear*> all;
+    for (layer& l : layers_) {
+        for (linear* m : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down}) all.push_back(m);
+    }
+    all.push_back(&output_);
+    size_t total = 0;
+    for (const linear* m : all) total += m->placed_bytes();
+    if (total == 0) return {};  // every weight belongs to a plugin
+    if (!arena_.allocate(total)) {
+        return make_error(w_.file->path() + ": cannot allocate " + std::to_string(total >> 20) +
+                          " MiB for a copy of the weights (kernels.weights: copy; 'mmap' reads them in place): " +
+                          std::strerror(errno));
+    }
+    size_t offset = 0;
+    for (linear* m : all) {
+        const size_t n = m->placed_bytes();
+        if (n == 0) continue;
+        m->place(arena_.data() + offset);
+        offset += n;
+    }
+    TROUPE_LOG_INFO("model", "weights: %.1f MiB copied into anonymous memory%s (kernels.weights: copy)",
+                    static_cast<double>(total) / (1 << 20), arena_.huge_pages() ? " advised for huge pages" : "");
+    return {};
 }
 
 std::string cpu_llama::description() const {

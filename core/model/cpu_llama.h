@@ -22,6 +22,7 @@
 #include "core/model/linear.h"
 #include "core/model/llama_weights.h"
 #include "core/model/model_runner.h"
+#include "kernels/cpu/huge_page_buffer.h"
 
 namespace troupe {
 
@@ -33,6 +34,9 @@ struct cpu_llama_params {
     int32_t max_seqs = 4;                     // sizes the default pool when kv.n_blocks is 0
     // Activations of the builtin kernels (types the quant plugin does not take): kernels.activations.
     cpu::activation_recipe activations = cpu::activation_recipe::quantized;
+    // kernels.weights: copy the weights the builtin kernels stream into a weight_arena (true) or read them in
+    // place from the mapped file (false).
+    bool copy_weights = true;
 };
 
 class cpu_llama final : public model_runner {
@@ -81,6 +85,7 @@ private:
 
     cpu_llama() = default;
     status check_batch(const forward_batch& batch) const;
+    status place_weights();
     status run_layer(layer& l, size_t n_tokens, const std::vector<const int32_t*>& tables);
 
     llama_weights w_;
@@ -91,6 +96,7 @@ private:
     const float* output_norm_ = nullptr;
     linear output_;
     std::vector<layer> layers_;
+    cpu::huge_page_buffer arena_;  // the builtin kernels' weights when params.copy_weights
     scratch s_;
 };
 

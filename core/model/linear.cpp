@@ -1,6 +1,25 @@
 #include "core/model/linear.h"
 
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cstring>
+
 namespace troupe {
+namespace {
+
+// After a weight has been copied out of the read-only file mapping: drops this process's references to the
+// whole pages inside [p, p + n_bytes) so they do not count twice in its resident memory. The mapping stays
+// valid; a later read (e.g. the embedding rows of a tied output matrix) faults the page back in from the
+// page cache.
+void release_mapped_pages(const void* p, size_t n_bytes) {
+    static const size_t page = static_cast<size_t>(::sysconf(_SC_PAGESIZE));
+    const auto begin = (reinterpret_cast<uintptr_t>(p) + page - 1) / page * page;
+    const auto end = (reinterpret_cast<uintptr_t>(p) + n_bytes) / page * page;
+    if (end > begin) ::madvise(reinterpret_cast<void*>(begin), end - begin, MADV_DONTNEED);
+}
+
+}  // namespace
 
 result<linear> linear::make(const weight_view& w, quant_op* quant, const std::string& name,
                             cpu::activation_recipe recipe) {
@@ -23,6 +42,18 @@ result<linear> linear::make(const weight_view& w, quant_op* quant, const std::st
 
 size_t linear::n_bytes() const {
     return prepared_ ? prepared_->n_bytes() : w_.row_stride * w_.n_out;
+}
+
+size_t linear::placed_bytes() const {
+    return prepared_ ? 0 : (w_.row_stride * w_.n_out + 63) / 64 * 64;
+}
+
+void linear::place(uint8_t* dst) {
+    TROUPE_ASSERT(!prepared_, "linear::place: the weight belongs to a plugin");
+    const size_t n = w_.row_stride * w_.n_out;
+    std::memcpy(dst, w_.data, n);
+    release_mapped_pages(w_.data, n);
+    w_.data = dst;
 }
 
 status linear::forward(const float* x, float* y, int64_t n_tokens, const compute_context& ctx) const {

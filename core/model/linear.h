@@ -25,6 +25,12 @@ public:
     int64_t n_in() const { return w_.n_in; }
     int64_t n_out() const { return w_.n_out; }
     size_t n_bytes() const;  // weight bytes read per product
+
+    // kernels.weights: copy. Bytes the weight takes when placed in memory of the model's own (0 for a weight a
+    // plugin took: the plugin owns its memory), and placing it: copies the rows to dst (placed_bytes(),
+    // 64-byte aligned), reads them from there from now on and releases the file pages they came from.
+    size_t placed_bytes() const;
+    void place(uint8_t* dst);
     bool by_plugin() const { return prepared_ != nullptr; }
     ggml_type stored_type() const { return w_.type; }
     cpu::activation_recipe recipe() const { return recipe_; }  // of the builtin kernels (unused by a plugin)

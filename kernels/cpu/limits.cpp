@@ -8,6 +8,7 @@
 
 #include "kernels/cpu/aligned_buffer.h"
 #include "kernels/cpu/cpu_features.h"
+#include "kernels/cpu/huge_page_buffer.h"
 #include "kernels/cpu/limits_kernels.h"
 
 namespace troupe::cpu {
@@ -43,8 +44,10 @@ double measure_read_bandwidth(thread_pool& pool, size_t buffer_bytes) {
     constexpr int64_t k_pieces = 256;
     const size_t piece = buffer_bytes / sizeof(float) / k_pieces / 64 * 64;  // floats per piece
     const size_t n = piece * k_pieces;
-    aligned_buffer buffer;
-    float* data = buffer.as<float>(n);
+    // The memory the weights are streamed from (kernels.weights: copy); plain pages where huge ones are refused.
+    huge_page_buffer huge;
+    aligned_buffer plain;
+    float* data = huge.allocate(n * sizeof(float)) ? reinterpret_cast<float*>(huge.data()) : plain.as<float>(n);
     // First touch by the pool's threads (pages spread like the reads).
     pool.parallel_for(k_pieces, [&](int64_t p0, int64_t p1) {
         std::memset(data + p0 * piece, 0, (p1 - p0) * piece * sizeof(float));

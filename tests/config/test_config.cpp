@@ -335,7 +335,24 @@ TEST(config, kernels_activations_selects_the_builtin_kernels_recipe_and_defaults
 
     const std::string e = error_of("kernels: {activations: int4, tile: 8}\n");
     EXPECT_NE(e.find("kernels.activations: unknown value 'int4' (valid: quantized, float)"), std::string::npos) << e;
-    EXPECT_NE(e.find("kernels.tile: unknown key (valid: activations)"), std::string::npos) << e;
+    EXPECT_NE(e.find("kernels.tile: unknown key (valid: activations, weights)"), std::string::npos) << e;
+}
+
+TEST(config, kernels_weights_chooses_copied_or_mapped_weights_and_defaults_to_copy) {
+    EXPECT_EQ(engine_config{}.kernels.weights, weight_memory::copy);
+    auto c = parse_config("kernels: {weights: mmap}\n", "c.yaml");
+    ASSERT_TRUE(c.ok()) << c.message();
+    EXPECT_EQ(c->kernels.weights, weight_memory::mmap);
+    auto back = parse_config(to_yaml(*c), "printed");
+    ASSERT_TRUE(back.ok()) << back.message();
+    EXPECT_EQ(back->kernels.weights, weight_memory::mmap);
+
+    engine_config o;
+    ASSERT_TRUE(apply_overrides(o, std::vector<config_override>{{"kernels.weights", "mmap", "--set"}}).ok());
+    EXPECT_EQ(o.kernels.weights, weight_memory::mmap);
+
+    const std::string e = error_of("kernels: {weights: disk}\n");
+    EXPECT_NE(e.find("kernels.weights: unknown value 'disk' (valid: copy, mmap)"), std::string::npos) << e;
 }
 
 }  // namespace

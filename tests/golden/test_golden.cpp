@@ -24,6 +24,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "core/loader/model_loader.h"
 #include "core/model/greedy.h"
 #include "core/tokenizer/tokenizer.h"
 #include "tests/common/shared_data.h"
@@ -93,6 +94,25 @@ TEST_P(golden_greedy, greedy_tokens_equal_the_reference_and_first_logits_agree) 
         }
         std::printf("  first-step logits: worst |troupe - golden| = %.5f (tolerance %.2f)\n", worst, k_logit_tolerance);
     }
+}
+
+// kernels.weights: copy (the default, which every golden run above uses) reads the very bytes the file holds:
+// the same model read in place from the mapped file gives bit-identical logits and tokens.
+TEST(golden_weights, copied_weights_compute_exactly_what_the_mapped_file_computes) {
+    TROUPE_REQUIRE_SHARED(model_path, "models/rand10M-Q4_K_M.gguf");
+    const std::vector<int32_t> prompt{1, 450, 4996, 17354, 1701, 432};
+    std::vector<greedy_result> results;
+    for (const weight_memory where : {weight_memory::copy, weight_memory::mmap}) {
+        engine_config c = testing::golden_config(model_path, golden_setup::builtin_quantized);
+        c.kernels.weights = where;
+        auto m = load_model(c);
+        ASSERT_TRUE(m.ok()) << m.message();
+        auto res = greedy_generate(*m->runner, prompt, 8);
+        ASSERT_TRUE(res.ok()) << res.message();
+        results.push_back(*res);
+    }
+    EXPECT_EQ(results[0].tokens, results[1].tokens);
+    EXPECT_EQ(results[0].first_logits, results[1].first_logits);
 }
 
 INSTANTIATE_TEST_SUITE_P(

@@ -212,7 +212,9 @@ TEST(matmul_float_act, uses_the_gemm_for_prefill_sized_steps_for_every_type) {
     for (ggml_type type : {ggml_type::f32, ggml_type::q8_0, ggml_type::q4_k}) {
         const int64_t from = cpu::gemm_min_tokens(type, k_float);
         EXPECT_GE(from, 1);
-        if (cpu::active_level() != cpu::dispatch_level::scalar) EXPECT_LE(from, 64) << traits(type).name;
+        if (cpu::active_level() != cpu::dispatch_level::scalar) {
+            EXPECT_LE(from, 64) << traits(type).name;
+        }
     }
 }
 
