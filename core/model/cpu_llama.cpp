@@ -103,14 +103,19 @@ status cpu_llama::place_weights() {
                           std::strerror(errno));
     }
     size_t offset = 0;
+    int n_packed = 0;
     for (linear* m : all) {
         const size_t n = m->placed_bytes();
         if (n == 0) continue;
-        m->place(arena_.data() + offset);
+        m->place(arena_.data() + offset, pool_.get());
+        n_packed += m->packed() ? 1 : 0;
         offset += n;
     }
-    TROUPE_LOG_INFO("model", "weights: %.1f MiB copied into anonymous memory%s (kernels.weights: copy)",
-                    static_cast<double>(total) / (1 << 20), arena_.huge_pages() ? " advised for huge pages" : "");
+    TROUPE_LOG_INFO("model",
+                    "weights: %.1f MiB copied into anonymous memory%s, %d of %zu matrices repacked into panels "
+                    "(kernels.weights: copy)",
+                    static_cast<double>(total) / (1 << 20), arena_.huge_pages() ? " advised for huge pages" : "",
+                    n_packed, all.size());
     return {};
 }
 

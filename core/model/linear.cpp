@@ -5,6 +5,8 @@
 
 #include <cstring>
 
+#include "kernels/cpu/q8_panels.h"
+
 namespace troupe {
 namespace {
 
@@ -44,22 +46,37 @@ size_t linear::n_bytes() const {
     return prepared_ ? prepared_->n_bytes() : w_.row_stride * w_.n_out;
 }
 
-size_t linear::placed_bytes() const {
-    return prepared_ ? 0 : (w_.row_stride * w_.n_out + 63) / 64 * 64;
+matmul_weight linear::kernel_weight() const {
+    matmul_weight w{w_.type, w_.data, w_.n_in, w_.n_out, w_.row_stride};
+    w.panels = panels_;
+    return w;
 }
 
-void linear::place(uint8_t* dst) {
+size_t linear::placed_bytes() const {
+    if (prepared_) return 0;
+    if (cpu::q8_panels_supported(w_.type, recipe_)) return cpu::q8_panels_bytes(kernel_weight());
+    return (w_.row_stride * w_.n_out + 63) / 64 * 64;
+}
+
+void linear::place(uint8_t* dst, cpu::thread_pool* pool) {
     TROUPE_ASSERT(!prepared_, "linear::place: the weight belongs to a plugin");
+    const void* file_rows = w_.data;
     const size_t n = w_.row_stride * w_.n_out;
-    std::memcpy(dst, w_.data, n);
-    release_mapped_pages(w_.data, n);
-    w_.data = dst;
+    if (cpu::q8_panels_supported(w_.type, recipe_)) {
+        // The kernels read only the panels from now on; w_.data keeps pointing at the file's rows (valid,
+        // faulted back in if anything reads them).
+        cpu::pack_q8_panels(kernel_weight(), dst, pool);
+        panels_ = dst;
+    } else {
+        std::memcpy(dst, file_rows, n);
+        w_.data = dst;
+    }
+    release_mapped_pages(file_rows, n);
 }
 
 status linear::forward(const float* x, float* y, int64_t n_tokens, const compute_context& ctx) const {
     if (prepared_) return quant_->matmul(*prepared_, x, y, n_tokens, ctx.parallel_for);
-    const matmul_weight w{w_.type, w_.data, w_.n_in, w_.n_out, w_.row_stride};
-    cpu::matmul(w, x, y, n_tokens, *ctx.pool, recipe_);
+    cpu::matmul(kernel_weight(), x, y, n_tokens, *ctx.pool, recipe_);
     return {};
 }
 

@@ -28,18 +28,24 @@ public:
 
     // kernels.weights: copy. Bytes the weight takes when placed in memory of the model's own (0 for a weight a
     // plugin took: the plugin owns its memory), and placing it: copies the rows to dst (placed_bytes(),
-    // 64-byte aligned), reads them from there from now on and releases the file pages they came from.
+    // 64-byte aligned) — or packs them into the panels the kernels prefer for the type and recipe
+    // (kernels/cpu/q8_panels.h) — reads them from there from now on and releases the file pages they came
+    // from. pool (may be null) splits the packing.
     size_t placed_bytes() const;
-    void place(uint8_t* dst);
+    void place(uint8_t* dst, cpu::thread_pool* pool);
+    bool packed() const { return panels_ != nullptr; }
     bool by_plugin() const { return prepared_ != nullptr; }
     ggml_type stored_type() const { return w_.type; }
     cpu::activation_recipe recipe() const { return recipe_; }  // of the builtin kernels (unused by a plugin)
 
 private:
+    matmul_weight kernel_weight() const;  // what cpu::matmul reads
+
     weight_view w_{};
     quant_op* quant_ = nullptr;
     cpu::activation_recipe recipe_ = cpu::activation_recipe::quantized;
     std::shared_ptr<const prepared_weight> prepared_;
+    const void* panels_ = nullptr;  // the packed form place() wrote, or null
 };
 
 }  // namespace troupe
