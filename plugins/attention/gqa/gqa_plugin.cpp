@@ -8,7 +8,9 @@
 // a static descriptor, create/destroy, error strings, and the attention op table.
 #include <troupe/plugin.h>
 
+#include <algorithm>
 #include <string>
+#include <vector>
 
 #include "attention_kernels.h"
 #include "plugins/common/plugin_support.h"
@@ -19,10 +21,13 @@ using namespace troupe::plugin_support;
 using troupe::gqa::attend_avx2;
 using troupe::gqa::attend_avx512;
 using troupe::gqa::attend_ref;
+using troupe::gqa::attend_tiles_avx512;
 
 constexpr const char* source = "attention/gqa";
 
 using attend_fn = void (*)(const troupe_attention_call&, int64_t, int64_t);
+using attend_tiles_fn = void (*)(const troupe_attention_call&, const troupe::gqa::query_tile*, int32_t, int64_t,
+                                 int64_t);
 
 bool cpu_has_avx2() {
     return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
@@ -34,8 +39,10 @@ bool cpu_has_avx512() {
 }  // namespace
 
 struct troupe_plugin_instance {
-    std::string kernel;  // "scalar", "avx2" or "avx512"
-    attend_fn attend = nullptr;
+    std::string kernel;                          // "scalar", "avx2" or "avx512"
+    attend_fn attend = nullptr;                  // items (token, kv head)
+    attend_tiles_fn attend_tiles = nullptr;      // items (kv head, query tile), where the kernel has it
+    std::vector<troupe::gqa::query_tile> tiles;  // [n_tokens] scratch of the last forward
     std::string error;
 };
 
@@ -105,9 +112,20 @@ int32_t gqa_forward(troupe_plugin_instance* inst, const troupe_attention_call* c
         const troupe_attention_call& c = *call;
         int32_t rc = run_parallel(par, c.n_tokens, [&c](int64_t b, int64_t e) { troupe::gqa::write_kv(c, b, e); });
         if (rc != TROUPE_OK) return fail(inst, rc, "writing K/V rows failed in the host's parallel_for");
-        const attend_fn attend = inst->attend;
-        rc = run_parallel(par, static_cast<int64_t>(c.n_tokens) * c.n_kv_heads,
-                          [&c, attend](int64_t b, int64_t e) { attend(c, b, e); });
+        if (const attend_tiles_fn attend_tiles = inst->attend_tiles; attend_tiles != nullptr) {
+            const int32_t group = c.n_heads / c.n_kv_heads;
+            inst->tiles.resize(static_cast<size_t>(c.n_tokens));
+            const troupe::gqa::query_tile* tiles = inst->tiles.data();
+            const int32_t n_tiles =
+                troupe::gqa::make_query_tiles(c, std::max(1, troupe::gqa::tile_rows / group), inst->tiles.data());
+            rc = run_parallel(
+                par, static_cast<int64_t>(n_tiles) * c.n_kv_heads,
+                [&c, attend_tiles, tiles, n_tiles](int64_t b, int64_t e) { attend_tiles(c, tiles, n_tiles, b, e); });
+        } else {
+            const attend_fn attend = inst->attend;
+            rc = run_parallel(par, static_cast<int64_t>(c.n_tokens) * c.n_kv_heads,
+                              [&c, attend](int64_t b, int64_t e) { attend(c, b, e); });
+        }
         if (rc != TROUPE_OK) return fail(inst, rc, "attention failed in the host's parallel_for");
         return TROUPE_OK;
     });
@@ -140,6 +158,7 @@ int32_t gqa_create(const troupe_plugin_params* params, troupe_plugin_instance** 
         if (kernel == "avx512" || (kernel == "auto" && cpu_has_avx512())) {
             inst->kernel = "avx512";
             inst->attend = attend_avx512;
+            inst->attend_tiles = attend_tiles_avx512;
         } else if (kernel == "avx2" || (kernel == "auto" && cpu_has_avx2())) {
             inst->kernel = "avx2";
             inst->attend = attend_avx2;

@@ -1,0 +1,148 @@
+// attention/gqa's vector kernels (auto: the tiled AVX-512 one where the CPU has it) against its scalar kernel
+// on prefill-shaped steps: runs of consecutive tokens of one sequence, which the tiled kernel groups into
+// query tiles. Each case writes a cached prefix per sequence in a first call, then a mixed step: prefill
+// chunks that continue a prefix (tiles not starting at position 0, crossing blocks), single-token decodes,
+// and a first token. The pools start as NaN, so a kernel that reads a row it should not poisons its output.
+#include <algorithm>
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "plugin_test_support.h"
+
+namespace troupe::testing {
+namespace {
+
+struct tile_case {
+    const char* shape;  // test name part
+    int32_t n_heads;
+    int32_t n_kv_heads;
+    int32_t head_dim;
+    int32_t block_size;
+};
+
+void PrintTo(const tile_case& c, std::ostream* os) {
+    *os << c.shape << " block " << c.block_size;
+}
+
+// One sequence of the mixed step: positions [prefix, prefix + n_step) come in the step.
+struct sequence_plan {
+    int32_t prefix;  // positions cached by the first call
+    int32_t n_step;  // tokens of the mixed step
+};
+
+// In step order: a 37-token prefill from 0 (tiles 16, 16, 5), a decode, a 19-token chunk after a cached
+// prefix of 21 (tiles start mid-chunk and mid-block), a first token, and another decode.
+const std::vector<sequence_plan> plans = {{0, 37}, {9, 1}, {21, 19}, {0, 1}, {30, 1}};
+
+struct attention_pools {
+    std::vector<float> k, v;
+};
+
+class attention_tiles : public ::testing::TestWithParam<tile_case> {};
+
+TEST_P(attention_tiles, vector_kernels_match_the_scalar_kernel_on_prefill_chunks_mixed_with_decodes) {
+    const tile_case& c = GetParam();
+    plugin_host host = real_plugins();
+    auto scalar = host.load_attention("gqa", yaml("{kernel: scalar}"));
+    auto fast = host.load_attention("gqa", yaml("{kernel: auto}"));
+    ASSERT_TRUE(scalar.ok()) << scalar.message();
+    ASSERT_TRUE(fast.ok()) << fast.message();
+
+    const int32_t n_seqs = static_cast<int32_t>(plans.size());
+    const int32_t hd = c.head_dim, bs = c.block_size;
+    // Each sequence's blocks, interleaved with the others' (sequence s owns blocks s, s + n_seqs, ...).
+    std::vector<std::vector<int32_t>> tables(n_seqs);
+    int32_t n_blocks = 0;
+    for (int32_t s = 0; s < n_seqs; ++s) {
+        const int32_t need = (plans[s].prefix + plans[s].n_step + bs - 1) / bs;
+        for (int32_t b = 0; b < need; ++b) tables[s].push_back(b * n_seqs + (n_seqs - 1 - s));
+        n_blocks = std::max(n_blocks, need * n_seqs);
+    }
+    std::vector<const int32_t*> table_ptrs;
+    for (auto& t : tables) table_ptrs.push_back(t.data());
+    const size_t pool_floats = static_cast<size_t>(n_blocks) * bs * c.n_kv_heads * hd;
+    attention_pools scalar_pools{std::vector<float>(pool_floats, NAN), std::vector<float>(pool_floats, NAN)};
+    attention_pools fast_pools = scalar_pools;
+
+    for (int step = 0; step < 2; ++step) {
+        std::vector<int32_t> positions, seq_of;
+        for (int32_t s = 0; s < n_seqs; ++s) {
+            const int32_t begin = step == 0 ? 0 : plans[s].prefix;
+            const int32_t end = step == 0 ? plans[s].prefix : plans[s].prefix + plans[s].n_step;
+            for (int32_t p = begin; p < end; ++p) {
+                positions.push_back(p);
+                seq_of.push_back(s);
+            }
+        }
+        const auto n = static_cast<int32_t>(positions.size());
+        const auto q = random_floats(size_t(n) * c.n_heads * hd, 70 + step, -2.0f, 2.0f);
+        const auto k = random_floats(size_t(n) * c.n_kv_heads * hd, 80 + step, -2.0f, 2.0f);
+        const auto v = random_floats(size_t(n) * c.n_kv_heads * hd, 90 + step);
+        std::vector<float> out_scalar(size_t(n) * c.n_heads * hd, NAN), out_fast = out_scalar;
+        attention_call call{n,
+                            c.n_heads,
+                            c.n_kv_heads,
+                            hd,
+                            1.0f / std::sqrt(float(hd)),
+                            q.data(),
+                            k.data(),
+                            v.data(),
+                            out_scalar.data(),
+                            positions.data(),
+                            seq_of.data(),
+                            n_seqs,
+                            table_ptrs.data(),
+                            bs,
+                            scalar_pools.k.data(),
+                            scalar_pools.v.data()};
+        status st = (*scalar)->forward(call, no_parallel_for());
+        ASSERT_TRUE(st.ok()) << st.message();
+        call.out = out_fast.data();
+        call.k_pool = fast_pools.k.data();
+        call.v_pool = fast_pools.v.data();
+        st = (*fast)->forward(call, step == 0 ? no_parallel_for() : threaded_parallel_for(3));
+        ASSERT_TRUE(st.ok()) << st.message();
+        for (int32_t t = 0; t < n; ++t) {
+            for (int32_t i = 0; i < c.n_heads * hd; ++i) {
+                const size_t at = static_cast<size_t>(t) * c.n_heads * hd + i;
+                ASSERT_NEAR(out_fast[at], out_scalar[at], 1e-5f + 1e-5f * std::fabs(out_scalar[at]))
+                    << "step " << step << " token " << t << " (sequence " << seq_of[t] << ", position " << positions[t]
+                    << ") head " << i / hd << " dim " << i % hd;
+            }
+        }
+    }
+}
+
+std::vector<tile_case> all_cases() {
+    struct shape {
+        const char* name;
+        int32_t n_heads, n_kv_heads, head_dim;
+    };
+    const shape shapes[] = {
+        {"mha_12_heads_dim_64", 12, 12, 64},      // 16 tokens a tile
+        {"mha_3_heads_dim_17", 3, 3, 17},         // odd head_dim
+        {"gqa_8_heads_2_kv_dim_128", 8, 2, 128},  // group 4: 4 tokens a tile
+        {"gqa_6_heads_3_kv_dim_40", 6, 3, 40},    // group 2: 8 tokens a tile
+        {"gqa_10_heads_2_kv_dim_72", 10, 2, 72},  // group 5: 3 tokens, 15 rows
+        {"gqa_16_heads_2_kv_dim_64", 16, 2, 64},  // group 8: a decode fills half the lanes
+        {"mqa_12_heads_dim_72", 12, 1, 72},       // group 12: one token a tile
+        {"mqa_20_heads_dim_24", 20, 1, 24},       // group 20: two passes of rows per token
+        {"gqa_4_heads_2_kv_dim_20", 4, 2, 20},    // group 2, head_dim not a multiple of 8
+        {"mha_2_heads_dim_272", 2, 2, 272},       // above the tiled kernel's head_dim: per-token kernel
+    };
+    std::vector<tile_case> cases;
+    for (const shape& s : shapes) {
+        for (int32_t block_size : {1, 5, 16})
+            cases.push_back({s.name, s.n_heads, s.n_kv_heads, s.head_dim, block_size});
+    }
+    return cases;
+}
+
+INSTANTIATE_TEST_SUITE_P(gqa, attention_tiles, ::testing::ValuesIn(all_cases()),
+                         [](const ::testing::TestParamInfo<tile_case>& info) {
+                             return std::string(info.param.shape) + "_block_" + std::to_string(info.param.block_size);
+                         });
+
+}  // namespace
+}  // namespace troupe::testing
