@@ -2,7 +2,8 @@
 # troupe's one entry point on a fresh Debian 12 machine: installs what is missing (apt, by package
 # name, non-interactively), configures and builds, then runs the job you name.
 #
-#   ./setup.sh run [troupe run flags]   build, then stream a real model's text (the README's first command)
+#   ./setup.sh serve [flags]            build, then serve a real model (the README's first command)
+#   ./setup.sh run [troupe run flags]   build, then stream a real model's text
 #   ./setup.sh test                     build, then run every test (the README's second command; .ci/run)
 #   ./setup.sh build                    build only
 #   ./setup.sh <troupe command> ...     build, then run build/troupe with those arguments

@@ -13,6 +13,7 @@
 #include <csignal>
 #include <cstdio>
 #include <filesystem>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -38,6 +39,18 @@ result<engine_config> serve_config(const cli_args& args) {
     return config;
 }
 
+// 128 bits from the system's random source, as 32 hex digits.
+std::string random_token() {
+    std::random_device rd;
+    std::string t;
+    for (int i = 0; i < 4; ++i) {
+        char part[9];
+        std::snprintf(part, sizeof part, "%08x", static_cast<unsigned>(rd()));
+        t += part;
+    }
+    return t;
+}
+
 std::string served_name(const engine_config& config) {
     if (!config.server.served_model_name.empty()) return config.server.served_model_name;
     return std::filesystem::path(config.model).stem().string();
@@ -51,6 +64,15 @@ int serve(engine_config config) {
     sigaddset(&signals, SIGINT);
     pthread_sigmask(SIG_BLOCK, &signals, nullptr);  // before any thread starts: they inherit it
 
+    // The console needs a token; none configured: one for this run, printed in the console's URL (only the
+    // person who started the server sees it).
+    bool generated_token = false;
+    if (!config.server.admin_console) {
+        config.server.admin_token.clear();
+    } else if (config.server.admin_token.empty()) {
+        config.server.admin_token = random_token();
+        generated_token = true;
+    }
     server::http_server srv(config);
     auto port = srv.listen();
     if (!port) {
@@ -61,9 +83,12 @@ int serve(engine_config config) {
     std::printf("troupe serve: listening on %s/\n  chat page      %s/\n  OpenAI API     %s/v1\n", base.c_str(),
                 base.c_str(), base.c_str());
     if (config.server.admin_token.empty()) {
-        std::printf("  admin console  disabled (set server.admin_token to enable it)\n");
+        std::printf("  admin console  disabled (server.admin_console: false)\n");
+    } else if (generated_token) {
+        std::printf("  admin console  %s/admin?token=%s   (token made for this run; server.admin_token fixes one)\n",
+                    base.c_str(), config.server.admin_token.c_str());
     } else {
-        std::printf("  admin console  %s/admin\n", base.c_str());
+        std::printf("  admin console  %s/admin   (token: server.admin_token)\n", base.c_str());
     }
     std::printf("  metrics        %s/metrics\n  health         %s/health\nloading %s ...\n", base.c_str(), base.c_str(),
                 config.model.c_str());
@@ -137,7 +162,8 @@ const command_spec& serve_spec() {
         for (auto& f : sampling_flags()) s.flags.push_back(f);
         s.details =
             "Routes: / (chat page), /ws (WebSocket chat), /v1/completions, /v1/chat/completions, /v1/models, "
-            "/admin (console, needs server.admin_token), /metrics, /health. SIGTERM or SIGINT drains and exits 0.";
+            "/admin (console; its token is printed at start unless server.admin_token sets one), /metrics, /health. "
+            "SIGTERM or SIGINT drains and exits 0.";
         return s;
     }();
     return spec;

@@ -334,7 +334,7 @@ public:
         if (sc_.admin_token.empty()) {
             return error_response(
                 api_error{403,
-                          "The admin console is disabled: set server.admin_token in the config to enable it",
+                          "The admin console is disabled (server.admin_console: false, or no server.admin_token)",
                           "permission_error",
                           {},
                           "admin_disabled"},

@@ -230,6 +230,7 @@ void read_server(const YAML::Node& node, const std::string& path, const diagnost
              }},
             {"port", [&](auto& n, auto& p) { read_int(n, p, d, s.port, between<int32_t>(0, 65535)); }},
             {"admin_token", [&](auto& n, auto& p) { read_string(n, p, d, s.admin_token); }},
+            {"admin_console", [&](auto& n, auto& p) { read_bool(n, p, d, s.admin_console); }},
             {"max_body_bytes",
              [&](auto& n, auto& p) { read_int(n, p, d, s.max_body_bytes, between<int64_t>(1024, int64_t{1} << 32)); }},
             {"drain_timeout_ms",

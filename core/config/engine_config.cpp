@@ -300,6 +300,7 @@ std::string to_yaml(const engine_config& c) {
     out << YAML::Key << "host" << YAML::Value << YAML::DoubleQuoted << sv.host;
     out << YAML::Key << "port" << YAML::Value << sv.port;
     out << YAML::Key << "admin_token" << YAML::Value << YAML::DoubleQuoted << sv.admin_token;
+    out << YAML::Key << "admin_console" << YAML::Value << sv.admin_console;
     out << YAML::Key << "max_body_bytes" << YAML::Value << sv.max_body_bytes;
     out << YAML::Key << "drain_timeout_ms" << YAML::Value << sv.drain_timeout_ms;
     out << YAML::Key << "max_prompt_tokens" << YAML::Value << sv.max_prompt_tokens;

@@ -120,7 +120,8 @@ struct plugins_config {
 struct server_config {
     std::string host = "127.0.0.1";          // address to bind; 127.0.0.1 keeps it local
     int32_t port = 8080;                     // 0: an ephemeral port (tests)
-    std::string admin_token;                 // required for /admin; empty: the admin console is disabled
+    std::string admin_token;                 // required for /admin; empty: disabled (troupe serve generates one)
+    bool admin_console = true;               // troupe serve: false keeps /admin disabled (no generated token)
     int64_t max_body_bytes = 1 << 20;        // larger request bodies are answered 413
     int32_t drain_timeout_ms = 10000;        // on SIGTERM / drain: running requests get this long to finish
     int32_t max_prompt_tokens = 0;           // 0: the model's context less one; longer prompts are answered 422

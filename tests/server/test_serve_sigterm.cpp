@@ -116,5 +116,34 @@ TEST(troupe_serve, sigterm_drains_the_running_request_and_exits_0) {
     ::close(c.out_fd);
 }
 
+// With no server.admin_token, troupe serve makes one per start and prints the console's URL with it; the token
+// opens the admin API. server.admin_console: false leaves the console off.
+TEST(troupe_serve, prints_a_console_url_with_a_token_made_for_the_run_unless_the_console_is_off) {
+    TROUPE_REQUIRE_SHARED(model, "models/stories260K.gguf");
+    for (const bool console : {true, false}) {
+        child c = spawn({TROUPE_BINARY, "serve", "--model", model, "--host", "127.0.0.1", "--port", "0", "--set",
+                         std::string("server.admin_console=") + (console ? "true" : "false"), "--log-level", "warn"});
+        ASSERT_TRUE(c.read_until("ready:", 30000ms)) << c.output;
+        const auto at = c.output.find("http://127.0.0.1:");
+        ASSERT_NE(at, std::string::npos) << c.output;
+        const auto port = static_cast<uint16_t>(std::stoi(c.output.substr(at + 17)));
+        const auto token_at = c.output.find("/admin?token=");
+        if (console) {
+            ASSERT_NE(token_at, std::string::npos) << c.output;
+            const std::string token = c.output.substr(token_at + 13, 32);
+            EXPECT_EQ(token.find_first_not_of("0123456789abcdef"), std::string::npos) << token;
+            EXPECT_EQ(http_call(port, "GET", "/admin/api/state?token=" + token, {}, {}, 5000).status, 200);
+            EXPECT_EQ(http_call(port, "GET", "/admin/api/state?token=wrong", {}, {}, 5000).status, 401);
+        } else {
+            EXPECT_EQ(token_at, std::string::npos) << c.output;
+            EXPECT_NE(c.output.find("admin console  disabled"), std::string::npos) << c.output;
+            EXPECT_EQ(http_call(port, "GET", "/admin/api/state?token=x", {}, {}, 5000).status, 403);
+        }
+        ASSERT_EQ(::kill(c.pid, SIGTERM), 0);
+        EXPECT_EQ(c.wait_exit(15000ms), 0) << c.output;
+        ::close(c.out_fd);
+    }
+}
+
 }  // namespace
 }  // namespace troupe::testing
