@@ -1,4 +1,4 @@
-// attention/gqa's vector kernels (auto: the tiled AVX-512 one where the CPU has it) against its scalar kernel
+// attention/gqa's vector kernels (AVX2 and AVX-512, where the CPU has them) against its scalar kernel
 // on prefill-shaped steps: runs of consecutive tokens of one sequence, which the tiled kernel groups into
 // query tiles. Each case writes a cached prefix per sequence in a first call, then a mixed step: prefill
 // chunks that continue a prefix (tiles not starting at position 0, crossing blocks), single-token decodes,
@@ -19,10 +19,11 @@ struct tile_case {
     int32_t n_kv_heads;
     int32_t head_dim;
     int32_t block_size;
+    const char* kernel;
 };
 
 void PrintTo(const tile_case& c, std::ostream* os) {
-    *os << c.shape << " block " << c.block_size;
+    *os << c.shape << " block " << c.block_size << " " << c.kernel;
 }
 
 // One sequence of the mixed step: positions [prefix, prefix + n_step) come in the step.
@@ -43,9 +44,13 @@ class attention_tiles : public ::testing::TestWithParam<tile_case> {};
 
 TEST_P(attention_tiles, vector_kernels_match_the_scalar_kernel_on_prefill_chunks_mixed_with_decodes) {
     const tile_case& c = GetParam();
+    const bool supported = std::string(c.kernel) == "avx2"
+                               ? __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")
+                               : __builtin_cpu_supports("avx512f");
+    if (!supported) GTEST_SKIP() << "this CPU lacks " << c.kernel;
     plugin_host host = real_plugins();
     auto scalar = host.load_attention("gqa", yaml("{kernel: scalar}"));
-    auto fast = host.load_attention("gqa", yaml("{kernel: auto}"));
+    auto fast = host.load_attention("gqa", yaml(std::string("{kernel: ") + c.kernel + "}"));
     ASSERT_TRUE(scalar.ok()) << scalar.message();
     ASSERT_TRUE(fast.ok()) << fast.message();
 
@@ -120,28 +125,32 @@ std::vector<tile_case> all_cases() {
         int32_t n_heads, n_kv_heads, head_dim;
     };
     const shape shapes[] = {
-        {"mha_12_heads_dim_64", 12, 12, 64},      // 16 tokens a tile
+        {"mha_12_heads_dim_64", 12, 12, 64},      // tiles of 16 (AVX-512) or 8 (AVX2) tokens
         {"mha_3_heads_dim_17", 3, 3, 17},         // odd head_dim
-        {"gqa_8_heads_2_kv_dim_128", 8, 2, 128},  // group 4: 4 tokens a tile
-        {"gqa_6_heads_3_kv_dim_40", 6, 3, 40},    // group 2: 8 tokens a tile
-        {"gqa_10_heads_2_kv_dim_72", 10, 2, 72},  // group 5: 3 tokens, 15 rows
-        {"gqa_16_heads_2_kv_dim_64", 16, 2, 64},  // group 8: a decode fills half the lanes
-        {"mqa_12_heads_dim_72", 12, 1, 72},       // group 12: one token a tile
-        {"mqa_20_heads_dim_24", 20, 1, 24},       // group 20: two passes of rows per token
+        {"gqa_8_heads_2_kv_dim_128", 8, 2, 128},  // group 4: tiles of 4 or 2 tokens
+        {"gqa_6_heads_3_kv_dim_40", 6, 3, 40},    // group 2: tiles of 8 or 4 tokens
+        {"gqa_10_heads_2_kv_dim_72", 10, 2, 72},  // group 5: 3 tokens, 15 rows, or 1 token, 5 rows
+        {"gqa_16_heads_2_kv_dim_64", 16, 2, 64},  // group 8: a decode fills half or all the lanes
+        {"mqa_12_heads_dim_72", 12, 1, 72},       // group 12: one token a tile, in one or two passes
+        {"mqa_20_heads_dim_24", 20, 1, 24},       // group 20: two or three passes per token
         {"gqa_4_heads_2_kv_dim_20", 4, 2, 20},    // group 2, head_dim not a multiple of 8
         {"mha_2_heads_dim_272", 2, 2, 272},       // above the tiled kernel's head_dim: per-token kernel
     };
     std::vector<tile_case> cases;
     for (const shape& s : shapes) {
-        for (int32_t block_size : {1, 5, 16})
-            cases.push_back({s.name, s.n_heads, s.n_kv_heads, s.head_dim, block_size});
+        for (int32_t block_size : {1, 5, 16}) {
+            for (const char* kernel : {"avx2", "avx512"}) {
+                cases.push_back({s.name, s.n_heads, s.n_kv_heads, s.head_dim, block_size, kernel});
+            }
+        }
     }
     return cases;
 }
 
 INSTANTIATE_TEST_SUITE_P(gqa, attention_tiles, ::testing::ValuesIn(all_cases()),
                          [](const ::testing::TestParamInfo<tile_case>& info) {
-                             return std::string(info.param.shape) + "_block_" + std::to_string(info.param.block_size);
+                             return std::string(info.param.shape) + "_block_" + std::to_string(info.param.block_size) +
+                                    "_" + info.param.kernel;
                          });
 
 }  // namespace

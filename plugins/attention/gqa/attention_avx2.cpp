@@ -1,12 +1,50 @@
-// AVX2 + FMA attention (built with -mavx2 -mfma; called only when the CPU has both).
+// AVX2 + FMA attention (built with -mavx2 -mfma; called only when the CPU has both): the per-token driver
+// (attention_online.h) and the tiled one (attention_tiled.h), 8 lanes.
 #include <immintrin.h>
 
 #include "attention_online.h"
+#include "attention_tiled.h"
+#include "vector_exp.h"
 
 namespace troupe::gqa {
 namespace {
 
 struct avx2 {
+    using vec = __m256;
+    using ivec = __m256i;
+    static constexpr int32_t lanes = avx2_lanes;
+    static constexpr int32_t accumulate_unroll = 4;  // 8 weights + 4 sums + scale + broadcast: 16 registers
+
+    static vec zero() { return _mm256_setzero_ps(); }
+    static vec set1(float x) { return _mm256_set1_ps(x); }
+    static vec load(const float* p) { return _mm256_load_ps(p); }
+    static void store(float* p, vec v) { _mm256_store_ps(p, v); }
+    static vec add(vec a, vec b) { return _mm256_add_ps(a, b); }
+    static vec sub(vec a, vec b) { return _mm256_sub_ps(a, b); }
+    static vec mul(vec a, vec b) { return _mm256_mul_ps(a, b); }
+    static vec div(vec a, vec b) { return _mm256_div_ps(a, b); }
+    static vec max(vec a, vec b) { return _mm256_max_ps(a, b); }
+    static vec fmadd(vec a, vec b, vec c) { return _mm256_fmadd_ps(a, b, c); }
+    static vec fnmadd(vec a, vec b, vec c) { return _mm256_fnmadd_ps(a, b, c); }
+    static vec round(vec v) { return _mm256_round_ps(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC); }
+    static vec times_pow2(vec y, vec n) {  // 2^n built in the exponent field: n + 127 >= 1, a normal float
+        const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+        return _mm256_mul_ps(y, _mm256_castsi256_ps(e));
+    }
+    static vec zero_below(vec v, vec x, float bound) {
+        return _mm256_and_ps(v, _mm256_cmp_ps(x, _mm256_set1_ps(bound), _CMP_GE_OQ));
+    }
+    static ivec load_positions(const int32_t* p) { return _mm256_load_si256(reinterpret_cast<const __m256i*>(p)); }
+    static vec before(vec s, int32_t key, ivec pos) {
+        const __m256i past = _mm256_cmpgt_epi32(_mm256_set1_epi32(key), pos);
+        return _mm256_blendv_ps(s, _mm256_set1_ps(-INFINITY), _mm256_castsi256_ps(past));
+    }
+    static void copy(float* dst, const float* src, int32_t n) {
+        int32_t i = 0;
+        for (; i + 8 <= n; i += 8) _mm256_storeu_ps(dst + i, _mm256_loadu_ps(src + i));
+        for (; i < n; ++i) dst[i] = src[i];
+    }
+
     static float dot(const float* a, const float* b, int32_t n) {
         __m256 s = _mm256_setzero_ps();
         int32_t i = 0;
@@ -27,7 +65,10 @@ struct avx2 {
         for (; i < n; ++i) acc[i] += w * v[i];
     }
     static void exp_shifted(float* s, int32_t n, float m) {
-        for (int32_t i = 0; i < n; ++i) s[i] = expf(s[i] - m);
+        alignas(32) float x[chunk];  // padded to whole vectors; the padding is never stored back
+        for (int32_t i = 0; i < chunk; ++i) x[i] = i < n ? s[i] - m : 0.0f;
+        for (int32_t i = 0; i < chunk; i += 8) _mm256_store_ps(x + i, exp_nonpositive<avx2>(_mm256_load_ps(x + i)));
+        for (int32_t i = 0; i < n; ++i) s[i] = x[i];
     }
     static void scale(float* out, const float* acc, float f, int32_t n) {
         const __m256 vf = _mm256_set1_ps(f);
@@ -41,6 +82,11 @@ struct avx2 {
 
 void attend_avx2(const troupe_attention_call& call, int64_t begin, int64_t end) {
     attend_online<avx2>(call, begin, end);
+}
+
+void attend_tiles_avx2(const troupe_attention_call& call, const query_tile* tiles, int32_t n_tiles, int64_t begin,
+                       int64_t end) {
+    attend_tiles<avx2>(call, tiles, n_tiles, begin, end);
 }
 
 }  // namespace troupe::gqa

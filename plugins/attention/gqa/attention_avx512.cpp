@@ -1,13 +1,51 @@
-// AVX-512F attention (built with -mavx512f; called only when the CPU has it). Tails use masked loads.
+// AVX-512F attention (built with -mavx512f; called only when the CPU has it): the per-token driver
+// (attention_online.h) and the tiled one (attention_tiled.h). Tails use masked loads.
 #include <immintrin.h>
 
 #include "attention_online.h"
-#include "avx512_exp.h"
+#include "attention_tiled.h"
+#include "vector_exp.h"
 
 namespace troupe::gqa {
 namespace {
 
+inline __mmask16 tail_mask(int32_t left) {
+    return static_cast<__mmask16>((1u << left) - 1u);  // left <= 16
+}
+
 struct avx512 {
+    using vec = __m512;
+    using ivec = __m512i;
+    static constexpr int32_t lanes = avx512_lanes;
+    static constexpr int32_t accumulate_unroll = 8;
+
+    static vec zero() { return _mm512_setzero_ps(); }
+    static vec set1(float x) { return _mm512_set1_ps(x); }
+    static vec load(const float* p) { return _mm512_load_ps(p); }
+    static void store(float* p, vec v) { _mm512_store_ps(p, v); }
+    static vec add(vec a, vec b) { return _mm512_add_ps(a, b); }
+    static vec sub(vec a, vec b) { return _mm512_sub_ps(a, b); }
+    static vec mul(vec a, vec b) { return _mm512_mul_ps(a, b); }
+    static vec div(vec a, vec b) { return _mm512_div_ps(a, b); }
+    static vec max(vec a, vec b) { return _mm512_max_ps(a, b); }
+    static vec fmadd(vec a, vec b, vec c) { return _mm512_fmadd_ps(a, b, c); }
+    static vec fnmadd(vec a, vec b, vec c) { return _mm512_fnmadd_ps(a, b, c); }
+    static vec round(vec v) { return _mm512_roundscale_ps(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC); }
+    static vec times_pow2(vec y, vec n) { return _mm512_scalef_ps(y, n); }
+    static vec zero_below(vec v, vec x, float bound) {
+        return _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(x, _mm512_set1_ps(bound), _CMP_GE_OQ), v);
+    }
+    static ivec load_positions(const int32_t* p) { return _mm512_load_si512(p); }
+    static vec before(vec s, int32_t key, ivec pos) {
+        const __mmask16 seen = _mm512_cmp_epi32_mask(_mm512_set1_epi32(key), pos, _MM_CMPINT_LE);
+        return _mm512_mask_blend_ps(seen, _mm512_set1_ps(-INFINITY), s);
+    }
+    static void copy(float* dst, const float* src, int32_t n) {
+        int32_t i = 0;
+        for (; i + 16 <= n; i += 16) _mm512_storeu_ps(dst + i, _mm512_loadu_ps(src + i));
+        if (i < n) _mm512_mask_storeu_ps(dst + i, tail_mask(n - i), _mm512_maskz_loadu_ps(tail_mask(n - i), src + i));
+    }
+
     static float dot(const float* a, const float* b, int32_t n) {
         __m512 s = _mm512_setzero_ps();
         int32_t i = 0;
@@ -32,7 +70,8 @@ struct avx512 {
     }
     static void exp_shifted(float* s, int32_t n, float m) {
         const __mmask16 k = tail_mask(n);
-        _mm512_mask_storeu_ps(s, k, exp_nonpositive(_mm512_sub_ps(_mm512_maskz_loadu_ps(k, s), _mm512_set1_ps(m))));
+        const vec x = _mm512_sub_ps(_mm512_maskz_loadu_ps(k, s), _mm512_set1_ps(m));
+        _mm512_mask_storeu_ps(s, k, exp_nonpositive<avx512>(x));
     }
     static void scale(float* out, const float* acc, float f, int32_t n) {
         const __m512 vf = _mm512_set1_ps(f);
@@ -49,6 +88,11 @@ struct avx512 {
 
 void attend_avx512(const troupe_attention_call& call, int64_t begin, int64_t end) {
     attend_online<avx512>(call, begin, end);
+}
+
+void attend_tiles_avx512(const troupe_attention_call& call, const query_tile* tiles, int32_t n_tiles, int64_t begin,
+                         int64_t end) {
+    attend_tiles<avx512>(call, tiles, n_tiles, begin, end);
 }
 
 }  // namespace troupe::gqa

@@ -12,14 +12,15 @@
 //      any token reads, since a token attends to earlier tokens of the same step);
 //   2. attend: one work item per (token, kv head); the item computes the outputs of the query heads
 //      that share that kv head (the GQA group), so each K/V row is loaded once per group.
-//      With AVX-512 the tokens are first grouped into query tiles (query_tiles.h: consecutive tokens of
-//      one sequence, a prefill chunk), and a work item is (kv head, tile): each K/V row is then loaded
+//      With a SIMD kernel the tokens are first grouped into query tiles (query_tiles.h: consecutive tokens
+//      of one sequence, a prefill chunk), and a work item is (kv head, tile): each K/V row is then loaded
 //      once per tile and group, and the tile's query rows fill the lanes of a vector.
 //
 // Kernels: attend_ref is the scalar two-pass reference (scores, max, exp, sum, weighted sum);
 // attend_avx2 and attend_avx512 use a one-pass online softmax with running max and sum per head
-// (attention_online.h); attend_tiles_avx512 is the same online softmax with the query rows of a tile in
-// vector lanes (attention_tiled_avx512.cpp), and hands tiles too small for that to attend_avx512.
+// (attention_online.h); attend_tiles_avx2 and attend_tiles_avx512 are the same online softmax with the
+// query rows of a tile in vector lanes (attention_tiled.h), and hand tiles too small for that (decode
+// steps) to the per-token kernels.
 #pragma once
 
 #include <troupe/plugin.h>
@@ -46,18 +47,21 @@ void write_kv(const troupe_attention_call& call, int64_t begin, int64_t end);
 // Limits of the SIMD kernels' stack scratch (checked by the plugin before any kernel runs).
 constexpr int32_t max_head_dim = 512;
 constexpr int32_t heads_per_pass = 8;        // query heads of a group computed together per pass over K/V
-constexpr int32_t tile_rows = 16;            // query rows (tokens x group heads) per pass of the tiled kernel
-constexpr int32_t min_tiled_rows = 8;        // tiles with fewer rows (decode) take the per-token kernel
-constexpr int32_t max_tiled_head_dim = 256;  // beyond, the tiled kernel hands its tiles to the per-token one
+constexpr int32_t max_tiled_head_dim = 256;  // beyond, the tiled kernels hand their tiles to the per-token ones
+// Query rows (tokens x group heads) per pass of the tiled kernels: their vectors' lanes.
+constexpr int32_t avx2_lanes = 8;
+constexpr int32_t avx512_lanes = 16;
 
 // Computes work items [begin, end), item = token * n_kv_heads + kv_head.
 void attend_ref(const troupe_attention_call& call, int64_t begin, int64_t end);
 void attend_avx2(const troupe_attention_call& call, int64_t begin, int64_t end);
 void attend_avx512(const troupe_attention_call& call, int64_t begin, int64_t end);
 
-// Computes work items [begin, end), item = kv_head * n_tiles + tile index (so one thread's consecutive items
-// share a kv head's K/V in its cache). Tiles of tile_rows / group tokens (at least 1) fill the lanes; larger
-// ones are done tile_rows rows at a time.
+// Computes work items [begin, end), item = kv_head * n_tiles + tile index (so one thread's consecutive
+// items share a kv head's K/V in its cache). Tiles of lanes / group tokens (at least 1) fill the lanes;
+// larger ones are done lanes rows at a time.
+void attend_tiles_avx2(const troupe_attention_call& call, const query_tile* tiles, int32_t n_tiles, int64_t begin,
+                       int64_t end);
 void attend_tiles_avx512(const troupe_attention_call& call, const query_tile* tiles, int32_t n_tiles, int64_t begin,
                          int64_t end);
 

@@ -21,6 +21,7 @@ using namespace troupe::plugin_support;
 using troupe::gqa::attend_avx2;
 using troupe::gqa::attend_avx512;
 using troupe::gqa::attend_ref;
+using troupe::gqa::attend_tiles_avx2;
 using troupe::gqa::attend_tiles_avx512;
 
 constexpr const char* source = "attention/gqa";
@@ -42,6 +43,7 @@ struct troupe_plugin_instance {
     std::string kernel;                          // "scalar", "avx2" or "avx512"
     attend_fn attend = nullptr;                  // items (token, kv head)
     attend_tiles_fn attend_tiles = nullptr;      // items (kv head, query tile), where the kernel has it
+    int32_t tile_lanes = 1;                      // query rows per pass of attend_tiles
     std::vector<troupe::gqa::query_tile> tiles;  // [n_tokens] scratch of the last forward
     std::string error;
 };
@@ -117,7 +119,7 @@ int32_t gqa_forward(troupe_plugin_instance* inst, const troupe_attention_call* c
             inst->tiles.resize(static_cast<size_t>(c.n_tokens));
             const troupe::gqa::query_tile* tiles = inst->tiles.data();
             const int32_t n_tiles =
-                troupe::gqa::make_query_tiles(c, std::max(1, troupe::gqa::tile_rows / group), inst->tiles.data());
+                troupe::gqa::make_query_tiles(c, std::max(1, inst->tile_lanes / group), inst->tiles.data());
             rc = run_parallel(
                 par, static_cast<int64_t>(n_tiles) * c.n_kv_heads,
                 [&c, attend_tiles, tiles, n_tiles](int64_t b, int64_t e) { attend_tiles(c, tiles, n_tiles, b, e); });
@@ -159,9 +161,12 @@ int32_t gqa_create(const troupe_plugin_params* params, troupe_plugin_instance** 
             inst->kernel = "avx512";
             inst->attend = attend_avx512;
             inst->attend_tiles = attend_tiles_avx512;
+            inst->tile_lanes = troupe::gqa::avx512_lanes;
         } else if (kernel == "avx2" || (kernel == "auto" && cpu_has_avx2())) {
             inst->kernel = "avx2";
             inst->attend = attend_avx2;
+            inst->attend_tiles = attend_tiles_avx2;
+            inst->tile_lanes = troupe::gqa::avx2_lanes;
         } else {
             inst->kernel = "scalar";
             inst->attend = attend_ref;

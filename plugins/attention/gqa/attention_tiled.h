@@ -1,0 +1,230 @@
+// Tiled (query rows in vector lanes) attention driver for prefill, instantiated once per instruction set
+// by the file that includes it (attention_avx2.cpp, attention_avx512.cpp) with that set's vector helpers.
+// Like attention_online.h, everything here has internal linkage and uses no library templates.
+//
+// A query tile is consecutive tokens of one sequence (query_tiles.h). Its query rows, tokens x the query
+// heads of one GQA group, ride in the L lanes of a vector (L = isa::lanes: 16 for AVX-512, 8 for AVX2), so
+// scores, online softmax and the weighted sum are lane-wise (no horizontal reduction), and each K/V row
+// is read once per tile instead of once per token. Per (tile, kv head), over keys j = 0..last (the
+// tile's last position) in chunks of L:
+//
+//   kc, vc [L keys, kv_row_stride]  this chunk's K and V rows, copied out of the paged pools
+//   qt     [head_dim, L rows]       scale * q, transposed once per tile: qt[d] is one vector
+//   s[jj]  L lanes                  s[jj][r] = sum_d qt[d][r] * k_jj[d]   (k_jj[d] broadcast)
+//          causal: s[jj][r] = -inf where key j0 + jj is past row r's position
+//   m, l   L lanes                  running max and sum of exp(s - m) per row (online softmax)
+//   acc    [head_dim, L rows]       acc[d] = acc[d] * exp(m_old - m_new) + sum_jj p[jj] * v_jj[d]
+//   out row r = acc[.][r] / l[r]
+//
+// Both products broadcast one float per FMA from L rows at a compile-time stride (one base register,
+// immediate offsets), which is why a chunk is copied into kc/vc rather than read in place. Tiles that
+// would fill less than half the lanes (decode steps of small groups) take the per-token driver,
+// attend_online: with few rows, its per-key dot products do less work than L-lane vectors mostly empty.
+//
+// isa must provide, besides what attend_online needs: vec, ivec; lanes, accumulate_unroll;
+// zero(), load(p), store(p, v), sub, div, what vector_exp.h needs; load_positions(p); before(s, key, pos):
+// s where key <= pos (lane-wise), else -inf; copy(dst, src, n).
+#pragma once
+
+#include <math.h>
+
+#include "attention_kernels.h"
+#include "attention_online.h"
+#include "vector_exp.h"
+
+namespace troupe::gqa {
+namespace {
+
+// Offsets of successive positions' K/V rows of one kv head, walking the block table without a division
+// per row.
+struct kv_cursor {
+    const troupe_attention_call& call;
+    const int32_t* table;
+    int32_t kv_head;
+    int32_t entry = 0;  // block table entry of the next position
+    int32_t row = 0;    // row of the next position within its block
+
+    size_t next() {
+        const size_t block_row = static_cast<size_t>(table[entry]) * call.block_size + row;
+        if (++row == call.block_size) {
+            row = 0;
+            ++entry;
+        }
+        return (block_row * call.n_kv_heads + kv_head) * call.head_dim;
+    }
+};
+
+// Floats between the rows of kc/vc: fixed, so that the L rows are immediate offsets from one base; the
+// extra vector staggers the rows over L1 sets.
+template <class isa>
+constexpr int32_t kv_row_stride = max_tiled_head_dim + isa::lanes;
+
+// Query rows of one pass: row r reads q[r], writes out[r] and sees keys 0..pos[r] (pos ascending).
+template <class isa>
+struct row_block {
+    int32_t n_rows;  // 1..lanes
+    const float* q[isa::lanes];
+    float* out[isa::lanes];
+    int32_t pos[isa::lanes];
+};
+
+// s[jj] = sum_d qt[d] * kc[jj][d] for the chunk's keys (one independent accumulator per key).
+template <class isa>
+inline void chunk_scores(const float* qt, const float* kc, int32_t hd, typename isa::vec* s) {
+    constexpr int32_t lanes = isa::lanes;
+#pragma GCC unroll 16
+    for (int32_t jj = 0; jj < lanes; ++jj) s[jj] = isa::zero();
+    for (int32_t d = 0; d < hd; ++d) {
+        const typename isa::vec q = isa::load(qt + static_cast<size_t>(d) * lanes);
+#pragma GCC unroll 16
+        for (int32_t jj = 0; jj < lanes; ++jj) s[jj] = isa::fmadd(q, isa::set1(kc[jj * kv_row_stride<isa> + d]), s[jj]);
+    }
+}
+
+// acc[d] = acc[d] * c + sum_jj p[jj] * vc[jj][d], accumulate_unroll d at a time (independent FMA chains).
+template <class isa>
+inline void chunk_accumulate(float* acc, const float* vc, const typename isa::vec* p, typename isa::vec c, int32_t hd) {
+    constexpr int32_t lanes = isa::lanes;
+    constexpr int32_t unroll = isa::accumulate_unroll;
+    int32_t d = 0;
+    for (; d + unroll <= hd; d += unroll) {
+        typename isa::vec a[unroll];
+#pragma GCC unroll 8
+        for (int32_t u = 0; u < unroll; ++u) a[u] = isa::mul(isa::load(acc + (d + u) * lanes), c);
+#pragma GCC unroll 16
+        for (int32_t jj = 0; jj < lanes; ++jj) {
+#pragma GCC unroll 8
+            for (int32_t u = 0; u < unroll; ++u) {
+                a[u] = isa::fmadd(p[jj], isa::set1(vc[jj * kv_row_stride<isa> + d + u]), a[u]);
+            }
+        }
+#pragma GCC unroll 8
+        for (int32_t u = 0; u < unroll; ++u) isa::store(acc + (d + u) * lanes, a[u]);
+    }
+    for (; d < hd; ++d) {
+        typename isa::vec a = isa::mul(isa::load(acc + d * lanes), c);
+#pragma GCC unroll 16
+        for (int32_t jj = 0; jj < lanes; ++jj) a = isa::fmadd(p[jj], isa::set1(vc[jj * kv_row_stride<isa> + d]), a);
+        isa::store(acc + d * lanes, a);
+    }
+}
+
+template <class isa>
+void attend_rows(const troupe_attention_call& call, const int32_t* table, int32_t kv_head, const row_block<isa>& rows) {
+    using vec = typename isa::vec;
+    constexpr int32_t lanes = isa::lanes;
+    constexpr int32_t stride = kv_row_stride<isa>;
+    const int32_t hd = call.head_dim;
+    alignas(64) float qt[max_tiled_head_dim * lanes];   // [head_dim, lanes]
+    alignas(64) float acc[max_tiled_head_dim * lanes];  // [head_dim, lanes]
+    alignas(64) float kc[lanes * stride];               // [lanes keys, stride]
+    alignas(64) float vc[lanes * stride];               // [lanes keys, stride]
+    alignas(64) int32_t row_pos[lanes];
+    // Lanes past n_rows get a zero query at the first row's position: finite, and never written out.
+    for (int32_t r = 0; r < lanes; ++r) row_pos[r] = rows.pos[r < rows.n_rows ? r : 0];
+    for (int32_t d = 0; d < hd; ++d) {
+        for (int32_t r = 0; r < lanes; ++r) qt[d * lanes + r] = r < rows.n_rows ? rows.q[r][d] * call.scale : 0.0f;
+        isa::store(acc + d * lanes, isa::zero());
+    }
+    const typename isa::ivec vpos = isa::load_positions(row_pos);
+    const int32_t first = rows.pos[0];
+    const int32_t last = rows.pos[rows.n_rows - 1];
+    vec m = isa::set1(-INFINITY);
+    vec l = isa::zero();
+
+    kv_cursor cursor{call, table, kv_head};
+    size_t off[lanes];  // pool offsets of the next chunk's rows
+    int32_t n = last + 1 < lanes ? last + 1 : lanes;
+    for (int32_t jj = 0; jj < n; ++jj) off[jj] = cursor.next();
+    for (int32_t j0 = 0;;) {
+        for (int32_t jj = 0; jj < n; ++jj) {
+            isa::copy(kc + jj * stride, call.k_pool + off[jj], hd);
+            isa::copy(vc + jj * stride, call.v_pool + off[jj], hd);
+        }
+        // Keys past the last row's position: their scores are masked to -inf below, their weights are 0,
+        // and their V rows must be finite (0 * NaN is NaN).
+        for (int32_t jj = n; jj < lanes; ++jj) {
+            for (int32_t d = 0; d < hd; ++d) vc[jj * stride + d] = 0.0f;
+        }
+        // The next chunk's rows: offsets now, and a prefetch (rows of one kv head are strided, and the
+        // blocks scattered: the hardware prefetcher does not follow them).
+        const int32_t j1 = j0 + lanes;
+        const int32_t n1 = j1 > last ? 0 : (last + 1 - j1 < lanes ? last + 1 - j1 : lanes);
+        for (int32_t jj = 0; jj < n1; ++jj) {
+            off[jj] = cursor.next();
+            for (int32_t d = 0; d < hd; d += 16) {
+                __builtin_prefetch(call.k_pool + off[jj] + d);
+                __builtin_prefetch(call.v_pool + off[jj] + d);
+            }
+        }
+
+        vec s[lanes];
+        chunk_scores<isa>(qt, kc, hd, s);
+        if (j0 + lanes - 1 > first) {  // some key of the chunk is past some row's position
+#pragma GCC unroll 16
+            for (int32_t jj = 0; jj < lanes; ++jj) s[jj] = isa::before(s[jj], j0 + jj, vpos);
+        }
+        vec mx = s[0];
+#pragma GCC unroll 16
+        for (int32_t jj = 1; jj < lanes; ++jj) mx = isa::max(mx, s[jj]);
+        // Every row sees key 0, so m is finite from the first chunk on and m - m_new is never -inf - -inf.
+        const vec m_new = isa::max(m, mx);
+        const vec c = exp_nonpositive<isa>(isa::sub(m, m_new));
+        m = m_new;
+        vec sum = isa::zero();
+#pragma GCC unroll 16
+        for (int32_t jj = 0; jj < lanes; ++jj) {
+            s[jj] = exp_nonpositive<isa>(isa::sub(s[jj], m));
+            sum = isa::add(sum, s[jj]);
+        }
+        l = isa::fmadd(l, c, sum);
+        chunk_accumulate<isa>(acc, vc, s, c, hd);
+        if (n1 == 0) break;
+        j0 = j1;
+        n = n1;
+    }
+
+    alignas(64) float inv_l[lanes];
+    isa::store(inv_l, isa::div(isa::set1(1.0f), l));
+    for (int32_t r = 0; r < rows.n_rows; ++r) {
+        for (int32_t d = 0; d < hd; ++d) rows.out[r][d] = acc[d * lanes + r] * inv_l[r];
+    }
+}
+
+// Work items [begin, end), item = kv_head * n_tiles + tile index (attention_kernels.h).
+template <class isa>
+void attend_tiles(const troupe_attention_call& call, const query_tile* tiles, int32_t n_tiles, int64_t begin,
+                  int64_t end) {
+    constexpr int32_t lanes = isa::lanes;
+    const int32_t group = call.n_heads / call.n_kv_heads;
+    const int32_t hd = call.head_dim;
+    for (int64_t item = begin; item < end; ++item) {
+        const int32_t kv_head = static_cast<int32_t>(item / n_tiles);
+        const query_tile& tile = tiles[item % n_tiles];
+        const int32_t n_rows = tile.n_tokens * group;
+        if (n_rows < lanes / 2 || hd > max_tiled_head_dim) {
+            for (int32_t t = tile.first_token; t < tile.first_token + tile.n_tokens; ++t) {
+                const int64_t token_item = static_cast<int64_t>(t) * call.n_kv_heads + kv_head;
+                attend_online<isa>(call, token_item, token_item + 1);
+            }
+            continue;
+        }
+        const int32_t* table = call.block_tables[call.seq_of[tile.first_token]];
+        // Rows token-major: row i is token first_token + i / group, head kv_head * group + i % group.
+        for (int32_t r0 = 0; r0 < n_rows; r0 += lanes) {
+            row_block<isa> rows;
+            rows.n_rows = n_rows - r0 < lanes ? n_rows - r0 : lanes;
+            for (int32_t r = 0; r < rows.n_rows; ++r) {
+                const int32_t t = tile.first_token + (r0 + r) / group;
+                const size_t head = static_cast<size_t>(t) * call.n_heads + kv_head * group + (r0 + r) % group;
+                rows.q[r] = call.q + head * hd;
+                rows.out[r] = call.out + head * hd;
+                rows.pos[r] = call.positions[t];
+            }
+            attend_rows<isa>(call, table, kv_head, rows);
+        }
+    }
+}
+
+}  // namespace
+}  // namespace troupe::gqa
