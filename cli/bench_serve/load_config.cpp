@@ -1,5 +1,5 @@
 // Reading a load experiment: one walk over the YAML tree that fills load_config and collects every problem
-// with its path and line; cross-field checks (uniform bounds, rates, file-only output lengths) run after the
+// with its path and line; cross-field checks (length bounds, rates, file-only output lengths) run after the
 // walk so that they are reported together with the rest. yaml-cpp throws on malformed YAML: caught here.
 #include "cli/bench_serve/load_config.h"
 
@@ -45,6 +45,8 @@ std::string_view name(prompt_kind k) {
             return "fixed";
         case prompt_kind::uniform:
             return "uniform";
+        case prompt_kind::lognormal:
+            return "lognormal";
         case prompt_kind::file:
             return "file";
     }
@@ -57,6 +59,8 @@ std::string_view name(output_kind k) {
             return "fixed";
         case output_kind::uniform:
             return "uniform";
+        case output_kind::lognormal:
+            return "lognormal";
         case output_kind::file:
             return "file";
     }
@@ -128,6 +132,8 @@ void read_enum(const YAML::Node& n, const std::string& path, const diagnostics& 
 }
 
 constexpr int64_t max_tokens_limit = 1 << 20;
+// ln(length)'s standard deviation: ShareGPT's output lengths fit about 1; past a few every draw is clipped.
+constexpr double max_sigma = 10.0;
 
 void read_root(const YAML::Node& root, const diagnostics& d, load_config& c) {
     auto& t = c.target;
@@ -178,13 +184,18 @@ void read_root(const YAML::Node& root, const diagnostics& d, load_config& c) {
                      {
                          {"kind",
                           [&](auto& m, auto& q) {
-                              read_enum(m, q, d, p.kind, {prompt_kind::fixed, prompt_kind::uniform, prompt_kind::file});
+                              read_enum(m, q, d, p.kind,
+                                        {prompt_kind::fixed, prompt_kind::uniform, prompt_kind::lognormal,
+                                         prompt_kind::file});
                           }},
                          {"tokens", [&](auto& m, auto& q) { read_int(m, q, d, p.tokens, 1, max_tokens_limit); }},
                          {"min_tokens",
                           [&](auto& m, auto& q) { read_int(m, q, d, p.min_tokens, 0, max_tokens_limit); }},
                          {"max_tokens",
                           [&](auto& m, auto& q) { read_int(m, q, d, p.max_tokens, 0, max_tokens_limit); }},
+                         {"median_tokens",
+                          [&](auto& m, auto& q) { read_int(m, q, d, p.median_tokens, 1, max_tokens_limit); }},
+                         {"sigma", [&](auto& m, auto& q) { read_number(m, q, d, p.sigma, 0, true, max_sigma); }},
                          {"source", [&](auto& m, auto& q) { read_string(m, q, d, p.source); }},
                          {"tokenizer", [&](auto& m, auto& q) { read_string(m, q, d, p.tokenizer); }},
                          {"shared_prefix_tokens",
@@ -198,13 +209,18 @@ void read_root(const YAML::Node& root, const diagnostics& d, load_config& c) {
                      {
                          {"kind",
                           [&](auto& m, auto& q) {
-                              read_enum(m, q, d, o.kind, {output_kind::fixed, output_kind::uniform, output_kind::file});
+                              read_enum(m, q, d, o.kind,
+                                        {output_kind::fixed, output_kind::uniform, output_kind::lognormal,
+                                         output_kind::file});
                           }},
                          {"tokens", [&](auto& m, auto& q) { read_int(m, q, d, o.tokens, 1, max_tokens_limit); }},
                          {"min_tokens",
                           [&](auto& m, auto& q) { read_int(m, q, d, o.min_tokens, 0, max_tokens_limit); }},
                          {"max_tokens",
                           [&](auto& m, auto& q) { read_int(m, q, d, o.max_tokens, 0, max_tokens_limit); }},
+                         {"median_tokens",
+                          [&](auto& m, auto& q) { read_int(m, q, d, o.median_tokens, 1, max_tokens_limit); }},
+                         {"sigma", [&](auto& m, auto& q) { read_number(m, q, d, o.sigma, 0, true, max_sigma); }},
                          {"ignore_eos", [&](auto& m, auto& q) { read_bool(m, q, d, o.ignore_eos); }},
                          {"temperature", [&](auto& m, auto& q) { read_number(m, q, d, o.temperature, 0, false, 100); }},
                      });
@@ -228,18 +244,46 @@ YAML::Node node_at(const YAML::Node& root, std::initializer_list<const char*> ke
     YAML::Node n = root;
     for (const char* k : keys) {
         if (!n.IsMap() || !n[k]) return root;
-        n = n[k];
+        n.reset(n[k]);  // rebinds n: assigning a YAML::Node would overwrite the node it refers to
     }
     return n;
 }
 
-void check_uniform(const YAML::Node& root, const diagnostics& d, const char* section, int32_t lo, int32_t hi) {
+// A key present in the file (a bad value there was reported when it was read).
+bool given(const YAML::Node& root, const char* section, const char* key) {
+    return root.IsMap() && root[section].IsMap() && root[section][key];
+}
+
+// min_tokens..max_tokens, both required, for the uniform and lognormal kinds.
+void check_bounds(const YAML::Node& root, const diagnostics& d, const char* section, std::string_view kind, int32_t lo,
+                  int32_t hi) {
     const std::string s = section;
-    if (lo == 0) d.add(node_at(root, {section, "kind"}), s + ".min_tokens", "required when " + s + ".kind is uniform");
-    if (hi == 0) d.add(node_at(root, {section, "kind"}), s + ".max_tokens", "required when " + s + ".kind is uniform");
+    const std::string when = "required when " + s + ".kind is " + std::string(kind);
+    if (lo == 0) d.add(node_at(root, {section, "kind"}), s + ".min_tokens", when);
+    if (hi == 0) d.add(node_at(root, {section, "kind"}), s + ".max_tokens", when);
     if (lo > 0 && hi > 0 && lo > hi) {
         d.add(node_at(root, {section, "min_tokens"}), s + ".min_tokens",
               "must be <= " + s + ".max_tokens (" + std::to_string(hi) + "), got " + std::to_string(lo));
+    }
+}
+
+// The lognormal kind: bounds as uniform, a median inside them, a sigma (both read as > 0 when given).
+void check_lognormal(const YAML::Node& root, const diagnostics& d, const char* section, int32_t lo, int32_t hi,
+                     int32_t median) {
+    const std::string s = section;
+    check_bounds(root, d, section, "lognormal", lo, hi);
+    for (const char* key : {"median_tokens", "sigma"}) {
+        if (!given(root, section, key)) {
+            d.add(node_at(root, {section, "kind"}), s + "." + key, "required when " + s + ".kind is lognormal");
+        }
+    }
+    if (median > 0 && lo > 0 && median < lo) {
+        d.add(node_at(root, {section, "median_tokens"}), s + ".median_tokens",
+              "must be >= " + s + ".min_tokens (" + std::to_string(lo) + "), got " + std::to_string(median));
+    }
+    if (median > 0 && hi > 0 && median > hi) {
+        d.add(node_at(root, {section, "median_tokens"}), s + ".median_tokens",
+              "must be <= " + s + ".max_tokens (" + std::to_string(hi) + "), got " + std::to_string(median));
     }
 }
 
@@ -249,10 +293,14 @@ void check_consistency(const YAML::Node& root, const diagnostics& d, const load_
               "must be > 0 when arrivals.kind is " + std::string(name(c.arrivals.kind)) + ", got " +
                   num(c.arrivals.rate_per_s));
     }
-    if (c.prompt.kind == prompt_kind::uniform)
-        check_uniform(root, d, "prompt", c.prompt.min_tokens, c.prompt.max_tokens);
-    if (c.output.kind == output_kind::uniform)
-        check_uniform(root, d, "output", c.output.min_tokens, c.output.max_tokens);
+    const auto& p = c.prompt;
+    const auto& o = c.output;
+    if (p.kind == prompt_kind::uniform) check_bounds(root, d, "prompt", "uniform", p.min_tokens, p.max_tokens);
+    if (o.kind == output_kind::uniform) check_bounds(root, d, "output", "uniform", o.min_tokens, o.max_tokens);
+    if (p.kind == prompt_kind::lognormal)
+        check_lognormal(root, d, "prompt", p.min_tokens, p.max_tokens, p.median_tokens);
+    if (o.kind == output_kind::lognormal)
+        check_lognormal(root, d, "output", o.min_tokens, o.max_tokens, o.median_tokens);
     if (c.prompt.source.empty())
         d.add(node_at(root, {"prompt", "source"}), "prompt.source", "a text or JSON file is required");
     const bool json_source = c.prompt.source.ends_with(".json");
@@ -272,6 +320,14 @@ std::string file_stem(const std::string& path) {
     std::string base = slash == std::string::npos ? path : path.substr(slash + 1);
     size_t dot = base.find_last_of('.');
     return dot == std::string::npos || dot == 0 ? base : base.substr(0, dot);
+}
+
+// "\n  median_tokens: M\n  sigma: S" for the keys that were given (to_yaml): 0 would not read back.
+std::string lognormal_keys(int32_t median_tokens, double sigma) {
+    std::string s;
+    if (median_tokens > 0) s += "\n  median_tokens: " + std::to_string(median_tokens);
+    if (sigma > 0) s += "\n  sigma: " + num(sigma);
+    return s;
 }
 
 }  // namespace
@@ -349,11 +405,13 @@ std::string to_yaml(const load_config& c) {
       << "\nmax_concurrency: " << c.max_concurrency << "\nseed: " << c.seed << "\n";
     o << "arrivals:\n  kind: " << name(c.arrivals.kind) << "\n  rate_per_s: " << num(c.arrivals.rate_per_s) << "\n";
     o << "prompt:\n  kind: " << name(c.prompt.kind) << "\n  tokens: " << c.prompt.tokens
-      << "\n  min_tokens: " << c.prompt.min_tokens << "\n  max_tokens: " << c.prompt.max_tokens << "\n  source: \""
-      << c.prompt.source << "\"\n  tokenizer: \"" << c.prompt.tokenizer
-      << "\"\n  shared_prefix_tokens: " << c.prompt.shared_prefix_tokens << "\n";
+      << "\n  min_tokens: " << c.prompt.min_tokens << "\n  max_tokens: " << c.prompt.max_tokens
+      << lognormal_keys(c.prompt.median_tokens, c.prompt.sigma) << "\n  source: \"" << c.prompt.source
+      << "\"\n  tokenizer: \"" << c.prompt.tokenizer << "\"\n  shared_prefix_tokens: " << c.prompt.shared_prefix_tokens
+      << "\n";
     o << "output:\n  kind: " << name(c.output.kind) << "\n  tokens: " << c.output.tokens
       << "\n  min_tokens: " << c.output.min_tokens << "\n  max_tokens: " << c.output.max_tokens
+      << lognormal_keys(c.output.median_tokens, c.output.sigma)
       << "\n  ignore_eos: " << (c.output.ignore_eos ? "true" : "false")
       << "\n  temperature: " << num(c.output.temperature) << "\n";
     o << "metrics_interval_s: " << num(c.metrics_interval_s) << "\n";

@@ -23,8 +23,8 @@ namespace troupe::bench {
 
 enum class endpoint_kind { completions, chat };
 enum class arrival_kind { poisson, fixed, burst };
-enum class prompt_kind { fixed, uniform, file };
-enum class output_kind { fixed, uniform, file };
+enum class prompt_kind { fixed, uniform, lognormal, file };
+enum class output_kind { fixed, uniform, lognormal, file };
 
 std::string_view name(endpoint_kind k);
 std::string_view name(arrival_kind k);
@@ -45,13 +45,16 @@ struct arrival_config {
 };
 
 // A prompt is `shared_prefix_tokens` tokens common to every request followed by its own part.
-// fixed / uniform: the own part is `tokens` (or min..max) tokens of the source text from a seeded offset;
+// fixed / uniform / lognormal: the own part is that many tokens of the source text from a seeded offset;
 // file: the own part is one entry of the source as is (a line, a story, or a conversation's first user turn).
+// lognormal: ln(length) ~ Normal(ln(median_tokens), sigma), rounded and clipped to min..max: heavy-tailed.
 struct prompt_config {
     prompt_kind kind = prompt_kind::fixed;
     int32_t tokens = 128;                               // fixed
-    int32_t min_tokens = 0;                             // uniform, inclusive
-    int32_t max_tokens = 0;                             // uniform, inclusive
+    int32_t min_tokens = 0;                             // uniform, lognormal: inclusive
+    int32_t max_tokens = 0;                             // uniform, lognormal: inclusive
+    int32_t median_tokens = 0;                          // lognormal; 0 = not given
+    double sigma = 0.0;                                 // lognormal: standard deviation of ln(length); 0 = not given
     std::string source = "../shared/text/stories.txt";  // .txt (stories split on <|endofstory|>, else lines) or .json
     std::string tokenizer;  // a GGUF whose vocabulary counts tokens exactly; "": words approximate tokens
     int32_t shared_prefix_tokens = 0;
@@ -60,9 +63,11 @@ struct prompt_config {
 // Requested output lengths (max_tokens); with ignore_eos the server generates exactly that many.
 struct output_config {
     output_kind kind = output_kind::fixed;
-    int32_t tokens = 128;    // fixed
-    int32_t min_tokens = 0;  // uniform, inclusive
-    int32_t max_tokens = 0;  // uniform, inclusive
+    int32_t tokens = 128;       // fixed
+    int32_t min_tokens = 0;     // uniform, lognormal: inclusive
+    int32_t max_tokens = 0;     // uniform, lognormal: inclusive
+    int32_t median_tokens = 0;  // lognormal (as prompt_config); 0 = not given
+    double sigma = 0.0;         // lognormal: standard deviation of ln(length); 0 = not given
     bool ignore_eos = true;
     double temperature = 0.0;
 };
@@ -94,7 +99,7 @@ result<load_config> parse_load_config(std::string_view yaml_text, std::string_vi
 // A missing file is an error naming the path. The name defaults to the file's stem.
 result<load_config> load_load_config_file(const std::string& path, std::span<const std::string> overrides = {});
 
-// The config as YAML (every key), for the report and --print-config.
+// The config as YAML (every key; median_tokens and sigma when given), for the report and --print-config.
 std::string to_yaml(const load_config& c);
 
 }  // namespace troupe::bench

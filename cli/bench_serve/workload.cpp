@@ -4,6 +4,7 @@
 #include <boost/json.hpp>
 
 #include <algorithm>
+#include <cmath>
 #include <fstream>
 #include <memory>
 #include <numeric>
@@ -34,13 +35,62 @@ std::vector<double> arrival_times(const arrival_config& arrivals, int32_t n, uin
     return t;
 }
 
-std::vector<int32_t> sample_lengths(bool uniform, int32_t tokens, int32_t min_tokens, int32_t max_tokens, int32_t n,
-                                    std::mt19937_64& rng) {
-    std::vector<int32_t> out(static_cast<size_t>(std::max(n, 0)), tokens);
-    if (!uniform) return out;
-    TROUPE_ASSERT(min_tokens >= 1 && min_tokens <= max_tokens);
-    std::uniform_int_distribution<int32_t> len(min_tokens, max_tokens);
-    for (auto& v : out) v = len(rng);
+namespace {
+
+// A prompt_config's or output_config's length keys and its kind (their enums have the same names).
+template <class Config>
+length_distribution lengths_of(const Config& c) {
+    using kind = decltype(c.kind);
+    length_distribution d{length_kind::fixed, c.tokens, c.min_tokens, c.max_tokens, c.median_tokens, c.sigma};
+    switch (c.kind) {
+        case kind::fixed:
+        case kind::file:
+            break;
+        case kind::uniform:
+            d.kind = length_kind::uniform;
+            break;
+        case kind::lognormal:
+            d.kind = length_kind::lognormal;
+            break;
+    }
+    return d;
+}
+
+}  // namespace
+
+length_distribution prompt_lengths(const prompt_config& prompt) {
+    return lengths_of(prompt);
+}
+
+length_distribution output_lengths(const output_config& output) {
+    return lengths_of(output);
+}
+
+std::vector<int32_t> sample_lengths(const length_distribution& dist, int32_t n, std::mt19937_64& rng) {
+    std::vector<int32_t> out(static_cast<size_t>(std::max(n, 0)), dist.tokens);
+    switch (dist.kind) {
+        case length_kind::fixed:
+            break;
+        case length_kind::uniform: {
+            TROUPE_ASSERT(dist.min_tokens >= 1 && dist.min_tokens <= dist.max_tokens);
+            std::uniform_int_distribution<int32_t> len(dist.min_tokens, dist.max_tokens);
+            for (auto& v : out) v = len(rng);
+            break;
+        }
+        case length_kind::lognormal: {
+            TROUPE_ASSERT(dist.min_tokens >= 1 && dist.min_tokens <= dist.median_tokens &&
+                          dist.median_tokens <= dist.max_tokens && dist.sigma > 0);
+            // Clipping in the log domain first keeps exp() finite whatever the draw.
+            const double lo = std::log(static_cast<double>(dist.min_tokens));
+            const double hi = std::log(static_cast<double>(dist.max_tokens));
+            std::normal_distribution<double> ln_len(std::log(static_cast<double>(dist.median_tokens)), dist.sigma);
+            for (auto& v : out) {
+                const double x = std::round(std::exp(std::clamp(ln_len(rng), lo, hi)));
+                v = std::clamp(static_cast<int32_t>(x), dist.min_tokens, dist.max_tokens);
+            }
+            break;
+        }
+    }
     return out;
 }
 
@@ -250,10 +300,8 @@ result<std::vector<request_spec>> build_requests(const load_config& config, cons
     std::iota(order.begin(), order.end(), size_t{0});
     std::shuffle(order.begin(), order.end(), rng);
 
-    const std::vector<int32_t> prompt_lens =
-        sample_lengths(p.kind == prompt_kind::uniform, p.tokens, p.min_tokens, p.max_tokens, n, rng);
-    const std::vector<int32_t> output_lens =
-        sample_lengths(o.kind == output_kind::uniform, o.tokens, o.min_tokens, o.max_tokens, n, rng);
+    const std::vector<int32_t> prompt_lens = sample_lengths(prompt_lengths(p), n, rng);
+    const std::vector<int32_t> output_lens = sample_lengths(output_lengths(o), n, rng);
     std::uniform_int_distribution<size_t> offset(0, source.corpus.size() == 0 ? 0 : source.corpus.size() - 1);
     const std::string prefix = source.corpus.take(0, p.shared_prefix_tokens);
 

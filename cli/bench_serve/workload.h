@@ -4,7 +4,9 @@
 //   poisson  t_0 = 0, t_i = t_{i-1} + Exp(rate)      (mean gap 1 / rate, coefficient of variation 1)
 //   fixed    t_i = i / rate
 //   burst    t_i = 0
-// Lengths: fixed (every request the same), uniform (inclusive min..max), file (the source's own entries).
+// Lengths: fixed (every request the same), uniform (inclusive min..max), lognormal (ln(length) normal around
+// ln(median) with standard deviation sigma, rounded and clipped to min..max: most short, a few very long, as
+// chat traffic such as ShareGPT), file (the source's own entries).
 // Prompts are cut from a text_corpus: a sequence of units (token ids when a tokenizer is given, else words)
 // rendered back to text; a shared prefix is the corpus's first units, the same for every request.
 #pragma once
@@ -24,9 +26,24 @@ namespace troupe::bench {
 
 std::vector<double> arrival_times(const arrival_config& arrivals, int32_t n, uint64_t seed);
 
-// n lengths: fixed -> `tokens`; uniform -> min..max inclusive. (file lengths come from the source.)
-std::vector<int32_t> sample_lengths(bool uniform, int32_t tokens, int32_t min_tokens, int32_t max_tokens, int32_t n,
-                                    std::mt19937_64& rng);
+enum class length_kind { fixed, uniform, lognormal };
+
+// A distribution of prompt (own part) or output lengths; file lengths come from the source instead.
+struct length_distribution {
+    length_kind kind = length_kind::fixed;
+    int32_t tokens = 0;         // fixed
+    int32_t min_tokens = 0;     // uniform, lognormal: inclusive, >= 1
+    int32_t max_tokens = 0;     // uniform, lognormal: inclusive
+    int32_t median_tokens = 0;  // lognormal: in min..max
+    double sigma = 0.0;         // lognormal: standard deviation of ln(length), > 0
+};
+
+// The distributions a load config names (a file kind gives fixed `tokens`, unused).
+length_distribution prompt_lengths(const prompt_config& prompt);
+length_distribution output_lengths(const output_config& output);
+
+// n lengths drawn from rng (only uniform and lognormal draw: a fixed distribution leaves rng as it was).
+std::vector<int32_t> sample_lengths(const length_distribution& dist, int32_t n, std::mt19937_64& rng);
 
 // Units of text that prompts are cut from; take() wraps around the end.
 class text_corpus {
@@ -62,7 +79,7 @@ std::vector<source_entry> split_text_entries(std::string_view text);
 // first user turn is the prompt, the next assistant turn the reply. Entries without both are skipped.
 result<std::vector<source_entry>> parse_conversations(std::string_view json_text, std::string_view source);
 
-// What prompts are made from: the corpus (fixed / uniform kinds), the entries (file kind), a token counter.
+// What prompts are made from: the corpus (fixed, uniform, lognormal), the entries (file kind), a token counter.
 struct workload_source {
     text_corpus corpus;
     std::vector<source_entry> entries;

@@ -8,8 +8,9 @@
 #
 # --model      the GGUF to serve (default $TROUPE_MODEL, else ../shared/models/stories260K.gguf)
 # --quick      8 requests per load instead of each file's n_requests
-# --only       some of the runs: single_stream, concurrent_16, mixed_continuous, mixed_static, shared_prefix,
-#              shared_prefix_nocache (the comparison shows the figures whose runs are there)
+# --only       some of the runs: single_stream, concurrent_16, mixed_continuous, mixed_static,
+#              longtail_continuous, longtail_static, shared_prefix, shared_prefix_nocache (the comparison
+#              shows the figures whose runs are there)
 # --server-set passed to every `troupe serve` as --set (e.g. threads=1)
 # BENCH FLAGS  passed to every `troupe bench serve`, e.g. -- --set output.max_tokens=64
 #              (prompts are cut with the served model's own tokenizer: --set prompt.tokenizer=MODEL is added)
@@ -34,7 +35,7 @@ while [ $# -gt 0 ]; do
         --only) only=",$2,"; shift 2 ;;
         --server-set) server_flags+=(--set "$2"); shift 2 ;;
         --) shift; bench_flags=("$@"); break ;;
-        -h|--help) sed -n '2,18p' "$0"; exit 0 ;;
+        -h|--help) sed -n '2,17p' "$0"; exit 0 ;;
         *) echo "run_all.sh: unknown argument '$1' (--help lists them)" >&2; exit 2 ;;
     esac
 done
@@ -95,13 +96,16 @@ run server_continuous single_stream single_stream
 run server_continuous concurrent_16 concurrent_16
 run server_continuous mixed_continuous mixed_continuous
 run server_static mixed_static mixed_static
+run server_continuous longtail_continuous longtail_continuous
+run server_static longtail_static longtail_static
 run server_continuous shared_prefix shared_prefix
 run server_no_prefix_cache shared_prefix shared_prefix_nocache
 
 python3 - "$out" "$model" <<'PY' | tee "$out/comparison.md"
 import json, os, sys
 out, model = sys.argv[1], sys.argv[2]
-names = ["single_stream", "concurrent_16", "mixed_continuous", "mixed_static", "shared_prefix", "shared_prefix_nocache"]
+names = ["single_stream", "concurrent_16", "mixed_continuous", "mixed_static", "longtail_continuous",
+         "longtail_static", "shared_prefix", "shared_prefix_nocache"]
 r = {n: json.load(open(os.path.join(out, n + ".json"))) for n in names if os.path.exists(os.path.join(out, n + ".json"))}
 have = lambda *ns: all(n in r for n in ns)
 def pct(x): return "%.1f%%" % (100 * x)
@@ -122,11 +126,13 @@ if have("concurrent_16", "single_stream"):
   c = r["concurrent_16"]["output_throughput"] / max(r["single_stream"]["output_throughput"], 1e-9)
   row("16 streams / 1 stream, output tokens/s", "%.2fx (%.1f / %.1f)" % (
       c, r["concurrent_16"]["output_throughput"], r["single_stream"]["output_throughput"]), ">= 4x", c >= 4)
-if have("mixed_continuous", "mixed_static"):
-  b = r["mixed_continuous"]["output_throughput"] / max(r["mixed_static"]["output_throughput"], 1e-9)
-  row("continuous / static batching, output tokens/s (mixed lengths)", "%.2fx (%.1f / %.1f)" % (
-      b, r["mixed_continuous"]["output_throughput"], r["mixed_static"]["output_throughput"]), ">= 2x", b >= 2)
-  t_c, t_s = r["mixed_continuous"]["ttft_ms"]["p99"], r["mixed_static"]["ttft_ms"]["p99"]
+for load, what in [("mixed", "mixed lengths"), ("longtail", "long-tailed outputs")]:
+  cont, stat = load + "_continuous", load + "_static"
+  if not have(cont, stat): continue
+  b = r[cont]["output_throughput"] / max(r[stat]["output_throughput"], 1e-9)
+  row("continuous / static batching, output tokens/s (%s)" % what, "%.2fx (%.1f / %.1f)" % (
+      b, r[cont]["output_throughput"], r[stat]["output_throughput"]), ">= 2x", b >= 2)
+  t_c, t_s = r[cont]["ttft_ms"]["p99"], r[stat]["ttft_ms"]["p99"]
   row("  p99 TTFT continuous vs static (ms)", "%.0f vs %.0f" % (t_c, t_s), "continuous <= static", t_c <= t_s)
 for n in [n for n in ["concurrent_16", "mixed_continuous"] if n in r]:
     w = r[n]["kv_waste"]

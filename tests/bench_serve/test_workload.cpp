@@ -1,6 +1,7 @@
 // Workloads: arrival processes, length distributions, prompts cut from a corpus, conversation files.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <numeric>
 #include <set>
@@ -62,12 +63,12 @@ TEST(arrivals, a_burst_sends_everything_at_once) {
 
 TEST(lengths, fixed_lengths_are_all_equal) {
     std::mt19937_64 rng(1);
-    EXPECT_EQ(sample_lengths(false, 33, 0, 0, 4, rng), std::vector<int32_t>(4, 33));
+    EXPECT_EQ(sample_lengths({.kind = length_kind::fixed, .tokens = 33}, 4, rng), std::vector<int32_t>(4, 33));
 }
 
 TEST(lengths, uniform_lengths_cover_the_inclusive_range_evenly) {
     std::mt19937_64 rng(3);
-    auto v = sample_lengths(true, 0, 10, 14, 5000, rng);
+    auto v = sample_lengths({.kind = length_kind::uniform, .min_tokens = 10, .max_tokens = 14}, 5000, rng);
     std::vector<int> count(5, 0);
     for (int32_t x : v) {
         ASSERT_GE(x, 10);
@@ -75,6 +76,74 @@ TEST(lengths, uniform_lengths_cover_the_inclusive_range_evenly) {
         ++count[x - 10];
     }
     for (int c : count) EXPECT_NEAR(c, 1000, 150);  // ~4.5 standard deviations
+}
+
+length_distribution longtail(int32_t median, double sigma, int32_t lo, int32_t hi) {
+    return {
+        .kind = length_kind::lognormal, .min_tokens = lo, .max_tokens = hi, .median_tokens = median, .sigma = sigma};
+}
+
+// The q-quantile of sorted values (nearest rank).
+double quantile(const std::vector<int32_t>& sorted, double q) {
+    return sorted[static_cast<size_t>(q * static_cast<double>(sorted.size() - 1))];
+}
+
+TEST(lengths, lognormal_lengths_have_the_median_and_the_log_spread_asked_for_within_the_bounds) {
+    std::mt19937_64 rng(11);
+    const int32_t n = 20000;
+    auto v = sample_lengths(longtail(64, 1.0, 8, 512), n, rng);
+    ASSERT_EQ(v.size(), static_cast<size_t>(n));
+    for (int32_t x : v) {
+        ASSERT_GE(x, 8);
+        ASSERT_LE(x, 512);
+    }
+    std::sort(v.begin(), v.end());
+    // The sample median's standard error on the log scale is 1.25 sigma / sqrt(n) = 0.9%, 0.6 tokens at 64.
+    EXPECT_NEAR(quantile(v, 0.5), 64, 3);
+    // ln(q75 / q25) = 2 * 0.674 sigma for a normal ln(length).
+    EXPECT_NEAR(std::log(quantile(v, 0.75) / quantile(v, 0.25)) / 1.349, 1.0, 0.05);
+    // Heavy tail: P(length > 4 * median) = P(Z > ln 4) = 8.3%. The clips hold what rounds to 512 = 8 * median,
+    // P(Z > ln(511.5 / 64)) = 1.9%, and to 8 = median / 8, P(Z < ln(8.5 / 64)) = 2.2%.
+    const auto above = [&](int32_t t) { return double(v.end() - std::upper_bound(v.begin(), v.end(), t)) / n; };
+    EXPECT_NEAR(above(256), 0.0825, 0.01);
+    EXPECT_NEAR(double(std::count(v.begin(), v.end(), 512)) / n, 0.0188, 0.005);
+    EXPECT_NEAR(double(std::count(v.begin(), v.end(), 8)) / n, 0.0218, 0.005);
+    // The long tail pulls the mean far above the median: about 100 here (64 e^(sigma^2 / 2) before clipping).
+    EXPECT_NEAR(std::accumulate(v.begin(), v.end(), 0.0) / n, 100.5, 4);
+}
+
+TEST(lengths, lognormal_lengths_are_fixed_by_the_seed) {
+    std::mt19937_64 a(5), b(5), c(6);
+    const auto dist = longtail(100, 0.8, 1, 4000);
+    const auto va = sample_lengths(dist, 200, a);
+    EXPECT_EQ(va, sample_lengths(dist, 200, b));
+    EXPECT_NE(va, sample_lengths(dist, 200, c));
+}
+
+TEST(lengths, a_narrow_lognormal_clipped_to_one_value_gives_that_value) {
+    std::mt19937_64 rng(2);
+    EXPECT_EQ(sample_lengths(longtail(7, 3.0, 7, 7), 50, rng), std::vector<int32_t>(50, 7));
+}
+
+TEST(lengths, config_kinds_map_to_their_distributions) {
+    output_config o;
+    o.kind = output_kind::lognormal;
+    o.median_tokens = 64;
+    o.sigma = 1.0;
+    o.min_tokens = 8;
+    o.max_tokens = 512;
+    const auto d = output_lengths(o);
+    EXPECT_EQ(d.kind, length_kind::lognormal);
+    EXPECT_EQ(d.median_tokens, 64);
+    EXPECT_DOUBLE_EQ(d.sigma, 1.0);
+    EXPECT_EQ(d.max_tokens, 512);
+    o.kind = output_kind::file;
+    EXPECT_EQ(output_lengths(o).kind, length_kind::fixed);
+    prompt_config p;
+    p.kind = prompt_kind::uniform;
+    EXPECT_EQ(prompt_lengths(p).kind, length_kind::uniform);
+    p.kind = prompt_kind::lognormal;
+    EXPECT_EQ(prompt_lengths(p).kind, length_kind::lognormal);
 }
 
 TEST(corpus, take_cuts_n_words_and_wraps_around) {
@@ -174,6 +243,47 @@ TEST(requests, a_shared_prefix_starts_every_prompt) {
         EXPECT_GE(q.prompt_tokens, 55);
         EXPECT_LE(q.prompt_tokens, 65);
     }
+}
+
+TEST(requests, lognormal_prompt_and_output_lengths_are_drawn_within_bounds_and_repeat_with_the_seed) {
+    std::string text;
+    for (int i = 0; i < 1000; ++i) text += "u" + std::to_string(i) + " ";
+    auto src = words_source(text, {{"x", ""}});
+    load_config c = base_config();
+    c.n_requests = 200;
+    c.prompt.kind = prompt_kind::lognormal;
+    c.prompt.median_tokens = 20;
+    c.prompt.sigma = 0.7;
+    c.prompt.min_tokens = 4;
+    c.prompt.max_tokens = 100;
+    c.output.kind = output_kind::lognormal;
+    c.output.median_tokens = 64;
+    c.output.sigma = 1.0;
+    c.output.min_tokens = 8;
+    c.output.max_tokens = 512;
+    auto r = build_requests(c, src);
+    ASSERT_TRUE(r) << r.message();
+    std::set<int32_t> outputs;
+    for (const auto& q : *r) {
+        EXPECT_GE(q.prompt_tokens, 4);
+        EXPECT_LE(q.prompt_tokens, 100);
+        EXPECT_GE(q.max_tokens, 8);
+        EXPECT_LE(q.max_tokens, 512);
+        outputs.insert(q.max_tokens);
+    }
+    EXPECT_GT(outputs.size(), 50u);
+    auto again = build_requests(c, src);
+    ASSERT_TRUE(again);
+    for (size_t i = 0; i < r->size(); ++i) {
+        EXPECT_EQ((*again)[i].max_tokens, (*r)[i].max_tokens);
+        EXPECT_EQ((*again)[i].prompt, (*r)[i].prompt);
+    }
+    c.seed = 6;
+    auto other = build_requests(c, src);
+    ASSERT_TRUE(other);
+    int32_t n_same = 0;
+    for (size_t i = 0; i < r->size(); ++i) n_same += (*other)[i].max_tokens == (*r)[i].max_tokens;
+    EXPECT_LT(n_same, 40);
 }
 
 TEST(requests, file_prompts_use_entries_and_conversation_reply_lengths) {
