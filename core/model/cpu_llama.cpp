@@ -57,6 +57,11 @@ result<std::unique_ptr<cpu_llama>> cpu_llama::create(llama_weights weights, cpu_
     const size_t pool_floats =
         static_cast<size_t>(m->kv_.n_blocks) * m->kv_.block_size * static_cast<size_t>(hp.kv_width());
     m->layers_.resize(hp.n_layers);
+    if (!m->kv_memory_.allocate(2 * pool_floats * sizeof(float) * hp.n_layers)) {
+        return make_error(path + ": cannot allocate " +
+                          std::to_string((2 * pool_floats * sizeof(float) * hp.n_layers) >> 20) +
+                          " MiB for the KV cache (kv.memory): " + std::strerror(errno));
+    }
     for (int32_t i = 0; i < hp.n_layers; ++i) {
         const llama_layer_weights& lw = m->w_.layers[i];
         layer& l = m->layers_[i];
@@ -72,8 +77,8 @@ result<std::unique_ptr<cpu_llama>> cpu_llama::create(llama_weights weights, cpu_
                                     {&lw.w_down, "ffn_down", &l.w_down}}) {
             if (status st = make(*w, p + name + ".weight", *dst); !st.ok()) return st.err();
         }
-        l.k_pool.reset(new float[pool_floats]);
-        l.v_pool.reset(new float[pool_floats]);
+        l.k_pool = reinterpret_cast<float*>(m->kv_memory_.data()) + (2 * static_cast<size_t>(i)) * pool_floats;
+        l.v_pool = l.k_pool + pool_floats;
     }
     m->output_norm_ = static_cast<const float*>(m->w_.output_norm.data);
     if (status st =
@@ -208,8 +213,8 @@ status cpu_llama::run_layer(layer& l, size_t n, const std::vector<const int32_t*
     call.n_seqs = static_cast<int32_t>(tables.size());
     call.block_tables = tables.data();
     call.block_size = kv_.block_size;
-    call.k_pool = l.k_pool.get();
-    call.v_pool = l.v_pool.get();
+    call.k_pool = l.k_pool;
+    call.v_pool = l.v_pool;
     if (status st = params_.attention->forward(call, ctx_.parallel_for); !st.ok()) return st;
 
     if (status st = l.wo.forward(s_.attn.data(), s_.h.data(), n, ctx_); !st.ok()) return st;

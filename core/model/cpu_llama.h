@@ -64,8 +64,8 @@ private:
         linear wq, wk, wv, wo, w_gate, w_up, w_down;
         // Left uninitialized (pages are touched only where the cache is written): attention reads only
         // rows written before.
-        std::unique_ptr<float[]> k_pool;  // [n_blocks, block_size, n_kv_heads, head_dim]
-        std::unique_ptr<float[]> v_pool;  // [n_blocks, block_size, n_kv_heads, head_dim]
+        float* k_pool = nullptr;  // [n_blocks, block_size, n_kv_heads, head_dim], in kv_memory_
+        float* v_pool = nullptr;  // [n_blocks, block_size, n_kv_heads, head_dim], in kv_memory_
     };
     struct scratch {
         std::vector<float> x;            // [T, dim] residual stream
@@ -96,7 +96,9 @@ private:
     const float* output_norm_ = nullptr;
     linear output_;
     std::vector<layer> layers_;
-    cpu::huge_page_buffer arena_;  // the builtin kernels' weights when params.copy_weights
+    cpu::huge_page_buffer arena_;      // the builtin kernels' weights when params.copy_weights
+    cpu::huge_page_buffer kv_memory_;  // every layer's K and V pools (huge pages: attention reads rows of
+                                       // one kv head at a stride, touching a 4 KiB page every row or two)
     scratch s_;
 };
 
