@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "plugin_test_support.h"
+#include "plugins/attention/gqa/query_tiles.h"
 
 namespace troupe::testing {
 namespace {
@@ -152,6 +153,25 @@ INSTANTIATE_TEST_SUITE_P(gqa, attention_tiles, ::testing::ValuesIn(all_cases()),
                              return std::string(info.param.shape) + "_block_" + std::to_string(info.param.block_size) +
                                     "_" + info.param.kernel;
                          });
+
+TEST(query_tiles, consecutive_positions_of_one_sequence_form_tiles_listed_costliest_first) {
+    // Tokens:         0  1  2  3  4  5  6  7  8
+    const std::vector<int32_t> seq_of = {0, 0, 0, 1, 0, 2, 2, 2, 2};
+    const std::vector<int32_t> positions = {7, 8, 9, 3, 10, 0, 1, 3, 4};  // sequence 2 skips position 2
+    troupe_attention_call call{};
+    call.n_tokens = static_cast<int32_t>(seq_of.size());
+    call.seq_of = seq_of.data();
+    call.positions = positions.data();
+    std::vector<gqa::query_tile> tiles(seq_of.size());
+    const int32_t n = gqa::make_query_tiles(call, 2, tiles.data());
+    // Cost = tokens x (last position + 1): {0, 2}: 18, {2, 1}: 10, {3, 1}: 4, {4, 1}: 11, {5, 2}: 4, {7, 2}: 10.
+    const std::vector<std::pair<int32_t, int32_t>> expected = {{0, 2}, {4, 1}, {2, 1}, {7, 2}, {3, 1}, {5, 2}};
+    ASSERT_EQ(n, static_cast<int32_t>(expected.size()));
+    for (int32_t i = 0; i < n; ++i) {
+        EXPECT_EQ(tiles[i].first_token, expected[i].first) << "tile " << i;
+        EXPECT_EQ(tiles[i].n_tokens, expected[i].second) << "tile " << i;
+    }
+}
 
 }  // namespace
 }  // namespace troupe::testing
