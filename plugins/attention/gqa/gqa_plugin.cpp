@@ -40,11 +40,10 @@ bool cpu_has_avx512() {
 }  // namespace
 
 struct troupe_plugin_instance {
-    std::string kernel;                          // "scalar", "avx2" or "avx512"
-    attend_fn attend = nullptr;                  // items (token, kv head)
-    attend_tiles_fn attend_tiles = nullptr;      // items (kv head, query tile), where the kernel has it
-    int32_t tile_lanes = 1;                      // query rows per pass of attend_tiles
-    std::vector<troupe::gqa::query_tile> tiles;  // [n_tokens] scratch of the last forward
+    std::string kernel;                      // "scalar", "avx2" or "avx512"
+    attend_fn attend = nullptr;              // items (token, kv head)
+    attend_tiles_fn attend_tiles = nullptr;  // items (kv head, query tile), where the kernel has it
+    int32_t tile_lanes = 1;                  // query rows per pass of attend_tiles
     std::string error;
 };
 
@@ -116,13 +115,13 @@ int32_t gqa_forward(troupe_plugin_instance* inst, const troupe_attention_call* c
         if (rc != TROUPE_OK) return fail(inst, rc, "writing K/V rows failed in the host's parallel_for");
         if (const attend_tiles_fn attend_tiles = inst->attend_tiles; attend_tiles != nullptr) {
             const int32_t group = c.n_heads / c.n_kv_heads;
-            inst->tiles.resize(static_cast<size_t>(c.n_tokens));
-            const troupe::gqa::query_tile* tiles = inst->tiles.data();
+            std::vector<troupe::gqa::query_tile> tiles(static_cast<size_t>(c.n_tokens));
             const int32_t n_tiles =
-                troupe::gqa::make_query_tiles(c, std::max(1, inst->tile_lanes / group), inst->tiles.data());
-            rc = run_parallel(
-                par, static_cast<int64_t>(n_tiles) * c.n_kv_heads,
-                [&c, attend_tiles, tiles, n_tiles](int64_t b, int64_t e) { attend_tiles(c, tiles, n_tiles, b, e); });
+                troupe::gqa::make_query_tiles(c, std::max(1, inst->tile_lanes / group), tiles.data());
+            rc = run_parallel(par, static_cast<int64_t>(n_tiles) * c.n_kv_heads,
+                              [&c, attend_tiles, &tiles, n_tiles](int64_t b, int64_t e) {
+                                  attend_tiles(c, tiles.data(), n_tiles, b, e);
+                              });
         } else {
             const attend_fn attend = inst->attend;
             rc = run_parallel(par, static_cast<int64_t>(c.n_tokens) * c.n_kv_heads,
