@@ -21,6 +21,10 @@
 // would fill less than half the lanes (decode steps of small groups) take the per-token driver,
 // attend_online: with few rows, its per-key dot products do less work than L-lane vectors mostly empty.
 //
+// q is scaled before the product (the reference scales the product): the two differ by rounding only.
+// Scratch is on the stack, sized for max_tiled_head_dim: qt and acc 2 x 16 KB, kc and vc 2 x 17 KB with
+// AVX-512 (half with AVX2); head dims above it take the per-token driver.
+//
 // isa must provide, besides what attend_online needs: vec, ivec; lanes, accumulate_unroll;
 // zero(), load(p), store(p, v), sub, div, what vector_exp.h needs; load_positions(p); before(s, key, pos):
 // s where key <= pos (lane-wise), else -inf; copy(dst, src, n).
