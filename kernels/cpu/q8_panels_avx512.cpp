@@ -4,9 +4,14 @@
 //
 // Micro-tile: one panel (16 rows) x M tokens. Per block, per token: an int32 zmm starts at the token's
 // correction -offset * sum(x_block), takes 8 vpdpbusd (weight quad in a register, the token's 4 activation
-// bytes broadcast from memory), then y += float(sum) * (d_w * d_x) with d_w the 16 rows' scales. No horizontal
-// reductions; each lane is one output, summed over blocks in order, so the result equals ref::matmul bit for
-// bit. Registers: M int sums + M float sums + a weight quad (+ its two nibble halves for Q4_0), so M <= 12.
+// bytes broadcast), then y += float(sum) * (d_w * d_x) with d_w the 16 rows' scales. No horizontal reductions;
+// each lane is one output, summed over blocks in order, so the result equals ref::matmul bit for bit.
+// Registers: M int sums + M float sums + a weight quad (+ its two nibble halves for Q4_0), so M <= 12.
+//
+// What bounds the speed once tokens are many is the vector pipes' share of vpdpbusd, the broadcasts and the two
+// multiplies per block (measured on Zen 5: about 4.3-5 vpdpbusd/ns on one core vs 8 for vpdpbusd alone; dropping
+// the multiplies or the broadcasts alone gains 2-20%). Tiles of two panels (one broadcast for two vpdpbusd)
+// gained 5% with L2-resident weights but lost 30% with weights streamed from memory, so tiles are one panel.
 //
 // Loop order: a chunk of tokens whose activations fit in L2 outermost, then the panels of the work item, then
 // the tiles of M tokens: a panel (13 KB for n_in 768) is read from memory once per chunk and from L1 for the

@@ -9,19 +9,27 @@
 // (Q8_0 and Q4_0 prefill run the integer GEMM: their GFLOP/s count multiply-adds as 2 flops like the others
 // but are not bound by the float FMA peak.) Rows with activations "float" run the float-activation recipe
 // (cpu::activation_recipe::float32: weight blocks dequantized in registers for decode, the float GEMM on
-// dequantized panels for prefill); "quant" rows llama.cpp's recipe.
+// dequantized panels for prefill); "quant" rows llama.cpp's recipe. Rows with form "panels" run Q8_0 / Q4_0
+// weights pre-packed into 16-row panels (cpu/q8_panels.h), one integer kernel for every token count.
+//
+// Then the step time of the whole model for 1, 4, 8, 16 and 32 tokens (a decode step serving that many
+// streams), rows vs panels, and the ratio of the 16-token step to the 1-token step: the cost of serving 16
+// streams at once instead of one (16 would be no batching gain at all, 1 a free batch).
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <random>
 #include <string>
 #include <vector>
 
+#include "kernels/cpu/aligned_buffer.h"
 #include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/limits.h"
 #include "kernels/cpu/matmul.h"
+#include "kernels/cpu/q8_panels.h"
 #include "kernels/ref/quants.h"
 
 namespace {
@@ -73,6 +81,27 @@ model_weights make_weights(ggml_type type, const std::vector<shape>& shapes) {
         m.views.push_back(matmul_weight{type, m.bytes.back().data(), s.n_in, s.n_out, stride});
     }
     return m;
+}
+
+// The same weights with their panel form (views gain `panels`; the rows stay for the other paths).
+struct panel_weights {
+    std::vector<std::unique_ptr<cpu::aligned_buffer>> panels;
+    std::vector<matmul_weight> views;
+    size_t total_bytes = 0;
+};
+
+panel_weights make_panels(const model_weights& m, cpu::thread_pool& pool) {
+    panel_weights p;
+    for (const matmul_weight& w : m.views) {
+        const size_t n = cpu::q8_panels_bytes(w);
+        p.panels.push_back(std::make_unique<cpu::aligned_buffer>());
+        void* dst = p.panels.back()->reserve(n);
+        cpu::pack_q8_panels(w, dst, &pool);
+        p.views.push_back(w);
+        p.views.back().panels = dst;
+        p.total_bytes += n;
+    }
+    return p;
 }
 
 double seconds_since(clock_type::time_point t) {
@@ -127,17 +156,41 @@ int main(int argc, char** argv) {
                                           ggml_type::q4_0, ggml_type::q4_k, ggml_type::q6_k};
     std::vector<model_weights> weights;
     for (ggml_type type : types) weights.push_back(make_weights(type, shapes));
+    std::vector<panel_weights> panels(types.size());  // Q8_0 / Q4_0 where the panel kernels run
+    for (size_t i = 0; i < types.size(); ++i) {
+        if (cpu::q8_panels_supported(types[i], cpu::activation_recipe::quantized))
+            panels[i] = make_panels(weights[i], pool);
+    }
 
-    // Every type in llama.cpp's recipe, then the types whose products the float-activation recipe changes.
+    // Every type in llama.cpp's recipe, the panel forms, then the types whose products the float-activation
+    // recipe changes.
     struct bench_row {
         size_t type_index;
         cpu::activation_recipe recipe;
+        bool panels;
     };
     std::vector<bench_row> rows;
-    for (size_t i = 0; i < types.size(); ++i) rows.push_back({i, cpu::activation_recipe::quantized});
+    for (size_t i = 0; i < types.size(); ++i) rows.push_back({i, cpu::activation_recipe::quantized, false});
     for (size_t i = 0; i < types.size(); ++i) {
-        if (types[i] != ggml_type::f32) rows.push_back({i, cpu::activation_recipe::float32});
+        if (!panels[i].views.empty()) rows.push_back({i, cpu::activation_recipe::quantized, true});
     }
+    for (size_t i = 0; i < types.size(); ++i) {
+        if (types[i] != ggml_type::f32) rows.push_back({i, cpu::activation_recipe::float32, false});
+    }
+    const auto views_of = [&](const bench_row& r) -> const std::vector<matmul_weight>& {
+        return r.panels ? panels[r.type_index].views : weights[r.type_index].views;
+    };
+    const auto bytes_of = [&](const bench_row& r) {
+        return r.panels ? panels[r.type_index].total_bytes : weights[r.type_index].total_bytes;
+    };
+    // Step times by token count: the quantized-recipe rows of the types that have a panel form.
+    const std::vector<int64_t> step_tokens = {1, 4, 8, 16, 32};
+    std::vector<size_t> step_rows;
+    for (size_t i = 0; i < rows.size(); ++i) {
+        if (rows[i].recipe == cpu::activation_recipe::quantized && !panels[rows[i].type_index].views.empty())
+            step_rows.push_back(i);
+    }
+    std::vector<std::vector<double>> step_s(rows.size(), std::vector<double>(step_tokens.size(), 1e9));
 
     // Rounds of (limits, then every kernel): each figure is the best over the rounds, so a burst of other
     // work on a shared machine spoils a round's figure, not the result.
@@ -147,16 +200,21 @@ int main(int argc, char** argv) {
         bandwidth = std::max(bandwidth, cpu::measure_read_bandwidth(pool));
         peak = std::max(peak, cpu::measure_fma_peak(pool));
         for (size_t i = 0; i < rows.size(); ++i) {
-            const model_weights& mw = weights[rows[i].type_index];
+            const std::vector<matmul_weight>& views = views_of(rows[i]);
             const auto step = [&](int64_t n_tokens) {
-                for (const matmul_weight& w : mw.views)
-                    cpu::matmul(w, x.data(), y.data(), n_tokens, pool, rows[i].recipe);
+                for (const matmul_weight& w : views) cpu::matmul(w, x.data(), y.data(), n_tokens, pool, rows[i].recipe);
             };
-            step(1);  // warm up scratch buffers
-            for (int k = 0; k < 10; ++k) {
-                const auto t = clock_type::now();
-                step(1);
-                decode_s[i] = std::min(decode_s[i], seconds_since(t));
+            const auto best_step = [&](int64_t n_tokens, int n_repeats, double& best) {
+                step(n_tokens);  // warm up scratch buffers
+                for (int k = 0; k < n_repeats; ++k) {
+                    const auto t = clock_type::now();
+                    step(n_tokens);
+                    best = std::min(best, seconds_since(t));
+                }
+            };
+            best_step(1, 10, decode_s[i]);
+            if (std::find(step_rows.begin(), step_rows.end(), i) != step_rows.end()) {
+                for (size_t j = 0; j < step_tokens.size(); ++j) best_step(step_tokens[j], 5, step_s[i][j]);
             }
             const auto t = clock_type::now();
             step(n_prefill);
@@ -166,19 +224,33 @@ int main(int argc, char** argv) {
     std::printf(
         "limits: read bandwidth %.1f GB/s, FMA peak %.1f GFLOP/s (best of %d rounds, as every figure below)\n\n",
         bandwidth, peak, n_rounds);
-    std::printf("%-5s %-5s %10s | %-38s | %-34s\n", "type", "act", "weights", "decode (1 token, all matmuls)",
-                "prefill");
+    std::printf("%-5s %-5s %-6s %10s | %-38s | %-34s\n", "type", "act", "form", "weights",
+                "decode (1 token, all matmuls)", "prefill");
     for (size_t i = 0; i < rows.size(); ++i) {
-        const model_weights& mw = weights[rows[i].type_index];
-        const double gbs = static_cast<double>(mw.total_bytes) / decode_s[i] / 1e9;
+        const double total_bytes = static_cast<double>(bytes_of(rows[i]));
+        const double gbs = total_bytes / decode_s[i] / 1e9;
         const double gflops = 2.0 * static_cast<double>(params) * static_cast<double>(n_prefill) / prefill_s[i] / 1e9;
         std::printf(
-            "%-5s %-5s %7.1f MB | %6.2f ms/token %6.1f GB/s = %3.0f%% bw | %4lld tok %7.1f tok/s %6.1f GFLOP/s = "
+            "%-5s %-5s %-6s %7.1f MB | %6.2f ms/token %6.1f GB/s = %3.0f%% bw | %4lld tok %7.1f tok/s %6.1f GFLOP/s = "
             "%3.0f%% peak\n",
             std::string(traits(types[rows[i].type_index]).name).c_str(),
-            rows[i].recipe == cpu::activation_recipe::float32 ? "float" : "quant", mw.total_bytes / 1e6,
-            decode_s[i] * 1e3, gbs, 100.0 * gbs / bandwidth, static_cast<long long>(n_prefill),
+            rows[i].recipe == cpu::activation_recipe::float32 ? "float" : "quant", rows[i].panels ? "panels" : "rows",
+            total_bytes / 1e6, decode_s[i] * 1e3, gbs, 100.0 * gbs / bandwidth, static_cast<long long>(n_prefill),
             n_prefill / prefill_s[i], gflops, 100.0 * gflops / peak);
+    }
+    if (!step_rows.empty()) {
+        std::printf(
+            "\nstep time (ms, all matmuls of the model) by tokens per step; 16/1: the 16-token step over the "
+            "1-token step\n");
+        std::printf("%-5s %-6s |", "type", "form");
+        for (int64_t n : step_tokens) std::printf(" %6lld tok", static_cast<long long>(n));
+        std::printf(" | 16/1  | tok/s at 16\n");
+        for (size_t i : step_rows) {
+            std::printf("%-5s %-6s |", std::string(traits(types[rows[i].type_index]).name).c_str(),
+                        rows[i].panels ? "panels" : "rows");
+            for (double t : step_s[i]) std::printf(" %10.2f", t * 1e3);
+            std::printf(" | %5.2f | %8.1f\n", step_s[i][3] / step_s[i][0], 16.0 / step_s[i][3]);
+        }
     }
     return 0;
 }
