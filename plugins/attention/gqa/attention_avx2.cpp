@@ -80,10 +80,6 @@ struct avx2 {
 
 }  // namespace
 
-void attend_avx2(const troupe_attention_call& call, int64_t begin, int64_t end) {
-    attend_online<avx2>(call, begin, end);
-}
-
 void attend_tiles_avx2(const troupe_attention_call& call, const query_tile* tiles, int32_t n_tiles, int64_t begin,
                        int64_t end) {
     attend_tiles<avx2>(call, tiles, n_tiles, begin, end);

@@ -86,10 +86,6 @@ struct avx512 {
 
 }  // namespace
 
-void attend_avx512(const troupe_attention_call& call, int64_t begin, int64_t end) {
-    attend_online<avx512>(call, begin, end);
-}
-
 void attend_tiles_avx512(const troupe_attention_call& call, const query_tile* tiles, int32_t n_tiles, int64_t begin,
                          int64_t end) {
     attend_tiles<avx512>(call, tiles, n_tiles, begin, end);

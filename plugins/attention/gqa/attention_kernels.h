@@ -16,11 +16,10 @@
 //      of one sequence, a prefill chunk), and a work item is (kv head, tile): each K/V row is then loaded
 //      once per tile and group, and the tile's query rows fill the lanes of a vector.
 //
-// Kernels: attend_ref is the scalar two-pass reference (scores, max, exp, sum, weighted sum);
-// attend_avx2 and attend_avx512 use a one-pass online softmax with running max and sum per head
-// (attention_online.h); attend_tiles_avx2 and attend_tiles_avx512 are the same online softmax with the
-// query rows of a tile in vector lanes (attention_tiled.h), and hand tiles too small for that (decode
-// steps) to the per-token kernels.
+// Kernels: attend_ref is the scalar two-pass reference (scores, max, exp, sum, weighted sum).
+// attend_tiles_avx2 and attend_tiles_avx512 use a one-pass online softmax with running max and sum per
+// query row: with the query rows of a tile in vector lanes (attention_tiled.h), or, for tiles too small
+// to fill half the lanes (decode steps), per token and kv head (attention_online.h).
 #pragma once
 
 #include <troupe/plugin.h>
@@ -54,8 +53,6 @@ constexpr int32_t avx512_lanes = 16;
 
 // Computes work items [begin, end), item = token * n_kv_heads + kv_head.
 void attend_ref(const troupe_attention_call& call, int64_t begin, int64_t end);
-void attend_avx2(const troupe_attention_call& call, int64_t begin, int64_t end);
-void attend_avx512(const troupe_attention_call& call, int64_t begin, int64_t end);
 
 // Computes work items [begin, end), item = kv_head * n_tiles + tile index (so one thread's consecutive
 // items share a kv head's K/V in its cache). Tiles of lanes / group tokens (at least 1) fill the lanes;

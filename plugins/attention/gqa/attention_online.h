@@ -1,7 +1,8 @@
-// One-pass (online softmax) attention driver, instantiated once per instruction set by the file that
-// includes it (attention_avx2.cpp, attention_avx512.cpp) with that set's vector helpers. Everything here
-// has internal linkage and uses no library templates (no std::vector): a copy built with AVX-512 flags
-// must never be merged at link time with the copy other CPUs run.
+// One-pass (online softmax) attention driver per (token, kv head), for decode steps: the tiled driver
+// (attention_tiled.h) hands it the tiles too small to fill its vectors. Instantiated once per instruction
+// set by the file that includes it (attention_avx2.cpp, attention_avx512.cpp) with that set's vector
+// helpers. Everything here has internal linkage and uses no library templates (no std::vector): a copy
+// built with AVX-512 flags must never be merged at link time with the copy other CPUs run.
 //
 // Per query head, over positions j = 0..pos in chunks of 16:   s_j = scale * q . k_j
 //   m = max so far, l = sum of exp(s - m), acc = sum of exp(s - m) * v_j; when a chunk raises the max the

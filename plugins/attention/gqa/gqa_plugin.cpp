@@ -18,8 +18,6 @@
 namespace {
 
 using namespace troupe::plugin_support;
-using troupe::gqa::attend_avx2;
-using troupe::gqa::attend_avx512;
 using troupe::gqa::attend_ref;
 using troupe::gqa::attend_tiles_avx2;
 using troupe::gqa::attend_tiles_avx512;
@@ -41,8 +39,8 @@ bool cpu_has_avx512() {
 
 struct troupe_plugin_instance {
     std::string kernel;                      // "scalar", "avx2" or "avx512"
-    attend_fn attend = nullptr;              // items (token, kv head)
-    attend_tiles_fn attend_tiles = nullptr;  // items (kv head, query tile), where the kernel has it
+    attend_fn attend = nullptr;              // scalar: items (token, kv head)
+    attend_tiles_fn attend_tiles = nullptr;  // SIMD: items (kv head, query tile)
     int32_t tile_lanes = 1;                  // query rows per pass of attend_tiles
     std::string error;
 };
@@ -158,12 +156,10 @@ int32_t gqa_create(const troupe_plugin_params* params, troupe_plugin_instance** 
         auto* inst = new troupe_plugin_instance;
         if (kernel == "avx512" || (kernel == "auto" && cpu_has_avx512())) {
             inst->kernel = "avx512";
-            inst->attend = attend_avx512;
             inst->attend_tiles = attend_tiles_avx512;
             inst->tile_lanes = troupe::gqa::avx512_lanes;
         } else if (kernel == "avx2" || (kernel == "auto" && cpu_has_avx2())) {
             inst->kernel = "avx2";
-            inst->attend = attend_avx2;
             inst->attend_tiles = attend_tiles_avx2;
             inst->tile_lanes = troupe::gqa::avx2_lanes;
         } else {
