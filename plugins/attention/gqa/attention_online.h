@@ -14,6 +14,7 @@
 #include <math.h>
 
 #include "attention_kernels.h"
+#include "kv_cursor.h"
 
 namespace troupe::gqa {
 namespace {
@@ -45,18 +46,21 @@ void attend_online(const troupe_attention_call& call, int64_t begin, int64_t end
             }
             for (int32_t i = 0; i < n_g * hd; ++i) acc[i] = 0.0f;
             alignas(64) float sc[heads_per_pass][chunk];  // this chunk's scores, then their weights
+            size_t off[chunk];                            // pool offsets of this chunk's rows
+            kv_cursor rows = kv_cursor::at(call, table, kv_head, 0);
+            kv_cursor ahead = kv_cursor::at(call, table, kv_head, prefetch_distance);
             for (int32_t j0 = 0; j0 <= pos; j0 += chunk) {
                 const int32_t n = pos + 1 - j0 < chunk ? pos + 1 - j0 : chunk;
                 for (int32_t jj = 0; jj < n; ++jj) {
-                    const int32_t j = j0 + jj;
-                    const float* k = call.k_pool + kv_offset(call, table, j, kv_head);
-                    if (j + prefetch_distance <= pos) {  // rows of one kv head are strided: help the prefetcher
-                        const size_t ahead = kv_offset(call, table, j + prefetch_distance, kv_head);
+                    off[jj] = rows.next();
+                    if (j0 + jj + prefetch_distance <= pos) {  // rows of one kv head are strided: help the prefetcher
+                        const size_t next = ahead.next();
                         for (int32_t d = 0; d < hd; d += 16) {
-                            __builtin_prefetch(call.k_pool + ahead + d);
-                            __builtin_prefetch(call.v_pool + ahead + d);
+                            __builtin_prefetch(call.k_pool + next + d);
+                            __builtin_prefetch(call.v_pool + next + d);
                         }
                     }
+                    const float* k = call.k_pool + off[jj];
                     for (int32_t g = 0; g < n_g; ++g) {
                         sc[g][jj] = isa::dot(q + static_cast<size_t>(g) * hd, k, hd) * call.scale;
                     }
@@ -75,7 +79,7 @@ void attend_online(const troupe_attention_call& call, int64_t begin, int64_t end
                     for (int32_t jj = 0; jj < n; ++jj) l[g] += sc[g][jj];
                 }
                 for (int32_t jj = 0; jj < n; ++jj) {
-                    const float* v = call.v_pool + kv_offset(call, table, j0 + jj, kv_head);
+                    const float* v = call.v_pool + off[jj];
                     for (int32_t g = 0; g < n_g; ++g) isa::axpy(acc + static_cast<size_t>(g) * hd, sc[g][jj], v, hd);
                 }
             }

@@ -34,29 +34,11 @@
 
 #include "attention_kernels.h"
 #include "attention_online.h"
+#include "kv_cursor.h"
 #include "vector_exp.h"
 
 namespace troupe::gqa {
 namespace {
-
-// Offsets of successive positions' K/V rows of one kv head, walking the block table without a division
-// per row.
-struct kv_cursor {
-    const troupe_attention_call& call;
-    const int32_t* table;
-    int32_t kv_head;
-    int32_t entry = 0;  // block table entry of the next position
-    int32_t row = 0;    // row of the next position within its block
-
-    size_t next() {
-        const size_t block_row = static_cast<size_t>(table[entry]) * call.block_size + row;
-        if (++row == call.block_size) {
-            row = 0;
-            ++entry;
-        }
-        return (block_row * call.n_kv_heads + kv_head) * call.head_dim;
-    }
-};
 
 // Floats between the rows of kc/vc: fixed, so that the L rows are immediate offsets from one base; the
 // extra vector staggers the rows over L1 sets.
@@ -136,7 +118,7 @@ void attend_rows(const troupe_attention_call& call, const int32_t* table, int32_
     vec m = isa::set1(-INFINITY);
     vec l = isa::zero();
 
-    kv_cursor cursor{call, table, kv_head};
+    kv_cursor cursor = kv_cursor::at(call, table, kv_head, 0);
     size_t off[lanes];  // pool offsets of the next chunk's rows
     int32_t n = last + 1 < lanes ? last + 1 : lanes;
     for (int32_t jj = 0; jj < n; ++jj) off[jj] = cursor.next();
