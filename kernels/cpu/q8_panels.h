@@ -27,10 +27,12 @@
 // (18 B, as Q4_0): decode reads no more than from the original rows. The scales stay fp16 (converted in
 // registers) for that reason.
 //
-// Products with panels are bit-identical to ref::matmul (same int sums, and per block
-// sum += float(sumi) * (d_w * d_x) in block order); cpu::matmul uses them for every token count when
-// matmul_weight::panels is set, the recipe is quantized and the active level has the kernels (else it reads
-// matmul_weight::data as before, which must therefore stay valid).
+// Products with panels, quantized recipe: bit-identical to ref::matmul (same int sums, and per block
+// sum += float(sumi) * (d_w * d_x) in block order), for every token count. Float-activation recipe (W8A16,
+// q8_panels_float_act_avx512.cpp): each weight dequantized exactly in registers and FMA'd with the float
+// activations, equal to ref::matmul_float_act within float rounding, from 2 (Q8_0) / 3 (Q4_0) tokens on (fewer:
+// the row kernels). cpu::matmul uses the panels when matmul_weight::panels is set and the active level has the
+// kernels; otherwise it reads matmul_weight::data as before, which must therefore stay valid.
 #pragma once
 
 #include <cstddef>
@@ -42,8 +44,8 @@
 
 namespace troupe::cpu {
 
-// Whether panels of this weight type are used with this recipe at the active dispatch level (Q8_0 / Q4_0, the
-// quantized recipe, AVX-512 VNNI).
+// Whether panels of this weight type are used with this recipe at the active dispatch level (Q8_0 / Q4_0, either
+// recipe, AVX-512 VNNI).
 bool q8_panels_supported(ggml_type type, activation_recipe recipe);
 
 // Bytes of the panel form of w (Q8_0 or Q4_0; a multiple of 64).

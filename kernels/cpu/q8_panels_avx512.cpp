@@ -13,9 +13,7 @@
 // the multiplies or the broadcasts alone gains 2-20%). Tiles of two panels (one broadcast for two vpdpbusd)
 // gained 5% with L2-resident weights but lost 30% with weights streamed from memory, so tiles are one panel.
 //
-// Loop order: a chunk of tokens whose activations fit in L2 outermost, then the panels of the work item, then
-// the tiles of M tokens: a panel (13 KB for n_in 768) is read from memory once per chunk and from L1 for the
-// other tiles. The first tile of a panel prefetches ahead along the contiguous panels (decode is a stream).
+// The walk over panels and tiles of tokens: q8_panels_tiles.h.
 #include "kernels/cpu/q8_panels_kernels.h"
 
 #if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__) && defined(__AVX512VNNI__)
@@ -23,19 +21,16 @@
 #include <immintrin.h>
 
 #include <algorithm>
-#include <array>
 #include <cstring>
-#include <utility>
 
 #include "kernels/cpu/aligned_buffer.h"
 #include "kernels/cpu/matmul_kernels.h"
+#include "kernels/cpu/q8_panels_tiles.h"
 
 namespace troupe::cpu::detail {
 namespace {
 
-constexpr int k_max_tile = 12;                   // tokens per micro-tile at most
-constexpr int k_prefetch_distance = 8192;        // bytes ahead of the loads (as the row kernels)
-constexpr size_t k_chunk_act_bytes = 256 << 10;  // activations per token chunk (L2 share)
+constexpr int k_max_tile = 12;  // tokens per micro-tile at most
 
 inline int32_t load_i32(const int8_t* p) {
     int32_t v;
@@ -79,11 +74,6 @@ __attribute__((always_inline)) inline void block_step(const uint8_t* quads, __m5
     }
 }
 
-inline void prefetch_ahead(const uint8_t* p, size_t n_bytes) {
-    for (size_t i = 0; i < n_bytes; i += 64)
-        _mm_prefetch(reinterpret_cast<const char*>(p) + k_prefetch_distance + i, _MM_HINT_T0);
-}
-
 // y[m * ldy + r] for m < M, lanes r in `rows`: panel (nb blocks, groups of group_bytes) times the tokens'
 // blocks x[b * x_stride + m].
 template <int Q, int M>
@@ -94,7 +84,7 @@ void panel_tile(const uint8_t* panel, int64_t nb, size_t group_bytes, const q8_a
     for (int m = 0; m < M; ++m) acc[m] = _mm512_setzero_ps();
     int64_t b = 0;
     for (const uint8_t* group = panel; b < nb; b += 2, group += group_bytes) {
-        if (prefetch) prefetch_ahead(group, group_bytes);
+        if (prefetch) prefetch_panel_ahead(group, group_bytes);
         const __m512 scales = _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(group)));
         block_step<Q, M>(group + 64, scales, x + b * x_stride, acc);
         if (b + 1 < nb) {
@@ -106,16 +96,8 @@ void panel_tile(const uint8_t* panel, int64_t nb, size_t group_bytes, const q8_a
     for (int m = 0; m < M; ++m) _mm512_mask_storeu_ps(y + m * ldy, rows, acc[m]);
 }
 
-using tile_fn = void (*)(const uint8_t*, int64_t, size_t, const q8_act_block*, int64_t, float*, int64_t, __mmask16,
-                         bool);
-
-template <int Q, size_t... I>
-constexpr std::array<tile_fn, sizeof...(I)> tile_table(std::index_sequence<I...>) {
-    return {&panel_tile<Q, static_cast<int>(I) + 1>...};
-}
-
-constexpr auto k_q8_tiles = tile_table<8>(std::make_index_sequence<k_max_tile>());
-constexpr auto k_q4_tiles = tile_table<4>(std::make_index_sequence<k_max_tile>());
+constexpr auto k_q8_tiles = tile_table<k_max_tile>([]<int M>() { return &panel_tile<8, M>; });
+constexpr auto k_q4_tiles = tile_table<k_max_tile>([]<int M>() { return &panel_tile<4, M>; });
 
 }  // namespace
 
@@ -139,27 +121,11 @@ void q8_panels_product_avx512(const matmul_weight& w, const q8_act_block* x, int
                               int64_t p1) {
     const q8_panel_geometry g = q8_panel_geometry_of(w.type, w.n_in, w.n_out);
     const auto& tiles = w.type == ggml_type::q8_0 ? k_q8_tiles : k_q4_tiles;
-    const auto* panels = static_cast<const uint8_t*>(w.panels);
-    const int64_t chunk = std::max<int64_t>(
-        k_max_tile, static_cast<int64_t>(k_chunk_act_bytes / (static_cast<size_t>(g.n_blocks) * sizeof(q8_act_block))));
-    for (int64_t c0 = 0; c0 < n_tokens; c0 += chunk) {
-        const int64_t nc = std::min(chunk, n_tokens - c0);
-        // Tiles of equal size (within one) rather than full tiles and a small rest.
-        const int64_t n_tiles = (nc + k_max_tile - 1) / k_max_tile;
-        const int64_t base = nc / n_tiles, n_longer = nc % n_tiles;
-        for (int64_t p = p0; p < p1; ++p) {
-            const int64_t n_rows = std::min<int64_t>(k_panel_rows, w.n_out - p * k_panel_rows);
-            const auto rows = static_cast<__mmask16>(n_rows >= 16 ? 0xffff : (1u << n_rows) - 1);
-            const uint8_t* panel = panels + static_cast<size_t>(p) * g.panel_bytes;
-            int64_t t0 = c0;
-            for (int64_t i = 0; i < n_tiles; ++i) {
-                const int64_t m = base + (i < n_longer ? 1 : 0);
-                tiles[m - 1](panel, g.n_blocks, g.group_bytes, x + t0, n_tokens, y + t0 * w.n_out + p * k_panel_rows,
-                             w.n_out, rows, i == 0);
-                t0 += m;
-            }
-        }
-    }
+    for_each_panel_tile(w, g, n_tokens, p0, p1, k_max_tile, static_cast<size_t>(g.n_blocks) * sizeof(q8_act_block),
+                        [&](const uint8_t* panel, __mmask16 rows, int64_t p, int64_t t0, int m, bool first) {
+                            tiles[m - 1](panel, g.n_blocks, g.group_bytes, x + t0, n_tokens,
+                                         y + t0 * w.n_out + p * k_panel_rows, w.n_out, rows, first);
+                        });
 }
 
 }  // namespace troupe::cpu::detail

@@ -1,4 +1,5 @@
-// Internal: the panel kernels of q8_panels.h (q8_panels_avx512.cpp) and the matmul driver that cpu::matmul
+// Internal: the panel kernels of q8_panels.h (q8_panels_avx512.cpp, q8_panels_float_act_avx512.cpp) and the matmul
+// driver that cpu::matmul
 // calls for weights with panels (q8_panels.cpp).
 #pragma once
 
@@ -32,11 +33,13 @@ struct q8_panel_geometry {
 };
 q8_panel_geometry q8_panel_geometry_of(ggml_type type, int64_t n_in, int64_t n_out);
 
-// Whether cpu::matmul takes the panel path for w now (panels set, recipe and active level supported).
-bool q8_panels_active(const matmul_weight& w, activation_recipe recipe);
+// Whether cpu::matmul takes the panel path for w now: panels set, the active level has the kernels, and for the
+// float-activation recipe enough tokens (below, its row kernels are faster).
+bool q8_panels_active(const matmul_weight& w, activation_recipe recipe, int64_t n_tokens);
 
-// cpu::matmul's panel path: activations quantized once, panels split over parallel_for.
-void matmul_q8_panels(const matmul_weight& w, const float* x, float* y, int64_t n_tokens,
+// cpu::matmul's panel path: activations prepared once (quantized, or packed as floats), panels split over
+// parallel_for.
+void matmul_q8_panels(const matmul_weight& w, const float* x, float* y, int64_t n_tokens, activation_recipe recipe,
                       const parallel_for_fn& parallel_for);
 
 // AVX-512 VNNI kernels (q8_panels_avx512.cpp; they assert where the build has no AVX-512).
@@ -48,5 +51,9 @@ void q8_panels_prepare_avx512(const float* x, int64_t n_in, ggml_type type, q8_a
 // y[t * w.n_out + r] for t < n_tokens and the rows of panels [p0, p1); x: [n_blocks][n_tokens] blocks.
 void q8_panels_product_avx512(const matmul_weight& w, const q8_act_block* x, int64_t n_tokens, float* y, int64_t p0,
                               int64_t p1);
+
+// The float-activation recipe (q8_panels_float_act_avx512.cpp): y as above; x: [n_blocks][n_tokens][32] floats.
+void q8_panels_float_act_avx512(const matmul_weight& w, const float* x, int64_t n_tokens, float* y, int64_t p0,
+                                int64_t p1);
 
 }  // namespace troupe::cpu::detail

@@ -1,11 +1,14 @@
-// Q8_0 / Q4_0 weights packed into row panels (kernels/cpu/q8_panels.h) against the reference recipe:
+// Q8_0 / Q4_0 weights packed into row panels (kernels/cpu/q8_panels.h) against the reference recipes:
 // cpu::matmul with panels set must equal ref::matmul bit for bit (same int sums per block, the same float
 // operations in block order), and stay within the row path's tolerance of it, for row counts that are not a
 // multiple of 16, every token count 1..33 and 512, odd block counts and padded row strides, with 1 and 2
-// threads.
+// threads. With float activations (W8A16) it must stay within float rounding of ref::matmul_float_act
+// (|y - y_ref| <= 4e-6 * sum_k |w_k x_k|, as the row kernels), 1 and 2 threads bit for bit.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 
 #include "kernels/cpu/aligned_buffer.h"
@@ -38,6 +41,14 @@ bool panels_run_here(ggml_type type) {
     return cpu::q8_panels_supported(type, cpu::activation_recipe::quantized);
 }
 
+// 1..33 (every tile size, one tile and several) and 512 (several token chunks).
+std::vector<int64_t> every_token_count() {
+    std::vector<int64_t> counts;
+    for (int64_t t = 1; t <= 33; ++t) counts.push_back(t);
+    counts.push_back(512);
+    return counts;
+}
+
 struct shape_case {
     int64_t n_in, n_out;
     size_t extra_stride;
@@ -49,15 +60,12 @@ TEST_P(q8_panels_types, equal_the_reference_recipe_bit_for_bit_at_every_token_co
     const ggml_type type = GetParam();
     if (!panels_run_here(type)) GTEST_SKIP() << "no AVX-512 VNNI: the panel kernels do not run on this CPU";
     cpu::thread_pool one(1), two(2);
-    std::vector<int64_t> token_counts;
-    for (int64_t t = 1; t <= 33; ++t) token_counts.push_back(t);
-    token_counts.push_back(512);
     const shape_case shapes[] = {{32, 1, 0}, {96, 17, 6}, {256, 67, 0}, {768, 40, 0}};
     uint32_t seed = 11;
     for (const shape_case& s : shapes) {
         panel_weight pw{make_weight(type, s.n_in, s.n_out, seed++, s.extra_stride), {}, {}};
         pack(pw, &two);
-        for (int64_t n_tokens : token_counts) {
+        for (int64_t n_tokens : every_token_count()) {
             if (n_tokens == 512 && s.n_in > 256) continue;  // keeps the reference's cost down
             SCOPED_TRACE(std::string(traits(type).name) + " n_in " + std::to_string(s.n_in) + " n_out " +
                          std::to_string(s.n_out) + " n_tokens " + std::to_string(n_tokens));
@@ -99,6 +107,42 @@ TEST_P(q8_panels_types, agree_with_the_row_kernels_within_float_rounding) {
     }
 }
 
+TEST_P(q8_panels_types, with_float_activations_equal_the_float_reference_within_float_rounding) {
+    const ggml_type type = GetParam();
+    if (!panels_run_here(type)) GTEST_SKIP() << "no AVX-512 VNNI: the panel kernels do not run on this CPU";
+    cpu::thread_pool one(1), two(2);
+    const shape_case shapes[] = {{32, 1, 0}, {96, 17, 6}, {256, 67, 0}};
+    uint32_t seed = 31;
+    float worst_ratio = 0;
+    for (const shape_case& s : shapes) {
+        panel_weight pw{make_weight(type, s.n_in, s.n_out, seed++, s.extra_stride), {}, {}};
+        pack(pw, &two);
+        for (int64_t n_tokens : every_token_count()) {
+            SCOPED_TRACE(std::string(traits(type).name) + " n_in " + std::to_string(s.n_in) + " n_out " +
+                         std::to_string(s.n_out) + " n_tokens " + std::to_string(n_tokens));
+            const auto x = random_floats(n_tokens * s.n_in, seed++);
+            std::vector<float> y_ref(n_tokens * s.n_out), y1(y_ref.size(), NAN), y2(y_ref.size(), NAN);
+            ref::matmul_float_act(pw.base.view, x.data(), y_ref.data(), n_tokens);
+            cpu::matmul(pw.with_panels, x.data(), y1.data(), n_tokens, one, cpu::activation_recipe::float32);
+            cpu::matmul(pw.with_panels, x.data(), y2.data(), n_tokens, two, cpu::activation_recipe::float32);
+            for (int64_t t = 0; t < n_tokens; ++t) {
+                for (int64_t r = 0; r < s.n_out; ++r) {
+                    double bound = 0;  // sum_k |w_k x_k|
+                    for (int64_t k = 0; k < s.n_in; ++k)
+                        bound += std::fabs(pw.base.dequantized[r * s.n_in + k] * x[t * s.n_in + k]);
+                    const size_t i = t * s.n_out + r;
+                    ASSERT_EQ(y1[i], y2[i]) << "1 vs 2 threads differ at output " << i;
+                    const double err = std::fabs(y1[i] - y_ref[i]);
+                    ASSERT_LE(err, 4e-6 * bound + 1e-30) << "output " << i << ": " << y1[i] << " vs " << y_ref[i];
+                    if (bound > 0) worst_ratio = std::max(worst_ratio, static_cast<float>(err / bound));
+                }
+            }
+        }
+    }
+    std::printf("  %s float activations: worst |y - y_ref| / sum|w x| = %.2e (tolerance 4e-6)\n",
+                std::string(traits(type).name).c_str(), worst_ratio);
+}
+
 INSTANTIATE_TEST_SUITE_P(panel_types, q8_panels_types, ::testing::Values(ggml_type::q8_0, ggml_type::q4_0),
                          [](const auto& info) { return std::string(traits(info.param).name); });
 
@@ -127,13 +171,14 @@ TEST(q8_panels, packing_with_a_pool_writes_the_same_bytes_as_without) {
     }
 }
 
-TEST(q8_panels, are_supported_only_for_q8_0_and_q4_0_with_quantized_activations) {
+TEST(q8_panels, are_supported_for_q8_0_and_q4_0_at_the_avx512_level_only) {
     EXPECT_FALSE(cpu::q8_panels_supported(ggml_type::q4_k, cpu::activation_recipe::quantized));
     EXPECT_FALSE(cpu::q8_panels_supported(ggml_type::f32, cpu::activation_recipe::quantized));
-    EXPECT_FALSE(cpu::q8_panels_supported(ggml_type::q8_0, cpu::activation_recipe::float32));
     const bool avx512 = cpu::active_level() == cpu::dispatch_level::avx512;
-    EXPECT_EQ(cpu::q8_panels_supported(ggml_type::q8_0, cpu::activation_recipe::quantized), avx512);
-    EXPECT_EQ(cpu::q8_panels_supported(ggml_type::q4_0, cpu::activation_recipe::quantized), avx512);
+    for (auto recipe : {cpu::activation_recipe::quantized, cpu::activation_recipe::float32}) {
+        EXPECT_EQ(cpu::q8_panels_supported(ggml_type::q8_0, recipe), avx512);
+        EXPECT_EQ(cpu::q8_panels_supported(ggml_type::q4_0, recipe), avx512);
+    }
 }
 
 TEST(q8_panels, a_weight_with_panels_falls_back_to_its_rows_below_the_avx512_level) {

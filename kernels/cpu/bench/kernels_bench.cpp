@@ -10,9 +10,10 @@
 // but are not bound by the float FMA peak.) Rows with activations "float" run the float-activation recipe
 // (cpu::activation_recipe::float32: weight blocks dequantized in registers for decode, the float GEMM on
 // dequantized panels for prefill); "quant" rows llama.cpp's recipe. Rows with form "panels" run Q8_0 / Q4_0
-// weights pre-packed into 16-row panels (cpu/q8_panels.h), one integer kernel for every token count.
+// weights pre-packed into 16-row panels (cpu/q8_panels.h): one integer kernel for every token count ("quant"),
+// and with float activations the W8A16 panel kernel from a few tokens on (the row kernels below that).
 //
-// Then the step time of the whole model for 1, 4, 8, 16 and 32 tokens (a decode step serving that many
+// Then the step time of the whole model for 1, 2, 4, 8, 16 and 32 tokens (a decode step serving that many
 // streams), rows vs panels, and the ratio of the 16-token step to the 1-token step: the cost of serving 16
 // streams at once instead of one (16 would be no batching gain at all, 1 a free batch).
 #include <algorithm>
@@ -176,6 +177,7 @@ int main(int argc, char** argv) {
     }
     for (size_t i = 0; i < types.size(); ++i) {
         if (types[i] != ggml_type::f32) rows.push_back({i, cpu::activation_recipe::float32, false});
+        if (!panels[i].views.empty()) rows.push_back({i, cpu::activation_recipe::float32, true});
     }
     const auto views_of = [&](const bench_row& r) -> const std::vector<matmul_weight>& {
         return r.panels ? panels[r.type_index].views : weights[r.type_index].views;
@@ -183,12 +185,11 @@ int main(int argc, char** argv) {
     const auto bytes_of = [&](const bench_row& r) {
         return r.panels ? panels[r.type_index].total_bytes : weights[r.type_index].total_bytes;
     };
-    // Step times by token count: the quantized-recipe rows of the types that have a panel form.
-    const std::vector<int64_t> step_tokens = {1, 4, 8, 16, 32};
+    // Step times by token count: the rows of the types that have a panel form.
+    const std::vector<int64_t> step_tokens = {1, 2, 4, 8, 16, 32};
     std::vector<size_t> step_rows;
     for (size_t i = 0; i < rows.size(); ++i) {
-        if (rows[i].recipe == cpu::activation_recipe::quantized && !panels[rows[i].type_index].views.empty())
-            step_rows.push_back(i);
+        if (!panels[rows[i].type_index].views.empty()) step_rows.push_back(i);
     }
     std::vector<std::vector<double>> step_s(rows.size(), std::vector<double>(step_tokens.size(), 1e9));
 
@@ -242,14 +243,16 @@ int main(int argc, char** argv) {
         std::printf(
             "\nstep time (ms, all matmuls of the model) by tokens per step; 16/1: the 16-token step over the "
             "1-token step\n");
-        std::printf("%-5s %-6s |", "type", "form");
+        std::printf("%-5s %-5s %-6s |", "type", "act", "form");
         for (int64_t n : step_tokens) std::printf(" %6lld tok", static_cast<long long>(n));
         std::printf(" | 16/1  | tok/s at 16\n");
+        const size_t at16 = std::find(step_tokens.begin(), step_tokens.end(), 16) - step_tokens.begin();
         for (size_t i : step_rows) {
-            std::printf("%-5s %-6s |", std::string(traits(types[rows[i].type_index]).name).c_str(),
+            std::printf("%-5s %-5s %-6s |", std::string(traits(types[rows[i].type_index]).name).c_str(),
+                        rows[i].recipe == cpu::activation_recipe::float32 ? "float" : "quant",
                         rows[i].panels ? "panels" : "rows");
             for (double t : step_s[i]) std::printf(" %10.2f", t * 1e3);
-            std::printf(" | %5.2f | %8.1f\n", step_s[i][3] / step_s[i][0], 16.0 / step_s[i][3]);
+            std::printf(" | %5.2f | %8.1f\n", step_s[i][at16] / step_s[i][0], 16.0 / step_s[i][at16]);
         }
     }
     return 0;
