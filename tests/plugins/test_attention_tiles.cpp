@@ -136,6 +136,10 @@ std::vector<tile_case> all_cases() {
         {"mqa_20_heads_dim_24", 20, 1, 24},       // group 20: two or three passes per token
         {"gqa_4_heads_2_kv_dim_20", 4, 2, 20},    // group 2, head_dim not a multiple of 8
         {"mha_2_heads_dim_272", 2, 2, 272},       // above the tiled kernel's head_dim: per-token kernel
+        // Per-token kernel: a decode's 48 query rows (24 kv heads x 2) are more than one pass holds (32 rows), and
+        // 40 rows of dim 512 more than its scratch holds (32 rows of 512): passes cut inside a token's heads.
+        {"gqa_48_heads_24_kv_dim_64", 48, 24, 64},
+        {"gqa_40_heads_5_kv_dim_512", 40, 5, 512},
     };
     std::vector<tile_case> cases;
     for (const shape& s : shapes) {

@@ -85,4 +85,8 @@ void attend_tiles_avx2(const troupe_attention_call& call, const query_tile* tile
     attend_tiles<avx2>(call, tiles, n_tiles, begin, end);
 }
 
+void attend_tokens_avx2(const troupe_attention_call& call, const int32_t* tokens, int64_t begin, int64_t end) {
+    attend_tokens<avx2>(call, tokens, begin, end);
+}
+
 }  // namespace troupe::gqa

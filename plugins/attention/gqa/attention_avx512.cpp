@@ -91,4 +91,8 @@ void attend_tiles_avx512(const troupe_attention_call& call, const query_tile* ti
     attend_tiles<avx512>(call, tiles, n_tiles, begin, end);
 }
 
+void attend_tokens_avx512(const troupe_attention_call& call, const int32_t* tokens, int64_t begin, int64_t end) {
+    attend_tokens<avx512>(call, tokens, begin, end);
+}
+
 }  // namespace troupe::gqa

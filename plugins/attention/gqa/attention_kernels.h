@@ -62,4 +62,16 @@ void attend_tiles_avx2(const troupe_attention_call& call, const query_tile* tile
 void attend_tiles_avx512(const troupe_attention_call& call, const query_tile* tiles, int32_t n_tiles, int64_t begin,
                          int64_t end);
 
+// Whether the tiled kernels take a tile as a tile: its query rows (tokens x group) fill at least half of the
+// lanes and its head dim fits their scratch. The tokens of other tiles go to the per-token kernels.
+static inline bool fills_lanes(const query_tile& tile, int32_t group, int32_t head_dim, int32_t lanes) {
+    return tile.n_tokens * group >= lanes / 2 && head_dim <= max_tiled_head_dim;
+}
+
+// The per-token kernels (attention_online.h): items [begin, end), item = i * n_kv_heads + kv_head for the
+// call's token tokens[i], token-major, so the kv heads of one token a thread takes are one pass over its
+// K/V rows (contiguous per position).
+void attend_tokens_avx2(const troupe_attention_call& call, const int32_t* tokens, int64_t begin, int64_t end);
+void attend_tokens_avx512(const troupe_attention_call& call, const int32_t* tokens, int64_t begin, int64_t end);
+
 }  // namespace troupe::gqa

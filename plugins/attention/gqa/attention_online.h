@@ -1,20 +1,25 @@
-// One-pass (online softmax) attention driver per (token, kv head), for decode steps: the tiled driver
-// (attention_tiled.h) hands it the tiles too small to fill its vectors. Instantiated once per instruction
-// set by the file that includes it (attention_avx2.cpp, attention_avx512.cpp) with that set's vector
-// helpers. Everything here has internal linkage and uses no library templates (no std::vector): a copy
-// built with AVX-512 flags must never be merged at link time with the copy other CPUs run.
+// One-pass (online softmax) attention driver for single tokens (decode steps, and the tokens of tiles too
+// small for the tiled driver, attention_tiled.h). Instantiated once per instruction set by the file that
+// includes it (attention_avx2.cpp, attention_avx512.cpp) with that set's vector helpers. Everything here has
+// internal linkage and uses no library templates (no std::vector): a copy built with AVX-512 flags must never
+// be merged at link time with the copy other CPUs run.
 //
-// Per query head, over positions j = 0..pos in chunks of 16:   s_j = scale * q . k_j
+// Per query row (a query head of the token), over positions j = 0..pos in chunks of 16:  s_j = scale * q . k_j
 //   m = max so far, l = sum of exp(s - m), acc = sum of exp(s - m) * v_j; when a chunk raises the max the
 //   running l and acc are rescaled once by exp(m_old - m_new); the chunk's 16 exponentials are taken
 //   together (one vector exp where the instruction set has one). out = acc / l.
-// The heads of a GQA group are done heads_per_pass at a time, so each K/V row is loaded once per pass.
+//
+// Memory order. Work items are (token, kv head), token-major (attend_tokens); a thread's consecutive items of
+// one token form a run of kv heads [h0, h1), done in ONE pass over the positions. A position's K (and V) row of those
+// heads is one contiguous stretch of the pool ([.., n_kv_heads, head_dim] per position), so the pass streams (h1 - h0)
+// * head_dim floats per position in address order, which the hardware prefetcher follows; a pass per kv head would read
+// head_dim floats every n_kv_heads * head_dim, a stride it serves far more slowly. Runs are cut to rows_per_pass query
+// rows (kv heads x GQA group) so the accumulators stay in L1.
 #pragma once
 
 #include <math.h>
 
 #include "attention_kernels.h"
-#include "kv_cursor.h"
 
 namespace troupe::gqa {
 namespace {
@@ -22,72 +27,129 @@ namespace {
 // isa must provide: dot(a, b, n); axpy(acc, w, v, n): acc += w * v; scale(out, acc, f, n): out = f * acc
 // (out may be acc); exp_shifted(s, n, m): s[i] = exp(s[i] - m) for i < n (n <= chunk).
 constexpr int32_t chunk = 16;
-constexpr int32_t prefetch_distance = 8;  // positions
+constexpr int32_t prefetch_distance = 4;   // positions ahead whose rows are prefetched
+constexpr int32_t rows_per_pass = 32;      // query rows (kv heads x group) of one pass over the positions
+constexpr int32_t acc_floats = 16 * 1024;  // accumulator scratch: rows x head_dim <= this
 
+// Query rows one pass can hold for this head_dim (at least one row: head_dim <= max_head_dim).
+inline int32_t pass_rows(int32_t hd) {
+    const int32_t by_scratch = acc_floats / hd;
+    return by_scratch < rows_per_pass ? by_scratch : rows_per_pass;
+}
+
+// Offset in floats of the first kv head's row of successive positions, walking the block table without a
+// division per position.
+struct position_cursor {
+    const int32_t* table;
+    int32_t block_size;
+    size_t row_floats;  // n_kv_heads * head_dim
+    int32_t entry = 0;
+    int32_t row = 0;
+
+    size_t next() {
+        const size_t at = (static_cast<size_t>(table[entry]) * block_size + row) * row_floats;
+        if (++row == block_size) {
+            row = 0;
+            ++entry;
+        }
+        return at;
+    }
+};
+
+// Query rows [r0, r0 + n_rows) of token t: kv heads h0.. with `group` rows each (rows of a kv head adjacent,
+// as in call.q), one pass over positions 0..pos.
 template <class isa>
-void attend_online(const troupe_attention_call& call, int64_t begin, int64_t end) {
+void attend_rows(const troupe_attention_call& call, int64_t t, int32_t r0, int32_t n_rows, float* acc) {
     const int32_t group = call.n_heads / call.n_kv_heads;
     const int32_t hd = call.head_dim;
-    alignas(64) float acc[heads_per_pass * max_head_dim];  // [heads_per_pass, head_dim]
-    float m[heads_per_pass];
-    float l[heads_per_pass];
-    for (int64_t item = begin; item < end; ++item) {
-        const int64_t t = item / call.n_kv_heads;
-        const int32_t kv_head = static_cast<int32_t>(item % call.n_kv_heads);
-        const int32_t pos = call.positions[t];
-        const int32_t* table = call.block_tables[call.seq_of[t]];
-        for (int32_t g0 = 0; g0 < group; g0 += heads_per_pass) {
-            const int32_t n_g = group - g0 < heads_per_pass ? group - g0 : heads_per_pass;
-            const size_t head0 = static_cast<size_t>(t) * call.n_heads + static_cast<size_t>(kv_head) * group + g0;
-            const float* q = call.q + head0 * hd;
-            for (int32_t g = 0; g < n_g; ++g) {
-                m[g] = -INFINITY;
-                l[g] = 0.0f;
-            }
-            for (int32_t i = 0; i < n_g * hd; ++i) acc[i] = 0.0f;
-            alignas(64) float sc[heads_per_pass][chunk];  // this chunk's scores, then their weights
-            size_t off[chunk];                            // pool offsets of this chunk's rows
-            kv_cursor rows = kv_cursor::at(call, table, kv_head, 0);
-            kv_cursor ahead = kv_cursor::at(call, table, kv_head, prefetch_distance);
-            for (int32_t j0 = 0; j0 <= pos; j0 += chunk) {
-                const int32_t n = pos + 1 - j0 < chunk ? pos + 1 - j0 : chunk;
-                for (int32_t jj = 0; jj < n; ++jj) {
-                    off[jj] = rows.next();
-                    if (j0 + jj + prefetch_distance <= pos) {  // rows of one kv head are strided: help the prefetcher
-                        const size_t next = ahead.next();
-                        for (int32_t d = 0; d < hd; d += 16) {
-                            __builtin_prefetch(call.k_pool + next + d);
-                            __builtin_prefetch(call.v_pool + next + d);
-                        }
-                    }
-                    const float* k = call.k_pool + off[jj];
-                    for (int32_t g = 0; g < n_g; ++g) {
-                        sc[g][jj] = isa::dot(q + static_cast<size_t>(g) * hd, k, hd) * call.scale;
-                    }
-                }
-                for (int32_t g = 0; g < n_g; ++g) {
-                    float cm = sc[g][0];
-                    for (int32_t jj = 1; jj < n; ++jj) cm = sc[g][jj] > cm ? sc[g][jj] : cm;
-                    if (cm > m[g]) {
-                        const float c = expf(m[g] - cm);  // 0 on the first chunk (m = -inf)
-                        float* a = acc + static_cast<size_t>(g) * hd;
-                        isa::scale(a, a, c, hd);
-                        l[g] *= c;
-                        m[g] = cm;
-                    }
-                    isa::exp_shifted(sc[g], n, m[g]);
-                    for (int32_t jj = 0; jj < n; ++jj) l[g] += sc[g][jj];
-                }
-                for (int32_t jj = 0; jj < n; ++jj) {
-                    const float* v = call.v_pool + off[jj];
-                    for (int32_t g = 0; g < n_g; ++g) isa::axpy(acc + static_cast<size_t>(g) * hd, sc[g][jj], v, hd);
+    const int32_t pos = call.positions[t];
+    const size_t row_floats = static_cast<size_t>(call.n_kv_heads) * hd;
+    const int32_t h_first = r0 / group;
+    const int32_t h_last = (r0 + n_rows - 1) / group;
+    // The stretch of a position's row this pass reads, for the prefetches.
+    const size_t span_begin = static_cast<size_t>(h_first) * hd;
+    const size_t span_bytes = static_cast<size_t>(h_last - h_first + 1) * hd * sizeof(float);
+    const float* q = call.q + (static_cast<size_t>(t) * call.n_heads + r0) * hd;
+    float m[rows_per_pass];
+    float l[rows_per_pass];
+    alignas(64) float sc[rows_per_pass][chunk];  // this chunk's scores, then their weights
+    for (int32_t r = 0; r < n_rows; ++r) {
+        m[r] = -INFINITY;
+        l[r] = 0.0f;
+    }
+    for (int32_t i = 0; i < n_rows * hd; ++i) acc[i] = 0.0f;
+    position_cursor at{call.block_tables[call.seq_of[t]], call.block_size, row_floats};
+    position_cursor ahead = at;
+    for (int32_t j = 0; j < prefetch_distance && j <= pos; ++j) (void)ahead.next();
+    size_t offsets[chunk];
+    for (int32_t j0 = 0; j0 <= pos; j0 += chunk) {
+        const int32_t n = pos + 1 - j0 < chunk ? pos + 1 - j0 : chunk;
+        for (int32_t jj = 0; jj < n; ++jj) {
+            offsets[jj] = at.next();
+            if (j0 + jj + prefetch_distance <= pos) {
+                const size_t p = ahead.next() + span_begin;
+                for (size_t b = 0; b < span_bytes; b += 64) {
+                    __builtin_prefetch(reinterpret_cast<const char*>(call.k_pool + p) + b);
+                    __builtin_prefetch(reinterpret_cast<const char*>(call.v_pool + p) + b);
                 }
             }
-            float* out = call.out + head0 * hd;
-            for (int32_t g = 0; g < n_g; ++g) {
-                isa::scale(out + static_cast<size_t>(g) * hd, acc + static_cast<size_t>(g) * hd, 1.0f / l[g], hd);
+            const float* k = call.k_pool + offsets[jj];
+            for (int32_t r = 0; r < n_rows; ++r) {
+                const int32_t head = r0 + r;  // query head; its kv head is head / group
+                sc[r][jj] = isa::dot(q + static_cast<size_t>(r) * hd, k + static_cast<size_t>(head / group) * hd, hd) *
+                            call.scale;
             }
         }
+        for (int32_t r = 0; r < n_rows; ++r) {
+            float cm = sc[r][0];
+            for (int32_t jj = 1; jj < n; ++jj) cm = sc[r][jj] > cm ? sc[r][jj] : cm;
+            if (cm > m[r]) {
+                const float c = expf(m[r] - cm);  // 0 on the first chunk (m = -inf)
+                float* a = acc + static_cast<size_t>(r) * hd;
+                isa::scale(a, a, c, hd);
+                l[r] *= c;
+                m[r] = cm;
+            }
+            isa::exp_shifted(sc[r], n, m[r]);
+            for (int32_t jj = 0; jj < n; ++jj) l[r] += sc[r][jj];
+        }
+        for (int32_t jj = 0; jj < n; ++jj) {
+            const float* v = call.v_pool + offsets[jj];
+            for (int32_t r = 0; r < n_rows; ++r) {
+                const int32_t head = r0 + r;
+                isa::axpy(acc + static_cast<size_t>(r) * hd, sc[r][jj], v + static_cast<size_t>(head / group) * hd, hd);
+            }
+        }
+    }
+    float* out = call.out + (static_cast<size_t>(t) * call.n_heads + r0) * hd;
+    for (int32_t r = 0; r < n_rows; ++r) {
+        isa::scale(out + static_cast<size_t>(r) * hd, acc + static_cast<size_t>(r) * hd, 1.0f / l[r], hd);
+    }
+}
+
+// Token t's query heads of kv heads [h0, h1), in passes of up to pass_rows(head_dim) query rows.
+template <class isa>
+void attend_token(const troupe_attention_call& call, int32_t t, int32_t h0, int32_t h1) {
+    const int32_t group = call.n_heads / call.n_kv_heads;
+    const int32_t max_rows = pass_rows(call.head_dim);
+    alignas(64) float acc[acc_floats];  // [rows, head_dim]
+    for (int32_t r0 = h0 * group; r0 < h1 * group; r0 += max_rows) {
+        const int32_t n_rows = h1 * group - r0 < max_rows ? h1 * group - r0 : max_rows;
+        attend_rows<isa>(call, t, r0, n_rows, acc);
+    }
+}
+
+// Items [begin, end), item = i * n_kv_heads + kv_head for the call's token tokens[i]: each token's run of
+// consecutive items is one attend_token.
+template <class isa>
+void attend_tokens(const troupe_attention_call& call, const int32_t* tokens, int64_t begin, int64_t end) {
+    int64_t item = begin;
+    while (item < end) {
+        const int64_t i = item / call.n_kv_heads;
+        const int64_t run_end = (i + 1) * call.n_kv_heads < end ? (i + 1) * call.n_kv_heads : end;
+        attend_token<isa>(call, tokens[i], static_cast<int32_t>(item - i * call.n_kv_heads),
+                          static_cast<int32_t>(run_end - i * call.n_kv_heads));
+        item = run_end;
     }
 }
 

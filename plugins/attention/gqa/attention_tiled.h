@@ -188,10 +188,9 @@ void attend_tiles(const troupe_attention_call& call, const query_tile* tiles, in
         const int32_t kv_head = static_cast<int32_t>(item / n_tiles);
         const query_tile& tile = tiles[item % n_tiles];
         const int32_t n_rows = tile.n_tokens * group;
-        if (n_rows < lanes / 2 || hd > max_tiled_head_dim) {
+        if (!fills_lanes(tile, group, hd, lanes)) {  // gqa_forward sends such tiles to attend_tokens
             for (int32_t t = tile.first_token; t < tile.first_token + tile.n_tokens; ++t) {
-                const int64_t token_item = static_cast<int64_t>(t) * call.n_kv_heads + kv_head;
-                attend_online<isa>(call, token_item, token_item + 1);
+                attend_token<isa>(call, t, kv_head, kv_head + 1);
             }
             continue;
         }

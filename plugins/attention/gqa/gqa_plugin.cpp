@@ -21,10 +21,13 @@ using namespace troupe::plugin_support;
 using troupe::gqa::attend_ref;
 using troupe::gqa::attend_tiles_avx2;
 using troupe::gqa::attend_tiles_avx512;
+using troupe::gqa::attend_tokens_avx2;
+using troupe::gqa::attend_tokens_avx512;
 
 constexpr const char* source = "attention/gqa";
 
 using attend_fn = void (*)(const troupe_attention_call&, int64_t, int64_t);
+using attend_tokens_fn = void (*)(const troupe_attention_call&, const int32_t*, int64_t, int64_t);
 using attend_tiles_fn = void (*)(const troupe_attention_call&, const troupe::gqa::query_tile*, int32_t, int64_t,
                                  int64_t);
 
@@ -38,10 +41,11 @@ bool cpu_has_avx512() {
 }  // namespace
 
 struct troupe_plugin_instance {
-    std::string kernel;                      // "scalar", "avx2" or "avx512"
-    attend_fn attend = nullptr;              // scalar: items (token, kv head)
-    attend_tiles_fn attend_tiles = nullptr;  // SIMD: items (kv head, query tile)
-    int32_t tile_lanes = 1;                  // query rows per pass of attend_tiles
+    std::string kernel;                        // "scalar", "avx2" or "avx512"
+    attend_fn attend = nullptr;                // scalar: items (token, kv head)
+    attend_tiles_fn attend_tiles = nullptr;    // SIMD: items (kv head, query tile)
+    attend_tokens_fn attend_tokens = nullptr;  // SIMD: items (token, kv head) of the tokens of small tiles
+    int32_t tile_lanes = 1;                    // query rows per pass of attend_tiles
     std::string error;
 };
 
@@ -114,12 +118,33 @@ int32_t gqa_forward(troupe_plugin_instance* inst, const troupe_attention_call* c
         if (const attend_tiles_fn attend_tiles = inst->attend_tiles; attend_tiles != nullptr) {
             const int32_t group = c.n_heads / c.n_kv_heads;
             std::vector<troupe::gqa::query_tile> tiles(static_cast<size_t>(c.n_tokens));
-            const int32_t n_tiles =
+            const int32_t n_made =
                 troupe::gqa::make_query_tiles(c, std::max(1, inst->tile_lanes / group), tiles.data());
-            rc = run_parallel(par, static_cast<int64_t>(n_tiles) * c.n_kv_heads,
-                              [&c, attend_tiles, &tiles, n_tiles](int64_t b, int64_t e) {
-                                  attend_tiles(c, tiles.data(), n_tiles, b, e);
-                              });
+            // Tiles that fill the lanes stay tiles (items kv head-major: a thread's consecutive tiles of one
+            // sequence reuse that head's K/V in cache); the tokens of the others (decodes) go to the per-token
+            // kernel, items token-major (a thread's kv heads of one token are one pass over contiguous rows).
+            std::vector<int32_t> single;  // tokens of the small tiles
+            int32_t n_tiles = 0;
+            for (int32_t i = 0; i < n_made; ++i) {
+                const troupe::gqa::query_tile& tile = tiles[static_cast<size_t>(i)];
+                if (troupe::gqa::fills_lanes(tile, group, c.head_dim, inst->tile_lanes)) {
+                    tiles[static_cast<size_t>(n_tiles++)] = tile;  // keeps their costliest-first order
+                } else {
+                    for (int32_t t = tile.first_token; t < tile.first_token + tile.n_tokens; ++t) single.push_back(t);
+                }
+            }
+            if (n_tiles > 0) {
+                rc = run_parallel(par, static_cast<int64_t>(n_tiles) * c.n_kv_heads,
+                                  [&c, attend_tiles, &tiles, n_tiles](int64_t b, int64_t e) {
+                                      attend_tiles(c, tiles.data(), n_tiles, b, e);
+                                  });
+            }
+            if (rc == TROUPE_OK && !single.empty()) {
+                const attend_tokens_fn attend_tokens = inst->attend_tokens;
+                rc = run_parallel(
+                    par, static_cast<int64_t>(single.size()) * c.n_kv_heads,
+                    [&c, attend_tokens, &single](int64_t b, int64_t e) { attend_tokens(c, single.data(), b, e); });
+            }
         } else {
             const attend_fn attend = inst->attend;
             rc = run_parallel(par, static_cast<int64_t>(c.n_tokens) * c.n_kv_heads,
@@ -157,10 +182,12 @@ int32_t gqa_create(const troupe_plugin_params* params, troupe_plugin_instance** 
         if (kernel == "avx512" || (kernel == "auto" && cpu_has_avx512())) {
             inst->kernel = "avx512";
             inst->attend_tiles = attend_tiles_avx512;
+            inst->attend_tokens = attend_tokens_avx512;
             inst->tile_lanes = troupe::gqa::avx512_lanes;
         } else if (kernel == "avx2" || (kernel == "auto" && cpu_has_avx2())) {
             inst->kernel = "avx2";
             inst->attend_tiles = attend_tiles_avx2;
+            inst->attend_tokens = attend_tokens_avx2;
             inst->tile_lanes = troupe::gqa::avx2_lanes;
         } else {
             inst->kernel = "scalar";
