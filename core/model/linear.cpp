@@ -52,22 +52,34 @@ matmul_weight linear::kernel_weight() const {
     return w;
 }
 
+// Where the kernels have panels for the type and recipe, they are packed; the rows are copied too unless the
+// panels serve every token count (the quantized recipe; the float recipe reads the rows for single tokens).
+bool linear::packs_panels() const {
+    return cpu::q8_panels_supported(w_.type, recipe_);
+}
+
+bool linear::keeps_rows() const {
+    return !packs_panels() || recipe_ != cpu::activation_recipe::quantized;
+}
+
 size_t linear::placed_bytes() const {
     if (prepared_) return 0;
-    if (cpu::q8_panels_supported(w_.type, recipe_)) return cpu::q8_panels_bytes(kernel_weight());
-    return (w_.row_stride * w_.n_out + 63) / 64 * 64;
+    const size_t rows = keeps_rows() ? (w_.row_stride * w_.n_out + 63) / 64 * 64 : 0;
+    return rows + (packs_panels() ? cpu::q8_panels_bytes(kernel_weight()) : 0);
 }
 
 void linear::place(uint8_t* dst, cpu::thread_pool* pool) {
     TROUPE_ASSERT(!prepared_, "linear::place: the weight belongs to a plugin");
     const void* file_rows = w_.data;
     const size_t n = w_.row_stride * w_.n_out;
-    if (cpu::q8_panels_supported(w_.type, recipe_)) {
-        // The kernels read only the panels from now on; w_.data keeps pointing at the file's rows (valid,
-        // faulted back in if anything reads them).
-        cpu::pack_q8_panels(kernel_weight(), dst, pool);
-        panels_ = dst;
-    } else {
+    if (packs_panels()) {
+        const size_t at = keeps_rows() ? (n + 63) / 64 * 64 : 0;
+        cpu::pack_q8_panels(kernel_weight(), dst + at, pool);
+        panels_ = dst + at;
+    }
+    // Without a copy of the rows, w_.data keeps pointing at the file's (released) rows: valid, faulted back in
+    // if anything reads them.
+    if (keeps_rows()) {
         std::memcpy(dst, file_rows, n);
         w_.data = dst;
     }

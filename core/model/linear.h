@@ -40,6 +40,8 @@ public:
 
 private:
     matmul_weight kernel_weight() const;  // what cpu::matmul reads
+    bool packs_panels() const;            // place() packs q8 panels
+    bool keeps_rows() const;              // place() copies the rows
 
     weight_view w_{};
     quant_op* quant_ = nullptr;

@@ -7,6 +7,7 @@
 
 #if TROUPE_Q8_WITH_KERNELS
 #include "kernels/cpu/matmul.h"
+#include "kernels/cpu/q8_panels.h"
 #endif
 
 namespace troupe::q8 {
@@ -45,11 +46,28 @@ void quantize_rows(ggml_type type, const void* src, size_t row_stride, int64_t n
 
 #if TROUPE_Q8_WITH_KERNELS
 
-void matmul(const block_q8_0* w, int64_t n_in, int64_t n_out, size_t row_stride, const float* x, float* y,
-            int64_t n_tokens, const parallel_fn& parallel_for, activations recipe) {
-    const matmul_weight mw{ggml_type::q8_0, w, n_in, n_out, row_stride};
-    cpu::matmul(mw, x, y, n_tokens, parallel_for,
-                recipe == activations::float32 ? cpu::activation_recipe::float32 : cpu::activation_recipe::quantized);
+namespace {
+
+cpu::activation_recipe kernel_recipe(activations recipe) {
+    return recipe == activations::float32 ? cpu::activation_recipe::float32 : cpu::activation_recipe::quantized;
+}
+
+}  // namespace
+
+size_t panel_bytes(int64_t n_in, int64_t n_out, activations recipe) {
+    if (!cpu::q8_panels_supported(ggml_type::q8_0, kernel_recipe(recipe))) return 0;
+    return cpu::q8_panels_bytes(matmul_weight{ggml_type::q8_0, nullptr, n_in, n_out, row_bytes(ggml_type::q8_0, n_in)});
+}
+
+void pack_panels(const block_q8_0* w, int64_t n_in, int64_t n_out, size_t row_stride, void* dst) {
+    cpu::pack_q8_panels(matmul_weight{ggml_type::q8_0, w, n_in, n_out, row_stride}, dst, nullptr);
+}
+
+void matmul(const block_q8_0* w, const void* panels, int64_t n_in, int64_t n_out, size_t row_stride, const float* x,
+            float* y, int64_t n_tokens, const parallel_fn& parallel_for, activations recipe) {
+    matmul_weight mw{ggml_type::q8_0, w, n_in, n_out, row_stride};
+    mw.panels = panels;
+    cpu::matmul(mw, x, y, n_tokens, parallel_for, kernel_recipe(recipe));
 }
 
 const char* matmul_implementation() {
@@ -88,7 +106,13 @@ void matmul_float(const block_q8_0* w, int64_t n_in, int64_t n_out, size_t row_s
 
 }  // namespace
 
-void matmul(const block_q8_0* w, int64_t n_in, int64_t n_out, size_t row_stride, const float* x, float* y,
+size_t panel_bytes(int64_t, int64_t, activations) {
+    return 0;
+}
+
+void pack_panels(const block_q8_0*, int64_t, int64_t, size_t, void*) {}
+
+void matmul(const block_q8_0* w, const void*, int64_t n_in, int64_t n_out, size_t row_stride, const float* x, float* y,
             int64_t n_tokens, const parallel_fn& parallel_for, activations recipe) {
     if (recipe == activations::float32) return matmul_float(w, n_in, n_out, row_stride, x, y, n_tokens, parallel_for);
     const int64_t n_blocks = n_in / qk8_0;

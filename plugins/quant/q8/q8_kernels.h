@@ -34,9 +34,16 @@ void quantize_row_q8_0(const float* x, block_q8_0* y, int64_t n);
 void quantize_rows(ggml_type type, const void* src, size_t row_stride, int64_t n_in, int64_t n_in_padded,
                    block_q8_0* dst, int64_t begin, int64_t end);
 
-// y[n_tokens, n_out] = x[n_tokens, n_in] * W^T, W: n_out rows of n_in / 32 Q8_0 blocks, row_stride bytes apart.
-void matmul(const block_q8_0* w, int64_t n_in, int64_t n_out, size_t row_stride, const float* x, float* y,
-            int64_t n_tokens, const parallel_fn& parallel_for, activations recipe);
+// The weights repacked into 16-row panels (kernels/cpu/q8_panels.h), which make a step of many tokens cost far
+// less than that many single steps; only where the plugin is built with troupe_kernels and the CPU has the
+// panel kernels (AVX-512 VNNI), else panel_bytes is 0 and nothing is packed.
+size_t panel_bytes(int64_t n_in, int64_t n_out, activations recipe);
+void pack_panels(const block_q8_0* w, int64_t n_in, int64_t n_out, size_t row_stride, void* dst);
+
+// y[n_tokens, n_out] = x[n_tokens, n_in] * W^T, W: n_out rows of n_in / 32 Q8_0 blocks, row_stride bytes apart,
+// and its panels (or null) from pack_panels, used where the kernels prefer them; the rows must stay valid.
+void matmul(const block_q8_0* w, const void* panels, int64_t n_in, int64_t n_out, size_t row_stride, const float* x,
+            float* y, int64_t n_tokens, const parallel_fn& parallel_for, activations recipe);
 
 // Which implementation matmul uses: "troupe_kernels" or "scalar".
 const char* matmul_implementation();

@@ -1,6 +1,9 @@
 // quant/q8: matrix products with Q8_0 weights (8-bit groups of 32 with an fp16 scale), W8A16 by default.
 //
 //   - GGUF Q8_0 tensors are used in place, as stored (the weight data must outlive the prepared weight);
+//   - where the kernels have them (troupe_kernels, AVX-512 VNNI), the rows are also repacked at load into 16-row
+//     panels in memory of the plugin's own (kernels/cpu/q8_panels.h), with which a step of many tokens costs
+//     far less than that many single steps;
 //   - with params `online: true`, F32, F16 and BF16 weights are quantized to Q8_0 at load (rows whose
 //     length is not a multiple of 32 are padded with zeros, and so are the activations);
 //   - matmul, split over the host's parallel_for, either keeps the activations in float32 and multiplies them
@@ -12,6 +15,8 @@
 //   online: true | false         (default false: claim Q8_0 tensors only)
 //   activations: float | int8    (default float: W8A16; int8: W8A8, llama.cpp's CPU recipe)
 #include <troupe/plugin.h>
+
+#include <sys/mman.h>
 
 #include <functional>
 #include <string>
@@ -45,6 +50,13 @@ struct troupe_prepared_weight {
     int64_t n_out;
     size_t row_stride;              // bytes
     std::vector<block_q8_0> owned;  // [n_out, n_in_padded / 32] when quantized online, else empty
+    // The rows repacked into the kernels' 16-row panels (q8_kernels.h), in memory advised for huge pages; null
+    // where the kernels have none. The rows stay: the kernels read them for single tokens in the W8A16 recipe.
+    void* panels = nullptr;
+    size_t panels_bytes = 0;
+    ~troupe_prepared_weight() {
+        if (panels != nullptr) ::munmap(panels, panels_bytes);
+    }
 };
 
 namespace {
@@ -145,6 +157,18 @@ int32_t q8_prepare(troupe_plugin_instance* inst, const troupe_weight* w, troupe_
                     std::string(inst->online ? ", F32, F16 and BF16" : "; F32, F16 and BF16 with params.online: true") +
                     ")");
         }
+        if (const size_t bytes = troupe::q8::panel_bytes(p->n_in_padded, p->n_out, inst->activations); bytes > 0) {
+            void* mem = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+            if (mem == MAP_FAILED) {
+                delete p;
+                return fail(inst, TROUPE_ERR_OUT_OF_MEMORY,
+                            "cannot allocate " + std::to_string(bytes >> 20) + " MiB for the panels of " + shape);
+            }
+            ::madvise(mem, bytes, MADV_HUGEPAGE);  // streamed every step: fewer TLB misses
+            p->panels = mem;
+            p->panels_bytes = bytes;
+            troupe::q8::pack_panels(p->data, p->n_in_padded, p->n_out, p->row_stride, mem);
+        }
         *out = p;
         return TROUPE_OK;
     });
@@ -174,7 +198,7 @@ int32_t q8_matmul(troupe_plugin_instance* inst, const troupe_prepared_weight* w,
             xin = x_padded.data();
         }
         std::atomic<bool> failed{false};
-        troupe::q8::matmul(w->data, w->n_in_padded, w->n_out, w->row_stride, xin, y, n_tokens,
+        troupe::q8::matmul(w->data, w->panels, w->n_in_padded, w->n_out, w->row_stride, xin, y, n_tokens,
                            to_parallel_fn(par, failed), inst->activations);
         if (failed.load()) return fail(inst, TROUPE_ERR_INTERNAL, "the host's parallel_for failed");
         return TROUPE_OK;
