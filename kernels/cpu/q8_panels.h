@@ -32,7 +32,8 @@
 // q8_panels_float_act_avx512.cpp): each weight dequantized exactly in registers and FMA'd with the float
 // activations, equal to ref::matmul_float_act within float rounding, from 2 (Q8_0) / 3 (Q4_0) tokens on (fewer:
 // the row kernels). cpu::matmul uses the panels when matmul_weight::panels is set and the active level has the
-// kernels; otherwise it reads matmul_weight::data as before, which must therefore stay valid.
+// kernels; otherwise it reads matmul_weight::data as before. So data may be dropped (null) only for the
+// quantized recipe while q8_panels_supported holds; the float recipe reads it for 1 (Q8_0) / 1-2 (Q4_0) tokens.
 #pragma once
 
 #include <cstddef>
