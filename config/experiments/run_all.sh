@@ -4,13 +4,17 @@
 # the figures the serving issue asks for, with their ratios.
 #
 #   config/experiments/run_all.sh [--model M.gguf] [--troupe build/troupe] [--out DIR] [--quick]
-#                                 [--only RUN,RUN] [--server-set KEY=VALUE]... [-- BENCH FLAGS]
+#                                 [--only RUN,RUN] [--capacity-rates "R R ..."] [--server-set KEY=VALUE]...
+#                                 [-- BENCH FLAGS]
 #
 # --model      the GGUF to serve (default $TROUPE_MODEL, else ../shared/models/stories260K.gguf)
 # --quick      8 requests per load instead of each file's n_requests
 # --only       some of the runs: single_stream, concurrent_16, mixed_continuous, mixed_static,
-#              longtail_continuous, longtail_static, shared_prefix, shared_prefix_nocache (the comparison
-#              shows the figures whose runs are there)
+#              longtail_continuous, longtail_static, shared_prefix, shared_prefix_nocache, capacity (the
+#              sweep below) (the comparison shows the figures whose runs are there)
+# --capacity-rates  arrival rates (requests/s) of the capacity sweep (capacity.yaml, open-loop Poisson, both
+#              policies; default "0.5 1 2 3 4"): the comparison gives each policy's best output throughput among
+#              the rates where its p99 TTFT stays within the load's slo.ttft_ms
 # --server-set passed to every `troupe serve` as --set (e.g. threads=1)
 # BENCH FLAGS  passed to every `troupe bench serve`, e.g. -- --set output.max_tokens=64
 #              (prompts are cut with the served model's own tokenizer: --set prompt.tokenizer=MODEL is added)
@@ -24,6 +28,7 @@ model="${TROUPE_MODEL:-$root/../shared/models/stories260K.gguf}"
 out=""
 quick=0
 only=""
+capacity_rates="0.5 1 2 3 4"
 server_flags=()
 bench_flags=()
 while [ $# -gt 0 ]; do
@@ -33,9 +38,10 @@ while [ $# -gt 0 ]; do
         --out) out="$2"; shift 2 ;;
         --quick) quick=1; shift ;;
         --only) only=",$2,"; shift 2 ;;
+        --capacity-rates) capacity_rates="$2"; shift 2 ;;
         --server-set) server_flags+=(--set "$2"); shift 2 ;;
         --) shift; bench_flags=("$@"); break ;;
-        -h|--help) sed -n '2,17p' "$0"; exit 0 ;;
+        -h|--help) sed -n '2,21p' "$0"; exit 0 ;;
         *) echo "run_all.sh: unknown argument '$1' (--help lists them)" >&2; exit 2 ;;
     esac
 done
@@ -65,10 +71,14 @@ stop_server() {
 }
 trap stop_server EXIT
 
-# run SERVER_CONFIG LOAD_CONFIG RESULT_NAME
+# run SERVER_CONFIG LOAD_CONFIG RESULT_NAME [BENCH FLAGS of this run]
+# (--only capacity selects every run of the capacity sweep, capacity_*)
 run() {
     local server_cfg="$here/$1.yaml" load_cfg="$here/$2.yaml" name="$3"
-    if [ -n "$only" ] && [[ "$only" != *",$name,"* ]]; then return 0; fi
+    shift 3
+    if [ -n "$only" ] && [[ "$only" != *",$name,"* ]] && ! [[ "$name" == capacity_* && "$only" == *",capacity,"* ]]; then
+        return 0
+    fi
     local port
     port=$(free_port)
     echo "== $name: troupe serve --config ${1}.yaml on 127.0.0.1:$port, load ${2}.yaml" >&2
@@ -88,7 +98,7 @@ run() {
         return 1
     fi
     (cd "$root" && "$troupe" bench serve --config "$load_cfg" --url "http://127.0.0.1:$port" \
-        --set "name=$name" --out "$out/$name.json" "${bench_flags[@]}") | tee "$out/$name.md"
+        --set "name=$name" --out "$out/$name.json" "${bench_flags[@]}" "$@") | tee "$out/$name.md"
     stop_server
 }
 
@@ -99,6 +109,11 @@ run server_static mixed_static mixed_static
 run server_continuous longtail_continuous longtail_continuous
 run server_static longtail_static longtail_static
 run server_continuous shared_prefix shared_prefix
+# The capacity sweep: open-loop Poisson arrivals at each rate, both policies.
+for rate in $capacity_rates; do
+    run server_continuous capacity "capacity_continuous_r$rate" --set "arrivals.rate_per_s=$rate"
+    run server_static capacity "capacity_static_r$rate" --set "arrivals.rate_per_s=$rate"
+done
 run server_no_prefix_cache shared_prefix shared_prefix_nocache
 
 python3 - "$out" "$model" <<'PY' | tee "$out/comparison.md"
@@ -106,6 +121,8 @@ import json, os, sys
 out, model = sys.argv[1], sys.argv[2]
 names = ["single_stream", "concurrent_16", "mixed_continuous", "mixed_static", "longtail_continuous",
          "longtail_static", "shared_prefix", "shared_prefix_nocache"]
+names += sorted((f[:-5] for f in os.listdir(out) if f.startswith("capacity_") and f.endswith(".json")),
+                key=lambda n: (n.split("_r")[0], float(n.split("_r")[-1])))
 r = {n: json.load(open(os.path.join(out, n + ".json"))) for n in names if os.path.exists(os.path.join(out, n + ".json"))}
 have = lambda *ns: all(n in r for n in ns)
 def pct(x): return "%.1f%%" % (100 * x)
@@ -141,6 +158,22 @@ for n in [n for n in ["concurrent_16", "mixed_continuous"] if n in r]:
             pct(w["mean"]), pct(w["max"])), "< 5%", w["mean"] < 0.05)
     else:
         row("KV waste, %s" % n, "not measured (no /metrics polls)", "< 5%", False)
+# Capacity at equal p99 TTFT: per policy, the best output throughput of a sweep run whose p99 TTFT is within
+# the load's slo.ttft_ms (the same bound for both).
+cap = {}
+for policy in ["continuous", "static"]:
+    runs = [j for n, j in r.items() if n.startswith("capacity_%s_r" % policy)]
+    if not runs: continue
+    bound = runs[0]["slo"]["ttft_ms"]
+    ok = [j for j in runs if j["failed"] == 0 and j["ttft_ms"]["p99"] <= bound]
+    best = max(ok, key=lambda j: j["output_throughput"]) if ok else None
+    cap[policy] = (best["output_throughput"] if best else 0.0, best["request_rate"] if best else 0, bound)
+if len(cap) == 2:
+  (c_tp, c_rate, bound), (s_tp, s_rate, _) = cap["continuous"], cap["static"]
+  ratio = c_tp / s_tp if s_tp > 0 else float("inf")
+  row("continuous / static, output tokens/s at p99 TTFT <= %g ms (capacity sweep)" % bound,
+      "%s (%.1f at %g req/s / %.1f at %g req/s)" % ("%.2fx" % ratio if s_tp > 0 else "static meets the bound at no swept rate",
+                                                c_tp, c_rate, s_tp, s_rate), ">= 2x", ratio >= 2)
 if have("shared_prefix"):
   h = r["shared_prefix"]["prefix_cache_hit_rate"]
   row("prefix-cache hit rate, shared prefix", pct(h) if h >= 0 else "not reported", "> 90%", h > 0.9)

@@ -231,7 +231,7 @@ TEST(load_config, a_missing_file_is_named) {
 
 TEST(load_config, every_shipped_experiment_is_valid) {
     for (const char* f : {"single_stream", "concurrent_16", "mixed_continuous", "mixed_static", "shared_prefix",
-                          "longtail_continuous", "longtail_static"}) {
+                          "longtail_continuous", "longtail_static", "capacity"}) {
         const std::string path = std::string(TROUPE_SOURCE_DIR) + "/config/experiments/" + f + ".yaml";
         auto c = load_load_config_file(path);
         ASSERT_TRUE(c) << c.message();
