@@ -125,7 +125,7 @@ void matmul_impl(const matmul_weight& w, const float* x, float* y, int64_t n_tok
     TROUPE_ASSERT(w.n_in % traits(w.type).block_size == 0, "matmul: n_in is not a multiple of the block size");
     TROUPE_ASSERT(w.row_stride >= row_bytes(w.type, w.n_in));
     if (n_tokens <= 0 || w.n_out <= 0) return;
-    if (detail::q8_panels_active(w, recipe, n_tokens)) {  // pre-packed Q8_0 / Q4_0 panels
+    if (detail::q8_panels_active(w, recipe)) {  // pre-packed Q8_0 / Q4_0 panels: one kernel for every n_tokens
         detail::matmul_q8_panels(w, x, y, n_tokens, recipe, split);
         return;
     }

@@ -16,14 +16,6 @@ namespace troupe::cpu {
 namespace detail {
 namespace {
 
-// With float activations, the panel kernel from this many tokens on: below, the row kernels (which scale each
-// block's q . x once instead of each weight, and unpack a row's bytes with one widening load) are as fast or
-// faster. Measured on Zen 5, 110M Llama shape, 2 threads, step ms rows / panels: Q8_0 1 token 3.22 / 3.42,
-// 2 tokens 3.93 / 3.46; Q4_0 1 token 2.30 / 3.45, 2 tokens 3.29 / 3.40, 4 tokens 5.4 / 3.6.
-int64_t float_act_min_tokens(ggml_type type) {
-    return type == ggml_type::q8_0 ? 2 : 3;
-}
-
 bool is_panel_type(ggml_type type) {
     return type == ggml_type::q8_0 || type == ggml_type::q4_0;
 }
@@ -70,9 +62,8 @@ q8_panel_geometry q8_panel_geometry_of(ggml_type type, int64_t n_in, int64_t n_o
     return g;
 }
 
-bool q8_panels_active(const matmul_weight& w, activation_recipe recipe, int64_t n_tokens) {
-    return w.panels != nullptr && q8_panels_supported(w.type, recipe) &&
-           (recipe == activation_recipe::quantized || n_tokens >= float_act_min_tokens(w.type));
+bool q8_panels_active(const matmul_weight& w, activation_recipe recipe) {
+    return w.panels != nullptr && q8_panels_supported(w.type, recipe);
 }
 
 void matmul_q8_panels(const matmul_weight& w, const float* x, float* y, int64_t n_tokens, activation_recipe recipe,

@@ -27,13 +27,13 @@
 // (18 B, as Q4_0): decode reads no more than from the original rows. The scales stay fp16 (converted in
 // registers) for that reason.
 //
-// Products with panels, quantized recipe: bit-identical to ref::matmul (same int sums, and per block
-// sum += float(sumi) * (d_w * d_x) in block order), for every token count. Float-activation recipe (W8A16,
-// q8_panels_float_act_avx512.cpp): each weight dequantized exactly in registers and FMA'd with the float
-// activations, equal to ref::matmul_float_act within float rounding, from 2 (Q8_0) / 3 (Q4_0) tokens on (fewer:
-// the row kernels). cpu::matmul uses the panels when matmul_weight::panels is set and the active level has the
-// kernels; otherwise it reads matmul_weight::data as before. So data may be dropped (null) only for the
-// quantized recipe while q8_panels_supported holds; the float recipe reads it for 1 (Q8_0) / 1-2 (Q4_0) tokens.
+// Products with panels, for every token count: quantized recipe bit-identical to ref::matmul (same int sums, and
+// per block sum += float(sumi) * (d_w * d_x) in block order); float-activation recipe (W8A16,
+// q8_panels_float_act_avx512.cpp: each weight dequantized exactly in registers and FMA'd with the float
+// activations) equal to ref::matmul_float_act within float rounding, and faster than the row kernels from one
+// token on. cpu::matmul uses the panels when matmul_weight::panels is set and the active level has the kernels
+// (q8_panels_supported); otherwise it reads matmul_weight::data as before. So a loader may drop the rows (data
+// null) only while q8_panels_supported holds for the weight's type and recipe.
 #pragma once
 
 #include <cstddef>

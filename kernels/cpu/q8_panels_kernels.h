@@ -33,9 +33,8 @@ struct q8_panel_geometry {
 };
 q8_panel_geometry q8_panel_geometry_of(ggml_type type, int64_t n_in, int64_t n_out);
 
-// Whether cpu::matmul takes the panel path for w now: panels set, the active level has the kernels, and for the
-// float-activation recipe enough tokens (below, its row kernels are faster).
-bool q8_panels_active(const matmul_weight& w, activation_recipe recipe, int64_t n_tokens);
+// Whether cpu::matmul takes the panel path for w now (panels set, the active level has the kernels).
+bool q8_panels_active(const matmul_weight& w, activation_recipe recipe);
 
 // cpu::matmul's panel path: activations prepared once (quantized, or packed as floats), panels split over
 // parallel_for.

@@ -181,7 +181,7 @@ TEST(q8_panels, are_supported_for_q8_0_and_q4_0_at_the_avx512_level_only) {
     }
 }
 
-TEST(q8_panels, with_quantized_activations_never_read_the_rows) {
+TEST(q8_panels, never_read_the_rows_with_either_recipe) {
     if (!panels_run_here(ggml_type::q4_0)) GTEST_SKIP() << "no AVX-512 VNNI: the panel kernels do not run on this CPU";
     cpu::thread_pool pool(2);
     const int64_t n_in = 128, n_out = 35;
@@ -189,12 +189,14 @@ TEST(q8_panels, with_quantized_activations_never_read_the_rows) {
     pack(pw, &pool);
     matmul_weight panels_only = pw.with_panels;
     panels_only.data = nullptr;  // the loader may drop the rows (q8_panels.h)
-    for (int64_t n_tokens : {1, 2, 16, 40}) {
-        const auto x = random_floats(n_tokens * n_in, 3);
-        std::vector<float> y_ref(n_tokens * n_out), y(y_ref.size());
-        ref::matmul(pw.base.view, x.data(), y_ref.data(), n_tokens);
-        cpu::matmul(panels_only, x.data(), y.data(), n_tokens, pool);
-        EXPECT_EQ(y, y_ref) << "n_tokens " << n_tokens;
+    for (auto recipe : {cpu::activation_recipe::quantized, cpu::activation_recipe::float32}) {
+        for (int64_t n_tokens : {1, 2, 16, 40}) {
+            const auto x = random_floats(n_tokens * n_in, 3);
+            std::vector<float> a(n_tokens * n_out), b(a.size());
+            cpu::matmul(pw.with_panels, x.data(), a.data(), n_tokens, pool, recipe);
+            cpu::matmul(panels_only, x.data(), b.data(), n_tokens, pool, recipe);
+            EXPECT_EQ(a, b) << "n_tokens " << n_tokens;
+        }
     }
 }
 

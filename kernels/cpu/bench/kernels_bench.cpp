@@ -11,7 +11,7 @@
 // (cpu::activation_recipe::float32: weight blocks dequantized in registers for decode, the float GEMM on
 // dequantized panels for prefill); "quant" rows llama.cpp's recipe. Rows with form "panels" run Q8_0 / Q4_0
 // weights pre-packed into 16-row panels (cpu/q8_panels.h): one integer kernel for every token count ("quant"),
-// and with float activations the W8A16 panel kernel from a few tokens on (the row kernels below that).
+// and with float activations ("float") the W8A16 panel kernel, for every token count too.
 //
 // Then the step time of the whole model for 1, 2, 4, 8, 16 and 32 tokens (a decode step serving that many
 // streams), rows vs panels, and the ratio of the 16-token step to the 1-token step: the cost of serving 16
