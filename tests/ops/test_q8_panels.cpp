@@ -224,12 +224,17 @@ TEST(q8_panels, a_weight_with_panels_falls_back_to_its_rows_below_the_avx512_lev
     panel_weight pw{make_weight(ggml_type::q8_0, n_in, n_out, 21), {}, {}};
     pack(pw, nullptr);
     const auto x = random_floats(n_tokens * n_in, 4);
-    std::vector<float> a(n_tokens * n_out), b(a.size());
-    testing::scoped_level scalar(cpu::dispatch_level::scalar);
-    EXPECT_FALSE(cpu::q8_panels_supported(ggml_type::q8_0, cpu::activation_recipe::quantized));
-    cpu::matmul(pw.base.view, x.data(), a.data(), n_tokens, pool);
-    cpu::matmul(pw.with_panels, x.data(), b.data(), n_tokens, pool);
-    EXPECT_EQ(a, b);
+    for (cpu::dispatch_level level : cpu::available_levels()) {
+        if (level == cpu::dispatch_level::avx512) continue;
+        testing::scoped_level scope(level);
+        for (auto recipe : {cpu::activation_recipe::quantized, cpu::activation_recipe::float32}) {
+            EXPECT_FALSE(cpu::q8_panels_supported(ggml_type::q8_0, recipe));
+            std::vector<float> a(n_tokens * n_out), b(a.size());
+            cpu::matmul(pw.base.view, x.data(), a.data(), n_tokens, pool, recipe);
+            cpu::matmul(pw.with_panels, x.data(), b.data(), n_tokens, pool, recipe);
+            EXPECT_EQ(a, b) << "level " << testing::level_name(level);
+        }
+    }
 }
 
 }  // namespace
