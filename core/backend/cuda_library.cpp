@@ -53,10 +53,11 @@ result<std::shared_ptr<const cuda_library>> cuda_library::load(const std::string
     auto entry = reinterpret_cast<troupe_cuda_entry_fn>(dlsym(handle, TROUPE_CUDA_ENTRY_NAME));
     if (!entry) return make_error(path + " has no entry point " + TROUPE_CUDA_ENTRY_NAME);
     const troupe_cuda_ops* ops = entry();
-    if (!ops || ops->abi_version != TROUPE_CUDA_ABI_VERSION || ops->struct_size < sizeof(troupe_cuda_ops)) {
+    if (!ops || ops->abi_version != TROUPE_CUDA_ABI_VERSION || ops->struct_size < TROUPE_CUDA_OPS_MIN_SIZE) {
         return make_error(path + " speaks CUDA backend ABI " + (ops ? std::to_string(ops->abi_version) : "?") +
                           " (op table of " + (ops ? std::to_string(ops->struct_size) : "?") +
-                          " bytes); this troupe speaks ABI " + std::to_string(TROUPE_CUDA_ABI_VERSION) + " (" +
+                          " bytes); this troupe speaks ABI " + std::to_string(TROUPE_CUDA_ABI_VERSION) +
+                          " (op table of " + std::to_string(TROUPE_CUDA_OPS_MIN_SIZE) + " to " +
                           std::to_string(sizeof(troupe_cuda_ops)) + " bytes): rebuild the backend");
     }
     std::shared_ptr<cuda_library> lib(new cuda_library());
@@ -64,6 +65,15 @@ result<std::shared_ptr<const cuda_library>> cuda_library::load(const std::string
     lib->ops_ = ops;
     loaded.emplace(path, lib);
     return std::shared_ptr<const cuda_library>(lib);
+}
+
+status cuda_library::check_swap_ops() const {
+    if (TROUPE_CUDA_OPS_HAS(ops_, model_read_blocks) && TROUPE_CUDA_OPS_HAS(ops_, model_write_blocks)) return {};
+    return make_error(path_ + " (" + (ops_->build_info ? ops_->build_info : "no build info") + ", op table of " +
+                      std::to_string(ops_->struct_size) +
+                      " bytes) has no model_read_blocks / model_write_blocks: swapping KV blocks to host memory needs "
+                      "backend ABI " +
+                      std::to_string(TROUPE_CUDA_ABI_VERSION) + " revision 2 or later; rebuild the backend");
 }
 
 }  // namespace troupe

@@ -3,8 +3,9 @@
 //
 // Loading: <dir>/libtroupe_cuda.so, dir = the argument, else $TROUPE_BACKEND_DIR, else the build's
 // backends/ folder. The library's entry point returns its op table; a table of another ABI version is
-// refused with both versions in the message. A loaded library stays loaded for the process's lifetime
-// (CUDA runtimes do not unload cleanly), and later loads of the same path return the same object.
+// refused with both versions in the message; a table of this version from revision 1 up is accepted, and
+// ops appended after revision 1 are checked before use (check_swap_ops). A loaded library stays loaded for the
+// process's lifetime (CUDA runtimes do not unload cleanly), and later loads of the same path return the same object.
 #pragma once
 
 #include <memory>
@@ -27,6 +28,8 @@ public:
     static result<std::shared_ptr<const cuda_library>> load(const std::string& dir = {});
 
     const troupe_cuda_ops& ops() const { return *ops_; }
+    // Whether the table has model_read_blocks / model_write_blocks (revision 2), else why not.
+    status check_swap_ops() const;
     const std::string& path() const { return path_; }
 
 private:

@@ -89,6 +89,18 @@ result<std::unique_ptr<cuda_runner>> cuda_runner::create(const llama_weights_vie
     r->kv_bytes_per_token_ =
         static_cast<size_t>(hp.n_layers) * 2 * hp.n_kv_heads * hp.head_dim * (params.kv_f16 ? 2 : 4);
     r->weight_bytes_ = info.weight_bytes;
+    r->host_block_bytes_ = static_cast<size_t>(info.block_size) * r->kv_bytes_per_token_;
+    if (info.n_blocks <= 0 || info.kv_bytes != r->host_block_bytes_ * static_cast<uint64_t>(info.n_blocks)) {
+        return make_error(r->name_ + " on cuda:" + std::to_string(params.device) + ": the backend's KV pools hold " +
+                          std::to_string(info.kv_bytes) + " bytes for " + std::to_string(info.n_blocks) +
+                          " blocks, expected " + std::to_string(r->host_block_bytes_) + " per block");
+    }
+    if (status s = r->lib_->check_swap_ops(); s.ok()) {
+        r->can_swap_ = true;
+    } else {
+        TROUPE_LOG_WARN("cuda", "swap preemption unavailable, the scheduler will recompute instead: %s",
+                        s.message().c_str());
+    }
     TROUPE_LOG_INFO("cuda", "%s on cuda:%d (%s, cc %d.%d): %.1f MiB of weights, %d KV blocks of %d tokens (%.1f MiB)",
                     r->name_.c_str(), r->device_.index, r->device_.name.c_str(), r->device_.cc_major,
                     r->device_.cc_minor, static_cast<double>(info.weight_bytes) / (1 << 20), info.n_blocks,
@@ -134,6 +146,79 @@ status cuda_runner::copy_blocks(std::span<const int32_t> src, std::span<const in
         return make_error(std::string("cuda copy_blocks: ") + e);
     }
     return {};
+}
+
+status cuda_runner::swap_out(int64_t seq_id, std::span<const int32_t> blocks, int32_t n_tokens) {
+    const std::string where = "cuda swap_out of sequence " + std::to_string(seq_id);
+    if (status s = lib_->check_swap_ops(); !s.ok()) return make_error(where + ": " + s.message());
+    if (n_tokens < 0) return make_error(where + ": " + std::to_string(n_tokens) + " tokens");
+    const int32_t n_blocks = (n_tokens + kv_.block_size - 1) / kv_.block_size;
+    if (blocks.size() < static_cast<size_t>(n_blocks)) {
+        return make_error(where + ": " + std::to_string(n_tokens) + " tokens fill " + std::to_string(n_blocks) +
+                          " blocks of " + std::to_string(kv_.block_size) + ", the table has " +
+                          std::to_string(blocks.size()));
+    }
+    host_kv copy;
+    copy.n_tokens = n_tokens;
+    copy.n_blocks = n_blocks;
+    copy.n_bytes = host_block_bytes_ * static_cast<size_t>(n_blocks);
+    copy.bytes = std::make_unique_for_overwrite<std::byte[]>(copy.n_bytes);
+    if (const char* e = lib_->ops().model_read_blocks(model_, kv_lane(), blocks.data(), n_blocks, copy.bytes.get())) {
+        return make_error(where + ": " + e);
+    }
+    if (auto old = swapped_.find(seq_id); old != swapped_.end()) drop_host_copy(old);
+    host_kv_bytes_ += copy.n_bytes;
+    swapped_.emplace(seq_id, std::move(copy));
+    TROUPE_LOG_DEBUG(
+        "cuda", "swap_out of sequence %lld: %d tokens in %d blocks, %.2f MiB; host holds %.2f MiB for %zu sequences",
+        static_cast<long long>(seq_id), n_tokens, n_blocks,
+        static_cast<double>(host_block_bytes_ * n_blocks) / (1 << 20), static_cast<double>(host_kv_bytes_) / (1 << 20),
+        swapped_.size());
+    return {};
+}
+
+status cuda_runner::swap_in(int64_t seq_id, std::span<const int32_t> blocks, int32_t n_tokens) {
+    const std::string where = "cuda swap_in of sequence " + std::to_string(seq_id);
+    if (status s = lib_->check_swap_ops(); !s.ok()) return make_error(where + ": " + s.message());
+    auto it = swapped_.find(seq_id);
+    if (it == swapped_.end()) {
+        return make_error(where + ": no copy in host memory (never swapped out, already swapped in, or forgotten)");
+    }
+    const host_kv& copy = it->second;
+    if (n_tokens != copy.n_tokens) {
+        return make_error(where + ": asked for " + std::to_string(n_tokens) + " tokens, the host copy holds " +
+                          std::to_string(copy.n_tokens));
+    }
+    if (blocks.size() < static_cast<size_t>(copy.n_blocks)) {
+        return make_error(where + ": " + std::to_string(n_tokens) + " tokens fill " + std::to_string(copy.n_blocks) +
+                          " blocks of " + std::to_string(kv_.block_size) + ", the table has " +
+                          std::to_string(blocks.size()));
+    }
+    // On failure the copy stays: the sequence is not lost until forget().
+    if (const char* e =
+            lib_->ops().model_write_blocks(model_, kv_lane(), blocks.data(), copy.n_blocks, copy.bytes.get())) {
+        return make_error(where + ": " + e);
+    }
+    drop_host_copy(it);
+    TROUPE_LOG_DEBUG("cuda", "swap_in of sequence %lld: %d tokens; host holds %.2f MiB for %zu sequences",
+                     static_cast<long long>(seq_id), n_tokens, static_cast<double>(host_kv_bytes_) / (1 << 20),
+                     swapped_.size());
+    return {};
+}
+
+void cuda_runner::forget(int64_t seq_id) {
+    if (auto it = swapped_.find(seq_id); it != swapped_.end()) {
+        drop_host_copy(it);
+        TROUPE_LOG_DEBUG("cuda", "sequence %lld ended while swapped out; host holds %.2f MiB for %zu sequences",
+                         static_cast<long long>(seq_id), static_cast<double>(host_kv_bytes_) / (1 << 20),
+                         swapped_.size());
+    }
+}
+
+void cuda_runner::drop_host_copy(std::unordered_map<int64_t, host_kv>::iterator it) {
+    TROUPE_ASSERT(host_kv_bytes_ >= it->second.n_bytes, "cuda runner: host KV byte count below a copy's size");
+    host_kv_bytes_ -= it->second.n_bytes;
+    swapped_.erase(it);
 }
 
 result<std::unique_ptr<model_runner>> make_cuda_runner(const llama_weights_view& weights,

@@ -5,13 +5,24 @@
 // driver, no device, out of memory, an unsupported weight type. The caller then logs ONE line
 // (log_cuda_fallback) and uses the CPU runner. It checks for the driver before loading the backend,
 // so a GPU-less machine never loads cudart or cuBLASLt.
+//
+// Swap preemption: swap_out copies the ceil(n_tokens / block_size) first blocks of a sequence (every
+// layer's K and V) into a host buffer kept per sequence id; swap_in writes that copy into the blocks it
+// is given (any ids, as many or more) and drops it; forget drops it unread. The copies run on the KV
+// copy lane and are complete when the call returns. Host buffers are ordinary pageable memory, not
+// pinned: swaps are rare (a preemption), pinning gigabytes is slow to set up and takes memory from the
+// rest of the machine, and the call waits for the copy either way. Pinned buffers (through two more
+// ABI ops, cudaHostAlloc / cudaFreeHost) would skip the driver's staging copy if swaps ever show up in
+// step times.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <memory>
 #include <span>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "core/backend/cuda_batch.h"
@@ -51,6 +62,15 @@ public:
     size_t kv_bytes_per_token() const override { return kv_bytes_per_token_; }
     status forward(const forward_batch& batch, forward_output& out) override;
 
+    // True where the loaded backend can copy KV blocks to the host (revision 2 of its ABI); an older
+    // backend says false, so the scheduler recomputes instead of losing sequences to failed swaps.
+    bool separate_kv_memory() const override { return can_swap_; }
+    status swap_out(int64_t seq_id, std::span<const int32_t> blocks, int32_t n_tokens) override;
+    status swap_in(int64_t seq_id, std::span<const int32_t> blocks, int32_t n_tokens) override;
+    void forget(int64_t seq_id) override;
+    // Bytes of swapped-out KV rows held in host memory, over all sequences.
+    uint64_t host_kv_bytes() const { return host_kv_bytes_; }
+
     // Copies whole KV blocks src[i] -> dst[i] in every layer on the KV copy lane (lane 1 where there is
     // one), ordered after the steps issued before it and before the steps issued after it.
     status copy_blocks(std::span<const int32_t> src, std::span<const int32_t> dst);
@@ -60,7 +80,17 @@ public:
     uint64_t weight_bytes() const { return weight_bytes_; }
 
 private:
+    // A swapped-out sequence: its blocks as model_read_blocks lays them out (cuda_backend_abi.h).
+    struct host_kv {
+        int32_t n_tokens = 0;
+        int32_t n_blocks = 0;
+        std::unique_ptr<std::byte[]> bytes;  // [2 * n_layers][n_blocks][block_bytes]
+        size_t n_bytes = 0;
+    };
+
     cuda_runner() = default;
+    int32_t kv_lane() const { return n_lanes_ > 1 ? 1 : 0; }
+    void drop_host_copy(std::unordered_map<int64_t, host_kv>::iterator it);
 
     std::shared_ptr<const cuda_library> lib_;
     troupe_cuda_context* ctx_ = nullptr;
@@ -73,6 +103,10 @@ private:
     size_t kv_bytes_per_token_ = 0;
     uint64_t weight_bytes_ = 0;
     cuda_flat_batch flat_;  // the step's index arrays, memory reused across steps
+    bool can_swap_ = false;
+    size_t host_block_bytes_ = 0;                   // one block of every layer's K and V pools
+    std::unordered_map<int64_t, host_kv> swapped_;  // by sequence id
+    uint64_t host_kv_bytes_ = 0;                    // sum of swapped_[*].n_bytes
 };
 
 // The factory the executor's setup calls for `--device cuda`.

@@ -227,6 +227,14 @@ const char* abi_model_copy_blocks(troupe_cuda_model* model, int32_t lane, const 
                                   int32_t n) {
     return guarded([&] { return model_copy_blocks(model, lane, src, dst, n); });
 }
+const char* abi_model_read_blocks(troupe_cuda_model* model, int32_t lane, const int32_t* blocks, int32_t n,
+                                  void* host) {
+    return guarded([&] { return model_read_blocks(model, lane, blocks, n, host); });
+}
+const char* abi_model_write_blocks(troupe_cuda_model* model, int32_t lane, const int32_t* blocks, int32_t n,
+                                   const void* host) {
+    return guarded([&] { return model_write_blocks(model, lane, blocks, n, host); });
+}
 const char* abi_test_rms_norm(troupe_cuda_context* ctx, const float* x, const float* w, float* y, int32_t n_rows,
                               int32_t dim, float eps) {
     return guarded([&] { return test_rms_norm(ctx, x, w, y, n_rows, dim, eps); });
@@ -255,8 +263,9 @@ const char* abi_test_embed(troupe_cuda_context* ctx, const troupe_cuda_matrix* t
 char build_info_text[160];
 
 troupe_cuda_ops make_ops() {
-    std::snprintf(build_info_text, sizeof build_info_text, "troupe_cuda abi %u, CUDA runtime %d, built for %s",
-                  TROUPE_CUDA_ABI_VERSION, CUDART_VERSION, TROUPE_CUDA_ARCHS_TEXT);
+    std::snprintf(build_info_text, sizeof build_info_text,
+                  "troupe_cuda abi %u revision %u, CUDA runtime %d, built for %s", TROUPE_CUDA_ABI_VERSION,
+                  TROUPE_CUDA_ABI_REVISION, CUDART_VERSION, TROUPE_CUDA_ARCHS_TEXT);
     troupe_cuda_ops ops{};
     ops.struct_size = sizeof ops;
     ops.abi_version = TROUPE_CUDA_ABI_VERSION;
@@ -278,6 +287,8 @@ troupe_cuda_ops make_ops() {
     ops.test_attention = abi_test_attention;
     ops.test_swiglu = abi_test_swiglu;
     ops.test_embed = abi_test_embed;
+    ops.model_read_blocks = abi_model_read_blocks;
+    ops.model_write_blocks = abi_model_write_blocks;
     return ops;
 }
 

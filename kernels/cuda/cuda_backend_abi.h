@@ -6,6 +6,13 @@
  * library whose version differs from the one it was built with, naming both. Structs passed in start
  * with struct_size so either side can grow them by appending fields.
  *
+ * Growing the op table: new ops are appended at its end and TROUPE_CUDA_ABI_REVISION goes up; the ABI
+ * version stays (it changes only when an existing field changes). The host accepts a table of its ABI
+ * version from TROUPE_CUDA_OPS_MIN_SIZE bytes (revision 1) up, and calls an appended op only where
+ * TROUPE_CUDA_OPS_HAS says the library's table covers it, else it refuses that one feature clearly.
+ *   revision 1: everything up to test_embed
+ *   revision 2: model_read_blocks, model_write_blocks (swap preemption)
+ *
  * Errors: every function that can fail returns NULL on success, else a message owned by the library
  * ("cudaMalloc of 2.0 GiB for the KV pools failed: out of memory"), valid until the next call from
  * the same thread.
@@ -38,6 +45,7 @@ extern "C" {
 #endif
 
 #define TROUPE_CUDA_ABI_VERSION 1u
+#define TROUPE_CUDA_ABI_REVISION 2u
 #define TROUPE_CUDA_LIBRARY_NAME "libtroupe_cuda.so"
 #define TROUPE_CUDA_ENTRY_NAME "troupe_cuda_backend"
 
@@ -164,7 +172,7 @@ typedef struct troupe_cuda_attention_args {
 typedef struct troupe_cuda_ops {
     uint32_t struct_size;
     uint32_t abi_version;
-    const char* build_info; /* "troupe_cuda abi 1, CUDA runtime 13000, built for sm_90 + compute_80 PTX" */
+    const char* build_info; /* "troupe_cuda abi 1 revision 2, CUDA runtime 13000, built for 90-real 80-virtual" */
 
     /* Discovery */
     const char* (*device_count)(int32_t* n_devices);
@@ -197,7 +205,32 @@ typedef struct troupe_cuda_ops {
     const char* (*test_swiglu)(troupe_cuda_context* ctx, const float* gate, const float* up, float* out, int64_t n);
     const char* (*test_embed)(troupe_cuda_context* ctx, const troupe_cuda_matrix* table, const int32_t* tokens,
                               int32_t n_tokens, float* out); /* out[n_tokens, n_in] */
+
+    /* Revision 2: swap preemption. Copies whole KV blocks blocks[0..n) of every layer's K and V pools
+     * from the device to `host` (read) or from `host` to the device (write) on `lane`, after the work
+     * issued earlier on the other lanes, and waits for that lane before returning: on return the host
+     * buffer is complete (read) or may be reused (write). Block ids are checked against the pool; a bad
+     * id fails the call before anything is copied. Host memory may be pageable or pinned.
+     *
+     * Host layout, pool p = 2 * layer + (0: K, 1: V), block_bytes = block_size * n_kv_heads * head_dim
+     * * element size (= model_info kv_bytes / n_blocks / (2 * n_layers)):
+     *
+     *   host: | pool 0 (layer 0 K)          | pool 1 (layer 0 V)          | ... | pool 2*n_layers-1    |
+     *         | blocks[0] | ... | blocks[n-1]| blocks[0] | ... | blocks[n-1]| ... |                      |
+     *   (p, i) at byte (p * n + i) * block_bytes; 2 * n_layers * n * block_bytes bytes in all
+     */
+    const char* (*model_read_blocks)(troupe_cuda_model* model, int32_t lane, const int32_t* blocks, int32_t n,
+                                     void* host);
+    const char* (*model_write_blocks)(troupe_cuda_model* model, int32_t lane, const int32_t* blocks, int32_t n,
+                                      const void* host);
 } troupe_cuda_ops;
+
+/* The size of a revision-1 table: the smallest the host accepts. */
+#define TROUPE_CUDA_OPS_MIN_SIZE offsetof(troupe_cuda_ops, model_read_blocks)
+/* Whether a library's table (ops: const troupe_cuda_ops*) provides an op appended after revision 1. */
+#define TROUPE_CUDA_OPS_HAS(ops, field)                                                               \
+    ((ops)->struct_size >= offsetof(troupe_cuda_ops, field) + sizeof(((troupe_cuda_ops*)0)->field) && \
+     (ops)->field != NULL)
 
 typedef const troupe_cuda_ops* (*troupe_cuda_entry_fn)(void);
 

@@ -31,6 +31,11 @@ void model_info(const troupe_cuda_model* model, troupe_cuda_model_info* info);
 const char* model_forward(troupe_cuda_model* model, const troupe_cuda_batch* batch);
 const char* model_copy_blocks(troupe_cuda_model* model, int32_t lane, const int32_t* src, const int32_t* dst,
                               int32_t n);
+// Swap: whole blocks of every pool to / from a host buffer laid out [pool][i < n][block bytes]
+// (cuda_backend_abi.h); both wait for `lane` before returning, also when they fail part-way.
+const char* model_read_blocks(troupe_cuda_model* model, int32_t lane, const int32_t* blocks, int32_t n, void* host);
+const char* model_write_blocks(troupe_cuda_model* model, int32_t lane, const int32_t* blocks, int32_t n,
+                               const void* host);
 
 // Uploads a host matrix packed (row stride n_in) into a new buffer on `stream` (our streams do not
 // synchronize with the legacy default stream, so every copy goes on the stream that uses it); checks

@@ -26,14 +26,11 @@
 namespace troupe {
 namespace {
 
+using testing::logits_row;
+using testing::max_abs_diff;
+
 constexpr float kLogitTolerance = 0.02f;   // against the golden's first-step logits (as tests/golden)
 constexpr float kCpuGpuTolerance = 1e-3f;  // F32 model: GPU vs CPU runner, largest |difference| of logits
-
-result<llama_weights> load_weights(const std::string& path) {
-    auto file = gguf::gguf_file::open(path);
-    if (!file.ok()) return file.err();
-    return bind_llama_weights(file.value());
-}
 
 cuda_runner_params small_pool(cuda_weight_type to = cuda_weight_type::f16, bool kv_f16 = false) {
     cuda_runner_params p;
@@ -76,7 +73,7 @@ TEST_P(cuda_golden, greedy_tokens_on_the_gpu_equal_the_reference) {
     const auto run = std::find_if(runs.begin(), runs.end(), [&](const auto& r) { return r.model == c.model; });
     ASSERT_NE(run, runs.end()) << c.model << " has no run in " << c.golden;
 
-    auto weights = load_weights(model_path);
+    auto weights = testing::load_llama_weights(model_path);
     ASSERT_TRUE(weights.ok()) << weights.message();
     auto runner = cuda_runner::create(llama_view_of(weights.value()), small_pool(c.dequantize_to, c.kv_f16));
     ASSERT_TRUE(runner.ok()) << runner.message();
@@ -120,7 +117,7 @@ public:
 TEST(cuda_model, gpu_logits_agree_with_the_cpu_runner_on_an_f32_model) {
     TROUPE_REQUIRE_GPU();
     TROUPE_REQUIRE_SHARED(model_path, "models/stories260K.gguf");
-    auto weights = load_weights(model_path);
+    auto weights = testing::load_llama_weights(model_path);
     ASSERT_TRUE(weights.ok()) << weights.message();
     auto gpu = cuda_runner::create(llama_view_of(weights.value()), small_pool());
     ASSERT_TRUE(gpu.ok()) << gpu.message();
@@ -142,22 +139,10 @@ TEST(cuda_model, gpu_logits_agree_with_the_cpu_runner_on_an_f32_model) {
     EXPECT_LT(worst, kCpuGpuTolerance);
 }
 
-// Logits of sequence `seq` in `out`, copied.
-std::vector<float> row_of(const forward_output& out, size_t seq, int32_t i = 0) {
-    const auto r = out.row(seq, i);
-    return {r.begin(), r.end()};
-}
-
-float max_diff(const std::vector<float>& a, const std::vector<float>& b) {
-    float d = 0.0f;
-    for (size_t i = 0; i < a.size(); ++i) d = std::max(d, std::fabs(a[i] - b[i]));
-    return d;
-}
-
 TEST(cuda_model, sequences_batched_together_get_the_logits_they_get_alone_and_copied_blocks_decode_alike) {
     TROUPE_REQUIRE_GPU();
     TROUPE_REQUIRE_SHARED(model_path, "models/stories260K.gguf");
-    auto weights = load_weights(model_path);
+    auto weights = testing::load_llama_weights(model_path);
     ASSERT_TRUE(weights.ok()) << weights.message();
     auto made = cuda_runner::create(llama_view_of(weights.value()), small_pool());
     ASSERT_TRUE(made.ok()) << made.message();
@@ -175,8 +160,9 @@ TEST(cuda_model, sequences_batched_together_get_the_logits_they_get_alone_and_co
     b2.block_table = {21, 22};
     ASSERT_TRUE(gpu.forward({{a2, b2}}, together).ok());
     ASSERT_EQ(together.n_rows, (std::vector<int32_t>{1, 18}));
-    EXPECT_LT(max_diff(row_of(together, 0), row_of(alone_a, 0)), 1e-4f);
-    for (int32_t i = 0; i < 18; ++i) EXPECT_LT(max_diff(row_of(together, 1, i), row_of(alone_b, 0, i)), 1e-4f) << i;
+    EXPECT_LT(max_abs_diff(logits_row(together, 0), logits_row(alone_a, 0)), 1e-4f);
+    for (int32_t i = 0; i < 18; ++i)
+        EXPECT_LT(max_abs_diff(logits_row(together, 1, i), logits_row(alone_b, 0, i)), 1e-4f) << i;
 
     // Decode one token after a's prompt from its blocks, then from a copy of them made on the copy lane.
     const std::vector<int32_t> src{20}, dst{40};
@@ -184,7 +170,7 @@ TEST(cuda_model, sequences_batched_together_get_the_logits_they_get_alone_and_co
     forward_output from_original, from_copy;
     ASSERT_TRUE(gpu.forward({{sequence_step{1, {432}, 5, {20}, false}}}, from_original).ok());
     ASSERT_TRUE(gpu.forward({{sequence_step{1, {432}, 5, {40}, false}}}, from_copy).ok());
-    EXPECT_EQ(row_of(from_original, 0), row_of(from_copy, 0));
+    EXPECT_EQ(logits_row(from_original, 0), logits_row(from_copy, 0));
 
     forward_output bad;
     const status s = gpu.forward({{sequence_step{1, {432}, 5, {9999}, false}}}, bad);

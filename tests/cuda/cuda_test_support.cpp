@@ -1,8 +1,11 @@
 #include "tests/cuda/cuda_test_support.h"
 
+#include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 
+#include "core/gguf/gguf_file.h"
 #include "kernels/ref/quants.h"
 
 namespace troupe::testing {
@@ -54,6 +57,25 @@ const troupe_cuda_ops& cuda_ops() {
 bool nvidia_device_node_present() {
     std::error_code ec;
     return std::filesystem::exists("/dev/nvidiactl", ec) || std::filesystem::exists("/dev/nvidia0", ec);
+}
+
+result<llama_weights> load_llama_weights(const std::string& path) {
+    auto file = gguf::gguf_file::open(path);
+    if (!file.ok()) return file.err();
+    return bind_llama_weights(file.value());
+}
+
+std::vector<float> logits_row(const forward_output& out, size_t seq, int32_t i) {
+    const auto r = out.row(seq, i);
+    return {r.begin(), r.end()};
+}
+
+float max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
+    TROUPE_ASSERT(a.size() == b.size(),
+                  "max_abs_diff of " + std::to_string(a.size()) + " and " + std::to_string(b.size()) + " values");
+    float d = 0.0f;
+    for (size_t i = 0; i < a.size(); ++i) d = std::max(d, std::fabs(a[i] - b[i]));
+    return d;
 }
 
 std::vector<float> random_floats(size_t n, uint32_t seed, float lo, float hi) {

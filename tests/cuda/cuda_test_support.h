@@ -12,6 +12,9 @@
 
 #include "core/backend/cuda_library.h"
 #include "core/backend/llama_weights_view.h"
+#include "core/model/llama_weights.h"
+#include "core/model/model_runner.h"
+#include "core/result.h"
 
 namespace troupe::testing {
 
@@ -27,6 +30,12 @@ bool nvidia_device_node_present();
         if (!::troupe::testing::cuda_skip_reason().empty())                                         \
             GTEST_SKIP() << "no GPU for the CUDA tests: " << ::troupe::testing::cuda_skip_reason(); \
     } while (0)
+
+// A GGUF model's weights (models/*.gguf of ../shared), bound as a Llama.
+result<llama_weights> load_llama_weights(const std::string& path);
+// Row i of sequence seq's logits, copied; the largest |a[i] - b[i]|.
+std::vector<float> logits_row(const forward_output& out, size_t seq, int32_t i = 0);
+float max_abs_diff(const std::vector<float>& a, const std::vector<float>& b);
 
 std::vector<float> random_floats(size_t n, uint32_t seed, float lo = -1.0f, float hi = 1.0f);
 
