@@ -1,17 +1,19 @@
 // Swap preemption on the CUDA runner: KV blocks copied to host memory and back (model_read_blocks /
 // model_write_blocks of the backend ABI). A sequence swapped out, its device blocks overwritten by another
 // sequence, and swapped back into other blocks decodes as if it had never left; bad swaps fail with a
-// message and lose nothing. The ABI tests run everywhere (a fake revision-1 backend, the built backend's
-// table); the runner tests skip without a GPU.
+// message and lose nothing; the host buffer has the layout cuda_backend_abi.h documents. The loader tests
+// run everywhere (a fake revision-1 backend, the built backend's table); the others skip without a GPU.
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "core/backend/cuda_library.h"
 #include "core/backend/cuda_runner.h"
+#include "core/backend/cuda_upload.h"
 #include "core/backend/llama_view_of.h"
 #include "core/log/log.h"
 #include "tests/common/shared_data.h"
@@ -67,6 +69,72 @@ TEST(cuda_swap_abi, a_table_shorter_than_revision_1_is_refused_with_both_sizes) 
                                  " bytes); this troupe speaks ABI 1 (op table of " +
                                  std::to_string(TROUPE_CUDA_OPS_MIN_SIZE) + " to " +
                                  std::to_string(sizeof(troupe_cuda_ops)) + " bytes): rebuild the backend");
+}
+
+// The ABI ops on a tiny random model of 8 blocks (2 layers: 4 pools), with no runner in between.
+TEST(cuda_swap_abi, blocks_written_from_the_host_read_back_in_the_documented_layout_in_any_order) {
+    TROUPE_REQUIRE_GPU();
+    const troupe_cuda_ops& ops = testing::cuda_ops();
+    auto tiny = testing::make_tiny_model(ggml_type::f32, true);
+    cuda_runner_params params;
+    params.block_size = 4;
+    params.n_blocks = 8;
+    auto up = prepare_cuda_upload(tiny->view, params);
+    ASSERT_TRUE(up.ok()) << up.message();
+    troupe_cuda_context* ctx = nullptr;
+    ASSERT_EQ(ops.context_create(0, 2, &ctx), nullptr);
+    const std::unique_ptr<troupe_cuda_context, void (*)(troupe_cuda_context*)> own_ctx(ctx, ops.context_destroy);
+    troupe_cuda_model* model = nullptr;
+    const char* made = ops.model_create(ctx, &up.value()->desc, &model);
+    ASSERT_EQ(made, nullptr) << made;
+    const std::unique_ptr<troupe_cuda_model, void (*)(troupe_cuda_model*)> own_model(model, ops.model_destroy);
+    troupe_cuda_model_info info{};
+    ops.model_info(model, &info);
+    const int32_t n_pools = 2 * tiny->view.hp.n_layers;
+    const size_t block_words = info.kv_bytes / info.n_blocks / n_pools / sizeof(uint32_t);
+    ASSERT_EQ(block_words, 4u * tiny->view.hp.n_kv_heads * tiny->view.hp.head_dim);
+
+    // Word w of entry i of pool p says where it came from: (p, i, w).
+    const std::vector<int32_t> written{5, 1, 2, 6};
+    const auto n_written = static_cast<int32_t>(written.size());
+    std::vector<uint32_t> host(n_pools * written.size() * block_words);
+    for (int32_t p = 0; p < n_pools; ++p) {
+        for (int32_t i = 0; i < n_written; ++i) {
+            for (size_t w = 0; w < block_words; ++w)
+                host[(p * written.size() + i) * block_words + w] = (p << 24) | (i << 16) | static_cast<uint32_t>(w);
+        }
+    }
+    const char* e = ops.model_write_blocks(model, 1, written.data(), n_written, host.data());
+    EXPECT_EQ(e, nullptr) << e;
+
+    // Read back subsets in other orders (1, 2 is a run of consecutive ids; 6, 5 and 2, 1 are not).
+    for (const std::vector<int32_t>& read : {std::vector<int32_t>{6}, {1, 2}, {6, 5, 2, 1}, {2, 1, 6, 5}}) {
+        const auto n_read = static_cast<int32_t>(read.size());
+        std::vector<uint32_t> back(n_pools * read.size() * block_words, 0xffffffffu);
+        e = ops.model_read_blocks(model, 0, read.data(), n_read, back.data());
+        EXPECT_EQ(e, nullptr) << e;
+        for (int32_t p = 0; p < n_pools; ++p) {
+            for (int32_t j = 0; j < n_read; ++j) {
+                const auto i = std::find(written.begin(), written.end(), read[j]) - written.begin();
+                for (size_t w = 0; w < block_words; ++w) {
+                    ASSERT_EQ(back[(p * read.size() + j) * block_words + w],
+                              host[(p * written.size() + i) * block_words + w])
+                        << "pool " << p << ", block " << read[j] << ", word " << w;
+                }
+            }
+        }
+    }
+
+    const int32_t bad[] = {0, 8};
+    e = ops.model_read_blocks(model, 1, bad, 2, host.data());
+    ASSERT_NE(e, nullptr);
+    EXPECT_STREQ(e, "read of KV blocks to the host: block id 8 (entry 1 of 2) outside the pool of 8 blocks");
+    e = ops.model_write_blocks(model, 1, written.data(), 2, nullptr);
+    ASSERT_NE(e, nullptr);
+    EXPECT_STREQ(e, "write of KV blocks from the host: 2 blocks without a block list or a host buffer");
+    e = ops.model_read_blocks(model, 7, written.data(), 1, host.data());
+    ASSERT_NE(e, nullptr);
+    EXPECT_STREQ(e, "lane 7 does not exist (the context has 2)");
 }
 
 std::string no_copy_message(int64_t seq_id) {
