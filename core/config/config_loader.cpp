@@ -318,6 +318,10 @@ void read_config(const YAML::Node& root, const diagnostics& d, engine_config& c)
                               c.kv.memory = *m;
                           }},
                          {"prefix_caching", [&](auto& n2, auto& p2) { read_bool(n2, p2, d, c.kv.prefix_caching); }},
+                         {"dtype",
+                          [&](auto& n2, auto& p2) {
+                              read_enum<kv_cache_type>(n2, p2, d, c.kv.dtype, parse_kv_cache_type, {"f32", "f16"});
+                          }},
                      });
              }},
             {"kernels",

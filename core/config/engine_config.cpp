@@ -158,6 +158,22 @@ std::optional<kernel_activations> parse_kernel_activations(std::string_view name
     return std::nullopt;
 }
 
+std::string_view kv_cache_type_name(kv_cache_type t) {
+    switch (t) {
+        case kv_cache_type::f32:
+            return "f32";
+        case kv_cache_type::f16:
+            return "f16";
+    }
+    return "?";
+}
+
+std::optional<kv_cache_type> parse_kv_cache_type(std::string_view name) {
+    if (name == "f32") return kv_cache_type::f32;
+    if (name == "f16") return kv_cache_type::f16;
+    return std::nullopt;
+}
+
 std::string_view weight_memory_name(weight_memory w) {
     switch (w) {
         case weight_memory::copy:
@@ -281,6 +297,7 @@ std::string to_yaml(const engine_config& c) {
     out << YAML::Key << "block_size" << YAML::Value << c.kv.block_size;
     out << YAML::Key << "memory" << YAML::Value << format_memory_budget(c.kv.memory);
     out << YAML::Key << "prefix_caching" << YAML::Value << c.kv.prefix_caching;
+    out << YAML::Key << "dtype" << YAML::Value << std::string(kv_cache_type_name(c.kv.dtype));
     out << YAML::EndMap;
 
     out << YAML::Key << "kernels" << YAML::Value << YAML::BeginMap;

@@ -61,8 +61,18 @@ struct scheduler_config {
     preemption_policy preemption = preemption_policy::recompute;
 };
 
+// kv.dtype: the element type of the KV cache.
+enum class kv_cache_type {
+    f32,  // "f32": float32 (the goldens' reference)
+    f16,  // "f16": IEEE half: half the memory per token and half the bytes attention reads
+};
+
+std::string_view kv_cache_type_name(kv_cache_type t);
+std::optional<kv_cache_type> parse_kv_cache_type(std::string_view name);
+
 struct kv_config {
     int32_t block_size = 16;                       // tokens per KV block; a power of two
+    kv_cache_type dtype = kv_cache_type::f32;      // element type of the cache
     memory_budget memory{uint64_t{1} << 30, 0.0};  // 1GiB
     bool prefix_caching = true;                    // share the blocks of identical prompt prefixes
 };

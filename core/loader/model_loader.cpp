@@ -66,7 +66,8 @@ result<loaded_model> load_model(const engine_config& config) {
     // running sequence at full context needs: beyond that, blocks only keep old prefixes cached and cost
     // address space.
     const llama_hparams& hp = weights->hp;
-    const size_t kv_bytes_per_token = static_cast<size_t>(hp.n_layers) * 2 * hp.kv_width() * sizeof(float);
+    const kv_dtype kv_type = config.kv.dtype == kv_cache_type::f16 ? kv_dtype::f16 : kv_dtype::f32;
+    const size_t kv_bytes_per_token = static_cast<size_t>(hp.n_layers) * 2 * hp.kv_width() * kv_element_bytes(kv_type);
     const int32_t block_size = config.kv.block_size;
     const uint64_t ram = static_cast<uint64_t>(std::max<long>(1, sysconf(_SC_PHYS_PAGES))) *
                          static_cast<uint64_t>(sysconf(_SC_PAGE_SIZE));
@@ -89,6 +90,7 @@ result<loaded_model> load_model(const engine_config& config) {
     params.activations = config.kernels.activations == kernel_activations::float32 ? cpu::activation_recipe::float32
                                                                                    : cpu::activation_recipe::quantized;
     params.copy_weights = config.kernels.weights == weight_memory::copy;
+    params.kv_type = kv_type;
 
     auto make_cpu = [&]() -> result<std::unique_ptr<model_runner>> {
         auto runner = cpu_llama::create(std::move(*weights), params);
@@ -102,6 +104,7 @@ result<loaded_model> load_model(const engine_config& config) {
         cuda_runner_params cp;
         cp.block_size = block_size;
         cp.max_kv_tokens = n_blocks * block_size;
+        cp.kv_f16 = kv_type == kv_dtype::f16;
         m.device = device_kind::cuda;
         runner = make_cuda_runner_or_cpu(llama_view_of(*weights), cp, make_cpu);
     } else {

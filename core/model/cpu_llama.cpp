@@ -54,12 +54,16 @@ result<std::unique_ptr<cpu_llama>> cpu_llama::create(llama_weights weights, cpu_
         out = std::move(*l);
         return {};
     };
-    const size_t pool_floats =
-        static_cast<size_t>(m->kv_.n_blocks) * m->kv_.block_size * static_cast<size_t>(hp.kv_width());
+    if (!params.attention->supports(params.kv_type)) {
+        return make_error("attention plugin " + params.attention->name() + " does not take " +
+                          (params.kv_type == kv_dtype::f16 ? "F16" : "F32") + " KV pools (kv.dtype)");
+    }
+    // One pool: [n_blocks, block_size, n_kv_heads, head_dim] elements of params.kv_type.
+    const size_t pool_bytes = static_cast<size_t>(m->kv_.n_blocks) * m->kv_.block_size *
+                              static_cast<size_t>(hp.kv_width()) * kv_element_bytes(params.kv_type);
     m->layers_.resize(hp.n_layers);
-    if (!m->kv_memory_.allocate(2 * pool_floats * sizeof(float) * hp.n_layers)) {
-        return make_error(path + ": cannot allocate " +
-                          std::to_string((2 * pool_floats * sizeof(float) * hp.n_layers) >> 20) +
+    if (!m->kv_memory_.allocate(2 * pool_bytes * hp.n_layers)) {
+        return make_error(path + ": cannot allocate " + std::to_string((2 * pool_bytes * hp.n_layers) >> 20) +
                           " MiB for the KV cache (kv.memory): " + std::strerror(errno));
     }
     for (int32_t i = 0; i < hp.n_layers; ++i) {
@@ -77,8 +81,8 @@ result<std::unique_ptr<cpu_llama>> cpu_llama::create(llama_weights weights, cpu_
                                     {&lw.w_down, "ffn_down", &l.w_down}}) {
             if (status st = make(*w, p + name + ".weight", *dst); !st.ok()) return st.err();
         }
-        l.k_pool = reinterpret_cast<float*>(m->kv_memory_.data()) + (2 * static_cast<size_t>(i)) * pool_floats;
-        l.v_pool = l.k_pool + pool_floats;
+        l.k_pool = reinterpret_cast<float*>(m->kv_memory_.data() + 2 * static_cast<size_t>(i) * pool_bytes);
+        l.v_pool = reinterpret_cast<float*>(m->kv_memory_.data() + (2 * static_cast<size_t>(i) + 1) * pool_bytes);
     }
     m->output_norm_ = static_cast<const float*>(m->w_.output_norm.data);
     if (status st =
@@ -137,7 +141,8 @@ std::string cpu_llama::description() const {
 }
 
 size_t cpu_llama::kv_bytes_per_token() const {
-    return static_cast<size_t>(w_.hp.n_layers) * 2 * static_cast<size_t>(w_.hp.kv_width()) * sizeof(float);
+    return static_cast<size_t>(w_.hp.n_layers) * 2 * static_cast<size_t>(w_.hp.kv_width()) *
+           kv_element_bytes(params_.kv_type);
 }
 
 size_t cpu_llama::weight_bytes_per_token() const {
@@ -213,6 +218,7 @@ status cpu_llama::run_layer(layer& l, size_t n, const std::vector<const int32_t*
     call.n_seqs = static_cast<int32_t>(tables.size());
     call.block_tables = tables.data();
     call.block_size = kv_.block_size;
+    call.kv_type = params_.kv_type;
     call.k_pool = l.k_pool;
     call.v_pool = l.v_pool;
     if (status st = params_.attention->forward(call, ctx_.parallel_for); !st.ok()) return st;

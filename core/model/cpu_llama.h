@@ -31,6 +31,7 @@ struct cpu_llama_params {
     std::shared_ptr<quant_op> quant;          // optional
     int32_t n_threads = 0;                    // 0: all cores
     kv_geometry kv{0, 0};                     // block_size 0: one block of n_ctx per sequence
+    kv_dtype kv_type = kv_dtype::f32;         // element type of the KV pools (kv.dtype)
     int32_t max_seqs = 4;                     // sizes the default pool when kv.n_blocks is 0
     // Activations of the builtin kernels (types the quant plugin does not take): kernels.activations.
     cpu::activation_recipe activations = cpu::activation_recipe::quantized;
@@ -64,8 +65,8 @@ private:
         linear wq, wk, wv, wo, w_gate, w_up, w_down;
         // Left uninitialized (pages are touched only where the cache is written): attention reads only
         // rows written before.
-        float* k_pool = nullptr;  // [n_blocks, block_size, n_kv_heads, head_dim], in kv_memory_
-        float* v_pool = nullptr;  // [n_blocks, block_size, n_kv_heads, head_dim], in kv_memory_
+        float* k_pool = nullptr;  // [n_blocks, block_size, n_kv_heads, head_dim] of params.kv_type, in kv_memory_
+        float* v_pool = nullptr;  // (uint16_t halves behind the pointer for F16)
     };
     struct scratch {
         std::vector<float> x;            // [T, dim] residual stream

@@ -25,6 +25,16 @@ namespace troupe {
 // Runs fn(begin, end) over [0, n) split across the executor's worker threads; returns when all are done.
 using parallel_for_fn = std::function<void(int64_t n, const std::function<void(int64_t, int64_t)>& fn)>;
 
+// Element type of the KV pools (kv.dtype).
+enum class kv_dtype {
+    f32,  // float
+    f16,  // IEEE half (uint16_t storage): half the memory and the bytes attention reads
+};
+
+inline size_t kv_element_bytes(kv_dtype t) {
+    return t == kv_dtype::f16 ? 2 : 4;
+}
+
 struct attention_call {
     int32_t n_tokens;    // tokens in this step, all sequences together
     int32_t n_heads;     // query heads
@@ -43,8 +53,9 @@ struct attention_call {
     int32_t n_seqs;
     const int32_t* const* block_tables;  // [n_seqs][n_blocks_of_seq]
     int32_t block_size;                  // tokens per block
-    float* k_pool;                       // this layer's pools, layout above
-    float* v_pool;
+    float* k_pool;                       // this layer's pools, layout above, elements of kv_type
+    float* v_pool;                       // (for f16 the pointers hold uint16_t halves)
+    kv_dtype kv_type = kv_dtype::f32;
 
     // Causal: a token at position p attends to positions 0..p of its own sequence, which are the
     // cache rows written earlier plus the rows this call writes for tokens of this step.
@@ -55,6 +66,8 @@ public:
     virtual ~attention_op() = default;
     virtual std::string name() const = 0;
     virtual status forward(const attention_call& call, const parallel_for_fn& parallel_for) = 0;
+    // Whether forward() takes pools of this element type.
+    virtual bool supports(kv_dtype t) const { return t == kv_dtype::f32; }
 };
 
 // A weight matrix as stored: n_out rows of n_in elements of type `type`.

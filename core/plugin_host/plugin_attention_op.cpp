@@ -10,6 +10,13 @@ std::string plugin_attention_op::name() const {
     return instance_->label();
 }
 
+bool plugin_attention_op::supports(kv_dtype t) const {
+    const troupe_attention_ops* ops = instance_->descriptor().attention;
+    uint32_t types = TROUPE_HAS_FIELD(ops, troupe_attention_ops, kv_types) ? ops->kv_types : 0;
+    if (types == 0) types = TROUPE_KV_TYPE_BIT(TROUPE_KV_F32);  // 0 or absent: float32 only
+    return (types & TROUPE_KV_TYPE_BIT(t == kv_dtype::f16 ? TROUPE_KV_F16 : TROUPE_KV_F32)) != 0;
+}
+
 status plugin_attention_op::forward(const attention_call& call, const parallel_for_fn& parallel_for) {
     troupe_attention_call c{};
     c.struct_size = sizeof(troupe_attention_call);
@@ -30,6 +37,7 @@ status plugin_attention_op::forward(const attention_call& call, const parallel_f
     c.block_size = call.block_size;
     c.k_pool = call.k_pool;
     c.v_pool = call.v_pool;
+    c.kv_type = call.kv_type == kv_dtype::f16 ? TROUPE_KV_F16 : TROUPE_KV_F32;
     const parallel_bridge bridge(parallel_for);
     const int32_t rc = instance_->descriptor().attention->forward(instance_->handle(), &c, bridge.c());
     if (rc != TROUPE_OK) return instance_->op_error("attention forward", rc);

@@ -14,6 +14,7 @@ public:
     explicit plugin_attention_op(std::shared_ptr<plugin_instance> instance);
     std::string name() const override;  // "attention/gqa"
     status forward(const attention_call& call, const parallel_for_fn& parallel_for) override;
+    bool supports(kv_dtype t) const override;  // the plugin's ops.kv_types (float32 only without it)
 
 private:
     std::shared_ptr<plugin_instance> instance_;

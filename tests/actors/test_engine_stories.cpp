@@ -88,6 +88,23 @@ result<stories> load_stories(const std::string& path) {
     return stories{*tok, std::shared_ptr<model_runner>(std::move(*runner))};
 }
 
+// kv.dtype f16 needs an attention op that takes F16 pools: one that takes only float32 (ref_attention, like
+// a version 1 plugin) is refused when the runner is made, with a message that says what and where.
+TEST(engine_stories, an_attention_op_without_f16_pools_refuses_an_f16_kv_cache) {
+    TROUPE_REQUIRE_SHARED(model_path, "models/stories260K.gguf");
+    auto file = gguf::gguf_file::open(model_path);
+    ASSERT_TRUE(file.ok()) << file.message();
+    auto weights = bind_llama_weights(*file);
+    ASSERT_TRUE(weights.ok()) << weights.message();
+    cpu_llama_params params;
+    params.attention = std::make_shared<ref_attention>();
+    params.kv_type = kv_dtype::f16;
+    auto runner = cpu_llama::create(std::move(*weights), params);
+    ASSERT_FALSE(runner.ok());
+    EXPECT_NE(runner.message().find("attention plugin ref does not take F16 KV pools (kv.dtype)"), std::string::npos)
+        << runner.message();
+}
+
 TEST(engine_stories, batched_requests_reproduce_the_golden_greedy_continuation) {
     TROUPE_REQUIRE_SHARED(model_path, "models/stories260K.gguf");
     TROUPE_REQUIRE_SHARED(golden_path, "golden/stories260K-greedy.json");

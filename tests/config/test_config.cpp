@@ -338,6 +338,18 @@ TEST(config, kernels_activations_selects_the_builtin_kernels_recipe_and_defaults
     EXPECT_NE(e.find("kernels.tile: unknown key (valid: activations, weights)"), std::string::npos) << e;
 }
 
+TEST(config, kv_dtype_chooses_the_cache_element_type_and_defaults_to_f32) {
+    EXPECT_EQ(engine_config{}.kv.dtype, kv_cache_type::f32);
+    auto c = parse_config("kv: {dtype: f16}\n", "c.yaml");
+    ASSERT_TRUE(c.ok()) << c.message();
+    EXPECT_EQ(c->kv.dtype, kv_cache_type::f16);
+    auto back = parse_config(to_yaml(*c), "printed");
+    ASSERT_TRUE(back.ok()) << back.message();
+    EXPECT_EQ(back->kv.dtype, kv_cache_type::f16);
+    const std::string e = error_of("kv: {dtype: int8}\n");
+    EXPECT_NE(e.find("kv.dtype: unknown value 'int8' (valid: f32, f16)"), std::string::npos) << e;
+}
+
 TEST(config, kernels_weights_chooses_copied_or_mapped_weights_and_defaults_to_copy) {
     EXPECT_EQ(engine_config{}.kernels.weights, weight_memory::copy);
     auto c = parse_config("kernels: {weights: mmap}\n", "c.yaml");

@@ -96,6 +96,26 @@ TEST_P(golden_greedy, greedy_tokens_equal_the_reference_and_first_logits_agree) 
     }
 }
 
+// kv.dtype: f16 rounds every cached K/V value to a half (the goldens' reference keeps float32): the real
+// stories260K models still produce their golden tokens, for every stored type, in both recipes.
+TEST(golden_kv_f16, stories260k_with_an_f16_kv_cache_gives_the_golden_tokens) {
+    TROUPE_REQUIRE_SHARED(golden_path, "golden/stories260K-greedy.json");
+    for (const char* model :
+         {"stories260K.gguf", "stories260K-F16.gguf", "stories260K-Q8_0.gguf", "stories260K-Q4_0.gguf"}) {
+        TROUPE_REQUIRE_SHARED(model_path, std::string("models/") + model);
+        const testing::golden_run run = find_run(golden_path, model);
+        for (const golden_setup setup : {golden_setup::default_config, golden_setup::builtin_quantized}) {
+            engine_config c = testing::golden_config(model_path, setup);
+            c.kv.dtype = kv_cache_type::f16;
+            auto m = load_model(c);
+            ASSERT_TRUE(m.ok()) << m.message();
+            auto res = greedy_generate(*m->runner, run.prompt_ids, static_cast<int32_t>(run.generated_ids.size()));
+            ASSERT_TRUE(res.ok()) << res.message();
+            EXPECT_EQ(res->tokens, run.generated_ids) << model << " " << testing::setup_name(setup);
+        }
+    }
+}
+
 // kernels.weights: copy (the default, which every golden run above uses) reads the very bytes the file holds:
 // the same model read in place from the mapped file gives bit-identical logits and tokens.
 TEST(golden_weights, copied_weights_compute_exactly_what_the_mapped_file_computes) {

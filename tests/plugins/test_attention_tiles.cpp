@@ -21,10 +21,11 @@ struct tile_case {
     int32_t head_dim;
     int32_t block_size;
     const char* kernel;
+    kv_dtype kv = kv_dtype::f32;  // the pools' element type
 };
 
 void PrintTo(const tile_case& c, std::ostream* os) {
-    *os << c.shape << " block " << c.block_size << " " << c.kernel;
+    *os << c.shape << " block " << c.block_size << " " << c.kernel << (c.kv == kv_dtype::f16 ? " kv f16" : "");
 }
 
 // One sequence of the mixed step: positions [prefix, prefix + n_step) come in the step.
@@ -69,7 +70,14 @@ TEST_P(attention_tiles, vector_kernels_match_the_scalar_kernel_on_prefill_chunks
     for (auto& t : tables) table_ptrs.push_back(t.data());
     const size_t pool_floats = static_cast<size_t>(n_blocks) * bs * c.n_kv_heads * hd;
     attention_pools scalar_pools{std::vector<float>(pool_floats, NAN), std::vector<float>(pool_floats, NAN)};
+    if (c.kv == kv_dtype::f16) {  // half the bytes used, each a half NaN
+        for (auto* pool : {&scalar_pools.k, &scalar_pools.v}) {
+            std::fill_n(reinterpret_cast<uint16_t*>(pool->data()), pool_floats, uint16_t{0x7e00});
+        }
+    }
     attention_pools fast_pools = scalar_pools;
+    // F16 pools: the float32 result of the scalar kernel, which the halves' rounding must stay close to.
+    attention_pools f32_pools{std::vector<float>(pool_floats, NAN), std::vector<float>(pool_floats, NAN)};
 
     for (int step = 0; step < 2; ++step) {
         std::vector<int32_t> positions, seq_of;
@@ -101,9 +109,23 @@ TEST_P(attention_tiles, vector_kernels_match_the_scalar_kernel_on_prefill_chunks
                             table_ptrs.data(),
                             bs,
                             scalar_pools.k.data(),
-                            scalar_pools.v.data()};
+                            scalar_pools.v.data(),
+                            c.kv};
         status st = (*scalar)->forward(call, no_parallel_for());
         ASSERT_TRUE(st.ok()) << st.message();
+        if (c.kv == kv_dtype::f16) {
+            std::vector<float> out_f32(out_scalar.size(), NAN);
+            attention_call f32_call = call;
+            f32_call.kv_type = kv_dtype::f32;
+            f32_call.out = out_f32.data();
+            f32_call.k_pool = f32_pools.k.data();
+            f32_call.v_pool = f32_pools.v.data();
+            st = (*scalar)->forward(f32_call, no_parallel_for());
+            ASSERT_TRUE(st.ok()) << st.message();
+            for (size_t i = 0; i < out_f32.size(); ++i) {
+                ASSERT_NEAR(out_scalar[i], out_f32[i], 2e-2f) << "f16 pools against f32 pools, element " << i;
+            }
+        }
         call.out = out_fast.data();
         call.k_pool = fast_pools.k.data();
         call.v_pool = fast_pools.v.data();
@@ -146,6 +168,11 @@ std::vector<tile_case> all_cases() {
         for (int32_t block_size : {1, 5, 16}) {
             for (const char* kernel : {"avx2", "avx512"}) {
                 cases.push_back({s.name, s.n_heads, s.n_kv_heads, s.head_dim, block_size, kernel});
+                // F16 pools: every shape with blocks of 5 (odd, crossing chunks), and the rest of the sizes for
+                // the shapes whose head_dim is not a multiple of 16 (the halves' tails).
+                if (block_size == 5 || s.head_dim % 16 != 0) {
+                    cases.push_back({s.name, s.n_heads, s.n_kv_heads, s.head_dim, block_size, kernel, kv_dtype::f16});
+                }
             }
         }
     }
@@ -155,7 +182,7 @@ std::vector<tile_case> all_cases() {
 INSTANTIATE_TEST_SUITE_P(gqa, attention_tiles, ::testing::ValuesIn(all_cases()),
                          [](const ::testing::TestParamInfo<tile_case>& info) {
                              return std::string(info.param.shape) + "_block_" + std::to_string(info.param.block_size) +
-                                    "_" + info.param.kernel;
+                                    "_" + info.param.kernel + (info.param.kv == kv_dtype::f16 ? "_kv_f16" : "");
                          });
 
 TEST(query_tiles, consecutive_positions_of_one_sequence_form_tiles_listed_costliest_first) {

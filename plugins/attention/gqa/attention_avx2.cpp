@@ -4,6 +4,7 @@
 
 #include "attention_online.h"
 #include "attention_tiled.h"
+#include "kv_write.h"
 #include "vector_exp.h"
 
 namespace troupe::gqa {
@@ -39,30 +40,48 @@ struct avx2 {
         const __m256i past = _mm256_cmpgt_epi32(_mm256_set1_epi32(key), pos);
         return _mm256_blendv_ps(s, _mm256_set1_ps(-INFINITY), _mm256_castsi256_ps(past));
     }
-    static void copy(float* dst, const float* src, int32_t n) {
+    // Elements of a K/V row as floats: float rows as they are, F16 rows converted (F16C).
+    static vec row8(const float* p) { return _mm256_loadu_ps(p); }
+    static vec row8(const uint16_t* p) { return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))); }
+    static float one(float x) { return x; }
+    static float one(uint16_t h) { return _cvtsh_ss(h); }
+
+    template <class T>
+    static void copy(float* dst, const T* src, int32_t n) {
         int32_t i = 0;
-        for (; i + 8 <= n; i += 8) _mm256_storeu_ps(dst + i, _mm256_loadu_ps(src + i));
-        for (; i < n; ++i) dst[i] = src[i];
+        for (; i + 8 <= n; i += 8) _mm256_storeu_ps(dst + i, row8(src + i));
+        for (; i < n; ++i) dst[i] = one(src[i]);
     }
 
-    static float dot(const float* a, const float* b, int32_t n) {
+    template <class T>
+    static float dot(const float* a, const T* b, int32_t n) {
         __m256 s = _mm256_setzero_ps();
         int32_t i = 0;
-        for (; i + 8 <= n; i += 8) s = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), s);
+        for (; i + 8 <= n; i += 8) s = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), row8(b + i), s);
         __m128 r = _mm_add_ps(_mm256_castps256_ps128(s), _mm256_extractf128_ps(s, 1));
         r = _mm_add_ps(r, _mm_movehl_ps(r, r));
         r = _mm_add_ss(r, _mm_movehdup_ps(r));
         float sum = _mm_cvtss_f32(r);
-        for (; i < n; ++i) sum += a[i] * b[i];
+        for (; i < n; ++i) sum += a[i] * one(b[i]);
         return sum;
     }
-    static void axpy(float* acc, float w, const float* v, int32_t n) {
+    template <class T>
+    static void axpy(float* acc, float w, const T* v, int32_t n) {
         const __m256 vw = _mm256_set1_ps(w);
         int32_t i = 0;
         for (; i + 8 <= n; i += 8) {
-            _mm256_storeu_ps(acc + i, _mm256_fmadd_ps(_mm256_loadu_ps(v + i), vw, _mm256_loadu_ps(acc + i)));
+            _mm256_storeu_ps(acc + i, _mm256_fmadd_ps(row8(v + i), vw, _mm256_loadu_ps(acc + i)));
         }
-        for (; i < n; ++i) acc[i] += w * v[i];
+        for (; i < n; ++i) acc[i] += w * one(v[i]);
+    }
+    // n floats to halves (round to nearest even, as fp32_to_fp16).
+    static void to_halves(uint16_t* dst, const float* src, int32_t n) {
+        int32_t i = 0;
+        for (; i + 8 <= n; i += 8) {
+            _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + i),
+                             _mm256_cvtps_ph(_mm256_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+        }
+        for (; i < n; ++i) dst[i] = _cvtss_sh(src[i], _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
     }
     static void exp_shifted(float* s, int32_t n, float m) {
         alignas(32) float x[chunk];  // padded to whole vectors; the padding is never stored back
@@ -82,11 +101,23 @@ struct avx2 {
 
 void attend_tiles_avx2(const troupe_attention_call& call, const query_tile* tiles, int32_t n_tiles, int64_t begin,
                        int64_t end) {
-    attend_tiles<avx2>(call, tiles, n_tiles, begin, end);
+    if (call.kv_type == TROUPE_KV_F16) {
+        attend_tiles<avx2, uint16_t>(call, tiles, n_tiles, begin, end);
+    } else {
+        attend_tiles<avx2, float>(call, tiles, n_tiles, begin, end);
+    }
 }
 
 void attend_tokens_avx2(const troupe_attention_call& call, const int32_t* tokens, int64_t begin, int64_t end) {
-    attend_tokens<avx2>(call, tokens, begin, end);
+    if (call.kv_type == TROUPE_KV_F16) {
+        attend_tokens<avx2, uint16_t>(call, tokens, begin, end);
+    } else {
+        attend_tokens<avx2, float>(call, tokens, begin, end);
+    }
+}
+
+void write_kv_avx2(const troupe_attention_call& call, int64_t begin, int64_t end) {
+    write_kv_rows<avx2>(call, begin, end);
 }
 
 }  // namespace troupe::gqa

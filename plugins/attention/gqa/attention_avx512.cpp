@@ -4,6 +4,7 @@
 
 #include "attention_online.h"
 #include "attention_tiled.h"
+#include "kv_write.h"
 #include "vector_exp.h"
 
 namespace troupe::gqa {
@@ -40,32 +41,61 @@ struct avx512 {
         const __mmask16 seen = _mm512_cmp_epi32_mask(_mm512_set1_epi32(key), pos, _MM_CMPINT_LE);
         return _mm512_mask_blend_ps(seen, _mm512_set1_ps(-INFINITY), s);
     }
-    static void copy(float* dst, const float* src, int32_t n) {
-        int32_t i = 0;
-        for (; i + 16 <= n; i += 16) _mm512_storeu_ps(dst + i, _mm512_loadu_ps(src + i));
-        if (i < n) _mm512_mask_storeu_ps(dst + i, tail_mask(n - i), _mm512_maskz_loadu_ps(tail_mask(n - i), src + i));
+    // 16 elements of a K/V row as floats: float rows as they are, F16 rows converted (vcvtph2ps); `left` < 16
+    // loads only that many (the rest read as 0).
+    static vec row16(const float* p) { return _mm512_loadu_ps(p); }
+    static vec row16(const uint16_t* p) {
+        return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+    }
+    static vec row16(const float* p, int32_t left) { return _mm512_maskz_loadu_ps(tail_mask(left), p); }
+    static vec row16(const uint16_t* p, int32_t left) {
+        alignas(32) uint16_t h[16] = {};
+        for (int32_t i = 0; i < left; ++i) h[i] = p[i];
+        return _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(h)));
     }
 
-    static float dot(const float* a, const float* b, int32_t n) {
+    template <class T>
+    static void copy(float* dst, const T* src, int32_t n) {
+        int32_t i = 0;
+        for (; i + 16 <= n; i += 16) _mm512_storeu_ps(dst + i, row16(src + i));
+        if (i < n) _mm512_mask_storeu_ps(dst + i, tail_mask(n - i), row16(src + i, n - i));
+    }
+
+    template <class T>
+    static float dot(const float* a, const T* b, int32_t n) {
         __m512 s = _mm512_setzero_ps();
         int32_t i = 0;
-        for (; i + 16 <= n; i += 16) s = _mm512_fmadd_ps(_mm512_loadu_ps(a + i), _mm512_loadu_ps(b + i), s);
-        if (i < n) {
-            const __mmask16 k = tail_mask(n - i);
-            s = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(k, a + i), _mm512_maskz_loadu_ps(k, b + i), s);
-        }
+        for (; i + 16 <= n; i += 16) s = _mm512_fmadd_ps(_mm512_loadu_ps(a + i), row16(b + i), s);
+        if (i < n) s = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(tail_mask(n - i), a + i), row16(b + i, n - i), s);
         return _mm512_reduce_add_ps(s);
     }
-    static void axpy(float* acc, float w, const float* v, int32_t n) {
+    template <class T>
+    static void axpy(float* acc, float w, const T* v, int32_t n) {
         const __m512 vw = _mm512_set1_ps(w);
         int32_t i = 0;
         for (; i + 16 <= n; i += 16) {
-            _mm512_storeu_ps(acc + i, _mm512_fmadd_ps(_mm512_loadu_ps(v + i), vw, _mm512_loadu_ps(acc + i)));
+            _mm512_storeu_ps(acc + i, _mm512_fmadd_ps(row16(v + i), vw, _mm512_loadu_ps(acc + i)));
         }
         if (i < n) {
             const __mmask16 k = tail_mask(n - i);
-            _mm512_mask_storeu_ps(
-                acc + i, k, _mm512_fmadd_ps(_mm512_maskz_loadu_ps(k, v + i), vw, _mm512_maskz_loadu_ps(k, acc + i)));
+            _mm512_mask_storeu_ps(acc + i, k,
+                                  _mm512_fmadd_ps(row16(v + i, n - i), vw, _mm512_maskz_loadu_ps(k, acc + i)));
+        }
+    }
+    // n floats to halves (round to nearest even, as fp32_to_fp16).
+    static void to_halves(uint16_t* dst, const float* src, int32_t n) {
+        int32_t i = 0;
+        for (; i + 16 <= n; i += 16) {
+            _mm256_storeu_si256(
+                reinterpret_cast<__m256i*>(dst + i),
+                _mm512_cvtps_ph(_mm512_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+        }
+        if (i < n) {
+            alignas(32) uint16_t h[16];
+            _mm256_store_si256(reinterpret_cast<__m256i*>(h),
+                               _mm512_cvtps_ph(_mm512_maskz_loadu_ps(tail_mask(n - i), src + i),
+                                               _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+            for (int32_t j = 0; i + j < n; ++j) dst[i + j] = h[j];
         }
     }
     static void exp_shifted(float* s, int32_t n, float m) {
@@ -88,11 +118,23 @@ struct avx512 {
 
 void attend_tiles_avx512(const troupe_attention_call& call, const query_tile* tiles, int32_t n_tiles, int64_t begin,
                          int64_t end) {
-    attend_tiles<avx512>(call, tiles, n_tiles, begin, end);
+    if (call.kv_type == TROUPE_KV_F16) {
+        attend_tiles<avx512, uint16_t>(call, tiles, n_tiles, begin, end);
+    } else {
+        attend_tiles<avx512, float>(call, tiles, n_tiles, begin, end);
+    }
 }
 
 void attend_tokens_avx512(const troupe_attention_call& call, const int32_t* tokens, int64_t begin, int64_t end) {
-    attend_tokens<avx512>(call, tokens, begin, end);
+    if (call.kv_type == TROUPE_KV_F16) {
+        attend_tokens<avx512, uint16_t>(call, tokens, begin, end);
+    } else {
+        attend_tokens<avx512, float>(call, tokens, begin, end);
+    }
+}
+
+void write_kv_avx512(const troupe_attention_call& call, int64_t begin, int64_t end) {
+    write_kv_rows<avx512>(call, begin, end);
 }
 
 }  // namespace troupe::gqa

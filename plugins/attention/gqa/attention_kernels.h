@@ -2,7 +2,7 @@
 //
 // The KV cache is paged (plugins/include/troupe/plugin.h, core/model/ops.h):
 //
-//   k_pool, v_pool: [n_blocks, block_size, n_kv_heads, head_dim] float32
+//   k_pool, v_pool: [n_blocks, block_size, n_kv_heads, head_dim] of float32, or of halves (kv_type F16)
 //
 //        block_tables[s] = {7, 2, 9}          block_size = 4
 //        positions 0..3 -> block 7, 4..7 -> block 2, 8..11 -> block 9; row = p % block_size
@@ -31,7 +31,7 @@
 
 namespace troupe::gqa {
 
-// Offset in floats of the K/V row of (position, kv head) in the pools of `call`'s sequence table.
+// Offset in elements of the K/V row of (position, kv head) in the pools of `call`'s sequence table.
 // Internal linkage (static): the ISA-specific files include it, and an out-of-line copy built with
 // AVX-512 flags must never be the one the linker keeps for the others.
 static inline size_t kv_offset(const troupe_attention_call& call, const int32_t* table, int32_t pos, int32_t kv_head) {
@@ -40,8 +40,11 @@ static inline size_t kv_offset(const troupe_attention_call& call, const int32_t*
     return (row * call.n_kv_heads + kv_head) * call.head_dim;
 }
 
-// Copies tokens [begin, end)'s k and v rows into the pools.
+// Copies tokens [begin, end)'s k and v rows into the pools (converted to halves for kv_type F16): the scalar
+// one, and the instruction sets' (kv_write.h; the same halves, vector conversions).
 void write_kv(const troupe_attention_call& call, int64_t begin, int64_t end);
+void write_kv_avx2(const troupe_attention_call& call, int64_t begin, int64_t end);
+void write_kv_avx512(const troupe_attention_call& call, int64_t begin, int64_t end);
 
 // Limits of the SIMD kernels' stack scratch (checked by the plugin before any kernel runs).
 constexpr int32_t max_head_dim = 512;

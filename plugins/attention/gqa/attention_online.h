@@ -24,8 +24,9 @@
 namespace troupe::gqa {
 namespace {
 
-// isa must provide: dot(a, b, n); axpy(acc, w, v, n): acc += w * v; scale(out, acc, f, n): out = f * acc
-// (out may be acc); exp_shifted(s, n, m): s[i] = exp(s[i] - m) for i < n (n <= chunk).
+// isa must provide: dot(a, b, n); axpy(acc, w, v, n): acc += w * v (b and v of the pools' element type T:
+// float, or uint16_t halves); scale(out, acc, f, n): out = f * acc (out may be acc); exp_shifted(s, n, m):
+// s[i] = exp(s[i] - m) for i < n (n <= chunk).
 constexpr int32_t chunk = 16;
 constexpr int32_t prefetch_distance = 4;   // positions ahead whose rows are prefetched
 constexpr int32_t rows_per_pass = 32;      // query rows (kv heads x group) of one pass over the positions
@@ -37,17 +38,17 @@ inline int32_t pass_rows(int32_t hd) {
     return by_scratch < rows_per_pass ? by_scratch : rows_per_pass;
 }
 
-// Offset in floats of the first kv head's row of successive positions, walking the block table without a
+// Offset in elements of the first kv head's row of successive positions, walking the block table without a
 // division per position.
 struct position_cursor {
     const int32_t* table;
     int32_t block_size;
-    size_t row_floats;  // n_kv_heads * head_dim
+    size_t row_elements;  // n_kv_heads * head_dim
     int32_t entry = 0;
     int32_t row = 0;
 
     size_t next() {
-        const size_t at = (static_cast<size_t>(table[entry]) * block_size + row) * row_floats;
+        const size_t at = (static_cast<size_t>(table[entry]) * block_size + row) * row_elements;
         if (++row == block_size) {
             row = 0;
             ++entry;
@@ -58,17 +59,19 @@ struct position_cursor {
 
 // Query rows [r0, r0 + n_rows) of token t: kv heads h0.. with `group` rows each (rows of a kv head adjacent,
 // as in call.q), one pass over positions 0..pos.
-template <class isa>
+template <class isa, class T>
 void attend_rows(const troupe_attention_call& call, int64_t t, int32_t r0, int32_t n_rows, float* acc) {
+    const T* k_pool = reinterpret_cast<const T*>(call.k_pool);
+    const T* v_pool = reinterpret_cast<const T*>(call.v_pool);
     const int32_t group = call.n_heads / call.n_kv_heads;
     const int32_t hd = call.head_dim;
     const int32_t pos = call.positions[t];
-    const size_t row_floats = static_cast<size_t>(call.n_kv_heads) * hd;
+    const size_t row_elements = static_cast<size_t>(call.n_kv_heads) * hd;
     const int32_t h_first = r0 / group;
     const int32_t h_last = (r0 + n_rows - 1) / group;
     // The stretch of a position's row this pass reads, for the prefetches.
     const size_t span_begin = static_cast<size_t>(h_first) * hd;
-    const size_t span_bytes = static_cast<size_t>(h_last - h_first + 1) * hd * sizeof(float);
+    const size_t span_bytes = static_cast<size_t>(h_last - h_first + 1) * hd * sizeof(T);
     const float* q = call.q + (static_cast<size_t>(t) * call.n_heads + r0) * hd;
     float m[rows_per_pass];
     float l[rows_per_pass];
@@ -78,7 +81,7 @@ void attend_rows(const troupe_attention_call& call, int64_t t, int32_t r0, int32
         l[r] = 0.0f;
     }
     for (int32_t i = 0; i < n_rows * hd; ++i) acc[i] = 0.0f;
-    position_cursor at{call.block_tables[call.seq_of[t]], call.block_size, row_floats};
+    position_cursor at{call.block_tables[call.seq_of[t]], call.block_size, row_elements};
     position_cursor ahead = at;
     for (int32_t j = 0; j < prefetch_distance && j <= pos; ++j) (void)ahead.next();
     size_t offsets[chunk];
@@ -89,11 +92,11 @@ void attend_rows(const troupe_attention_call& call, int64_t t, int32_t r0, int32
             if (j0 + jj + prefetch_distance <= pos) {
                 const size_t p = ahead.next() + span_begin;
                 for (size_t b = 0; b < span_bytes; b += 64) {
-                    __builtin_prefetch(reinterpret_cast<const char*>(call.k_pool + p) + b);
-                    __builtin_prefetch(reinterpret_cast<const char*>(call.v_pool + p) + b);
+                    __builtin_prefetch(reinterpret_cast<const char*>(k_pool + p) + b);
+                    __builtin_prefetch(reinterpret_cast<const char*>(v_pool + p) + b);
                 }
             }
-            const float* k = call.k_pool + offsets[jj];
+            const T* k = k_pool + offsets[jj];
             for (int32_t r = 0; r < n_rows; ++r) {
                 const int32_t head = r0 + r;  // query head; its kv head is head / group
                 sc[r][jj] = isa::dot(q + static_cast<size_t>(r) * hd, k + static_cast<size_t>(head / group) * hd, hd) *
@@ -114,7 +117,7 @@ void attend_rows(const troupe_attention_call& call, int64_t t, int32_t r0, int32
             for (int32_t jj = 0; jj < n; ++jj) l[r] += sc[r][jj];
         }
         for (int32_t jj = 0; jj < n; ++jj) {
-            const float* v = call.v_pool + offsets[jj];
+            const T* v = v_pool + offsets[jj];
             for (int32_t r = 0; r < n_rows; ++r) {
                 const int32_t head = r0 + r;
                 isa::axpy(acc + static_cast<size_t>(r) * hd, sc[r][jj], v + static_cast<size_t>(head / group) * hd, hd);
@@ -128,27 +131,27 @@ void attend_rows(const troupe_attention_call& call, int64_t t, int32_t r0, int32
 }
 
 // Token t's query heads of kv heads [h0, h1), in passes of up to pass_rows(head_dim) query rows.
-template <class isa>
+template <class isa, class T>
 void attend_token(const troupe_attention_call& call, int32_t t, int32_t h0, int32_t h1) {
     const int32_t group = call.n_heads / call.n_kv_heads;
     const int32_t max_rows = pass_rows(call.head_dim);
     alignas(64) float acc[acc_floats];  // [rows, head_dim]
     for (int32_t r0 = h0 * group; r0 < h1 * group; r0 += max_rows) {
         const int32_t n_rows = h1 * group - r0 < max_rows ? h1 * group - r0 : max_rows;
-        attend_rows<isa>(call, t, r0, n_rows, acc);
+        attend_rows<isa, T>(call, t, r0, n_rows, acc);
     }
 }
 
 // Items [begin, end), item = i * n_kv_heads + kv_head for the call's token tokens[i]: each token's run of
 // consecutive items is one attend_token.
-template <class isa>
+template <class isa, class T>
 void attend_tokens(const troupe_attention_call& call, const int32_t* tokens, int64_t begin, int64_t end) {
     int64_t item = begin;
     while (item < end) {
         const int64_t i = item / call.n_kv_heads;
         const int64_t run_end = (i + 1) * call.n_kv_heads < end ? (i + 1) * call.n_kv_heads : end;
-        attend_token<isa>(call, tokens[i], static_cast<int32_t>(item - i * call.n_kv_heads),
-                          static_cast<int32_t>(run_end - i * call.n_kv_heads));
+        attend_token<isa, T>(call, tokens[i], static_cast<int32_t>(item - i * call.n_kv_heads),
+                             static_cast<int32_t>(run_end - i * call.n_kv_heads));
         item = run_end;
     }
 }

@@ -4,18 +4,38 @@
 #include <vector>
 
 #include "attention_kernels.h"
+#include "kernels/fp16.h"
 
 namespace troupe::gqa {
 
+namespace {
+
+// Element d of the K or V row at pool offset `at` (elements), as a float.
+inline float pool_value(const troupe_attention_call& call, const float* pool, size_t at) {
+    if (call.kv_type == TROUPE_KV_F16) return fp16_to_fp32(reinterpret_cast<const uint16_t*>(pool)[at]);
+    return pool[at];
+}
+
+}  // namespace
+
 void write_kv(const troupe_attention_call& call, int64_t begin, int64_t end) {
-    const size_t row_floats = static_cast<size_t>(call.head_dim);
+    const size_t row_elements = static_cast<size_t>(call.head_dim);
     for (int64_t t = begin; t < end; ++t) {
         const int32_t* table = call.block_tables[call.seq_of[t]];
         for (int32_t h = 0; h < call.n_kv_heads; ++h) {
-            const size_t src = (static_cast<size_t>(t) * call.n_kv_heads + h) * row_floats;
+            const size_t src = (static_cast<size_t>(t) * call.n_kv_heads + h) * row_elements;
             const size_t dst = kv_offset(call, table, call.positions[t], h);
-            std::memcpy(call.k_pool + dst, call.k + src, row_floats * sizeof(float));
-            std::memcpy(call.v_pool + dst, call.v + src, row_floats * sizeof(float));
+            if (call.kv_type == TROUPE_KV_F16) {
+                auto* k = reinterpret_cast<uint16_t*>(call.k_pool) + dst;
+                auto* v = reinterpret_cast<uint16_t*>(call.v_pool) + dst;
+                for (size_t d = 0; d < row_elements; ++d) {
+                    k[d] = fp32_to_fp16(call.k[src + d]);
+                    v[d] = fp32_to_fp16(call.v[src + d]);
+                }
+            } else {
+                std::memcpy(call.k_pool + dst, call.k + src, row_elements * sizeof(float));
+                std::memcpy(call.v_pool + dst, call.v + src, row_elements * sizeof(float));
+            }
         }
     }
 }
@@ -36,9 +56,9 @@ void attend_ref(const troupe_attention_call& call, int64_t begin, int64_t end) {
             float* out = call.out + (static_cast<size_t>(t) * call.n_heads + head) * hd;
             float max_score = -INFINITY;
             for (int32_t j = 0; j <= pos; ++j) {
-                const float* k = call.k_pool + kv_offset(call, table, j, kv_head);
+                const size_t k = kv_offset(call, table, j, kv_head);
                 float s = 0.0f;
-                for (int32_t d = 0; d < hd; ++d) s += q[d] * k[d];
+                for (int32_t d = 0; d < hd; ++d) s += q[d] * pool_value(call, call.k_pool, k + d);
                 scores[j] = s * call.scale;
                 if (scores[j] > max_score) max_score = scores[j];
             }
@@ -49,9 +69,9 @@ void attend_ref(const troupe_attention_call& call, int64_t begin, int64_t end) {
             }
             for (int32_t d = 0; d < hd; ++d) out[d] = 0.0f;
             for (int32_t j = 0; j <= pos; ++j) {
-                const float* v = call.v_pool + kv_offset(call, table, j, kv_head);
+                const size_t v = kv_offset(call, table, j, kv_head);
                 const float w = scores[j] / sum;
-                for (int32_t d = 0; d < hd; ++d) out[d] += w * v[d];
+                for (int32_t d = 0; d < hd; ++d) out[d] += w * pool_value(call, call.v_pool, v + d);
             }
         }
     }

@@ -95,8 +95,11 @@ inline void chunk_accumulate(float* acc, const float* vc, const typename isa::ve
     }
 }
 
-template <class isa>
+// T: the pools' element type (float, or uint16_t halves), converted to float when a chunk is copied out.
+template <class isa, class T>
 void attend_rows(const troupe_attention_call& call, const int32_t* table, int32_t kv_head, const row_block<isa>& rows) {
+    const T* k_pool = reinterpret_cast<const T*>(call.k_pool);
+    const T* v_pool = reinterpret_cast<const T*>(call.v_pool);
     using vec = typename isa::vec;
     constexpr int32_t lanes = isa::lanes;
     constexpr int32_t stride = kv_row_stride<isa>;
@@ -124,8 +127,8 @@ void attend_rows(const troupe_attention_call& call, const int32_t* table, int32_
     for (int32_t jj = 0; jj < n; ++jj) off[jj] = cursor.next();
     for (int32_t j0 = 0;;) {
         for (int32_t jj = 0; jj < n; ++jj) {
-            isa::copy(kc + jj * stride, call.k_pool + off[jj], hd);
-            isa::copy(vc + jj * stride, call.v_pool + off[jj], hd);
+            isa::copy(kc + jj * stride, k_pool + off[jj], hd);
+            isa::copy(vc + jj * stride, v_pool + off[jj], hd);
         }
         // Keys past the last row's position: their scores are masked to -inf below, their weights are 0,
         // and their V rows must be finite (0 * NaN is NaN).
@@ -138,9 +141,9 @@ void attend_rows(const troupe_attention_call& call, const int32_t* table, int32_
         const int32_t n1 = j1 > last ? 0 : (last + 1 - j1 < lanes ? last + 1 - j1 : lanes);
         for (int32_t jj = 0; jj < n1; ++jj) {
             off[jj] = cursor.next();
-            for (int32_t d = 0; d < hd; d += 16) {
-                __builtin_prefetch(call.k_pool + off[jj] + d);
-                __builtin_prefetch(call.v_pool + off[jj] + d);
+            for (int32_t d = 0; d < hd; d += 64 / static_cast<int32_t>(sizeof(T))) {
+                __builtin_prefetch(k_pool + off[jj] + d);
+                __builtin_prefetch(v_pool + off[jj] + d);
             }
         }
 
@@ -177,8 +180,8 @@ void attend_rows(const troupe_attention_call& call, const int32_t* table, int32_
     }
 }
 
-// Work items [begin, end), item = kv_head * n_tiles + tile index (attention_kernels.h).
-template <class isa>
+// Work items [begin, end), item = kv_head * n_tiles + tile index (attention_kernels.h); T as attend_rows.
+template <class isa, class T>
 void attend_tiles(const troupe_attention_call& call, const query_tile* tiles, int32_t n_tiles, int64_t begin,
                   int64_t end) {
     constexpr int32_t lanes = isa::lanes;
@@ -190,7 +193,7 @@ void attend_tiles(const troupe_attention_call& call, const query_tile* tiles, in
         const int32_t n_rows = tile.n_tokens * group;
         if (!fills_lanes(tile, group, hd, lanes)) {  // gqa_forward sends such tiles to attend_tokens
             for (int32_t t = tile.first_token; t < tile.first_token + tile.n_tokens; ++t) {
-                attend_token<isa>(call, t, kv_head, kv_head + 1);
+                attend_token<isa, T>(call, t, kv_head, kv_head + 1);
             }
             continue;
         }
@@ -206,7 +209,7 @@ void attend_tiles(const troupe_attention_call& call, const query_tile* tiles, in
                 rows.out[r] = call.out + head * hd;
                 rows.pos[r] = call.positions[t];
             }
-            attend_rows<isa>(call, table, kv_head, rows);
+            attend_rows<isa, T>(call, table, kv_head, rows);
         }
     }
 }

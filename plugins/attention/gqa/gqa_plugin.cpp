@@ -1,5 +1,5 @@
-// attention/gqa: causal attention over a paged float32 KV cache for MHA, MQA and GQA (the group size is
-// n_heads / n_kv_heads of each call, i.e. of the model). CPU only.
+// attention/gqa: causal attention over a paged KV cache (float32 or F16 pools: kv.dtype) for MHA, MQA and GQA
+// (the group size is n_heads / n_kv_heads of each call, i.e. of the model). CPU only.
 //
 // Parameters:
 //   kernel: auto | scalar | avx2 | avx512   (default auto: the widest the CPU has)
@@ -9,6 +9,8 @@
 #include <troupe/plugin.h>
 
 #include <algorithm>
+#include <cstddef>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -27,12 +29,13 @@ using troupe::gqa::attend_tokens_avx512;
 constexpr const char* source = "attention/gqa";
 
 using attend_fn = void (*)(const troupe_attention_call&, int64_t, int64_t);
+using write_kv_fn = void (*)(const troupe_attention_call&, int64_t, int64_t);
 using attend_tokens_fn = void (*)(const troupe_attention_call&, const int32_t*, int64_t, int64_t);
 using attend_tiles_fn = void (*)(const troupe_attention_call&, const troupe::gqa::query_tile*, int32_t, int64_t,
                                  int64_t);
 
 bool cpu_has_avx2() {
-    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
 }
 bool cpu_has_avx512() {
     return __builtin_cpu_supports("avx512f");
@@ -42,6 +45,7 @@ bool cpu_has_avx512() {
 
 struct troupe_plugin_instance {
     std::string kernel;                        // "scalar", "avx2" or "avx512"
+    write_kv_fn write_kv = nullptr;            // the step's K/V rows into the pools (scalar or vector conversions)
     attend_fn attend = nullptr;                // scalar: items (token, kv head)
     attend_tiles_fn attend_tiles = nullptr;    // SIMD: items (kv head, query tile)
     attend_tokens_fn attend_tokens = nullptr;  // SIMD: items (token, kv head) of the tokens of small tiles
@@ -57,9 +61,12 @@ int32_t fail(troupe_plugin_instance* inst, int32_t code, std::string message) {
 }
 
 // Checks what the kernels rely on; the message names the field and says what would be right.
+// (c is the call normalized by gqa_forward: kv_type filled in for a version 1 host.)
 int32_t check_call(troupe_plugin_instance* inst, const troupe_attention_call* c) {
-    if (c == nullptr || c->struct_size < sizeof(troupe_attention_call)) {
-        return fail(inst, TROUPE_ERR_INVALID_ARGUMENT, "attention call is null or older than this plugin's");
+    if (c->kv_type != TROUPE_KV_F32 && c->kv_type != TROUPE_KV_F16) {
+        return fail(inst, TROUPE_ERR_INVALID_ARGUMENT,
+                    "attention call has kv_type " + std::to_string(c->kv_type) + ", expected TROUPE_KV_F32 (" +
+                        std::to_string(TROUPE_KV_F32) + ") or TROUPE_KV_F16 (" + std::to_string(TROUPE_KV_F16) + ")");
     }
     if (c->n_tokens < 0 || c->n_heads <= 0 || c->n_kv_heads <= 0 || c->head_dim <= 0 || c->block_size <= 0) {
         return fail(inst, TROUPE_ERR_INVALID_ARGUMENT,
@@ -111,9 +118,17 @@ int32_t check_call(troupe_plugin_instance* inst, const troupe_attention_call* c)
 int32_t gqa_forward(troupe_plugin_instance* inst, const troupe_attention_call* call, const troupe_parallel* par) {
     inst->error.clear();
     return guarded(inst->error, [&]() -> int32_t {
-        if (const int32_t rc = check_call(inst, call); rc != TROUPE_OK) return rc;
-        const troupe_attention_call& c = *call;
-        int32_t rc = run_parallel(par, c.n_tokens, [&c](int64_t b, int64_t e) { troupe::gqa::write_kv(c, b, e); });
+        // A version 1 call (a host built before kv_type) is the same call with float32 pools.
+        constexpr size_t v1_size = offsetof(troupe_attention_call, kv_type);
+        if (call == nullptr || call->struct_size < v1_size) {
+            return fail(inst, TROUPE_ERR_INVALID_ARGUMENT, "attention call is null or older than this plugin's");
+        }
+        troupe_attention_call c{};
+        std::memcpy(&c, call, std::min<size_t>(call->struct_size, sizeof c));
+        if (!TROUPE_HAS_FIELD(call, troupe_attention_call, kv_type)) c.kv_type = TROUPE_KV_F32;
+        if (const int32_t rc = check_call(inst, &c); rc != TROUPE_OK) return rc;
+        const write_kv_fn write_kv = inst->write_kv;
+        int32_t rc = run_parallel(par, c.n_tokens, [&c, write_kv](int64_t b, int64_t e) { write_kv(c, b, e); });
         if (rc != TROUPE_OK) return fail(inst, rc, "writing K/V rows failed in the host's parallel_for");
         if (const attend_tiles_fn attend_tiles = inst->attend_tiles; attend_tiles != nullptr) {
             const int32_t group = c.n_heads / c.n_kv_heads;
@@ -165,7 +180,8 @@ int32_t gqa_create(const troupe_plugin_params* params, troupe_plugin_instance** 
     const int32_t rc = guarded(error, [&]() -> int32_t {
         param_reader reader(params);
         const std::string kernel = reader.choice("kernel", {"auto", "scalar", "avx2", "avx512"}, "auto");
-        if (kernel == "avx2" && !cpu_has_avx2()) reader.fail("kernel", "avx2 requested but this CPU lacks AVX2/FMA");
+        if (kernel == "avx2" && !cpu_has_avx2())
+            reader.fail("kernel", "avx2 requested but this CPU lacks AVX2/FMA/F16C");
         if (kernel == "avx512" && !cpu_has_avx512()) {
             reader.fail("kernel", "avx512 requested but this CPU lacks AVX-512F");
         }
@@ -181,16 +197,19 @@ int32_t gqa_create(const troupe_plugin_params* params, troupe_plugin_instance** 
         auto* inst = new troupe_plugin_instance;
         if (kernel == "avx512" || (kernel == "auto" && cpu_has_avx512())) {
             inst->kernel = "avx512";
+            inst->write_kv = troupe::gqa::write_kv_avx512;
             inst->attend_tiles = attend_tiles_avx512;
             inst->attend_tokens = attend_tokens_avx512;
             inst->tile_lanes = troupe::gqa::avx512_lanes;
         } else if (kernel == "avx2" || (kernel == "auto" && cpu_has_avx2())) {
             inst->kernel = "avx2";
+            inst->write_kv = troupe::gqa::write_kv_avx2;
             inst->attend_tiles = attend_tiles_avx2;
             inst->attend_tokens = attend_tokens_avx2;
             inst->tile_lanes = troupe::gqa::avx2_lanes;
         } else {
             inst->kernel = "scalar";
+            inst->write_kv = troupe::gqa::write_kv;
             inst->attend = attend_ref;
         }
         host_log::write(TROUPE_LOG_LEVEL_INFO, source, "using the %s kernels", inst->kernel.c_str());
@@ -213,6 +232,7 @@ const troupe_attention_ops gqa_ops = {
     sizeof(troupe_attention_ops),
     TROUPE_ATTENTION_OPS_VERSION,
     gqa_forward,
+    TROUPE_KV_TYPE_BIT(TROUPE_KV_F32) | TROUPE_KV_TYPE_BIT(TROUPE_KV_F16),
 };
 
 const troupe_plugin_descriptor gqa_descriptor = {
@@ -222,7 +242,7 @@ const troupe_plugin_descriptor gqa_descriptor = {
     TROUPE_PLUGIN_KIND_ATTENTION,
     "gqa",
     "1.0.0",
-    "causal attention over a paged float32 KV cache: MHA, MQA and GQA (CPU: scalar, AVX2, AVX-512)",
+    "causal attention over a paged F32 or F16 KV cache: MHA, MQA and GQA (CPU: scalar, AVX2, AVX-512)",
     gqa_score,
     gqa_create,
     gqa_destroy,

@@ -24,7 +24,7 @@ struct kv_cursor {
         return {call, table, kv_head, pos / call.block_size, pos % call.block_size};
     }
 
-    // Offset in floats of the next position's row in k_pool and v_pool; then moves one position on.
+    // Offset in elements of the next position's row in k_pool and v_pool; then moves one position on.
     size_t next() {
         const size_t block_row = static_cast<size_t>(table[entry]) * call.block_size + row;
         if (++row == call.block_size) {

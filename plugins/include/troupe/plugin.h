@@ -149,8 +149,12 @@ typedef struct troupe_plugin_instance troupe_plugin_instance;
 /*
  * One attention step for one layer, mirroring troupe::attention_call (core/model/ops.h).
  *
- *   k_pool, v_pool: [n_blocks, block_size, n_kv_heads, head_dim] float32
+ *   k_pool, v_pool: [n_blocks, block_size, n_kv_heads, head_dim] of kv_type elements: float32 (TROUPE_KV_F32),
+ *                   or IEEE half floats stored as uint16_t (TROUPE_KV_F16: cast the pointers)
  *   sequence s, position p  ->  block block_tables[s][p / block_size], row p % block_size
+ *
+ * kv_type (version 2) is only ever a type the plugin lists in its troupe_attention_ops.kv_types; a plugin
+ * whose ops have no kv_types gets float32 pools.
  *
  * The op writes each token's k and v rows into the pools at its position, then computes causal
  * attention: a token at position p of sequence s attends to positions 0..p of s (rows written by
@@ -173,20 +177,33 @@ typedef struct troupe_attention_call {
     int32_t n_seqs;
     const int32_t* const* block_tables; /* [n_seqs][blocks of the sequence] */
     int32_t block_size;
-    float* k_pool;
+    float* k_pool; /* element type: kv_type */
     float* v_pool;
+    int32_t kv_type; /* version 2: troupe_kv_type of the pools' elements (TROUPE_KV_F32 when absent) */
 } troupe_attention_call;
 
-#define TROUPE_ATTENTION_CALL_VERSION 1u
+#define TROUPE_ATTENTION_CALL_VERSION 2u
+
+/* Element types of the KV pools. */
+typedef enum troupe_kv_type {
+    TROUPE_KV_F32 = 0,
+    TROUPE_KV_F16 = 1,
+} troupe_kv_type;
+
+/* Bit of a troupe_kv_type in troupe_attention_ops.kv_types. */
+#define TROUPE_KV_TYPE_BIT(t) (1u << (uint32_t)(t))
 
 typedef struct troupe_attention_ops {
     uint32_t struct_size;
-    uint32_t version; /* 1 */
+    uint32_t version; /* 2 */
     int32_t (*forward)(troupe_plugin_instance* instance, const troupe_attention_call* call,
                        const troupe_parallel* parallel);
+    /* Version 2: the KV pool element types forward() takes, as TROUPE_KV_TYPE_BIT()s; 0 or absent (version
+     * 1 ops) means float32 only. */
+    uint32_t kv_types;
 } troupe_attention_ops;
 
-#define TROUPE_ATTENTION_OPS_VERSION 1u
+#define TROUPE_ATTENTION_OPS_VERSION 2u
 
 /* ---- quant ------------------------------------------------------------------------------------- */
 
