@@ -52,14 +52,14 @@ matmul_weight linear::kernel_weight() const {
     return w;
 }
 
-// Where the kernels have panels for the type and recipe, they are packed; the rows are copied too unless the
-// panels serve every token count (the quantized recipe; the float recipe reads the rows for single tokens).
+// Where the kernels have panels for the type and recipe, they are packed instead of copying the rows: the
+// panels serve every token count in both recipes (kernels/cpu/q8_panels.h).
 bool linear::packs_panels() const {
     return cpu::q8_panels_supported(w_.type, recipe_);
 }
 
 bool linear::keeps_rows() const {
-    return !packs_panels() || recipe_ != cpu::activation_recipe::quantized;
+    return !packs_panels();
 }
 
 size_t linear::placed_bytes() const {

@@ -51,7 +51,8 @@ struct troupe_prepared_weight {
     size_t row_stride;              // bytes
     std::vector<block_q8_0> owned;  // [n_out, n_in_padded / 32] when quantized online, else empty
     // The rows repacked into the kernels' 16-row panels (q8_kernels.h), in memory advised for huge pages; null
-    // where the kernels have none. The rows stay: the kernels read them for single tokens in the W8A16 recipe.
+    // where the kernels have none. The rows stay valid (the kernels fall back to them where panels are not
+    // supported), but are not read while panels are.
     void* panels = nullptr;
     size_t panels_bytes = 0;
     ~troupe_prepared_weight() {
