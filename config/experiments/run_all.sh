@@ -74,14 +74,15 @@ trap stop_server EXIT
 # run SERVER_CONFIG LOAD_CONFIG RESULT_NAME [BENCH FLAGS of this run]
 # (--only capacity selects every run of the capacity sweep, capacity_*)
 run() {
-    local server_cfg="$here/$1.yaml" load_cfg="$here/$2.yaml" name="$3"
+    local server_name="$1" load_name="$2" name="$3"
+    local server_cfg="$here/$1.yaml" load_cfg="$here/$2.yaml"
     shift 3
     if [ -n "$only" ] && [[ "$only" != *",$name,"* ]] && ! [[ "$name" == capacity_* && "$only" == *",capacity,"* ]]; then
         return 0
     fi
     local port
     port=$(free_port)
-    echo "== $name: troupe serve --config ${1}.yaml on 127.0.0.1:$port, load ${2}.yaml" >&2
+    echo "== $name: troupe serve --config ${server_name}.yaml on 127.0.0.1:$port, load ${load_name}.yaml" >&2
     "$troupe" serve --config "$server_cfg" --model "$model" --host 127.0.0.1 --port "$port" \
         ${server_flags[@]+"${server_flags[@]}"} >"$out/server-$name.log" 2>&1 &
     server_pid=$!
