@@ -434,6 +434,14 @@ void rows_avx512(const matmul_weight& w, prepared_x x, float* y, int64_t ldy, in
         pairs = pair_buf.as<q8_0_pair>(static_cast<size_t>(n_tokens * n_pairs(nb)));
         make_q8_0_pairs(static_cast<const uint8_t*>(x.data), x.stride, n_tokens, nb, w.type == ggml_type::q8_0, pairs);
     }
+    // The kernels prefetch prefetch_distance() bytes ahead of their loads, which leaves the first that many
+    // bytes of this range to demand misses; a work item is often ~100 KiB (decode), so ask for them now.
+    {
+        const int d = prefetch_distance();
+        const auto* first = reinterpret_cast<const char*>(row_ptr(w, r0));
+        const int64_t span = std::min<int64_t>(d, static_cast<int64_t>(w.row_stride) * (r1 - r0));
+        for (int64_t i = 0; i < span; i += 64) _mm_prefetch(first + i, _MM_HINT_T0);
+    }
     // More than one tile of tokens: a block of rows (about 16 KiB) is streamed from memory by the first
     // tile and served from L1/L2 to the next ones, so each tile's activations are reused across the
     // block's rows instead of being fetched again for every row.
