@@ -30,7 +30,8 @@ public:
     // plugin took: the plugin owns its memory), and placing it: copies the rows to dst (placed_bytes(),
     // 64-byte aligned) — or packs them into the panels the kernels prefer for the type and recipe
     // (kernels/cpu/q8_panels.h) — reads them from there from now on and releases the file pages they came
-    // from. pool (may be null) splits the packing.
+    // from (so the weight must point into a read-only file mapping, as gguf_file's tensors do: released
+    // anonymous memory would read back as zeros). pool (may be null) splits the packing.
     size_t placed_bytes() const;
     void place(uint8_t* dst, cpu::thread_pool* pool);
     bool packed() const { return panels_ != nullptr; }
