@@ -148,7 +148,10 @@ int main(int argc, char** argv) {
         max_out = std::max(max_out, s.n_out);
         params += s.n_in * s.n_out;
     }
-    std::vector<float> x(n_prefill * max_in), y(n_prefill * max_out);
+    const std::vector<int64_t> step_tokens = {1, 2, 4, 8, 16, 32};
+    // Room for the prefill and for the largest step below (a prefill shorter than 32 tokens is allowed).
+    const int64_t max_tokens = std::max(n_prefill, step_tokens.back());
+    std::vector<float> x(max_tokens * max_in), y(max_tokens * max_out);
     std::mt19937 rng(1);
     std::normal_distribution<float> normal(0.0f, 1.0f);
     for (auto& v : x) v = normal(rng);
@@ -186,7 +189,6 @@ int main(int argc, char** argv) {
         return r.panels ? panels[r.type_index].total_bytes : weights[r.type_index].total_bytes;
     };
     // Step times by token count: the rows of the types that have a panel form.
-    const std::vector<int64_t> step_tokens = {1, 2, 4, 8, 16, 32};
     std::vector<size_t> step_rows;
     for (size_t i = 0; i < rows.size(); ++i) {
         if (!panels[rows[i].type_index].views.empty()) step_rows.push_back(i);
