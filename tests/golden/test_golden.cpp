@@ -135,6 +135,33 @@ TEST(golden_weights, copied_weights_compute_exactly_what_the_mapped_file_compute
     EXPECT_EQ(results[0].first_logits, results[1].first_logits);
 }
 
+// Q8_0 / Q4_0 weights placed by kernels.weights: copy are repacked into panels (kernels/cpu/q8_panels.h) where
+// the CPU has the kernels; read in place they take the row kernels. Both are the same integer recipe (only the
+// float sums' order differs): the same tokens, logits within float rounding.
+TEST(golden_weights, q8_panels_and_the_mapped_rows_give_the_same_tokens) {
+    for (const char* model : {"rand10M-Q8_0.gguf", "stories260K-Q4_0.gguf"}) {
+        TROUPE_REQUIRE_SHARED(model_path, std::string("models/") + model);
+        const std::vector<int32_t> prompt{1, 450, 4996, 17354, 1701, 432};
+        std::vector<greedy_result> results;
+        for (const weight_memory where : {weight_memory::copy, weight_memory::mmap}) {
+            engine_config c = testing::golden_config(model_path, golden_setup::builtin_quantized);
+            c.kernels.weights = where;
+            auto m = load_model(c);
+            ASSERT_TRUE(m.ok()) << m.message();
+            std::vector<int32_t> ids = prompt;
+            for (int32_t& id : ids) id %= m->runner->n_vocab();  // stories260K's vocabulary is 512
+            auto res = greedy_generate(*m->runner, ids, 16);
+            ASSERT_TRUE(res.ok()) << res.message();
+            results.push_back(*res);
+        }
+        EXPECT_EQ(results[0].tokens, results[1].tokens) << model;
+        ASSERT_EQ(results[0].first_logits.size(), results[1].first_logits.size());
+        for (size_t i = 0; i < results[0].first_logits.size(); ++i) {
+            ASSERT_NEAR(results[0].first_logits[i], results[1].first_logits[i], 1e-3f) << model << " logit " << i;
+        }
+    }
+}
+
 INSTANTIATE_TEST_SUITE_P(
     shared_models, golden_greedy,
     ::testing::Values(
