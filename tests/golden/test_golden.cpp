@@ -62,6 +62,20 @@ testing::golden_run find_run(const std::string& golden_path, const std::string& 
     return {};
 }
 
+// Checks the first step's logits against the golden's (argmax, max logit, logits 0..7) within tolerance;
+// returns the worst difference.
+float expect_first_logits(const std::vector<float>& logits, const testing::golden_first_step& fs, float tolerance) {
+    const auto max_it = std::max_element(logits.begin(), logits.end());
+    EXPECT_EQ(max_it - logits.begin(), fs.argmax);
+    EXPECT_NEAR(*max_it, fs.max_logit, tolerance);
+    float worst = std::fabs(*max_it - fs.max_logit);
+    for (size_t i = 0; i < fs.logits_0_7.size(); ++i) {
+        EXPECT_NEAR(logits[i], fs.logits_0_7[i], tolerance) << "logit " << i;
+        worst = std::max(worst, std::fabs(logits[i] - fs.logits_0_7[i]));
+    }
+    return worst;
+}
+
 class golden_greedy : public ::testing::TestWithParam<golden_case> {};
 
 TEST_P(golden_greedy, greedy_tokens_equal_the_reference_and_first_logits_agree) {
@@ -82,16 +96,7 @@ TEST_P(golden_greedy, greedy_tokens_equal_the_reference_and_first_logits_agree) 
     EXPECT_EQ(res->tokens, run.generated_ids);
 
     if (run.first_step) {
-        const auto& fs = *run.first_step;
-        const auto& logits = res->first_logits;
-        const auto max_it = std::max_element(logits.begin(), logits.end());
-        EXPECT_EQ(max_it - logits.begin(), fs.argmax);
-        EXPECT_NEAR(*max_it, fs.max_logit, k_logit_tolerance);
-        float worst = std::fabs(*max_it - fs.max_logit);
-        for (size_t i = 0; i < fs.logits_0_7.size(); ++i) {
-            EXPECT_NEAR(logits[i], fs.logits_0_7[i], k_logit_tolerance) << "logit " << i;
-            worst = std::max(worst, std::fabs(logits[i] - fs.logits_0_7[i]));
-        }
+        const float worst = expect_first_logits(res->first_logits, *run.first_step, k_logit_tolerance);
         std::printf("  first-step logits: worst |troupe - golden| = %.5f (tolerance %.2f)\n", worst, k_logit_tolerance);
     }
 }
@@ -219,16 +224,7 @@ TEST(golden_known_divergence, rand10m_q4_0_in_the_quantized_recipe_agrees_for_7_
     size_t same = 0;
     while (same < res->tokens.size() && res->tokens[same] == run.generated_ids[same]) ++same;
     EXPECT_GE(same, k_agreeing_tokens);
-    const auto& fs = *run.first_step;
-    const auto& logits = res->first_logits;
-    const auto max_it = std::max_element(logits.begin(), logits.end());
-    EXPECT_EQ(max_it - logits.begin(), fs.argmax);
-    EXPECT_NEAR(*max_it, fs.max_logit, k_q4_0_logit_tolerance);
-    float worst = std::fabs(*max_it - fs.max_logit);
-    for (size_t i = 0; i < fs.logits_0_7.size(); ++i) {
-        EXPECT_NEAR(logits[i], fs.logits_0_7[i], k_q4_0_logit_tolerance) << "logit " << i;
-        worst = std::max(worst, std::fabs(logits[i] - fs.logits_0_7[i]));
-    }
+    const float worst = expect_first_logits(res->first_logits, *run.first_step, k_q4_0_logit_tolerance);
     std::printf(
         "  rand10M-Q4_0, quantized recipe: %zu of %zu tokens as the golden's before they part; first-step "
         "logits within %.3f\n",
