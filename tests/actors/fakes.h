@@ -20,6 +20,7 @@
 
 #include "actors/tokenizer/text_codec.h"
 #include "core/model/model_runner.h"
+#include "core/sampling/sampler.h"
 
 namespace troupe::testing {
 
@@ -179,5 +180,13 @@ private:
     std::vector<forward_batch> batches_;
     bool keep_ = true;
 };
+
+// Greedy sampling of at most max_tokens tokens (the engine tests' requests).
+inline sampling_params greedy(int32_t max_tokens) {
+    sampling_params p;
+    p.temperature = 0;
+    p.max_tokens = max_tokens;
+    return p;
+}
 
 }  // namespace troupe::testing

@@ -17,15 +17,9 @@ namespace {
 using testing::fake_id;
 using testing::fake_model_params;
 using testing::fake_model_runner;
+using testing::greedy;
 using testing::record_into;
 using testing::sink_record;
-
-sampling_params greedy(int32_t max_tokens) {
-    sampling_params p;
-    p.temperature = 0;
-    p.max_tokens = max_tokens;
-    return p;
-}
 
 struct manual_engine {
     explicit manual_engine(engine_params params = {}, fake_model_params model = {}, draft_proposer_fn draft = {})

@@ -18,15 +18,9 @@ namespace {
 using testing::fake_id;
 using testing::fake_model_params;
 using testing::fake_model_runner;
+using testing::greedy;
 using testing::record_into;
 using testing::sink_record;
-
-sampling_params greedy(int32_t max_tokens) {
-    sampling_params p;
-    p.temperature = 0;
-    p.max_tokens = max_tokens;
-    return p;
-}
 
 fake_model_params paged(int32_t n_blocks, int32_t block_size = 4) {
     fake_model_params m;
