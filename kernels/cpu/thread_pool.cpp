@@ -23,11 +23,21 @@ constexpr int k_chunks_per_thread = 4;
 
 thread_local bool t_inside_pool_job = false;
 
+// A ranges job's share word: the generation's low 24 bits, front and back grains (20 bits each).
+constexpr int k_grain_bits = 20;
+constexpr uint64_t k_grain_mask = (uint64_t{1} << k_grain_bits) - 1;
+constexpr uint32_t k_tag_mask = (uint32_t{1} << 24) - 1;
+
+constexpr uint64_t share_word(uint32_t generation, uint64_t front, uint64_t back) {
+    return uint64_t{generation & k_tag_mask} << (2 * k_grain_bits) | front << k_grain_bits | back;
+}
+
 }  // namespace
 
 thread_pool::thread_pool(int n_threads, int spin_us) : spin_us_(spin_us) {
     if (n_threads <= 0) n_threads = static_cast<int>(std::thread::hardware_concurrency());
     n_threads_ = n_threads < 1 ? 1 : n_threads;
+    shares_ = std::make_unique<share[]>(n_threads_);
     workers_.reserve(n_threads_ - 1);
     for (int i = 1; i < n_threads_; ++i) workers_.emplace_back([this] { worker_main(); });
 }
@@ -53,8 +63,67 @@ void thread_pool::run_chunks(uint32_t generation) {
         const int64_t n_chunks = n_chunks_.load(std::memory_order_relaxed);
         const int64_t begin = n_ * chunk / n_chunks;
         const int64_t end = n_ * (chunk + 1) / n_chunks;
+        const uint32_t target = n_target_;  // read while this job cannot finish
         (*fn_)(begin, end);
-        if (n_done_.fetch_add(1, std::memory_order_acq_rel) + 1 == n_chunks) n_done_.notify_one();
+        if (n_done_.fetch_add(1, std::memory_order_acq_rel) + 1 == target) n_done_.notify_one();
+    }
+}
+
+int64_t thread_pool::take_grains(std::atomic<uint64_t>& word, uint32_t generation, bool from_front) {
+    const uint64_t tag = generation & k_tag_mask;
+    int64_t n_run = 0;
+    for (;;) {
+        uint64_t w = word.load(std::memory_order_acquire);
+        if (w >> (2 * k_grain_bits) != tag) return n_run;  // the job is over (all its grains were run)
+        const uint64_t front = (w >> k_grain_bits) & k_grain_mask, back = w & k_grain_mask;
+        if (front >= back) return n_run;
+        const uint64_t grain = from_front ? front : back - 1;
+        const uint64_t next =
+            from_front ? share_word(generation, front + 1, back) : share_word(generation, front, back - 1);
+        if (!word.compare_exchange_weak(w, next, std::memory_order_acq_rel)) continue;
+        // The grain is ours and not yet counted: the job cannot finish before this thread reports it, so fn_,
+        // n_ and grain_ are this job's.
+        const int64_t begin = static_cast<int64_t>(grain) * grain_;
+        (*fn_)(begin, std::min(n_, begin + grain_));
+        ++n_run;
+    }
+}
+
+int64_t thread_pool::run_ranges(uint32_t generation) {
+    int64_t n_run = 0;
+    int64_t last = -1;  // the last share this thread claimed
+    for (;;) {
+        uint64_t c = claim_.load(std::memory_order_acquire);
+        if (static_cast<uint32_t>(c >> 32) != generation) return n_run;
+        const uint32_t s = static_cast<uint32_t>(c);
+        if (s >= n_chunks_.load(std::memory_order_acquire)) break;  // every share has its thread
+        if (!claim_.compare_exchange_weak(c, c + 1, std::memory_order_acq_rel)) continue;
+        // Unclaimed shares are never stolen from, so this one still holds all its grains (uncounted): the
+        // job cannot finish before this thread reports, and n_chunks_ below is this job's.
+        last = s;
+        n_run += take_grains(shares_[s].word, generation, /*from_front=*/true);
+    }
+    // Only a thread that runs shares steals: one that claimed none may be late for a job that is already
+    // over, while a claimant is counted in the job until it reports.
+    if (last < 0) return n_run;
+    const int64_t n_shares = n_chunks_.load(std::memory_order_relaxed);
+    for (int64_t i = 1; i < n_shares; ++i) {
+        n_run += take_grains(shares_[(last + i) % n_shares].word, generation, /*from_front=*/false);
+    }
+    return n_run;
+}
+
+void thread_pool::run_job(uint32_t generation) {
+    if (kind_.load(std::memory_order_acquire) == job_kind::chunks) {
+        run_chunks(generation);
+        return;
+    }
+    const int64_t n_run = run_ranges(generation);
+    if (n_run == 0) return;
+    // This thread's grains are not counted yet, so the job is not over and n_target_ is still its own.
+    const uint32_t target = n_target_;
+    if (n_done_.fetch_add(static_cast<uint32_t>(n_run), std::memory_order_acq_rel) + n_run == target) {
+        n_done_.notify_one();
     }
 }
 
@@ -75,8 +144,41 @@ void thread_pool::worker_main() {
         }
         seen = gen;
         if (stop_.load(std::memory_order_relaxed)) return;
-        run_chunks(gen);
+        run_job(gen);
     }
+}
+
+uint32_t thread_pool::begin_job(job_kind kind, const std::function<void(int64_t, int64_t)>& fn, int64_t n) {
+    const uint32_t gen = generation_.load(std::memory_order_relaxed) + 1;
+    // Close the previous job's counter first: a worker that read it just before it ran out of chunks
+    // must not win its compare-exchange while the fields below already describe this job (it would run
+    // a chunk nobody waits for, past the end of this call).
+    claim_.store(uint64_t{gen} << 32 | 0xffffffffu, std::memory_order_seq_cst);
+    kind_.store(kind, std::memory_order_relaxed);
+    fn_ = &fn;
+    n_ = n;
+    n_done_.store(0, std::memory_order_relaxed);
+    return gen;
+}
+
+void thread_pool::run_published(uint32_t generation) {
+    claim_.store(uint64_t{generation} << 32, std::memory_order_release);
+    generation_.store(generation, std::memory_order_release);
+    generation_.notify_all();
+    t_inside_pool_job = true;
+    run_job(generation);
+    t_inside_pool_job = false;
+    // Work still running on workers: spin briefly, then sleep (a long chunk must not burn this core).
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::microseconds(spin_us_);
+    int spins = 0;
+    uint32_t done = 0;
+    while ((done = n_done_.load(std::memory_order_acquire)) < n_target_) {
+        cpu_relax();
+        if (++spins % 64 == 0 && std::chrono::steady_clock::now() > deadline)
+            n_done_.wait(done, std::memory_order_acquire);
+    }
+    TROUPE_ASSERT(done == n_target_,
+                  "thread_pool: " + std::to_string(done) + " parts finished for a job of " + std::to_string(n_target_));
 }
 
 void thread_pool::parallel_for(int64_t n, const std::function<void(int64_t, int64_t)>& fn) {
@@ -86,33 +188,33 @@ void thread_pool::parallel_for(int64_t n, const std::function<void(int64_t, int6
         return;
     }
     std::lock_guard lock(submit_mutex_);
-    const uint32_t gen = generation_.load(std::memory_order_relaxed) + 1;
-    // Close the previous job's counter first: a worker that read it just before it ran out of chunks
-    // must not win its compare-exchange while the fields below already describe this job (it would run
-    // a chunk nobody waits for, past the end of this call).
-    claim_.store(uint64_t{gen} << 32 | 0xffffffffu, std::memory_order_seq_cst);
-    fn_ = &fn;
-    n_ = n;
+    const uint32_t gen = begin_job(job_kind::chunks, fn, n);
     const auto n_chunks = static_cast<uint32_t>(std::min<int64_t>(n, int64_t{n_threads_} * k_chunks_per_thread));
+    n_target_ = n_chunks;
     n_chunks_.store(n_chunks, std::memory_order_release);
-    n_done_.store(0, std::memory_order_relaxed);
-    claim_.store(uint64_t{gen} << 32, std::memory_order_release);
-    generation_.store(gen, std::memory_order_release);
-    generation_.notify_all();
-    t_inside_pool_job = true;
-    run_chunks(gen);
-    t_inside_pool_job = false;
-    // Chunks still running on workers: spin briefly, then sleep (a long chunk must not burn this core).
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::microseconds(spin_us_);
-    int spins = 0;
-    uint32_t done = 0;
-    while ((done = n_done_.load(std::memory_order_acquire)) < n_chunks) {
-        cpu_relax();
-        if (++spins % 64 == 0 && std::chrono::steady_clock::now() > deadline)
-            n_done_.wait(done, std::memory_order_acquire);
+    run_published(gen);
+}
+
+void thread_pool::parallel_ranges(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& fn) {
+    if (n <= 0) return;
+    grain = std::max<int64_t>(grain, (n + static_cast<int64_t>(k_grain_mask) - 1) / static_cast<int64_t>(k_grain_mask));
+    const int64_t n_grains = (n + grain - 1) / grain;
+    if (n_threads_ == 1 || n_grains == 1 || t_inside_pool_job) {
+        fn(0, n);
+        return;
     }
-    TROUPE_ASSERT(done == n_chunks,
-                  "thread_pool: " + std::to_string(done) + " chunks finished for a job of " + std::to_string(n_chunks));
+    std::lock_guard lock(submit_mutex_);
+    const uint32_t gen = begin_job(job_kind::ranges, fn, n);
+    grain_ = grain;
+    const int64_t n_shares = std::min<int64_t>(n_threads_, n_grains);
+    for (int64_t s = 0; s < n_shares; ++s) {
+        shares_[s].word.store(share_word(gen, static_cast<uint64_t>(n_grains * s / n_shares),
+                                         static_cast<uint64_t>(n_grains * (s + 1) / n_shares)),
+                              std::memory_order_relaxed);
+    }
+    n_target_ = static_cast<uint32_t>(n_grains);
+    n_chunks_.store(static_cast<uint32_t>(n_shares), std::memory_order_release);
+    run_published(gen);
 }
 
 parallel_for_fn thread_pool::as_parallel_for() {
