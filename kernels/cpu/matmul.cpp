@@ -7,6 +7,7 @@
 #include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/matmul_kernels.h"
 #include "kernels/cpu/q8_panels_kernels.h"
+#include "kernels/cpu/streamed_rows.h"
 #include "kernels/fp16.h"
 
 namespace troupe::cpu {
@@ -52,21 +53,23 @@ constexpr int64_t k_rows_per_item = 16;
 // a worker would cost more than the work).
 constexpr int64_t k_inline_macs = 32 * 1024;
 
-// Rows per work item of the dot-product path. Few tokens (decode) with a known thread count: each thread streams
-// its rows from memory, and a contiguous piece streams faster the longer it is (two Zen 5 cores in a ~75 GB/s
-// state: 96 KiB pieces 58-65 GB/s, 288 KiB 66-73, 1.2 MiB 70-76; equal at ~47 GB/s), so the rows are cut into
-// two items per thread (the second keeps some balance). Otherwise k_rows_per_item.
-int64_t rows_per_item(int64_t n_out, int64_t n_tokens, int n_threads) {
-    if (n_threads <= 0 || n_tokens > 4) return k_rows_per_item;
-    const int64_t per = (n_out + 2 * n_threads - 1) / (2 * n_threads);
-    return std::max<int64_t>(k_rows_per_item, (per + k_rows_per_item - 1) / k_rows_per_item * k_rows_per_item);
-}
-
 // Splits n items of per_item rows each over parallel_for, calling fn(r0, r1) on row ranges.
 template <class Split, class Fn>
 void for_row_ranges(const Split& split, int64_t n_rows, int64_t per_item, const Fn& fn) {
     const int64_t n_items = (n_rows + per_item - 1) / per_item;
     split(n_items, [&](int64_t begin, int64_t end) { fn(begin * per_item, std::min(n_rows, end * per_item)); });
+}
+
+// Runs fn(r0, r1) over the rows of w for the dot-product path: decode-sized steps on a pool with parallel_ranges
+// (streamed_rows.h), otherwise items of k_rows_per_item rows claimed one at a time.
+template <class Split, class Fn>
+void for_dot_rows(const Split& split, thread_pool* pool, const matmul_weight& w, int64_t n_tokens, const Fn& fn) {
+    if (pool != nullptr && n_tokens <= detail::k_max_streamed_tokens) {
+        const int64_t grain = detail::streamed_grain(static_cast<int64_t>(w.row_stride), k_rows_per_item);
+        pool->parallel_ranges(w.n_out, grain, [&](int64_t r0, int64_t r1) { fn(r0, r1); });
+        return;
+    }
+    for_row_ranges(split, w.n_out, k_rows_per_item, fn);
 }
 
 // The recipe's activations of one token as floats (rounded to F16 / BF16, or the values of their Q8_0 / Q8_K
@@ -96,7 +99,7 @@ const float* recipe_floats(const detail::matmul_kernels& k, ggml_type type, cons
 // or the dequantize-in-registers kernels (quantized weights).
 template <class Split>
 void matmul_float_act(const detail::matmul_kernels& k, const matmul_weight& w, const float* x, float* y,
-                      int64_t n_tokens, bool use_gemm, const Split& split, int n_threads) {
+                      int64_t n_tokens, bool use_gemm, const Split& split, thread_pool* pool) {
     const int64_t n = w.n_in;
     if (use_gemm) {
         static thread_local aligned_buffer x_buffer;
@@ -124,26 +127,26 @@ void matmul_float_act(const detail::matmul_kernels& k, const matmul_weight& w, c
     if (w.n_out * n * n_tokens < k_inline_macs) {
         rows(0, w.n_out);  // cheaper than waking a thread
     } else {
-        for_row_ranges(split, w.n_out, rows_per_item(w.n_out, n_tokens, n_threads), rows);
+        for_dot_rows(split, pool, w, n_tokens, rows);
     }
 }
 
 template <class Split>
 void matmul_impl(const matmul_weight& w, const float* x, float* y, int64_t n_tokens, activation_recipe recipe,
-                 const Split& split, int n_threads) {
+                 const Split& split, thread_pool* pool) {
     TROUPE_ASSERT(matmul_supports(w.type), "matmul: unsupported weight type " + std::string(traits(w.type).name));
     TROUPE_ASSERT(w.n_in % traits(w.type).block_size == 0, "matmul: n_in is not a multiple of the block size");
     TROUPE_ASSERT(w.row_stride >= row_bytes(w.type, w.n_in));
     if (n_tokens <= 0 || w.n_out <= 0) return;
     if (detail::q8_panels_active(w, recipe)) {  // pre-packed Q8_0 / Q4_0 panels: one kernel for every n_tokens
-        detail::matmul_q8_panels(w, x, y, n_tokens, recipe, split);
+        detail::matmul_q8_panels(w, x, y, n_tokens, recipe, split, pool);
         return;
     }
     const detail::matmul_kernels& k = active_kernels();
     const int64_t n = w.n_in;
     const bool use_gemm = n_tokens >= gemm_threshold(k, w.type, recipe);
     if (recipe == activation_recipe::float32) {
-        matmul_float_act(k, w, x, y, n_tokens, use_gemm, split, n_threads);
+        matmul_float_act(k, w, x, y, n_tokens, use_gemm, split, pool);
         return;
     }
 
@@ -198,8 +201,8 @@ void matmul_impl(const matmul_weight& w, const float* x, float* y, int64_t n_tok
     } else if (w.n_out * n * n_tokens < k_inline_macs) {
         k.rows(w, px, y, w.n_out, n_tokens, 0, w.n_out);  // cheaper than waking a thread
     } else {
-        for_row_ranges(split, w.n_out, rows_per_item(w.n_out, n_tokens, n_threads),
-                       [&](int64_t r0, int64_t r1) { k.rows(w, px, y, w.n_out, n_tokens, r0, r1); });
+        for_dot_rows(split, pool, w, n_tokens,
+                     [&](int64_t r0, int64_t r1) { k.rows(w, px, y, w.n_out, n_tokens, r0, r1); });
     }
 }
 
@@ -209,13 +212,12 @@ void matmul(const matmul_weight& w, const float* x, float* y, int64_t n_tokens, 
             activation_recipe recipe) {
     matmul_impl(
         w, x, y, n_tokens, recipe,
-        [&pool](int64_t n, const std::function<void(int64_t, int64_t)>& fn) { pool.parallel_for(n, fn); },
-        pool.n_threads());
+        [&pool](int64_t n, const std::function<void(int64_t, int64_t)>& fn) { pool.parallel_for(n, fn); }, &pool);
 }
 
 void matmul(const matmul_weight& w, const float* x, float* y, int64_t n_tokens, const parallel_for_fn& parallel_for,
             activation_recipe recipe) {
-    matmul_impl(w, x, y, n_tokens, recipe, parallel_for, 0);  // the caller's thread count is unknown
+    matmul_impl(w, x, y, n_tokens, recipe, parallel_for, nullptr);
 }
 
 int64_t gemm_min_tokens(ggml_type type, activation_recipe recipe) {

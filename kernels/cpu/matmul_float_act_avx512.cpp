@@ -8,7 +8,7 @@
 //     of one per weight (equal to the dequantized product but for rounding). One core is bound by its vector
 //     units here, not by memory (about 33 G weights/s per core on Zen 5 for Q8_0 from L2, 35 GB/s of rows), so
 //     the multiplies saved are time saved.
-// Weight bytes are prefetched ahead like the integer kernels (TROUPE_PF).
+// Weight bytes are prefetched ahead like the integer kernels (8 KiB).
 #include "kernels/cpu/matmul_kernels.h"
 
 #if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__) && defined(__AVX512VNNI__)
@@ -26,7 +26,7 @@ inline float fp16(uint16_t h) {
     return _cvtsh_ss(h);
 }
 
-const int k_prefetch_distance = std::getenv("TROUPE_PF") ? std::atoi(std::getenv("TROUPE_PF")) : 8192;
+constexpr int k_prefetch_distance = 8192;
 
 // Prefetches the cache lines of block *p shifted by pf bytes (pf: k_prefetch_distance, read once per row).
 template <class B>

@@ -11,6 +11,7 @@
 #include "kernels/cpu/aligned_buffer.h"
 #include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/q8_panels_kernels.h"
+#include "kernels/cpu/streamed_rows.h"
 
 namespace troupe::cpu {
 namespace detail {
@@ -67,7 +68,7 @@ bool q8_panels_active(const matmul_weight& w, activation_recipe recipe) {
 }
 
 void matmul_q8_panels(const matmul_weight& w, const float* x, float* y, int64_t n_tokens, activation_recipe recipe,
-                      const parallel_for_fn& parallel_for) {
+                      const parallel_for_fn& parallel_for, thread_pool* pool) {
     const q8_panel_geometry g = q8_panel_geometry_of(w.type, w.n_in, w.n_out);
     const bool quantized = recipe == activation_recipe::quantized;
     // Activations once per call, [n_blocks][n_tokens] blocks: a tile's tokens are adjacent for every block.
@@ -101,6 +102,8 @@ void matmul_q8_panels(const matmul_weight& w, const float* x, float* y, int64_t 
     }
     if (inline_call) {
         product(0, g.n_panels);
+    } else if (pool != nullptr && n_tokens <= k_max_streamed_tokens) {
+        pool->parallel_ranges(g.n_panels, streamed_grain(static_cast<int64_t>(g.panel_bytes)), product);
     } else {
         parallel_for(g.n_panels, product);
     }

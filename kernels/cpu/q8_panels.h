@@ -37,6 +37,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/thread_pool.h"
@@ -44,6 +45,9 @@
 #include "kernels/ref/ops.h"
 
 namespace troupe::cpu {
+
+// Rows per panel (one zmm of int32 sums).
+constexpr int64_t q8_panel_rows = 16;
 
 // Whether panels of this weight type are used with this recipe at the active dispatch level (Q8_0 / Q4_0, either
 // recipe, AVX-512 VNNI).

@@ -7,12 +7,14 @@
 #include <cstdint>
 
 #include "kernels/cpu/matmul.h"
+#include "kernels/cpu/q8_panels.h"
+#include "kernels/cpu/thread_pool.h"
 #include "kernels/ggml_types.h"
 #include "kernels/ref/ops.h"
 
 namespace troupe::cpu::detail {
 
-constexpr int k_panel_rows = 16;  // rows per panel: one zmm of int32 sums
+constexpr int k_panel_rows = static_cast<int>(q8_panel_rows);  // one zmm of int32 sums
 
 // One token's Q8_0 activation block as the panel kernels read it: the codes, the scale as float and the
 // offset correction -offset * sum(qs) (offset 128 against Q8_0 panels, 8 against Q4_0).
@@ -38,8 +40,9 @@ bool q8_panels_active(const matmul_weight& w, activation_recipe recipe);
 
 // cpu::matmul's panel path: activations prepared once (quantized, or packed as floats), panels split over
 // parallel_for.
+// pool (may be null): decode-sized steps split the panels over it with parallel_ranges (streamed_rows.h).
 void matmul_q8_panels(const matmul_weight& w, const float* x, float* y, int64_t n_tokens, activation_recipe recipe,
-                      const parallel_for_fn& parallel_for);
+                      const parallel_for_fn& parallel_for, thread_pool* pool);
 
 // AVX-512 VNNI kernels (q8_panels_avx512.cpp; they assert where the build has no AVX-512).
 //
