@@ -25,6 +25,9 @@ void cpu_llama::scratch::reserve(size_t n_tokens, const llama_hparams& hp) {
     positions.resize(t);
     seq_of.resize(t);
     rows.resize(t * hp.dim);
+    const size_t fused = std::min(t, k_max_fused_tokens);
+    qkv.resize(fused * (hp.q_width() + 2 * hp.kv_width()));
+    gate_up.resize(fused * 2 * hp.ffn_dim);
 }
 
 result<std::unique_ptr<cpu_llama>> cpu_llama::create(llama_weights weights, cpu_llama_params params) {
@@ -93,8 +96,22 @@ result<std::unique_ptr<cpu_llama>> cpu_llama::create(llama_weights weights, cpu_
     if (params.copy_weights) {
         if (status st = m->place_weights(); !st.ok()) return st.err();
     }
+    m->fuse_projections();
     m->s_.reserve(64, hp);
     return m;
+}
+
+void cpu_llama::fuse_projections() {
+    n_fused_groups_ = 0;
+    for (layer& l : layers_) {
+        const linear* qkv[] = {&l.wq, &l.wk, &l.wv};
+        const linear* gate_up[] = {&l.w_gate, &l.w_up};
+        l.w_qkv = linear::concatenated(qkv);
+        l.w_gate_up = linear::concatenated(gate_up);
+        n_fused_groups_ += (l.w_qkv ? 1 : 0) + (l.w_gate_up ? 1 : 0);
+    }
+    TROUPE_LOG_DEBUG("model", "%d of %zu q/k/v and gate/up groups run as one matrix in steps of <= %zu tokens",
+                     n_fused_groups_, 2 * layers_.size(), k_max_fused_tokens);
 }
 
 status cpu_llama::place_weights() {
@@ -193,15 +210,59 @@ status cpu_llama::check_batch(const forward_batch& batch) const {
     return {};
 }
 
+status cpu_llama::project_qkv(const layer& l, size_t n, float*& q, float*& k, float*& v) {
+    const size_t qw = w_.hp.q_width(), kvw = w_.hp.kv_width();
+    if (!l.w_qkv || n > k_max_fused_tokens) {
+        q = s_.q.data(), k = s_.k.data(), v = s_.v.data();
+        if (status st = l.wq.forward(s_.h.data(), q, n, ctx_); !st.ok()) return st;
+        if (status st = l.wk.forward(s_.h.data(), k, n, ctx_); !st.ok()) return st;
+        return l.wv.forward(s_.h.data(), v, n, ctx_);
+    }
+    float* qkv = s_.qkv.data();  // [n, qw + 2 kvw]
+    if (status st = l.w_qkv->forward(s_.h.data(), qkv, n, ctx_); !st.ok()) return st;
+    if (n == 1) {  // already the layout of three separate products
+        q = qkv, k = qkv + qw, v = qkv + qw + kvw;
+        return {};
+    }
+    q = s_.q.data(), k = s_.k.data(), v = s_.v.data();
+    for (size_t t = 0; t < n; ++t) {
+        const float* row = qkv + t * (qw + 2 * kvw);
+        std::copy_n(row, qw, q + t * qw);
+        std::copy_n(row + qw, kvw, k + t * kvw);
+        std::copy_n(row + qw + kvw, kvw, v + t * kvw);
+    }
+    return {};
+}
+
+status cpu_llama::ffn_hidden(const layer& l, size_t n, const float*& hidden) {
+    const size_t f = w_.hp.ffn_dim;
+    if (!l.w_gate_up || n > k_max_fused_tokens) {
+        if (status st = l.w_gate.forward(s_.h.data(), s_.gate.data(), n, ctx_); !st.ok()) return st;
+        if (status st = l.w_up.forward(s_.h.data(), s_.up.data(), n, ctx_); !st.ok()) return st;
+        swiglu_rows(s_.gate.data(), s_.up.data(), n * f);
+        hidden = s_.gate.data();
+        return {};
+    }
+    float* gate_up = s_.gate_up.data();  // [n, 2 f]: each token's gate row, then its up row
+    if (status st = l.w_gate_up->forward(s_.h.data(), gate_up, n, ctx_); !st.ok()) return st;
+    for (size_t t = 0; t < n; ++t) swiglu_rows(gate_up + t * 2 * f, gate_up + t * 2 * f + f, f);
+    if (n == 1) {
+        hidden = gate_up;
+        return {};
+    }
+    for (size_t t = 0; t < n; ++t) std::copy_n(gate_up + t * 2 * f, f, s_.gate.data() + t * f);
+    hidden = s_.gate.data();
+    return {};
+}
+
 status cpu_llama::run_layer(layer& l, size_t n, const std::vector<const int32_t*>& tables) {
     const llama_hparams& hp = w_.hp;
     const int32_t dim = hp.dim;
     rmsnorm_rows(s_.x.data(), l.attn_norm, s_.h.data(), n, dim, hp.rms_eps);
-    if (status st = l.wq.forward(s_.h.data(), s_.q.data(), n, ctx_); !st.ok()) return st;
-    if (status st = l.wk.forward(s_.h.data(), s_.k.data(), n, ctx_); !st.ok()) return st;
-    if (status st = l.wv.forward(s_.h.data(), s_.v.data(), n, ctx_); !st.ok()) return st;
-    rope_rows(s_.q.data(), s_.positions.data(), n, hp.n_heads, hp);
-    rope_rows(s_.k.data(), s_.positions.data(), n, hp.n_kv_heads, hp);
+    float *q = nullptr, *k = nullptr, *v = nullptr;
+    if (status st = project_qkv(l, n, q, k, v); !st.ok()) return st;
+    rope_rows(q, s_.positions.data(), n, hp.n_heads, hp);
+    rope_rows(k, s_.positions.data(), n, hp.n_kv_heads, hp);
 
     attention_call call{};
     call.n_tokens = static_cast<int32_t>(n);
@@ -209,9 +270,9 @@ status cpu_llama::run_layer(layer& l, size_t n, const std::vector<const int32_t*
     call.n_kv_heads = hp.n_kv_heads;
     call.head_dim = hp.head_dim;
     call.scale = 1.0f / std::sqrt(static_cast<float>(hp.head_dim));
-    call.q = s_.q.data();
-    call.k = s_.k.data();
-    call.v = s_.v.data();
+    call.q = q;
+    call.k = k;
+    call.v = v;
     call.out = s_.attn.data();
     call.positions = s_.positions.data();
     call.seq_of = s_.seq_of.data();
@@ -226,10 +287,9 @@ status cpu_llama::run_layer(layer& l, size_t n, const std::vector<const int32_t*
     if (status st = l.wo.forward(s_.attn.data(), s_.h.data(), n, ctx_); !st.ok()) return st;
     add_rows(s_.x.data(), s_.h.data(), n * dim);
     rmsnorm_rows(s_.x.data(), l.ffn_norm, s_.h.data(), n, dim, hp.rms_eps);
-    if (status st = l.w_gate.forward(s_.h.data(), s_.gate.data(), n, ctx_); !st.ok()) return st;
-    if (status st = l.w_up.forward(s_.h.data(), s_.up.data(), n, ctx_); !st.ok()) return st;
-    swiglu_rows(s_.gate.data(), s_.up.data(), n * hp.ffn_dim);
-    if (status st = l.w_down.forward(s_.gate.data(), s_.h.data(), n, ctx_); !st.ok()) return st;
+    const float* hidden = nullptr;
+    if (status st = ffn_hidden(l, n, hidden); !st.ok()) return st;
+    if (status st = l.w_down.forward(hidden, s_.h.data(), n, ctx_); !st.ok()) return st;
     add_rows(s_.x.data(), s_.h.data(), n * dim);
     return {};
 }

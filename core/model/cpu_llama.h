@@ -16,6 +16,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "core/model/compute_context.h"
@@ -57,12 +58,20 @@ public:
     cpu::thread_pool& pool() { return *pool_; }
     // Multiply-adds of the weight matrices per token (attention over the context not included).
     int64_t matmul_macs_per_token() const;
+    // Groups (a layer's q/k/v, a layer's gate/up) that run as one matrix (linear::concatenated) in steps of at most
+    // k_max_fused_tokens tokens; larger steps (prefill: GEMMs, compute-bound, where one job gains nothing) run the
+    // parts one by one rather than copy the fused outputs apart.
+    int32_t n_fused_groups() const { return n_fused_groups_; }
+    static constexpr size_t k_max_fused_tokens = 16;
 
 private:
     struct layer {
         const float* attn_norm;  // [dim]
         const float* ffn_norm;   // [dim]
         linear wq, wk, wv, wo, w_gate, w_up, w_down;
+        // q/k/v and gate/up as one matrix each (linear::concatenated), where their memory allows: steps of few
+        // tokens (decode) run them as one job.
+        std::optional<linear> w_qkv, w_gate_up;
         // Left uninitialized (pages are touched only where the cache is written): attention reads only
         // rows written before.
         float* k_pool = nullptr;  // [n_blocks, block_size, n_kv_heads, head_dim] of params.kv_type, in kv_memory_
@@ -77,6 +86,8 @@ private:
         std::vector<float> attn;         // [T, n_heads * head_dim]
         std::vector<float> gate;         // [T, ffn_dim]
         std::vector<float> up;           // [T, ffn_dim]
+        std::vector<float> qkv;          // [min(T, k_max_fused_tokens), q_width + 2 * kv_width]
+        std::vector<float> gate_up;      // [min(T, k_max_fused_tokens), 2 * ffn_dim]
         std::vector<int32_t> positions;  // [T]
         std::vector<int32_t> seq_of;     // [T]
         std::vector<int32_t> out_rows;   // [R] token index of each logits row
@@ -88,6 +99,11 @@ private:
     status check_batch(const forward_batch& batch) const;
     status place_weights();
     status run_layer(layer& l, size_t n_tokens, const std::vector<const int32_t*>& tables);
+    // h·Wqᵀ, h·Wkᵀ, h·Wvᵀ for n tokens; q, k, v point at them ([n, q_width], [n, kv_width] each) afterwards.
+    status project_qkv(const layer& l, size_t n, float*& q, float*& k, float*& v);
+    // silu(h·W_gateᵀ) ⊙ h·W_upᵀ for n tokens; hidden points at it ([n, ffn_dim]) afterwards.
+    status ffn_hidden(const layer& l, size_t n, const float*& hidden);
+    void fuse_projections();
 
     llama_weights w_;
     cpu_llama_params params_;
@@ -101,6 +117,7 @@ private:
     cpu::huge_page_buffer kv_memory_;  // every layer's K and V pools (huge pages: attention reads rows of
                                        // one kv head at a stride, touching a 4 KiB page every row or two)
     scratch s_;
+    int32_t n_fused_groups_ = 0;
 };
 
 }  // namespace troupe

@@ -86,6 +86,34 @@ void linear::place(uint8_t* dst, cpu::thread_pool* pool) {
     release_mapped_pages(file_rows, n);
 }
 
+std::optional<linear> linear::concatenated(std::span<const linear* const> parts) {
+    if (parts.empty() || parts.front()->prepared_) return std::nullopt;
+    linear all = *parts.front();
+    for (size_t i = 1; i < parts.size(); ++i) {
+        const linear& prev = *parts[i - 1];
+        const linear& part = *parts[i];
+        if (part.prepared_ || part.w_.type != all.w_.type || part.recipe_ != all.recipe_ ||
+            part.w_.n_in != all.w_.n_in || part.w_.row_stride != all.w_.row_stride ||
+            (part.panels_ == nullptr) != (all.panels_ == nullptr)) {
+            return std::nullopt;
+        }
+        if (all.panels_ != nullptr) {
+            // Panels of a part's last rows are padded with zero rows: only whole panels concatenate.
+            if (prev.w_.n_out % cpu::q8_panel_rows != 0 ||
+                part.panels_ !=
+                    static_cast<const uint8_t*>(prev.panels_) + cpu::q8_panels_bytes(prev.kernel_weight())) {
+                return std::nullopt;
+            }
+        } else if (part.w_.data != static_cast<const uint8_t*>(prev.w_.data) + prev.w_.row_stride * prev.w_.n_out) {
+            return std::nullopt;
+        }
+        all.w_.n_out += part.w_.n_out;
+    }
+    // With panels the parts' rows (if kept at all) are not contiguous: the view has none.
+    if (all.panels_ != nullptr) all.w_.data = nullptr;
+    return all;
+}
+
 status linear::forward(const float* x, float* y, int64_t n_tokens, const compute_context& ctx) const {
     if (prepared_) return quant_->matmul(*prepared_, x, y, n_tokens, ctx.parallel_for);
     cpu::matmul(kernel_weight(), x, y, n_tokens, *ctx.pool, recipe_);

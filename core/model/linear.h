@@ -6,6 +6,8 @@
 #pragma once
 
 #include <memory>
+#include <optional>
+#include <span>
 #include <string>
 
 #include "core/model/compute_context.h"
@@ -21,6 +23,14 @@ public:
                                cpu::activation_recipe recipe = cpu::activation_recipe::quantized);
 
     status forward(const float* x, float* y, int64_t n_tokens, const compute_context& ctx) const;
+
+    // The parts (weights that multiply the same input, like q/k/v) as one matrix whose rows are theirs in
+    // order, where that costs nothing: every part on the builtin kernels with the same type, recipe, n_in and
+    // row stride, their rows — or panels, each part a whole number of panels — back to back in memory (place()
+    // in the parts' order lays them out so). One product then is one parallel job instead of several, with
+    // longer contiguous pieces per thread and the activations prepared once. A view: valid while the parts are.
+    // Empty where the parts do not qualify.
+    static std::optional<linear> concatenated(std::span<const linear* const> parts);
 
     int64_t n_in() const { return w_.n_in; }
     int64_t n_out() const { return w_.n_out; }
