@@ -69,8 +69,9 @@ private:
         const float* attn_norm;  // [dim]
         const float* ffn_norm;   // [dim]
         linear wq, wk, wv, wo, w_gate, w_up, w_down;
-        // q/k/v and gate/up as one matrix each (linear::concatenated), where their memory allows: steps of few
-        // tokens (decode) run them as one job.
+        // q/k/v and gate/up as one matrix each (linear::concatenated) where the parts are alike: steps of few
+        // tokens (decode) run them as one job. When the weights are copied, the group is what is placed and its
+        // parts are views of its rows (linear::rows).
         std::optional<linear> w_qkv, w_gate_up;
         // Left uninitialized (pages are touched only where the cache is written): attention reads only
         // rows written before.
@@ -113,7 +114,8 @@ private:
     const float* output_norm_ = nullptr;
     linear output_;
     std::vector<layer> layers_;
-    cpu::huge_page_buffer arena_;      // the builtin kernels' weights when params.copy_weights
+    cpu::huge_page_buffer arena_;      // the builtin kernels' weights when params.copy_weights: one region per
+                                       // thread (place_weights)
     cpu::huge_page_buffer kv_memory_;  // every layer's K and V pools (huge pages: attention reads rows of
                                        // one kv head at a stride, touching a 4 KiB page every row or two)
     scratch s_;

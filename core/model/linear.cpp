@@ -49,6 +49,8 @@ size_t linear::n_bytes() const {
 matmul_weight linear::kernel_weight() const {
     matmul_weight w{w_.type, w_.data, w_.n_in, w_.n_out, w_.row_stride};
     w.panels = panels_;
+    w.pieces = pieces_.empty() ? nullptr : pieces_.data();
+    w.n_pieces = static_cast<int32_t>(pieces_.size());
     return w;
 }
 
@@ -58,60 +60,139 @@ bool linear::packs_panels() const {
     return cpu::q8_panels_supported(w_.type, recipe_);
 }
 
-bool linear::keeps_rows() const {
-    return !packs_panels();
+bool linear::packed() const {
+    return pieces_.empty() ? panels_ != nullptr : pieces_.front().panels != nullptr;
 }
 
-size_t linear::placed_bytes() const {
-    if (prepared_) return 0;
-    const size_t rows = keeps_rows() ? (w_.row_stride * w_.n_out + 63) / 64 * 64 : 0;
-    return rows + (packs_panels() ? cpu::q8_panels_bytes(kernel_weight()) : 0);
+std::vector<weight_piece> linear::storage() const {
+    if (!pieces_.empty()) return pieces_;
+    return {weight_piece{0, w_.data, panels_}};
 }
 
-void linear::place(uint8_t* dst, cpu::thread_pool* pool) {
-    TROUPE_ASSERT(!prepared_, "linear::place: the weight belongs to a plugin");
-    const void* file_rows = w_.data;
-    const size_t n = w_.row_stride * w_.n_out;
-    if (packs_panels()) {
-        const size_t at = keeps_rows() ? (n + 63) / 64 * 64 : 0;
-        cpu::pack_q8_panels(kernel_weight(), dst + at, pool);
-        panels_ = dst + at;
+namespace {
+
+size_t panel_bytes(const weight_view& w, int64_t n_rows) {
+    return cpu::q8_panels_bytes(matmul_weight{w.type, nullptr, w.n_in, n_rows, w.row_stride});
+}
+
+// Whether piece b's rows and panels continue piece a's (a holds n_rows rows).
+bool continues(const weight_view& w, const weight_piece& a, const weight_piece& b, int64_t n_rows) {
+    const bool rows = a.data != nullptr && b.data == static_cast<const uint8_t*>(a.data) + w.row_stride * n_rows;
+    const bool panels = a.panels == nullptr
+                            ? b.panels == nullptr
+                            : n_rows % cpu::q8_panel_rows == 0 &&
+                                  b.panels == static_cast<const uint8_t*>(a.panels) + panel_bytes(w, n_rows);
+    return rows && panels;
+}
+
+}  // namespace
+
+void linear::set_pieces(std::vector<weight_piece> pieces) {
+    std::vector<weight_piece> merged;
+    for (const weight_piece& p : pieces) {
+        if (!merged.empty() && continues(w_, merged.back(), p, p.row_begin - merged.back().row_begin)) continue;
+        merged.push_back(p);
     }
-    // Without a copy of the rows, w_.data keeps pointing at the file's (released) rows: valid, faulted back in
-    // if anything reads them.
-    if (keeps_rows()) {
-        std::memcpy(dst, file_rows, n);
-        w_.data = dst;
+    if (merged.size() == 1) {
+        w_.data = merged.front().data;
+        panels_ = merged.front().panels;
+        pieces_.clear();
+        return;
     }
-    release_mapped_pages(file_rows, n);
+    w_.data = merged.front().data;  // unused by the kernels, which read the pieces
+    panels_ = nullptr;
+    pieces_ = std::move(merged);
 }
 
 std::optional<linear> linear::concatenated(std::span<const linear* const> parts) {
-    if (parts.empty() || parts.front()->prepared_) return std::nullopt;
-    linear all = *parts.front();
-    for (size_t i = 1; i < parts.size(); ++i) {
-        const linear& prev = *parts[i - 1];
+    if (parts.empty()) return std::nullopt;
+    const linear& first = *parts.front();
+    std::vector<weight_piece> pieces;
+    int64_t n_out = 0;
+    for (size_t i = 0; i < parts.size(); ++i) {
         const linear& part = *parts[i];
-        if (part.prepared_ || part.w_.type != all.w_.type || part.recipe_ != all.recipe_ ||
-            part.w_.n_in != all.w_.n_in || part.w_.row_stride != all.w_.row_stride ||
-            (part.panels_ == nullptr) != (all.panels_ == nullptr)) {
+        if (part.prepared_ || part.w_.type != first.w_.type || part.recipe_ != first.recipe_ ||
+            part.w_.n_in != first.w_.n_in || part.w_.row_stride != first.w_.row_stride ||
+            part.packed() != first.packed()) {
             return std::nullopt;
         }
-        if (all.panels_ != nullptr) {
-            // Panels of a part's last rows are padded with zero rows: only whole panels concatenate.
-            if (prev.w_.n_out % cpu::q8_panel_rows != 0 ||
-                part.panels_ !=
-                    static_cast<const uint8_t*>(prev.panels_) + cpu::q8_panels_bytes(prev.kernel_weight())) {
-                return std::nullopt;
-            }
-        } else if (part.w_.data != static_cast<const uint8_t*>(prev.w_.data) + prev.w_.row_stride * prev.w_.n_out) {
+        // Panels of a part's last rows are padded with zero rows: only whole panels concatenate (and rows that
+        // place() will pack into panels, so the concatenation can be placed and its parts taken back as rows).
+        if ((part.packed() || part.packs_panels()) && i + 1 < parts.size() && part.w_.n_out % cpu::q8_panel_rows != 0)
             return std::nullopt;
+        for (weight_piece p : part.storage()) {
+            p.row_begin += n_out;
+            pieces.push_back(p);
         }
-        all.w_.n_out += part.w_.n_out;
+        n_out += part.w_.n_out;
     }
-    // With panels the parts' rows (if kept at all) are not contiguous: the view has none.
-    if (all.panels_ != nullptr) all.w_.data = nullptr;
+    linear all = first;
+    all.w_.n_out = n_out;
+    all.set_pieces(std::move(pieces));
     return all;
+}
+
+linear linear::rows(int64_t r0, int64_t r1) const {
+    TROUPE_ASSERT(!prepared_ && 0 <= r0 && r0 < r1 && r1 <= w_.n_out, "linear::rows: bad range");
+    TROUPE_ASSERT(!packed() || r0 % cpu::q8_panel_rows == 0, "linear::rows: rows must start a panel");
+    const std::vector<weight_piece> all = storage();
+    std::vector<weight_piece> view;
+    for (size_t i = 0; i < all.size(); ++i) {
+        const int64_t begin = all[i].row_begin, end = i + 1 < all.size() ? all[i + 1].row_begin : w_.n_out;
+        const int64_t a = std::max(r0, begin), b = std::min(r1, end);
+        if (a >= b) continue;
+        const int64_t skip = a - begin;  // a starts a panel when the weight has panels (begin does too)
+        const auto* data = static_cast<const uint8_t*>(all[i].data);
+        const auto* panels = static_cast<const uint8_t*>(all[i].panels);
+        view.push_back(weight_piece{a - r0, data ? data + w_.row_stride * skip : nullptr,
+                                    panels ? panels + panel_bytes(w_, skip) : nullptr});
+    }
+    linear l = *this;
+    l.w_.n_out = r1 - r0;
+    l.set_pieces(std::move(view));
+    return l;
+}
+
+size_t linear::placed_bytes(int64_t r0, int64_t r1) const {
+    if (prepared_) return 0;
+    if (packs_panels()) return panel_bytes(w_, r1 - r0);
+    return (w_.row_stride * static_cast<size_t>(r1 - r0) + 63) / 64 * 64;
+}
+
+void linear::place(std::span<const int64_t> bounds, std::span<uint8_t* const> dsts, cpu::thread_pool* pool) {
+    TROUPE_ASSERT(!prepared_, "linear::place: the weight belongs to a plugin");
+    TROUPE_ASSERT(bounds.size() == dsts.size() + 1 && bounds.front() == 0 && bounds.back() == w_.n_out,
+                  "linear::place: shard bounds must run from 0 to n_out");
+    const std::vector<weight_piece> from = storage();  // the file's rows
+    const bool panels = packs_panels();
+    std::vector<weight_piece> placed;
+    for (size_t s = 0; s + 1 < bounds.size(); ++s) {
+        const int64_t r0 = bounds[s], r1 = bounds[s + 1];
+        if (r0 == r1) continue;
+        TROUPE_ASSERT(!panels || r0 % cpu::q8_panel_rows == 0, "linear::place: a shard must start a panel");
+        uint8_t* dst = dsts[s];
+        const void* single_source = nullptr;  // the shard's rows in the file, where they lie in one piece
+        for (size_t i = 0; i < from.size(); ++i) {
+            const int64_t begin = from[i].row_begin, end = i + 1 < from.size() ? from[i + 1].row_begin : w_.n_out;
+            const int64_t a = std::max(r0, begin), b = std::min(r1, end);
+            if (a >= b) continue;
+            const auto* src = static_cast<const uint8_t*>(from[i].data) + w_.row_stride * (a - begin);
+            if (a == r0 && b == r1) single_source = src;
+            if (panels) {  // sources start panels: parts of a concatenation are whole panels
+                const matmul_weight part{w_.type, src, w_.n_in, b - a, w_.row_stride};
+                cpu::pack_q8_panels(part, dst + panel_bytes(w_, a - r0), pool);
+            } else {
+                std::memcpy(dst + w_.row_stride * (a - r0), src, w_.row_stride * (b - a));
+            }
+        }
+        // Panels: the rows stay in the file (faulted back in if a kernel without panels ever reads them).
+        placed.push_back(weight_piece{r0, panels ? single_source : dst, panels ? dst : nullptr});
+    }
+    for (size_t i = 0; i < from.size(); ++i) {
+        const int64_t end = i + 1 < from.size() ? from[i + 1].row_begin : w_.n_out;
+        release_mapped_pages(from[i].data, w_.row_stride * (end - from[i].row_begin));
+    }
+    set_pieces(std::move(placed));
 }
 
 status linear::forward(const float* x, float* y, int64_t n_tokens, const compute_context& ctx) const {

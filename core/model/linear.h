@@ -9,6 +9,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <vector>
 
 #include "core/model/compute_context.h"
 #include "core/model/ops.h"
@@ -25,26 +26,30 @@ public:
     status forward(const float* x, float* y, int64_t n_tokens, const compute_context& ctx) const;
 
     // The parts (weights that multiply the same input, like q/k/v) as one matrix whose rows are theirs in
-    // order, where that costs nothing: every part on the builtin kernels with the same type, recipe, n_in and
-    // row stride, their rows — or panels, each part a whole number of panels — back to back in memory (place()
-    // in the parts' order lays them out so). One product then is one parallel job instead of several, with
-    // longer contiguous pieces per thread and the activations prepared once. A view: valid while the parts are.
-    // Empty where the parts do not qualify.
+    // order: every part on the builtin kernels with the same type, recipe, n_in and row stride, and where the
+    // parts have panels each part but the last a whole number of panels. Its rows stay where the parts' are (a
+    // weight in pieces, matmul_weight::pieces, merged where they touch), so one product is one parallel job
+    // instead of several and the activations are prepared once. A view: valid while the parts' memory is. Empty
+    // where the parts do not qualify.
     static std::optional<linear> concatenated(std::span<const linear* const> parts);
+    // Rows [r0, r1) as a weight of their own (a view, like concatenated's); with panels r0 must start a panel.
+    linear rows(int64_t r0, int64_t r1) const;
 
     int64_t n_in() const { return w_.n_in; }
     int64_t n_out() const { return w_.n_out; }
     size_t n_bytes() const;  // weight bytes read per product
 
-    // kernels.weights: copy. Bytes the weight takes when placed in memory of the model's own (0 for a weight a
-    // plugin took: the plugin owns its memory), and placing it: copies the rows to dst (placed_bytes(),
-    // 64-byte aligned) — or packs them into the panels the kernels prefer for the type and recipe
-    // (kernels/cpu/q8_panels.h) — reads them from there from now on and releases the file pages they came
-    // from (so the weight must point into a read-only file mapping, as gguf_file's tensors do: released
-    // anonymous memory would read back as zeros). pool (may be null) splits the packing.
-    size_t placed_bytes() const;
-    void place(uint8_t* dst, cpu::thread_pool* pool);
-    bool packed() const { return panels_ != nullptr; }
+    // kernels.weights: copy. Bytes rows [r0, r1) take when placed in memory of the model's own: their rows (a
+    // multiple of 64 bytes), or the panels the kernels prefer for the type and recipe (kernels/cpu/q8_panels.h); 0
+    // for a weight a plugin took (the plugin owns its memory). With panels r0 must start a panel.
+    size_t placed_bytes(int64_t r0, int64_t r1) const;
+    // Places the weight in shards: rows [bounds[i], bounds[i + 1]) are copied (or packed into panels) to dsts[i]
+    // (placed_bytes of them, 64-byte aligned) and read there from now on, as pieces; the file pages they came from
+    // are released (so the rows must lie in a read-only file mapping, as gguf_file's tensors do: released
+    // anonymous memory would read back as zeros). bounds run from 0 to n_out and start panels. pool (may be null)
+    // splits the packing.
+    void place(std::span<const int64_t> bounds, std::span<uint8_t* const> dsts, cpu::thread_pool* pool);
+    bool packed() const;  // the kernels read panels
     bool by_plugin() const { return prepared_ != nullptr; }
     ggml_type stored_type() const { return w_.type; }
     cpu::activation_recipe recipe() const { return recipe_; }  // of the builtin kernels (unused by a plugin)
@@ -52,13 +57,17 @@ public:
 private:
     matmul_weight kernel_weight() const;  // what cpu::matmul reads
     bool packs_panels() const;            // place() packs q8 panels
-    bool keeps_rows() const;              // place() copies the rows
+    // The weight's storage as pieces (one piece when it has none of its own).
+    std::vector<weight_piece> storage() const;
+    // Sets the pieces, merging neighbours whose rows (and panels) continue each other; one left means none.
+    void set_pieces(std::vector<weight_piece> pieces);
 
     weight_view w_{};
     quant_op* quant_ = nullptr;
     cpu::activation_recipe recipe_ = cpu::activation_recipe::quantized;
     std::shared_ptr<const prepared_weight> prepared_;
-    const void* panels_ = nullptr;  // the packed form place() wrote, or null
+    const void* panels_ = nullptr;      // the packed form of the whole weight, or null
+    std::vector<weight_piece> pieces_;  // where the rows are stored in several places (then w_.data, panels_ unused)
 };
 
 }  // namespace troupe

@@ -8,6 +8,7 @@
 #include "kernels/cpu/matmul_kernels.h"
 #include "kernels/cpu/q8_panels_kernels.h"
 #include "kernels/cpu/streamed_rows.h"
+#include "kernels/cpu/weight_pieces.h"
 #include "kernels/fp16.h"
 
 namespace troupe::cpu {
@@ -66,10 +67,21 @@ template <class Split, class Fn>
 void for_dot_rows(const Split& split, thread_pool* pool, const matmul_weight& w, int64_t n_tokens, const Fn& fn) {
     if (pool != nullptr && n_tokens <= detail::k_max_streamed_tokens) {
         const int64_t grain = detail::streamed_grain(static_cast<int64_t>(w.row_stride), k_rows_per_item);
-        pool->parallel_ranges(w.n_out, grain, [&](int64_t r0, int64_t r1) { fn(r0, r1); });
+        detail::stream_rows(*pool, w, 1, grain, [&](int64_t r0, int64_t r1) { fn(r0, r1); });
         return;
     }
     for_row_ranges(split, w.n_out, k_rows_per_item, fn);
+}
+
+// A kernel call kernel(piece, y_piece, r0, r1) over rows [r0, r1) of w as fn(r0, r1), piece by piece (weight_pieces.h):
+// y_piece is y at the piece's first row, the kernel's ldy stays w.n_out.
+template <class Kernel>
+auto by_pieces(const matmul_weight& w, float* y, const Kernel& kernel) {
+    return [&w, y, &kernel](int64_t r0, int64_t r1) {
+        detail::for_each_piece(w, r0, r1, [&](const matmul_weight& piece, int64_t first_row, int64_t a, int64_t b) {
+            kernel(piece, y + first_row, a, b);
+        });
+    };
 }
 
 // The recipe's activations of one token as floats (rounded to F16 / BF16, or the values of their Q8_0 / Q8_K
@@ -113,17 +125,20 @@ void matmul_float_act(const detail::matmul_kernels& k, const matmul_weight& w, c
         } else {
             pack(0, n_tokens);
         }
-        for_row_ranges(split, w.n_out, k.gemm_rows,
-                       [&](int64_t r0, int64_t r1) { k.gemm(w, xp, y, w.n_out, n_tokens, r0, r1); });
+        const auto gemm = [&](const matmul_weight& piece, float* yp, int64_t r0, int64_t r1) {
+            k.gemm(piece, xp, yp, w.n_out, n_tokens, r0, r1);
+        };
+        for_row_ranges(split, w.n_out, k.gemm_rows, by_pieces(w, y, gemm));
         return;
     }
-    const auto rows = [&](int64_t r0, int64_t r1) {
+    const auto dot = [&](const matmul_weight& piece, float* yp, int64_t r0, int64_t r1) {
         if (is_float_type(w.type)) {
-            k.rows(w, detail::prepared_x{x, static_cast<size_t>(n) * sizeof(float)}, y, w.n_out, n_tokens, r0, r1);
+            k.rows(piece, detail::prepared_x{x, static_cast<size_t>(n) * sizeof(float)}, yp, w.n_out, n_tokens, r0, r1);
         } else {
-            k.rows_float_act(w, x, y, w.n_out, n_tokens, r0, r1);
+            k.rows_float_act(piece, x, yp, w.n_out, n_tokens, r0, r1);
         }
     };
+    const auto rows = by_pieces(w, y, dot);
     if (w.n_out * n * n_tokens < k_inline_macs) {
         rows(0, w.n_out);  // cheaper than waking a thread
     } else {
@@ -142,6 +157,8 @@ void matmul_impl(const matmul_weight& w, const float* x, float* y, int64_t n_tok
         detail::matmul_q8_panels(w, x, y, n_tokens, recipe, split, pool);
         return;
     }
+    TROUPE_ASSERT(detail::has_rows(w),
+                  "matmul: the weight keeps only q8 panels, which the active CPU level cannot read");
     const detail::matmul_kernels& k = active_kernels();
     const int64_t n = w.n_in;
     const bool use_gemm = n_tokens >= gemm_threshold(k, w.type, recipe);
@@ -172,8 +189,10 @@ void matmul_impl(const matmul_weight& w, const float* x, float* y, int64_t n_tok
             const float* values = recipe_floats(k, w.type, x + t * n, n, row_buffer.as<float>(static_cast<size_t>(n)));
             detail::gemm_pack_token(values, t, n_tokens, n, k.gemm_mr, k.gemm_kc, xp);
         });
-        for_row_ranges(split, w.n_out, k.gemm_rows,
-                       [&](int64_t r0, int64_t r1) { k.gemm(w, xp, y, w.n_out, n_tokens, r0, r1); });
+        const auto gemm = [&](const matmul_weight& piece, float* yp, int64_t r0, int64_t r1) {
+            k.gemm(piece, xp, yp, w.n_out, n_tokens, r0, r1);
+        };
+        for_row_ranges(split, w.n_out, k.gemm_rows, by_pieces(w, y, gemm));
         return;
     }
 
@@ -196,13 +215,19 @@ void matmul_impl(const matmul_weight& w, const float* x, float* y, int64_t n_tok
         px = {xq, static_cast<size_t>(nb) * sizeof(block_q8_k)};
     }
     if (use_gemm) {  // the integer GEMM of Q8_0 / Q4_0 weights
-        for_row_ranges(split, w.n_out, k.gemm_q8_rows,
-                       [&](int64_t r0, int64_t r1) { k.gemm_q8(w, px, y, w.n_out, n_tokens, r0, r1); });
-    } else if (w.n_out * n * n_tokens < k_inline_macs) {
-        k.rows(w, px, y, w.n_out, n_tokens, 0, w.n_out);  // cheaper than waking a thread
+        const auto gemm_q8 = [&](const matmul_weight& piece, float* yp, int64_t r0, int64_t r1) {
+            k.gemm_q8(piece, px, yp, w.n_out, n_tokens, r0, r1);
+        };
+        for_row_ranges(split, w.n_out, k.gemm_q8_rows, by_pieces(w, y, gemm_q8));
+        return;
+    }
+    const auto dot = [&](const matmul_weight& piece, float* yp, int64_t r0, int64_t r1) {
+        k.rows(piece, px, yp, w.n_out, n_tokens, r0, r1);
+    };
+    if (w.n_out * n * n_tokens < k_inline_macs) {
+        by_pieces(w, y, dot)(0, w.n_out);  // cheaper than waking a thread
     } else {
-        for_dot_rows(split, pool, w, n_tokens,
-                     [&](int64_t r0, int64_t r1) { k.rows(w, px, y, w.n_out, n_tokens, r0, r1); });
+        for_dot_rows(split, pool, w, n_tokens, by_pieces(w, y, dot));
     }
 }
 

@@ -12,6 +12,7 @@
 #include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/q8_panels_kernels.h"
 #include "kernels/cpu/streamed_rows.h"
+#include "kernels/cpu/weight_pieces.h"
 
 namespace troupe::cpu {
 namespace detail {
@@ -64,7 +65,7 @@ q8_panel_geometry q8_panel_geometry_of(ggml_type type, int64_t n_in, int64_t n_o
 }
 
 bool q8_panels_active(const matmul_weight& w, activation_recipe recipe) {
-    return w.panels != nullptr && q8_panels_supported(w.type, recipe);
+    return has_panels(w) && q8_panels_supported(w.type, recipe);
 }
 
 void matmul_q8_panels(const matmul_weight& w, const float* x, float* y, int64_t n_tokens, activation_recipe recipe,
@@ -85,12 +86,18 @@ void matmul_q8_panels(const matmul_weight& w, const float* x, float* y, int64_t 
                 std::memcpy(xf + (b * n_tokens + t) * qk8_0, x + t * w.n_in + b * qk8_0, qk8_0 * sizeof(float));
         }
     };
+    // Panels [p0, p1) of w, piece by piece (each piece starts a panel).
     const auto product = [&](int64_t p0, int64_t p1) {
-        if (quantized) {
-            q8_panels_product_avx512(w, xq, n_tokens, y, p0, p1);
-        } else {
-            q8_panels_float_act_avx512(w, xf, n_tokens, y, p0, p1);
-        }
+        const int64_t r1 = std::min(w.n_out, p1 * k_panel_rows);
+        for_each_piece(w, p0 * k_panel_rows, r1,
+                       [&](const matmul_weight& piece, int64_t first_row, int64_t a, int64_t b) {
+                           const int64_t pa = a / k_panel_rows, pb = (b + k_panel_rows - 1) / k_panel_rows;
+                           if (quantized) {
+                               q8_panels_product_avx512(piece, xq, n_tokens, y + first_row, w.n_out, pa, pb);
+                           } else {
+                               q8_panels_float_act_avx512(piece, xf, n_tokens, y + first_row, w.n_out, pa, pb);
+                           }
+                       });
     };
     // Small products run on the calling thread: the hand-over to a worker would cost more than the work.
     constexpr int64_t k_inline_macs = 32 * 1024;
@@ -103,7 +110,7 @@ void matmul_q8_panels(const matmul_weight& w, const float* x, float* y, int64_t 
     if (inline_call) {
         product(0, g.n_panels);
     } else if (pool != nullptr && n_tokens <= k_max_streamed_tokens) {
-        pool->parallel_ranges(g.n_panels, streamed_grain(static_cast<int64_t>(g.panel_bytes)), product);
+        stream_rows(*pool, w, k_panel_rows, streamed_grain(static_cast<int64_t>(g.panel_bytes)), product);
     } else {
         parallel_for(g.n_panels, product);
     }

@@ -117,14 +117,14 @@ void q8_panels_prepare_avx512(const float* x, int64_t n_in, ggml_type type, q8_a
     }
 }
 
-void q8_panels_product_avx512(const matmul_weight& w, const q8_act_block* x, int64_t n_tokens, float* y, int64_t p0,
-                              int64_t p1) {
+void q8_panels_product_avx512(const matmul_weight& w, const q8_act_block* x, int64_t n_tokens, float* y, int64_t ldy,
+                              int64_t p0, int64_t p1) {
     const q8_panel_geometry g = q8_panel_geometry_of(w.type, w.n_in, w.n_out);
     const auto& tiles = w.type == ggml_type::q8_0 ? k_q8_tiles : k_q4_tiles;
     for_each_panel_tile(w, g, n_tokens, p0, p1, k_max_tile, static_cast<size_t>(g.n_blocks) * sizeof(q8_act_block),
                         [&](const uint8_t* panel, __mmask16 rows, int64_t p, int64_t t0, int m, bool first) {
                             tiles[m - 1](panel, g.n_blocks, g.group_bytes, x + t0, n_tokens,
-                                         y + t0 * w.n_out + p * k_panel_rows, w.n_out, rows, first);
+                                         y + t0 * ldy + p * k_panel_rows, ldy, rows, first);
                         });
 }
 
@@ -140,7 +140,7 @@ void q8_panels_prepare_avx512(const float*, int64_t, ggml_type, q8_act_block*, i
     TROUPE_ASSERT(false, "q8 panels: built without AVX-512");
 }
 
-void q8_panels_product_avx512(const matmul_weight&, const q8_act_block*, int64_t, float*, int64_t, int64_t) {
+void q8_panels_product_avx512(const matmul_weight&, const q8_act_block*, int64_t, float*, int64_t, int64_t, int64_t) {
     TROUPE_ASSERT(false, "q8 panels: built without AVX-512");
 }
 

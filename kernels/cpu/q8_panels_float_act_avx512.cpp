@@ -120,14 +120,14 @@ constexpr auto k_q4_float_tiles = tile_table<k_max_tile>([]<int M>() { return &f
 
 }  // namespace
 
-void q8_panels_float_act_avx512(const matmul_weight& w, const float* x, int64_t n_tokens, float* y, int64_t p0,
-                                int64_t p1) {
+void q8_panels_float_act_avx512(const matmul_weight& w, const float* x, int64_t n_tokens, float* y, int64_t ldy,
+                                int64_t p0, int64_t p1) {
     const q8_panel_geometry g = q8_panel_geometry_of(w.type, w.n_in, w.n_out);
     const auto& tiles = w.type == ggml_type::q8_0 ? k_q8_float_tiles : k_q4_float_tiles;
     for_each_panel_tile(w, g, n_tokens, p0, p1, k_max_tile, static_cast<size_t>(w.n_in) * sizeof(float),
                         [&](const uint8_t* panel, __mmask16 rows, int64_t p, int64_t t0, int m, bool first) {
                             tiles[m - 1](panel, g.n_blocks, g.group_bytes, x + t0 * 32, n_tokens,
-                                         y + t0 * w.n_out + p * k_panel_rows, w.n_out, rows, first);
+                                         y + t0 * ldy + p * k_panel_rows, ldy, rows, first);
                         });
 }
 
@@ -139,7 +139,7 @@ void q8_panels_float_act_avx512(const matmul_weight& w, const float* x, int64_t 
 
 namespace troupe::cpu::detail {
 
-void q8_panels_float_act_avx512(const matmul_weight&, const float*, int64_t, float*, int64_t, int64_t) {
+void q8_panels_float_act_avx512(const matmul_weight&, const float*, int64_t, float*, int64_t, int64_t, int64_t) {
     TROUPE_ASSERT(false, "q8 panels: built without AVX-512");
 }
 

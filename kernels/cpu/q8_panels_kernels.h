@@ -51,11 +51,11 @@ void matmul_q8_panels(const matmul_weight& w, const float* x, float* y, int64_t 
 void q8_panels_prepare_avx512(const float* x, int64_t n_in, ggml_type type, q8_act_block* out, int64_t stride);
 
 // y[t * w.n_out + r] for t < n_tokens and the rows of panels [p0, p1); x: [n_blocks][n_tokens] blocks.
-void q8_panels_product_avx512(const matmul_weight& w, const q8_act_block* x, int64_t n_tokens, float* y, int64_t p0,
-                              int64_t p1);
+void q8_panels_product_avx512(const matmul_weight& w, const q8_act_block* x, int64_t n_tokens, float* y, int64_t ldy,
+                              int64_t p0, int64_t p1);
 
 // The float-activation recipe (q8_panels_float_act_avx512.cpp): y as above; x: [n_blocks][n_tokens][32] floats.
-void q8_panels_float_act_avx512(const matmul_weight& w, const float* x, int64_t n_tokens, float* y, int64_t p0,
-                                int64_t p1);
+void q8_panels_float_act_avx512(const matmul_weight& w, const float* x, int64_t n_tokens, float* y, int64_t ldy,
+                                int64_t p0, int64_t p1);
 
 }  // namespace troupe::cpu::detail

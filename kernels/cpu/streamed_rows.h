@@ -10,6 +10,10 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <vector>
+
+#include "kernels/cpu/thread_pool.h"
+#include "kernels/ref/ops.h"
 
 namespace troupe::cpu::detail {
 
@@ -21,6 +25,24 @@ constexpr int64_t k_max_streamed_tokens = 16;
 inline int64_t streamed_grain(int64_t item_bytes, int64_t min_items = 1) {
     constexpr int64_t k_grain_bytes = 64 << 10;
     return std::max<int64_t>(min_items, k_grain_bytes / std::max<int64_t>(1, item_bytes));
+}
+
+// Runs fn(begin, end) over the units of w's rows (rows, or panels of unit_rows rows) with parallel_ranges in grains of
+// `grain` units: one share per piece where w has one piece per thread of the pool (kernels.weights: copy lays thread
+// i's pieces of every weight out back to back, so each thread streams its own region through all the matmuls of a
+// step), even shares otherwise.
+template <class Fn>
+void stream_rows(thread_pool& pool, const matmul_weight& w, int64_t unit_rows, int64_t grain, const Fn& fn) {
+    const int64_t n_units = (w.n_out + unit_rows - 1) / unit_rows;
+    if (w.n_pieces != pool.n_threads()) {
+        pool.parallel_ranges(n_units, grain, fn);
+        return;
+    }
+    static thread_local std::vector<int64_t> bounds;
+    bounds.resize(w.n_pieces + 1);
+    for (int32_t i = 0; i < w.n_pieces; ++i) bounds[i] = w.pieces[i].row_begin / unit_rows;
+    bounds[w.n_pieces] = n_units;
+    pool.parallel_ranges(bounds, grain, fn);
 }
 
 }  // namespace troupe::cpu::detail

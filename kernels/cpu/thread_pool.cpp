@@ -23,13 +23,18 @@ constexpr int k_chunks_per_thread = 4;
 
 thread_local bool t_inside_pool_job = false;
 
-// A ranges job's share word: the generation's low 24 bits, front and back grains (20 bits each).
+// A ranges job's share word: the generation's low 23 bits, the claimed bit, front and back grains (20 bits each).
 constexpr int k_grain_bits = 20;
 constexpr uint64_t k_grain_mask = (uint64_t{1} << k_grain_bits) - 1;
-constexpr uint32_t k_tag_mask = (uint32_t{1} << 24) - 1;
+constexpr uint64_t k_claimed = uint64_t{1} << (2 * k_grain_bits);
+constexpr int k_tag_shift = 2 * k_grain_bits + 1;
+constexpr uint32_t k_tag_mask = (uint32_t{1} << 23) - 1;
 
 constexpr uint64_t share_word(uint32_t generation, uint64_t front, uint64_t back) {
-    return uint64_t{generation & k_tag_mask} << (2 * k_grain_bits) | front << k_grain_bits | back;
+    return uint64_t{generation & k_tag_mask} << k_tag_shift | front << k_grain_bits | back;
+}
+constexpr uint64_t tag_of(uint64_t word) {
+    return word >> k_tag_shift;
 }
 
 }  // namespace
@@ -39,7 +44,7 @@ thread_pool::thread_pool(int n_threads, int spin_us) : spin_us_(spin_us) {
     n_threads_ = n_threads < 1 ? 1 : n_threads;
     shares_ = std::make_unique<share[]>(n_threads_);
     workers_.reserve(n_threads_ - 1);
-    for (int i = 1; i < n_threads_; ++i) workers_.emplace_back([this] { worker_main(); });
+    for (int i = 1; i < n_threads_; ++i) workers_.emplace_back([this, i] { worker_main(i); });
 }
 
 thread_pool::~thread_pool() {
@@ -69,56 +74,59 @@ void thread_pool::run_chunks(uint32_t generation) {
     }
 }
 
-int64_t thread_pool::take_grains(std::atomic<uint64_t>& word, uint32_t generation, bool from_front) {
+int64_t thread_pool::take_grains(share& sh, uint32_t generation, bool from_front) {
     const uint64_t tag = generation & k_tag_mask;
     int64_t n_run = 0;
     for (;;) {
-        uint64_t w = word.load(std::memory_order_acquire);
-        if (w >> (2 * k_grain_bits) != tag) return n_run;  // the job is over (all its grains were run)
+        uint64_t w = sh.word.load(std::memory_order_acquire);
+        if (tag_of(w) != tag) return n_run;  // the job is over (all its grains were run)
         const uint64_t front = (w >> k_grain_bits) & k_grain_mask, back = w & k_grain_mask;
         if (front >= back) return n_run;
         const uint64_t grain = from_front ? front : back - 1;
-        const uint64_t next =
-            from_front ? share_word(generation, front + 1, back) : share_word(generation, front, back - 1);
-        if (!word.compare_exchange_weak(w, next, std::memory_order_acq_rel)) continue;
+        const uint64_t next = w + (from_front ? uint64_t{1} << k_grain_bits : ~uint64_t{0});  // front + 1 or back - 1
+        if (!sh.word.compare_exchange_weak(w, next, std::memory_order_acq_rel)) continue;
         // The grain is ours and not yet counted: the job cannot finish before this thread reports it, so fn_,
-        // n_ and grain_ are this job's.
-        const int64_t begin = static_cast<int64_t>(grain) * grain_;
-        (*fn_)(begin, std::min(n_, begin + grain_));
+        // grain_ and the share's bounds are this job's.
+        const int64_t begin = sh.begin + static_cast<int64_t>(grain) * grain_;
+        (*fn_)(begin, std::min(sh.end, begin + grain_));
         ++n_run;
     }
 }
 
-int64_t thread_pool::run_ranges(uint32_t generation) {
+int64_t thread_pool::run_ranges(uint32_t generation, int index) {
+    const uint64_t tag = generation & k_tag_mask;
+    // Another job's count if this one is already over (even a chunks job's: hence the clamp), and then every
+    // claim below fails on the tag.
+    const int64_t n_shares = std::min<int64_t>(n_chunks_.load(std::memory_order_acquire), n_threads_);
     int64_t n_run = 0;
-    int64_t last = -1;  // the last share this thread claimed
-    for (;;) {
-        uint64_t c = claim_.load(std::memory_order_acquire);
-        if (static_cast<uint32_t>(c >> 32) != generation) return n_run;
-        const uint32_t s = static_cast<uint32_t>(c);
-        if (s >= n_chunks_.load(std::memory_order_acquire)) break;  // every share has its thread
-        if (!claim_.compare_exchange_weak(c, c + 1, std::memory_order_acq_rel)) continue;
-        // Unclaimed shares are never stolen from, so this one still holds all its grains (uncounted): the
-        // job cannot finish before this thread reports, and n_chunks_ below is this job's.
-        last = s;
-        n_run += take_grains(shares_[s].word, generation, /*from_front=*/true);
+    bool claimed_any = false;
+    // This thread's own share first, then any share nobody has claimed yet.
+    for (int64_t i = 0; i < n_shares; ++i) {
+        share& sh = shares_[(index + i) % n_shares];
+        uint64_t w = sh.word.load(std::memory_order_acquire);
+        if (tag_of(w) != tag) return n_run;  // the job is over
+        if ((w & k_claimed) != 0 || !sh.word.compare_exchange_strong(w, w | k_claimed, std::memory_order_acq_rel))
+            continue;
+        // Unclaimed shares are never stolen from, so this one still holds all its grains (uncounted): the job
+        // cannot finish before this thread reports.
+        claimed_any = true;
+        n_run += take_grains(sh, generation, /*from_front=*/true);
     }
-    // Only a thread that runs shares steals: one that claimed none may be late for a job that is already
-    // over, while a claimant is counted in the job until it reports.
-    if (last < 0) return n_run;
-    const int64_t n_shares = n_chunks_.load(std::memory_order_relaxed);
+    // Every share is claimed now. Only a thread that claimed one steals: one that claimed none may be late for
+    // a job that is already over, while a claimant is counted in the job until it reports.
+    if (!claimed_any) return n_run;
     for (int64_t i = 1; i < n_shares; ++i) {
-        n_run += take_grains(shares_[(last + i) % n_shares].word, generation, /*from_front=*/false);
+        n_run += take_grains(shares_[(index + i) % n_shares], generation, /*from_front=*/false);
     }
     return n_run;
 }
 
-void thread_pool::run_job(uint32_t generation) {
+void thread_pool::run_job(uint32_t generation, int index) {
     if (kind_.load(std::memory_order_acquire) == job_kind::chunks) {
         run_chunks(generation);
         return;
     }
-    const int64_t n_run = run_ranges(generation);
+    const int64_t n_run = run_ranges(generation, index);
     if (n_run == 0) return;
     // This thread's grains are not counted yet, so the job is not over and n_target_ is still its own.
     const uint32_t target = n_target_;
@@ -127,7 +135,7 @@ void thread_pool::run_job(uint32_t generation) {
     }
 }
 
-void thread_pool::worker_main() {
+void thread_pool::worker_main(int index) {
     t_inside_pool_job = true;  // a worker's fn that calls parallel_for runs it inline
     uint32_t seen = 0;
     for (;;) {
@@ -144,7 +152,7 @@ void thread_pool::worker_main() {
         }
         seen = gen;
         if (stop_.load(std::memory_order_relaxed)) return;
-        run_job(gen);
+        run_job(gen, index);
     }
 }
 
@@ -166,7 +174,7 @@ void thread_pool::run_published(uint32_t generation) {
     generation_.store(generation, std::memory_order_release);
     generation_.notify_all();
     t_inside_pool_job = true;
-    run_job(generation);
+    run_job(generation, 0);
     t_inside_pool_job = false;
     // Work still running on workers: spin briefly, then sleep (a long chunk must not burn this core).
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::microseconds(spin_us_);
@@ -197,8 +205,33 @@ void thread_pool::parallel_for(int64_t n, const std::function<void(int64_t, int6
 
 void thread_pool::parallel_ranges(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& fn) {
     if (n <= 0) return;
-    grain = std::max<int64_t>(grain, (n + static_cast<int64_t>(k_grain_mask) - 1) / static_cast<int64_t>(k_grain_mask));
+    // Shares of whole grains, as even as that allows.
+    grain = std::max<int64_t>(1, grain);
     const int64_t n_grains = (n + grain - 1) / grain;
+    const int64_t n_shares = std::min<int64_t>(n_threads_, n_grains);
+    std::vector<int64_t> bounds(n_shares + 1);
+    for (int64_t s = 0; s <= n_shares; ++s) bounds[s] = std::min(n, n_grains * s / n_shares * grain);
+    parallel_ranges(bounds, grain, fn);
+}
+
+void thread_pool::parallel_ranges(std::span<const int64_t> bounds, int64_t grain,
+                                  const std::function<void(int64_t, int64_t)>& fn) {
+    TROUPE_ASSERT(bounds.size() >= 2 && bounds.size() - 1 <= static_cast<size_t>(n_threads_) && bounds.front() == 0,
+                  "thread_pool::parallel_ranges: " + std::to_string(bounds.size()) + " share bounds for " +
+                      std::to_string(n_threads_) + " threads");
+    const int64_t n = bounds.back();
+    if (n <= 0) return;
+    const auto n_shares = static_cast<int64_t>(bounds.size() - 1);
+    int64_t largest = 0;
+    for (int64_t s = 0; s < n_shares; ++s) {
+        TROUPE_ASSERT(bounds[s] <= bounds[s + 1], "thread_pool::parallel_ranges: share bounds must ascend");
+        largest = std::max(largest, bounds[s + 1] - bounds[s]);
+    }
+    // A share's grains must fit its word.
+    grain = std::max(
+        {int64_t{1}, grain, (largest + static_cast<int64_t>(k_grain_mask) - 1) / static_cast<int64_t>(k_grain_mask)});
+    int64_t n_grains = 0;
+    for (int64_t s = 0; s < n_shares; ++s) n_grains += (bounds[s + 1] - bounds[s] + grain - 1) / grain;
     if (n_threads_ == 1 || n_grains == 1 || t_inside_pool_job) {
         fn(0, n);
         return;
@@ -206,11 +239,12 @@ void thread_pool::parallel_ranges(int64_t n, int64_t grain, const std::function<
     std::lock_guard lock(submit_mutex_);
     const uint32_t gen = begin_job(job_kind::ranges, fn, n);
     grain_ = grain;
-    const int64_t n_shares = std::min<int64_t>(n_threads_, n_grains);
     for (int64_t s = 0; s < n_shares; ++s) {
-        shares_[s].word.store(share_word(gen, static_cast<uint64_t>(n_grains * s / n_shares),
-                                         static_cast<uint64_t>(n_grains * (s + 1) / n_shares)),
-                              std::memory_order_relaxed);
+        share& sh = shares_[s];
+        sh.begin = bounds[s];
+        sh.end = bounds[s + 1];
+        const auto grains = static_cast<uint64_t>((sh.end - sh.begin + grain - 1) / grain);
+        sh.word.store(share_word(gen, 0, grains), std::memory_order_relaxed);
     }
     n_target_ = static_cast<uint32_t>(n_grains);
     n_chunks_.store(static_cast<uint32_t>(n_shares), std::memory_order_release);

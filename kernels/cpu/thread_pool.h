@@ -13,7 +13,9 @@
 // contiguous share of [0, n) and works through it front to back a grain at a time, then takes grains from the
 // back of shares still in progress (work stealing). So every thread streams one long range, which the memory
 // prefetchers serve fastest (two Zen 5 cores read ~96 KiB pieces 10-20% slower than MiB-long ones), and the
-// threads finish within about a grain of each other (no chunk-sized imbalance at the end of a job).
+// threads finish within about a grain of each other (no chunk-sized imbalance at the end of a job). Thread i
+// (the caller is thread 0, worker k is thread k + 1) takes share i when it is there in time, so memory laid out
+// per share (kernels.weights: copy shards the weights so) is read by the same thread at every call.
 //
 // One job at a time: calls from several threads are serialized by a mutex; a call from inside a running fn
 // (nesting) runs inline on the calling thread.
@@ -24,6 +26,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <span>
 #include <thread>
 #include <vector>
 
@@ -49,28 +52,35 @@ public:
     void parallel_for(int64_t n, const std::function<void(int64_t, int64_t)>& fn);
     // fn(begin, end) over [0, n) in pieces of grain items (the last one shorter), as described above.
     void parallel_ranges(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& fn);
+    // The same with the shares given: share s is [bounds[s], bounds[s + 1]) (bounds ascending from 0 to n, at most
+    // n_threads() shares); its grains start at bounds[s].
+    void parallel_ranges(std::span<const int64_t> bounds, int64_t grain,
+                         const std::function<void(int64_t, int64_t)>& fn);
 
     // An adapter for code that takes a parallel_for_fn (plugins, the model graph).
     parallel_for_fn as_parallel_for();
 
 private:
     enum class job_kind : uint8_t { chunks, ranges };
-    // A share of a ranges job, in grains: generation (low 24 bits) << 40 | front << 20 | back. Stealing
-    // and taking are compare-exchanges on it; the generation lets a late thread see that the job is gone.
+    // A share of a ranges job: items [begin, end), and its grains (counted from begin) as a word: the
+    // generation's low 23 bits << 41 | claimed << 40 | front << 20 | back. Claiming, taking and stealing are
+    // compare-exchanges on it; the generation lets a late thread see that the job is gone.
     struct alignas(64) share {
         std::atomic<uint64_t> word{0};
+        int64_t begin = 0, end = 0;
     };
 
-    void worker_main();
-    // Runs job `generation` as far as this thread can help (or returns if another job is current).
-    void run_job(uint32_t generation);
+    void worker_main(int index);
+    // Runs job `generation` as far as thread `index` can help (or returns if another job is current).
+    void run_job(uint32_t generation, int index);
     // Claims and runs chunks of job `generation` until none is left (or another job is current).
     void run_chunks(uint32_t generation);
-    // Claims shares of ranges job `generation` and runs them, then steals grains; returns grains run.
-    int64_t run_ranges(uint32_t generation);
+    // Claims shares of ranges job `generation` (share `index` first) and runs them, then steals grains; returns
+    // grains run.
+    int64_t run_ranges(uint32_t generation, int index);
     // Runs grains of one share from its front (its claimant) or back (stealing) until it has none left or
     // the job is over; returns grains run.
-    int64_t take_grains(std::atomic<uint64_t>& word, uint32_t generation, bool from_front);
+    int64_t take_grains(share& sh, uint32_t generation, bool from_front);
     // Closes the previous job's claims and sets the fields every job has; returns the new generation.
     uint32_t begin_job(job_kind kind, const std::function<void(int64_t, int64_t)>& fn, int64_t n);
     // Publishes the job (its fields set) and runs it on this thread too; returns when all of it is done.

@@ -124,6 +124,7 @@ float dot_q6_k(const block_q6_k* w, const block_q8_k* x, int64_t nb) {
 
 void matmul(const matmul_weight& w, const float* x, float* y, int64_t n_tokens) {
     TROUPE_ASSERT(matmul_supports(w.type), std::string(traits(w.type).name));
+    TROUPE_ASSERT(w.n_pieces == 0, "ref::matmul reads the rows at data, not pieces");
     const int64_t n = w.n_in;
     TROUPE_ASSERT(n % traits(w.type).block_size == 0);
     std::vector<float> xr(n);                   // [n_in] activations rounded to F16 / BF16
@@ -183,6 +184,7 @@ void matmul(const matmul_weight& w, const float* x, float* y, int64_t n_tokens) 
 
 void matmul_float_act(const matmul_weight& w, const float* x, float* y, int64_t n_tokens) {
     TROUPE_ASSERT(matmul_supports(w.type), std::string(traits(w.type).name));
+    TROUPE_ASSERT(w.n_pieces == 0, "ref::matmul_float_act reads the rows at data, not pieces");
     std::vector<float> row(w.n_in);  // [n_in] one dequantized weight row
     for (int64_t r = 0; r < w.n_out; ++r) {
         dequantize_row(w.type, row_ptr(w, r), row.data(), w.n_in);

@@ -24,6 +24,13 @@
 namespace troupe {
 
 // A weight matrix as stored: n_out rows of n_in elements of `type` (n_in a multiple of its block size).
+// Rows [row_begin, the next piece's row_begin or n_out) of a weight stored on their own (see matmul_weight::pieces).
+struct weight_piece {
+    int64_t row_begin;
+    const void* data;    // the piece's rows, row_stride apart (or null where only its panels are kept)
+    const void* panels;  // the piece's q8 panels (its first row starts a panel), or null
+};
+
 struct matmul_weight {
     ggml_type type;
     const void* data;  // [n_out] rows of row_stride bytes
@@ -31,6 +38,12 @@ struct matmul_weight {
     int64_t n_out;
     size_t row_stride;             // bytes between rows, >= row_bytes(type, n_in)
     const void* panels = nullptr;  // the q8 panel form (cpu::pack_q8_panels) or null; data stays valid too
+    // Rows stored in several places instead of at data / panels (kernels.weights: copy lays each thread's share
+    // of every weight out in that thread's own region; fused q/k/v read from the file): pieces[0 .. n_pieces),
+    // ascending, pieces[0].row_begin == 0, each with panels exactly when `panels` would be set. Only cpu::matmul
+    // reads pieces.
+    const weight_piece* pieces = nullptr;
+    int32_t n_pieces = 0;
 };
 
 // Whether matmul / embedding support this weight type.

@@ -1,10 +1,14 @@
-// linear::concatenated: parts that multiply the same input (q/k/v, gate/up), back to back in memory, multiplied as
-// one matrix give exactly the parts' own products; parts apart in memory or unlike each other are left alone.
+// linear::concatenated, linear::rows and linear::place: parts that multiply the same input (q/k/v, gate/up) multiplied
+// as one matrix, wherever their rows lie, give exactly the parts' own products; so do rows of a weight taken as a
+// weight of their own, and a weight placed in shards (one region per thread, kernels.weights: copy). Parts unlike
+// each other are not concatenated.
 #include <gtest/gtest.h>
 
 #include <sys/mman.h>
 
+#include <cmath>
 #include <cstring>
+#include <memory>
 #include <random>
 #include <vector>
 
@@ -116,7 +120,24 @@ TEST(linear_concatenated, parts_back_to_back_multiply_as_their_separate_products
     }
 }
 
-TEST(linear_concatenated, parts_apart_in_memory_or_unlike_each_other_are_left_alone) {
+TEST(linear_concatenated, parts_apart_in_memory_multiply_as_their_separate_products) {
+    cpu::thread_pool pool(2);
+    const compute_context ctx = compute_context::over(pool);
+    std::mt19937 rng(2);
+    // Gaps of 3 and 5 rows between the parts: three pieces. (Q8_0 parts whole panels: they would be packed if placed.)
+    for (ggml_type type : {ggml_type::f16, ggml_type::q8_0}) {
+        std::vector<uint8_t> rows(200 * row_bytes(type, k_n_in));
+        fill_rows(type, 200, rows.data(), rng);
+        const std::vector<int64_t> n_outs =
+            type == ggml_type::f16 ? std::vector<int64_t>{40, 24, 64} : std::vector<int64_t>{48, 32, 64};
+        for (auto recipe : {cpu::activation_recipe::quantized, cpu::activation_recipe::float32}) {
+            expect_concatenation_multiplies_like_the_parts(make_parts(type, rows.data(), n_outs, {0, 3, 5}, recipe),
+                                                           ctx);
+        }
+    }
+}
+
+TEST(linear_concatenated, parts_unlike_each_other_are_left_alone) {
     std::vector<uint8_t> rows(200 * row_bytes(ggml_type::f32, k_n_in));
     const auto q = cpu::activation_recipe::quantized;
     const auto concat = [](const std::vector<linear>& parts) {
@@ -125,8 +146,6 @@ TEST(linear_concatenated, parts_apart_in_memory_or_unlike_each_other_are_left_al
         return linear::concatenated(ptrs);
     };
     EXPECT_TRUE(concat(make_parts(ggml_type::f32, rows.data(), {16, 16}, {}, q)).has_value());
-    EXPECT_FALSE(concat(make_parts(ggml_type::f32, rows.data(), {16, 16}, {0, 1}, q)).has_value())
-        << "a row between the parts";
     EXPECT_FALSE(concat({}).has_value());
 
     std::vector<linear> unlike = make_parts(ggml_type::f32, rows.data(), {16}, {}, q);
@@ -180,41 +199,101 @@ TEST(linear_concatenated, weights_a_quant_plugin_took_are_left_alone) {
     EXPECT_FALSE(linear::concatenated(parts).has_value());
 }
 
-// Q8_0 / Q4_0 parts placed in order (kernels.weights: copy) become panels back to back: whole panels
-// concatenate; a part whose last panel is padded does not.
-TEST(linear_concatenated, q8_panels_placed_in_order_multiply_as_their_separate_products) {
-    for (ggml_type type : {ggml_type::q8_0, ggml_type::q4_0}) {
+// Places each weight in `n_shards` shards (bounds at whole panels), each shard in its own buffer with a gap before
+// it, as cpu_llama lays out one region per thread.
+struct shard_buffers {
+    std::vector<std::unique_ptr<cpu::aligned_buffer>> buffers;
+};
+
+void place_in_shards(linear& w, int n_shards, shard_buffers& mem, cpu::thread_pool& pool) {
+    std::vector<int64_t> bounds(n_shards + 1);
+    for (int s = 0; s <= n_shards; ++s) bounds[s] = std::min(w.n_out(), w.n_out() * s / n_shards / 16 * 16);
+    bounds[n_shards] = w.n_out();
+    std::vector<uint8_t*> dsts;
+    for (int s = 0; s < n_shards; ++s) {
+        mem.buffers.push_back(std::make_unique<cpu::aligned_buffer>());
+        auto* base =
+            static_cast<uint8_t*>(mem.buffers.back()->reserve(w.placed_bytes(bounds[s], bounds[s + 1]) + 4096));
+        dsts.push_back(base + 4096);  // a gap: the shards are not back to back
+    }
+    w.place(bounds, dsts, &pool);
+}
+
+// Equal, or within float rounding where placing packed panels (the row kernels and the panel kernels sum the same
+// integer products in another float order).
+void expect_same_products(const std::vector<float>& got, const std::vector<float>& want, bool panels,
+                          const std::string& what) {
+    ASSERT_EQ(got.size(), want.size()) << what;
+    if (!panels) {
+        EXPECT_EQ(got, want) << what;
+        return;
+    }
+    for (size_t i = 0; i < got.size(); ++i) ASSERT_NEAR(got[i], want[i], 1e-4f * (1 + std::fabs(want[i]))) << what;
+}
+
+// Rows copied (F32) or packed into panels (Q8_0, Q4_0), in 1, 2 and 3 shards: the same products as the file's rows;
+// a concatenation placed as one weight, and its parts taken back as rows of it, too.
+TEST(linear_place, weights_placed_in_shards_multiply_as_they_did_from_the_file) {
+    for (ggml_type type : {ggml_type::f32, ggml_type::q8_0, ggml_type::q4_0}) {
         for (auto recipe : {cpu::activation_recipe::quantized, cpu::activation_recipe::float32}) {
-            if (!cpu::q8_panels_supported(type, recipe)) GTEST_SKIP() << "no panel kernels on this CPU";
             SCOPED_TRACE(std::string(traits(type).name) + (recipe == cpu::activation_recipe::float32 ? " float" : ""));
             cpu::thread_pool pool(2);
             const compute_context ctx = compute_context::over(pool);
-            std::mt19937 rng(3);
-            for (const std::vector<int64_t>& n_outs : {std::vector<int64_t>{32, 16, 48}, {20, 16}}) {
-                const size_t stride = row_bytes(type, k_n_in);
-                int64_t total = 0;
-                for (int64_t n : n_outs) total += n;
-                mapped_rows rows(static_cast<size_t>(total) * stride);
-                fill_rows(type, total, rows.data(), rng);
+            const std::vector<int64_t> n_outs{64, 32, 48};
+            const size_t stride = row_bytes(type, k_n_in);
+            mapped_rows rows(144 * stride);
+            // The same rows again (placing releases the source pages, which then read as zeros).
+            const auto refill = [&] {
+                std::mt19937 rng(3);
+                fill_rows(type, 144, rows.data(), rng);
+            };
+            for (int n_shards : {1, 2, 3}) {
+                refill();
+                const std::vector<linear> from_file = make_parts(type, rows.data(), n_outs, {}, recipe);
+                const std::vector<float> x = random_input(3, k_n_in);
+                const std::vector<float> want = separate_products(from_file, x.data(), 3, ctx);
+
+                std::vector<linear> placed = make_parts(type, rows.data(), n_outs, {}, recipe);
+                shard_buffers mem;
+                for (linear& p : placed) place_in_shards(p, n_shards, mem, pool);
+                const bool panels = cpu::q8_panels_supported(type, recipe);
+                EXPECT_EQ(placed[0].packed(), panels);
+                const std::string shards = std::to_string(n_shards) + " shards";
+                expect_same_products(separate_products(placed, x.data(), 3, ctx), want, panels, shards);
+
+                refill();
                 std::vector<linear> parts = make_parts(type, rows.data(), n_outs, {}, recipe);
-                size_t arena_bytes = 0;
-                for (const linear& p : parts) arena_bytes += p.placed_bytes();
-                cpu::aligned_buffer arena;
-                auto* dst = static_cast<uint8_t*>(arena.reserve(arena_bytes));
-                for (linear& p : parts) {
-                    p.place(dst, &pool);
-                    ASSERT_TRUE(p.packed());
-                    dst += p.placed_bytes();
-                }
-                if (n_outs[0] % cpu::q8_panel_rows != 0) {
-                    std::vector<const linear*> ptrs{&parts[0], &parts[1]};
-                    EXPECT_FALSE(linear::concatenated(ptrs).has_value()) << "the first part's last panel is padded";
-                    continue;
-                }
-                expect_concatenation_multiplies_like_the_parts(parts, ctx);
+                std::vector<const linear*> ptrs{&parts[0], &parts[1], &parts[2]};
+                std::optional<linear> group = linear::concatenated(ptrs);
+                ASSERT_TRUE(group.has_value());
+                place_in_shards(*group, n_shards, mem, pool);
+                std::vector<float> y(3 * 144);
+                ASSERT_TRUE(group->forward(x.data(), y.data(), 3, ctx).ok());
+                expect_same_products(y, want, panels, "the placed group, " + shards);
+                const std::vector<linear> views{group->rows(0, 64), group->rows(64, 96), group->rows(96, 144)};
+                expect_same_products(separate_products(views, x.data(), 3, ctx), want, panels, "its parts, " + shards);
             }
         }
     }
+}
+
+// Panels of a part's last rows are padded: such a part cannot be followed by another in one matrix.
+TEST(linear_concatenated, a_part_ending_in_a_padded_panel_is_not_followed_by_another) {
+    if (!cpu::q8_panels_supported(ggml_type::q8_0, cpu::activation_recipe::quantized))
+        GTEST_SKIP() << "no panel kernels on this CPU";
+    cpu::thread_pool pool(2);
+    std::mt19937 rng(4);
+    const size_t stride = row_bytes(ggml_type::q8_0, k_n_in);
+    mapped_rows rows(36 * stride);
+    fill_rows(ggml_type::q8_0, 36, rows.data(), rng);
+    std::vector<linear> parts =
+        make_parts(ggml_type::q8_0, rows.data(), {20, 16}, {}, cpu::activation_recipe::quantized);
+    shard_buffers mem;
+    for (linear& p : parts) place_in_shards(p, 1, mem, pool);
+    const linear* ptrs[] = {&parts[0], &parts[1]};
+    EXPECT_FALSE(linear::concatenated(ptrs).has_value());
+    const linear* reversed[] = {&parts[1], &parts[0]};  // 16 rows first: whole panels
+    EXPECT_TRUE(linear::concatenated(reversed).has_value());
 }
 
 }  // namespace

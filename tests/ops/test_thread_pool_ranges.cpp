@@ -35,6 +35,43 @@ TEST(thread_pool_ranges, visits_every_index_exactly_once_in_pieces_of_the_grain)
     }
 }
 
+TEST(thread_pool_ranges, given_shares_are_cut_into_grains_from_their_own_start) {
+    for (int threads : {2, 3}) {
+        cpu::thread_pool pool(threads);
+        const std::vector<int64_t> bounds = threads == 2 ? std::vector<int64_t>{0, 37, 1000}
+                                                         : std::vector<int64_t>{0, 0, 513, 514};  // an empty share too
+        const int64_t n = bounds.back(), grain = 16;
+        std::vector<std::atomic<int>> hits(n);
+        pool.parallel_ranges(bounds, grain, [&](int64_t b, int64_t e) {
+            size_t s = 0;
+            while (bounds[s + 1] <= b) ++s;  // the share holding b
+            ASSERT_LE(e, bounds[s + 1]) << "a piece crosses a share bound";
+            ASSERT_EQ((b - bounds[s]) % grain, 0);
+            ASSERT_TRUE(e - b == grain || e == bounds[s + 1]);
+            for (int64_t i = b; i < e; ++i) hits[i].fetch_add(1);
+        });
+        for (int64_t i = 0; i < n; ++i) ASSERT_EQ(hits[i].load(), 1) << "threads " << threads << " item " << i;
+    }
+}
+
+TEST(thread_pool_ranges, the_caller_streams_share_zero_at_every_call) {
+    // Thread i takes share i when it is there in time: the caller claims share 0 right after publishing the job,
+    // the worker starts with share 1. (A preempted caller may lose its share now and then: hence 180 of 200.)
+    cpu::thread_pool pool(2);
+    const auto caller = std::this_thread::get_id();
+    const std::vector<int64_t> bounds{0, 500, 1000};
+    int caller_took_share_zero = 0;
+    for (int call = 0; call < 200; ++call) {
+        std::atomic<int64_t> callers_first{-1};
+        pool.parallel_ranges(bounds, 10, [&](int64_t b, int64_t) {
+            int64_t none = -1;
+            if (std::this_thread::get_id() == caller) callers_first.compare_exchange_strong(none, b);
+        });
+        caller_took_share_zero += callers_first.load() == 0 ? 1 : 0;
+    }
+    EXPECT_GE(caller_took_share_zero, 180);
+}
+
 TEST(thread_pool_ranges, more_grains_than_a_share_word_holds_still_visit_every_index_once) {
     cpu::thread_pool pool(2);
     const int64_t n = 3'000'000;  // grain 1 would be 3M grains: the pool coarsens the grain
