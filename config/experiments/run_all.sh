@@ -13,7 +13,7 @@
 #              longtail_continuous, longtail_static, shared_prefix, shared_prefix_nocache, capacity (the
 #              sweep below) (the comparison shows the figures whose runs are there)
 # --capacity-rates  arrival rates (requests/s) of the capacity sweep (capacity.yaml, open-loop Poisson, both
-#              policies; default "0.5 1 2 3 4"): the comparison gives each policy's best output throughput among
+#              policies; default "0.5 1 2 3 4 6 8"): the comparison gives each policy's best output throughput among
 #              the rates where its p99 TTFT stays within the load's slo.ttft_ms
 # --server-set passed to every `troupe serve` as --set (e.g. threads=1)
 # BENCH FLAGS  passed to every `troupe bench serve`, e.g. -- --set output.max_tokens=64
@@ -28,7 +28,7 @@ model="${TROUPE_MODEL:-$root/../shared/models/stories260K.gguf}"
 out=""
 quick=0
 only=""
-capacity_rates="0.5 1 2 3 4"
+capacity_rates="0.5 1 2 3 4 6 8"
 server_flags=()
 bench_flags=()
 while [ $# -gt 0 ]; do
