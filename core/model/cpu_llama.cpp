@@ -24,6 +24,7 @@ void cpu_llama::scratch::reserve(size_t n_tokens, const llama_hparams& hp) {
     gate.resize(t * hp.ffn_dim);
     up.resize(t * hp.ffn_dim);
     positions.resize(t);
+    rope_cs.resize(t * hp.rope_dims);
     seq_of.resize(t);
     rows.resize(t * hp.dim);
     const size_t fused = std::min(t, k_max_fused_tokens);
@@ -318,8 +319,8 @@ status cpu_llama::run_layer(layer& l, size_t n, const std::vector<const int32_t*
     rmsnorm_rows(s_.x.data(), l.attn_norm, s_.h.data(), n, dim, hp.rms_eps);
     float *q = nullptr, *k = nullptr, *v = nullptr;
     if (status st = project_qkv(l, n, q, k, v); !st.ok()) return st;
-    rope_rows(q, s_.positions.data(), n, hp.n_heads, hp);
-    rope_rows(k, s_.positions.data(), n, hp.n_kv_heads, hp);
+    rope_rows(q, s_.rope_cs.data(), n, hp.n_heads, hp);
+    rope_rows(k, s_.rope_cs.data(), n, hp.n_kv_heads, hp);
 
     attention_call call{};
     call.n_tokens = static_cast<int32_t>(n);
@@ -378,6 +379,7 @@ status cpu_llama::forward(const forward_batch& batch, forward_output& out) {
         out.n_rows[si] = static_cast<int32_t>(s_.out_rows.size()) - out.row_begin[si];
     }
 
+    rope_angles_rows(s_.positions.data(), n, hp, s_.rope_cs.data());  // the same for every layer
     embed_rows(w_.token_embd, ids.data(), n, s_.x.data());
     for (layer& l : layers_) {
         if (status st = run_layer(l, n, tables); !st.ok()) return st;

@@ -90,6 +90,7 @@ private:
         std::vector<float> qkv;          // [min(T, k_max_fused_tokens), q_width + 2 * kv_width]
         std::vector<float> gate_up;      // [min(T, k_max_fused_tokens), 2 * ffn_dim]
         std::vector<int32_t> positions;  // [T]
+        std::vector<float> rope_cs;      // [T, rope_dims / 2, (cos, sin)] this step's rotations
         std::vector<int32_t> seq_of;     // [T]
         std::vector<int32_t> out_rows;   // [R] token index of each logits row
         std::vector<float> rows;         // [R, dim]

@@ -13,9 +13,20 @@ void rmsnorm_rows(const float* x, const float* w, float* y, size_t n, int32_t di
     cpu::rmsnorm(x, w, y, static_cast<int64_t>(n), dim, eps);
 }
 
-void rope_rows(float* x, const int32_t* positions, size_t n, int32_t n_heads, const llama_hparams& hp) {
-    const rope_params p{hp.head_dim, hp.rope_dims, hp.rope == rope_mode::neox, hp.rope_base, hp.rope_scale, nullptr};
-    cpu::rope(x, static_cast<int64_t>(n), n_heads, positions, p);
+namespace {
+
+rope_params rope_params_of(const llama_hparams& hp) {
+    return rope_params{hp.head_dim, hp.rope_dims, hp.rope == rope_mode::neox, hp.rope_base, hp.rope_scale, nullptr};
+}
+
+}  // namespace
+
+void rope_angles_rows(const int32_t* positions, size_t n, const llama_hparams& hp, float* cs) {
+    cpu::rope_angles(positions, static_cast<int64_t>(n), rope_params_of(hp), cs);
+}
+
+void rope_rows(float* x, const float* cs, size_t n, int32_t n_heads, const llama_hparams& hp) {
+    cpu::rope_apply(x, static_cast<int64_t>(n), n_heads, cs, rope_params_of(hp));
 }
 
 void swiglu_rows(float* gate, const float* up, size_t n) {

@@ -14,8 +14,11 @@ namespace troupe {
 void embed_rows(const weight_view& emb, const int32_t* ids, size_t n, float* out);
 // y[i, :] = x[i, :] / rms(x[i, :]) * w.   x, y: [n, dim]
 void rmsnorm_rows(const float* x, const float* w, float* y, size_t n, int32_t dim, float eps);
-// RoPE in place on x: [n, n_heads, head_dim], token i at positions[i], as the hyper-parameters say.
-void rope_rows(float* x, const int32_t* positions, size_t n, int32_t n_heads, const llama_hparams& hp);
+// The RoPE rotations of n tokens at positions, as the hyper-parameters say: cs [n, rope_dims / 2, (cos, sin)].
+// Computed once per step, for every layer's q and k.
+void rope_angles_rows(const int32_t* positions, size_t n, const llama_hparams& hp, float* cs);
+// RoPE in place on x: [n, n_heads, head_dim] with the rotations rope_angles_rows computed.
+void rope_rows(float* x, const float* cs, size_t n, int32_t n_heads, const llama_hparams& hp);
 // gate[i] = silu(gate[i]) * up[i]
 void swiglu_rows(float* gate, const float* up, size_t n);
 // x[i] += y[i]

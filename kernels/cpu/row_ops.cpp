@@ -40,42 +40,55 @@ void rmsnorm(const float* x, const float* weight, float* y, int64_t n_rows, int6
     }
 }
 
-void rope(float* x, int64_t n_tokens, int64_t n_heads, const int32_t* positions, const rope_params& p) {
+void rope_angles(const int32_t* positions, int64_t n_tokens, const rope_params& p, float* cs) {
     TROUPE_ASSERT(p.n_rot % 2 == 0 && p.n_rot <= p.head_dim);
     const int32_t half = p.n_rot / 2;
-    // Angles per token in double, reduced to [-pi, pi] before the float sin/cos: exact enough for any
-    // position, and computed once per token for all heads.
+    // Angles in double, reduced to [-pi, pi] before the float sin/cos: exact enough for any position.
     std::vector<double> inv_freq(half);  // [n_rot / 2]
     for (int32_t i = 0; i < half; ++i) {
         inv_freq[i] = double{p.freq_scale} * std::pow(double{p.freq_base}, -2.0 * i / static_cast<double>(p.n_rot));
         if (p.freq_factors) inv_freq[i] /= p.freq_factors[i];
     }
-    std::vector<float> cs(2 * static_cast<size_t>(half));  // [n_rot / 2][cos, sin]
     constexpr double two_pi = 2.0 * std::numbers::pi;
     for (int64_t t = 0; t < n_tokens; ++t) {
+        float* c = cs + t * 2 * half;
         for (int32_t i = 0; i < half; ++i) {
             double theta = positions[t] * inv_freq[i];
             theta -= two_pi * std::nearbyint(theta / two_pi);
-            cs[2 * i] = std::cos(static_cast<float>(theta));
-            cs[2 * i + 1] = std::sin(static_cast<float>(theta));
+            c[2 * i] = std::cos(static_cast<float>(theta));
+            c[2 * i + 1] = std::sin(static_cast<float>(theta));
         }
+    }
+}
+
+void rope_apply(float* x, int64_t n_tokens, int64_t n_heads, const float* cs, const rope_params& p) {
+    TROUPE_ASSERT(p.n_rot % 2 == 0 && p.n_rot <= p.head_dim);
+    const int32_t half = p.n_rot / 2;
+    for (int64_t t = 0; t < n_tokens; ++t) {
+        const float* c = cs + t * 2 * half;
         for (int64_t h = 0; h < n_heads; ++h) {
             float* v = x + (t * n_heads + h) * p.head_dim;
             if (p.neox) {
                 for (int32_t i = 0; i < half; ++i) {
-                    const float x0 = v[i], x1 = v[i + half], c = cs[2 * i], s = cs[2 * i + 1];
-                    v[i] = x0 * c - x1 * s;
-                    v[i + half] = x0 * s + x1 * c;
+                    const float x0 = v[i], x1 = v[i + half], co = c[2 * i], si = c[2 * i + 1];
+                    v[i] = x0 * co - x1 * si;
+                    v[i + half] = x0 * si + x1 * co;
                 }
             } else {
                 for (int32_t i = 0; i < half; ++i) {
-                    const float x0 = v[2 * i], x1 = v[2 * i + 1], c = cs[2 * i], s = cs[2 * i + 1];
-                    v[2 * i] = x0 * c - x1 * s;
-                    v[2 * i + 1] = x0 * s + x1 * c;
+                    const float x0 = v[2 * i], x1 = v[2 * i + 1], co = c[2 * i], si = c[2 * i + 1];
+                    v[2 * i] = x0 * co - x1 * si;
+                    v[2 * i + 1] = x0 * si + x1 * co;
                 }
             }
         }
     }
+}
+
+void rope(float* x, int64_t n_tokens, int64_t n_heads, const int32_t* positions, const rope_params& p) {
+    std::vector<float> cs(static_cast<size_t>(n_tokens) * p.n_rot);
+    rope_angles(positions, n_tokens, p, cs.data());
+    rope_apply(x, n_tokens, n_heads, cs.data(), p);
 }
 
 void softmax(float* x, int64_t n_rows, int64_t n) {

@@ -12,6 +12,11 @@ namespace troupe::cpu {
 
 void rmsnorm(const float* x, const float* weight, float* y, int64_t n_rows, int64_t n, float eps);
 void rope(float* x, int64_t n_tokens, int64_t n_heads, const int32_t* positions, const rope_params& p);
+// rope in two steps, for a model that rotates q and k of every layer at the same positions: the rotations of the
+// tokens (cs: [n_tokens][n_rot / 2][cos, sin], rope_angles), computed once per step, then applied (rope_apply).
+// rope(x, ...) is both; the results are identical.
+void rope_angles(const int32_t* positions, int64_t n_tokens, const rope_params& p, float* cs);
+void rope_apply(float* x, int64_t n_tokens, int64_t n_heads, const float* cs, const rope_params& p);
 void softmax(float* x, int64_t n_rows, int64_t n);
 void swiglu(const float* gate, const float* up, float* out, int64_t n);
 void add(const float* a, const float* b, float* out, int64_t n);

@@ -97,6 +97,24 @@ TEST(row_ops, rope_normal_mode_rotates_adjacent_pairs_and_neox_rotates_halves) {
     EXPECT_NEAR(x[2], 1 * s + 3 * c, 1e-6);
 }
 
+TEST(row_ops, rope_angles_computed_once_rotate_q_and_k_exactly_as_rope_does) {
+    // cpu_llama computes a step's rotations once and applies them to every layer's q (8 heads) and k (2 heads).
+    const int32_t positions[] = {0, 5, 17, 1000, 123456};
+    const int64_t n_tokens = 5, head_dim = 64;
+    for (bool neox : {false, true}) {
+        const rope_params p{static_cast<int32_t>(head_dim), 48, neox, 500000.0f, 0.25f, nullptr};
+        std::vector<float> cs(n_tokens * p.n_rot);
+        cpu::rope_angles(positions, n_tokens, p, cs.data());
+        for (int64_t n_heads : {8, 2}) {
+            auto a = random_floats(n_tokens * n_heads * head_dim, 23);
+            auto b = a;
+            cpu::rope(a.data(), n_tokens, n_heads, positions, p);
+            cpu::rope_apply(b.data(), n_tokens, n_heads, cs.data(), p);
+            EXPECT_EQ(a, b) << (neox ? "neox " : "normal ") << n_heads << " heads";
+        }
+    }
+}
+
 TEST(row_ops, softmax_matches_the_reference_within_1e_6_relative_and_sums_to_one) {
     for (auto level : cpu::available_levels()) {
         scoped_level scope(level);
