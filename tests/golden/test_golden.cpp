@@ -121,21 +121,30 @@ TEST(golden_kv_f16, stories260k_with_an_f16_kv_cache_gives_the_golden_tokens) {
     }
 }
 
-// kernels.weights: copy (the default, which every golden run above uses) reads the very bytes the file holds:
-// the same model read in place from the mapped file gives bit-identical logits and tokens.
-TEST(golden_weights, copied_weights_compute_exactly_what_the_mapped_file_computes) {
-    TROUPE_REQUIRE_SHARED(model_path, "models/rand10M-Q4_K_M.gguf");
+// Greedy runs of a model in the builtin quantized recipe with kernels.weights: copy, then mmap, into results
+// (prompt ids taken modulo the vocabulary: stories260K's is 512).
+void greedy_copy_and_mmap(const std::string& model_path, int32_t n_new, std::vector<greedy_result>& results) {
     const std::vector<int32_t> prompt{1, 450, 4996, 17354, 1701, 432};
-    std::vector<greedy_result> results;
     for (const weight_memory where : {weight_memory::copy, weight_memory::mmap}) {
         engine_config c = testing::golden_config(model_path, golden_setup::builtin_quantized);
         c.kernels.weights = where;
         auto m = load_model(c);
         ASSERT_TRUE(m.ok()) << m.message();
-        auto res = greedy_generate(*m->runner, prompt, 8);
+        std::vector<int32_t> ids = prompt;
+        for (int32_t& id : ids) id %= m->runner->n_vocab();
+        auto res = greedy_generate(*m->runner, ids, n_new);
         ASSERT_TRUE(res.ok()) << res.message();
         results.push_back(*res);
     }
+}
+
+// kernels.weights: copy (the default, which every golden run above uses) reads the very bytes the file holds:
+// the same model read in place from the mapped file gives bit-identical logits and tokens.
+TEST(golden_weights, copied_weights_compute_exactly_what_the_mapped_file_computes) {
+    TROUPE_REQUIRE_SHARED(model_path, "models/rand10M-Q4_K_M.gguf");
+    std::vector<greedy_result> results;
+    greedy_copy_and_mmap(model_path, 8, results);
+    ASSERT_EQ(results.size(), 2u);
     EXPECT_EQ(results[0].tokens, results[1].tokens);
     EXPECT_EQ(results[0].first_logits, results[1].first_logits);
 }
@@ -146,19 +155,9 @@ TEST(golden_weights, copied_weights_compute_exactly_what_the_mapped_file_compute
 TEST(golden_weights, q8_panels_and_the_mapped_rows_give_the_same_tokens) {
     for (const char* model : {"rand10M-Q8_0.gguf", "stories260K-Q4_0.gguf"}) {
         TROUPE_REQUIRE_SHARED(model_path, std::string("models/") + model);
-        const std::vector<int32_t> prompt{1, 450, 4996, 17354, 1701, 432};
         std::vector<greedy_result> results;
-        for (const weight_memory where : {weight_memory::copy, weight_memory::mmap}) {
-            engine_config c = testing::golden_config(model_path, golden_setup::builtin_quantized);
-            c.kernels.weights = where;
-            auto m = load_model(c);
-            ASSERT_TRUE(m.ok()) << m.message();
-            std::vector<int32_t> ids = prompt;
-            for (int32_t& id : ids) id %= m->runner->n_vocab();  // stories260K's vocabulary is 512
-            auto res = greedy_generate(*m->runner, ids, 16);
-            ASSERT_TRUE(res.ok()) << res.message();
-            results.push_back(*res);
-        }
+        greedy_copy_and_mmap(model_path, 16, results);
+        ASSERT_EQ(results.size(), 2u) << model;
         EXPECT_EQ(results[0].tokens, results[1].tokens) << model;
         ASSERT_EQ(results[0].first_logits.size(), results[1].first_logits.size());
         for (size_t i = 0; i < results[0].first_logits.size(); ++i) {
