@@ -44,12 +44,23 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "troupe/kv.h"
+#include "troupe/quantize.h"
+#include "troupe/taps.h"
+#include "troupe/tensors.h"
+#include "troupe/types.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
 
-/* ABI version of this header. The host speaks a range; a plugin reports the one it was built with. */
-#define TROUPE_PLUGIN_ABI_VERSION 1u
+/* ABI version of this header. The host speaks a range; a plugin reports the one it was built with.
+ *   1: attention, quant (runtime matmul), spec.
+ *   2 (SDK 2): the public type ids and block layouts (types.h); taps (taps.h); tensors by name and side files
+ *      (tensors.h, troupe_plugin_params.model); KV plugins that own their cache layout (kv.h, kind KV); offline
+ *      quantization methods (quantize.h); ops carry the backend and the lane's stream (troupe_parallel).
+ * A version-1 plugin keeps loading: the host reads only the fields its structs have (TROUPE_HAS_FIELD). */
+#define TROUPE_PLUGIN_ABI_VERSION 2u
 
 /* Name of the negotiation entry point every plugin exports. */
 #define TROUPE_PLUGIN_ENTRY_POINT "troupe_plugin_query"
@@ -80,7 +91,8 @@ enum {
 typedef enum troupe_plugin_kind {
     TROUPE_PLUGIN_KIND_ATTENTION = 1,
     TROUPE_PLUGIN_KIND_QUANT = 2,
-    TROUPE_PLUGIN_KIND_SPEC = 3
+    TROUPE_PLUGIN_KIND_SPEC = 3,
+    TROUPE_PLUGIN_KIND_KV = 4 /* ABI 2: a KV cache that owns its layout (kv.h) */
 } troupe_plugin_kind;
 
 typedef enum troupe_backend { TROUPE_BACKEND_CPU = 0, TROUPE_BACKEND_CUDA = 1 } troupe_backend;
@@ -101,15 +113,20 @@ typedef void (*troupe_range_fn)(void* fn_ctx, int64_t begin, int64_t end);
  * when all are done (TROUPE_OK), or a failure status when the host could not run them. */
 typedef int32_t (*troupe_parallel_for_fn)(void* host_ctx, int64_t n, troupe_range_fn fn, void* fn_ctx);
 
-/* Per-call execution context handed to ops: the worker pool of the caller (e.g. the executor's). */
+/* Per-call execution context handed to ops: the backend the call runs on and the caller's lane (the executor's
+ * worker pool on the CPU, its CUDA stream on a GPU). On TROUPE_BACKEND_CUDA every activation, output and cache
+ * pointer of the call is device memory and the op enqueues its work on `stream` (it may return before the work is
+ * done); on the CPU they are host memory and the op is done when it returns. */
 typedef struct troupe_parallel {
     uint32_t struct_size;
-    uint32_t version; /* 1 */
+    uint32_t version; /* 2 */
     void* host_ctx;
-    troupe_parallel_for_fn parallel_for; /* null: the plugin runs fn(fn_ctx, 0, n) itself */
+    troupe_parallel_for_fn parallel_for; /* null: the plugin runs fn(fn_ctx, 0, n) itself (always null on CUDA) */
+    int32_t backend;                     /* version 2: troupe_backend (TROUPE_BACKEND_CPU when absent) */
+    void* stream;                        /* version 2: the lane's cudaStream_t on CUDA, else null */
 } troupe_parallel;
 
-#define TROUPE_PARALLEL_VERSION 1u
+#define TROUPE_PARALLEL_VERSION 2u
 
 typedef struct troupe_host_services {
     uint32_t struct_size;
@@ -137,9 +154,12 @@ typedef struct troupe_plugin_params {
     size_t n_items;
     const char* yaml; /* the params sub-tree as YAML text ("{}" when absent) */
     int32_t backend;  /* troupe_backend the instance will run on */
+    /* Version 2: the model the instance is made for, its tensors by name and side files (tensors.h); null when
+     * the instance is made without a model. Valid for the instance's lifetime. */
+    const troupe_model_services* model;
 } troupe_plugin_params;
 
-#define TROUPE_PLUGIN_PARAMS_VERSION 1u
+#define TROUPE_PLUGIN_PARAMS_VERSION 2u
 
 /* An instance made by `create`; opaque to the host. */
 typedef struct troupe_plugin_instance troupe_plugin_instance;
@@ -257,7 +277,7 @@ typedef struct troupe_spec_ops {
 
 typedef struct troupe_plugin_descriptor {
     uint32_t struct_size;
-    uint32_t version;           /* 1 */
+    uint32_t version;           /* 2 */
     uint32_t abi_version;       /* TROUPE_PLUGIN_ABI_VERSION the plugin was built with */
     int32_t kind;               /* troupe_plugin_kind */
     const char* name;           /* "gqa"; the library is libtroupe_<kind>_<name>.so */
@@ -280,9 +300,16 @@ typedef struct troupe_plugin_descriptor {
     const troupe_attention_ops* attention;
     const troupe_quant_ops* quant;
     const troupe_spec_ops* spec;
+
+    /* Version 2 (ABI 2). A KV plugin's table (kind KV). */
+    const troupe_kv_ops* kv;
+    /* An offline quantization method's table (kind QUANT; a quant plugin fills `quant`, `quantize` or both). */
+    const troupe_quantize_ops* quantize;
+    /* Any kind: the taps the instance observes (taps.h); null: none. */
+    const troupe_tap_ops* taps;
 } troupe_plugin_descriptor;
 
-#define TROUPE_PLUGIN_DESCRIPTOR_VERSION 1u
+#define TROUPE_PLUGIN_DESCRIPTOR_VERSION 2u
 
 /* Type of the entry point, for the host's dlsym. Returns null when the plugin cannot speak any version
  * in [host_abi_min, host_abi_max] and prefers to say nothing; most plugins return their descriptor and
