@@ -80,9 +80,9 @@ typedef struct troupe_kv_call {
     int32_t n_seqs;
     const int32_t* const* block_tables; /* [n_seqs][blocks of the sequence] */
     int32_t block_size;
-    void* pool;                 /* this layer's blocks: [n_blocks][block_bytes] */
-    size_t block_bytes;         /* the rounded size above */
-    void* window;               /* this layer's window slots: [n_window_slots][window_tokens * window_bytes_per_token] */
+    void* pool;         /* this layer's blocks: [n_blocks][block_bytes] */
+    size_t block_bytes; /* the rounded size above */
+    void* window;       /* this layer's window slots: [n_window_slots][window_tokens * window_bytes_per_token] */
     const int32_t* window_slot; /* [n_seqs] each sequence's slot; null without a window */
 } troupe_kv_call;
 

@@ -34,12 +34,12 @@ typedef struct troupe_parallel troupe_parallel;
 
 typedef struct troupe_quantize_weight {
     uint32_t struct_size;
-    uint32_t version;    /* 1 */
-    const char* name;    /* "blk.3.attn_q.weight" */
-    const float* data;   /* [n_out, n_in] float32: the weight as the model computes with it */
+    uint32_t version;  /* 1 */
+    const char* name;  /* "blk.3.attn_q.weight" */
+    const float* data; /* [n_out, n_in] float32: the weight as the model computes with it */
     int64_t n_out;
-    uint32_t type;       /* the troupe_type to write */
-    void* out;           /* [n_out] rows of troupe_row_bytes(type, n_in) bytes, written by the plugin */
+    uint32_t type; /* the troupe_type to write */
+    void* out;     /* [n_out] rows of troupe_row_bytes(type, n_in) bytes, written by the plugin */
 } troupe_quantize_weight;
 
 #define TROUPE_QUANTIZE_WEIGHT_VERSION 1u

@@ -44,9 +44,8 @@ typedef enum troupe_tap {
 
 /* The tap's name as troupe logs it ("attn_norm"); null for an unknown id. */
 static inline const char* troupe_tap_name(int32_t tap) {
-    static const char* const names[TROUPE_TAP_COUNT] = {"attn_norm", "q",          "k",         "v",
-                                                        "attn_out",  "ffn_norm",   "ffn_hidden", "layer_out",
-                                                        "output_norm", "logits"};
+    static const char* const names[TROUPE_TAP_COUNT] = {
+        "attn_norm", "q", "k", "v", "attn_out", "ffn_norm", "ffn_hidden", "layer_out", "output_norm", "logits"};
     return tap >= 0 && tap < TROUPE_TAP_COUNT ? names[tap] : 0;
 }
 

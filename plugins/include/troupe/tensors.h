@@ -29,8 +29,8 @@ typedef struct troupe_tensor {
     const char* name;
     uint32_t type; /* troupe_type (types.h) */
     int32_t n_dims;
-    int64_t ne[4];     /* ggml order; unused dimensions are 1 */
-    const void* data;  /* troupe_row_bytes(type, ne[0]) * ne[1] * ne[2] * ne[3] bytes */
+    int64_t ne[4];    /* ggml order; unused dimensions are 1 */
+    const void* data; /* troupe_row_bytes(type, ne[0]) * ne[1] * ne[2] * ne[3] bytes */
     size_t n_bytes;
 } troupe_tensor;
 

@@ -48,7 +48,7 @@ typedef enum troupe_type {
 
 #define TROUPE_QK4_0 32
 typedef struct troupe_block_q4_0 {
-    troupe_f16 d;      /* weight = d * (q - 8) */
+    troupe_f16 d; /* weight = d * (q - 8) */
     uint8_t qs[16];
 } troupe_block_q4_0;
 
@@ -115,28 +115,59 @@ typedef struct troupe_type_layout {
 static inline troupe_type_layout troupe_type_layout_of(uint32_t type) {
     troupe_type_layout l = {0, 0, 0};
     switch (type) {
-        case TROUPE_TYPE_F32: l.name = "F32", l.block_size = 1, l.type_size = 4; break;
-        case TROUPE_TYPE_F16: l.name = "F16", l.block_size = 1, l.type_size = 2; break;
-        case TROUPE_TYPE_BF16: l.name = "BF16", l.block_size = 1, l.type_size = 2; break;
-        case TROUPE_TYPE_Q4_0: l.name = "Q4_0", l.block_size = 32, l.type_size = sizeof(troupe_block_q4_0); break;
-        case TROUPE_TYPE_Q4_1: l.name = "Q4_1", l.block_size = 32, l.type_size = sizeof(troupe_block_q4_1); break;
-        case TROUPE_TYPE_Q5_0: l.name = "Q5_0", l.block_size = 32, l.type_size = 22; break;
-        case TROUPE_TYPE_Q5_1: l.name = "Q5_1", l.block_size = 32, l.type_size = 24; break;
-        case TROUPE_TYPE_Q8_0: l.name = "Q8_0", l.block_size = 32, l.type_size = sizeof(troupe_block_q8_0); break;
-        case TROUPE_TYPE_Q8_1: l.name = "Q8_1", l.block_size = 32, l.type_size = 36; break;
-        case TROUPE_TYPE_Q2_K: l.name = "Q2_K", l.block_size = 256, l.type_size = 84; break;
-        case TROUPE_TYPE_Q3_K: l.name = "Q3_K", l.block_size = 256, l.type_size = 110; break;
-        case TROUPE_TYPE_Q4_K: l.name = "Q4_K", l.block_size = 256, l.type_size = sizeof(troupe_block_q4_k); break;
-        case TROUPE_TYPE_Q5_K: l.name = "Q5_K", l.block_size = 256, l.type_size = 176; break;
-        case TROUPE_TYPE_Q6_K: l.name = "Q6_K", l.block_size = 256, l.type_size = sizeof(troupe_block_q6_k); break;
-        case TROUPE_TYPE_Q8_K: l.name = "Q8_K", l.block_size = 256, l.type_size = sizeof(troupe_block_q8_k); break;
+        case TROUPE_TYPE_F32:
+            l.name = "F32", l.block_size = 1, l.type_size = 4;
+            break;
+        case TROUPE_TYPE_F16:
+            l.name = "F16", l.block_size = 1, l.type_size = 2;
+            break;
+        case TROUPE_TYPE_BF16:
+            l.name = "BF16", l.block_size = 1, l.type_size = 2;
+            break;
+        case TROUPE_TYPE_Q4_0:
+            l.name = "Q4_0", l.block_size = 32, l.type_size = sizeof(troupe_block_q4_0);
+            break;
+        case TROUPE_TYPE_Q4_1:
+            l.name = "Q4_1", l.block_size = 32, l.type_size = sizeof(troupe_block_q4_1);
+            break;
+        case TROUPE_TYPE_Q5_0:
+            l.name = "Q5_0", l.block_size = 32, l.type_size = 22;
+            break;
+        case TROUPE_TYPE_Q5_1:
+            l.name = "Q5_1", l.block_size = 32, l.type_size = 24;
+            break;
+        case TROUPE_TYPE_Q8_0:
+            l.name = "Q8_0", l.block_size = 32, l.type_size = sizeof(troupe_block_q8_0);
+            break;
+        case TROUPE_TYPE_Q8_1:
+            l.name = "Q8_1", l.block_size = 32, l.type_size = 36;
+            break;
+        case TROUPE_TYPE_Q2_K:
+            l.name = "Q2_K", l.block_size = 256, l.type_size = 84;
+            break;
+        case TROUPE_TYPE_Q3_K:
+            l.name = "Q3_K", l.block_size = 256, l.type_size = 110;
+            break;
+        case TROUPE_TYPE_Q4_K:
+            l.name = "Q4_K", l.block_size = 256, l.type_size = sizeof(troupe_block_q4_k);
+            break;
+        case TROUPE_TYPE_Q5_K:
+            l.name = "Q5_K", l.block_size = 256, l.type_size = 176;
+            break;
+        case TROUPE_TYPE_Q6_K:
+            l.name = "Q6_K", l.block_size = 256, l.type_size = sizeof(troupe_block_q6_k);
+            break;
+        case TROUPE_TYPE_Q8_K:
+            l.name = "Q8_K", l.block_size = 256, l.type_size = sizeof(troupe_block_q8_k);
+            break;
         case TROUPE_TYPE_W4_G64:
             l.name = "W4_G64", l.block_size = 64, l.type_size = sizeof(troupe_block_w4_g64);
             break;
         case TROUPE_TYPE_W4_G128:
             l.name = "W4_G128", l.block_size = 128, l.type_size = sizeof(troupe_block_w4_g128);
             break;
-        default: break;
+        default:
+            break;
     }
     return l;
 }
