@@ -43,54 +43,95 @@ enum class ggml_type : uint32_t {
     bf16 = 30,
     tq1_0 = 34,
     tq2_0 = 35,
+    // troupe's own 4-bit group formats with zero points (GPTQ/AWQ checkpoints), numbered clear of ggml's.
+    w4_g64 = 1064,
+    w4_g128 = 1128,
 };
 
 struct ggml_type_traits {
     std::string_view name;  // as llama.cpp prints it: "F32", "Q4_K", ...
     int64_t block_size;     // elements per block
     size_t type_size;       // bytes per block
-    bool computable;        // troupe has matmul kernels for it
+    bool computable;        // troupe can compute with it (builtin kernels, or a quant plugin: Q4_1, W4_G*)
 };
 
 // Traits of a known type; nullopt for a number that is no ggml type.
 constexpr std::optional<ggml_type_traits> type_traits(uint32_t t) {
     switch (t) {
-        case 0: return ggml_type_traits{"F32", 1, 4, true};
-        case 1: return ggml_type_traits{"F16", 1, 2, true};
-        case 2: return ggml_type_traits{"Q4_0", 32, 18, true};
-        case 3: return ggml_type_traits{"Q4_1", 32, 20, false};
-        case 6: return ggml_type_traits{"Q5_0", 32, 22, false};
-        case 7: return ggml_type_traits{"Q5_1", 32, 24, false};
-        case 8: return ggml_type_traits{"Q8_0", 32, 34, true};
-        case 9: return ggml_type_traits{"Q8_1", 32, 36, false};
-        case 10: return ggml_type_traits{"Q2_K", 256, 84, false};
-        case 11: return ggml_type_traits{"Q3_K", 256, 110, false};
-        case 12: return ggml_type_traits{"Q4_K", 256, 144, true};
-        case 13: return ggml_type_traits{"Q5_K", 256, 176, false};
-        case 14: return ggml_type_traits{"Q6_K", 256, 210, true};
-        case 15: return ggml_type_traits{"Q8_K", 256, 292, false};
-        case 16: return ggml_type_traits{"IQ2_XXS", 256, 66, false};
-        case 17: return ggml_type_traits{"IQ2_XS", 256, 74, false};
-        case 18: return ggml_type_traits{"IQ3_XXS", 256, 98, false};
-        case 19: return ggml_type_traits{"IQ1_S", 256, 50, false};
-        case 20: return ggml_type_traits{"IQ4_NL", 32, 18, false};
-        case 21: return ggml_type_traits{"IQ3_S", 256, 110, false};
-        case 22: return ggml_type_traits{"IQ2_S", 256, 82, false};
-        case 23: return ggml_type_traits{"IQ4_XS", 256, 136, false};
-        case 24: return ggml_type_traits{"I8", 1, 1, false};
-        case 25: return ggml_type_traits{"I16", 1, 2, false};
-        case 26: return ggml_type_traits{"I32", 1, 4, false};
-        case 27: return ggml_type_traits{"I64", 1, 8, false};
-        case 28: return ggml_type_traits{"F64", 1, 8, false};
-        case 29: return ggml_type_traits{"IQ1_M", 256, 56, false};
-        case 30: return ggml_type_traits{"BF16", 1, 2, true};
-        case 34: return ggml_type_traits{"TQ1_0", 256, 54, false};
-        case 35: return ggml_type_traits{"TQ2_0", 256, 66, false};
-        default: return std::nullopt;
+        case 0:
+            return ggml_type_traits{"F32", 1, 4, true};
+        case 1:
+            return ggml_type_traits{"F16", 1, 2, true};
+        case 2:
+            return ggml_type_traits{"Q4_0", 32, 18, true};
+        case 3:
+            return ggml_type_traits{"Q4_1", 32, 20, true};
+        case 6:
+            return ggml_type_traits{"Q5_0", 32, 22, false};
+        case 7:
+            return ggml_type_traits{"Q5_1", 32, 24, false};
+        case 8:
+            return ggml_type_traits{"Q8_0", 32, 34, true};
+        case 9:
+            return ggml_type_traits{"Q8_1", 32, 36, false};
+        case 10:
+            return ggml_type_traits{"Q2_K", 256, 84, false};
+        case 11:
+            return ggml_type_traits{"Q3_K", 256, 110, false};
+        case 12:
+            return ggml_type_traits{"Q4_K", 256, 144, true};
+        case 13:
+            return ggml_type_traits{"Q5_K", 256, 176, false};
+        case 14:
+            return ggml_type_traits{"Q6_K", 256, 210, true};
+        case 15:
+            return ggml_type_traits{"Q8_K", 256, 292, false};
+        case 16:
+            return ggml_type_traits{"IQ2_XXS", 256, 66, false};
+        case 17:
+            return ggml_type_traits{"IQ2_XS", 256, 74, false};
+        case 18:
+            return ggml_type_traits{"IQ3_XXS", 256, 98, false};
+        case 19:
+            return ggml_type_traits{"IQ1_S", 256, 50, false};
+        case 20:
+            return ggml_type_traits{"IQ4_NL", 32, 18, false};
+        case 21:
+            return ggml_type_traits{"IQ3_S", 256, 110, false};
+        case 22:
+            return ggml_type_traits{"IQ2_S", 256, 82, false};
+        case 23:
+            return ggml_type_traits{"IQ4_XS", 256, 136, false};
+        case 24:
+            return ggml_type_traits{"I8", 1, 1, false};
+        case 25:
+            return ggml_type_traits{"I16", 1, 2, false};
+        case 26:
+            return ggml_type_traits{"I32", 1, 4, false};
+        case 27:
+            return ggml_type_traits{"I64", 1, 8, false};
+        case 28:
+            return ggml_type_traits{"F64", 1, 8, false};
+        case 29:
+            return ggml_type_traits{"IQ1_M", 256, 56, false};
+        case 30:
+            return ggml_type_traits{"BF16", 1, 2, true};
+        case 34:
+            return ggml_type_traits{"TQ1_0", 256, 54, false};
+        case 35:
+            return ggml_type_traits{"TQ2_0", 256, 66, false};
+        case 1064:
+            return ggml_type_traits{"W4_G64", 64, 36, true};
+        case 1128:
+            return ggml_type_traits{"W4_G128", 128, 68, true};
+        default:
+            return std::nullopt;
     }
 }
 
-constexpr ggml_type_traits traits(ggml_type t) { return *type_traits(static_cast<uint32_t>(t)); }
+constexpr ggml_type_traits traits(ggml_type t) {
+    return *type_traits(static_cast<uint32_t>(t));
+}
 
 // Bytes of one row of n elements (n must be a multiple of the block size).
 constexpr size_t row_bytes(ggml_type t, int64_t n) {
@@ -99,6 +140,7 @@ constexpr size_t row_bytes(ggml_type t, int64_t n) {
 }
 
 constexpr int qk4_0 = 32;
+constexpr int qk4_1 = 32;
 constexpr int qk8_0 = 32;
 constexpr int qk_k = 256;
 constexpr int k_scale_size = 12;
@@ -114,6 +156,19 @@ struct block_q4_0 {
     uint16_t d;  // fp16 scale
     uint8_t qs[qk4_0 / 2];
 };
+
+// The 4-bit group formats with a scale and a min (zero point): x = d * q + m, q in 0..15, over groups of G.
+// Element j < G / 2 is the low nibble of qs[j], element j + G / 2 the high nibble. G = 32 is GGUF's Q4_1;
+// G = 64 and 128 are troupe's W4_G64 and W4_G128 (GPTQ/AWQ's w = s (q - z) stored as d = s, m = -s z).
+template <int G>
+struct block_w4 {
+    uint16_t d;  // fp16 scale
+    uint16_t m;  // fp16 min
+    uint8_t qs[G / 2];
+};
+using block_q4_1 = block_w4<32>;
+using block_w4_g64 = block_w4<64>;
+using block_w4_g128 = block_w4<128>;
 
 // 8 sub-blocks of 32: x = d * sc[j] * q - dmin * m[j], 6-bit sc/m packed in scales[12].
 struct block_q4_k {
@@ -140,6 +195,9 @@ struct block_q8_k {
 
 static_assert(sizeof(block_q8_0) == 34);
 static_assert(sizeof(block_q4_0) == 18);
+static_assert(sizeof(block_q4_1) == 20);
+static_assert(sizeof(block_w4_g64) == 36);
+static_assert(sizeof(block_w4_g128) == 68);
 static_assert(sizeof(block_q4_k) == 144);
 static_assert(sizeof(block_q6_k) == 210);
 static_assert(sizeof(block_q8_k) == 292);

@@ -131,6 +131,9 @@ void dequantize_row(ggml_type type, const void* src, float* dst, int64_t n) {
         case ggml_type::q8_k:
             return dequantize_row_q8_k(static_cast<const block_q8_k*>(src), dst, n);
         case ggml_type::q4_1:
+        case ggml_type::w4_g64:
+        case ggml_type::w4_g128:
+            return dequantize_row_w4(type, src, dst, n);
         case ggml_type::q5_0:
         case ggml_type::q5_1:
         case ggml_type::q8_1:
@@ -429,6 +432,10 @@ size_t quantize_row(ggml_type type, const float* x, void* dst, int64_t n) {
             quantize_row_q8_k(x, static_cast<block_q8_k*>(dst), n);
             break;
         case ggml_type::q4_1:
+        case ggml_type::w4_g64:
+        case ggml_type::w4_g128:
+            quantize_row_w4(type, x, dst, n);
+            break;
         case ggml_type::q5_0:
         case ggml_type::q5_1:
         case ggml_type::q8_1:

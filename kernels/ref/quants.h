@@ -18,7 +18,7 @@ namespace troupe::ref {
 int nearest_int(float x);
 
 // dst[0..n) = the n values of a row of `type` at src; n is a multiple of the type's block size.
-// Types: F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q6_K, Q8_K (others assert).
+// Types: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q4_K, Q6_K, Q8_K, W4_G64, W4_G128 (others assert).
 void dequantize_row(ggml_type type, const void* src, float* dst, int64_t n);
 
 void dequantize_row_q8_0(const block_q8_0* x, float* y, int64_t n);
@@ -43,8 +43,37 @@ void quantize_row_q4_k(const float* x, block_q4_k* y, int64_t n);
 // signed scale codes.
 void quantize_row_q6_k(const float* x, block_q6_k* y, int64_t n);
 
+// ---- the 4-bit group formats with a scale and a min: Q4_1 (G = 32), W4_G64, W4_G128 (kernels/ggml_types.h) ----
+// A row of n elements (a multiple of G) is n / G blocks {fp16 d, fp16 m, qs[G / 2]}; element i of a group is
+// d * q_i + m (a float multiply, then a float add: every kernel's dequantized weight equals this one exactly).
+
+// The group size G of a 4-bit group type (32, 64, 128), or 0 for any other type.
+int w4_group_size(ggml_type type);
+
+// The scale and min of one group, as stored (each exactly representable in fp16).
+struct w4_scale_min {
+    float d;
+    float m;
+};
+
+// Round to nearest with the group's range: m = min(x), d = (max(x) - min(x)) / 15, both rounded to fp16
+// (llama.cpp's quantize_row_q4_1 recipe, except that codes are taken against the rounded d and m).
+w4_scale_min w4_fit_min_max(const float* x, int g);
+// The code of x in a group of scale d and min m: nearest_int((x - m) / d) clamped to 0..15 (0 when d == 0).
+int w4_code(float x, float d, float m);
+
+// dst = the blocks of `type` (Q4_1, W4_G64, W4_G128) for x[0..n), each group with the scale and min given in
+// groups[n / G] (rounded to fp16 when stored; codes taken against the rounded values). For quantizers that choose
+// their own ranges (clipping search, GPTQ, AWQ).
+void quantize_row_w4_with(ggml_type type, const float* x, const w4_scale_min* groups, void* dst, int64_t n);
+// Round to nearest: w4_fit_min_max per group, then quantize_row_w4_with.
+void quantize_row_w4(ggml_type type, const float* x, void* dst, int64_t n);
+// y[0..n) = the dequantized row of `type` (Q4_1, W4_G64, W4_G128) at src.
+void dequantize_row_w4(ggml_type type, const void* src, float* y, int64_t n);
+
 // Quantizes a row of n floats into dst in `type`'s layout; returns the bytes written
-// (row_bytes(type, n)). Types: F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q6_K, Q8_K (others assert).
+// (row_bytes(type, n)). Types: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q4_K, Q6_K, Q8_K, W4_G64, W4_G128 (others
+// assert).
 size_t quantize_row(ggml_type type, const float* x, void* dst, int64_t n);
 
 }  // namespace troupe::ref
