@@ -57,76 +57,44 @@ struct ggml_type_traits {
 
 // Traits of a known type; nullopt for a number that is no ggml type.
 constexpr std::optional<ggml_type_traits> type_traits(uint32_t t) {
+    // clang-format off
     switch (t) {
-        case 0:
-            return ggml_type_traits{"F32", 1, 4, true};
-        case 1:
-            return ggml_type_traits{"F16", 1, 2, true};
-        case 2:
-            return ggml_type_traits{"Q4_0", 32, 18, true};
-        case 3:
-            return ggml_type_traits{"Q4_1", 32, 20, true};
-        case 6:
-            return ggml_type_traits{"Q5_0", 32, 22, false};
-        case 7:
-            return ggml_type_traits{"Q5_1", 32, 24, false};
-        case 8:
-            return ggml_type_traits{"Q8_0", 32, 34, true};
-        case 9:
-            return ggml_type_traits{"Q8_1", 32, 36, false};
-        case 10:
-            return ggml_type_traits{"Q2_K", 256, 84, false};
-        case 11:
-            return ggml_type_traits{"Q3_K", 256, 110, false};
-        case 12:
-            return ggml_type_traits{"Q4_K", 256, 144, true};
-        case 13:
-            return ggml_type_traits{"Q5_K", 256, 176, false};
-        case 14:
-            return ggml_type_traits{"Q6_K", 256, 210, true};
-        case 15:
-            return ggml_type_traits{"Q8_K", 256, 292, false};
-        case 16:
-            return ggml_type_traits{"IQ2_XXS", 256, 66, false};
-        case 17:
-            return ggml_type_traits{"IQ2_XS", 256, 74, false};
-        case 18:
-            return ggml_type_traits{"IQ3_XXS", 256, 98, false};
-        case 19:
-            return ggml_type_traits{"IQ1_S", 256, 50, false};
-        case 20:
-            return ggml_type_traits{"IQ4_NL", 32, 18, false};
-        case 21:
-            return ggml_type_traits{"IQ3_S", 256, 110, false};
-        case 22:
-            return ggml_type_traits{"IQ2_S", 256, 82, false};
-        case 23:
-            return ggml_type_traits{"IQ4_XS", 256, 136, false};
-        case 24:
-            return ggml_type_traits{"I8", 1, 1, false};
-        case 25:
-            return ggml_type_traits{"I16", 1, 2, false};
-        case 26:
-            return ggml_type_traits{"I32", 1, 4, false};
-        case 27:
-            return ggml_type_traits{"I64", 1, 8, false};
-        case 28:
-            return ggml_type_traits{"F64", 1, 8, false};
-        case 29:
-            return ggml_type_traits{"IQ1_M", 256, 56, false};
-        case 30:
-            return ggml_type_traits{"BF16", 1, 2, true};
-        case 34:
-            return ggml_type_traits{"TQ1_0", 256, 54, false};
-        case 35:
-            return ggml_type_traits{"TQ2_0", 256, 66, false};
-        case 1064:
-            return ggml_type_traits{"W4_G64", 64, 36, true};
-        case 1128:
-            return ggml_type_traits{"W4_G128", 128, 68, true};
-        default:
-            return std::nullopt;
+        case 0: return ggml_type_traits{"F32", 1, 4, true};
+        case 1: return ggml_type_traits{"F16", 1, 2, true};
+        case 2: return ggml_type_traits{"Q4_0", 32, 18, true};
+        case 3: return ggml_type_traits{"Q4_1", 32, 20, true};
+        case 6: return ggml_type_traits{"Q5_0", 32, 22, false};
+        case 7: return ggml_type_traits{"Q5_1", 32, 24, false};
+        case 8: return ggml_type_traits{"Q8_0", 32, 34, true};
+        case 9: return ggml_type_traits{"Q8_1", 32, 36, false};
+        case 10: return ggml_type_traits{"Q2_K", 256, 84, false};
+        case 11: return ggml_type_traits{"Q3_K", 256, 110, false};
+        case 12: return ggml_type_traits{"Q4_K", 256, 144, true};
+        case 13: return ggml_type_traits{"Q5_K", 256, 176, false};
+        case 14: return ggml_type_traits{"Q6_K", 256, 210, true};
+        case 15: return ggml_type_traits{"Q8_K", 256, 292, false};
+        case 16: return ggml_type_traits{"IQ2_XXS", 256, 66, false};
+        case 17: return ggml_type_traits{"IQ2_XS", 256, 74, false};
+        case 18: return ggml_type_traits{"IQ3_XXS", 256, 98, false};
+        case 19: return ggml_type_traits{"IQ1_S", 256, 50, false};
+        case 20: return ggml_type_traits{"IQ4_NL", 32, 18, false};
+        case 21: return ggml_type_traits{"IQ3_S", 256, 110, false};
+        case 22: return ggml_type_traits{"IQ2_S", 256, 82, false};
+        case 23: return ggml_type_traits{"IQ4_XS", 256, 136, false};
+        case 24: return ggml_type_traits{"I8", 1, 1, false};
+        case 25: return ggml_type_traits{"I16", 1, 2, false};
+        case 26: return ggml_type_traits{"I32", 1, 4, false};
+        case 27: return ggml_type_traits{"I64", 1, 8, false};
+        case 28: return ggml_type_traits{"F64", 1, 8, false};
+        case 29: return ggml_type_traits{"IQ1_M", 256, 56, false};
+        case 30: return ggml_type_traits{"BF16", 1, 2, true};
+        case 34: return ggml_type_traits{"TQ1_0", 256, 54, false};
+        case 35: return ggml_type_traits{"TQ2_0", 256, 66, false};
+        case 1064: return ggml_type_traits{"W4_G64", 64, 36, true};
+        case 1128: return ggml_type_traits{"W4_G128", 128, 68, true};
+        default: return std::nullopt;
     }
+    // clang-format on
 }
 
 constexpr ggml_type_traits traits(ggml_type t) {
