@@ -24,6 +24,7 @@ void cpu_llama::scratch::reserve(size_t n_tokens, const llama_hparams& hp) {
     gate.resize(t * hp.ffn_dim);
     up.resize(t * hp.ffn_dim);
     positions.resize(t);
+    seq_ids.resize(t);
     rope_cs.resize(t * hp.rope_dims);
     seq_of.resize(t);
     rows.resize(t * hp.dim);
@@ -100,7 +101,30 @@ result<std::unique_ptr<cpu_llama>> cpu_llama::create(llama_weights weights, cpu_
         if (status st = m->place_weights(); !st.ok()) return st.err();
     }
     m->s_.reserve(64, hp);
+    m->attach_taps(std::move(params.taps));
     return m;
+}
+
+void cpu_llama::attach_taps(std::shared_ptr<tap_sink> sink) {
+    taps_ = std::move(sink);
+    taps_wanted_ = taps_ ? taps_->wanted() & all_taps : 0;
+}
+
+status cpu_llama::observe(tap_point t, int32_t layer, const float* data, size_t n, size_t width) {
+    const bool logit_rows = layer < 0;
+    tap_data d{
+        t, layer, static_cast<int64_t>(n), static_cast<int64_t>(width), data, s_.seq_ids.data(), s_.positions.data()};
+    if (logit_rows) {
+        s_.out_seq_ids.resize(n);
+        s_.out_positions.resize(n);
+        for (size_t i = 0; i < n; ++i) {
+            s_.out_seq_ids[i] = s_.seq_ids[s_.out_rows[i]];
+            s_.out_positions[i] = s_.positions[s_.out_rows[i]];
+        }
+        d.seq_ids = s_.out_seq_ids.data();
+        d.positions = s_.out_positions.data();
+    }
+    return taps_->observe(d);
 }
 
 void cpu_llama::fuse_projections() {
@@ -313,12 +337,25 @@ status cpu_llama::ffn_hidden(const layer& l, size_t n, const float*& hidden) {
     return {};
 }
 
-status cpu_llama::run_layer(layer& l, size_t n, const std::vector<const int32_t*>& tables) {
+status cpu_llama::run_layer(int32_t il, size_t n, const std::vector<const int32_t*>& tables) {
     const llama_hparams& hp = w_.hp;
     const int32_t dim = hp.dim;
+    layer& l = layers_[il];
     rmsnorm_rows(s_.x.data(), l.attn_norm, s_.h.data(), n, dim, hp.rms_eps);
+    if (wants(tap_point::attn_norm)) {
+        if (status st = observe(tap_point::attn_norm, il, s_.h.data(), n, dim); !st.ok()) return st;
+    }
     float *q = nullptr, *k = nullptr, *v = nullptr;
     if (status st = project_qkv(l, n, q, k, v); !st.ok()) return st;
+    if (wants(tap_point::q)) {
+        if (status st = observe(tap_point::q, il, q, n, hp.q_width()); !st.ok()) return st;
+    }
+    if (wants(tap_point::k)) {
+        if (status st = observe(tap_point::k, il, k, n, hp.kv_width()); !st.ok()) return st;
+    }
+    if (wants(tap_point::v)) {
+        if (status st = observe(tap_point::v, il, v, n, hp.kv_width()); !st.ok()) return st;
+    }
     rope_rows(q, s_.rope_cs.data(), n, hp.n_heads, hp);
     rope_rows(k, s_.rope_cs.data(), n, hp.n_kv_heads, hp);
 
@@ -341,14 +378,26 @@ status cpu_llama::run_layer(layer& l, size_t n, const std::vector<const int32_t*
     call.k_pool = l.k_pool;
     call.v_pool = l.v_pool;
     if (status st = params_.attention->forward(call, ctx_.parallel_for); !st.ok()) return st;
+    if (wants(tap_point::attn_out)) {
+        if (status st = observe(tap_point::attn_out, il, s_.attn.data(), n, hp.q_width()); !st.ok()) return st;
+    }
 
     if (status st = l.wo.forward(s_.attn.data(), s_.h.data(), n, ctx_); !st.ok()) return st;
     add_rows(s_.x.data(), s_.h.data(), n * dim);
     rmsnorm_rows(s_.x.data(), l.ffn_norm, s_.h.data(), n, dim, hp.rms_eps);
+    if (wants(tap_point::ffn_norm)) {
+        if (status st = observe(tap_point::ffn_norm, il, s_.h.data(), n, dim); !st.ok()) return st;
+    }
     const float* hidden = nullptr;
     if (status st = ffn_hidden(l, n, hidden); !st.ok()) return st;
+    if (wants(tap_point::ffn_hidden)) {
+        if (status st = observe(tap_point::ffn_hidden, il, hidden, n, hp.ffn_dim); !st.ok()) return st;
+    }
     if (status st = l.w_down.forward(hidden, s_.h.data(), n, ctx_); !st.ok()) return st;
     add_rows(s_.x.data(), s_.h.data(), n * dim);
+    if (wants(tap_point::layer_out)) {
+        if (status st = observe(tap_point::layer_out, il, s_.x.data(), n, dim); !st.ok()) return st;
+    }
     return {};
 }
 
@@ -374,6 +423,7 @@ status cpu_llama::forward(const forward_batch& batch, forward_output& out) {
             ids[t] = s.tokens[i];
             s_.positions[t] = s.pos0 + static_cast<int32_t>(i);
             s_.seq_of[t] = static_cast<int32_t>(si);
+            s_.seq_ids[t] = s.seq_id;
             if (s.all_logits || i + 1 == s.tokens.size()) s_.out_rows.push_back(static_cast<int32_t>(t));
         }
         out.n_rows[si] = static_cast<int32_t>(s_.out_rows.size()) - out.row_begin[si];
@@ -381,16 +431,23 @@ status cpu_llama::forward(const forward_batch& batch, forward_output& out) {
 
     rope_angles_rows(s_.positions.data(), n, hp, s_.rope_cs.data());  // the same for every layer
     embed_rows(w_.token_embd, ids.data(), n, s_.x.data());
-    for (layer& l : layers_) {
-        if (status st = run_layer(l, n, tables); !st.ok()) return st;
+    for (int32_t il = 0; il < hp.n_layers; ++il) {
+        if (status st = run_layer(il, n, tables); !st.ok()) return st;
     }
     const size_t r = s_.out_rows.size();
     for (size_t i = 0; i < r; ++i) {
         std::copy_n(s_.x.data() + static_cast<size_t>(s_.out_rows[i]) * hp.dim, hp.dim, s_.rows.data() + i * hp.dim);
     }
     rmsnorm_rows(s_.rows.data(), output_norm_, s_.h.data(), r, hp.dim, hp.rms_eps);
+    if (wants(tap_point::output_norm)) {
+        if (status st = observe(tap_point::output_norm, -1, s_.h.data(), r, hp.dim); !st.ok()) return st;
+    }
     out.logits.resize(r * static_cast<size_t>(hp.n_vocab));
-    return output_.forward(s_.h.data(), out.logits.data(), static_cast<int64_t>(r), ctx_);
+    if (status st = output_.forward(s_.h.data(), out.logits.data(), static_cast<int64_t>(r), ctx_); !st.ok()) {
+        return st;
+    }
+    if (wants(tap_point::logits)) return observe(tap_point::logits, -1, out.logits.data(), r, hp.n_vocab);
+    return {};
 }
 
 }  // namespace troupe

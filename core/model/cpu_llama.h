@@ -13,6 +13,9 @@
 //
 // All scratch is sized at construction for max_batch_tokens and reused; nothing allocates per step
 // except when a step brings more tokens than any before.
+//
+// Taps (core/model/tap_sink.h): an attached sink observes the intermediates it wants, in graph order; a tap
+// nobody wants costs one branch. Fused and separate products hand the taps the same layout ([n, width] rows).
 #pragma once
 
 #include <memory>
@@ -23,6 +26,7 @@
 #include "core/model/linear.h"
 #include "core/model/llama_weights.h"
 #include "core/model/model_runner.h"
+#include "core/model/tap_sink.h"
 #include "kernels/cpu/huge_page_buffer.h"
 
 namespace troupe {
@@ -39,6 +43,7 @@ struct cpu_llama_params {
     // kernels.weights: copy the weights the builtin kernels stream into a weight_arena (true) or read them in
     // place from the mapped file (false).
     bool copy_weights = true;
+    std::shared_ptr<tap_sink> taps;  // optional: observes the taps it wants (attach_taps replaces it)
 };
 
 class cpu_llama final : public model_runner {
@@ -63,6 +68,8 @@ public:
     // parts one by one rather than copy the fused outputs apart.
     int32_t n_fused_groups() const { return n_fused_groups_; }
     static constexpr size_t k_max_fused_tokens = 16;
+    // Observes the taps `sink` wants from the next step on (asks wanted() now); null detaches.
+    void attach_taps(std::shared_ptr<tap_sink> sink);
 
 private:
     struct layer {
@@ -79,28 +86,34 @@ private:
         float* v_pool = nullptr;  // (uint16_t halves behind the pointer for F16)
     };
     struct scratch {
-        std::vector<float> x;            // [T, dim] residual stream
-        std::vector<float> h;            // [T, max(dim, q_width)]
-        std::vector<float> q;            // [T, n_heads * head_dim]
-        std::vector<float> k;            // [T, n_kv_heads * head_dim]
-        std::vector<float> v;            // [T, n_kv_heads * head_dim]
-        std::vector<float> attn;         // [T, n_heads * head_dim]
-        std::vector<float> gate;         // [T, ffn_dim]
-        std::vector<float> up;           // [T, ffn_dim]
-        std::vector<float> qkv;          // [min(T, k_max_fused_tokens), q_width + 2 * kv_width]
-        std::vector<float> gate_up;      // [min(T, k_max_fused_tokens), 2 * ffn_dim]
-        std::vector<int32_t> positions;  // [T]
-        std::vector<float> rope_cs;      // [T, rope_dims / 2, (cos, sin)] this step's rotations
-        std::vector<int32_t> seq_of;     // [T]
-        std::vector<int32_t> out_rows;   // [R] token index of each logits row
-        std::vector<float> rows;         // [R, dim]
+        std::vector<float> x;                // [T, dim] residual stream
+        std::vector<float> h;                // [T, max(dim, q_width)]
+        std::vector<float> q;                // [T, n_heads * head_dim]
+        std::vector<float> k;                // [T, n_kv_heads * head_dim]
+        std::vector<float> v;                // [T, n_kv_heads * head_dim]
+        std::vector<float> attn;             // [T, n_heads * head_dim]
+        std::vector<float> gate;             // [T, ffn_dim]
+        std::vector<float> up;               // [T, ffn_dim]
+        std::vector<float> qkv;              // [min(T, k_max_fused_tokens), q_width + 2 * kv_width]
+        std::vector<float> gate_up;          // [min(T, k_max_fused_tokens), 2 * ffn_dim]
+        std::vector<int32_t> positions;      // [T]
+        std::vector<int64_t> seq_ids;        // [T] each token's sequence id (taps)
+        std::vector<float> rope_cs;          // [T, rope_dims / 2, (cos, sin)] this step's rotations
+        std::vector<int32_t> seq_of;         // [T]
+        std::vector<int32_t> out_rows;       // [R] token index of each logits row
+        std::vector<float> rows;             // [R, dim]
+        std::vector<int64_t> out_seq_ids;    // [R] sequence id of each logits row (taps)
+        std::vector<int32_t> out_positions;  // [R] position of each logits row (taps)
         void reserve(size_t n_tokens, const llama_hparams& hp);
     };
 
     cpu_llama() = default;
     status check_batch(const forward_batch& batch) const;
     status place_weights();
-    status run_layer(layer& l, size_t n_tokens, const std::vector<const int32_t*>& tables);
+    status run_layer(int32_t il, size_t n_tokens, const std::vector<const int32_t*>& tables);
+    bool wants(tap_point t) const { return (taps_wanted_ & tap_bit(t)) != 0; }
+    // Hands rows [n, width] of tap t to the sink: the step's tokens, or its logits rows (layer -1).
+    status observe(tap_point t, int32_t layer, const float* data, size_t n, size_t width);
     // h·Wqᵀ, h·Wkᵀ, h·Wvᵀ for n tokens; q, k, v point at them ([n, q_width], [n, kv_width] each) afterwards.
     status project_qkv(const layer& l, size_t n, float*& q, float*& k, float*& v);
     // silu(h·W_gateᵀ) ⊙ h·W_upᵀ for n tokens; hidden points at it ([n, ffn_dim]) afterwards.
@@ -121,6 +134,8 @@ private:
                                        // one kv head at a stride, touching a 4 KiB page every row or two)
     scratch s_;
     int32_t n_fused_groups_ = 0;
+    std::shared_ptr<tap_sink> taps_;
+    uint64_t taps_wanted_ = 0;  // taps_->wanted(), 0 without a sink
 };
 
 }  // namespace troupe
