@@ -52,6 +52,11 @@ result<loaded_model> load_model(const engine_config& config) {
     if (config.plugins.quant.enabled()) {
         auto quant = load_plugin(host, plugin_kind::quant, config.plugins.quant);
         if (!quant.ok()) return quant.err();
+        if (quant->quant == nullptr) {
+            return make_error("plugins.quant: plugin quant/" + config.plugins.quant.name +
+                              " has no runtime matmul; it only quantizes offline (troupe quantize --method " +
+                              config.plugins.quant.name + ")");
+        }
         params.quant = quant->quant;
         m.plugins.push_back("quant/" + config.plugins.quant.name);
     }

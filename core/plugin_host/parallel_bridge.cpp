@@ -20,6 +20,17 @@ parallel_bridge::parallel_bridge(const parallel_for_fn& parallel_for) : c_{} {
     c_.version = TROUPE_PARALLEL_VERSION;
     c_.host_ctx = const_cast<parallel_for_fn*>(&parallel_for);
     c_.parallel_for = parallel_for ? call_parallel_for : nullptr;
+    c_.backend = TROUPE_BACKEND_CPU;
+    c_.stream = nullptr;
+}
+
+parallel_bridge::parallel_bridge(plugin_backend backend, void* stream) : c_{} {
+    c_.struct_size = sizeof(troupe_parallel);
+    c_.version = TROUPE_PARALLEL_VERSION;
+    c_.host_ctx = nullptr;
+    c_.parallel_for = nullptr;
+    c_.backend = to_c_backend(backend);
+    c_.stream = stream;
 }
 
 }  // namespace troupe

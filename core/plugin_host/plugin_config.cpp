@@ -52,6 +52,7 @@ void parse_spec_into(plugin_kind kind, const YAML::Node& node, const std::string
         add(errors, path + ".name: missing (e.g. name: " +
                         std::string(kind == plugin_kind::attention ? "gqa"
                                     : kind == plugin_kind::quant   ? "q8"
+                                    : kind == plugin_kind::kv      ? "int8"
                                                                    : "ngram") +
                         ")");
     } else if (!out.name.empty() && !valid_name(out.name)) {
@@ -91,8 +92,10 @@ result<plugin_selection> parse_plugin_selection(const YAML::Node& node, const st
                 continue;
             }
             const result<plugin_kind> kind = parse_plugin_kind(key);
-            if (!kind.ok()) {
-                add(errors, sub + ": unknown key (valid keys: dir, attention, quant, spec)");
+            if (!kind.ok() || *kind == plugin_kind::kv) {
+                // A KV plugin replaces the cache, so it is chosen with the cache: kv.plugin.
+                add(errors, sub + ": unknown key (valid keys: dir, attention, quant, spec" +
+                                (kind.ok() ? std::string("; a KV plugin is chosen under kv.plugin)") : ")"));
                 continue;
             }
             plugin_spec spec{*kind, "", "", YAML::Node()};
@@ -112,6 +115,8 @@ result<plugin_selection> parse_plugin_selection(const YAML::Node& node, const st
                 case plugin_kind::spec:
                     sel.spec = spec;
                     break;
+                case plugin_kind::kv:
+                    break;  // refused above
             }
         }
     } catch (const YAML::Exception& e) {

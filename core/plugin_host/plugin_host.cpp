@@ -25,8 +25,8 @@ std::string choose_plugin_dir(const plugin_host_options& options) {
 
 }  // namespace
 
-plugin_host::plugin_host(plugin_host_options options)
-    : options_(std::move(options)), plugin_dir_(choose_plugin_dir(options_)) {}
+plugin_host::plugin_host(plugin_host_options options, std::shared_ptr<const troupe_model_services> model)
+    : options_(std::move(options)), model_(std::move(model)), plugin_dir_(choose_plugin_dir(options_)) {}
 
 std::string plugin_host::library_path(plugin_kind kind, std::string_view name) const {
     const std::string k(plugin_kind_name(kind));
@@ -63,20 +63,22 @@ result<loaded_plugin> plugin_host::load(const plugin_spec& spec) {
     } catch (const YAML::Exception& e) {
         return make_error("plugin " + label + ": params: " + e.what());
     }
-    auto instance = plugin_instance::create(*library, params, options_.backend);
+    auto instance = plugin_instance::create(*library, params, options_.backend, model_);
     if (!instance.ok()) return instance.err();
 
-    loaded_plugin out{info, nullptr, nullptr, nullptr};
+    loaded_plugin out{info, *instance, nullptr, nullptr, nullptr};
     switch (spec.kind) {
         case plugin_kind::attention:
             out.attention = std::make_shared<plugin_attention_op>(*instance);
             break;
         case plugin_kind::quant:
-            out.quant = std::make_shared<plugin_quant_op>(*instance);
+            if ((*instance)->quant_ops() != nullptr) out.quant = std::make_shared<plugin_quant_op>(*instance);
             break;
         case plugin_kind::spec:
             out.spec = std::make_shared<plugin_draft_proposer>(*instance);
             break;
+        case plugin_kind::kv:
+            break;  // used through the instance's kv_ops()
     }
     return out;
 }
@@ -99,6 +101,12 @@ result<std::shared_ptr<attention_op>> plugin_host::load_attention(std::string_vi
 result<std::shared_ptr<quant_op>> plugin_host::load_quant(std::string_view name, const YAML::Node& params) {
     auto p = load(plugin_kind::quant, name, params);
     if (!p.ok()) return p.err();
+    if (p->quant == nullptr) {
+        return make_error("plugin quant/" + std::string(name) +
+                          ": has no runtime matmul (no quant op table); it only quantizes offline (troupe quantize "
+                          "--method " +
+                          std::string(name) + ")");
+    }
     return p->quant;
 }
 
@@ -106,6 +114,12 @@ result<std::shared_ptr<draft_proposer>> plugin_host::load_spec(std::string_view 
     auto p = load(plugin_kind::spec, name, params);
     if (!p.ok()) return p.err();
     return p->spec;
+}
+
+result<std::shared_ptr<plugin_instance>> plugin_host::load_kv(std::string_view name, const YAML::Node& params) {
+    auto p = load(plugin_kind::kv, name, params);
+    if (!p.ok()) return p.err();
+    return p->instance;
 }
 
 }  // namespace troupe

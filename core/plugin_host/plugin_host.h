@@ -1,5 +1,6 @@
 // plugin_host: finds, loads and instantiates plugins by kind and name, and hands them to the core as
-// attention_op, quant_op (core/model/ops.h) or draft_proposer.
+// attention_op, quant_op (core/model/ops.h) or draft_proposer, and as the plugin_instance itself (for the KV
+// adapter, offline quantization and taps, which build on its op tables).
 //
 //   <plugin_dir>/<kind>/libtroupe_<kind>_<name>.so      e.g. plugins/spec/libtroupe_spec_ngram.so
 //
@@ -20,6 +21,7 @@
 #include "core/model/ops.h"
 #include "core/plugin_host/draft_proposer.h"
 #include "core/plugin_host/plugin_config.h"
+#include "core/plugin_host/plugin_instance.h"
 #include "core/plugin_host/plugin_kind.h"
 #include "core/plugin_host/plugin_library.h"
 #include "core/result.h"
@@ -31,9 +33,13 @@ struct plugin_host_options {
     plugin_backend backend = plugin_backend::cpu;  // plugins whose score refuses it are refused
 };
 
-// A loaded plugin: exactly one of the three ops is set, per info.kind.
+// A loaded plugin: the instance, always; and the core-facing adapter of its kind where there is one:
+// attention for kind attention, quant for a quant plugin with a runtime (matmul) table, spec for kind spec.
+// A KV plugin, a quant plugin that only quantizes offline, and any plugin's taps are used through `instance`
+// (its kv_ops(), quantize_ops(), tap_ops()).
 struct loaded_plugin {
     plugin_info info;
+    std::shared_ptr<plugin_instance> instance;
     std::shared_ptr<attention_op> attention;
     std::shared_ptr<quant_op> quant;
     std::shared_ptr<draft_proposer> spec;
@@ -41,7 +47,9 @@ struct loaded_plugin {
 
 class plugin_host {
 public:
-    explicit plugin_host(plugin_host_options options = {});
+    // `model`: the model the plugins are made for (troupe_plugin_params.model: its tensors by name, side files);
+    // null: instances are made without a model. Kept alive by every instance made with it.
+    explicit plugin_host(plugin_host_options options = {}, std::shared_ptr<const troupe_model_services> model = {});
 
     const std::string& plugin_dir() const { return plugin_dir_; }
     // Where a plugin of this kind and name is looked for.
@@ -54,9 +62,12 @@ public:
                                                          const YAML::Node& params = YAML::Node());
     result<std::shared_ptr<quant_op>> load_quant(std::string_view name, const YAML::Node& params = YAML::Node());
     result<std::shared_ptr<draft_proposer>> load_spec(std::string_view name, const YAML::Node& params = YAML::Node());
+    // A KV plugin's instance (its kv_ops() are checked: layout and forward are there).
+    result<std::shared_ptr<plugin_instance>> load_kv(std::string_view name, const YAML::Node& params = YAML::Node());
 
 private:
     plugin_host_options options_;
+    std::shared_ptr<const troupe_model_services> model_;
     std::string plugin_dir_;
 };
 

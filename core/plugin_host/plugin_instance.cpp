@@ -22,9 +22,10 @@ std::string plugin_status_name(int32_t code) {
 }
 
 result<std::shared_ptr<plugin_instance>> plugin_instance::create(std::shared_ptr<plugin_library> library,
-                                                                 const flat_params& params, plugin_backend backend) {
+                                                                 const flat_params& params, plugin_backend backend,
+                                                                 std::shared_ptr<const troupe_model_services> model) {
     const troupe_plugin_descriptor& d = library->descriptor();
-    const troupe_plugin_params c_params = params.view(to_c_backend(backend));
+    const troupe_plugin_params c_params = params.view(to_c_backend(backend), model.get());
     troupe_plugin_instance* handle = nullptr;
     const int32_t rc = d.create(&c_params, &handle);
     if (rc != TROUPE_OK || handle == nullptr) {
@@ -34,11 +35,12 @@ result<std::shared_ptr<plugin_instance>> plugin_instance::create(std::shared_ptr
         if (handle != nullptr) d.destroy(handle);
         return make_error("plugin " + library->label() + ": " + why);
     }
-    return std::shared_ptr<plugin_instance>(new plugin_instance(std::move(library), handle));
+    return std::shared_ptr<plugin_instance>(new plugin_instance(std::move(library), handle, backend, std::move(model)));
 }
 
-plugin_instance::plugin_instance(std::shared_ptr<plugin_library> library, troupe_plugin_instance* handle)
-    : library_(std::move(library)), handle_(handle) {}
+plugin_instance::plugin_instance(std::shared_ptr<plugin_library> library, troupe_plugin_instance* handle,
+                                 plugin_backend backend, std::shared_ptr<const troupe_model_services> model)
+    : library_(std::move(library)), model_(std::move(model)), handle_(handle), backend_(backend) {}
 
 plugin_instance::~plugin_instance() {
     library_->descriptor().destroy(handle_);

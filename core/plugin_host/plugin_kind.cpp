@@ -14,15 +14,17 @@ std::string_view plugin_kind_name(plugin_kind kind) {
             return "quant";
         case plugin_kind::spec:
             return "spec";
+        case plugin_kind::kv:
+            return "kv";
     }
     TROUPE_ASSERT(false, "plugin_kind out of range");
 }
 
 result<plugin_kind> parse_plugin_kind(std::string_view name) {
-    for (plugin_kind k : {plugin_kind::attention, plugin_kind::quant, plugin_kind::spec}) {
+    for (plugin_kind k : all_plugin_kinds) {
         if (plugin_kind_name(k) == name) return k;
     }
-    return make_error("unknown plugin kind '" + std::string(name) + "' (valid kinds: attention, quant, spec)");
+    return make_error("unknown plugin kind '" + std::string(name) + "' (valid kinds: attention, quant, spec, kv)");
 }
 
 int32_t to_c_kind(plugin_kind kind) {
@@ -33,6 +35,8 @@ int32_t to_c_kind(plugin_kind kind) {
             return TROUPE_PLUGIN_KIND_QUANT;
         case plugin_kind::spec:
             return TROUPE_PLUGIN_KIND_SPEC;
+        case plugin_kind::kv:
+            return TROUPE_PLUGIN_KIND_KV;
     }
     TROUPE_ASSERT(false, "plugin_kind out of range");
 }

@@ -56,20 +56,88 @@ std::string prefix(const std::string& label) {
     return "plugin " + label + ": ";
 }
 
-// Checks that `table` (an op table of the descriptor) is present, large enough and has `fns` non-null.
+// Checks that `table` (an op table of the descriptor) is present and has the functions `fns` (each a field the
+// table's struct_size must contain and that must be non-null). Tables are read by field (TROUPE_HAS_FIELD), so a
+// table built against an older header that lacks only optional trailing fields is fine.
+struct required_fn {
+    const char* name;
+    bool present;  // contained in struct_size and non-null
+};
+
 template <class table_type>
 status check_table(const std::string& label, const char* what, const table_type* table,
-                   std::initializer_list<std::pair<const char*, bool>> fns) {
+                   std::initializer_list<required_fn> fns) {
     if (table == nullptr) return make_error(prefix(label) + "descriptor has no " + what + " op table");
-    if (table->struct_size < sizeof(table_type)) {
+    if (table->struct_size < offsetof(table_type, version) + sizeof(table->version)) {
         return make_error(prefix(label) + what + " op table is " + std::to_string(table->struct_size) +
-                          " bytes, expected at least " + std::to_string(sizeof(table_type)));
+                          " bytes, too small to be one");
     }
-    for (const auto& [name, present] : fns) {
-        if (!present) return make_error(prefix(label) + what + " op table lacks " + name);
+    for (const required_fn& fn : fns) {
+        if (!fn.present) return make_error(prefix(label) + what + " op table lacks " + fn.name);
     }
     return status::success();
 }
+
+#define TROUPE_TABLE_FN(table, type, field)                                                            \
+    required_fn {                                                                                      \
+#field, (table) != nullptr&& TROUPE_HAS_FIELD(table, type, field) && (table)->field != nullptr \
+    }
+
+std::string kind_found(int32_t c_kind) {
+    for (plugin_kind k : all_plugin_kinds) {
+        if (to_c_kind(k) == c_kind) return std::string(plugin_kind_name(k));
+    }
+    return "unknown kind " + std::to_string(c_kind);
+}
+
+status check_quant_tables(const troupe_plugin_descriptor* d, const std::string& label) {
+    const troupe_quant_ops* quant = d->quant;
+    const troupe_quantize_ops* quantize = descriptor_quantize_ops(*d);
+    if (quant == nullptr && quantize == nullptr) {
+        return make_error(prefix(label) +
+                          "descriptor has neither a quant op table (runtime matmul) nor a quantize op table "
+                          "(offline quantization); a quant plugin needs one or both");
+    }
+    if (quant != nullptr) {
+        using t = troupe_quant_ops;
+        if (status s = check_table(label, "quant", quant,
+                                   {TROUPE_TABLE_FN(quant, t, claims), TROUPE_TABLE_FN(quant, t, prepare),
+                                    TROUPE_TABLE_FN(quant, t, matmul), TROUPE_TABLE_FN(quant, t, release)});
+            !s.ok()) {
+            return s;
+        }
+    }
+    if (quantize != nullptr) {
+        using t = troupe_quantize_ops;
+        return check_table(label, "quantize", quantize,
+                           {TROUPE_TABLE_FN(quantize, t, can_write), TROUPE_TABLE_FN(quantize, t, quantize_group)});
+    }
+    return status::success();
+}
+
+status check_kind_tables(const troupe_plugin_descriptor* d, plugin_kind expected, const std::string& label) {
+    switch (expected) {
+        case plugin_kind::attention: {
+            using t = troupe_attention_ops;
+            return check_table(label, "attention", d->attention, {TROUPE_TABLE_FN(d->attention, t, forward)});
+        }
+        case plugin_kind::quant:
+            return check_quant_tables(d, label);
+        case plugin_kind::spec: {
+            using t = troupe_spec_ops;
+            return check_table(label, "spec", d->spec, {TROUPE_TABLE_FN(d->spec, t, propose)});
+        }
+        case plugin_kind::kv: {
+            using t = troupe_kv_ops;
+            const troupe_kv_ops* kv = descriptor_kv_ops(*d);
+            return check_table(label, "kv", kv, {TROUPE_TABLE_FN(kv, t, layout), TROUPE_TABLE_FN(kv, t, forward)});
+        }
+    }
+    TROUPE_ASSERT(false, "plugin_kind out of range");
+}
+
+// The descriptor of ABI 1 ends at `spec`; ABI 2 appends kv, quantize and taps, read only when struct_size has them.
+constexpr size_t descriptor_v1_size = offsetof(troupe_plugin_descriptor, spec) + sizeof(troupe_plugin_descriptor::spec);
 
 status check_descriptor(const troupe_plugin_descriptor* d, plugin_kind expected, const std::string& label,
                         const std::string& path) {
@@ -81,16 +149,12 @@ status check_descriptor(const troupe_plugin_descriptor* d, plugin_kind expected,
                           " is not supported by this host (host ABI versions " + std::to_string(plugin_host_abi_min) +
                           ".." + std::to_string(plugin_host_abi_max) + "); rebuild the plugin against this troupe");
     }
-    if (d->struct_size < sizeof(troupe_plugin_descriptor)) {
+    if (d->struct_size < descriptor_v1_size) {
         return make_error(prefix(label) + "descriptor is " + std::to_string(d->struct_size) + " bytes, ABI version " +
-                          std::to_string(d->abi_version) + " needs at least " +
-                          std::to_string(sizeof(troupe_plugin_descriptor)));
+                          std::to_string(d->abi_version) + " needs at least " + std::to_string(descriptor_v1_size));
     }
     if (d->kind != to_c_kind(expected)) {
-        std::string found = "unknown kind " + std::to_string(d->kind);
-        for (plugin_kind k : {plugin_kind::attention, plugin_kind::quant, plugin_kind::spec}) {
-            if (to_c_kind(k) == d->kind) found = std::string(plugin_kind_name(k));
-        }
+        const std::string found = kind_found(d->kind);
         const char* article = found == "attention" ? "an " : "a ";
         return make_error(prefix(label) + path + " is " + article + found + " plugin, expected " +
                           std::string(plugin_kind_name(expected)));
@@ -98,19 +162,12 @@ status check_descriptor(const troupe_plugin_descriptor* d, plugin_kind expected,
     if (d->name == nullptr || d->create == nullptr || d->destroy == nullptr || d->error_message == nullptr) {
         return make_error(prefix(label) + "descriptor lacks one of name, create, destroy, error_message");
     }
-    switch (expected) {
-        case plugin_kind::attention:
-            return check_table(label, "attention", d->attention, {{"forward", d->attention && d->attention->forward}});
-        case plugin_kind::quant:
-            return check_table(label, "quant", d->quant,
-                               {{"claims", d->quant && d->quant->claims},
-                                {"prepare", d->quant && d->quant->prepare},
-                                {"matmul", d->quant && d->quant->matmul},
-                                {"release", d->quant && d->quant->release}});
-        case plugin_kind::spec:
-            return check_table(label, "spec", d->spec, {{"propose", d->spec && d->spec->propose}});
+    if (status s = check_kind_tables(d, expected, label); !s.ok()) return s;
+    if (const troupe_tap_ops* taps = descriptor_tap_ops(*d); taps != nullptr) {
+        using t = troupe_tap_ops;
+        return check_table(label, "taps", taps, {TROUPE_TABLE_FN(taps, t, wanted), TROUPE_TABLE_FN(taps, t, observe)});
     }
-    TROUPE_ASSERT(false, "plugin_kind out of range");
+    return status::success();
 }
 
 }  // namespace
@@ -168,6 +225,18 @@ plugin_library::plugin_library(void* handle, const troupe_plugin_descriptor* des
 
 plugin_library::~plugin_library() {
     dlclose(handle_);
+}
+
+const troupe_kv_ops* descriptor_kv_ops(const troupe_plugin_descriptor& d) {
+    return TROUPE_HAS_FIELD(&d, troupe_plugin_descriptor, kv) ? d.kv : nullptr;
+}
+
+const troupe_quantize_ops* descriptor_quantize_ops(const troupe_plugin_descriptor& d) {
+    return TROUPE_HAS_FIELD(&d, troupe_plugin_descriptor, quantize) ? d.quantize : nullptr;
+}
+
+const troupe_tap_ops* descriptor_tap_ops(const troupe_plugin_descriptor& d) {
+    return TROUPE_HAS_FIELD(&d, troupe_plugin_descriptor, taps) ? d.taps : nullptr;
 }
 
 int32_t plugin_library::score(plugin_backend backend) const {

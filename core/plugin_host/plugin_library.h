@@ -25,6 +25,11 @@ namespace troupe {
 constexpr uint32_t plugin_host_abi_min = 1;
 constexpr uint32_t plugin_host_abi_max = TROUPE_PLUGIN_ABI_VERSION;
 
+// The ABI 2 fields of a descriptor, or null when its struct_size says it does not have them (a version-1 plugin).
+const troupe_kv_ops* descriptor_kv_ops(const troupe_plugin_descriptor& d);
+const troupe_quantize_ops* descriptor_quantize_ops(const troupe_plugin_descriptor& d);
+const troupe_tap_ops* descriptor_tap_ops(const troupe_plugin_descriptor& d);
+
 struct plugin_info {
     plugin_kind kind;
     std::string name;         // from the descriptor: "gqa"
@@ -45,6 +50,15 @@ public:
     plugin_library& operator=(const plugin_library&) = delete;
 
     const troupe_plugin_descriptor& descriptor() const { return *desc_; }
+    // The op tables, null when the plugin has none. The ABI 2 tables (kv, quantize, taps) are also null for a
+    // version-1 descriptor, which does not contain those fields. Present tables were checked at open: their
+    // required functions are there.
+    const troupe_attention_ops* attention_ops() const { return desc_->attention; }
+    const troupe_quant_ops* quant_ops() const { return desc_->quant; }
+    const troupe_spec_ops* spec_ops() const { return desc_->spec; }
+    const troupe_kv_ops* kv_ops() const { return descriptor_kv_ops(*desc_); }
+    const troupe_quantize_ops* quantize_ops() const { return descriptor_quantize_ops(*desc_); }
+    const troupe_tap_ops* tap_ops() const { return descriptor_tap_ops(*desc_); }
     const plugin_info& info() const { return info_; }
     const std::string& label() const { return label_; }
     // How well the plugin runs on `backend`: negative = cannot. A plugin without a score runs on the CPU only.

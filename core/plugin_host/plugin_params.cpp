@@ -44,7 +44,7 @@ flat_params flat_params::from_yaml(const YAML::Node& params) {
     return p;
 }
 
-troupe_plugin_params flat_params::view(int32_t backend) const {
+troupe_plugin_params flat_params::view(int32_t backend, const troupe_model_services* model) const {
     c_items_.clear();
     for (const auto& [key, value] : items_) c_items_.push_back(troupe_param{key.c_str(), value.c_str()});
     troupe_plugin_params v{};
@@ -54,6 +54,7 @@ troupe_plugin_params flat_params::view(int32_t backend) const {
     v.n_items = c_items_.size();
     v.yaml = yaml_.c_str();
     v.backend = backend;
+    v.model = model;
     return v;
 }
 

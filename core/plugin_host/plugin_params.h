@@ -26,8 +26,9 @@ public:
 
     const std::vector<std::pair<std::string, std::string>>& items() const { return items_; }
     const std::string& yaml() const { return yaml_; }
-    // The C view, valid until this object is modified, moved or destroyed, or view() is called again.
-    troupe_plugin_params view(int32_t backend) const;
+    // The C view, valid until this object is modified, moved or destroyed, or view() is called again. `model`:
+    // troupe_plugin_params.model (null: made without a model).
+    troupe_plugin_params view(int32_t backend, const troupe_model_services* model = nullptr) const;
 
 private:
     std::vector<std::pair<std::string, std::string>> items_;

@@ -47,7 +47,7 @@ TEST(plugin_refusals, an_abi_mismatch_names_both_versions) {
     ASSERT_FALSE(r.ok());
     EXPECT_EQ(r.message(),
               "plugin attention/future: plugin ABI version 99 is not supported by this host (host ABI "
-              "versions 1..1); rebuild the plugin against this troupe");
+              "versions 1..2); rebuild the plugin against this troupe");
 }
 
 TEST(plugin_refusals, a_descriptor_without_its_op_table_is_refused) {
@@ -170,7 +170,7 @@ TEST(plugin_host_info, a_loaded_plugin_reports_its_descriptor) {
     ASSERT_TRUE(p.ok()) << p.message();
     EXPECT_EQ(p->info.name, "q8");
     EXPECT_EQ(p->info.version, "1.0.0");
-    EXPECT_EQ(p->info.abi_version, 1u);
+    EXPECT_EQ(p->info.abi_version, TROUPE_PLUGIN_ABI_VERSION);
     EXPECT_EQ(p->info.path, host.library_path(plugin_kind::quant, "q8"));
     EXPECT_NE(p->quant, nullptr);
     EXPECT_EQ(p->attention, nullptr);

@@ -250,6 +250,9 @@ const troupe_plugin_descriptor gqa_descriptor = {
     &gqa_ops,
     nullptr,
     nullptr,
+    nullptr,  // kv
+    nullptr,  // quantize
+    nullptr,  // taps
 };
 
 }  // namespace

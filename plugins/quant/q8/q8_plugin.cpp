@@ -271,6 +271,9 @@ const troupe_plugin_descriptor q8_descriptor = {
     nullptr,
     &q8_ops,
     nullptr,
+    nullptr,  // kv
+    nullptr,  // quantize
+    nullptr,  // taps
 };
 
 }  // namespace

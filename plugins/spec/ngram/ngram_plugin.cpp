@@ -118,6 +118,9 @@ const troupe_plugin_descriptor ngram_descriptor = {
     nullptr,
     nullptr,
     &ngram_ops,
+    nullptr,  // kv
+    nullptr,  // quantize
+    nullptr,  // taps
 };
 
 }  // namespace
