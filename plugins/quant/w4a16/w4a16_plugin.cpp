@@ -1,0 +1,259 @@
+// quant/w4a16: matrix products with 4-bit group weights and float activations (W4A16): GGUF's Q4_1 (groups of 32)
+// and troupe's W4_G64 / W4_G128 (w4a16_format.h), the zero-point format of GPTQ and AWQ checkpoints.
+//
+//   - prepare copies the rows as stored into memory of the plugin's own (rows 64-byte aligned, advised for huge
+//     pages: decode streams every byte of every weight each step), checking the shape against the group size;
+//   - matmul dequantizes the weights exactly (d * q + m) and multiplies them with the float32 activations by FMA,
+//     split over the host's parallel_for in blocks of rows: a decode path for up to 16 tokens and a prefill path
+//     of register tiles (w4a16_kernels.h);
+//   - the kernels are AVX-512, AVX2 or scalar, the best the CPU runs unless params.kernel names one.
+//
+// Parameters:
+//   kernel: auto | scalar | avx2 | avx512   (default auto; naming one the CPU cannot run fails create)
+#include <troupe/plugin.h>
+
+#include <sys/mman.h>
+
+#include <algorithm>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "plugins/common/plugin_support.h"
+#include "w4a16_format.h"
+#include "w4a16_kernels.h"
+
+namespace {
+
+using namespace troupe::plugin_support;
+namespace w4 = troupe::w4a16;
+
+constexpr const char* source = "quant/w4a16";
+
+bool cpu_runs_avx512() {
+    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+           __builtin_cpu_supports("avx512vl");
+}
+
+bool cpu_runs_avx2() {
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+}
+
+}  // namespace
+
+struct troupe_plugin_instance {
+    const w4::kernel_set* kernels = nullptr;
+    std::string error;
+};
+
+struct troupe_prepared_weight {
+    w4::matrix m{};          // rows in `memory`
+    void* memory = nullptr;  // [n_out, row_stride] bytes, mmap'd
+    size_t memory_bytes = 0;
+    ~troupe_prepared_weight() {
+        if (memory != nullptr) ::munmap(memory, memory_bytes);
+    }
+};
+
+namespace {
+
+int32_t fail(troupe_plugin_instance* inst, int32_t code, std::string message) {
+    inst->error = std::move(message);
+    return code;
+}
+
+std::string shape_of(const troupe_weight* w) {
+    return "[" + std::to_string(w->n_out) + ", " + std::to_string(w->n_in) + "]";
+}
+
+int32_t w4_claims(troupe_plugin_instance*, uint32_t type) {
+    return w4::group_size(type) > 0 ? 1 : 0;
+}
+
+int32_t w4_prepare(troupe_plugin_instance* inst, const troupe_weight* w, troupe_prepared_weight** out) {
+    inst->error.clear();
+    *out = nullptr;
+    return guarded(inst->error, [&]() -> int32_t {
+        if (w == nullptr || w->struct_size < sizeof(troupe_weight) || w->data == nullptr) {
+            return fail(inst, TROUPE_ERR_INVALID_ARGUMENT,
+                        "weight is null, has no data, or is older than this plugin's");
+        }
+        const int g = w4::group_size(w->type);
+        if (g == 0) {
+            return fail(
+                inst, TROUPE_ERR_UNSUPPORTED,
+                "type " + std::to_string(w->type) + " is not taken by quant/w4a16 (it takes Q4_1, W4_G64 and W4_G128)");
+        }
+        const std::string what = std::string(w4::type_name(w->type)) + " weight " + shape_of(w);
+        if (w->n_in <= 0 || w->n_out <= 0) {
+            return fail(inst, TROUPE_ERR_INVALID_ARGUMENT, what + ": expected positive sizes");
+        }
+        const size_t row_bytes = static_cast<size_t>(w->n_in / g) * w4::block_bytes(g);
+        if (w->n_in % g != 0 || w->row_stride < row_bytes) {
+            return fail(inst, TROUPE_ERR_INVALID_ARGUMENT,
+                        what + " with row stride " + std::to_string(w->row_stride) + ": rows must be a multiple of " +
+                            std::to_string(g) + " elements and at least " + std::to_string(row_bytes) + " bytes apart");
+        }
+        auto p = std::make_unique<troupe_prepared_weight>();
+        const size_t stride = (row_bytes + 63) / 64 * 64;
+        p->memory_bytes = stride * static_cast<size_t>(w->n_out);
+        void* mem = ::mmap(nullptr, p->memory_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (mem == MAP_FAILED) {
+            return fail(inst, TROUPE_ERR_OUT_OF_MEMORY,
+                        "cannot allocate " + std::to_string(p->memory_bytes >> 20) + " MiB for " + what);
+        }
+        ::madvise(mem, p->memory_bytes, MADV_HUGEPAGE);  // streamed every step: fewer TLB misses
+        p->memory = mem;
+        p->m = w4::matrix{static_cast<const uint8_t*>(mem), w->n_in, w->n_out, stride, g};
+        auto copy = [&](int64_t b, int64_t e) {
+            for (int64_t r = b; r < e; ++r) {
+                std::memcpy(static_cast<uint8_t*>(mem) + static_cast<size_t>(r) * stride,
+                            static_cast<const uint8_t*>(w->data) + static_cast<size_t>(r) * w->row_stride, row_bytes);
+            }
+        };
+        const troupe_host_services* host = host_log::services();
+        const int32_t rc =
+            host != nullptr && host->parallel_for != nullptr
+                ? host->parallel_for(
+                      host->host_ctx, w->n_out,
+                      [](void* ctx, int64_t b, int64_t e) { (*static_cast<decltype(copy)*>(ctx))(b, e); }, &copy)
+                : (copy(0, w->n_out), TROUPE_OK);
+        if (rc != TROUPE_OK) return fail(inst, rc, "copying " + what + " failed in the host's parallel_for");
+        *out = p.release();
+        return TROUPE_OK;
+    });
+}
+
+size_t w4_prepared_bytes(troupe_plugin_instance*, const troupe_prepared_weight* w) {
+    return w == nullptr
+               ? 0
+               : static_cast<size_t>(w->m.n_out) * static_cast<size_t>(w->m.n_in / w->m.g) * w4::block_bytes(w->m.g);
+}
+
+int32_t w4_matmul(troupe_plugin_instance* inst, const troupe_prepared_weight* w, const float* x, float* y,
+                  int64_t n_tokens, const troupe_parallel* par) {
+    inst->error.clear();
+    return guarded(inst->error, [&]() -> int32_t {
+        if (w == nullptr || n_tokens < 0 || (n_tokens > 0 && (x == nullptr || y == nullptr))) {
+            return fail(inst, TROUPE_ERR_INVALID_ARGUMENT, "matmul got a null weight or buffer, or n_tokens < 0");
+        }
+        if (n_tokens == 0) return TROUPE_OK;
+        const w4::kernel_set& k = *inst->kernels;
+        const w4::matrix& m = w->m;
+        int32_t rc;
+        if (n_tokens <= w4::k_decode_max_tokens) {
+            constexpr int64_t rows = 16;  // rows per work item
+            rc = run_parallel(par, (m.n_out + rows - 1) / rows, [&](int64_t b, int64_t e) {
+                k.decode(m, x, n_tokens, y, b * rows, std::min(e * rows, m.n_out));
+            });
+        } else {
+            const int64_t n_pad =
+                (n_tokens + w4::k_prefill_token_pad - 1) / w4::k_prefill_token_pad * w4::k_prefill_token_pad;
+            std::vector<float> xt(static_cast<size_t>(m.n_in * n_pad));  // [n_in, n_pad]
+            constexpr int64_t cols = 64;                                 // columns of x per transposition item
+            rc = run_parallel(par, (m.n_in + cols - 1) / cols, [&](int64_t b, int64_t e) {
+                w4::transpose_activations(x, n_tokens, m.n_in, n_pad, xt.data(), b * cols, std::min(e * cols, m.n_in));
+            });
+            const int64_t rows = k.prefill_rows;
+            if (rc == TROUPE_OK) {
+                rc = run_parallel(par, (m.n_out + rows - 1) / rows, [&](int64_t b, int64_t e) {
+                    k.prefill(m, xt.data(), n_pad, n_tokens, y, b * rows, std::min(e * rows, m.n_out));
+                });
+            }
+        }
+        if (rc != TROUPE_OK) return fail(inst, rc, "the host's parallel_for failed");
+        return TROUPE_OK;
+    });
+}
+
+void w4_release(troupe_plugin_instance*, troupe_prepared_weight* w) {
+    delete w;
+}
+
+int32_t w4_score(int32_t backend) {
+    return backend == TROUPE_BACKEND_CPU ? 50 : -1;
+}
+
+// The kernels params.kernel names, or an error message.
+const w4::kernel_set* pick_kernels(const std::string& choice, std::string* error) {
+    const w4::kernel_set* avx512 = cpu_runs_avx512() ? w4::avx512_kernels() : nullptr;
+    const w4::kernel_set* avx2 = cpu_runs_avx2() ? w4::avx2_kernels() : nullptr;
+    if (choice == "auto") return avx512 != nullptr ? avx512 : avx2 != nullptr ? avx2 : &w4::scalar_kernels();
+    if (choice == "scalar") return &w4::scalar_kernels();
+    const w4::kernel_set* named = choice == "avx512" ? avx512 : avx2;
+    if (named == nullptr) {
+        *error = "params.kernel: " + choice + " is not available on this CPU or in this build (use auto or scalar)";
+    }
+    return named;
+}
+
+int32_t w4_create(const troupe_plugin_params* params, troupe_plugin_instance** out) {
+    std::string error;
+    *out = nullptr;
+    const int32_t rc = guarded(error, [&]() -> int32_t {
+        param_reader reader(params);
+        const std::string kernel = reader.choice("kernel", {"auto", "scalar", "avx2", "avx512"}, "auto");
+        if (params != nullptr && TROUPE_HAS_FIELD(params, troupe_plugin_params, backend) &&
+            params->backend != TROUPE_BACKEND_CPU) {
+            error = "backend " + std::to_string(params->backend) + " is not supported (CPU only)";
+            return TROUPE_ERR_UNSUPPORTED;
+        }
+        if (const std::string& errors = reader.finish({"kernel"}); !errors.empty()) {
+            error = errors;
+            return TROUPE_ERR_INVALID_PARAMS;
+        }
+        const w4::kernel_set* kernels = pick_kernels(kernel, &error);
+        if (kernels == nullptr) return TROUPE_ERR_INVALID_PARAMS;
+        auto* inst = new troupe_plugin_instance;
+        inst->kernels = kernels;
+        host_log::write(TROUPE_LOG_LEVEL_INFO, source, "Q4_1 / W4_G64 / W4_G128 weights, float activations, %s kernels",
+                        kernels->name);
+        *out = inst;
+        return TROUPE_OK;
+    });
+    set_create_error(error);
+    return rc;
+}
+
+void w4_destroy(troupe_plugin_instance* inst) {
+    delete inst;
+}
+
+const char* w4_error_message(const troupe_plugin_instance* inst) {
+    return inst != nullptr ? inst->error.c_str() : create_error_buffer();
+}
+
+const troupe_quant_ops w4_ops = {
+    sizeof(troupe_quant_ops), TROUPE_QUANT_OPS_VERSION, w4_claims, w4_prepare, w4_prepared_bytes, w4_matmul, w4_release,
+};
+
+const troupe_plugin_descriptor w4_descriptor = {
+    sizeof(troupe_plugin_descriptor),
+    TROUPE_PLUGIN_DESCRIPTOR_VERSION,
+    TROUPE_PLUGIN_ABI_VERSION,
+    TROUPE_PLUGIN_KIND_QUANT,
+    "w4a16",
+    "1.0.0",
+    "4-bit group weights with scales and mins (Q4_1, W4_G64, W4_G128: GPTQ/AWQ's zero-point format) dequantized "
+    "exactly and multiplied with float activations (W4A16)",
+    w4_score,
+    w4_create,
+    w4_destroy,
+    w4_error_message,
+    nullptr,
+    &w4_ops,
+    nullptr,
+    nullptr,  // kv
+    nullptr,  // quantize
+    nullptr,  // taps
+};
+
+}  // namespace
+
+extern "C" TROUPE_PLUGIN_EXPORT const troupe_plugin_descriptor* troupe_plugin_query(uint32_t host_abi_min,
+                                                                                    uint32_t host_abi_max,
+                                                                                    const troupe_host_services* host) {
+    host_log::attach(host);
+    return &w4_descriptor;
+}

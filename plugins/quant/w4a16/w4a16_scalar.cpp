@@ -1,0 +1,76 @@
+// The scalar twin of quant/w4a16's kernels: each row dequantized exactly (d * q + m), then every product summed
+// over k in order with fmaf, the same sums the SIMD prefill tiles form (bit for bit) and the SIMD decode kernels
+// form in another order (equal but for rounding). Also the transposition of the activations for prefill.
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "w4a16_kernels.h"
+
+namespace troupe::w4a16 {
+namespace {
+
+void dequant_row(const matrix& w, int64_t r, float* out) {
+    const uint8_t* row = w.row(r);
+    const size_t bb = block_bytes(w.g);
+    for (int64_t b = 0; b < w.n_in / w.g; ++b) {
+        const uint8_t* blk = row + static_cast<size_t>(b) * bb;
+        float d, m;
+        block_scale_min(blk, &d, &m);
+        float* o = out + b * w.g;
+        for (int j = 0; j < w.g / 2; ++j) {
+            const float lo = d * static_cast<float>(blk[k_block_header + j] & 15);
+            const float hi = d * static_cast<float>(blk[k_block_header + j] >> 4);
+            o[j] = lo + m;
+            o[j + w.g / 2] = hi + m;
+        }
+    }
+}
+
+// x element (t, k) is x[t * ts + k * ks].
+void rows_scalar(const matrix& w, const float* x, int64_t ts, int64_t ks, int64_t n_tokens, float* y, int64_t r0,
+                 int64_t r1) {
+    std::vector<float> wr(static_cast<size_t>(w.n_in));  // [n_in]
+    for (int64_t r = r0; r < r1; ++r) {
+        dequant_row(w, r, wr.data());
+        for (int64_t t = 0; t < n_tokens; ++t) {
+            float acc = 0.0f;
+            for (int64_t k = 0; k < w.n_in; ++k) acc = std::fmaf(wr[k], x[t * ts + k * ks], acc);
+            y[t * w.n_out + r] = acc;
+        }
+    }
+}
+
+void decode_scalar(const matrix& w, const float* x, int64_t n_tokens, float* y, int64_t r0, int64_t r1) {
+    rows_scalar(w, x, w.n_in, 1, n_tokens, y, r0, r1);
+}
+
+void prefill_scalar(const matrix& w, const float* xt, int64_t n_pad, int64_t n_tokens, float* y, int64_t r0,
+                    int64_t r1) {
+    rows_scalar(w, xt, 1, n_pad, n_tokens, y, r0, r1);
+}
+
+const kernel_set k_scalar = {"scalar", decode_scalar, prefill_scalar, 16};
+
+}  // namespace
+
+const kernel_set& scalar_kernels() {
+    return k_scalar;
+}
+
+void transpose_activations(const float* x, int64_t n_tokens, int64_t n_in, int64_t n_pad, float* dst, int64_t k0,
+                           int64_t k1) {
+    constexpr int64_t tile = 16;  // 16 x 16 blocks: both sides' cache lines are used whole
+    for (int64_t kb = k0; kb < k1; kb += tile) {
+        const int64_t ke = std::min(kb + tile, k1);
+        for (int64_t tb = 0; tb < n_pad; tb += tile) {
+            for (int64_t k = kb; k < ke; ++k) {
+                for (int64_t t = tb; t < tb + tile && t < n_pad; ++t) {
+                    dst[k * n_pad + t] = t < n_tokens ? x[t * n_in + k] : 0.0f;
+                }
+            }
+        }
+    }
+}
+
+}  // namespace troupe::w4a16

@@ -1,0 +1,149 @@
+// quant/w4a16 through the ABI (the real .so): Q4_1, W4_G64 and W4_G128 weights quantized by the reference
+// quantizer (kernels/ref/quants.h), multiplied by every kernel the plugin has (params.kernel: scalar, avx2,
+// avx512) on odd shapes and token counts on both paths (decode <= 16 tokens, prefill above):
+//   - every kernel's product equals the float product of the reference-dequantized weights within float
+//     summation error;
+//   - the SIMD prefill tiles sum in the scalar twin's order, so their products equal the scalar twin's bit for
+//     bit; the SIMD decode kernels sum in another order and are compared within summation error.
+#include <cmath>
+#include <cstring>
+
+#include "kernels/ref/quants.h"
+#include "plugin_test_support.h"
+
+namespace troupe::testing {
+namespace {
+
+struct w4_case {
+    const char* name;
+    ggml_type type;
+    int64_t n_in, n_out, n_tokens;
+    bool threaded;
+};
+
+void PrintTo(const w4_case& c, std::ostream* os) {
+    *os << c.name;
+}
+
+const char* const k_kernels[] = {"scalar", "avx2", "avx512"};
+
+struct stored_weight {
+    std::vector<uint8_t> bytes;      // [n_out, row_stride]
+    size_t row_stride = 0;           // the rows' bytes plus 10 spare ones, to exercise row_stride
+    std::vector<float> dequantized;  // [n_out, n_in], as the reference decodes the stored rows
+};
+
+stored_weight quantized(const w4_case& c) {
+    const std::vector<float> w =
+        random_floats(static_cast<size_t>(c.n_in * c.n_out), 11 + c.n_in + c.n_out, -0.7f, 0.4f);
+    stored_weight s;
+    s.row_stride = row_bytes(c.type, c.n_in) + 10;
+    s.bytes.assign(s.row_stride * c.n_out, 0xee);
+    s.dequantized.resize(w.size());
+    for (int64_t o = 0; o < c.n_out; ++o) {
+        ref::quantize_row(c.type, w.data() + o * c.n_in, s.bytes.data() + o * s.row_stride, c.n_in);
+        ref::dequantize_row(c.type, s.bytes.data() + o * s.row_stride, s.dequantized.data() + o * c.n_in, c.n_in);
+    }
+    return s;
+}
+
+class w4a16_plugin : public ::testing::TestWithParam<w4_case> {};
+
+TEST_P(w4a16_plugin, every_kernel_gives_the_float_product_of_the_dequantized_weights) {
+    const w4_case& c = GetParam();
+    const stored_weight s = quantized(c);
+    const std::vector<float> x = random_floats(static_cast<size_t>(c.n_in * c.n_tokens), 5 + c.n_tokens, -2.0f, 2.0f);
+    plugin_host host = real_plugins();
+    std::vector<float> scalar_y;
+    for (const char* kernel : k_kernels) {
+        SCOPED_TRACE(kernel);
+        auto op = host.load_quant("w4a16", yaml(std::string("{kernel: ") + kernel + "}"));
+        if (!op.ok() && op.message().find("not available") != std::string::npos) continue;  // the CPU lacks it
+        ASSERT_TRUE(op.ok()) << op.message();
+        ASSERT_TRUE((*op)->claims(c.type));
+        auto prepared = (*op)->prepare(weight_view{c.type, s.bytes.data(), c.n_in, c.n_out, s.row_stride});
+        ASSERT_TRUE(prepared.ok()) << prepared.message();
+        EXPECT_EQ((*prepared)->n_bytes(), row_bytes(c.type, c.n_in) * c.n_out);
+        std::vector<float> y(static_cast<size_t>(c.n_tokens * c.n_out), NAN);
+        const status st = (*op)->matmul(**prepared, x.data(), y.data(), c.n_tokens,
+                                        c.threaded ? threaded_parallel_for() : no_parallel_for());
+        ASSERT_TRUE(st.ok()) << st.message();
+        for (int64_t t = 0; t < c.n_tokens; ++t) {
+            for (int64_t o = 0; o < c.n_out; ++o) {
+                double exact = 0.0, magnitude = 0.0;
+                for (int64_t i = 0; i < c.n_in; ++i) {
+                    const double p = double{s.dequantized[o * c.n_in + i]} * x[t * c.n_in + i];
+                    exact += p;
+                    magnitude += std::fabs(p);
+                }
+                ASSERT_LE(std::fabs(y[t * c.n_out + o] - exact), 2e-6 * magnitude + 1e-6)
+                    << "token " << t << " output " << o << ": " << y[t * c.n_out + o] << " vs " << exact;
+            }
+        }
+        if (std::string(kernel) == "scalar") {
+            scalar_y = y;
+        } else if (c.n_tokens > 16) {
+            ASSERT_EQ(0, std::memcmp(y.data(), scalar_y.data(), y.size() * sizeof(float)))
+                << "the prefill tiles' sums differ from the scalar twin's";
+        } else {
+            for (size_t i = 0; i < y.size(); ++i) {
+                ASSERT_NEAR(y[i], scalar_y[i], 1e-5f * (1.0f + std::fabs(scalar_y[i]))) << "element " << i;
+            }
+        }
+    }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    w4a16, w4a16_plugin,
+    ::testing::Values(w4_case{"q4_1_32_in_1_out_1_token", ggml_type::q4_1, 32, 1, 1, false},
+                      w4_case{"q4_1_96_in_7_out_3_tokens", ggml_type::q4_1, 96, 7, 3, true},
+                      w4_case{"q4_1_160_in_33_out_16_tokens", ggml_type::q4_1, 160, 33, 16, true},
+                      w4_case{"q4_1_1056_in_61_out_17_tokens", ggml_type::q4_1, 1056, 61, 17, true},
+                      w4_case{"q4_1_64_in_50_out_40_tokens", ggml_type::q4_1, 64, 50, 40, false},
+                      w4_case{"w4_g64_64_in_5_out_2_tokens", ggml_type::w4_g64, 64, 5, 2, false},
+                      w4_case{"w4_g64_192_in_19_out_5_tokens", ggml_type::w4_g64, 192, 19, 5, true},
+                      w4_case{"w4_g64_320_in_49_out_33_tokens", ggml_type::w4_g64, 320, 49, 33, true},
+                      w4_case{"w4_g64_1088_in_13_out_4_tokens", ggml_type::w4_g64, 1088, 13, 4, true},
+                      w4_case{"w4_g128_128_in_3_out_1_token", ggml_type::w4_g128, 128, 3, 1, false},
+                      w4_case{"w4_g128_384_in_17_out_7_tokens", ggml_type::w4_g128, 384, 17, 7, true},
+                      w4_case{"w4_g128_1152_in_53_out_40_tokens", ggml_type::w4_g128, 1152, 53, 40, true},
+                      w4_case{"w4_g128_256_in_97_out_21_tokens", ggml_type::w4_g128, 256, 97, 21, false}),
+    [](const ::testing::TestParamInfo<w4_case>& info) { return std::string(info.param.name); });
+
+TEST(w4a16_plugin_claims, the_three_group_formats_and_nothing_else) {
+    plugin_host host = real_plugins();
+    auto op = host.load_quant("w4a16");
+    ASSERT_TRUE(op.ok()) << op.message();
+    EXPECT_TRUE((*op)->claims(ggml_type::q4_1));
+    EXPECT_TRUE((*op)->claims(ggml_type::w4_g64));
+    EXPECT_TRUE((*op)->claims(ggml_type::w4_g128));
+    for (ggml_type t : {ggml_type::f32, ggml_type::f16, ggml_type::q4_0, ggml_type::q8_0, ggml_type::q4_k}) {
+        EXPECT_FALSE((*op)->claims(t)) << traits(t).name;
+    }
+}
+
+TEST(w4a16_plugin_refusals, bad_params_and_rows_that_are_not_whole_groups_are_refused_with_their_reason) {
+    plugin_host host = real_plugins();
+    auto bad_kernel = host.load_quant("w4a16", yaml("{kernel: neon}"));
+    ASSERT_FALSE(bad_kernel.ok());
+    EXPECT_NE(bad_kernel.message().find("params.kernel"), std::string::npos) << bad_kernel.message();
+    auto unknown = host.load_quant("w4a16", yaml("{group: 64}"));
+    ASSERT_FALSE(unknown.ok());
+    EXPECT_NE(unknown.message().find("params.group"), std::string::npos) << unknown.message();
+
+    auto op = host.load_quant("w4a16");
+    ASSERT_TRUE(op.ok()) << op.message();
+    std::vector<uint8_t> bytes(4096, 0);
+    auto partial = (*op)->prepare(weight_view{ggml_type::w4_g128, bytes.data(), 192, 2, 204});
+    ASSERT_FALSE(partial.ok());
+    EXPECT_NE(partial.message().find("multiple of 128"), std::string::npos) << partial.message();
+    auto short_stride = (*op)->prepare(weight_view{ggml_type::q4_1, bytes.data(), 64, 2, 39});
+    ASSERT_FALSE(short_stride.ok());
+    EXPECT_NE(short_stride.message().find("at least 40 bytes"), std::string::npos) << short_stride.message();
+    auto other = (*op)->prepare(weight_view{ggml_type::q8_0, bytes.data(), 64, 2, 68});
+    ASSERT_FALSE(other.ok());
+    EXPECT_NE(other.message().find("Q4_1, W4_G64 and W4_G128"), std::string::npos) << other.message();
+}
+
+}  // namespace
+}  // namespace troupe::testing
