@@ -55,6 +55,25 @@ public:
         return x;
     }
 
+    // A finite number in [lo, hi]; `fallback` when the key is absent.
+    double number(const std::string& key, double lo, double hi, double fallback) {
+        const std::string* v = take(key);
+        if (v == nullptr) return fallback;
+        errno = 0;
+        char* end = nullptr;
+        const double x = std::strtod(v->c_str(), &end);
+        const std::string range = number_text(lo) + " and " + number_text(hi);
+        if (v->empty() || *end != '\0' || errno != 0 || !(x == x) || x - x != 0) {
+            fail(key, "must be a number between " + range + ", got '" + *v + "'");
+            return fallback;
+        }
+        if (x < lo || x > hi) {
+            fail(key, "must be between " + range + ", got " + *v);
+            return fallback;
+        }
+        return x;
+    }
+
     bool boolean(const std::string& key, bool fallback) {
         const std::string* v = take(key);
         if (v == nullptr) return fallback;
@@ -98,6 +117,12 @@ private:
         if (it == items_.end()) return nullptr;
         read_[key] = true;
         return &it->second;
+    }
+
+    static std::string number_text(double x) {
+        char text[32];
+        std::snprintf(text, sizeof text, "%g", x);
+        return text;
     }
 
     static std::string join(const std::vector<std::string>& xs) {

@@ -1,0 +1,68 @@
+// What the offline quantization methods (plugins/quant/rtn, gptq, awq) share on the plugin side: which types
+// they write, the checks of a group the host passes to quantize_group, and the key of calibration statistics.
+// Header-only, so each plugin gets its own hidden copy.
+#pragma once
+
+#include <troupe/plugin.h>
+
+#include <cstdint>
+#include <string>
+
+#include "plugins/common/quant_codec.h"
+
+namespace troupe::quant_common {
+
+// The taps that are the inputs of linears (what the calibrated methods observe).
+constexpr uint64_t k_linear_input_taps = TROUPE_TAP_BIT(TROUPE_TAP_ATTN_NORM) | TROUPE_TAP_BIT(TROUPE_TAP_ATTN_OUT) |
+                                         TROUPE_TAP_BIT(TROUPE_TAP_FFN_NORM) | TROUPE_TAP_BIT(TROUPE_TAP_FFN_HIDDEN) |
+                                         TROUPE_TAP_BIT(TROUPE_TAP_OUTPUT_NORM);
+
+inline std::string type_name(uint32_t type) {
+    const troupe_type_layout l = troupe_type_layout_of(type);
+    return l.name != nullptr ? std::string(l.name) : "type " + std::to_string(type);
+}
+
+// 1 when a codec writes `type` and rows of n_in weights are whole blocks of it.
+inline int32_t can_write(uint32_t type, int64_t n_in) {
+    const codec* c = codec::of(type);
+    return c != nullptr && n_in > 0 && n_in % c->block_size() == 0 ? 1 : 0;
+}
+
+// "" when the group is one quantize_group can take, else what is wrong with it.
+inline std::string check_group(const troupe_quantize_group* g) {
+    if (g == nullptr) return "quantize_group: group is null";
+    if (g->struct_size < sizeof(troupe_quantize_group))
+        return "quantize_group: group struct_size " + std::to_string(g->struct_size) + " is smaller than version 1's " +
+               std::to_string(sizeof(troupe_quantize_group));
+    if (g->n_in <= 0) return "quantize_group: n_in must be positive, got " + std::to_string(g->n_in);
+    if (g->n_weights <= 0 || g->weights == nullptr)
+        return "quantize_group: the group has no weights (n_weights " + std::to_string(g->n_weights) + ")";
+    for (int32_t i = 0; i < g->n_weights; ++i) {
+        const troupe_quantize_weight& w = g->weights[i];
+        const std::string name = w.name != nullptr ? w.name : "weight " + std::to_string(i);
+        if (w.struct_size < sizeof(troupe_quantize_weight)) return name + ": struct_size too small";
+        if (w.data == nullptr || w.out == nullptr) return name + ": data or out is null";
+        if (w.n_out < 0) return name + ": n_out must not be negative, got " + std::to_string(w.n_out);
+        const codec* c = codec::of(w.type);
+        if (c == nullptr)
+            return name + ": cannot write " + type_name(w.type) + " (writes Q8_0, Q4_0, Q4_1, W4_G64, W4_G128, Q4_K)";
+        if (g->n_in % c->block_size() != 0)
+            return name + ": rows of " + std::to_string(g->n_in) + " weights are not whole blocks of " +
+                   type_name(w.type) + " (" + std::to_string(c->block_size()) + " weights)";
+    }
+    return "";
+}
+
+// The name of a group in messages: "layer 3 attn_norm".
+inline std::string group_label(const troupe_quantize_group* g) {
+    const char* tap = troupe_tap_name(g->input_tap);
+    return (g->layer < 0 ? std::string("output") : "layer " + std::to_string(g->layer)) + " " +
+           (tap != nullptr ? tap : "tap " + std::to_string(g->input_tap));
+}
+
+// Calibration statistics are kept per (layer, tap).
+inline int64_t stats_key(int32_t layer, int32_t tap) {
+    return static_cast<int64_t>(layer) * TROUPE_TAP_COUNT + tap;
+}
+
+}  // namespace troupe::quant_common

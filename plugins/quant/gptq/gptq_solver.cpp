@@ -1,0 +1,175 @@
+// GPTQ's solver (see gptq_solver.h): the Hessian's factorization in double precision, then the column loop over
+// tiles of rows in float, as the reference implementation does on the GPU.
+#include "plugins/quant/gptq/gptq_solver.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+namespace troupe::gptq {
+namespace {
+
+using quant_common::block_grid;
+using quant_common::codec;
+
+// a [n, n] = L Lᵀ in place (L in the lower triangle, the upper zeroed); false when a is not positive definite.
+bool cholesky_lower(std::vector<double>& a, int64_t n) {
+    for (int64_t j = 0; j < n; ++j) {
+        double d = a[j * n + j];
+        for (int64_t k = 0; k < j; ++k) d -= a[j * n + k] * a[j * n + k];
+        if (!(d > 0.0) || !std::isfinite(d)) return false;
+        const double l_jj = std::sqrt(d);
+        a[j * n + j] = l_jj;
+        for (int64_t i = j + 1; i < n; ++i) {
+            double s = a[i * n + j];
+            for (int64_t k = 0; k < j; ++k) s -= a[i * n + k] * a[j * n + k];
+            a[i * n + j] = s / l_jj;
+        }
+        for (int64_t i = 0; i < j; ++i) a[i * n + j] = 0.0;
+    }
+    return true;
+}
+
+// The inverse of the lower triangular l [n, n] (lower triangular too).
+std::vector<double> invert_lower(const std::vector<double>& l, int64_t n) {
+    std::vector<double> x(static_cast<size_t>(n * n), 0.0);  // [n, n]
+    for (int64_t j = 0; j < n; ++j) {
+        x[j * n + j] = 1.0 / l[j * n + j];
+        for (int64_t i = j + 1; i < n; ++i) {
+            double s = 0.0;
+            for (int64_t k = j; k < i; ++k) s += l[i * n + k] * x[k * n + j];
+            x[i * n + j] = -s / l[i * n + i];
+        }
+    }
+    return x;
+}
+
+}  // namespace
+
+std::string prepare(std::vector<double> h, int64_t n_in, const solver_options& options, prepared_hessian* out) {
+    const int64_t n = n_in;
+    out->n_in = n;
+    out->dead.assign(static_cast<size_t>(n), 0);
+    for (int64_t i = 0; i < n; ++i) {
+        for (int64_t j = i + 1; j < n; ++j) h[j * n + i] = h[i * n + j];
+    }
+    double mean_diag = 0.0;
+    for (int64_t i = 0; i < n; ++i) {
+        if (h[i * n + i] == 0.0) {
+            out->dead[i] = 1;
+            h[i * n + i] = 1.0;
+        }
+        mean_diag += h[i * n + i];
+    }
+    mean_diag /= static_cast<double>(n);
+
+    out->order.resize(static_cast<size_t>(n));
+    std::iota(out->order.begin(), out->order.end(), int64_t{0});
+    if (options.act_order) {
+        std::stable_sort(out->order.begin(), out->order.end(),
+                         [&](int64_t a, int64_t b) { return h[a * n + a] > h[b * n + b]; });
+    }
+    std::vector<double> hp(static_cast<size_t>(n * n));  // [n, n] H in quantization order
+    for (int64_t a = 0; a < n; ++a) {
+        for (int64_t b = 0; b < n; ++b) hp[a * n + b] = h[out->order[a] * n + out->order[b]];
+    }
+
+    // Dampening: λ = damp · mean(diag H); when H + λI is still not definite (rank-deficient calibration in
+    // float rounding), ten times more, a few times.
+    std::vector<double> l;
+    double damp = options.damp;
+    bool factored = false;
+    for (int attempt = 0; attempt < 4 && !factored; ++attempt, damp *= 10.0) {
+        l = hp;
+        for (int64_t i = 0; i < n; ++i) l[i * n + i] += damp * mean_diag;
+        factored = cholesky_lower(l, n);
+        if (factored) out->damp_used = damp;
+    }
+    if (!factored) {
+        return "the calibration Hessian is not positive definite even with damping " + std::to_string(damp / 10.0) +
+               " of its mean diagonal (non-finite calibration inputs?)";
+    }
+    // H⁻¹ = L⁻ᵀ L⁻¹, then its Cholesky factor M (H⁻¹ = M Mᵀ): U = Mᵀ.
+    const std::vector<double> x = invert_lower(l, n);
+    std::vector<double> hinv(static_cast<size_t>(n * n));  // [n, n]
+    for (int64_t a = 0; a < n; ++a) {
+        for (int64_t b = 0; b <= a; ++b) {
+            double s = 0.0;
+            for (int64_t k = a; k < n; ++k) s += x[k * n + a] * x[k * n + b];
+            hinv[a * n + b] = s;
+            hinv[b * n + a] = s;
+        }
+    }
+    if (!cholesky_lower(hinv, n)) return "the inverse of the calibration Hessian is not positive definite";
+    out->u.assign(static_cast<size_t>(n * n), 0.0f);
+    for (int64_t a = 0; a < n; ++a) {
+        for (int64_t b = a; b < n; ++b) out->u[a * n + b] = static_cast<float>(hinv[b * n + a]);
+    }
+    return "";
+}
+
+void quantize_rows(const codec& c, const prepared_hessian& h, const solver_options& options, const float* w,
+                   int64_t begin, int64_t end, void* out, size_t row_bytes) {
+    constexpr int64_t tile = 8;  // rows sharing each read of U
+    const int64_t n = h.n_in;
+    const int bs = c.block_size();
+    const int64_t n_blocks = n / bs;
+    // Without act order a group must lie inside one lazy block (its grid is fit from fully updated weights).
+    int64_t lazy = std::max<int64_t>(1, options.block_size);
+    if (!options.act_order) lazy = (lazy + bs - 1) / bs * bs;
+
+    std::vector<float> wp(static_cast<size_t>(tile * n));                 // [tile, n] the rows in quantization order
+    std::vector<float> err(static_cast<size_t>(tile * lazy));             // [tile, lazy] scaled errors of the block
+    std::vector<block_grid> grids(static_cast<size_t>(tile * n_blocks));  // [tile, n_blocks]
+    std::vector<int8_t> codes(static_cast<size_t>(tile * n));             // [tile, n] in the original column order
+    std::vector<float> original(static_cast<size_t>(n));                  // [n]
+
+    for (int64_t r0 = begin; r0 < end; r0 += tile) {
+        const int64_t nr = std::min(tile, end - r0);
+        for (int64_t r = 0; r < nr; ++r) {
+            const float* row = w + (r0 + r) * n;
+            for (int64_t i = 0; i < n; ++i) original[i] = h.dead[i] ? 0.0f : row[i];
+            for (int64_t k = 0; k < n; ++k) wp[r * n + k] = original[h.order[k]];
+            if (options.act_order) {
+                for (int64_t b = 0; b < n_blocks; ++b) grids[r * n_blocks + b] = c.fit(original.data() + b * bs);
+            }
+        }
+        for (int64_t b0 = 0; b0 < n; b0 += lazy) {
+            const int64_t b1 = std::min(n, b0 + lazy);
+            for (int64_t k = b0; k < b1; ++k) {
+                const int64_t col = h.order[k];
+                const int64_t blk = col / bs;
+                const int j = static_cast<int>(col % bs);
+                const float* urow = h.u.data() + k * n;
+                const float u_kk = urow[k];
+                for (int64_t r = 0; r < nr; ++r) {
+                    float* wr = wp.data() + r * n;
+                    block_grid& g = grids[r * n_blocks + blk];
+                    if (!options.act_order && j == 0) g = c.fit(wr + k);  // identity order: k == col
+                    const float x = wr[k];
+                    const int q = c.code(g, j, x);
+                    codes[r * n + col] = static_cast<int8_t>(q);
+                    const float e = (x - c.value(g, j, q)) / u_kk;
+                    err[r * lazy + (k - b0)] = e;
+                    for (int64_t cc = k + 1; cc < b1; ++cc) wr[cc] -= e * urow[cc];
+                }
+            }
+            for (int64_t k = b0; k < b1; ++k) {
+                const float* urow = h.u.data() + k * n;
+                for (int64_t r = 0; r < nr; ++r) {
+                    const float e = err[r * lazy + (k - b0)];
+                    float* wr = wp.data() + r * n;
+                    for (int64_t cc = b1; cc < n; ++cc) wr[cc] -= e * urow[cc];
+                }
+            }
+        }
+        for (int64_t r = 0; r < nr; ++r) {
+            auto* dst = static_cast<uint8_t*>(out) + static_cast<size_t>(r0 + r) * row_bytes;
+            for (int64_t b = 0; b < n_blocks; ++b)
+                c.write(grids[r * n_blocks + b], codes.data() + r * n + b * bs,
+                        dst + static_cast<size_t>(b) * c.block_bytes());
+        }
+    }
+}
+
+}  // namespace troupe::gptq

@@ -1,0 +1,46 @@
+// GPTQ (Frantar et al., 2022): quantizes a weight W [n_out, n_in] column by column, each column's rounding error
+// spread over the columns not yet quantized in proportion to the inverse Hessian of the layer's squared output
+// error, H = 2 X Xᵀ over the calibration inputs X [n_in, n_tokens]:
+//
+//   U = upper Cholesky factor of H⁻¹ (H⁻¹ = Uᵀ U), after dampening and with dead inputs (H_ii = 0) fixed
+//   for each column k (in act order: by decreasing H_kk):
+//       q_k = quantize(w_k) on the grid of its group;  e = (w_k - q_k) / U_kk;  w_c -= e · U_kc  for c > k
+//
+// The rows are independent given U, so the work splits over rows; the updates are applied lazily, in blocks of
+// block_size columns (within a block at once, to the columns after it once per block, for a tile of rows). Without
+// act order a group's grid is chosen when the group starts, from the updated weights; with act order the grids
+// are chosen from the original weights beforehand ("static groups"), so the file stays a standard format.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "plugins/common/quant_codec.h"
+
+namespace troupe::gptq {
+
+struct solver_options {
+    double damp = 0.01;    // added to H's diagonal, as a fraction of its mean
+    int block_size = 128;  // columns per lazy update
+    bool act_order = false;
+};
+
+// H prepared for a group of weights sharing one input.
+struct prepared_hessian {
+    int64_t n_in = 0;
+    std::vector<int64_t> order;  // [n_in] the column quantized k-th (identity without act order)
+    std::vector<uint8_t> dead;   // [n_in] 1 where the input was always 0 (H_ii = 0): the weight column is zeroed
+    std::vector<float> u;        // [n_in, n_in] upper Cholesky factor of H⁻¹, rows and columns in `order`
+    double damp_used = 0.0;      // the fraction of the mean diagonal finally added (raised when H was not definite)
+};
+
+// h: [n_in, n_in] symmetric (the upper triangle is read). Returns "" or why H could not be factored.
+std::string prepare(std::vector<double> h, int64_t n_in, const solver_options& options, prepared_hessian* out);
+
+// Quantizes rows [begin, end) of w [n_out, n_in] into `out` ([n_out] rows of row_bytes bytes) in codec c.
+void quantize_rows(const quant_common::codec& c, const prepared_hessian& h, const solver_options& options,
+                   const float* w, int64_t begin, int64_t end, void* out, size_t row_bytes);
+
+}  // namespace troupe::gptq

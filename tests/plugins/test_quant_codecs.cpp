@@ -1,0 +1,145 @@
+// The block codecs of the offline quantizers (plugins/common/quant_codec.h) against troupe's reference quantizers
+// (kernels/ref): round to nearest writes the same bytes, decoding gives the same floats, the fit -> code -> write
+// steps GPTQ uses compose to the same blocks, and the clipping search AWQ uses never loses to the plain range.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "kernels/ref/quants.h"
+#include "plugins/common/quant_codec.h"
+
+namespace {
+
+using troupe::quant_common::block_grid;
+using troupe::quant_common::codec;
+
+const uint32_t k_types[] = {TROUPE_TYPE_Q8_0,   TROUPE_TYPE_Q4_0,    TROUPE_TYPE_Q4_1,
+                            TROUPE_TYPE_W4_G64, TROUPE_TYPE_W4_G128, TROUPE_TYPE_Q4_K};
+
+// Rows that exercise the recipes: gaussian, all positive, all negative, one outlier, constant, zeros, tiny.
+std::vector<std::vector<float>> test_rows(int64_t n, uint32_t seed) {
+    std::mt19937 rng(seed);
+    std::normal_distribution<float> normal(0.0f, 1.0f);
+    std::vector<std::vector<float>> rows;
+    auto gaussian = [&](float scale, float shift) {
+        std::vector<float> r(static_cast<size_t>(n));
+        for (float& x : r) x = scale * normal(rng) + shift;
+        return r;
+    };
+    rows.push_back(gaussian(1.0f, 0.0f));
+    rows.push_back(gaussian(0.02f, 0.0f));
+    rows.push_back(gaussian(0.5f, 3.0f));
+    rows.push_back(gaussian(0.5f, -3.0f));
+    std::vector<float> outlier = gaussian(0.1f, 0.0f);
+    outlier[static_cast<size_t>(n / 3)] = 25.0f;
+    rows.push_back(outlier);
+    rows.push_back(std::vector<float>(static_cast<size_t>(n), 0.75f));
+    rows.push_back(std::vector<float>(static_cast<size_t>(n), 0.0f));
+    rows.push_back(gaussian(1e-6f, 0.0f));
+    return rows;
+}
+
+TEST(quant_codecs, round_to_nearest_writes_the_bytes_of_the_reference_quantizers) {
+    for (const uint32_t type : k_types) {
+        const codec* c = codec::of(type);
+        ASSERT_NE(c, nullptr) << type;
+        const int64_t n = 512;
+        const size_t bytes = troupe_row_bytes(type, n);
+        ASSERT_EQ(bytes, static_cast<size_t>(n / c->block_size()) * c->block_bytes());
+        for (uint32_t seed = 1; seed <= 6; ++seed) {
+            int row_index = 0;
+            for (const std::vector<float>& row : test_rows(n, seed)) {
+                std::vector<uint8_t> ours(bytes), reference(bytes);
+                c->encode(row.data(), ours.data(), n);
+                troupe::ref::quantize_row(static_cast<troupe::ggml_type>(type), row.data(), reference.data(), n);
+                EXPECT_EQ(std::memcmp(ours.data(), reference.data(), bytes), 0)
+                    << troupe_type_layout_of(type).name << " seed " << seed << " row " << row_index;
+                ++row_index;
+            }
+        }
+    }
+}
+
+TEST(quant_codecs, decoding_gives_the_floats_of_the_reference_dequantizers) {
+    for (const uint32_t type : k_types) {
+        const codec* c = codec::of(type);
+        const int64_t n = 768;
+        for (const std::vector<float>& row : test_rows(n, 42)) {
+            std::vector<uint8_t> blocks(troupe_row_bytes(type, n));
+            c->encode(row.data(), blocks.data(), n);
+            std::vector<float> ours(static_cast<size_t>(n)), reference(static_cast<size_t>(n));
+            c->decode(blocks.data(), ours.data(), n);
+            troupe::ref::dequantize_row(static_cast<troupe::ggml_type>(type), blocks.data(), reference.data(), n);
+            EXPECT_EQ(std::memcmp(ours.data(), reference.data(), ours.size() * sizeof(float)), 0)
+                << troupe_type_layout_of(type).name;
+        }
+    }
+}
+
+TEST(quant_codecs, fit_code_and_write_compose_to_the_round_to_nearest_blocks) {
+    for (const uint32_t type : k_types) {
+        const codec* c = codec::of(type);
+        const int bs = c->block_size();
+        for (const std::vector<float>& row : test_rows(bs, 7)) {
+            std::vector<uint8_t> encoded(c->block_bytes()), written(c->block_bytes());
+            c->encode(row.data(), encoded.data(), bs);
+            const block_grid g = c->fit(row.data());
+            std::vector<int8_t> q(static_cast<size_t>(bs));
+            std::vector<float> values(static_cast<size_t>(bs)), decoded(static_cast<size_t>(bs));
+            troupe::quant_common::quantize_block(*c, g, row.data(), q.data(), values.data());
+            c->write(g, q.data(), written.data());
+            EXPECT_EQ(std::memcmp(encoded.data(), written.data(), written.size()), 0)
+                << troupe_type_layout_of(type).name;
+            c->decode(written.data(), decoded.data(), bs);
+            EXPECT_EQ(std::memcmp(values.data(), decoded.data(), values.size() * sizeof(float)), 0)
+                << troupe_type_layout_of(type).name << ": value() must decode as the stored block does";
+            for (int j = 0; j < bs; ++j) {
+                EXPECT_GE(q[j], c->q_min());
+                EXPECT_LE(q[j], c->q_max());
+            }
+        }
+    }
+}
+
+TEST(quant_codecs, codes_of_weights_outside_the_grid_are_clamped_to_its_ends) {
+    for (const uint32_t type : k_types) {
+        const codec* c = codec::of(type);
+        std::vector<float> row = test_rows(c->block_size(), 3)[0];
+        const block_grid g = c->fit(row.data());
+        const int lo = c->code(g, 0, -1e6f), hi = c->code(g, 0, 1e6f);
+        EXPECT_EQ(std::min(lo, hi), c->q_min()) << troupe_type_layout_of(type).name;
+        EXPECT_EQ(std::max(lo, hi), c->q_max()) << troupe_type_layout_of(type).name;
+    }
+}
+
+TEST(quant_codecs, the_clipping_search_never_loses_to_the_full_range_and_clips_a_lone_outlier) {
+    for (const uint32_t type : k_types) {
+        const codec* c = codec::of(type);
+        const int bs = c->block_size();
+        for (const std::vector<float>& row : test_rows(bs, 11)) {
+            const double full = troupe::quant_common::block_error(*c, c->fit(row.data()), row.data(), nullptr);
+            const block_grid clipped = troupe::quant_common::fit_clipped(*c, row.data(), nullptr);
+            EXPECT_LE(troupe::quant_common::block_error(*c, clipped, row.data(), nullptr), full);
+        }
+        if (c->kind() == troupe::quant_common::codec_kind::q4_k) continue;  // Q4_K's least squares needs no clip
+        // An outlier that does not matter (importance 0) should not set the range.
+        std::vector<float> row = test_rows(bs, 12)[0];
+        row[5] = 6.0f;
+        std::vector<float> importance(static_cast<size_t>(bs), 1.0f);
+        importance[5] = 0.0f;
+        const double full = troupe::quant_common::block_error(*c, c->fit(row.data()), row.data(), importance.data());
+        const block_grid clipped = troupe::quant_common::fit_clipped(*c, row.data(), importance.data());
+        EXPECT_LT(troupe::quant_common::block_error(*c, clipped, row.data(), importance.data()), 0.8 * full)
+            << troupe_type_layout_of(type).name;
+    }
+}
+
+TEST(quant_codecs, types_without_a_codec_have_none) {
+    for (const uint32_t type : {0u, 14u, 6u, 999u})  // F32, Q6_K, Q5_0, unknown
+        EXPECT_EQ(codec::of(type), nullptr) << type;
+}
+
+}  // namespace

@@ -1,0 +1,425 @@
+// The offline quantization methods quant/rtn, quant/gptq and quant/awq, loaded from their built shared objects
+// with dlopen and driven through their taps and quantize tables as `troupe quantize` drives them: observe the
+// calibration rows of a linear's input, then quantize_group, then decode the written rows with kernels/ref.
+//
+// Synthetic data where calibration matters: inputs X that are correlated (low rank plus noise) with a few outlier
+// channels of large magnitude, as real activations are. The measure is the output error ||(W - Q) X||² on held-out
+// rows of the same distribution (for AWQ with its input scales folded as the host folds them: Q·diag(1/s)).
+#include <dlfcn.h>
+#include <gtest/gtest.h>
+
+#include <troupe/plugin.h>
+
+#include <cmath>
+#include <cstring>
+#include <memory>
+#include <random>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "kernels/ref/quants.h"
+
+namespace {
+
+// ---- a minimal host: dlopen, negotiate, create, call -------------------------------------------------------
+
+int32_t threaded_parallel_for(void*, int64_t n, troupe_range_fn fn, void* fn_ctx) {
+    constexpr int n_threads = 3;  // uneven splits catch range bugs
+    std::vector<std::thread> threads;
+    for (int i = 0; i < n_threads; ++i) {
+        const int64_t begin = n * i / n_threads, end = n * (i + 1) / n_threads;
+        if (begin < end) threads.emplace_back([=] { fn(fn_ctx, begin, end); });
+    }
+    for (auto& t : threads) t.join();
+    return TROUPE_OK;
+}
+
+void quiet_log(void*, int32_t, const char*, const char*) {}
+
+const troupe_host_services k_services = {sizeof(troupe_host_services), TROUPE_HOST_SERVICES_VERSION, nullptr, quiet_log,
+                                         threaded_parallel_for};
+const troupe_parallel k_parallel = {sizeof(troupe_parallel), TROUPE_PARALLEL_VERSION, nullptr,
+                                    threaded_parallel_for,   TROUPE_BACKEND_CPU,      nullptr};
+
+struct library {
+    explicit library(const std::string& name) {
+        const std::string path = std::string(TROUPE_DEFAULT_PLUGIN_DIR) + "/quant/libtroupe_quant_" + name + ".so";
+        handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+        if (handle == nullptr) return;
+        auto query = reinterpret_cast<troupe_plugin_query_fn>(dlsym(handle, TROUPE_PLUGIN_ENTRY_POINT));
+        if (query != nullptr) descriptor = query(TROUPE_PLUGIN_ABI_VERSION, TROUPE_PLUGIN_ABI_VERSION, &k_services);
+    }
+    ~library() {
+        if (handle != nullptr) dlclose(handle);
+    }
+    void* handle = nullptr;
+    const troupe_plugin_descriptor* descriptor = nullptr;
+};
+
+// One instance of a method made from (key, value) parameters; `status` and `error` say how create went.
+struct method {
+    method(const library& lib, std::vector<std::pair<std::string, std::string>> kv)
+        : d(lib.descriptor), items(std::move(kv)) {
+        std::vector<troupe_param> params;
+        for (const auto& [k, v] : items) params.push_back({k.c_str(), v.c_str()});
+        troupe_plugin_params p{};
+        p.struct_size = sizeof p;
+        p.version = TROUPE_PLUGIN_PARAMS_VERSION;
+        p.items = params.data();
+        p.n_items = params.size();
+        p.yaml = "{}";
+        p.backend = TROUPE_BACKEND_CPU;
+        status = d->create(&p, &instance);
+        if (status != TROUPE_OK) error = d->error_message(nullptr);
+    }
+    ~method() {
+        if (instance != nullptr) d->destroy(instance);
+    }
+    int32_t observe(int32_t layer, int32_t tap, const std::vector<float>& x, int64_t width) {
+        const int64_t n_rows = static_cast<int64_t>(x.size()) / width;
+        std::vector<int64_t> seq(static_cast<size_t>(n_rows), 0);
+        std::vector<int32_t> pos(static_cast<size_t>(n_rows));
+        for (int64_t r = 0; r < n_rows; ++r) pos[r] = static_cast<int32_t>(r);
+        const troupe_tap_data data = {sizeof(troupe_tap_data),
+                                      TROUPE_TAP_DATA_VERSION,
+                                      tap,
+                                      layer,
+                                      n_rows,
+                                      width,
+                                      x.data(),
+                                      seq.data(),
+                                      pos.data(),
+                                      TROUPE_BACKEND_CPU,
+                                      nullptr};
+        return d->taps->observe(instance, &data);
+    }
+    std::string message() const { return d->error_message(instance); }
+
+    const troupe_plugin_descriptor* d;
+    std::vector<std::pair<std::string, std::string>> items;
+    troupe_plugin_instance* instance = nullptr;
+    int32_t status = TROUPE_ERR_INTERNAL;
+    std::string error;
+};
+
+// ---- synthetic weights and activations ----------------------------------------------------------------------
+
+struct problem {
+    int64_t n_in = 0, n_out = 0;
+    std::vector<float> w;      // [n_out, n_in]
+    std::vector<float> calib;  // [n_calib, n_in]
+    std::vector<float> test;   // [n_test, n_in] held out
+};
+
+// x = (z A + 0.5 noise) · channel_scale with z [rank] gaussian, A [rank, n_in]; `n_outliers` channels scaled by 20.
+problem make_problem(int64_t n_in, int64_t n_out, int64_t n_calib, int64_t n_test, uint32_t seed, int n_outliers = 4,
+                     int rank = 32) {
+    std::mt19937 rng(seed);
+    std::normal_distribution<float> normal(0.0f, 1.0f);
+    problem p;
+    p.n_in = n_in;
+    p.n_out = n_out;
+    p.w.resize(static_cast<size_t>(n_out * n_in));
+    for (float& x : p.w) x = 0.05f * normal(rng);
+    std::vector<float> a(static_cast<size_t>(rank * n_in));  // [rank, n_in]
+    for (float& x : a) x = normal(rng) / std::sqrt(static_cast<float>(rank));
+    std::vector<float> channel_scale(static_cast<size_t>(n_in), 1.0f);
+    for (int i = 0; i < n_outliers; ++i) channel_scale[(i * 37 + 5) % n_in] = 20.0f;
+    auto rows = [&](int64_t n_rows) {
+        std::vector<float> x(static_cast<size_t>(n_rows * n_in));
+        std::vector<float> z(static_cast<size_t>(rank));
+        for (int64_t r = 0; r < n_rows; ++r) {
+            for (float& v : z) v = normal(rng);
+            for (int64_t i = 0; i < n_in; ++i) {
+                float s = 0.5f * normal(rng);
+                for (int k = 0; k < rank; ++k) s += z[k] * a[k * n_in + i];
+                x[r * n_in + i] = s * channel_scale[i];
+            }
+        }
+        return x;
+    };
+    p.calib = rows(n_calib);
+    p.test = rows(n_test);
+    return p;
+}
+
+// Quantizes p.w as `type` with method m after observing p.calib (layer 0, ATTN_NORM); returns the weight the model
+// computes with, [n_out, n_in] (decoded, input scales folded), or an empty vector when a call failed.
+std::vector<float> quantize_with(method& m, const problem& p, uint32_t type, bool with_input_scales) {
+    for (size_t r0 = 0; r0 < p.calib.size(); r0 += static_cast<size_t>(100 * p.n_in)) {  // steps of 100 rows
+        const size_t r1 = std::min(p.calib.size(), r0 + static_cast<size_t>(100 * p.n_in));
+        const std::vector<float> step(p.calib.begin() + static_cast<std::ptrdiff_t>(r0),
+                                      p.calib.begin() + static_cast<std::ptrdiff_t>(r1));
+        EXPECT_EQ(m.observe(0, TROUPE_TAP_ATTN_NORM, step, p.n_in), TROUPE_OK) << m.message();
+    }
+    const size_t row_bytes = troupe_row_bytes(type, p.n_in);
+    std::vector<uint8_t> out(row_bytes * static_cast<size_t>(p.n_out));
+    std::vector<float> scales(static_cast<size_t>(p.n_in), -1.0f);
+    const troupe_quantize_weight weight = {sizeof(troupe_quantize_weight),
+                                           TROUPE_QUANTIZE_WEIGHT_VERSION,
+                                           "blk.0.attn_q.weight",
+                                           p.w.data(),
+                                           p.n_out,
+                                           type,
+                                           out.data()};
+    const troupe_quantize_group group = {sizeof(troupe_quantize_group),
+                                         TROUPE_QUANTIZE_GROUP_VERSION,
+                                         0,
+                                         TROUPE_TAP_ATTN_NORM,
+                                         p.n_in,
+                                         1,
+                                         &weight,
+                                         with_input_scales ? scales.data() : nullptr};
+    const int32_t rc = m.d->quantize->quantize_group(m.instance, &group, &k_parallel);
+    EXPECT_EQ(rc, TROUPE_OK) << m.message();
+    if (rc != TROUPE_OK) return {};
+    std::vector<float> q(p.w.size());
+    for (int64_t r = 0; r < p.n_out; ++r) {
+        troupe::ref::dequantize_row(static_cast<troupe::ggml_type>(type), out.data() + r * row_bytes,
+                                    q.data() + r * p.n_in, p.n_in);
+        if (with_input_scales) {
+            for (int64_t i = 0; i < p.n_in; ++i) q[r * p.n_in + i] /= scales[i];
+        }
+    }
+    return q;
+}
+
+// ||(W - Q) X||² over the held-out rows.
+double output_error(const problem& p, const std::vector<float>& q) {
+    std::vector<double> diff(p.w.size());
+    for (size_t i = 0; i < diff.size(); ++i) diff[i] = static_cast<double>(p.w[i]) - q[i];
+    double err = 0.0;
+    const int64_t n_test = static_cast<int64_t>(p.test.size()) / p.n_in;
+    for (int64_t t = 0; t < n_test; ++t) {
+        const float* x = p.test.data() + t * p.n_in;
+        for (int64_t r = 0; r < p.n_out; ++r) {
+            double y = 0.0;
+            for (int64_t i = 0; i < p.n_in; ++i) y += diff[r * p.n_in + i] * x[i];
+            err += y * y;
+        }
+    }
+    return err;
+}
+
+class quantize_methods : public ::testing::Test {
+protected:
+    static void SetUpTestSuite() {
+        for (const char* name : {"rtn", "gptq"}) {
+            auto lib = std::make_unique<library>(name);
+            ASSERT_NE(lib->descriptor, nullptr) << "cannot load quant/" << name << ": " << dlerror();
+            libs().emplace(name, std::move(lib));
+        }
+    }
+    static void TearDownTestSuite() { libs().clear(); }
+    static std::map<std::string, std::unique_ptr<library>>& libs() {
+        static std::map<std::string, std::unique_ptr<library>> l;
+        return l;
+    }
+    static const library& lib(const std::string& name) { return *libs().at(name); }
+};
+
+TEST_F(quantize_methods, descriptors_are_quant_kind_with_a_quantize_table_and_no_matmul) {
+    for (const auto& [name, l] : libs()) {
+        const troupe_plugin_descriptor* d = l->descriptor;
+        EXPECT_EQ(d->kind, TROUPE_PLUGIN_KIND_QUANT) << name;
+        EXPECT_EQ(d->abi_version, TROUPE_PLUGIN_ABI_VERSION) << name;
+        EXPECT_EQ(d->quant, nullptr) << name;
+        ASSERT_NE(d->quantize, nullptr) << name;
+        EXPECT_NE(d->quantize->can_write, nullptr) << name;
+        EXPECT_NE(d->quantize->quantize_group, nullptr) << name;
+        ASSERT_NE(d->taps, nullptr) << name;
+    }
+    method rtn(lib("rtn"), {});
+    method gptq(lib("gptq"), {});
+    EXPECT_EQ(rtn.d->taps->wanted(rtn.instance), 0u);
+    const uint64_t inputs = TROUPE_TAP_BIT(TROUPE_TAP_ATTN_NORM) | TROUPE_TAP_BIT(TROUPE_TAP_ATTN_OUT) |
+                            TROUPE_TAP_BIT(TROUPE_TAP_FFN_NORM) | TROUPE_TAP_BIT(TROUPE_TAP_FFN_HIDDEN) |
+                            TROUPE_TAP_BIT(TROUPE_TAP_OUTPUT_NORM);
+    EXPECT_EQ(gptq.d->taps->wanted(gptq.instance), inputs);
+}
+
+TEST_F(quantize_methods, can_write_takes_the_codec_types_in_whole_blocks_only) {
+    struct row {
+        uint32_t type;
+        int64_t n_in;
+        int32_t expected;
+    };
+    const row table[] = {
+        {TROUPE_TYPE_Q8_0, 64, 1},    {TROUPE_TYPE_Q8_0, 48, 0},
+        {TROUPE_TYPE_Q4_0, 32, 1},    {TROUPE_TYPE_Q4_1, 96, 1},
+        {TROUPE_TYPE_W4_G64, 96, 0},  {TROUPE_TYPE_W4_G64, 128, 1},
+        {TROUPE_TYPE_W4_G128, 64, 0}, {TROUPE_TYPE_W4_G128, 256, 1},
+        {TROUPE_TYPE_Q4_K, 128, 0},   {TROUPE_TYPE_Q4_K, 512, 1},
+        {TROUPE_TYPE_Q6_K, 256, 0},   {TROUPE_TYPE_F32, 64, 0},
+        {TROUPE_TYPE_Q4_0, 0, 0},     {12345, 256, 0},
+    };
+    for (const auto& [name, l] : libs()) {
+        method m(*l, {});
+        ASSERT_EQ(m.status, TROUPE_OK) << m.error;
+        for (const row& r : table)
+            EXPECT_EQ(m.d->quantize->can_write(m.instance, r.type, r.n_in), r.expected)
+                << name << " " << r.type << " n_in " << r.n_in;
+    }
+}
+
+TEST_F(quantize_methods, parameters_are_validated_with_messages_that_name_the_key) {
+    struct row {
+        std::string plugin;
+        std::vector<std::pair<std::string, std::string>> params;
+        std::string message;  // "" when create must succeed
+    };
+    const std::vector<row> table = {
+        {"rtn", {}, ""},
+        {"rtn", {{"group_size", "32"}}, "params.group_size: unknown key (this plugin takes no parameters)"},
+        {"gptq", {{"damp", "0.1"}, {"block_size", "64"}, {"act_order", "true"}}, ""},
+        {"gptq", {{"damp", "2"}}, "params.damp: must be between 0 and 1, got 2"},
+        {"gptq", {{"damp", "lots"}}, "params.damp: must be a number between 0 and 1, got 'lots'"},
+        {"gptq", {{"block_size", "0"}}, "params.block_size: must be between 1 and 4096, got 0"},
+        {"gptq", {{"act_order", "maybe"}}, "params.act_order: must be true or false, got 'maybe'"},
+        {"gptq", {{"bits", "4"}}, "params.bits: unknown key (valid keys: damp, block_size, act_order)"},
+    };
+    for (const row& r : table) {
+        method m(lib(r.plugin), r.params);
+        if (r.message.empty()) {
+            EXPECT_EQ(m.status, TROUPE_OK) << r.plugin << ": " << m.error;
+        } else {
+            EXPECT_EQ(m.status, TROUPE_ERR_INVALID_PARAMS) << r.plugin;
+            EXPECT_EQ(m.error, r.message) << r.plugin;
+        }
+    }
+}
+
+TEST_F(quantize_methods, rtn_writes_the_reference_round_to_nearest_rows_and_unit_input_scales) {
+    const problem p = make_problem(256, 37, 0, 0, 5);
+    for (const troupe_type type :
+         {TROUPE_TYPE_Q8_0, TROUPE_TYPE_Q4_0, TROUPE_TYPE_Q4_1, TROUPE_TYPE_W4_G128, TROUPE_TYPE_Q4_K}) {
+        method m(lib("rtn"), {});
+        const size_t row_bytes = troupe_row_bytes(type, p.n_in);
+        std::vector<uint8_t> out(row_bytes * static_cast<size_t>(p.n_out) + 64, 0xAB);  // 64 guard bytes
+        std::vector<float> scales(static_cast<size_t>(p.n_in), -1.0f);
+        const troupe_quantize_weight weight = {
+            sizeof(troupe_quantize_weight), TROUPE_QUANTIZE_WEIGHT_VERSION, "w", p.w.data(), p.n_out, type, out.data()};
+        const troupe_quantize_group group = {sizeof(troupe_quantize_group),
+                                             TROUPE_QUANTIZE_GROUP_VERSION,
+                                             0,
+                                             TROUPE_TAP_ATTN_NORM,
+                                             p.n_in,
+                                             1,
+                                             &weight,
+                                             scales.data()};
+        ASSERT_EQ(m.d->quantize->quantize_group(m.instance, &group, &k_parallel), TROUPE_OK) << m.message();
+        std::vector<uint8_t> expected(row_bytes);
+        for (int64_t r = 0; r < p.n_out; ++r) {
+            troupe::ref::quantize_row(static_cast<troupe::ggml_type>(type), p.w.data() + r * p.n_in, expected.data(),
+                                      p.n_in);
+            EXPECT_EQ(std::memcmp(out.data() + r * row_bytes, expected.data(), row_bytes), 0) << type << " row " << r;
+        }
+        for (size_t i = row_bytes * static_cast<size_t>(p.n_out); i < out.size(); ++i)
+            ASSERT_EQ(out[i], 0xAB) << "wrote past the last row, type " << type;
+        for (float s : scales) ASSERT_EQ(s, 1.0f);
+    }
+}
+
+TEST_F(quantize_methods, gptq_has_a_clearly_lower_output_error_than_rtn_in_the_same_format) {
+    const problem p = make_problem(256, 48, 2048, 512, 9);
+    for (const troupe_type type :
+         {TROUPE_TYPE_Q4_0, TROUPE_TYPE_Q4_1, TROUPE_TYPE_W4_G128, TROUPE_TYPE_Q8_0, TROUPE_TYPE_Q4_K}) {
+        method rtn(lib("rtn"), {});
+        method gptq(lib("gptq"), {});
+        const double e_rtn = output_error(p, quantize_with(rtn, p, type, false));
+        const double e_gptq = output_error(p, quantize_with(gptq, p, type, false));
+        std::printf("%-8s output error  rtn %.4g  gptq %.4g  (%.2fx)\n", troupe_type_layout_of(type).name, e_rtn,
+                    e_gptq, e_rtn / e_gptq);
+        EXPECT_LT(e_gptq, 0.7 * e_rtn) << troupe_type_layout_of(type).name;
+    }
+}
+
+TEST_F(quantize_methods, gptq_with_act_order_is_not_worse_and_block_size_only_changes_rounding) {
+    const problem p = make_problem(256, 48, 2048, 512, 10);
+    for (const troupe_type type : {TROUPE_TYPE_Q4_0, TROUPE_TYPE_W4_G128}) {
+        method plain(lib("gptq"), {});
+        method ordered(lib("gptq"), {{"act_order", "true"}});
+        method small_blocks(lib("gptq"), {{"block_size", "32"}});
+        const double e_plain = output_error(p, quantize_with(plain, p, type, false));
+        const double e_ordered = output_error(p, quantize_with(ordered, p, type, false));
+        const double e_small = output_error(p, quantize_with(small_blocks, p, type, false));
+        std::printf("%-8s gptq output error  plain %.4g  act_order %.4g  block_size 32 %.4g\n",
+                    troupe_type_layout_of(type).name, e_plain, e_ordered, e_small);
+        EXPECT_LE(e_ordered, 1.05 * e_plain) << troupe_type_layout_of(type).name;
+        EXPECT_NEAR(e_small, e_plain, 0.02 * e_plain) << "lazy batching must not change the algorithm";
+    }
+}
+
+TEST_F(quantize_methods, gptq_zeroes_the_weights_of_dead_inputs_and_quantizes_the_rest) {
+    problem p = make_problem(128, 16, 512, 128, 11);
+    const int64_t dead[] = {3, 64, 127};
+    for (std::vector<float>* x : {&p.calib, &p.test}) {
+        for (size_t r = 0; r < x->size() / static_cast<size_t>(p.n_in); ++r)
+            for (int64_t i : dead) (*x)[r * p.n_in + i] = 0.0f;
+    }
+    method gptq(lib("gptq"), {});
+    const std::vector<float> q = quantize_with(gptq, p, TROUPE_TYPE_Q8_0, false);
+    ASSERT_FALSE(q.empty());
+    for (int64_t r = 0; r < p.n_out; ++r) {
+        for (int64_t i : dead) EXPECT_EQ(q[r * p.n_in + i], 0.0f) << "row " << r << " column " << i;
+    }
+    method rtn(lib("rtn"), {});
+    EXPECT_LT(output_error(p, q), output_error(p, quantize_with(rtn, p, TROUPE_TYPE_Q8_0, false)));
+}
+
+TEST_F(quantize_methods, gptq_refuses_groups_it_has_no_calibration_for) {
+    method gptq(lib("gptq"), {});
+    const problem p = make_problem(64, 4, 0, 0, 12);
+    std::vector<uint8_t> out(troupe_row_bytes(TROUPE_TYPE_Q8_0, 64) * 4);
+    const troupe_quantize_weight weight = {sizeof(troupe_quantize_weight),
+                                           TROUPE_QUANTIZE_WEIGHT_VERSION,
+                                           "blk.2.ffn_down.weight",
+                                           p.w.data(),
+                                           4,
+                                           TROUPE_TYPE_Q8_0,
+                                           out.data()};
+    const troupe_quantize_group group = {sizeof(troupe_quantize_group),
+                                         TROUPE_QUANTIZE_GROUP_VERSION,
+                                         2,
+                                         TROUPE_TAP_FFN_HIDDEN,
+                                         64,
+                                         1,
+                                         &weight,
+                                         nullptr};
+    EXPECT_EQ(gptq.d->quantize->quantize_group(gptq.instance, &group, &k_parallel), TROUPE_ERR_INVALID_ARGUMENT);
+    EXPECT_EQ(gptq.message(),
+              "quantize_group: no calibration rows were observed for layer 2 ffn_hidden (GPTQ needs "
+              "the inputs of every linear it quantizes)");
+}
+
+TEST_F(quantize_methods, quantize_group_refuses_types_and_shapes_it_cannot_write) {
+    const problem p = make_problem(96, 4, 0, 0, 13);
+    std::vector<uint8_t> out(4096);
+    struct row {
+        uint32_t type;
+        std::string message;
+    };
+    const row table[] = {
+        {TROUPE_TYPE_Q6_K, "w: cannot write Q6_K (writes Q8_0, Q4_0, Q4_1, W4_G64, W4_G128, Q4_K)"},
+        {TROUPE_TYPE_W4_G64, "w: rows of 96 weights are not whole blocks of W4_G64 (64 weights)"},
+    };
+    for (const row& r : table) {
+        method m(lib("rtn"), {});
+        const troupe_quantize_weight weight = {
+            sizeof(troupe_quantize_weight), TROUPE_QUANTIZE_WEIGHT_VERSION, "w", p.w.data(), 4, r.type, out.data()};
+        const troupe_quantize_group group = {sizeof(troupe_quantize_group),
+                                             TROUPE_QUANTIZE_GROUP_VERSION,
+                                             0,
+                                             TROUPE_TAP_ATTN_NORM,
+                                             96,
+                                             1,
+                                             &weight,
+                                             nullptr};
+        EXPECT_EQ(m.d->quantize->quantize_group(m.instance, &group, &k_parallel), TROUPE_ERR_INVALID_ARGUMENT);
+        EXPECT_EQ(m.message(), r.message);
+    }
+}
+
+}  // namespace
