@@ -1,0 +1,122 @@
+// AVX-512 tile kernel of quant/fp8 (fp8_panels.h): a pair of 16-row panels times up to 12 tokens, 16 rows' sums in
+// one zmm per panel and token. Each k: one 16-byte load per panel, widened to 16 halves (e5m2: zero-extend and
+// shift the code into the high byte; e4m3: sign-extend, shift by 7 and clear bit 14, giving s 0 eeee mmm 0000000),
+// vcvtph2ps to 16 floats, then one FMA per token with the token's activation broadcast from the k-major tile.
+// Few tokens leave few independent sums, so k is unrolled into KU partial sums (FMA latency).
+#include <immintrin.h>
+
+#include "fp8_panels.h"
+
+namespace troupe::fp8_panels {
+namespace {
+
+template <bool e4m3>
+inline __m512 decode16(const uint8_t* p) {
+    const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+    __m256i h;
+    if constexpr (e4m3) {
+        h = _mm256_and_si256(_mm256_slli_epi16(_mm256_cvtepi8_epi16(b), 7), _mm256_set1_epi16(int16_t(0xbfff)));
+    } else {
+        h = _mm256_slli_epi16(_mm256_cvtepu8_epi16(b), 8);
+    }
+    return _mm512_cvtph_ps(h);
+}
+
+template <bool e4m3, int nt, int np>
+void tile(const tile_call& c) {
+    constexpr int ku = nt == 1 ? 4 : nt == 2 ? 2 : 1;
+    const matrix& m = *c.m;
+    const int64_t panel_size = m.n_in * panel_rows;
+    const uint8_t* w0 = m.codes + c.panel * panel_size;
+    const uint8_t* w1 = w0 + panel_size;
+    __m512 acc[np][nt][ku];
+#pragma GCC unroll 64
+    for (int p = 0; p < np; ++p)
+#pragma GCC unroll 64
+        for (int t = 0; t < nt; ++t)
+#pragma GCC unroll 8
+            for (int u = 0; u < ku; ++u) acc[p][t][u] = _mm512_setzero_ps();
+
+    // Both panels' weights first, then per token one broadcast used by both FMAs: 2 * nt sums + 2 weights + 1
+    // broadcast stay within the 32 registers.
+    auto step = [&](int64_t k, int u) __attribute__((always_inline)) {
+        const float* xk = c.xt + k * nt;
+        const __m512 a = decode16<e4m3>(w0 + k * panel_rows);
+        const __m512 b = np == 2 ? decode16<e4m3>(w1 + k * panel_rows) : a;
+#pragma GCC unroll 16
+        for (int t = 0; t < nt; ++t) {
+            const __m512 x = _mm512_set1_ps(xk[t]);
+            acc[0][t][u] = _mm512_fmadd_ps(a, x, acc[0][t][u]);
+            if constexpr (np == 2) acc[np - 1][t][u] = _mm512_fmadd_ps(b, x, acc[np - 1][t][u]);
+        }
+    };
+    int64_t k = c.k0;
+    for (; k + ku <= c.k1; k += ku) {
+#pragma GCC unroll 8
+        for (int u = 0; u < ku; ++u) step(k + u, u);
+    }
+    for (; k < c.k1; ++k) step(k, 0);
+
+#pragma GCC unroll 2
+    for (int p = 0; p < np; ++p) {
+        const int64_t row0 = (c.panel + p) * panel_rows;
+        const int64_t rows = m.n_out - row0 < panel_rows ? m.n_out - row0 : panel_rows;
+        const __mmask16 mask = rows == panel_rows ? __mmask16(0xffff) : __mmask16((1u << rows) - 1);
+        const __m512 scale = _mm512_loadu_ps(m.kernel_scales + row0);
+#pragma GCC unroll 16
+        for (int t = 0; t < nt; ++t) {
+            __m512 s = acc[p][t][0];
+#pragma GCC unroll 8
+            for (int u = 1; u < ku; ++u) s = _mm512_add_ps(s, acc[p][t][u]);
+            float* yt = c.y + t * m.n_out + row0;
+            if (!c.first) s = _mm512_add_ps(s, _mm512_maskz_loadu_ps(mask, yt));
+            if (c.last) s = _mm512_mul_ps(s, scale);
+            _mm512_mask_storeu_ps(yt, mask, s);
+        }
+    }
+}
+
+template <bool e4m3, int np>
+void dispatch_tokens(const tile_call& c) {
+    switch (c.nt) {
+        case 1:
+            return tile<e4m3, 1, np>(c);
+        case 2:
+            return tile<e4m3, 2, np>(c);
+        case 3:
+            return tile<e4m3, 3, np>(c);
+        case 4:
+            return tile<e4m3, 4, np>(c);
+        case 5:
+            return tile<e4m3, 5, np>(c);
+        case 6:
+            return tile<e4m3, 6, np>(c);
+        case 7:
+            return tile<e4m3, 7, np>(c);
+        case 8:
+            return tile<e4m3, 8, np>(c);
+        case 9:
+            return tile<e4m3, 9, np>(c);
+        case 10:
+            return tile<e4m3, 10, np>(c);
+        case 11:
+            return tile<e4m3, 11, np>(c);
+        case 12:
+            return tile<e4m3, 12, np>(c);
+        default:
+            return tile_scalar(c);  // not reached: tiles hold at most max_tile(avx512) tokens
+    }
+}
+
+}  // namespace
+
+void tile_avx512(const tile_call& c) {
+    const bool e4m3 = c.m->format == fp8::format::e4m3;
+    if (c.n_panels == 2) {
+        e4m3 ? dispatch_tokens<true, 2>(c) : dispatch_tokens<false, 2>(c);
+    } else {
+        e4m3 ? dispatch_tokens<true, 1>(c) : dispatch_tokens<false, 1>(c);
+    }
+}
+
+}  // namespace troupe::fp8_panels

@@ -1,0 +1,282 @@
+// quant/fp8: FP8 weights (E4M3 or E5M2) with one float32 scale per output row, quantized at load from F32, F16
+// and BF16 matrices, multiplied with float32 activations; the codes become floats in registers (fp8_panels.h).
+//
+//   - prepare: scale = max|row| / max_finite(format), each weight rounded to the nearest fp8 value (ties to even,
+//     saturating; plugins/common/fp8.h), written into 16-row panels in memory of the plugin's own (advised for
+//     huge pages), 1 byte per weight plus 8 bytes of scales per row; rows holding NaN or infinity are refused;
+//   - matmul: y = x * W^T split over the caller's parallel_for by pairs of panels; one kernel for every token count
+//     (token tiles; decode streams each weight byte once), AVX-512, AVX2 or the scalar twin, chosen at create.
+//
+// Parameters:
+//   format: e4m3 | e5m2                  (default e4m3: 3 mantissa bits, range +-448 times the row's scale;
+//                                         e5m2: 2 mantissa bits, a wider range the per-row scale rarely needs)
+//   kernel: auto | scalar | avx2 | avx512 (default auto: the widest the CPU has)
+#include <troupe/plugin.h>
+
+#include <sys/mman.h>
+
+#include <algorithm>
+#include <atomic>
+#include <memory>
+#include <string>
+
+#include "fp8_panels.h"
+#include "plugins/common/plugin_support.h"
+
+namespace {
+
+using namespace troupe::plugin_support;
+namespace panels = troupe::fp8_panels;
+using panels::source_type;
+
+constexpr const char* source = "quant/fp8";
+
+}  // namespace
+
+struct troupe_plugin_instance {
+    troupe::fp8::format format = troupe::fp8::format::e4m3;
+    panels::kernel kernel = panels::kernel::scalar;
+    std::string error;
+};
+
+struct troupe_prepared_weight {
+    panels::matrix m;
+    void* memory = nullptr;  // codes, then scales, then kernel scales (mmap)
+    size_t memory_bytes = 0;
+    ~troupe_prepared_weight() {
+        if (memory != nullptr) ::munmap(memory, memory_bytes);
+    }
+};
+
+namespace {
+
+int32_t fail(troupe_plugin_instance* inst, int32_t code, std::string message) {
+    inst->error = std::move(message);
+    return code;
+}
+
+// The source types this plugin quantizes (GGUF numbering), with their names and element sizes.
+struct source_info {
+    source_type type;
+    const char* name;
+    size_t element_bytes;
+};
+
+const source_info* find_source(uint32_t type) {
+    static const source_info sources[] = {
+        {source_type::f32, "F32", 4}, {source_type::f16, "F16", 2}, {source_type::bf16, "BF16", 2}};
+    for (const source_info& s : sources) {
+        if (static_cast<uint32_t>(s.type) == type) return &s;
+    }
+    return nullptr;
+}
+
+const char* format_name(troupe::fp8::format f) {
+    return f == troupe::fp8::format::e4m3 ? "e4m3" : "e5m2";
+}
+
+int32_t fp8_claims(troupe_plugin_instance*, uint32_t type) {
+    return find_source(type) != nullptr ? 1 : 0;
+}
+
+// Runs f(begin, end) over [0, n) on the host's general pool (work outside op calls), or inline without one.
+template <class F>
+int32_t run_on_host(int64_t n, F& f) {
+    const troupe_host_services* host = host_log::services();
+    if (host == nullptr || !TROUPE_HAS_FIELD(host, troupe_host_services, parallel_for) ||
+        host->parallel_for == nullptr) {
+        f(0, n);
+        return TROUPE_OK;
+    }
+    return host->parallel_for(
+        host->host_ctx, n, [](void* ctx, int64_t b, int64_t e) { (*static_cast<F*>(ctx))(b, e); }, &f);
+}
+
+int32_t fp8_prepare(troupe_plugin_instance* inst, const troupe_weight* w, troupe_prepared_weight** out) {
+    inst->error.clear();
+    *out = nullptr;
+    return guarded(inst->error, [&]() -> int32_t {
+        if (w == nullptr || w->struct_size < sizeof(troupe_weight) || w->data == nullptr) {
+            return fail(inst, TROUPE_ERR_INVALID_ARGUMENT,
+                        "weight is null, has no data, or is older than this plugin's");
+        }
+        const std::string shape = "[" + std::to_string(w->n_out) + ", " + std::to_string(w->n_in) + "]";
+        if (w->n_in <= 0 || w->n_out <= 0) {
+            return fail(inst, TROUPE_ERR_INVALID_ARGUMENT, "weight has shape " + shape + ", expected positive sizes");
+        }
+        const source_info* src = find_source(w->type);
+        if (src == nullptr) {
+            return fail(inst, TROUPE_ERR_UNSUPPORTED,
+                        "type " + std::to_string(w->type) +
+                            " weights are not taken by quant/fp8 (it quantizes F32, F16 and BF16 ones)");
+        }
+        if (w->row_stride < src->element_bytes * static_cast<size_t>(w->n_in)) {
+            return fail(inst, TROUPE_ERR_INVALID_ARGUMENT,
+                        std::string(src->name) + " weight " + shape + ": row stride " + std::to_string(w->row_stride) +
+                            " is below the row's " + std::to_string(src->element_bytes * w->n_in) + " bytes");
+        }
+        auto p = std::make_unique<troupe_prepared_weight>();
+        panels::matrix& m = p->m;
+        m.format = inst->format;
+        m.n_in = w->n_in;
+        m.n_out = w->n_out;
+        m.n_panels = (w->n_out + panels::panel_rows - 1) / panels::panel_rows;
+        const size_t codes = panels::code_bytes(m.n_in, m.n_out), scales = panels::scale_bytes(m.n_out);
+        p->memory_bytes = codes + 2 * scales;
+        void* mem = ::mmap(nullptr, p->memory_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (mem == MAP_FAILED) {
+            p->memory = nullptr;
+            return fail(
+                inst, TROUPE_ERR_OUT_OF_MEMORY,
+                "cannot allocate " + std::to_string(p->memory_bytes >> 20) + " MiB for the fp8 form of " + shape);
+        }
+        ::madvise(mem, p->memory_bytes, MADV_HUGEPAGE);  // streamed every step: fewer TLB misses
+        p->memory = mem;                                 // zeros: the padding rows stay 0 with scale 0
+        auto* code_mem = static_cast<uint8_t*>(mem);
+        auto* scale_mem = reinterpret_cast<float*>(code_mem + codes);
+        auto* kernel_scale_mem = reinterpret_cast<float*>(code_mem + codes + scales);
+        m.codes = code_mem;
+        m.scales = scale_mem;
+        m.kernel_scales = kernel_scale_mem;
+
+        // Whole panels per task: a panel's rows interleave in its bytes.
+        std::atomic<int64_t> bad_row{-1};
+        auto work = [&](int64_t b, int64_t e) {
+            const int64_t r =
+                panels::quantize_rows(src->type, w->data, w->row_stride, m, code_mem, scale_mem, kernel_scale_mem,
+                                      b * panels::panel_rows, std::min(m.n_out, e * panels::panel_rows));
+            if (r >= 0) bad_row.store(r);
+        };
+        if (const int32_t rc = run_on_host(m.n_panels, work); rc != TROUPE_OK) {
+            return fail(inst, rc, "quantizing " + shape + " failed in the host's parallel_for");
+        }
+        if (bad_row.load() >= 0) {
+            return fail(inst, TROUPE_ERR_INVALID_ARGUMENT,
+                        std::string(src->name) + " weight " + shape + ": row " + std::to_string(bad_row.load()) +
+                            " holds a NaN or an infinity, which fp8 with a per-row scale cannot represent");
+        }
+        *out = p.release();
+        return TROUPE_OK;
+    });
+}
+
+size_t fp8_prepared_bytes(troupe_plugin_instance*, const troupe_prepared_weight* w) {
+    // What a product reads: the codes (padding rows included) and the kernels' scales.
+    return w == nullptr ? 0 : panels::code_bytes(w->m.n_in, w->m.n_out) + panels::scale_bytes(w->m.n_out);
+}
+
+int32_t fp8_matmul(troupe_plugin_instance* inst, const troupe_prepared_weight* w, const float* x, float* y,
+                   int64_t n_tokens, const troupe_parallel* par) {
+    inst->error.clear();
+    return guarded(inst->error, [&]() -> int32_t {
+        if (w == nullptr || n_tokens < 0 || (n_tokens > 0 && (x == nullptr || y == nullptr))) {
+            return fail(inst, TROUPE_ERR_INVALID_ARGUMENT, "matmul got a null weight or buffer, or n_tokens < 0");
+        }
+        if (par != nullptr && TROUPE_HAS_FIELD(par, troupe_parallel, backend) && par->backend != TROUPE_BACKEND_CPU) {
+            return fail(inst, TROUPE_ERR_UNSUPPORTED,
+                        "matmul on backend " + std::to_string(par->backend) + ": quant/fp8 runs on the CPU only");
+        }
+        std::atomic<bool> failed{false};
+        const panels::parallel_fn parallel_for = [par, &failed](int64_t n, const panels::range_fn& fn) {
+            if (run_parallel(par, n, fn) != TROUPE_OK) failed.store(true);
+        };
+        panels::matmul(inst->kernel, w->m, x, y, n_tokens, parallel_for);
+        if (failed.load()) return fail(inst, TROUPE_ERR_INTERNAL, "the host's parallel_for failed");
+        return TROUPE_OK;
+    });
+}
+
+void fp8_release(troupe_plugin_instance*, troupe_prepared_weight* w) {
+    delete w;
+}
+
+int32_t fp8_score(int32_t backend) {
+    return backend == TROUPE_BACKEND_CPU ? 50 : -1;
+}
+
+int32_t fp8_create(const troupe_plugin_params* params, troupe_plugin_instance** out) {
+    std::string error;
+    *out = nullptr;
+    const int32_t rc = guarded(error, [&]() -> int32_t {
+        param_reader reader(params);
+        const std::string format = reader.choice("format", {"e4m3", "e5m2"}, "e4m3");
+        const std::string kernel = reader.choice("kernel", {"auto", "scalar", "avx2", "avx512"}, "auto");
+        if (kernel == "avx2" && !panels::cpu_has(panels::kernel::avx2)) {
+            reader.fail("kernel", "avx2 requested but this CPU lacks AVX2/FMA/F16C");
+        }
+        if (kernel == "avx512" && !panels::cpu_has(panels::kernel::avx512)) {
+            reader.fail("kernel", "avx512 requested but this CPU lacks AVX-512F");
+        }
+        if (params != nullptr && TROUPE_HAS_FIELD(params, troupe_plugin_params, backend) &&
+            params->backend != TROUPE_BACKEND_CPU) {
+            error = "backend " + std::to_string(params->backend) + " is not supported (CPU only)";
+            return TROUPE_ERR_UNSUPPORTED;
+        }
+        if (const std::string& errors = reader.finish({"format", "kernel"}); !errors.empty()) {
+            error = errors;
+            return TROUPE_ERR_INVALID_PARAMS;
+        }
+        auto* inst = new troupe_plugin_instance;
+        inst->format = format == "e5m2" ? troupe::fp8::format::e5m2 : troupe::fp8::format::e4m3;
+        if (kernel == "avx512" || (kernel == "auto" && panels::cpu_has(panels::kernel::avx512))) {
+            inst->kernel = panels::kernel::avx512;
+        } else if (kernel == "avx2" || (kernel == "auto" && panels::cpu_has(panels::kernel::avx2))) {
+            inst->kernel = panels::kernel::avx2;
+        } else {
+            inst->kernel = panels::kernel::scalar;
+        }
+        host_log::write(TROUPE_LOG_LEVEL_INFO, source, "%s weights with per-row scales, %s kernels",
+                        format_name(inst->format), panels::name(inst->kernel));
+        *out = inst;
+        return TROUPE_OK;
+    });
+    set_create_error(error);
+    return rc;
+}
+
+void fp8_destroy(troupe_plugin_instance* inst) {
+    delete inst;
+}
+
+const char* fp8_error_message(const troupe_plugin_instance* inst) {
+    return inst != nullptr ? inst->error.c_str() : create_error_buffer();
+}
+
+const troupe_quant_ops fp8_ops = {
+    sizeof(troupe_quant_ops),
+    TROUPE_QUANT_OPS_VERSION,
+    fp8_claims,
+    fp8_prepare,
+    fp8_prepared_bytes,
+    fp8_matmul,
+    fp8_release,
+};
+
+const troupe_plugin_descriptor fp8_descriptor = {
+    sizeof(troupe_plugin_descriptor),
+    TROUPE_PLUGIN_DESCRIPTOR_VERSION,
+    TROUPE_PLUGIN_ABI_VERSION,
+    TROUPE_PLUGIN_KIND_QUANT,
+    "fp8",
+    "1.0.0",
+    "FP8 weights (E4M3 or E5M2, params.format) with per-row float scales, quantized at load from F32/F16/BF16, "
+    "float activations",
+    fp8_score,
+    fp8_create,
+    fp8_destroy,
+    fp8_error_message,
+    nullptr,
+    &fp8_ops,
+    nullptr,
+    nullptr,
+    nullptr,
+    nullptr,
+};
+
+}  // namespace
+
+extern "C" TROUPE_PLUGIN_EXPORT const troupe_plugin_descriptor* troupe_plugin_query(uint32_t, uint32_t,
+                                                                                    const troupe_host_services* host) {
+    host_log::attach(host);
+    return &fp8_descriptor;
+}
