@@ -206,7 +206,7 @@ double output_error(const problem& p, const std::vector<float>& q) {
 class quantize_methods : public ::testing::Test {
 protected:
     static void SetUpTestSuite() {
-        for (const char* name : {"rtn", "gptq"}) {
+        for (const char* name : {"rtn", "gptq", "awq"}) {
             auto lib = std::make_unique<library>(name);
             ASSERT_NE(lib->descriptor, nullptr) << "cannot load quant/" << name << ": " << dlerror();
             libs().emplace(name, std::move(lib));
@@ -238,6 +238,8 @@ TEST_F(quantize_methods, descriptors_are_quant_kind_with_a_quantize_table_and_no
                             TROUPE_TAP_BIT(TROUPE_TAP_FFN_NORM) | TROUPE_TAP_BIT(TROUPE_TAP_FFN_HIDDEN) |
                             TROUPE_TAP_BIT(TROUPE_TAP_OUTPUT_NORM);
     EXPECT_EQ(gptq.d->taps->wanted(gptq.instance), inputs);
+    method awq(lib("awq"), {});
+    EXPECT_EQ(awq.d->taps->wanted(awq.instance), inputs);
 }
 
 TEST_F(quantize_methods, can_write_takes_the_codec_types_in_whole_blocks_only) {
@@ -279,6 +281,10 @@ TEST_F(quantize_methods, parameters_are_validated_with_messages_that_name_the_ke
         {"gptq", {{"block_size", "0"}}, "params.block_size: must be between 1 and 4096, got 0"},
         {"gptq", {{"act_order", "maybe"}}, "params.act_order: must be true or false, got 'maybe'"},
         {"gptq", {{"bits", "4"}}, "params.bits: unknown key (valid keys: damp, block_size, act_order)"},
+        {"awq", {{"n_grid", "10"}, {"n_samples", "64"}, {"clip", "false"}}, ""},
+        {"awq", {{"n_grid", "0"}}, "params.n_grid: must be between 1 and 100, got 0"},
+        {"awq", {{"n_samples", "many"}}, "params.n_samples: must be an integer between 1 and 65536, got 'many'"},
+        {"awq", {{"alpha", "0.5"}}, "params.alpha: unknown key (valid keys: n_grid, n_samples, clip)"},
     };
     for (const row& r : table) {
         method m(lib(r.plugin), r.params);
@@ -350,6 +356,59 @@ TEST_F(quantize_methods, gptq_with_act_order_is_not_worse_and_block_size_only_ch
         EXPECT_LE(e_ordered, 1.05 * e_plain) << troupe_type_layout_of(type).name;
         EXPECT_NEAR(e_small, e_plain, 0.02 * e_plain) << "lazy batching must not change the algorithm";
     }
+}
+
+TEST_F(quantize_methods, awq_has_a_clearly_lower_output_error_than_rtn_with_its_input_scales_folded) {
+    const problem p = make_problem(256, 48, 2048, 512, 9);
+    for (const troupe_type type : {TROUPE_TYPE_Q4_0, TROUPE_TYPE_Q4_1, TROUPE_TYPE_W4_G128, TROUPE_TYPE_Q4_K}) {
+        method rtn(lib("rtn"), {});
+        method awq(lib("awq"), {});
+        method clip_only(lib("awq"), {});
+        const double e_rtn = output_error(p, quantize_with(rtn, p, type, false));
+        const double e_awq = output_error(p, quantize_with(awq, p, type, true));
+        const double e_clip = output_error(p, quantize_with(clip_only, p, type, false));
+        std::printf("%-8s output error  rtn %.4g  awq %.4g (%.2fx)  awq without input scales %.4g\n",
+                    troupe_type_layout_of(type).name, e_rtn, e_awq, e_rtn / e_awq, e_clip);
+        EXPECT_LT(e_awq, 0.8 * e_rtn) << troupe_type_layout_of(type).name;
+        EXPECT_LE(e_clip, 1.02 * e_rtn) << troupe_type_layout_of(type).name;
+    }
+}
+
+TEST_F(quantize_methods, awq_scales_up_the_channels_with_large_inputs) {
+    const problem p = make_problem(128, 32, 1024, 0, 14);
+    method awq(lib("awq"), {});
+    for (size_t r0 = 0; r0 < p.calib.size(); r0 += 128 * 100) {
+        const std::vector<float> step(
+            p.calib.begin() + static_cast<std::ptrdiff_t>(r0),
+            p.calib.begin() + static_cast<std::ptrdiff_t>(std::min(p.calib.size(), r0 + 128 * 100)));
+        ASSERT_EQ(awq.observe(0, TROUPE_TAP_FFN_NORM, step, 128), TROUPE_OK);
+    }
+    std::vector<uint8_t> out(troupe_row_bytes(TROUPE_TYPE_Q4_0, 128) * 32);
+    std::vector<float> scales(128, -1.0f);
+    const troupe_quantize_weight weights[2] = {
+        {sizeof(troupe_quantize_weight), TROUPE_QUANTIZE_WEIGHT_VERSION, "gate", p.w.data(), 16, TROUPE_TYPE_Q4_0,
+         out.data()},
+        {sizeof(troupe_quantize_weight), TROUPE_QUANTIZE_WEIGHT_VERSION, "up", p.w.data() + 16 * 128, 16,
+         TROUPE_TYPE_Q4_0, out.data() + out.size() / 2}};
+    const troupe_quantize_group group = {sizeof(troupe_quantize_group),
+                                         TROUPE_QUANTIZE_GROUP_VERSION,
+                                         0,
+                                         TROUPE_TAP_FFN_NORM,
+                                         128,
+                                         2,
+                                         weights,
+                                         scales.data()};
+    ASSERT_EQ(awq.d->quantize->quantize_group(awq.instance, &group, &k_parallel), TROUPE_OK) << awq.message();
+    float outlier_min = 1e30f, rest_max = 0.0f;
+    for (int64_t i = 0; i < 128; ++i) {
+        ASSERT_TRUE(std::isfinite(scales[i]) && scales[i] > 0.0f) << i;
+        const bool outlier = i == 5 || i == 42 || i == 79 || i == 116;  // make_problem's (i * 37 + 5) % n_in
+        if (outlier)
+            outlier_min = std::min(outlier_min, scales[i]);
+        else
+            rest_max = std::max(rest_max, scales[i]);
+    }
+    EXPECT_GT(outlier_min, rest_max);
 }
 
 TEST_F(quantize_methods, gptq_zeroes_the_weights_of_dead_inputs_and_quantizes_the_rest) {

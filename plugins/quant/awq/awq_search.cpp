@@ -1,0 +1,124 @@
+// AWQ's search (see awq_search.h).
+#include "plugins/quant/awq/awq_search.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace troupe::awq {
+namespace {
+
+using quant_common::block_grid;
+using quant_common::codec;
+
+// s(α) = max(mean|x|, floor)^α / sqrt(max · min); the floor (1e-4 of the largest mean) keeps dead channels finite.
+std::vector<float> scales_for(double alpha, const input_stats& stats) {
+    const int64_t n = stats.width;
+    std::vector<float> s(static_cast<size_t>(n), 1.0f);
+    const double largest = *std::max_element(stats.mean_abs.begin(), stats.mean_abs.end());
+    if (!(largest > 0.0) || alpha == 0.0) return s;
+    double lo = 0.0, hi = 0.0;
+    std::vector<double> raw(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i) {
+        raw[i] = std::pow(std::max(stats.mean_abs[i], 1e-4 * largest), alpha);
+        lo = i == 0 ? raw[i] : std::min(lo, raw[i]);
+        hi = std::max(hi, raw[i]);
+    }
+    const double norm = std::sqrt(lo * hi);
+    for (int64_t i = 0; i < n; ++i) s[i] = static_cast<float>(raw[i] / norm);
+    return s;
+}
+
+// The clipping search's weights in the scaled space: an error e_i of (w·s)_i changes the output by e_i x_i / s_i.
+std::vector<float> importance_for(const input_stats& stats, const std::vector<float>& s) {
+    std::vector<float> imp(s.size());
+    for (size_t i = 0; i < s.size(); ++i)
+        imp[i] = static_cast<float>(stats.mean_sq[i] / (static_cast<double>(s[i]) * s[i]));
+    return imp;
+}
+
+// Quantizes one row of w·diag(s): the values the model computes with (dequantized, divided by s) into y when
+// not null, the blocks into out when not null. scaled: [n_in] scratch.
+void quantize_row(const codec& c, const float* w, const std::vector<float>& s, const std::vector<float>& importance,
+                  bool clip, float* scaled, float* y, uint8_t* out) {
+    const int64_t n = static_cast<int64_t>(s.size());
+    const int bs = c.block_size();
+    for (int64_t i = 0; i < n; ++i) scaled[i] = w[i] * s[i];
+    int8_t q[256];  // [block_size]
+    float v[256];   // [block_size]
+    for (int64_t b = 0; b < n / bs; ++b) {
+        const float* xb = scaled + b * bs;
+        const block_grid g = clip ? quant_common::fit_clipped(c, xb, importance.data() + b * bs) : c.fit(xb);
+        quant_common::quantize_block(c, g, xb, q, v);
+        if (y != nullptr) {
+            for (int j = 0; j < bs; ++j) y[b * bs + j] = v[j] / s[b * bs + j];
+        }
+        if (out != nullptr) c.write(g, q, out + static_cast<size_t>(b) * c.block_bytes());
+    }
+}
+
+// Σ over the weights' rows of ||(Q(W·diag(s))·diag(1/s) - W) X||² over the samples; negative when the parallel
+// runner failed.
+double output_error(const std::vector<weight_ref>& weights, const input_stats& stats, const std::vector<float>& s,
+                    const search_options& options, const parallel_rows& parallel) {
+    const int64_t n = stats.width;
+    const int64_t n_samples = static_cast<int64_t>(stats.samples.size()) / n;
+    const std::vector<float> importance = importance_for(stats, s);
+    double total = 0.0;
+    for (const weight_ref& wr : weights) {
+        std::vector<double> row_error(static_cast<size_t>(wr.n_out));  // [n_out]
+        const bool ok = parallel(wr.n_out, [&](int64_t begin, int64_t end) {
+            std::vector<float> scaled(static_cast<size_t>(n)), diff(static_cast<size_t>(n));  // [n_in]
+            for (int64_t r = begin; r < end; ++r) {
+                const float* w = wr.w + r * n;
+                quantize_row(*wr.c, w, s, importance, options.clip, scaled.data(), diff.data(), nullptr);
+                for (int64_t i = 0; i < n; ++i) diff[i] -= w[i];
+                double err = 0.0;
+                for (int64_t t = 0; t < n_samples; ++t) {
+                    const float* x = stats.samples.data() + t * n;
+                    double y = 0.0;
+                    for (int64_t i = 0; i < n; ++i) y += static_cast<double>(diff[i]) * x[i];
+                    err += y * y;
+                }
+                row_error[r] = err;
+            }
+        });
+        if (!ok) return -1.0;
+        for (double e : row_error) total += e;
+    }
+    return total;
+}
+
+}  // namespace
+
+std::vector<float> search_scales(const std::vector<weight_ref>& weights, const input_stats& stats, bool scale_inputs,
+                                 const search_options& options, const parallel_rows& parallel, double* error) {
+    std::vector<float> best = scales_for(0.0, stats);
+    double best_error = output_error(weights, stats, best, options, parallel);
+    if (scale_inputs) {
+        for (int k = 1; k <= options.n_grid && best_error >= 0.0; ++k) {
+            const std::vector<float> s = scales_for(static_cast<double>(k) / options.n_grid, stats);
+            const double err = output_error(weights, stats, s, options, parallel);
+            if (err < 0.0) {
+                best_error = err;
+            } else if (err < best_error) {
+                best_error = err;
+                best = s;
+            }
+        }
+    }
+    *error = best_error;
+    return best;
+}
+
+void quantize_rows(const weight_ref& weight, const input_stats& stats, const std::vector<float>& s,
+                   const search_options& options, int64_t begin, int64_t end, void* out, size_t row_bytes) {
+    const int64_t n = stats.width;
+    const std::vector<float> importance = importance_for(stats, s);
+    std::vector<float> scaled(static_cast<size_t>(n));  // [n_in]
+    for (int64_t r = begin; r < end; ++r) {
+        quantize_row(*weight.c, weight.w + r * n, s, importance, options.clip, scaled.data(), nullptr,
+                     static_cast<uint8_t*>(out) + static_cast<size_t>(r) * row_bytes);
+    }
+}
+
+}  // namespace troupe::awq
