@@ -1,0 +1,422 @@
+// The driver shared by troupe's quantized KV-cache plugins (kv/int8, kv/kivi, kv/fp8): the descriptor, create,
+// layout and forward of kv.h over a format (kv_format.h). Include it from the plugin's one generic .cpp file only.
+//
+// Window. A format that keeps a sequence's open block in float (window_keys / window_values) gets, per layer and
+// sequence slot (window_tokens = block_size + 1 rows of window_bytes_per_token):
+//
+//   slot: [header row: int32 open block + 1 (0: none; the host zeroes a new sequence's slot)]
+//         [K: n_kv_heads x block_size x head_dim floats]   when window_keys
+//         [V: n_kv_heads x block_size x head_dim floats]   when window_values
+//
+// Writes go in position order per sequence. A token at position p (block b = p / block_size, row r) goes to the
+// window for the parts the format keeps there; when it fills its block (r = block_size - 1) the format quantizes
+// the window's rows into the block ("closes" it). A write into a block the window does not hold, at r > 0 (a
+// sequence resumed after a rollback of draft tokens, or after its window moved on), first reloads rows [0, r) of
+// that block into the window, dequantized.
+//
+// Reads. After a step's writes, a sequence whose last position q is not the last row of its block has that block
+// (q / block_size) open: its window parts are read from the window. Every other block a token reads is full and
+// read quantized, also by the tokens of the step that filled it (a prefill chunk), as every later step will.
+//
+// Forward: (1) writes, one work item per (sequence, kv head), tokens in position order; (2) the headers, serially;
+// (3) attention, one work item per (token, kv head): an online softmax block by block (scores of the block's rows
+// for the group's query heads, a new running max and sum, then the weighted values), reading codes directly.
+#pragma once
+
+#include <troupe/kv.h>
+#include <troupe/plugin.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "kv_format.h"
+#include "plugins/common/plugin_support.h"
+
+namespace troupe::kv {
+
+// A format chosen by the parameters, before the shape is known.
+class format_choice {
+public:
+    virtual ~format_choice() = default;
+    // Makes the format for `geometry` with the scalar or AVX-512 kernels: fills codec and layout (bytes_per_token,
+    // bytes_per_block, and whether there is a window), or returns why the shape cannot be served.
+    virtual std::string make(const kv_geometry& geometry, bool avx512, block_codec& codec,
+                             troupe_kv_layout& layout) = 0;
+};
+
+inline bool cpu_has_avx512() {
+    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+           __builtin_cpu_supports("avx512vl");
+}
+
+}  // namespace troupe::kv
+
+struct troupe_plugin_instance {
+    std::string source;  // "kv/int8"
+    bool avx512 = false;
+    std::unique_ptr<troupe::kv::format_choice> choice;
+    bool has_layout = false;
+    troupe::kv::kv_geometry geometry;
+    troupe::kv::block_codec codec;
+    size_t block_bytes = 0;  // the rounded size the host will use
+    std::string error;
+};
+
+namespace troupe::kv {
+
+using namespace troupe::plugin_support;
+
+inline int32_t fail(troupe_plugin_instance* inst, int32_t code, std::string message) {
+    inst->error = std::move(message);
+    return code;
+}
+
+inline bool has_window(const block_codec& c) {
+    return c.window_keys || c.window_values;
+}
+
+// One slot's parts (kv_driver.h's top comment).
+struct window_view {
+    int32_t* header = nullptr;
+    float* k = nullptr;  // [n_kv_heads, block_size, head_dim] or null
+    float* v = nullptr;
+};
+
+inline window_view window_of(const troupe_plugin_instance& inst, void* window, int32_t slot) {
+    const kv_geometry& g = inst.geometry;
+    const size_t head_rows = static_cast<size_t>(g.n_kv_heads) * g.block_size * g.head_dim;
+    const size_t row_bytes = head_rows / g.block_size * sizeof(float) *
+                             ((inst.codec.window_keys ? 1 : 0) + (inst.codec.window_values ? 1 : 0));
+    const size_t slot_bytes = row_bytes * static_cast<size_t>(g.block_size + 1);
+    auto* base = static_cast<uint8_t*>(window) + static_cast<size_t>(slot) * slot_bytes;
+    window_view w;
+    w.header = reinterpret_cast<int32_t*>(base);
+    float* parts = reinterpret_cast<float*>(base + row_bytes);
+    if (inst.codec.window_keys) {
+        w.k = parts;
+        parts += head_rows;
+    }
+    if (inst.codec.window_values) w.v = parts;
+    return w;
+}
+
+inline int32_t check_call(troupe_plugin_instance* inst, const troupe_kv_call& c) {
+    const kv_geometry& g = inst->geometry;
+    if (!inst->has_layout) return fail(inst, TROUPE_ERR_INVALID_ARGUMENT, "forward called before layout");
+    if (c.n_tokens < 0 || c.n_heads <= 0 || c.n_kv_heads != g.n_kv_heads || c.head_dim != g.head_dim ||
+        c.block_size != g.block_size) {
+        return fail(inst, TROUPE_ERR_INVALID_ARGUMENT,
+                    "kv call has n_tokens " + std::to_string(c.n_tokens) + ", n_heads " + std::to_string(c.n_heads) +
+                        ", n_kv_heads " + std::to_string(c.n_kv_heads) + ", head_dim " + std::to_string(c.head_dim) +
+                        ", block_size " + std::to_string(c.block_size) + "; the layout was made for n_kv_heads " +
+                        std::to_string(g.n_kv_heads) + ", head_dim " + std::to_string(g.head_dim) + ", block_size " +
+                        std::to_string(g.block_size));
+    }
+    if (c.n_heads % c.n_kv_heads != 0 || c.n_heads / c.n_kv_heads > max_group) {
+        return fail(inst, TROUPE_ERR_UNSUPPORTED,
+                    "n_heads " + std::to_string(c.n_heads) + " must be a multiple of n_kv_heads " +
+                        std::to_string(c.n_kv_heads) + " with at most " + std::to_string(max_group) +
+                        " query heads per kv head");
+    }
+    if (c.block_bytes < inst->block_bytes) {
+        return fail(inst, TROUPE_ERR_INVALID_ARGUMENT,
+                    "kv call has block_bytes " + std::to_string(c.block_bytes) + ", the layout needs " +
+                        std::to_string(inst->block_bytes));
+    }
+    if (c.n_tokens == 0) return TROUPE_OK;
+    if (!c.q || !c.k || !c.v || !c.out || !c.positions || !c.seq_of || !c.block_tables || !c.pool) {
+        return fail(inst, TROUPE_ERR_INVALID_ARGUMENT, "kv call has a null pointer");
+    }
+    if (has_window(inst->codec) && (!c.window || !c.window_slot)) {
+        return fail(inst, TROUPE_ERR_INVALID_ARGUMENT, "kv call has no window, which this layout declares");
+    }
+    for (int32_t t = 0; t < c.n_tokens; ++t) {
+        const int32_t s = c.seq_of[t];
+        if (s < 0 || s >= c.n_seqs || c.block_tables[s] == nullptr) {
+            return fail(inst, TROUPE_ERR_INVALID_ARGUMENT,
+                        "token " + std::to_string(t) + " belongs to sequence " + std::to_string(s) + ", expected 0.." +
+                            std::to_string(c.n_seqs - 1) + " with a block table");
+        }
+        if (c.positions[t] < 0) {
+            return fail(inst, TROUPE_ERR_INVALID_ARGUMENT,
+                        "token " + std::to_string(t) + " has position " + std::to_string(c.positions[t]));
+        }
+        for (int32_t b = 0; b <= c.positions[t] / c.block_size; ++b) {
+            if (c.block_tables[s][b] < 0) {
+                return fail(inst, TROUPE_ERR_INVALID_ARGUMENT,
+                            "token " + std::to_string(t) + " at position " + std::to_string(c.positions[t]) +
+                                " reads block " + std::to_string(c.block_tables[s][b]) + " (entry " +
+                                std::to_string(b) + " of sequence " + std::to_string(s) + "'s table)");
+            }
+        }
+        if (has_window(inst->codec) && c.window_slot[s] < 0) {
+            return fail(inst, TROUPE_ERR_INVALID_ARGUMENT,
+                        "sequence " + std::to_string(s) + " has window slot " + std::to_string(c.window_slot[s]));
+        }
+    }
+    return TROUPE_OK;
+}
+
+// The online-softmax attention of token t over kv head h (the driver's top comment, step 3).
+inline void attend_item(const troupe_plugin_instance& inst, const troupe_kv_call& c, int32_t t, int32_t h,
+                        const std::vector<int32_t>& last_pos) {
+    const block_codec& codec = inst.codec;
+    const block_kernels& kern = codec.kernels;
+    const int32_t hd = c.head_dim;
+    const int32_t bs = c.block_size;
+    const int32_t group = c.n_heads / c.n_kv_heads;
+    const int32_t s = c.seq_of[t];
+    const int32_t p = c.positions[t];
+    const int32_t* table = c.block_tables[s];
+    const float* q = c.q + (static_cast<size_t>(t) * c.n_heads + static_cast<size_t>(h) * group) * hd;
+    float* out = c.out + (static_cast<size_t>(t) * c.n_heads + static_cast<size_t>(h) * group) * hd;
+
+    const int32_t open = (has_window(codec) && last_pos[s] % bs != bs - 1) ? last_pos[s] / bs : -1;
+    window_view win;
+    if (open >= 0) win = window_of(inst, c.window, c.window_slot[s]);
+    const size_t head_window = static_cast<size_t>(h) * bs * hd;
+
+    float acc[max_group * max_head_dim];   // [group, head_dim]
+    float sc[max_group * max_block_size];  // [group, bs] scores, then probabilities
+    float run_max[max_group];
+    float run_sum[max_group];
+    std::fill(acc, acc + static_cast<size_t>(group) * hd, 0.0f);
+    std::fill(run_max, run_max + group, -INFINITY);
+    std::fill(run_sum, run_sum + group, 0.0f);
+
+    for (int32_t b = 0; b <= p / bs; ++b) {
+        const int32_t n_rows = b < p / bs ? bs : p % bs + 1;
+        const uint8_t* block = static_cast<const uint8_t*>(c.pool) + static_cast<size_t>(table[b]) * c.block_bytes;
+        if (b == open && codec.window_keys) {
+            kern.scores_f32(win.k + head_window, hd, q, group, n_rows, c.scale, sc, bs);
+        } else {
+            kern.scores(codec.format, block, h, q, group, n_rows, c.scale, sc, bs);
+        }
+        for (int32_t g = 0; g < group; ++g) {
+            float* sg = sc + g * bs;
+            float m = run_max[g];
+            for (int32_t r = 0; r < n_rows; ++r) m = std::max(m, sg[r]);
+            const float correction = std::exp(run_max[g] - m);  // 0 on the first block (exp(-inf))
+            float sum = run_sum[g] * correction;
+            for (int32_t r = 0; r < n_rows; ++r) {
+                sg[r] = std::exp(sg[r] - m);
+                sum += sg[r];
+            }
+            if (correction != 1.0f) {
+                float* a = acc + static_cast<size_t>(g) * hd;
+                for (int32_t d = 0; d < hd; ++d) a[d] *= correction;
+            }
+            run_max[g] = m;
+            run_sum[g] = sum;
+        }
+        if (b == open && codec.window_values) {
+            kern.accumulate_f32(win.v + head_window, hd, sc, group, n_rows, bs, acc);
+        } else {
+            kern.accumulate(codec.format, block, h, sc, group, n_rows, bs, acc);
+        }
+    }
+    for (int32_t g = 0; g < group; ++g) {
+        const float inv = 1.0f / run_sum[g];
+        for (int32_t d = 0; d < hd; ++d)
+            out[static_cast<size_t>(g) * hd + d] = acc[static_cast<size_t>(g) * hd + d] * inv;
+    }
+}
+
+inline int32_t forward(troupe_plugin_instance* inst, const troupe_kv_call* call, const troupe_parallel* par) {
+    inst->error.clear();
+    return guarded(inst->error, [&]() -> int32_t {
+        if (call == nullptr || call->struct_size < sizeof(troupe_kv_call)) {
+            return fail(inst, TROUPE_ERR_INVALID_ARGUMENT, "kv call is null or older than this plugin's");
+        }
+        const troupe_kv_call& c = *call;
+        if (const int32_t rc = check_call(inst, c); rc != TROUPE_OK) return rc;
+        if (c.n_tokens == 0) return TROUPE_OK;
+        const block_codec& codec = inst->codec;
+        const int32_t bs = c.block_size;
+        const int32_t hd = c.head_dim;
+        const bool windowed = has_window(codec);
+
+        // Each sequence's tokens in position order, and its last position.
+        std::vector<std::vector<int32_t>> tokens(static_cast<size_t>(c.n_seqs));
+        for (int32_t t = 0; t < c.n_tokens; ++t) tokens[static_cast<size_t>(c.seq_of[t])].push_back(t);
+        std::vector<int32_t> last_pos(static_cast<size_t>(c.n_seqs), -1);
+        for (int32_t s = 0; s < c.n_seqs; ++s) {
+            auto& ts = tokens[static_cast<size_t>(s)];
+            std::stable_sort(ts.begin(), ts.end(),
+                             [&c](int32_t a, int32_t b) { return c.positions[a] < c.positions[b]; });
+            if (!ts.empty()) last_pos[static_cast<size_t>(s)] = c.positions[ts.back()];
+        }
+
+        // (1) writes, per (sequence, kv head).
+        int32_t rc = run_parallel(par, static_cast<int64_t>(c.n_seqs) * c.n_kv_heads, [&](int64_t begin, int64_t end) {
+            for (int64_t item = begin; item < end; ++item) {
+                const int32_t s = static_cast<int32_t>(item / c.n_kv_heads);
+                const int32_t h = static_cast<int32_t>(item % c.n_kv_heads);
+                const auto& ts = tokens[static_cast<size_t>(s)];
+                if (ts.empty()) continue;
+                window_view win;
+                int32_t held = -1;
+                float* wk = nullptr;
+                float* wv = nullptr;
+                if (windowed) {
+                    win = window_of(*inst, c.window, c.window_slot[s]);
+                    held = *win.header - 1;
+                    if (win.k) wk = win.k + static_cast<size_t>(h) * bs * hd;
+                    if (win.v) wv = win.v + static_cast<size_t>(h) * bs * hd;
+                }
+                for (const int32_t t : ts) {
+                    const int32_t p = c.positions[t];
+                    const int32_t b = p / bs;
+                    const int32_t r = p % bs;
+                    uint8_t* block =
+                        static_cast<uint8_t*>(c.pool) + static_cast<size_t>(c.block_tables[s][b]) * c.block_bytes;
+                    if (windowed && b != held) {
+                        if (r > 0) codec.reload(codec.format, block, wk, wv, h, r);
+                        held = b;
+                    }
+                    const size_t row = (static_cast<size_t>(t) * c.n_kv_heads + h) * hd;
+                    codec.write(codec.format, block, wk, wv, h, r, c.k + row, c.v + row);
+                    if (windowed && r == bs - 1) codec.close(codec.format, block, wk, wv, h);
+                }
+            }
+        });
+        if (rc != TROUPE_OK) return fail(inst, rc, "writing K/V failed in the host's parallel_for");
+
+        // (2) headers: the block each window now holds.
+        if (windowed) {
+            for (int32_t s = 0; s < c.n_seqs; ++s) {
+                if (last_pos[static_cast<size_t>(s)] < 0) continue;
+                *window_of(*inst, c.window, c.window_slot[s]).header = last_pos[static_cast<size_t>(s)] / bs + 1;
+            }
+        }
+
+        // (3) attention, per (token, kv head).
+        rc = run_parallel(par, static_cast<int64_t>(c.n_tokens) * c.n_kv_heads, [&](int64_t begin, int64_t end) {
+            for (int64_t item = begin; item < end; ++item) {
+                attend_item(*inst, c, static_cast<int32_t>(item / c.n_kv_heads),
+                            static_cast<int32_t>(item % c.n_kv_heads), last_pos);
+            }
+        });
+        if (rc != TROUPE_OK) return fail(inst, rc, "attention failed in the host's parallel_for");
+        return TROUPE_OK;
+    });
+}
+
+inline int32_t layout(troupe_plugin_instance* inst, const troupe_kv_shape* shape, troupe_kv_layout* out) {
+    inst->error.clear();
+    return guarded(inst->error, [&]() -> int32_t {
+        if (shape == nullptr || out == nullptr || shape->struct_size < sizeof(troupe_kv_shape) ||
+            out->struct_size < sizeof(troupe_kv_layout)) {
+            return fail(inst, TROUPE_ERR_INVALID_ARGUMENT, "layout: shape or out is null or older than this plugin's");
+        }
+        if (shape->backend != TROUPE_BACKEND_CPU) {
+            return fail(inst, TROUPE_ERR_UNSUPPORTED,
+                        "backend " + std::to_string(shape->backend) + " is not supported (CPU only)");
+        }
+        if (shape->n_kv_heads <= 0 || shape->head_dim <= 0 || shape->head_dim > max_head_dim ||
+            shape->block_size <= 0 || shape->block_size > max_block_size) {
+            return fail(inst, TROUPE_ERR_UNSUPPORTED,
+                        "shape n_kv_heads " + std::to_string(shape->n_kv_heads) + ", head_dim " +
+                            std::to_string(shape->head_dim) + ", block_size " + std::to_string(shape->block_size) +
+                            ": needs n_kv_heads > 0, head_dim in 1.." + std::to_string(max_head_dim) +
+                            ", block_size in 1.." + std::to_string(max_block_size));
+        }
+        kv_geometry g{shape->n_kv_heads, shape->head_dim, shape->block_size};
+        block_codec codec;
+        troupe_kv_layout l{};
+        if (std::string why = inst->choice->make(g, inst->avx512, codec, l); !why.empty()) {
+            return fail(inst, TROUPE_ERR_UNSUPPORTED, why);
+        }
+        const int32_t n_parts = (codec.window_keys ? 1 : 0) + (codec.window_values ? 1 : 0);
+        l.struct_size = sizeof(troupe_kv_layout);
+        l.version = TROUPE_KV_LAYOUT_VERSION;
+        l.window_tokens = n_parts > 0 ? g.block_size + 1 : 0;  // + the header row
+        l.window_bytes_per_token = static_cast<size_t>(n_parts) * g.n_kv_heads * g.head_dim * sizeof(float);
+        *out = l;
+        inst->geometry = g;
+        inst->codec = codec;
+        inst->block_bytes = (static_cast<size_t>(g.block_size) * l.bytes_per_token + l.bytes_per_block + 63) / 64 * 64;
+        inst->has_layout = true;
+        return TROUPE_OK;
+    });
+}
+
+// A plugin: name, description, and its own parameters (besides `kernel`), read into a format_choice.
+struct plugin_description {
+    const char* source;  // "kv/int8"
+    std::vector<std::string> param_keys;
+    std::unique_ptr<format_choice> (*parse)(param_reader& reader);
+};
+
+inline int32_t create(const plugin_description& d, const troupe_plugin_params* params, troupe_plugin_instance** out) {
+    std::string error;
+    *out = nullptr;
+    const int32_t rc = guarded(error, [&]() -> int32_t {
+        param_reader reader(params);
+        const std::string kernel = reader.choice("kernel", {"auto", "scalar", "avx512"}, "auto");
+        if (kernel == "avx512" && !cpu_has_avx512()) {
+            reader.fail("kernel", "avx512 requested but this CPU lacks AVX-512F/BW/VL");
+        }
+        std::unique_ptr<format_choice> choice = d.parse(reader);
+        if (params != nullptr && TROUPE_HAS_FIELD(params, troupe_plugin_params, backend) &&
+            params->backend != TROUPE_BACKEND_CPU) {
+            error = "backend " + std::to_string(params->backend) + " is not supported (CPU only)";
+            return TROUPE_ERR_UNSUPPORTED;
+        }
+        std::vector<std::string> keys = {"kernel"};
+        keys.insert(keys.end(), d.param_keys.begin(), d.param_keys.end());
+        if (const std::string& errors = reader.finish(keys); !errors.empty()) {
+            error = errors;
+            return TROUPE_ERR_INVALID_PARAMS;
+        }
+        auto* inst = new troupe_plugin_instance;
+        inst->source = d.source;
+        inst->avx512 = kernel == "avx512" || (kernel == "auto" && cpu_has_avx512());
+        inst->choice = std::move(choice);
+        host_log::write(TROUPE_LOG_LEVEL_INFO, d.source, "using the %s kernels", inst->avx512 ? "avx512" : "scalar");
+        *out = inst;
+        return TROUPE_OK;
+    });
+    set_create_error(error);
+    return rc;
+}
+
+inline void destroy(troupe_plugin_instance* inst) {
+    delete inst;
+}
+
+inline const char* error_message(const troupe_plugin_instance* inst) {
+    return inst != nullptr ? inst->error.c_str() : create_error_buffer();
+}
+
+inline int32_t score(int32_t backend) {
+    return backend == TROUPE_BACKEND_CPU ? 50 : -1;
+}
+
+inline const troupe_kv_ops ops = {sizeof(troupe_kv_ops), TROUPE_KV_OPS_VERSION, layout, forward};
+
+// The descriptor of a KV plugin whose create() is `create_fn` (which calls kv::create with its description).
+inline troupe_plugin_descriptor make_descriptor(const char* name, const char* description,
+                                                int32_t (*create_fn)(const troupe_plugin_params*,
+                                                                     troupe_plugin_instance**)) {
+    troupe_plugin_descriptor d{};
+    d.struct_size = sizeof(troupe_plugin_descriptor);
+    d.version = TROUPE_PLUGIN_DESCRIPTOR_VERSION;
+    d.abi_version = TROUPE_PLUGIN_ABI_VERSION;
+    d.kind = TROUPE_PLUGIN_KIND_KV;
+    d.name = name;
+    d.plugin_version = "1.0.0";
+    d.description = description;
+    d.score = score;
+    d.create = create_fn;
+    d.destroy = destroy;
+    d.error_message = error_message;
+    d.kv = &ops;
+    return d;
+}
+
+}  // namespace troupe::kv

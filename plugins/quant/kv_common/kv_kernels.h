@@ -1,0 +1,143 @@
+// The per-block attention kernels of every quantized format, generic over a decoder and an instruction set. Included
+// by each format's scalar file (isa_ref) and AVX-512 file (isa_avx512); everything here has internal linkage, so a
+// copy compiled with AVX-512 flags is never the one the scalar file runs.
+//
+// A decoder D (one per format and instruction set) turns one row of one kv head of a block into floats, in a
+// row-sized scratch in registers / L1, never the context:
+//
+//   D::key_channels(f, block, h, mul, add)   per-channel factors of the block's keys: k[c] = mul[c] * x[c] + add[c]
+//   D::key_row(f, block, h, r, x)            x[c] of key row r (its codes, times a per-token scale where there is one)
+//   D::value_row(f, block, h, r, x)          value row r, dequantized
+//
+// so a score is  scale * sum_c q[c] k[c] = sum_c (scale q[c] mul[c]) x[c] + scale sum_c q[c] add[c]: the query is
+// scaled by the block's channel factors once per block, and each row costs one dot product with its codes.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "kv_format.h"
+
+#if defined(__AVX512F__)
+#include <immintrin.h>
+#endif
+
+namespace troupe::kv {
+namespace {
+
+struct isa_ref {
+    static float dot(const float* a, const float* b, int32_t n) {
+        float s = 0.0f;
+        for (int32_t i = 0; i < n; ++i) s += a[i] * b[i];
+        return s;
+    }
+    // y += w * x
+    static void axpy(float w, const float* x, float* y, int32_t n) {
+        for (int32_t i = 0; i < n; ++i) y[i] += w * x[i];
+    }
+};
+
+#if defined(__AVX512F__)
+// Lanes [0, n) of a 16-lane vector.
+inline __mmask16 lanes_mask(int32_t n) {
+    return n >= 16 ? static_cast<__mmask16>(0xffff) : static_cast<__mmask16>((1u << n) - 1u);
+}
+
+struct isa_avx512 {
+    static float dot(const float* a, const float* b, int32_t n) {
+        __m512 s0 = _mm512_setzero_ps();
+        __m512 s1 = _mm512_setzero_ps();
+        int32_t i = 0;
+        for (; i + 32 <= n; i += 32) {
+            s0 = _mm512_fmadd_ps(_mm512_loadu_ps(a + i), _mm512_loadu_ps(b + i), s0);
+            s1 = _mm512_fmadd_ps(_mm512_loadu_ps(a + i + 16), _mm512_loadu_ps(b + i + 16), s1);
+        }
+        for (; i < n; i += 16) {
+            const __mmask16 m = lanes_mask(n - i);
+            s0 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, a + i), _mm512_maskz_loadu_ps(m, b + i), s0);
+        }
+        return _mm512_reduce_add_ps(_mm512_add_ps(s0, s1));
+    }
+    static void axpy(float w, const float* x, float* y, int32_t n) {
+        const __m512 wv = _mm512_set1_ps(w);
+        for (int32_t i = 0; i < n; i += 16) {
+            const __mmask16 m = lanes_mask(n - i);
+            _mm512_mask_storeu_ps(
+                y + i, m, _mm512_fmadd_ps(wv, _mm512_maskz_loadu_ps(m, x + i), _mm512_maskz_loadu_ps(m, y + i)));
+        }
+    }
+};
+#endif
+
+// Float rows (a window): row r at rows + r * head_dim.
+template <class Isa>
+void scores_f32(const float* rows, int32_t head_dim, const float* q, int32_t group, int32_t n_rows, float scale,
+                float* s, int32_t s_stride) {
+    for (int32_t r = 0; r < n_rows; ++r) {
+        const float* k = rows + static_cast<size_t>(r) * head_dim;
+        for (int32_t g = 0; g < group; ++g)
+            s[g * s_stride + r] = scale * Isa::dot(q + static_cast<size_t>(g) * head_dim, k, head_dim);
+    }
+}
+
+template <class Isa>
+void accumulate_f32(const float* rows, int32_t head_dim, const float* p, int32_t group, int32_t n_rows,
+                    int32_t p_stride, float* acc) {
+    for (int32_t r = 0; r < n_rows; ++r) {
+        const float* v = rows + static_cast<size_t>(r) * head_dim;
+        for (int32_t g = 0; g < group; ++g)
+            Isa::axpy(p[g * p_stride + r], v, acc + static_cast<size_t>(g) * head_dim, head_dim);
+    }
+}
+
+// Quantized blocks through decoder D (which also names its Isa and its format type).
+template <class D>
+void scores_block(const void* format, const uint8_t* block, int32_t h, const float* q, int32_t group, int32_t n_rows,
+                  float scale, float* s, int32_t s_stride) {
+    const auto& f = *static_cast<const typename D::format*>(format);
+    const int32_t hd = f.geometry.head_dim;
+    float mul[max_head_dim];
+    float add[max_head_dim];
+    D::key_channels(f, block, h, mul, add);
+    float qs[max_group * max_head_dim];  // [group, head_dim] scale * q * mul
+    float qa[max_group];                 // [group] scale * q . add
+    for (int32_t g = 0; g < group; ++g) {
+        const float* qg = q + static_cast<size_t>(g) * hd;
+        float* qsg = qs + static_cast<size_t>(g) * hd;
+        float a = 0.0f;
+        for (int32_t c = 0; c < hd; ++c) {
+            qsg[c] = scale * qg[c] * mul[c];
+            a += qg[c] * add[c];
+        }
+        qa[g] = scale * a;
+    }
+    alignas(64) float x[max_head_dim];
+    for (int32_t r = 0; r < n_rows; ++r) {
+        D::key_row(f, block, h, r, x);
+        for (int32_t g = 0; g < group; ++g) {
+            s[g * s_stride + r] = D::isa::dot(qs + static_cast<size_t>(g) * hd, x, hd) + qa[g];
+        }
+    }
+}
+
+template <class D>
+void accumulate_block(const void* format, const uint8_t* block, int32_t h, const float* p, int32_t group,
+                      int32_t n_rows, int32_t p_stride, float* acc) {
+    const auto& f = *static_cast<const typename D::format*>(format);
+    const int32_t hd = f.geometry.head_dim;
+    alignas(64) float x[max_head_dim];
+    for (int32_t r = 0; r < n_rows; ++r) {
+        D::value_row(f, block, h, r, x);
+        for (int32_t g = 0; g < group; ++g) D::isa::axpy(p[g * p_stride + r], x, acc + static_cast<size_t>(g) * hd, hd);
+    }
+}
+
+// The kernel table of decoder D.
+template <class D>
+block_kernels kernels_of() {
+    return block_kernels{scores_block<D>, accumulate_block<D>, scores_f32<typename D::isa>,
+                         accumulate_f32<typename D::isa>};
+}
+
+}  // namespace
+}  // namespace troupe::kv

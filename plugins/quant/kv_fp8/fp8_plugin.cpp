@@ -1,0 +1,90 @@
+// kv/fp8: a KV cache of FP8 codes (fp8_format.h), about half the bytes of an f16 cache per token.
+//
+// Parameters:
+//   kernel: auto | scalar | avx512   (default auto: AVX-512 where the CPU has it)
+//   format: e4m3 | e5m2              (default e4m3: 3 mantissa bits; e5m2 has 2, and range instead)
+//   scale:  token | none             (default token: a float scale per (token, kv head) row of K and of V)
+#include <troupe/plugin.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "fp8_format.h"
+#include "plugins/quant/kv_common/kv_driver.h"
+
+namespace troupe::kv {
+namespace {
+
+const fp8_format& fmt(const void* f) {
+    return *static_cast<const fp8_format*>(f);
+}
+
+void encode_row(const fp8_format& f, const float* x, uint8_t* codes, float* scale_out) {
+    const int32_t hd = f.geometry.head_dim;
+    float scale = 1.0f;
+    if (f.scaled) {
+        float amax = 0.0f;
+        for (int32_t c = 0; c < hd; ++c) amax = std::max(amax, std::fabs(x[c]));
+        scale = amax / troupe::fp8::traits(f.kind).max_finite;
+        *scale_out = scale;
+    }
+    const float inv = scale > 0.0f ? 1.0f / scale : 0.0f;
+    for (int32_t c = 0; c < hd; ++c) codes[c] = troupe::fp8::encode(x[c] * inv, f.kind);
+}
+
+void fp8_write(const void* f, uint8_t* block, float*, float*, int32_t h, int32_t row, const float* k, const float* v) {
+    const fp8_format& F = fmt(f);
+    encode_row(F, k, const_cast<uint8_t*>(F.k_codes(block, h, row)), F.scale_at(block, false, h, row));
+    encode_row(F, v, const_cast<uint8_t*>(F.v_codes(block, h, row)), F.scale_at(block, true, h, row));
+}
+
+class fp8_choice final : public format_choice {
+public:
+    fp8_choice(troupe::fp8::format kind, bool scaled) {
+        format_.kind = kind;
+        format_.scaled = scaled;
+        for (int32_t code = 0; code < 256; ++code) {
+            const float x = troupe::fp8::decode(static_cast<uint8_t>(code), kind);
+            format_.lut[code] = std::isfinite(x) ? x : 0.0f;  // encode never writes NaN or infinity for finite input
+        }
+    }
+
+    std::string make(const kv_geometry& g, bool avx512, block_codec& codec, troupe_kv_layout& layout) override {
+        if (g.head_dim % 2 != 0) return "head_dim " + std::to_string(g.head_dim) + " is odd; kv/fp8 needs it even";
+        format_.geometry = g;
+        codec.format = &format_;
+        codec.write = fp8_write;
+        codec.kernels = avx512 ? fp8_kernels_avx512() : fp8_kernels_ref();
+        layout.bytes_per_token = format_.bytes_per_token();
+        layout.bytes_per_block = 0;
+        return "";
+    }
+
+private:
+    fp8_format format_;
+};
+
+std::unique_ptr<format_choice> parse(param_reader& reader) {
+    const std::string kind = reader.choice("format", {"e4m3", "e5m2"}, "e4m3");
+    const std::string scale = reader.choice("scale", {"token", "none"}, "token");
+    return std::make_unique<fp8_choice>(kind == "e5m2" ? troupe::fp8::format::e5m2 : troupe::fp8::format::e4m3,
+                                        scale == "token");
+}
+
+const plugin_description description{"kv/fp8", {"format", "scale"}, parse};
+
+int32_t fp8_create(const troupe_plugin_params* params, troupe_plugin_instance** out) {
+    return create(description, params, out);
+}
+
+const troupe_plugin_descriptor descriptor = make_descriptor(
+    "fp8", "FP8 KV cache (E4M3 or E5M2), a scale per token and kv head or none (CPU: scalar, AVX-512)", fp8_create);
+
+}  // namespace
+}  // namespace troupe::kv
+
+extern "C" TROUPE_PLUGIN_EXPORT const troupe_plugin_descriptor* troupe_plugin_query(uint32_t, uint32_t,
+                                                                                    const troupe_host_services* host) {
+    troupe::plugin_support::host_log::attach(host);
+    return &troupe::kv::descriptor;
+}

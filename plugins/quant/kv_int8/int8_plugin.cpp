@@ -1,0 +1,87 @@
+// kv/int8: a KV cache of int8 codes (int8_format.h), about half the bytes of an f16 cache per token.
+//
+// Parameters:
+//   kernel: auto | scalar | avx512   (default auto: AVX-512 where the CPU has it)
+#include <troupe/plugin.h>
+
+#include "int8_format.h"
+#include "plugins/quant/kv_common/kv_driver.h"
+
+namespace troupe::kv {
+namespace {
+
+const int8_format& fmt(const void* f) {
+    return *static_cast<const int8_format*>(f);
+}
+
+// Keys to the window (quantized when the block closes), values quantized now.
+void int8_write(const void* f, uint8_t* block, float* win_k, float*, int32_t h, int32_t row, const float* k,
+                const float* v) {
+    const int8_format& F = fmt(f);
+    const int32_t hd = F.geometry.head_dim;
+    std::memcpy(win_k + static_cast<size_t>(row) * hd, k, hd * sizeof(float));
+    auto* codes = const_cast<int8_t*>(F.v_codes(block, h, row));
+    const_cast<float*>(F.v_scales(block, h))[row] = int8_quantize(v, hd, 1, codes, 1);
+}
+
+// Per channel: the block's scale and codes.
+void int8_close(const void* f, uint8_t* block, const float* win_k, const float*, int32_t h) {
+    const int8_format& F = fmt(f);
+    const int32_t hd = F.geometry.head_dim;
+    auto* scales = const_cast<float*>(F.k_scales(block, h));
+    auto* codes = const_cast<int8_t*>(F.k_codes(block, h, 0));
+    for (int32_t c = 0; c < hd; ++c) scales[c] = int8_quantize(win_k + c, F.geometry.block_size, hd, codes + c, hd);
+}
+
+void int8_reload(const void* f, const uint8_t* block, float* win_k, float*, int32_t h, int32_t n_rows) {
+    const int8_format& F = fmt(f);
+    const int32_t hd = F.geometry.head_dim;
+    const float* scales = F.k_scales(block, h);
+    for (int32_t r = 0; r < n_rows; ++r) {
+        const int8_t* codes = F.k_codes(block, h, r);
+        for (int32_t c = 0; c < hd; ++c) win_k[static_cast<size_t>(r) * hd + c] = scales[c] * codes[c];
+    }
+}
+
+class int8_choice final : public format_choice {
+public:
+    std::string make(const kv_geometry& g, bool avx512, block_codec& codec, troupe_kv_layout& layout) override {
+        if (g.head_dim % 2 != 0) return "head_dim " + std::to_string(g.head_dim) + " is odd; kv/int8 needs it even";
+        format_.geometry = g;
+        codec.format = &format_;
+        codec.window_keys = true;
+        codec.window_values = false;
+        codec.write = int8_write;
+        codec.close = int8_close;
+        codec.reload = int8_reload;
+        codec.kernels = avx512 ? int8_kernels_avx512() : int8_kernels_ref();
+        layout.bytes_per_token = format_.bytes_per_token();
+        layout.bytes_per_block = format_.bytes_per_block();
+        return "";
+    }
+
+private:
+    int8_format format_;
+};
+
+std::unique_ptr<format_choice> parse(param_reader&) {
+    return std::make_unique<int8_choice>();
+}
+
+const plugin_description description{"kv/int8", {}, parse};
+
+int32_t int8_create(const troupe_plugin_params* params, troupe_plugin_instance** out) {
+    return create(description, params, out);
+}
+
+const troupe_plugin_descriptor descriptor = make_descriptor(
+    "int8", "int8 KV cache: keys per channel per block, values per token (CPU: scalar, AVX-512)", int8_create);
+
+}  // namespace
+}  // namespace troupe::kv
+
+extern "C" TROUPE_PLUGIN_EXPORT const troupe_plugin_descriptor* troupe_plugin_query(uint32_t, uint32_t,
+                                                                                    const troupe_host_services* host) {
+    troupe::plugin_support::host_log::attach(host);
+    return &troupe::kv::descriptor;
+}

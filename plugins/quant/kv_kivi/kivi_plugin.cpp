@@ -1,0 +1,118 @@
+// kv/kivi: KIVI's 2-bit KV cache (kivi_format.h), at most a quarter of an f16 cache's bytes per token plus the
+// open block of each running sequence in float.
+//
+// Parameters:
+//   kernel: auto | scalar | avx512   (default auto: AVX-512 where the CPU has it)
+//   value_group: channels per (scale, min) of a value row, 1..256 (default 32; capped at head_dim, which it
+//                must divide)
+#include <troupe/plugin.h>
+
+#include <cstring>
+
+#include "kivi_format.h"
+#include "plugins/quant/kv_common/kv_driver.h"
+
+namespace troupe::kv {
+namespace {
+
+const kivi_format& fmt(const void* f) {
+    return *static_cast<const kivi_format*>(f);
+}
+
+void kivi_write(const void* f, uint8_t*, float* win_k, float* win_v, int32_t, int32_t row, const float* k,
+                const float* v) {
+    const size_t hd = static_cast<size_t>(fmt(f).geometry.head_dim);
+    std::memcpy(win_k + row * hd, k, hd * sizeof(float));
+    std::memcpy(win_v + row * hd, v, hd * sizeof(float));
+}
+
+void kivi_close(const void* f, uint8_t* block, const float* win_k, const float* win_v, int32_t h) {
+    const kivi_format& F = fmt(f);
+    const int32_t hd = F.geometry.head_dim;
+    const int32_t bs = F.geometry.block_size;
+    auto* k_rows = const_cast<uint8_t*>(F.k_codes(block, h, 0));
+    auto* v_rows = const_cast<uint8_t*>(F.v_codes(block, h, 0));
+    std::memset(k_rows, 0, F.head_bytes());
+    std::memset(v_rows, 0, F.head_bytes());
+    // Keys: channel c over the block's rows, one code per row.
+    auto* kp = const_cast<uint16_t*>(F.k_params(block, h));
+    for (int32_t c = 0; c < hd; ++c) kivi_quantize(F, win_k + c, bs, hd, k_rows, F.row_bytes(), c, 0, kp + 2 * c);
+    // Values: each row's groups of value_group channels.
+    for (int32_t r = 0; r < bs; ++r) {
+        auto* vp = const_cast<uint16_t*>(F.v_params(block, h, r));
+        for (int32_t j = 0; j < F.value_groups(); ++j) {
+            kivi_quantize(F, win_v + static_cast<size_t>(r) * hd + j * F.value_group, F.value_group, 1,
+                          v_rows + static_cast<size_t>(r) * F.row_bytes(), 0, j * F.value_group, 1, vp + 2 * j);
+        }
+    }
+}
+
+void kivi_reload(const void* f, const uint8_t* block, float* win_k, float* win_v, int32_t h, int32_t n_rows) {
+    const kivi_format& F = fmt(f);
+    const int32_t hd = F.geometry.head_dim;
+    const uint16_t* kp = F.k_params(block, h);
+    for (int32_t r = 0; r < n_rows; ++r) {
+        const uint8_t* krow = F.k_codes(block, h, r);
+        const uint8_t* vrow = F.v_codes(block, h, r);
+        const uint16_t* vp = F.v_params(block, h, r);
+        for (int32_t c = 0; c < hd; ++c) {
+            const int32_t j = c / F.value_group;
+            win_k[static_cast<size_t>(r) * hd + c] =
+                fp16_to_fp32(kp[2 * c + 1]) + fp16_to_fp32(kp[2 * c]) * F.code(krow, c);
+            win_v[static_cast<size_t>(r) * hd + c] =
+                fp16_to_fp32(vp[2 * j + 1]) + fp16_to_fp32(vp[2 * j]) * F.code(vrow, c);
+        }
+    }
+}
+
+class kivi_choice final : public format_choice {
+public:
+    explicit kivi_choice(int32_t value_group) : value_group_(value_group) {}
+
+    std::string make(const kv_geometry& g, bool avx512, block_codec& codec, troupe_kv_layout& layout) override {
+        const int32_t group = std::min(value_group_, g.head_dim);
+        if (g.head_dim % 4 != 0 || g.head_dim % group != 0) {
+            return "head_dim " + std::to_string(g.head_dim) + " must be a multiple of 4 and of params.value_group " +
+                   std::to_string(group);
+        }
+        format_.geometry = g;
+        format_.value_group = group;
+        codec.format = &format_;
+        codec.window_keys = true;
+        codec.window_values = true;
+        codec.write = kivi_write;
+        codec.close = kivi_close;
+        codec.reload = kivi_reload;
+        codec.kernels = avx512 ? kivi_kernels_avx512_for(format_) : kivi_kernels_ref();
+        layout.bytes_per_token = format_.bytes_per_token();
+        layout.bytes_per_block = format_.bytes_per_block();
+        return "";
+    }
+
+private:
+    int32_t value_group_;
+    kivi_format format_;
+};
+
+std::unique_ptr<format_choice> parse(param_reader& reader) {
+    return std::make_unique<kivi_choice>(static_cast<int32_t>(reader.integer("value_group", 1, max_head_dim, 32)));
+}
+
+const plugin_description description{"kv/kivi", {"value_group"}, parse};
+
+int32_t kivi_create(const troupe_plugin_params* params, troupe_plugin_instance** out) {
+    return create(description, params, out);
+}
+
+const troupe_plugin_descriptor descriptor = make_descriptor(
+    "kivi", "KIVI 2-bit KV cache: keys per channel, values per token group, open block in float (CPU: scalar, AVX-512)",
+    kivi_create);
+
+}  // namespace
+}  // namespace troupe::kv
+
+extern "C" TROUPE_PLUGIN_EXPORT const troupe_plugin_descriptor* troupe_plugin_query(uint32_t, uint32_t,
+                                                                                    const troupe_host_services* host) {
+    troupe::plugin_support::host_log::attach(host);
+    return &troupe::kv::descriptor;
+}
