@@ -10,6 +10,7 @@
 #include "core/log/log.h"
 #include "core/model/cpu_llama.h"
 #include "core/plugin_host/plugin_host.h"
+#include "core/plugin_host/plugin_model_services.h"
 
 namespace troupe {
 namespace {
@@ -43,7 +44,8 @@ result<loaded_model> load_model(const engine_config& config) {
     auto weights = bind_llama_weights(m.file);
     if (!weights.ok()) return weights.err();
 
-    plugin_host host(plugin_host_options{config.plugins.plugin_dir, plugin_backend::cpu});
+    // Plugins see the model's tensors and metadata by name, and may open side files (tensors.h).
+    plugin_host host(plugin_host_options{config.plugins.plugin_dir, plugin_backend::cpu}, make_model_services(m.file));
     cpu_llama_params params;
     auto attention = load_plugin(host, plugin_kind::attention, config.plugins.attention);
     if (!attention.ok()) return attention.err();
