@@ -28,4 +28,7 @@ int tokenize_command(const cli_args& args);  // troupe tokenize: text <-> token 
 const command_spec& synth_spec();
 int synth_command(const cli_args& args);  // troupe synth: a GGUF with seeded random weights
 
+const command_spec& quantize_spec();
+int quantize_command(const cli_args& args);  // troupe quantize: offline quantization by a method plugin
+
 }  // namespace troupe::cli

@@ -1,0 +1,29 @@
+// plugin_tap_sink: a plugin instance's troupe_tap_ops (plugins/include/troupe/taps.h) as the graph's tap_sink
+// (core/model/tap_sink.h). wanted() is asked once, at creation; each observation crosses as a troupe_tap_data
+// (CPU backend, host memory). A failing observe fails the step with "plugin <label>: observe failed: <its message>".
+#pragma once
+
+#include <memory>
+
+#include "core/model/tap_sink.h"
+#include "core/plugin_host/plugin_instance.h"
+#include "core/result.h"
+
+namespace troupe {
+
+class plugin_tap_sink final : public tap_sink {
+public:
+    // An error when the plugin has no taps table.
+    static result<std::shared_ptr<plugin_tap_sink>> create(std::shared_ptr<plugin_instance> instance);
+
+    uint64_t wanted() const override { return wanted_; }
+    status observe(const tap_data& data) override;
+
+private:
+    plugin_tap_sink(std::shared_ptr<plugin_instance> instance, uint64_t wanted)
+        : instance_(std::move(instance)), wanted_(wanted) {}
+    std::shared_ptr<plugin_instance> instance_;
+    uint64_t wanted_;
+};
+
+}  // namespace troupe
