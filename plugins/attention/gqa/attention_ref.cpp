@@ -4,11 +4,14 @@
 #include <vector>
 
 #include "attention_kernels.h"
-#include "kernels/fp16.h"
+#include "plugins/common/half.h"
 
 namespace troupe::gqa {
 
 namespace {
+
+using quant_common::fp16_to_fp32;
+using quant_common::fp32_to_fp16;
 
 // Element d of the K or V row at pool offset `at` (elements), as a float.
 inline float pool_value(const troupe_attention_call& call, const float* pool, size_t at) {

@@ -8,17 +8,23 @@
 //
 // quantize_rows turns float rows (F32, F16 or BF16 as stored) into Q8_0 blocks at load, padding each row
 // with zeros up to n_in_padded (a multiple of 32) so rows of any length can be quantized online.
-// matmul runs the product through troupe_kernels (kernels/cpu/matmul.h) when the plugin is built with
-// it (TROUPE_Q8_WITH_KERNELS), else through a scalar loop with the same recipes.
+// Types are the SDK's (troupe/types.h). Two implementations of panel_bytes / pack_panels / matmul, one linked:
+//   q8_kernels_troupe.cpp  troupe's CPU kernel library (troupe_kernels: AVX2 / AVX-512 VNNI dot products, 16-row
+//                          panels), in a build of the troupe tree. The one file of the
+//                          plugin that includes troupe headers outside the SDK: the binding to that library;
+//   q8_kernels_scalar.cpp  a scalar loop with the same recipes, SDK-only (e.g. a build against the installed SDK).
 #pragma once
+
+#include <troupe/types.h>
 
 #include <cstddef>
 #include <cstdint>
 #include <functional>
 
-#include "kernels/ggml_types.h"
-
 namespace troupe::q8 {
+
+using block_q8_0 = troupe_block_q8_0;
+constexpr int qk8_0 = TROUPE_QK8_0;
 
 using range_fn = std::function<void(int64_t, int64_t)>;
 using parallel_fn = std::function<void(int64_t n, const range_fn& fn)>;
@@ -29,12 +35,12 @@ enum class activations { float32, int8 };
 // ggml's Q8_0 quantizer: d = amax / 127 (stored as fp16), q = round(x / d).
 void quantize_row_q8_0(const float* x, block_q8_0* y, int64_t n);
 
-// Rows [begin, end) of `src` (type f32, f16 or bf16; n_in elements, row_stride bytes apart) into
+// Rows [begin, end) of `src` (TROUPE_TYPE_F32, _F16 or _BF16; n_in elements, row_stride bytes apart) into
 // dst rows of n_in_padded / 32 blocks.
-void quantize_rows(ggml_type type, const void* src, size_t row_stride, int64_t n_in, int64_t n_in_padded,
+void quantize_rows(uint32_t type, const void* src, size_t row_stride, int64_t n_in, int64_t n_in_padded,
                    block_q8_0* dst, int64_t begin, int64_t end);
 
-// The weights repacked into 16-row panels (kernels/cpu/q8_panels.h), which make a step of many tokens cost far
+// The weights repacked into the kernel library's 16-row panels, which make a step of many tokens cost far
 // less than that many single steps; only where the plugin is built with troupe_kernels and the CPU has the
 // panel kernels (AVX-512 VNNI), else panel_bytes is 0 and nothing is packed.
 size_t panel_bytes(int64_t n_in, int64_t n_out, activations recipe);

@@ -2,7 +2,7 @@
 //
 //   - GGUF Q8_0 tensors are used in place, as stored (the weight data must outlive the prepared weight);
 //   - where the kernels have them (troupe_kernels, AVX-512 VNNI), the rows are also repacked at load into 16-row
-//     panels in memory of the plugin's own (kernels/cpu/q8_panels.h), with which a step of many tokens costs
+//     panels in memory of the plugin's own (q8_kernels.h), with which a step of many tokens costs
 //     far less than that many single steps;
 //   - with params `online: true`, F32, F16 and BF16 weights are quantized to Q8_0 at load (rows whose
 //     length is not a multiple of 32 are padded with zeros, and so are the activations);
@@ -22,16 +22,14 @@
 #include <string>
 #include <vector>
 
-#include "kernels/ggml_types.h"
 #include "plugins/common/plugin_support.h"
 #include "q8_kernels.h"
 
 namespace {
 
 using namespace troupe::plugin_support;
-using troupe::block_q8_0;
-using troupe::ggml_type;
-using troupe::qk8_0;
+using troupe::q8::block_q8_0;
+using troupe::q8::qk8_0;
 
 constexpr const char* source = "quant/q8";
 
@@ -68,13 +66,12 @@ int32_t fail(troupe_plugin_instance* inst, int32_t code, std::string message) {
 }
 
 std::string type_name(uint32_t type) {
-    const auto traits = troupe::type_traits(type);
-    return traits ? std::string(traits->name) : "type " + std::to_string(type);
+    const char* name = troupe_type_layout_of(type).name;
+    return name != nullptr ? std::string(name) : "type " + std::to_string(type);
 }
 
 bool is_float_type(uint32_t type) {
-    return type == static_cast<uint32_t>(ggml_type::f32) || type == static_cast<uint32_t>(ggml_type::f16) ||
-           type == static_cast<uint32_t>(ggml_type::bf16);
+    return type == TROUPE_TYPE_F32 || type == TROUPE_TYPE_F16 || type == TROUPE_TYPE_BF16;
 }
 
 // Wraps the C parallel context into the std::function the kernels take.
@@ -93,7 +90,7 @@ troupe::q8::parallel_fn to_parallel_fn(const troupe_parallel* par, std::atomic<b
 }
 
 int32_t q8_claims(troupe_plugin_instance* inst, uint32_t type) {
-    if (type == static_cast<uint32_t>(ggml_type::q8_0)) return 1;
+    if (type == TROUPE_TYPE_Q8_0) return 1;
     return inst->online && is_float_type(type) ? 1 : 0;
 }
 
@@ -112,18 +109,18 @@ int32_t q8_prepare(troupe_plugin_instance* inst, const troupe_weight* w, troupe_
         }
         const std::string shape = "[" + std::to_string(w->n_out) + ", " + std::to_string(w->n_in) + "]";
         auto p = new troupe_prepared_weight{nullptr, w->n_in, w->n_in, w->n_out, w->row_stride, {}};
-        if (w->type == static_cast<uint32_t>(ggml_type::q8_0)) {
-            if (w->n_in % qk8_0 != 0 || w->row_stride < troupe::row_bytes(ggml_type::q8_0, w->n_in)) {
+        if (w->type == TROUPE_TYPE_Q8_0) {
+            if (w->n_in % qk8_0 != 0 || w->row_stride < troupe_row_bytes(TROUPE_TYPE_Q8_0, w->n_in)) {
                 delete p;
                 return fail(inst, TROUPE_ERR_INVALID_ARGUMENT,
                             "Q8_0 weight " + shape + " with row stride " + std::to_string(w->row_stride) +
                                 ": rows must be a multiple of 32 elements and at least " +
-                                std::to_string(troupe::row_bytes(ggml_type::q8_0, w->n_in - w->n_in % qk8_0)) +
+                                std::to_string(troupe_row_bytes(TROUPE_TYPE_Q8_0, w->n_in - w->n_in % qk8_0)) +
                                 " bytes apart");
             }
             p->data = static_cast<const block_q8_0*>(w->data);
         } else if (is_float_type(w->type) && inst->online) {
-            const size_t elem = w->type == static_cast<uint32_t>(ggml_type::f32) ? 4 : 2;
+            const size_t elem = w->type == TROUPE_TYPE_F32 ? 4 : 2;
             if (w->row_stride < elem * static_cast<size_t>(w->n_in)) {
                 delete p;
                 return fail(inst, TROUPE_ERR_INVALID_ARGUMENT,
@@ -135,7 +132,7 @@ int32_t q8_prepare(troupe_plugin_instance* inst, const troupe_weight* w, troupe_
             p->owned.resize(static_cast<size_t>(w->n_out * n_blocks));
             p->data = p->owned.data();
             p->row_stride = static_cast<size_t>(n_blocks) * sizeof(block_q8_0);
-            const auto type = static_cast<ggml_type>(w->type);
+            const uint32_t type = w->type;
             auto work = [&](int64_t b, int64_t e) {
                 troupe::q8::quantize_rows(type, w->data, w->row_stride, w->n_in, p->n_in_padded, p->owned.data(), b, e);
             };
