@@ -284,7 +284,8 @@ TEST_F(quantize_methods, parameters_are_validated_with_messages_that_name_the_ke
         {"gptq", {{"damp", "lots"}}, "params.damp: must be a number between 0 and 1, got 'lots'"},
         {"gptq", {{"block_size", "0"}}, "params.block_size: must be between 1 and 4096, got 0"},
         {"gptq", {{"act_order", "maybe"}}, "params.act_order: must be true or false, got 'maybe'"},
-        {"gptq", {{"bits", "4"}}, "params.bits: unknown key (valid keys: damp, block_size, act_order)"},
+        {"gptq", {{"bits", "4"}}, "params.bits: unknown key (valid keys: damp, block_size, act_order, clip)"},
+        {"gptq", {{"clip", "false"}, {"act_order", "false"}}, ""},
         {"awq", {{"n_grid", "10"}, {"n_samples", "64"}, {"clip", "false"}}, ""},
         {"awq", {{"n_grid", "0"}}, "params.n_grid: must be between 1 and 100, got 0"},
         {"awq", {{"n_samples", "many"}}, "params.n_samples: must be an integer between 1 and 65536, got 'many'"},
@@ -346,18 +347,21 @@ TEST_F(quantize_methods, gptq_has_a_clearly_lower_output_error_than_rtn_in_the_s
     }
 }
 
-TEST_F(quantize_methods, gptq_with_act_order_is_not_worse_and_block_size_only_changes_rounding) {
+TEST_F(quantize_methods, gptq_with_act_order_or_clipping_is_not_worse_and_block_size_only_changes_rounding) {
     const problem p = make_problem(256, 45, 2048, 512, 10);
     for (const troupe_type type : {TROUPE_TYPE_Q4_0, TROUPE_TYPE_W4_G128}) {
-        method plain(lib("gptq"), {});
-        method ordered(lib("gptq"), {{"act_order", "true"}});
-        method small_blocks(lib("gptq"), {{"block_size", "32"}});
+        method plain(lib("gptq"), {{"act_order", "false"}, {"clip", "false"}});
+        method ordered(lib("gptq"), {{"act_order", "true"}, {"clip", "false"}});
+        method clipped(lib("gptq"), {{"act_order", "false"}, {"clip", "true"}});
+        method small_blocks(lib("gptq"), {{"act_order", "false"}, {"clip", "false"}, {"block_size", "32"}});
         const double e_plain = output_error(p, quantize_with(plain, p, type, false));
         const double e_ordered = output_error(p, quantize_with(ordered, p, type, false));
+        const double e_clipped = output_error(p, quantize_with(clipped, p, type, false));
         const double e_small = output_error(p, quantize_with(small_blocks, p, type, false));
-        std::printf("%-8s gptq output error  plain %.4g  act_order %.4g  block_size 32 %.4g\n",
-                    troupe_type_layout_of(type).name, e_plain, e_ordered, e_small);
+        std::printf("%-8s gptq output error  plain %.4g  act_order %.4g  clip %.4g  block_size 32 %.4g\n",
+                    troupe_type_layout_of(type).name, e_plain, e_ordered, e_clipped, e_small);
         EXPECT_LE(e_ordered, 1.05 * e_plain) << troupe_type_layout_of(type).name;
+        EXPECT_LE(e_clipped, 1.05 * e_plain) << troupe_type_layout_of(type).name;
         EXPECT_NEAR(e_small, e_plain, 0.02 * e_plain) << "lazy batching must not change the algorithm";
     }
 }

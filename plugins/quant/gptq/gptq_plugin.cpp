@@ -11,7 +11,11 @@
 // Parameters:
 //   damp: 0..1          (default 0.01) added to H's diagonal as a fraction of its mean
 //   block_size: 1..4096 (default 128) columns per lazy update
-//   act_order: bool     (default false) quantize columns by decreasing H_ii (grids from the original weights)
+//   act_order: bool     (default true) quantize columns by decreasing H_ii (grids from the original weights)
+//   clip: bool          (default true) choose each group's grid by a clipping search weighted by H_ii
+//
+// The defaults are the best measured on stories260K (Q4_0, calibrated on half of text/stories.txt, perplexity on
+// the other half: F16 15.78, RTN 18.40, GPTQ plain 18.20, clip 17.27, clip + act_order 16.76).
 #include <troupe/plugin.h>
 
 #include <map>
@@ -110,6 +114,8 @@ int32_t gptq_quantize_group(troupe_plugin_instance* inst, const troupe_quantize_
             return fail(inst, TROUPE_ERR_INVALID_ARGUMENT,
                         "quantize_group: " + label + " rows have width " + std::to_string(it->second.width) +
                             ", the group's weights take " + std::to_string(n_in));
+        host_log::write(TROUPE_LOG_LEVEL_DEBUG, source, "%s: H from %lld calibration rows", label.c_str(),
+                        static_cast<long long>(it->second.n_rows));
         std::vector<double> h = std::move(it->second.xx);
         const double scale = 2.0 / static_cast<double>(it->second.n_rows);
         inst->stats.erase(it);
@@ -145,15 +151,16 @@ int32_t gptq_create(const troupe_plugin_params* params, troupe_plugin_instance**
         troupe::gptq::solver_options options;
         options.damp = reader.number("damp", 0.0, 1.0, 0.01);
         options.block_size = static_cast<int>(reader.integer("block_size", 1, 4096, 128));
-        options.act_order = reader.boolean("act_order", false);
-        if (const std::string& errors = reader.finish({"damp", "block_size", "act_order"}); !errors.empty()) {
+        options.act_order = reader.boolean("act_order", true);
+        options.clip = reader.boolean("clip", true);
+        if (const std::string& errors = reader.finish({"damp", "block_size", "act_order", "clip"}); !errors.empty()) {
             error = errors;
             return TROUPE_ERR_INVALID_PARAMS;
         }
         auto* inst = new troupe_plugin_instance;
         inst->options = options;
-        host_log::write(TROUPE_LOG_LEVEL_INFO, source, "damp %g, block_size %d, act_order %s", options.damp,
-                        options.block_size, options.act_order ? "on" : "off");
+        host_log::write(TROUPE_LOG_LEVEL_INFO, source, "damp %g, block_size %d, act_order %s, clip %s", options.damp,
+                        options.block_size, options.act_order ? "on" : "off", options.clip ? "on" : "off");
         *out = inst;
         return TROUPE_OK;
     });

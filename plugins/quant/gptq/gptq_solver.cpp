@@ -62,6 +62,8 @@ std::string prepare(std::vector<double> h, int64_t n_in, const solver_options& o
         mean_diag += h[i * n + i];
     }
     mean_diag /= static_cast<double>(n);
+    out->diag.resize(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i) out->diag[i] = static_cast<float>(h[i * n + i]);
 
     out->order.resize(static_cast<size_t>(n));
     std::iota(out->order.begin(), out->order.end(), int64_t{0});
@@ -123,6 +125,10 @@ void quantize_rows(const codec& c, const prepared_hessian& h, const solver_optio
     std::vector<block_grid> grids(static_cast<size_t>(tile * n_blocks));  // [tile, n_blocks]
     std::vector<int8_t> codes(static_cast<size_t>(tile * n));             // [tile, n] in the original column order
     std::vector<float> original(static_cast<size_t>(n));                  // [n]
+    // A group's grid from its weights x starting at column col.
+    auto fit = [&](const float* x, int64_t col) {
+        return options.clip ? quant_common::fit_clipped(c, x, h.diag.data() + col) : c.fit(x);
+    };
 
     for (int64_t r0 = begin; r0 < end; r0 += tile) {
         const int64_t nr = std::min(tile, end - r0);
@@ -131,7 +137,7 @@ void quantize_rows(const codec& c, const prepared_hessian& h, const solver_optio
             for (int64_t i = 0; i < n; ++i) original[i] = h.dead[i] ? 0.0f : row[i];
             for (int64_t k = 0; k < n; ++k) wp[r * n + k] = original[h.order[k]];
             if (options.act_order) {
-                for (int64_t b = 0; b < n_blocks; ++b) grids[r * n_blocks + b] = c.fit(original.data() + b * bs);
+                for (int64_t b = 0; b < n_blocks; ++b) grids[r * n_blocks + b] = fit(original.data() + b * bs, b * bs);
             }
         }
         for (int64_t b0 = 0; b0 < n; b0 += lazy) {
@@ -145,7 +151,7 @@ void quantize_rows(const codec& c, const prepared_hessian& h, const solver_optio
                 for (int64_t r = 0; r < nr; ++r) {
                     float* wr = wp.data() + r * n;
                     block_grid& g = grids[r * n_blocks + blk];
-                    if (!options.act_order && j == 0) g = c.fit(wr + k);  // identity order: k == col
+                    if (!options.act_order && j == 0) g = fit(wr + k, col);  // identity order: k == col
                     const float x = wr[k];
                     const int q = c.code(g, j, x);
                     codes[r * n + col] = static_cast<int8_t>(q);

@@ -25,6 +25,7 @@ struct solver_options {
     double damp = 0.01;    // added to H's diagonal, as a fraction of its mean
     int block_size = 128;  // columns per lazy update
     bool act_order = false;
+    bool clip = false;  // choose each group's grid by a clipping search weighted by H_ii (else the full range)
 };
 
 // H prepared for a group of weights sharing one input.
@@ -33,6 +34,7 @@ struct prepared_hessian {
     std::vector<int64_t> order;  // [n_in] the column quantized k-th (identity without act order)
     std::vector<uint8_t> dead;   // [n_in] 1 where the input was always 0 (H_ii = 0): the weight column is zeroed
     std::vector<float> u;        // [n_in, n_in] upper Cholesky factor of H⁻¹, rows and columns in `order`
+    std::vector<float> diag;     // [n_in] H_ii in the original column order (the clipping search's weights)
     double damp_used = 0.0;      // the fraction of the mean diagonal finally added (raised when H was not definite)
 };
 
