@@ -173,6 +173,33 @@ void read_plugin(const YAML::Node& node, const std::string& path, const diagnost
              });
 }
 
+// plugins.quant: a list replaces every quant plugin (each item a name or a map with name, path, params); the
+// single map form edits the first one and keeps the others.
+void read_quant_plugins(const YAML::Node& node, const std::string& path, const diagnostics& d, plugins_config& p) {
+    if (!node.IsSequence()) return read_plugin(node, path, d, p.quant, true);
+    if (node.size() == 0) return d.add(node, path, "expected at least one plugin (or name: none), got an empty list");
+    std::vector<plugin_config> list;
+    for (size_t i = 0; i < node.size(); ++i) {
+        const YAML::Node item = node[i];
+        const std::string sub = path + "[" + std::to_string(i) + "]";
+        plugin_config q;
+        if (item.IsScalar()) {
+            q.name = item.Scalar();
+            if (!valid_plugin_name(q.name)) {
+                d.add(item, sub, "expected a plugin name (letters, digits, '_', '-'), got " + describe(item));
+            }
+        } else {
+            read_plugin(item, sub, d, q, true);
+            if (q.name.empty() && q.path.empty()) d.add(item, sub, "expected a name (or a path)");
+        }
+        if (q.name == "none")
+            d.add(item, sub, "'none' cannot be one of several quant plugins (write quant: {name: none})");
+        list.push_back(std::move(q));
+    }
+    p.quant = list[0];
+    p.more_quant.assign(list.begin() + 1, list.end());
+}
+
 void read_sampling(const YAML::Node& node, const std::string& path, const diagnostics& d, sampling_params& s) {
     read_map(
         node, path, d,
@@ -346,7 +373,7 @@ void read_config(const YAML::Node& root, const diagnostics& d, engine_config& c)
                      n, p, d,
                      {
                          {"attention", [&](auto& n2, auto& p2) { read_plugin(n2, p2, d, c.plugins.attention, false); }},
-                         {"quant", [&](auto& n2, auto& p2) { read_plugin(n2, p2, d, c.plugins.quant, true); }},
+                         {"quant", [&](auto& n2, auto& p2) { read_quant_plugins(n2, p2, d, c.plugins); }},
                          {"spec", [&](auto& n2, auto& p2) { read_plugin(n2, p2, d, c.plugins.spec, true); }},
                          {"plugin_dir", [&](auto& n2, auto& p2) { read_string(n2, p2, d, c.plugins.plugin_dir); }},
                      });

@@ -67,8 +67,8 @@ void emit_flow(YAML::Emitter& out, const YAML::Node& node) {
     }
 }
 
-void emit_plugin(YAML::Emitter& out, std::string_view key, const plugin_config& p) {
-    out << YAML::Key << std::string(key) << YAML::Value << YAML::BeginMap;
+void emit_plugin_map(YAML::Emitter& out, const plugin_config& p) {
+    out << YAML::BeginMap;
     out << YAML::Key << "name" << YAML::Value << YAML::DoubleQuoted << p.name;
     out << YAML::Key << "path" << YAML::Value << YAML::DoubleQuoted << p.path;
     out << YAML::Key << "params" << YAML::Value;
@@ -80,7 +80,19 @@ void emit_plugin(YAML::Emitter& out, std::string_view key, const plugin_config& 
     out << YAML::EndMap;
 }
 
+void emit_plugin(YAML::Emitter& out, std::string_view key, const plugin_config& p) {
+    out << YAML::Key << std::string(key) << YAML::Value;
+    emit_plugin_map(out, p);
+}
+
 }  // namespace
+
+std::vector<plugin_config> plugins_config::quant_plugins() const {
+    if (!quant.enabled()) return {};
+    std::vector<plugin_config> all{quant};
+    all.insert(all.end(), more_quant.begin(), more_quant.end());
+    return all;
+}
 
 plugin_config::plugin_config(const plugin_config& other)
     : name(other.name), path(other.path), params(YAML::Clone(other.params)) {}
@@ -307,7 +319,15 @@ std::string to_yaml(const engine_config& c) {
 
     out << YAML::Key << "plugins" << YAML::Value << YAML::BeginMap;
     emit_plugin(out, "attention", c.plugins.attention);
-    emit_plugin(out, "quant", c.plugins.quant);
+    // A list whenever a plugin is on, so that the printed config read back (merged over the defaults) replaces the
+    // default list instead of editing its first entry.
+    if (!c.plugins.quant.enabled()) {
+        emit_plugin(out, "quant", c.plugins.quant);
+    } else {
+        out << YAML::Key << "quant" << YAML::Value << YAML::BeginSeq;
+        for (const plugin_config& q : c.plugins.quant_plugins()) emit_plugin_map(out, q);
+        out << YAML::EndSeq;
+    }
     emit_plugin(out, "spec", c.plugins.spec);
     out << YAML::Key << "plugin_dir" << YAML::Value << YAML::DoubleQuoted << c.plugins.plugin_dir;
     out << YAML::EndMap;

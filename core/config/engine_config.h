@@ -12,6 +12,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "core/log/log.h"
 #include "core/result.h"
@@ -121,9 +122,15 @@ struct plugin_config {
 
 struct plugins_config {
     plugin_config attention{"gqa"};
+    // plugins.quant: one plugin, or a list tried in order: each weight goes to the first that claims its type.
+    // quant is the first (what the single form and --set plugins.quant.* edit), more_quant the rest of the list.
     plugin_config quant{"q8"};
+    std::vector<plugin_config> more_quant{plugin_config("w4a16")};
     plugin_config spec{"none"};
     std::string plugin_dir;  // "": $TROUPE_PLUGIN_DIR, else the build's plugin folder (the host decides)
+
+    // Every quant plugin in order; empty when the first is "none".
+    std::vector<plugin_config> quant_plugins() const;
 };
 
 // The HTTP / WebSocket front end (`troupe serve`).

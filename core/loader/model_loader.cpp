@@ -9,6 +9,7 @@
 #include "core/backend/llama_view_of.h"
 #include "core/log/log.h"
 #include "core/model/cpu_llama.h"
+#include "core/model/quant_chain.h"
 #include "core/plugin_host/plugin_host.h"
 #include "core/plugin_host/plugin_model_services.h"
 
@@ -51,17 +52,21 @@ result<loaded_model> load_model(const engine_config& config) {
     if (!attention.ok()) return attention.err();
     params.attention = attention->attention;
     m.plugins.push_back("attention/" + config.plugins.attention.name);
-    if (config.plugins.quant.enabled()) {
-        auto quant = load_plugin(host, plugin_kind::quant, config.plugins.quant);
+    // plugins.quant: one plugin, or a chain in which each weight goes to the first that claims its type.
+    std::vector<std::shared_ptr<quant_op>> quant_ops;
+    for (const plugin_config& q : config.plugins.quant_plugins()) {
+        auto quant = load_plugin(host, plugin_kind::quant, q);
         if (!quant.ok()) return quant.err();
         if (quant->quant == nullptr) {
-            return make_error("plugins.quant: plugin quant/" + config.plugins.quant.name +
-                              " has no runtime matmul; it only quantizes offline (troupe quantize --method " +
-                              config.plugins.quant.name + ")");
+            return make_error("plugins.quant: plugin quant/" + q.name +
+                              " has no runtime matmul; it only quantizes offline (troupe quantize --method " + q.name +
+                              ")");
         }
-        params.quant = quant->quant;
-        m.plugins.push_back("quant/" + config.plugins.quant.name);
+        quant_ops.push_back(quant->quant);
+        m.plugins.push_back("quant/" + q.name);
     }
+    if (quant_ops.size() == 1) params.quant = quant_ops[0];
+    if (quant_ops.size() > 1) params.quant = std::make_shared<quant_chain>(std::move(quant_ops));
     if (config.plugins.spec.enabled()) {
         auto spec = load_plugin(host, plugin_kind::spec, config.plugins.spec);
         if (!spec.ok()) return spec.err();

@@ -1,10 +1,25 @@
 #include "core/model/cpu_ops.h"
 
+#include <string>
+
+#include "core/result.h"
 #include "kernels/cpu/row_ops.h"
+#include "kernels/ref/ops.h"
+#include "kernels/ref/quants.h"
 
 namespace troupe {
 
 void embed_rows(const weight_view& emb, const int32_t* ids, size_t n, float* out) {
+    if (!matmul_supports(emb.type)) {
+        // A type only a quant plugin multiplies (Q4_1, W4_G*): its rows through the reference dequantization.
+        for (size_t i = 0; i < n; ++i) {
+            TROUPE_ASSERT(ids[i] >= 0 && ids[i] < emb.n_out, "embedding: token id " + std::to_string(ids[i]) +
+                                                                 " is outside [0, " + std::to_string(emb.n_out) + ")");
+            ref::dequantize_row(emb.type, static_cast<const uint8_t*>(emb.data) + ids[i] * emb.row_stride,
+                                out + i * emb.n_in, emb.n_in);
+        }
+        return;
+    }
     const matmul_weight w{emb.type, emb.data, emb.n_in, emb.n_out, emb.row_stride};
     cpu::embedding(w, ids, static_cast<int64_t>(n), out);
 }
