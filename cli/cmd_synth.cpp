@@ -28,14 +28,17 @@ const command_spec& synth_spec() {
     static const command_spec spec{
         .name = "synth",
         .summary = "write a GGUF model with seeded random weights in a named Llama shape",
-        .usage = "troupe synth --shape NAME --vocab V.gguf --type f32|f16|q8_0|q4_0|q4_k -o OUT.gguf [--seed N]",
+        .usage =
+            "troupe synth --shape NAME --vocab V.gguf --type f32|f16|q8_0|q4_0|q4_k|q4_1|w4_g64|w4_g128 -o OUT.gguf "
+            "[--seed N]",
         .flags =
             {
                 {"--shape", "", "NAME",
                  "tiny (dim 256, 2 layers, GQA 8/4), 110M (dim 768, 12 layers), "
                  "1B (dim 2048, 22 layers, GQA 32/4)"},
                 {"--vocab", "", "FILE", "GGUF file whose tokenizer (and vocabulary size) the model gets"},
-                {"--type", "", "TYPE", "weight type of the matrices: f32, f16, q8_0, q4_0 or q4_k (default f16)"},
+                {"--type", "", "TYPE",
+                 "weight type of the matrices: f32, f16, q8_0, q4_0, q4_k, q4_1, w4_g64 or w4_g128 (default f16)"},
                 {"--output", "-o", "FILE", "the GGUF file to write"},
                 {"--seed", "", "N", "random seed (default 1); the same seed writes the same file"},
                 {"--threads", "-t", "N", "threads for generating and quantizing, 0 = all cores (default)"},
@@ -58,7 +61,9 @@ int synth_command(const cli_args& args) {
         problems.push_back("--shape: unknown shape '" + *shape_name + "' (valid: " + shape_list() + ")");
     const std::string type_name = args.value_or("--type", "f16");
     const auto type = parse_synth_type(type_name);
-    if (!type) problems.push_back("--type: unknown type '" + type_name + "' (valid: f32, f16, q8_0, q4_0, q4_k)");
+    if (!type)
+        problems.push_back("--type: unknown type '" + type_name +
+                           "' (valid: f32, f16, q8_0, q4_0, q4_k, q4_1, w4_g64, w4_g128)");
     const auto vocab_path = args.value("--vocab");
     if (!vocab_path) problems.push_back("--vocab is required (a GGUF file with tokenizer metadata)");
     const auto out_path = args.value("--output");

@@ -54,6 +54,8 @@ uint32_t file_type(ggml_type t) {
             return 1;
         case ggml_type::q4_0:
             return 2;
+        case ggml_type::q4_1:
+            return 3;
         case ggml_type::q8_0:
             return 7;
         case ggml_type::q4_k:
@@ -108,6 +110,9 @@ std::optional<ggml_type> parse_synth_type(std::string_view name) {
     if (name == "q8_0") return ggml_type::q8_0;
     if (name == "q4_0") return ggml_type::q4_0;
     if (name == "q4_k") return ggml_type::q4_k;
+    if (name == "q4_1") return ggml_type::q4_1;
+    if (name == "w4_g64") return ggml_type::w4_g64;
+    if (name == "w4_g128") return ggml_type::w4_g128;
     return std::nullopt;
 }
 
@@ -125,7 +130,8 @@ result<synth_summary> write_synth_model(const synth_params& p, const gguf::gguf_
     gguf::gguf_writer w;
     w.set_string("general.architecture", "llama");
     w.set_string("general.name", "troupe-synth-" + std::string(s.name));
-    w.set_u32("general.file_type", file_type(p.type));
+    // troupe's own W4_G64 / W4_G128 have no llama.cpp file type: the key is left out for them.
+    if (p.type != ggml_type::w4_g64 && p.type != ggml_type::w4_g128) w.set_u32("general.file_type", file_type(p.type));
     if (p.type != ggml_type::f32 && p.type != ggml_type::f16) w.set_u32("general.quantization_version", 2);
     w.set_u32("llama.context_length", static_cast<uint32_t>(s.n_ctx));
     w.set_u32("llama.embedding_length", static_cast<uint32_t>(s.dim));

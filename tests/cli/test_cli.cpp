@@ -139,7 +139,7 @@ TEST(cli, bad_command_lines_give_a_clear_error_and_exit_code_2) {
         {{"synth", "--shape", "huge", "--vocab", "v.gguf", "-o", "o.gguf"},
          "--shape: unknown shape 'huge' (valid: tiny, 110M, 1B)"},
         {{"synth", "--shape", "tiny", "--vocab", "v.gguf", "--type", "q5_0", "-o", "o.gguf"},
-         "--type: unknown type 'q5_0' (valid: f32, f16, q8_0, q4_0, q4_k)"},
+         "--type: unknown type 'q5_0' (valid: f32, f16, q8_0, q4_0, q4_k, q4_1, w4_g64, w4_g128)"},
         {{"synth", "--type", "f16"}, "--shape is required"},
         {{"run", "--model", "m.gguf", "--prompt", "hi", "--top-p", "1.5"},
          "troupe run: --top-p: sampling.top_p: must be between 0 and 1, got 1.5"},
@@ -318,8 +318,13 @@ TEST_F(synth_tiny, the_same_seed_writes_the_same_file_whatever_the_thread_count)
 
 TEST_F(synth_tiny, every_type_writes_its_matrices_in_that_type) {
     TROUPE_REQUIRE_SHARED(vocab, "models/stories260K.gguf");
-    for (const auto& [name, type] : std::vector<std::pair<std::string, ggml_type>>{
-             {"f32", ggml_type::f32}, {"f16", ggml_type::f16}, {"q4_0", ggml_type::q4_0}, {"q4_k", ggml_type::q4_k}}) {
+    for (const auto& [name, type] : std::vector<std::pair<std::string, ggml_type>>{{"f32", ggml_type::f32},
+                                                                                   {"f16", ggml_type::f16},
+                                                                                   {"q4_0", ggml_type::q4_0},
+                                                                                   {"q4_k", ggml_type::q4_k},
+                                                                                   {"q4_1", ggml_type::q4_1},
+                                                                                   {"w4_g64", ggml_type::w4_g64},
+                                                                                   {"w4_g128", ggml_type::w4_g128}}) {
         const std::string out = path(name + ".gguf");
         auto r = troupe({"synth", "--shape", "tiny", "--vocab", vocab, "--type", name, "-o", out});
         ASSERT_EQ(r.rc, 0) << r.err;
