@@ -17,6 +17,8 @@
 #include <cstdint>
 #include <cstring>
 
+#include "plugins/common/half.h"
+
 namespace troupe::w4a16 {
 
 constexpr uint32_t k_type_q4_1 = TROUPE_TYPE_Q4_1;
@@ -51,38 +53,13 @@ struct matrix {
     const uint8_t* row(int64_t r) const { return data + static_cast<size_t>(r) * row_stride; }
 };
 
-// Exact IEEE half -> float (subnormals, infinities and NaNs included).
-inline float fp16_to_fp32(uint16_t h) {
-    const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
-    const uint32_t exp = (h >> 10) & 0x1fu;
-    uint32_t mant = h & 0x3ffu;
-    uint32_t bits;
-    if (exp == 0x1f) {
-        bits = sign | 0x7f800000u | (mant << 13);
-    } else if (exp != 0) {
-        bits = sign | ((exp + 112) << 23) | (mant << 13);
-    } else if (mant == 0) {
-        bits = sign;
-    } else {  // subnormal: normalize
-        int e = -1;
-        do {
-            ++e;
-            mant <<= 1;
-        } while ((mant & 0x400u) == 0);
-        bits = sign | (static_cast<uint32_t>(112 - e) << 23) | ((mant & 0x3ffu) << 13);
-    }
-    float f;
-    std::memcpy(&f, &bits, 4);
-    return f;
-}
-
 // The scale and min of the block at p.
 inline void block_scale_min(const uint8_t* p, float* d, float* m) {
     uint16_t dh, mh;
     std::memcpy(&dh, p, 2);
     std::memcpy(&mh, p + 2, 2);
-    *d = fp16_to_fp32(dh);
-    *m = fp16_to_fp32(mh);
+    *d = quant_common::fp16_to_fp32(dh);
+    *m = quant_common::fp16_to_fp32(mh);
 }
 
 }  // namespace troupe::w4a16
