@@ -28,6 +28,9 @@ int tokenize_command(const cli_args& args);  // troupe tokenize: text <-> token 
 const command_spec& synth_spec();
 int synth_command(const cli_args& args);  // troupe synth: a GGUF with seeded random weights
 
+const command_spec& perplexity_spec();
+int perplexity_command(const cli_args& args);  // troupe perplexity: llama-perplexity's estimate on a text file
+
 const command_spec& quantize_spec();
 int quantize_command(const cli_args& args);  // troupe quantize: offline quantization by a method plugin
 
