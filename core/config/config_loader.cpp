@@ -349,6 +349,20 @@ void read_config(const YAML::Node& root, const diagnostics& d, engine_config& c)
                           [&](auto& n2, auto& p2) {
                               read_enum<kv_cache_type>(n2, p2, d, c.kv.dtype, parse_kv_cache_type, {"f32", "f16"});
                           }},
+                         {"plugin",
+                          [&](auto& n2, auto& p2) {
+                              // The short form is the name alone (kv.plugin=int8).
+                              if (n2.IsScalar()) {
+                                  if (!valid_plugin_name(n2.Scalar())) {
+                                      return d.add(n2, p2,
+                                                   "expected a plugin name (letters, digits, '_', '-'), got " +
+                                                       describe(n2));
+                                  }
+                                  c.kv.plugin = plugin_config(n2.Scalar());
+                                  return;
+                              }
+                              read_plugin(n2, p2, d, c.kv.plugin, true);
+                          }},
                      });
              }},
             {"kernels",
@@ -384,6 +398,11 @@ void read_config(const YAML::Node& root, const diagnostics& d, engine_config& c)
 
 // Relations between keys, checked on the whole config.
 void check_consistency(const engine_config& c, const std::string& source, std::vector<std::string>& errors) {
+    if (c.kv.plugin.enabled() && c.kv.dtype != kv_cache_type::f32) {
+        errors.push_back(source + ": kv.dtype: " + std::string(kv_cache_type_name(c.kv.dtype)) + " with kv.plugin " +
+                         c.kv.plugin.name + ": the KV plugin owns the cache's format; leave kv.dtype at f32 (or set " +
+                         "kv.plugin: none)");
+    }
     if (c.scheduler.max_batched_tokens < c.scheduler.max_running_seqs) {
         errors.push_back(source + ": scheduler.max_batched_tokens: must be >= scheduler.max_running_seqs (" +
                          std::to_string(c.scheduler.max_running_seqs) + "), got " +

@@ -310,6 +310,7 @@ std::string to_yaml(const engine_config& c) {
     out << YAML::Key << "memory" << YAML::Value << format_memory_budget(c.kv.memory);
     out << YAML::Key << "prefix_caching" << YAML::Value << c.kv.prefix_caching;
     out << YAML::Key << "dtype" << YAML::Value << std::string(kv_cache_type_name(c.kv.dtype));
+    emit_plugin(out, "plugin", c.kv.plugin);
     out << YAML::EndMap;
 
     out << YAML::Key << "kernels" << YAML::Value << YAML::BeginMap;

@@ -71,13 +71,6 @@ enum class kv_cache_type {
 std::string_view kv_cache_type_name(kv_cache_type t);
 std::optional<kv_cache_type> parse_kv_cache_type(std::string_view name);
 
-struct kv_config {
-    int32_t block_size = 16;                       // tokens per KV block; a power of two
-    kv_cache_type dtype = kv_cache_type::f32;      // element type of the cache
-    memory_budget memory{uint64_t{1} << 30, 0.0};  // 1GiB
-    bool prefix_caching = true;                    // share the blocks of identical prompt prefixes
-};
-
 // kernels.activations: what the builtin CPU kernels do with the activations before they meet quantized or
 // F16/BF16 weights (types no quant plugin takes). F32 weights are the same in both.
 enum class kernel_activations {
@@ -118,6 +111,16 @@ struct plugin_config {
     plugin_config& operator=(const plugin_config& other);
 
     bool enabled() const { return name != "none"; }
+};
+
+struct kv_config {
+    int32_t block_size = 16;                       // tokens per KV block; a power of two
+    kv_cache_type dtype = kv_cache_type::f32;      // element type of the cache
+    memory_budget memory{uint64_t{1} << 30, 0.0};  // 1GiB
+    bool prefix_caching = true;                    // share the blocks of identical prompt prefixes
+    // kv.plugin: a KV plugin (plugins/include/troupe/kv.h: int8, kivi, fp8) that owns the cache's format and its
+    // attention, in place of the attention plugin's kv.dtype cache; "none": the built-in cache.
+    plugin_config plugin{"none"};
 };
 
 struct plugins_config {

@@ -9,8 +9,10 @@
 #include "core/backend/llama_view_of.h"
 #include "core/log/log.h"
 #include "core/model/cpu_llama.h"
+#include "core/model/kv_layout.h"
 #include "core/model/quant_chain.h"
 #include "core/plugin_host/plugin_host.h"
+#include "core/plugin_host/plugin_kv_op.h"
 #include "core/plugin_host/plugin_model_services.h"
 
 namespace troupe {
@@ -74,30 +76,45 @@ result<loaded_model> load_model(const engine_config& config) {
         m.plugins.push_back("spec/" + config.plugins.spec.name);
     }
 
-    // KV pool (paged): kv.memory / (bytes per token * block_size) blocks. Capped at four times what every
-    // running sequence at full context needs: beyond that, blocks only keep old prefixes cached and cost
-    // address space.
+    // KV cache: the attention plugin's built-in pools (kv.dtype), or a KV plugin's own layout (kv.plugin); the pool
+    // is sized from the layout alone (size_kv_cache: blocks, window slots, the cap of four times what every running
+    // sequence at full context needs).
     const llama_hparams& hp = weights->hp;
     const kv_dtype kv_type = config.kv.dtype == kv_cache_type::f16 ? kv_dtype::f16 : kv_dtype::f32;
-    const size_t kv_bytes_per_token = static_cast<size_t>(hp.n_layers) * 2 * hp.kv_width() * kv_element_bytes(kv_type);
     const int32_t block_size = config.kv.block_size;
+    params.max_seqs = config.scheduler.max_running_seqs;
+    kv_layout layout = builtin_kv_layout(hp.kv_width(), kv_type);
+    if (config.kv.plugin.enabled()) {
+        if (config.device == device_kind::cuda) {
+            return make_error("kv.plugin " + config.kv.plugin.name +
+                              ": the CUDA backend does not take KV plugins yet (use device: cpu, or kv.plugin: none)");
+        }
+        auto kv = load_plugin(host, plugin_kind::kv, config.kv.plugin);
+        if (!kv.ok()) return kv.err();
+        params.kv_cache = std::make_shared<plugin_kv_op>(kv->instance);
+        auto declared = params.kv_cache->layout({hp.n_layers, hp.n_kv_heads, hp.head_dim, block_size, params.max_seqs});
+        if (!declared.ok()) return declared.err();
+        layout = *declared;
+        params.kv_cache_layout = layout;
+        m.plugins.push_back("kv/" + config.kv.plugin.name);
+    }
     const uint64_t ram = static_cast<uint64_t>(std::max<long>(1, sysconf(_SC_PHYS_PAGES))) *
                          static_cast<uint64_t>(sysconf(_SC_PAGE_SIZE));
-    const uint64_t budget = config.kv.memory.resolve(ram);
-    const int64_t blocks_per_seq = (hp.n_ctx + block_size - 1) / block_size;
-    const int64_t useful = blocks_per_seq * config.scheduler.max_running_seqs;
-    const int64_t cap = 4 * useful;
-    const int64_t affordable = static_cast<int64_t>(budget / (kv_bytes_per_token * block_size));
-    if (affordable < blocks_per_seq) {
-        TROUPE_LOG_WARN("loader", "kv.memory allows %lld tokens, less than one full context of %d",
-                        static_cast<long long>(affordable * block_size), hp.n_ctx);
+    // The built-in cache keeps running (with a warning) on less than one full context; a KV plugin, chosen to
+    // fit more, is refused.
+    const kv_sizing_inputs sizing_in{hp.n_layers, block_size, hp.n_ctx, params.max_seqs, config.kv.memory.resolve(ram)};
+    auto sizing = size_kv_cache(layout, sizing_in, config.kv.plugin.enabled());
+    if (!sizing.ok()) {
+        if (config.kv.plugin.enabled())
+            return make_error("kv.plugin " + config.kv.plugin.name + ": " + sizing.err().message);
+        TROUPE_LOG_WARN("loader", "%s", sizing.err().message.c_str());
+        sizing = size_kv_cache(layout, sizing_in, false);
+        if (!sizing.ok()) return sizing.err();
     }
-    const int64_t n_blocks = std::clamp<int64_t>(affordable, 1, std::min<int64_t>(cap, INT32_MAX));
-    params.kv = kv_geometry{block_size, static_cast<int32_t>(n_blocks)};
-    TROUPE_LOG_INFO("loader", "KV pool: %lld blocks of %d tokens (%.1f MiB, %lld tokens; %lld full contexts)",
-                    static_cast<long long>(n_blocks), block_size,
-                    static_cast<double>(n_blocks * block_size) * static_cast<double>(kv_bytes_per_token) / (1 << 20),
-                    static_cast<long long>(n_blocks * block_size), static_cast<long long>(n_blocks / blocks_per_seq));
+    const int64_t n_blocks = sizing->n_blocks;
+    params.kv = kv_geometry{block_size, sizing->n_blocks};
+    m.kv_summary = sizing->summary;
+    TROUPE_LOG_INFO("loader", "%s", sizing->summary.c_str());
     params.n_threads = config.threads;
     params.activations = config.kernels.activations == kernel_activations::float32 ? cpu::activation_recipe::float32
                                                                                    : cpu::activation_recipe::quantized;

@@ -34,6 +34,7 @@ struct loaded_model {
     std::vector<std::string> plugins;       // "attention/gqa", "quant/q8", ...
     device_kind device = device_kind::cpu;  // where it actually runs
     cpu_llama* cpu = nullptr;               // the runner, when it runs on the CPU (benchmarks read its figures)
+    std::string kv_summary;                 // the KV cache's layout and pool, as logged at load
 };
 
 // The model path the config names, or ../shared/models/stories260K.gguf beside the source tree when

@@ -60,16 +60,34 @@ result<std::unique_ptr<cpu_llama>> cpu_llama::create(llama_weights weights, cpu_
         out = std::move(*l);
         return {};
     };
-    if (!params.attention->supports(params.kv_type)) {
+    if (!params.kv_cache && !params.attention->supports(params.kv_type)) {
         return make_error("attention plugin " + params.attention->name() + " does not take " +
                           (params.kv_type == kv_dtype::f16 ? "F16" : "F32") + " KV pools (kv.dtype)");
     }
-    // One pool: [n_blocks, block_size, n_kv_heads, head_dim] elements of params.kv_type.
+    if (params.kv_cache) {
+        if (params.kv_cache_layout) {
+            m->kv_layout_ = *params.kv_cache_layout;
+        } else {
+            auto layout = params.kv_cache->layout(
+                {hp.n_layers, hp.n_kv_heads, hp.head_dim, m->kv_.block_size, std::max(1, params.max_seqs)});
+            if (!layout.ok()) return layout.err();
+            m->kv_layout_ = *layout;
+        }
+        if (m->kv_layout_.window_tokens > 0) m->window_slots_.emplace(std::max(1, params.max_seqs));
+    } else {
+        m->kv_layout_ = builtin_kv_layout(hp.kv_width(), params.kv_type);
+    }
+    // Built-in: a K and a V pool of [n_blocks, block_size, n_kv_heads, head_dim] elements of params.kv_type per
+    // layer. KV plugin: [n_blocks][block_bytes] blocks, then the window slots, per layer.
     const size_t pool_bytes = static_cast<size_t>(m->kv_.n_blocks) * m->kv_.block_size *
                               static_cast<size_t>(hp.kv_width()) * kv_element_bytes(params.kv_type);
+    const size_t blocks_bytes = static_cast<size_t>(m->kv_.n_blocks) * m->kv_layout_.block_bytes(m->kv_.block_size);
+    const size_t windows_bytes =
+        m->window_slots_ ? static_cast<size_t>(m->window_slots_->n_slots()) * m->kv_layout_.window_slot_bytes() : 0;
+    const size_t layer_bytes = params.kv_cache ? (blocks_bytes + windows_bytes + 63) / 64 * 64 : 2 * pool_bytes;
     m->layers_.resize(hp.n_layers);
-    if (!m->kv_memory_.allocate(2 * pool_bytes * hp.n_layers)) {
-        return make_error(path + ": cannot allocate " + std::to_string((2 * pool_bytes * hp.n_layers) >> 20) +
+    if (!m->kv_memory_.allocate(layer_bytes * hp.n_layers)) {
+        return make_error(path + ": cannot allocate " + std::to_string((layer_bytes * hp.n_layers) >> 20) +
                           " MiB for the KV cache (kv.memory): " + std::strerror(errno));
     }
     for (int32_t i = 0; i < hp.n_layers; ++i) {
@@ -87,8 +105,13 @@ result<std::unique_ptr<cpu_llama>> cpu_llama::create(llama_weights weights, cpu_
                                     {&lw.w_down, "ffn_down", &l.w_down}}) {
             if (status st = make(*w, p + name + ".weight", *dst); !st.ok()) return st.err();
         }
-        l.k_pool = reinterpret_cast<float*>(m->kv_memory_.data() + 2 * static_cast<size_t>(i) * pool_bytes);
-        l.v_pool = reinterpret_cast<float*>(m->kv_memory_.data() + (2 * static_cast<size_t>(i) + 1) * pool_bytes);
+        if (params.kv_cache) {
+            l.kv_blocks = m->kv_memory_.data() + static_cast<size_t>(i) * layer_bytes;
+            l.kv_window = m->window_slots_ ? l.kv_blocks + blocks_bytes : nullptr;
+        } else {
+            l.k_pool = reinterpret_cast<float*>(m->kv_memory_.data() + 2 * static_cast<size_t>(i) * pool_bytes);
+            l.v_pool = reinterpret_cast<float*>(m->kv_memory_.data() + (2 * static_cast<size_t>(i) + 1) * pool_bytes);
+        }
     }
     m->output_norm_ = static_cast<const float*>(m->w_.output_norm.data);
     if (status st =
@@ -240,8 +263,28 @@ std::string cpu_llama::description() const {
 }
 
 size_t cpu_llama::kv_bytes_per_token() const {
-    return static_cast<size_t>(w_.hp.n_layers) * 2 * static_cast<size_t>(w_.hp.kv_width()) *
-           kv_element_bytes(params_.kv_type);
+    const size_t block = kv_layout_.block_bytes(kv_.block_size);
+    return static_cast<size_t>(w_.hp.n_layers) * ((block + kv_.block_size - 1) / kv_.block_size);
+}
+
+void cpu_llama::forget(int64_t seq_id) {
+    if (window_slots_) window_slots_->release(seq_id);
+}
+
+status cpu_llama::assign_window_slots(const forward_batch& batch) {
+    std::vector<int64_t> ids(batch.seqs.size());
+    std::vector<int32_t> pos0(batch.seqs.size());
+    for (size_t i = 0; i < batch.seqs.size(); ++i) {
+        ids[i] = batch.seqs[i].seq_id;
+        pos0[i] = batch.seqs[i].pos0;
+    }
+    if (status st = window_slots_->assign(ids, pos0, kv_.block_size, step_slots_, slots_to_zero_); !st.ok()) return st;
+    const size_t slot_bytes = kv_layout_.window_slot_bytes();
+    for (const layer& l : layers_) {
+        for (const int32_t slot : slots_to_zero_)
+            std::memset(l.kv_window + static_cast<size_t>(slot) * slot_bytes, 0, slot_bytes);
+    }
+    return {};
 }
 
 size_t cpu_llama::weight_bytes_per_token() const {
@@ -337,6 +380,54 @@ status cpu_llama::ffn_hidden(const layer& l, size_t n, const float*& hidden) {
     return {};
 }
 
+status cpu_llama::attend(int32_t il, size_t n, const float* q, const float* k, const float* v,
+                         const std::vector<const int32_t*>& tables) {
+    const llama_hparams& hp = w_.hp;
+    const layer& l = layers_[il];
+    if (params_.kv_cache) {
+        kv_cache_call call{};
+        call.layer = il;
+        call.n_tokens = static_cast<int32_t>(n);
+        call.n_heads = hp.n_heads;
+        call.n_kv_heads = hp.n_kv_heads;
+        call.head_dim = hp.head_dim;
+        call.scale = 1.0f / std::sqrt(static_cast<float>(hp.head_dim));
+        call.q = q;
+        call.k = k;
+        call.v = v;
+        call.out = s_.attn.data();
+        call.positions = s_.positions.data();
+        call.seq_of = s_.seq_of.data();
+        call.n_seqs = static_cast<int32_t>(tables.size());
+        call.block_tables = tables.data();
+        call.block_size = kv_.block_size;
+        call.pool = l.kv_blocks;
+        call.block_bytes = kv_layout_.block_bytes(kv_.block_size);
+        call.window = l.kv_window;
+        call.window_slot = l.kv_window ? step_slots_.data() : nullptr;
+        return params_.kv_cache->forward(call, ctx_.parallel_for);
+    }
+    attention_call call{};
+    call.n_tokens = static_cast<int32_t>(n);
+    call.n_heads = hp.n_heads;
+    call.n_kv_heads = hp.n_kv_heads;
+    call.head_dim = hp.head_dim;
+    call.scale = 1.0f / std::sqrt(static_cast<float>(hp.head_dim));
+    call.q = q;
+    call.k = k;
+    call.v = v;
+    call.out = s_.attn.data();
+    call.positions = s_.positions.data();
+    call.seq_of = s_.seq_of.data();
+    call.n_seqs = static_cast<int32_t>(tables.size());
+    call.block_tables = tables.data();
+    call.block_size = kv_.block_size;
+    call.kv_type = params_.kv_type;
+    call.k_pool = l.k_pool;
+    call.v_pool = l.v_pool;
+    return params_.attention->forward(call, ctx_.parallel_for);
+}
+
 status cpu_llama::run_layer(int32_t il, size_t n, const std::vector<const int32_t*>& tables) {
     const llama_hparams& hp = w_.hp;
     const int32_t dim = hp.dim;
@@ -359,25 +450,7 @@ status cpu_llama::run_layer(int32_t il, size_t n, const std::vector<const int32_
     rope_rows(q, s_.rope_cs.data(), n, hp.n_heads, hp);
     rope_rows(k, s_.rope_cs.data(), n, hp.n_kv_heads, hp);
 
-    attention_call call{};
-    call.n_tokens = static_cast<int32_t>(n);
-    call.n_heads = hp.n_heads;
-    call.n_kv_heads = hp.n_kv_heads;
-    call.head_dim = hp.head_dim;
-    call.scale = 1.0f / std::sqrt(static_cast<float>(hp.head_dim));
-    call.q = q;
-    call.k = k;
-    call.v = v;
-    call.out = s_.attn.data();
-    call.positions = s_.positions.data();
-    call.seq_of = s_.seq_of.data();
-    call.n_seqs = static_cast<int32_t>(tables.size());
-    call.block_tables = tables.data();
-    call.block_size = kv_.block_size;
-    call.kv_type = params_.kv_type;
-    call.k_pool = l.k_pool;
-    call.v_pool = l.v_pool;
-    if (status st = params_.attention->forward(call, ctx_.parallel_for); !st.ok()) return st;
+    if (status st = attend(il, n, q, k, v, tables); !st.ok()) return st;
     if (wants(tap_point::attn_out)) {
         if (status st = observe(tap_point::attn_out, il, s_.attn.data(), n, hp.q_width()); !st.ok()) return st;
     }
@@ -429,6 +502,9 @@ status cpu_llama::forward(const forward_batch& batch, forward_output& out) {
         out.n_rows[si] = static_cast<int32_t>(s_.out_rows.size()) - out.row_begin[si];
     }
 
+    if (window_slots_) {
+        if (status st = assign_window_slots(batch); !st.ok()) return st;
+    }
     rope_angles_rows(s_.positions.data(), n, hp, s_.rope_cs.data());  // the same for every layer
     embed_rows(w_.token_embd, ids.data(), n, s_.x.data());
     for (int32_t il = 0; il < hp.n_layers; ++il) {

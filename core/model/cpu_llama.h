@@ -23,6 +23,8 @@
 #include <vector>
 
 #include "core/model/compute_context.h"
+#include "core/model/kv_cache_op.h"
+#include "core/model/kv_window_slots.h"
 #include "core/model/linear.h"
 #include "core/model/llama_weights.h"
 #include "core/model/model_runner.h"
@@ -37,7 +39,11 @@ struct cpu_llama_params {
     int32_t n_threads = 0;                    // 0: all cores
     kv_geometry kv{0, 0};                     // block_size 0: one block of n_ctx per sequence
     kv_dtype kv_type = kv_dtype::f32;         // element type of the KV pools (kv.dtype)
-    int32_t max_seqs = 4;                     // sizes the default pool when kv.n_blocks is 0
+    int32_t max_seqs = 4;                     // sizes the default pool when kv.n_blocks is 0; KV window slots
+    // Optional: a KV plugin (kv.plugin) that owns the cache's layout and its attention, in place of the attention
+    // op and kv_type; kv_cache_layout is its layout when the caller already asked for it (else create asks).
+    std::shared_ptr<kv_cache_op> kv_cache;
+    std::optional<kv_layout> kv_cache_layout;
     // Activations of the builtin kernels (types the quant plugin does not take): kernels.activations.
     cpu::activation_recipe activations = cpu::activation_recipe::quantized;
     // kernels.weights: copy the weights the builtin kernels stream into a weight_arena (true) or read them in
@@ -56,6 +62,10 @@ public:
     kv_geometry kv() const override { return kv_; }
     size_t kv_bytes_per_token() const override;
     status forward(const forward_batch& batch, forward_output& out) override;
+    void forget(int64_t seq_id) override;  // frees the sequence's KV window slot
+
+    // One layer's KV layout: the built-in pools' (kv.dtype) or the KV plugin's declaration.
+    const kv_layout& kv_cache_layout() const { return kv_layout_; }
 
     const llama_hparams& hparams() const { return w_.hp; }
     size_t weight_bytes_per_token() const;  // bytes of weights one decode step reads
@@ -82,6 +92,9 @@ private:
         std::optional<linear> w_qkv, w_gate_up;
         // Left uninitialized (pages are touched only where the cache is written): attention reads only
         // rows written before.
+        // With a KV plugin instead: [n_blocks][block_bytes] and [max_seqs][window slot bytes], in kv_memory_.
+        uint8_t* kv_blocks = nullptr;
+        uint8_t* kv_window = nullptr;
         float* k_pool = nullptr;  // [n_blocks, block_size, n_kv_heads, head_dim] of params.kv_type, in kv_memory_
         float* v_pool = nullptr;  // (uint16_t halves behind the pointer for F16)
     };
@@ -110,6 +123,11 @@ private:
     cpu_llama() = default;
     status check_batch(const forward_batch& batch) const;
     status place_weights();
+    // The step's sequences' KV window slots (step_slots_), new ones zeroed in every layer.
+    status assign_window_slots(const forward_batch& batch);
+    // Attention of layer il over the KV cache: the KV plugin's, or the attention op over the built-in pools.
+    status attend(int32_t il, size_t n, const float* q, const float* k, const float* v,
+                  const std::vector<const int32_t*>& tables);
     status run_layer(int32_t il, size_t n_tokens, const std::vector<const int32_t*>& tables);
     bool wants(tap_point t) const { return (taps_wanted_ & tap_bit(t)) != 0; }
     // Hands rows [n, width] of tap t to the sink: the step's tokens, or its logits rows (layer -1).
@@ -128,8 +146,12 @@ private:
     const float* output_norm_ = nullptr;
     linear output_;
     std::vector<layer> layers_;
-    cpu::huge_page_buffer arena_;      // the builtin kernels' weights when params.copy_weights: one region per
-                                       // thread (place_weights)
+    cpu::huge_page_buffer arena_;  // the builtin kernels' weights when params.copy_weights: one region per
+                                   // thread (place_weights)
+    kv_layout kv_layout_;
+    std::optional<kv_window_slots> window_slots_;  // with a KV plugin that declares a window
+    std::vector<int32_t> step_slots_;              // [sequences of the step] their window slots
+    std::vector<int32_t> slots_to_zero_;
     cpu::huge_page_buffer kv_memory_;  // every layer's K and V pools (huge pages: attention reads rows of
                                        // one kv head at a stride, touching a 4 KiB page every row or two)
     scratch s_;

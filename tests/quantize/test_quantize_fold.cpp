@@ -1,0 +1,136 @@
+// quantize_groups + write_quantized_gguf with a test method that writes W·diag(s) exactly (F32) and AWQ-style input
+// scales s: once the host has folded 1/s into the norms and the preceding linears, the written model computes the
+// logits of the original (float rounding only). The calibration run hands the method every window's taps.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <cstring>
+
+#include "core/loader/model_loader.h"
+#include "core/model/compute_context.h"
+#include "core/plugin_host/plugin_host.h"
+#include "core/quantize/calibration.h"
+#include "core/quantize/quantize_model.h"
+#include "tests/common/shared_data.h"
+#include "tests/golden/golden_model.h"
+
+namespace troupe {
+namespace {
+
+// Scales input channels by s (a pattern far from 1) and writes the scaled weight as F32.
+class scaling_method final : public quantize_method {
+public:
+    std::string name() const override { return "scaling"; }
+    uint64_t wanted() const override { return tap_bit(tap_point::ffn_hidden) | tap_bit(tap_point::output_norm); }
+    status observe(const tap_data& d) override {
+        rows_seen[d.tap] += d.n_rows;
+        return {};
+    }
+    bool can_write(ggml_type type, int64_t) override { return type == ggml_type::f32; }
+    status quantize_group(const linear_group& g, const parallel_for_fn&) override {
+        std::vector<float> s(g.n_in, 1.0f);
+        if (g.input_scales) {
+            for (int64_t i = 0; i < g.n_in; ++i) s[i] = g.input_scales[i] = bad_scale ? 0.0f : 0.5f + 0.25f * (i % 7);
+        }
+        for (const quantize_weight& w : g.weights) {
+            float* out = reinterpret_cast<float*>(w.out);
+            for (int64_t r = 0; r < w.n_out; ++r) {
+                for (int64_t i = 0; i < g.n_in; ++i) out[r * g.n_in + i] = w.data[r * g.n_in + i] * s[i];
+            }
+        }
+        ++n_groups;
+        return {};
+    }
+    std::map<tap_point, int64_t> rows_seen;
+    int n_groups = 0;
+    bool bad_scale = false;
+};
+
+std::string temp_gguf(const std::string& name) {
+    return "/tmp/troupe_quantize_" + std::to_string(::getpid()) + "_" + name + ".gguf";
+}
+
+std::vector<float> logits_of(const std::string& path, const std::vector<int32_t>& tokens) {
+    auto m = load_model(testing::golden_config(path, testing::golden_setup::builtin_float));
+    EXPECT_TRUE(m.ok()) << m.message();
+    if (!m.ok()) return {};
+    forward_output out;
+    sequence_step s{0, tokens, 0, {0, 1}, true};
+    EXPECT_TRUE(m->runner->forward(forward_batch{{s}}, out).ok());
+    return out.logits;
+}
+
+TEST(quantize_fold, folded_input_scales_leave_the_logits_of_the_original_model) {
+    TROUPE_REQUIRE_SHARED(path, "models/stories260K.gguf");
+    auto file = gguf::gguf_file::open(path);
+    ASSERT_TRUE(file.ok()) << file.message();
+    auto model = f32_model::load(*file);
+    ASSERT_TRUE(model.ok()) << model.message();
+    scaling_method method;
+    auto plan = make_quantize_plan(model->hparams(), model->tied_output(), ggml_type::f32, method.name(),
+                                   [&](ggml_type t, int64_t n) { return method.can_write(t, n); });
+    ASSERT_TRUE(plan.ok()) << plan.message();
+    EXPECT_EQ(plan->n_fallback, 0);
+
+    // Calibration: 3 windows of 32 tokens hand the method every row of the taps it wants.
+    plugin_host host;
+    auto attention = host.load_attention("gqa");
+    ASSERT_TRUE(attention.ok()) << attention.message();
+    std::vector<int32_t> tokens;
+    for (int32_t i = 0; i < 100; ++i) tokens.push_back(1 + (i * 37) % 511);
+    calibration_options o;
+    o.n_ctx = 32;
+    o.bos = 1;
+    std::shared_ptr<quantize_method> sink(&method, [](quantize_method*) {});
+    int32_t windows = 0;
+    ASSERT_TRUE(calibrate(*model, *attention, sink, tokens, o, [&](int32_t w, int32_t) { windows = w; }).ok());
+    EXPECT_EQ(windows, 3);
+    EXPECT_EQ(method.rows_seen[tap_point::ffn_hidden], 3 * 32 * model->hparams().n_layers);
+    EXPECT_EQ(method.rows_seen[tap_point::output_norm], 3 * 32);
+
+    const std::vector<float> norm_before(model->tensor("blk.2.ffn_norm.weight"),
+                                         model->tensor("blk.2.ffn_norm.weight") + model->hparams().dim);
+    cpu::thread_pool pool(1);
+    const compute_context ctx = compute_context::over(pool);
+    auto q = quantize_groups(*model, *plan, method, ctx.parallel_for, nullptr);
+    ASSERT_TRUE(q.ok()) << q.message();
+    EXPECT_EQ(method.n_groups, 21);
+    const std::string out = temp_gguf("fold");
+    ASSERT_TRUE(write_quantized_gguf(*model, *plan, *q, method.name(), out).ok());
+
+    auto written = gguf::gguf_file::open(out);
+    ASSERT_TRUE(written.ok()) << written.message();
+    EXPECT_EQ((*written)->string_or("troupe.quantize.method", ""), "scaling");
+    EXPECT_EQ((*written)->uint_or("general.quantization_version", 0), 2u);
+    const float* norm_after = reinterpret_cast<const float*>((*written)->find_tensor("blk.2.ffn_norm.weight")->data);
+    EXPECT_FLOAT_EQ(norm_after[1], norm_before[1] / 0.75f);  // the scales were folded, not dropped
+    const std::vector<int32_t> prompt = {1, 403, 407, 261, 378, 90, 17, 300};
+    const std::vector<float> want = logits_of(path, prompt), got = logits_of(out, prompt);
+    ASSERT_EQ(want.size(), got.size());
+    float worst = 0;
+    for (size_t i = 0; i < want.size(); ++i) worst = std::max(worst, std::fabs(want[i] - got[i]));
+    EXPECT_LT(worst, 1e-3f);
+    std::remove(out.c_str());
+}
+
+TEST(quantize_fold, a_scale_that_cannot_be_folded_fails_the_group_with_its_channel) {
+    TROUPE_REQUIRE_SHARED(path, "models/stories260K.gguf");
+    auto file = gguf::gguf_file::open(path);
+    ASSERT_TRUE(file.ok());
+    auto model = f32_model::load(*file);
+    ASSERT_TRUE(model.ok());
+    scaling_method method;
+    method.bad_scale = true;
+    auto plan = make_quantize_plan(model->hparams(), model->tied_output(), ggml_type::f32, method.name(),
+                                   [](ggml_type, int64_t) { return true; });
+    ASSERT_TRUE(plan.ok());
+    auto q = quantize_groups(*model, *plan, method, nullptr, nullptr);
+    ASSERT_FALSE(q.ok());
+    EXPECT_EQ(q.message(),
+              "method scaling wrote input scale 0.000000 for channel 0 of blk.0.ffn_down.weight (scales must be "
+              "finite and positive)");
+}
+
+}  // namespace
+}  // namespace troupe

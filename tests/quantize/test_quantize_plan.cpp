@@ -1,0 +1,136 @@
+// The plan of `troupe quantize` (core/quantize/quantize_plan.h): types by name, groups in fold order, the F16
+// fallback where rows are not whole blocks, and each refusal's message; calibration windows.
+#include <gtest/gtest.h>
+
+#include "core/quantize/calibration.h"
+#include "core/quantize/quantize_plan.h"
+
+namespace troupe {
+namespace {
+
+llama_hparams stories260k_shape() {  // dim 64, 8 heads / 4 kv heads of 8, ffn 172, 5 layers, vocab 512
+    llama_hparams hp;
+    hp.n_vocab = 512, hp.n_ctx = 512, hp.dim = 64, hp.n_layers = 5, hp.n_heads = 8, hp.n_kv_heads = 4;
+    hp.head_dim = 8, hp.ffn_dim = 172;
+    return hp;
+}
+
+const auto writes_all = [](ggml_type, int64_t) { return true; };
+
+TEST(quantize_plan, types_are_named_as_the_command_takes_them) {
+    struct tcase {
+        const char* name;
+        std::optional<int64_t> group;
+        std::optional<ggml_type> want;
+        const char* error;
+    };
+    const tcase cases[] = {
+        {"q4_0", {}, ggml_type::q4_0, ""},
+        {"Q8_0", {}, ggml_type::q8_0, ""},
+        {"q4_k", {}, ggml_type::q4_k, ""},
+        {"w4_g128", {}, ggml_type::w4_g128, ""},
+        {"w4", 32, ggml_type::q4_1, ""},
+        {"w4", 64, ggml_type::w4_g64, ""},
+        {"w4", 128, ggml_type::w4_g128, ""},
+        {"q4_1", 32, ggml_type::q4_1, ""},
+        {"w4", {}, {}, "--type w4 needs --group 32, 64 or 128 (the weights per scale and zero point)"},
+        {"w4", 48, {}, "--group 48: must be 32, 64 or 128"},
+        {"q4_0", 64, {}, "--group 64 does not fit --type q4_0 (its groups are 32 weights)"},
+        {"q5_9",
+         {},
+         {},
+         "--type 'q5_9': unknown (valid: q4_0, q4_1, q4_k, q8_0, w4_g64, w4_g128, w4 (with --group 32|64|128))"},
+    };
+    for (const tcase& c : cases) {
+        SCOPED_TRACE(c.name);
+        auto t = parse_quantize_type(c.name, c.group);
+        if (c.want) {
+            ASSERT_TRUE(t.ok()) << t.message();
+            EXPECT_EQ(*t, *c.want);
+        } else {
+            ASSERT_FALSE(t.ok());
+            EXPECT_EQ(t.message(), c.error);
+        }
+    }
+}
+
+TEST(quantize_plan, groups_run_down_output_proj_gate_up_qkv_per_layer_then_the_output_with_their_folds) {
+    auto plan = make_quantize_plan(stories260k_shape(), false, ggml_type::q8_0, "rtn", writes_all);
+    ASSERT_TRUE(plan.ok()) << plan.message();
+    ASSERT_EQ(plan->groups.size(), 21u);
+    const planned_group* g = plan->groups.data();
+    EXPECT_EQ(g[0].weights, (std::vector<std::string>{"blk.0.ffn_down.weight"}));
+    EXPECT_EQ(g[0].input, tap_point::ffn_hidden);
+    EXPECT_EQ(g[0].fold, fold_kind::rows);
+    EXPECT_EQ(g[0].fold_into, "blk.0.ffn_up.weight");
+    EXPECT_EQ(g[1].weights, (std::vector<std::string>{"blk.0.attn_output.weight"}));
+    EXPECT_EQ(g[1].fold, fold_kind::none);  // 8 heads share 4 kv heads: a v row feeds two channels
+    EXPECT_EQ(g[2].weights, (std::vector<std::string>{"blk.0.ffn_gate.weight", "blk.0.ffn_up.weight"}));
+    EXPECT_EQ(g[2].fold_into, "blk.0.ffn_norm.weight");
+    EXPECT_EQ(g[3].weights,
+              (std::vector<std::string>{"blk.0.attn_q.weight", "blk.0.attn_k.weight", "blk.0.attn_v.weight"}));
+    EXPECT_EQ(g[3].n_out, (std::vector<int64_t>{64, 32, 32}));
+    EXPECT_EQ(g[3].fold_into, "blk.0.attn_norm.weight");
+    EXPECT_EQ(g[20].weights, (std::vector<std::string>{"output.weight"}));
+    EXPECT_EQ(g[20].layer, -1);
+    EXPECT_EQ(g[20].fold_into, "output_norm.weight");
+    EXPECT_EQ(plan->n_fallback, 5);  // ffn_down: rows of 172 are not whole blocks of 32
+    EXPECT_FALSE(g[0].by_method);
+    EXPECT_EQ(g[0].type, ggml_type::f16);
+    EXPECT_EQ(g[1].type, ggml_type::q8_0);
+
+    llama_hparams mha = stories260k_shape();
+    mha.n_kv_heads = mha.n_heads;
+    auto tied = make_quantize_plan(mha, true, ggml_type::q8_0, "rtn", writes_all);
+    ASSERT_TRUE(tied.ok());
+    EXPECT_EQ(tied->groups.size(), 20u);  // a tied output is token_embd, which keeps its type
+    EXPECT_EQ(tied->groups[1].fold, fold_kind::rows);
+    EXPECT_EQ(tied->groups[1].fold_into, "blk.0.attn_v.weight");
+}
+
+TEST(quantize_plan, a_type_no_linear_can_take_or_a_method_refusal_is_one_error) {
+    auto q4k = make_quantize_plan(stories260k_shape(), false, ggml_type::q4_k, "rtn", writes_all);
+    ASSERT_FALSE(q4k.ok());
+    EXPECT_EQ(q4k.message(),
+              "no linear of the model can be written as Q4_K: its rows (172, 64 weights) are not multiples of Q4_K's "
+              "blocks of 256; choose a type with smaller blocks (q8_0, q4_0)");
+    auto refused = make_quantize_plan(stories260k_shape(), false, ggml_type::q4_0, "gptq",
+                                      [](ggml_type, int64_t n_in) { return n_in != 64; });
+    ASSERT_FALSE(refused.ok());
+    EXPECT_EQ(refused.message(),
+              "method gptq cannot write Q4_0 for rows of 64 weights (the model's linears need it); choose another "
+              "--type or --method");
+}
+
+TEST(quantize_plan, the_description_names_each_group_its_type_and_fold) {
+    auto plan = make_quantize_plan(stories260k_shape(), false, ggml_type::q4_0, "rtn", writes_all);
+    ASSERT_TRUE(plan.ok());
+    const std::string d = describe(*plan);
+    EXPECT_NE(d.find("blk.0: ffn_down [64 x 172] -> F16 (rows of 172 are not a whole number of Q4_0's blocks of 32), "
+                     "input ffn_hidden, scales fold into blk.0.ffn_up.weight\n"),
+              std::string::npos)
+        << d;
+    EXPECT_NE(d.find("output: output [512 x 64] -> Q4_0, input output_norm, scales fold into output_norm.weight\n"),
+              std::string::npos)
+        << d;
+}
+
+TEST(calibration, a_text_shorter_than_one_window_is_refused_with_both_counts) {
+    calibration_options o;
+    o.n_ctx = 256;
+    EXPECT_EQ(*calibration_windows(1000, o), 3);
+    auto short_text = calibration_windows(200, o);
+    ASSERT_FALSE(short_text.ok());
+    EXPECT_EQ(short_text.message(),
+              "the calibration text is 200 tokens, fewer than one window of --ctx 256: give a longer text or a "
+              "smaller --ctx");
+    o.max_tokens = 100;
+    auto capped = calibration_windows(1000, o);
+    ASSERT_FALSE(capped.ok());
+    EXPECT_EQ(capped.message(),
+              "the calibration text is 1000 tokens (--calib-tokens 100), fewer than one window of --ctx 256: give a "
+              "longer text or a smaller --ctx");
+}
+
+}  // namespace
+}  // namespace troupe
