@@ -372,12 +372,17 @@ TEST_F(quantize_methods, awq_has_a_clearly_lower_output_error_than_rtn_with_its_
         method rtn(lib("rtn"), {});
         method awq(lib("awq"), {});
         method clip_only(lib("awq"), {});
+        method sampled(lib("awq"), {{"n_samples", "128"}});  // narrower than the input: sampled rows, no Gram
         const double e_rtn = output_error(p, quantize_with(rtn, p, type, false));
         const double e_awq = output_error(p, quantize_with(awq, p, type, true));
         const double e_clip = output_error(p, quantize_with(clip_only, p, type, false));
-        std::printf("%-8s output error  rtn %.4g  awq %.4g (%.2fx)  awq without input scales %.4g\n",
-                    troupe_type_layout_of(type).name, e_rtn, e_awq, e_rtn / e_awq, e_clip);
+        const double e_sampled = output_error(p, quantize_with(sampled, p, type, true));
+        std::printf(
+            "%-8s output error  rtn %.4g  awq %.4g (%.2fx)  from 128 sampled rows %.4g  without input scales "
+            "%.4g\n",
+            troupe_type_layout_of(type).name, e_rtn, e_awq, e_rtn / e_awq, e_sampled, e_clip);
         EXPECT_LT(e_awq, 0.8 * e_rtn) << troupe_type_layout_of(type).name;
+        EXPECT_LT(e_sampled, 0.8 * e_rtn) << troupe_type_layout_of(type).name;
         EXPECT_LE(e_clip, 1.02 * e_rtn) << troupe_type_layout_of(type).name;
     }
 }

@@ -1,8 +1,9 @@
 // quant/awq: offline quantization by AWQ (`troupe quantize --method awq`), activation-aware input scaling with a
 // clipping search (awq_search.h).
 //
-//   observe(tap rows X of a layer)  ->  per (layer, tap): Σ|x| and Σx² per channel (double), and a uniform
-//       sample of up to n_samples rows (reservoir sampling, fixed seed: the same text gives the same file)
+//   observe(tap rows X of a layer)  ->  per (layer, tap), in double: Σ|x| per channel, Σ x_i x_j within blocks of
+//       256 channels, and either the whole Σ x xᵀ (inputs of width <= n_samples) or a uniform sample of up to
+//       n_samples rows (reservoir sampling, fixed seed: the same text gives the same file)
 //   quantize_group(linears sharing that input)  ->  the α with the least output error over the group's weights,
 //       then each weight's rows of W·diag(s) written, and s into input_scales for the host to fold
 //
@@ -10,7 +11,8 @@
 //
 // Parameters:
 //   n_grid: 1..100        (default 20) α in {0, 1/n_grid, ..., 1}
-//   n_samples: 1..65536   (default 512) calibration rows kept per input for measuring the output error
+//   n_samples: 1..65536   (default 512) calibration rows kept per input for measuring the output error (inputs
+//                         no wider than this keep E[x xᵀ] instead)
 //   clip: bool            (default true) clipping search per block
 #include <troupe/plugin.h>
 
@@ -32,12 +34,15 @@ using troupe::quant_common::codec;
 
 constexpr const char* source = "quant/awq";
 
+constexpr int64_t k_block = troupe::awq::input_stats::k_block;
+
 struct tap_stats {
     int64_t width = 0;
     int64_t n_rows = 0;
-    std::vector<double> sum_abs;  // [width]
-    std::vector<double> sum_sq;   // [width]
-    std::vector<float> samples;   // [min(n_rows, n_samples), width]
+    std::vector<double> sum_abs;     // [width]
+    std::vector<double> block_gram;  // [width, k_block] Σ x_i x_j, j in i's block of 256 (column j % 256)
+    std::vector<double> gram;        // [width, width] Σ x xᵀ (upper triangle) when width <= n_samples, else empty
+    std::vector<float> samples;      // [min(n_rows, n_samples), width] when there is no gram, else empty
     std::mt19937_64 rng{0x5eed};
 };
 
@@ -82,7 +87,8 @@ int32_t awq_observe(troupe_plugin_instance* inst, const troupe_tap_data* data) {
         if (s.width == 0) {
             s.width = n;
             s.sum_abs.assign(static_cast<size_t>(n), 0.0);
-            s.sum_sq.assign(static_cast<size_t>(n), 0.0);
+            s.block_gram.assign(static_cast<size_t>(n * k_block), 0.0);
+            if (n <= inst->n_samples) s.gram.assign(static_cast<size_t>(n * n), 0.0);
         } else if (s.width != n) {
             return fail(inst, TROUPE_ERR_INVALID_ARGUMENT,
                         "observe: layer " + std::to_string(data->layer) + " tap " + troupe_tap_name(data->tap) +
@@ -91,9 +97,17 @@ int32_t awq_observe(troupe_plugin_instance* inst, const troupe_tap_data* data) {
         for (int64_t r = 0; r < data->n_rows; ++r) {
             const float* x = data->data + r * n;
             for (int64_t i = 0; i < n; ++i) {
-                s.sum_abs[i] += std::fabs(static_cast<double>(x[i]));
-                s.sum_sq[i] += static_cast<double>(x[i]) * x[i];
+                const double xi = x[i];
+                s.sum_abs[i] += std::fabs(xi);
+                const int64_t b0 = i / k_block * k_block, b1 = std::min(n, b0 + k_block);
+                double* bg = s.block_gram.data() + i * k_block - b0;
+                for (int64_t j = b0; j < b1; ++j) bg[j] += xi * x[j];
+                if (!s.gram.empty() && xi != 0.0) {
+                    double* g = s.gram.data() + i * n;
+                    for (int64_t j = i; j < n; ++j) g[j] += xi * x[j];
+                }
             }
+            if (!s.gram.empty()) continue;
             // Reservoir sampling: row k of the stream is kept with probability n_samples / (k + 1).
             const int64_t k = s.n_rows + r;
             int64_t slot = k;
@@ -132,11 +146,23 @@ int32_t awq_quantize_group(troupe_plugin_instance* inst, const troupe_quantize_g
         stats.mean_abs.resize(static_cast<size_t>(n_in));
         stats.mean_sq.resize(static_cast<size_t>(n_in));
         const double n_rows = static_cast<double>(it->second.n_rows);
+        tap_stats& t = it->second;
         for (int64_t i = 0; i < n_in; ++i) {
-            stats.mean_abs[i] = it->second.sum_abs[i] / n_rows;
-            stats.mean_sq[i] = it->second.sum_sq[i] / n_rows;
+            stats.mean_abs[i] = t.sum_abs[i] / n_rows;
+            stats.mean_sq[i] = t.block_gram[i * k_block + i % k_block] / n_rows;
         }
-        stats.samples = std::move(it->second.samples);
+        stats.block_gram = std::move(t.block_gram);
+        for (double& v : stats.block_gram) v /= n_rows;
+        if (!t.gram.empty()) {
+            stats.gram = std::move(t.gram);
+            for (int64_t i = 0; i < n_in; ++i) {
+                for (int64_t j = i; j < n_in; ++j) {
+                    stats.gram[i * n_in + j] /= n_rows;
+                    stats.gram[j * n_in + i] = stats.gram[i * n_in + j];
+                }
+            }
+        }
+        stats.samples = std::move(t.samples);
         inst->stats.erase(it);
 
         std::vector<troupe::awq::weight_ref> weights;
@@ -160,8 +186,11 @@ int32_t awq_quantize_group(troupe_plugin_instance* inst, const troupe_quantize_g
                 return fail(inst, TROUPE_ERR_INTERNAL, "quantize_group: the host's parallel_for failed");
         }
         if (group->input_scales != nullptr) std::copy(s.begin(), s.end(), group->input_scales);
-        host_log::write(TROUPE_LOG_LEVEL_DEBUG, source, "%s: output error %.6g over %zu sampled rows", label.c_str(),
-                        error, stats.samples.size() / static_cast<size_t>(n_in));
+        host_log::write(
+            TROUPE_LOG_LEVEL_DEBUG, source, "%s: output error %.6g (mean over %s)", label.c_str(), error,
+            stats.gram.empty()
+                ? (std::to_string(stats.samples.size() / static_cast<size_t>(n_in)) + " sampled rows").c_str()
+                : "all calibration rows");
         return TROUPE_OK;
     });
 }

@@ -36,10 +36,10 @@ std::vector<float> importance_for(const input_stats& stats, const std::vector<fl
     return imp;
 }
 
-// Quantizes one row of w·diag(s): the values the model computes with (dequantized, divided by s) into y when
-// not null, the blocks into out when not null. scaled: [n_in] scratch.
-void quantize_row(const codec& c, const float* w, const std::vector<float>& s, const std::vector<float>& importance,
-                  bool clip, float* scaled, float* y, uint8_t* out) {
+// What the model computes with after quantizing one row of w·diag(s), y = Q(w·s) / s, with the search's clipping
+// (weighted by E[x²] / s²). scaled: [n_in] scratch.
+void search_row(const codec& c, const float* w, const std::vector<float>& s, const std::vector<float>& importance,
+                bool clip, float* scaled, float* y) {
     const int64_t n = static_cast<int64_t>(s.size());
     const int bs = c.block_size();
     for (int64_t i = 0; i < n; ++i) scaled[i] = w[i] * s[i];
@@ -49,15 +49,12 @@ void quantize_row(const codec& c, const float* w, const std::vector<float>& s, c
         const float* xb = scaled + b * bs;
         const block_grid g = clip ? quant_common::fit_clipped(c, xb, importance.data() + b * bs) : c.fit(xb);
         quant_common::quantize_block(c, g, xb, q, v);
-        if (y != nullptr) {
-            for (int j = 0; j < bs; ++j) y[b * bs + j] = v[j] / s[b * bs + j];
-        }
-        if (out != nullptr) c.write(g, q, out + static_cast<size_t>(b) * c.block_bytes());
+        for (int j = 0; j < bs; ++j) y[b * bs + j] = v[j] / s[b * bs + j];
     }
 }
 
-// Σ over the weights' rows of ||(Q(W·diag(s))·diag(1/s) - W) X||² over the samples; negative when the parallel
-// runner failed.
+// Σ over the weights' rows of ||(Q(W·diag(s))·diag(1/s) - W) X||² (through the Gram matrix, or over the samples);
+// negative when the parallel runner failed.
 double output_error(const std::vector<weight_ref>& weights, const input_stats& stats, const std::vector<float>& s,
                     const search_options& options, const parallel_rows& parallel) {
     const int64_t n = stats.width;
@@ -70,9 +67,17 @@ double output_error(const std::vector<weight_ref>& weights, const input_stats& s
             std::vector<float> scaled(static_cast<size_t>(n)), diff(static_cast<size_t>(n));  // [n_in]
             for (int64_t r = begin; r < end; ++r) {
                 const float* w = wr.w + r * n;
-                quantize_row(*wr.c, w, s, importance, options.clip, scaled.data(), diff.data(), nullptr);
+                search_row(*wr.c, w, s, importance, options.clip, scaled.data(), diff.data());
                 for (int64_t i = 0; i < n; ++i) diff[i] -= w[i];
                 double err = 0.0;
+                if (!stats.gram.empty()) {
+                    for (int64_t i = 0; i < n; ++i) {
+                        const double* g = stats.gram.data() + i * n;
+                        double gd = 0.0;
+                        for (int64_t j = 0; j < n; ++j) gd += g[j] * diff[j];
+                        err += diff[i] * gd;
+                    }
+                }
                 for (int64_t t = 0; t < n_samples; ++t) {
                     const float* x = stats.samples.data() + t * n;
                     double y = 0.0;
@@ -112,12 +117,50 @@ std::vector<float> search_scales(const std::vector<weight_ref>& weights, const i
 
 void quantize_rows(const weight_ref& weight, const input_stats& stats, const std::vector<float>& s,
                    const search_options& options, int64_t begin, int64_t end, void* out, size_t row_bytes) {
+    const codec& c = *weight.c;
     const int64_t n = stats.width;
-    const std::vector<float> importance = importance_for(stats, s);
+    const int bs = c.block_size();
+    const int64_t kb = input_stats::k_block;
     std::vector<float> scaled(static_cast<size_t>(n));  // [n_in]
+    int8_t q[256];                                      // [block_size]
+    float v[256];                                       // [block_size]
+    double e[256];                                      // [block_size] error of the unscaled weights
     for (int64_t r = begin; r < end; ++r) {
-        quantize_row(*weight.c, weight.w + r * n, s, importance, options.clip, scaled.data(), nullptr,
-                     static_cast<uint8_t*>(out) + static_cast<size_t>(r) * row_bytes);
+        const float* w = weight.w + r * n;
+        for (int64_t i = 0; i < n; ++i) scaled[i] = w[i] * s[i];
+        auto* dst = static_cast<uint8_t*>(out) + static_cast<size_t>(r) * row_bytes;
+        for (int64_t b = 0; b < n / bs; ++b) {
+            const int64_t col0 = b * bs;
+            const float* xb = scaled.data() + col0;
+            // ||e_b X_b||² = e_bᵀ E[x_b x_bᵀ] e_b, the block's part of the output error.
+            auto block_output_error = [&](const block_grid& g) {
+                quant_common::quantize_block(c, g, xb, q, v);
+                for (int j = 0; j < bs; ++j) e[j] = static_cast<double>(v[j]) / s[col0 + j] - w[col0 + j];
+                double err = 0.0;
+                for (int i = 0; i < bs; ++i) {
+                    const double* gi = stats.block_gram.data() + (col0 + i) * kb + col0 % kb;
+                    double ge = 0.0;
+                    for (int j = 0; j < bs; ++j) ge += gi[j] * e[j];
+                    err += e[i] * ge;
+                }
+                return err;
+            };
+            block_grid best = c.fit(xb);
+            if (options.clip && c.kind() != quant_common::codec_kind::q4_k) {
+                double best_err = block_output_error(best);
+                constexpr int n_steps = 20;
+                for (int k = 1; k <= n_steps; ++k) {
+                    const block_grid g = c.fit(xb, 1.0f - 0.5f * static_cast<float>(k) / n_steps);
+                    const double err = block_output_error(g);
+                    if (err < best_err) {
+                        best_err = err;
+                        best = g;
+                    }
+                }
+            }
+            quant_common::quantize_block(c, best, xb, q, nullptr);
+            c.write(best, q, dst + static_cast<size_t>(b) * c.block_bytes());
+        }
     }
 }
 

@@ -3,9 +3,16 @@
 // into what produces the input) gives them finer steps of the grid:
 //
 //   s(α) = mean|x|^α, normalized by sqrt(max · min)          α on a grid in [0, 1] (α = 0: s = 1)
-//   error(α) = Σ over the group's weights of ||(Q(W·diag(s))·diag(1/s) - W) X||² over the sampled rows X
+//   error(α) = Σ over the group's weights of ||(Q(W·diag(s))·diag(1/s) - W) X||²
 //   keep the α with the least error; Q is round to nearest with a clipping search per block (the range shrunk
-//   by factors down to 0.5, the one with the least error weighted by E[x²] / s² kept)
+//   by factors down to 0.5), during the search weighted by E[x²] / s² per weight
+//
+// then AWQ's clipping search proper for the written blocks: per block, the shrink with the least output error
+// e_bᵀ·E[x_b x_bᵀ]·e_b (e_b the block's error, in the unscaled space).
+//
+// The output error is measured over all calibration rows through the Gram matrix E[x xᵀ] where the input is
+// narrow enough to keep it (width <= n_samples, where it also costs less than the samples), else over a uniform
+// sample of rows.
 //
 // Without input scales (nothing precedes the input that could absorb s) the search is over clipping only.
 #pragma once
@@ -24,12 +31,15 @@ struct search_options {
     bool clip = true;  // clipping search per block
 };
 
-// Calibration statistics of one input.
+// Calibration statistics of one input, as means over the calibration rows.
 struct input_stats {
+    static constexpr int64_t k_block = 256;  // the block-diagonal Gram's blocks (a multiple of every codec's)
     int64_t width = 0;
-    std::vector<double> mean_abs;  // [width] mean |x|
-    std::vector<double> mean_sq;   // [width] mean x²
-    std::vector<float> samples;    // [n_samples, width] rows for measuring the output error
+    std::vector<double> mean_abs;    // [width] E|x|
+    std::vector<double> mean_sq;     // [width] E[x²]
+    std::vector<double> block_gram;  // [width, k_block] E[x_i x_j] for j in i's block of 256: row i, column j % 256
+    std::vector<double> gram;        // [width, width] E[x xᵀ], or empty (then samples)
+    std::vector<float> samples;      // [n_samples, width] rows for measuring the output error, or empty
 };
 
 // One weight of the group: w [n_out, n_in] float, written as codec c.
