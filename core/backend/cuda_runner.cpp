@@ -234,9 +234,15 @@ void log_cuda_fallback(const std::string& why) {
 
 result<std::unique_ptr<model_runner>> make_cuda_runner_or_cpu(const llama_weights_view& weights,
                                                               const cuda_runner_params& params,
-                                                              const cpu_runner_factory& make_cpu_runner) {
+                                                              const cpu_runner_factory& make_cpu_runner,
+                                                              const std::function<status()>& check_on_gpu) {
     auto gpu = make_cuda_runner(weights, params);
-    if (gpu.ok()) return gpu;
+    if (gpu.ok()) {
+        if (check_on_gpu) {
+            if (status s = check_on_gpu(); !s.ok()) return s.err();
+        }
+        return gpu;
+    }
     log_cuda_fallback(gpu.message());
     return make_cpu_runner();
 }

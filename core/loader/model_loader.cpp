@@ -7,6 +7,7 @@
 
 #include "core/backend/cuda_runner.h"
 #include "core/backend/llama_view_of.h"
+#include "core/loader/cuda_plugins.h"
 #include "core/log/log.h"
 #include "core/model/cpu_llama.h"
 #include "core/model/kv_layout.h"
@@ -135,7 +136,9 @@ result<loaded_model> load_model(const engine_config& config) {
         cp.max_kv_tokens = n_blocks * block_size;
         cp.kv_f16 = kv_type == kv_dtype::f16;
         m.device = device_kind::cuda;
-        runner = make_cuda_runner_or_cpu(llama_view_of(*weights), cp, make_cpu);
+        // On the GPU, the plugins it must run there are loaded for cuda (core/loader/cuda_plugins.h).
+        runner = make_cuda_runner_or_cpu(llama_view_of(*weights), cp, make_cpu,
+                                         [&] { return check_cuda_plugins(config, m.file); });
     } else {
         runner = make_cpu();
     }
