@@ -23,8 +23,7 @@
 #include "core/model/compute_context.h"
 #include "core/plugin_host/plugin_host.h"
 #include "core/plugin_host/plugin_quantize_method.h"
-#include "core/quantize/calibration.h"
-#include "core/quantize/quantize_model.h"
+#include "core/quantize/quantize_run.h"
 #include "core/tokenizer/tokenizer.h"
 
 namespace troupe::cli {
@@ -67,7 +66,8 @@ struct quantize_inputs {
     engine_config config;
     std::string method, type_name, calib, output;
     std::optional<int64_t> group, n_ctx, calib_tokens;
-    YAML::Node params;  // quantize.params
+    bool calib_once = false;  // --calib-once: one calibration run on the float model instead of one per layer
+    YAML::Node params;        // quantize.params
 };
 
 result<quantize_inputs> parse_inputs(const cli_args& args) {
@@ -100,6 +100,7 @@ result<quantize_inputs> parse_inputs(const cli_args& args) {
     in.type_name = args.value_or("--type", "");
     in.calib = args.value_or("--calib", "");
     in.output = args.value_or("--output", "");
+    in.calib_once = args.has("--calib-once");
     for (auto [flag, dst] :
          {std::pair{"--group", &in.group}, {"--ctx", &in.n_ctx}, {"--calib-tokens", &in.calib_tokens}}) {
         if (auto v = args.value(flag)) {
@@ -177,28 +178,30 @@ int quantize(const quantize_inputs& in) {
 
     auto model = f32_model::load(*file);
     if (!model) return fail(model.message());
+    std::shared_ptr<attention_op> attention;
     if (calibrates) {
-        auto attention = host.load(plugin_spec{plugin_kind::attention, in.config.plugins.attention.name,
-                                               in.config.plugins.attention.path, in.config.plugins.attention.params});
-        if (!attention) return fail(attention.message());
-        std::shared_ptr<quantize_method> sink(method->get(), [](quantize_method*) {});  // *method outlives the run
-        const auto tc = clock::now();
-        status st = calibrate(*model, attention->attention, sink, tokens, copt, [&](int32_t w, int32_t n) {
-            std::fprintf(stderr, "troupe quantize: calibration window %d/%d (%d tokens each)\n", w, n, copt.n_ctx);
-        });
-        if (!st) return fail(st.message());
-        std::fprintf(stderr, "troupe quantize: calibrated in %.2f s\n",
-                     std::chrono::duration<double>(clock::now() - tc).count());
+        auto a = host.load(plugin_spec{plugin_kind::attention, in.config.plugins.attention.name,
+                                       in.config.plugins.attention.path, in.config.plugins.attention.params});
+        if (!a) return fail(a.message());
+        attention = a->attention;
     }
     cpu::thread_pool pool(in.config.threads > 0
                               ? in.config.threads
                               : static_cast<int32_t>(std::max(1u, std::thread::hardware_concurrency())));
     const compute_context ctx = compute_context::over(pool);
-    auto quantized =
-        quantize_groups(*model, *plan, **method, ctx.parallel_for, [](int32_t done, int32_t n, const planned_group& g) {
-            std::fprintf(stderr, "troupe quantize: group %d/%d: %s%s -> %s\n", done, n, g.weights[0].c_str(),
-                         g.weights.size() > 1 ? " ..." : "", std::string(traits(g.type).name).c_str());
-        });
+    quantize_run_options ropt;
+    ropt.calibration = copt;
+    ropt.sequential = !in.calib_once;
+    quantize_progress progress;
+    progress.window = [&](int32_t pass, int32_t n_passes, int32_t w, int32_t n) {
+        std::fprintf(stderr, "troupe quantize: calibration pass %d/%d, window %d/%d (%d tokens each)\n", pass, n_passes,
+                     w, n, copt.n_ctx);
+    };
+    progress.group = [](int32_t done, int32_t n, const planned_group& g) {
+        std::fprintf(stderr, "troupe quantize: group %d/%d: %s%s -> %s\n", done, n, g.weights[0].c_str(),
+                     g.weights.size() > 1 ? " ..." : "", std::string(traits(g.type).name).c_str());
+    };
+    auto quantized = run_quantization(*model, *plan, **method, attention, tokens, ropt, ctx.parallel_for, progress);
     if (!quantized) return fail(quantized.message());
     if (status st = write_quantized_gguf(*model, *plan, *quantized, (*method)->name(), in.output); !st) {
         return fail(st.message());
@@ -236,6 +239,9 @@ const command_spec& quantize_spec() {
         s.flags.push_back({"--calib", "", "FILE", "calibration text (UTF-8) for methods that calibrate"});
         s.flags.push_back({"--ctx", "", "N", "tokens per calibration window (default 512, or the model's context)"});
         s.flags.push_back({"--calib-tokens", "", "N", "use at most N tokens of the text (whole windows; default all)"});
+        s.flags.push_back({"--calib-once", "", "",
+                           "calibrate once on the float model (default: layer by layer, each "
+                           "layer's inputs from the already quantized layers before it)"});
         s.flags.push_back({"--output", "-o", "FILE", "the GGUF to write"});
         for (auto& f : engine_flags()) s.flags.push_back(f);
         s.details =

@@ -1,5 +1,6 @@
 #include "core/quantize/quantize_model.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "core/gguf/gguf_writer.h"
@@ -30,14 +31,20 @@ status fold_scales(f32_model& model, const planned_group& g, const std::vector<f
 
 }  // namespace
 
-result<quantized_tensors> quantize_groups(f32_model& model, const quantize_plan& plan, quantize_method& method,
-                                          const parallel_for_fn& parallel_for,
-                                          const std::function<void(int32_t, int32_t, const planned_group&)>& progress) {
-    quantized_tensors out;
-    const int32_t n_groups = static_cast<int32_t>(plan.groups.size());
-    int32_t done = 0;
+std::vector<int32_t> plan_layers(const quantize_plan& plan) {
+    std::vector<int32_t> layers;
     for (const planned_group& g : plan.groups) {
-        if (!g.by_method) continue;  // converted to F16 below, after every fold
+        if (std::find(layers.begin(), layers.end(), g.layer) == layers.end()) layers.push_back(g.layer);
+    }
+    return layers;
+}
+
+status quantize_layer(f32_model& model, const quantize_plan& plan, int32_t layer, quantize_method& method,
+                      const parallel_for_fn& parallel_for, quantized_tensors& out, const group_progress_fn& progress,
+                      int32_t& done) {
+    const int32_t n_groups = static_cast<int32_t>(plan.groups.size());
+    for (const planned_group& g : plan.groups) {
+        if (g.layer != layer || !g.by_method) continue;  // F16 groups below, after the layer's folds
         linear_group group{g.layer, g.input, g.n_in, {}, nullptr};
         const size_t row = row_bytes(g.type, g.n_in);
         for (size_t i = 0; i < g.weights.size(); ++i) {
@@ -51,14 +58,14 @@ result<quantized_tensors> quantize_groups(f32_model& model, const quantize_plan&
             scales.assign(static_cast<size_t>(g.n_in), 1.0f);
             group.input_scales = scales.data();
         }
-        if (status st = method.quantize_group(group, parallel_for); !st.ok()) return st.err();
+        if (status st = method.quantize_group(group, parallel_for); !st.ok()) return st;
         if (!scales.empty()) {
-            if (status st = fold_scales(model, g, scales, method.name()); !st.ok()) return st.err();
+            if (status st = fold_scales(model, g, scales, method.name()); !st.ok()) return st;
         }
         if (progress) progress(++done, n_groups, g);
     }
     for (const planned_group& g : plan.groups) {
-        if (g.by_method) continue;
+        if (g.layer != layer || g.by_method) continue;
         const size_t row = row_bytes(g.type, g.n_in);
         for (size_t i = 0; i < g.weights.size(); ++i) {
             std::vector<uint8_t>& bytes = out[g.weights[i]];
@@ -69,6 +76,31 @@ result<quantized_tensors> quantize_groups(f32_model& model, const quantize_plan&
             }
         }
         if (progress) progress(++done, n_groups, g);
+    }
+    return {};
+}
+
+void use_quantized_weights(f32_model& model, const quantize_plan& plan, int32_t layer, const quantized_tensors& q) {
+    for (const planned_group& g : plan.groups) {
+        if (g.layer != layer) continue;
+        const size_t row = row_bytes(g.type, g.n_in);
+        for (size_t i = 0; i < g.weights.size(); ++i) {
+            const std::vector<uint8_t>& bytes = q.at(g.weights[i]);
+            float* w = model.tensor(g.weights[i]);
+            for (int64_t r = 0; r < g.n_out[i]; ++r)
+                ref::dequantize_row(g.type, bytes.data() + r * row, w + r * g.n_in, g.n_in);
+        }
+    }
+}
+
+result<quantized_tensors> quantize_groups(f32_model& model, const quantize_plan& plan, quantize_method& method,
+                                          const parallel_for_fn& parallel_for, const group_progress_fn& progress) {
+    quantized_tensors out;
+    int32_t done = 0;
+    for (int32_t layer : plan_layers(plan)) {
+        if (status st = quantize_layer(model, plan, layer, method, parallel_for, out, progress, done); !st.ok()) {
+            return st.err();
+        }
     }
     return out;
 }

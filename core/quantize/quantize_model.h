@@ -27,10 +27,22 @@ namespace troupe {
 // Tensor name -> its rows in the planned type.
 using quantized_tensors = std::map<std::string, std::vector<uint8_t>>;
 
-// Runs every group in plan order; progress(done, n_groups, group) after each.
+// progress(done, n_groups, group) after each group.
+using group_progress_fn = std::function<void(int32_t, int32_t, const planned_group&)>;
+
+// The layers of the plan's groups in plan order (0, 1, ..., then -1 for the output matrix).
+std::vector<int32_t> plan_layers(const quantize_plan& plan);
+// Quantizes one layer's groups (-1: the output matrix) into `out`: the method's in plan order, each folding its
+// scales, then the layer's F16 groups (every fold lands within the layer). `done` counts groups for progress.
+status quantize_layer(f32_model& model, const quantize_plan& plan, int32_t layer, quantize_method& method,
+                      const parallel_for_fn& parallel_for, quantized_tensors& out, const group_progress_fn& progress,
+                      int32_t& done);
+// Replaces the layer's linears in the float32 copies by what their written rows dequantize to, so that later
+// calibration passes see the layer as the written model computes it (sequential calibration).
+void use_quantized_weights(f32_model& model, const quantize_plan& plan, int32_t layer, const quantized_tensors& q);
+// Every layer's groups, in plan order.
 result<quantized_tensors> quantize_groups(f32_model& model, const quantize_plan& plan, quantize_method& method,
-                                          const parallel_for_fn& parallel_for,
-                                          const std::function<void(int32_t, int32_t, const planned_group&)>& progress);
+                                          const parallel_for_fn& parallel_for, const group_progress_fn& progress);
 
 // llama.cpp's general.file_type of a model mostly of `type` (troupe's own types: their id).
 uint32_t gguf_file_type(ggml_type type);

@@ -135,5 +135,41 @@ TEST(quantize_command, rtn_writes_the_bytes_of_the_reference_quantizers_and_the_
     }
 }
 
+double ppl_of(const run_result& r) {
+    const size_t at = r.out.find("PPL = ");
+    return at == std::string::npos ? -1 : std::stod(r.out.substr(at + 6));
+}
+
+TEST(quantize_command, awq_and_gptq_calibrate_through_their_taps_and_write_files_that_run) {
+    TROUPE_REQUIRE_SHARED(model, "models/stories260K.gguf");
+    TROUPE_REQUIRE_SHARED(text, "text/stories.txt");
+    const run_result f32 = troupe({"perplexity", "--model", model, "--file", text, "--ctx", "128"});
+    ASSERT_EQ(f32.rc, 0) << f32.err;
+    auto in = gguf::gguf_file::open(model);
+    ASSERT_TRUE(in.ok());
+    for (const char* method : {"awq", "gptq"}) {
+        SCOPED_TRACE(method);
+        const std::string out = temp_path(std::string(method) + ".gguf");
+        const run_result r = troupe({"quantize", "--model", model, "--method", method, "--type", "q4_1", "--calib",
+                                     text, "--ctx", "128", "--calib-tokens", "2048", "-o", out});
+        ASSERT_EQ(r.rc, 0) << r.err;
+        // Layer by layer: five layers and the output matrix, 16 windows of 128 each.
+        EXPECT_TRUE(contains(r.err, "calibration pass 6/6, window 16/16 (128 tokens each)")) << r.err;
+        auto q = gguf::gguf_file::open(out);
+        ASSERT_TRUE(q.ok()) << q.message();
+        EXPECT_EQ((*q)->string_or("troupe.quantize.method", ""), method);
+        EXPECT_EQ((*q)->find_tensor("blk.0.attn_q.weight")->type, ggml_type::q4_1);
+        if (std::string(method) == "awq") {  // its input scales were folded into the norms
+            const gguf::tensor_info* before = (*in)->find_tensor("blk.0.ffn_norm.weight");
+            EXPECT_NE(0, std::memcmp(before->data, (*q)->find_tensor("blk.0.ffn_norm.weight")->data, before->n_bytes));
+        }
+        const run_result ppl = troupe({"perplexity", "--model", out, "--file", text, "--ctx", "128"});
+        ASSERT_EQ(ppl.rc, 0) << ppl.err;
+        // 4-bit weights cost some perplexity, a broken fold or calibration far more.
+        EXPECT_LT(ppl_of(ppl), 1.2 * ppl_of(f32)) << ppl.out << " vs F32 " << f32.out;
+        std::remove(out.c_str());
+    }
+}
+
 }  // namespace
 }  // namespace troupe

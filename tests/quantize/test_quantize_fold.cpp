@@ -10,8 +10,8 @@
 #include "core/loader/model_loader.h"
 #include "core/model/compute_context.h"
 #include "core/plugin_host/plugin_host.h"
-#include "core/quantize/calibration.h"
-#include "core/quantize/quantize_model.h"
+#include "core/quantize/quantize_run.h"
+#include "kernels/ref/quants.h"
 #include "tests/common/shared_data.h"
 #include "tests/golden/golden_model.h"
 
@@ -130,6 +130,70 @@ TEST(quantize_fold, a_scale_that_cannot_be_folded_fails_the_group_with_its_chann
     EXPECT_EQ(q.message(),
               "method scaling wrote input scale 0.000000 for channel 0 of blk.0.ffn_down.weight (scales must be "
               "finite and positive)");
+}
+
+// Round to nearest Q4_0 (kernels/ref) and a record of the ffn_hidden rows it saw per layer.
+class recording_rtn final : public quantize_method {
+public:
+    std::string name() const override { return "recording_rtn"; }
+    uint64_t wanted() const override { return tap_bit(tap_point::ffn_hidden) | tap_bit(tap_point::output_norm); }
+    status observe(const tap_data& d) override {
+        rows[d.layer] += d.n_rows;
+        if (first_value.count(d.layer) == 0) first_value[d.layer] = std::vector<float>(d.data, d.data + d.width);
+        return {};
+    }
+    bool can_write(ggml_type type, int64_t) override { return type == ggml_type::q4_0; }
+    status quantize_group(const linear_group& g, const parallel_for_fn&) override {
+        for (const quantize_weight& w : g.weights) {
+            const size_t row = row_bytes(w.type, g.n_in);
+            for (int64_t r = 0; r < w.n_out; ++r)
+                ref::quantize_row(w.type, w.data + r * g.n_in, w.out + r * row, g.n_in);
+        }
+        return {};
+    }
+    std::map<int32_t, int64_t> rows;
+    std::map<int32_t, std::vector<float>> first_value;  // the first ffn_hidden row each layer saw
+};
+
+TEST(quantize_run, sequential_calibration_observes_each_layer_once_with_the_layers_before_it_quantized) {
+    TROUPE_REQUIRE_SHARED(path, "models/stories260K.gguf");
+    auto file = gguf::gguf_file::open(path);
+    ASSERT_TRUE(file.ok());
+    plugin_host host;
+    auto attention = host.load_attention("gqa");
+    ASSERT_TRUE(attention.ok()) << attention.message();
+    std::vector<int32_t> tokens;
+    for (int32_t i = 0; i < 64; ++i) tokens.push_back(1 + (i * 53) % 511);
+    std::map<bool, recording_rtn> seen;
+    std::map<bool, quantized_tensors> written;
+    for (bool sequential : {false, true}) {
+        auto model = f32_model::load(*file);
+        ASSERT_TRUE(model.ok());
+        recording_rtn& method = seen[sequential];
+        auto plan = make_quantize_plan(model->hparams(), model->tied_output(), ggml_type::q4_0, method.name(),
+                                       [](ggml_type, int64_t) { return true; });
+        ASSERT_TRUE(plan.ok());
+        quantize_run_options o;
+        o.calibration.n_ctx = 32;
+        o.sequential = sequential;
+        int32_t passes = 0;
+        quantize_progress progress;
+        progress.window = [&](int32_t, int32_t n_passes, int32_t, int32_t) { passes = n_passes; };
+        auto q = run_quantization(*model, *plan, method, *attention, tokens, o, nullptr, progress);
+        ASSERT_TRUE(q.ok()) << q.message();
+        written[sequential] = std::move(*q);
+        EXPECT_EQ(passes, sequential ? 6 : 1);  // five layers and the output, or one run
+    }
+    for (int32_t layer : {0, 1, 2, 3, 4, -1}) {
+        SCOPED_TRACE("layer " + std::to_string(layer));
+        EXPECT_EQ(seen[false].rows[layer], 2 * 32);  // two windows, each row once
+        EXPECT_EQ(seen[true].rows[layer], 2 * 32);
+    }
+    // Layer 0's input is the embedding either way; later layers' differ once the layers before are Q4_0.
+    EXPECT_EQ(seen[false].first_value[0], seen[true].first_value[0]);
+    EXPECT_NE(seen[false].first_value[3], seen[true].first_value[3]);
+    // Round to nearest does not depend on the activations: both runs write the same bytes.
+    EXPECT_EQ(written[false], written[true]);
 }
 
 }  // namespace
