@@ -40,8 +40,9 @@ struct tap_stats {
     int64_t width = 0;
     int64_t n_rows = 0;
     std::vector<double> sum_abs;     // [width]
-    std::vector<double> block_gram;  // [width, k_block] Σ x_i x_j, j in i's block of 256 (column j % 256)
     std::vector<double> gram;        // [width, width] Σ x xᵀ (upper triangle) when width <= n_samples, else empty
+    std::vector<double> block_gram;  // [width, k_block] Σ x_i x_j, j in i's block of 256 (column j % 256) when
+                                     // there is no gram, else empty
     std::vector<float> samples;      // [min(n_rows, n_samples), width] when there is no gram, else empty
     std::mt19937_64 rng{0x5eed};
 };
@@ -87,8 +88,11 @@ int32_t awq_observe(troupe_plugin_instance* inst, const troupe_tap_data* data) {
         if (s.width == 0) {
             s.width = n;
             s.sum_abs.assign(static_cast<size_t>(n), 0.0);
-            s.block_gram.assign(static_cast<size_t>(n * k_block), 0.0);
-            if (n <= inst->n_samples) s.gram.assign(static_cast<size_t>(n * n), 0.0);
+            if (n <= inst->n_samples) {
+                s.gram.assign(static_cast<size_t>(n * n), 0.0);
+            } else {
+                s.block_gram.assign(static_cast<size_t>(n * k_block), 0.0);
+            }
         } else if (s.width != n) {
             return fail(inst, TROUPE_ERR_INVALID_ARGUMENT,
                         "observe: layer " + std::to_string(data->layer) + " tap " + troupe_tap_name(data->tap) +
@@ -99,12 +103,14 @@ int32_t awq_observe(troupe_plugin_instance* inst, const troupe_tap_data* data) {
             for (int64_t i = 0; i < n; ++i) {
                 const double xi = x[i];
                 s.sum_abs[i] += std::fabs(xi);
-                const int64_t b0 = i / k_block * k_block, b1 = std::min(n, b0 + k_block);
-                double* bg = s.block_gram.data() + i * k_block - b0;
-                for (int64_t j = b0; j < b1; ++j) bg[j] += xi * x[j];
-                if (!s.gram.empty() && xi != 0.0) {
+                if (xi == 0.0) continue;
+                if (!s.gram.empty()) {
                     double* g = s.gram.data() + i * n;
                     for (int64_t j = i; j < n; ++j) g[j] += xi * x[j];
+                } else {
+                    const int64_t b0 = i / k_block * k_block, b1 = std::min(n, b0 + k_block);
+                    double* bg = s.block_gram.data() + i * k_block - b0;
+                    for (int64_t j = b0; j < b1; ++j) bg[j] += xi * x[j];
                 }
             }
             if (!s.gram.empty()) continue;
@@ -147,13 +153,7 @@ int32_t awq_quantize_group(troupe_plugin_instance* inst, const troupe_quantize_g
         stats.mean_sq.resize(static_cast<size_t>(n_in));
         const double n_rows = static_cast<double>(it->second.n_rows);
         tap_stats& t = it->second;
-        for (int64_t i = 0; i < n_in; ++i) {
-            stats.mean_abs[i] = t.sum_abs[i] / n_rows;
-            stats.mean_sq[i] = t.block_gram[i * k_block + i % k_block] / n_rows;
-        }
-        stats.block_gram = std::move(t.block_gram);
-        for (double& v : stats.block_gram) v /= n_rows;
-        if (!t.gram.empty()) {
+        if (!t.gram.empty()) {  // the whole Gram matrix, and its blocks of 256 from it
             stats.gram = std::move(t.gram);
             for (int64_t i = 0; i < n_in; ++i) {
                 for (int64_t j = i; j < n_in; ++j) {
@@ -161,6 +161,18 @@ int32_t awq_quantize_group(troupe_plugin_instance* inst, const troupe_quantize_g
                     stats.gram[j * n_in + i] = stats.gram[i * n_in + j];
                 }
             }
+            stats.block_gram.assign(static_cast<size_t>(n_in * k_block), 0.0);
+            for (int64_t i = 0; i < n_in; ++i) {
+                const int64_t b0 = i / k_block * k_block, b1 = std::min(n_in, b0 + k_block);
+                for (int64_t j = b0; j < b1; ++j) stats.block_gram[i * k_block + j - b0] = stats.gram[i * n_in + j];
+            }
+        } else {
+            stats.block_gram = std::move(t.block_gram);
+            for (double& v : stats.block_gram) v /= n_rows;
+        }
+        for (int64_t i = 0; i < n_in; ++i) {
+            stats.mean_abs[i] = t.sum_abs[i] / n_rows;
+            stats.mean_sq[i] = stats.block_gram[i * k_block + i % k_block];
         }
         stats.samples = std::move(t.samples);
         inst->stats.erase(it);

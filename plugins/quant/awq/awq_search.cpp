@@ -10,6 +10,23 @@ namespace {
 using quant_common::block_grid;
 using quant_common::codec;
 
+constexpr int64_t k_search_rows = 2048;  // rows of a weight the α search measures
+
+// Σ a[i] b[i] in four independent sums (so the compiler can keep them in vector lanes).
+template <class T>
+double dot(const T* a, const double* b, int64_t n) {
+    double s0 = 0.0, s1 = 0.0, s2 = 0.0, s3 = 0.0;
+    int64_t i = 0;
+    for (; i + 4 <= n; i += 4) {
+        s0 += a[i] * b[i];
+        s1 += a[i + 1] * b[i + 1];
+        s2 += a[i + 2] * b[i + 2];
+        s3 += a[i + 3] * b[i + 3];
+    }
+    for (; i < n; ++i) s0 += a[i] * b[i];
+    return (s0 + s1) + (s2 + s3);
+}
+
 // s(α) = max(mean|x|, floor)^α / sqrt(max · min); the floor (1e-4 of the largest mean) keeps dead channels finite.
 std::vector<float> scales_for(double alpha, const input_stats& stats) {
     const int64_t n = stats.width;
@@ -62,33 +79,32 @@ double output_error(const std::vector<weight_ref>& weights, const input_stats& s
     const std::vector<float> importance = importance_for(stats, s);
     double total = 0.0;
     for (const weight_ref& wr : weights) {
-        std::vector<double> row_error(static_cast<size_t>(wr.n_out));  // [n_out]
-        const bool ok = parallel(wr.n_out, [&](int64_t begin, int64_t end) {
+        // At most k_search_rows rows, evenly spaced, stand for the weight (the output matrix has tens of thousands).
+        const int64_t n_rows = std::min(wr.n_out, k_search_rows);
+        std::vector<double> row_error(static_cast<size_t>(n_rows));  // [n_rows]
+        const bool ok = parallel(n_rows, [&](int64_t begin, int64_t end) {
             std::vector<float> scaled(static_cast<size_t>(n)), diff(static_cast<size_t>(n));  // [n_in]
+            std::vector<double> d(static_cast<size_t>(n));                                    // [n_in]
             for (int64_t r = begin; r < end; ++r) {
-                const float* w = wr.w + r * n;
+                const float* w = wr.w + r * wr.n_out / n_rows * n;
                 search_row(*wr.c, w, s, importance, options.clip, scaled.data(), diff.data());
                 for (int64_t i = 0; i < n; ++i) diff[i] -= w[i];
+                for (int64_t i = 0; i < n; ++i) d[i] = diff[i];
                 double err = 0.0;
                 if (!stats.gram.empty()) {
-                    for (int64_t i = 0; i < n; ++i) {
-                        const double* g = stats.gram.data() + i * n;
-                        double gd = 0.0;
-                        for (int64_t j = 0; j < n; ++j) gd += g[j] * diff[j];
-                        err += diff[i] * gd;
-                    }
+                    for (int64_t i = 0; i < n; ++i) err += d[i] * dot(stats.gram.data() + i * n, d.data(), n);
                 }
                 for (int64_t t = 0; t < n_samples; ++t) {
-                    const float* x = stats.samples.data() + t * n;
-                    double y = 0.0;
-                    for (int64_t i = 0; i < n; ++i) y += static_cast<double>(diff[i]) * x[i];
+                    const double y = dot(stats.samples.data() + t * n, d.data(), n);
                     err += y * y;
                 }
                 row_error[r] = err;
             }
         });
         if (!ok) return -1.0;
-        for (double e : row_error) total += e;
+        double sum = 0.0;
+        for (double e : row_error) sum += e;
+        total += sum * static_cast<double>(wr.n_out) / static_cast<double>(n_rows);
     }
     return total;
 }

@@ -4,8 +4,9 @@
 //
 //   s(α) = mean|x|^α, normalized by sqrt(max · min)          α on a grid in [0, 1] (α = 0: s = 1)
 //   error(α) = Σ over the group's weights of ||(Q(W·diag(s))·diag(1/s) - W) X||²
-//   keep the α with the least error; Q is round to nearest with a clipping search per block (the range shrunk
-//   by factors down to 0.5), during the search weighted by E[x²] / s² per weight
+//   keep the α with the least error (measured on at most 2048 evenly spaced rows of each weight); Q is round to nearest
+//   with a clipping search per block (the range shrunk by factors down to 0.5), during the search weighted by E[x²] /
+//   s² per weight
 //
 // then AWQ's clipping search proper for the written blocks: per block, the shrink with the least output error
 // e_bᵀ·E[x_b x_bᵀ]·e_b (e_b the block's error, in the unscaled space).
