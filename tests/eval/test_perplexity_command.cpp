@@ -115,6 +115,50 @@ TEST(perplexity_command, stories260K_matches_the_reference_figures_at_context_25
     EXPECT_GE(n_windows, 10);
 }
 
+TEST(perplexity_command, windows_run_in_steps_of_a_few_tokens_give_the_same_estimate) {
+    // Positions and block tables must carry each window across steps: 16-token and 1-token steps (the KV cache
+    // read back for every earlier token) agree with one step per half-window.
+    TROUPE_REQUIRE_SHARED(model, "models/stories260K.gguf");
+    TROUPE_REQUIRE_SHARED(stories, "text/stories.txt");
+    const std::string text = temp_path("stories_head.txt");  // the first stories: a second's worth of 1-token steps
+    {
+        std::ifstream in(stories, std::ios::binary);
+        std::string head(4000, '\0');
+        in.read(head.data(), static_cast<std::streamsize>(head.size()));
+        head.resize(static_cast<size_t>(in.gcount()));
+        std::ofstream(text, std::ios::binary) << head;
+    }
+    const std::vector<std::string> base{"--model", model, "--file", text, "--ctx", "64", "--threads", "2"};
+    const run_result whole = troupe_perplexity(base);
+    ASSERT_EQ(whole.rc, 0) << whole.err;
+    estimate expected;
+    ASSERT_TRUE(parse_estimate(whole.out, expected)) << whole.out;
+    for (const std::string budget : {"16", "1"}) {
+        std::vector<std::string> args = base;
+        for (const std::string& kv :
+             std::vector<std::string>{"scheduler.max_running_seqs=1", "scheduler.max_batched_tokens=" + budget}) {
+            args.push_back("--set");
+            args.push_back(kv);
+        }
+        const run_result r = troupe_perplexity(args);
+        ASSERT_EQ(r.rc, 0) << r.err;
+        estimate e;
+        ASSERT_TRUE(parse_estimate(r.out, e)) << r.out;
+        EXPECT_NEAR(e.ppl, expected.ppl, 1e-4 * expected.ppl) << "steps of " << budget;
+        EXPECT_EQ(e.n_scored, expected.n_scored);
+    }
+    EXPECT_GE(expected.n_windows, 20);
+    std::remove(text.c_str());
+}
+
+TEST(perplexity_command, help_lists_its_flags) {
+    const run_result r = troupe_perplexity({"--help"});
+    EXPECT_EQ(r.rc, 0);
+    for (const std::string flag : {"--model", "--file", "--ctx", "--threads", "--config", "--set"}) {
+        EXPECT_TRUE(contains(r.out, flag)) << "help lacks " << flag << ":\n" << r.out;
+    }
+}
+
 TEST(perplexity_command, a_text_too_short_or_a_bad_context_fails_with_one_clear_message_and_exit_code_1) {
     TROUPE_REQUIRE_SHARED(model, "models/stories260K.gguf");
     TROUPE_REQUIRE_SHARED(text, "text/stories.txt");
