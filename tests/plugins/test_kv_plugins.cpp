@@ -220,15 +220,20 @@ TEST_P(kv_plugin, avx512_kernels_equal_their_scalar_twin_up_to_summation_order) 
 // values. Mean bounds: about twice the mean measured on this schedule.
 INSTANTIATE_TEST_SUITE_P(
     kv_plugins, kv_plugin,
-    ::testing::Values(kv_case{"int8_hd64_gqa2_bs16", "int8", "{}", 8, 4, 64, 16, 0.01f, 0.0012f},
-                      kv_case{"int8_hd128_mha_bs8", "int8", "{}", 2, 2, 128, 8, 0.01f, 0.0012f},
-                      kv_case{"int8_hd8_gqa4_bs5", "int8", "{}", 8, 2, 8, 5, 0.01f, 0.0012f},
-                      kv_case{"kivi_hd64_gqa2_bs16", "kivi", "{}", 8, 4, 64, 16, 0.6f, 0.08f},
-                      kv_case{"kivi_hd128_gqa3_bs8", "kivi", "{value_group: 64}", 6, 2, 128, 8, 0.6f, 0.08f},
-                      kv_case{"kivi_hd24_mqa_bs6", "kivi", "{value_group: 8}", 4, 1, 24, 6, 0.6f, 0.08f},
-                      kv_case{"fp8_e4m3_hd64_gqa2_bs16", "fp8", "{}", 8, 4, 64, 16, 0.0625f, 0.008f},
-                      kv_case{"fp8_e5m2_hd128_gqa4_bs8", "fp8", "{format: e5m2}", 8, 2, 128, 8, 0.125f, 0.015f},
-                      kv_case{"fp8_e4m3_unscaled_hd40_mha_bs7", "fp8", "{scale: none}", 3, 3, 40, 7, 0.0625f, 0.007f}),
+    ::testing::Values(
+        kv_case{"int8_hd64_gqa2_bs16", "int8", "{}", 8, 4, 64, 16, 0.01f, 0.0012f},
+        kv_case{"int8_hd128_mha_bs8", "int8", "{}", 2, 2, 128, 8, 0.01f, 0.0012f},
+        kv_case{"int8_hd8_gqa4_bs5", "int8", "{}", 8, 2, 8, 5, 0.01f, 0.0012f},
+        kv_case{"kivi_hd64_gqa2_bs16", "kivi", "{residual_blocks: 1}", 8, 4, 64, 16, 0.6f, 0.08f},
+        kv_case{"kivi_hd128_gqa3_bs8", "kivi", "{value_group: 64, residual_blocks: 1}", 6, 2, 128, 8, 0.6f, 0.08f},
+        kv_case{"kivi_hd24_mqa_bs6", "kivi", "{value_group: 8, residual_blocks: 1}", 4, 1, 24, 6, 0.6f, 0.08f},
+        kv_case{"kivi_residual3_hd64_gqa2_bs8", "kivi", "{residual_blocks: 3}", 8, 4, 64, 8, 0.6f, 0.06f},
+        kv_case{"kivi_residual2_hd24_mqa_bs6", "kivi", "{residual_blocks: 2, value_group: 8}", 4, 1, 24, 6, 0.6f,
+                0.06f},
+        kv_case{"fp8_e4m3_hd64_gqa2_bs16", "fp8", "{}", 8, 4, 64, 16, 0.0625f, 0.008f},
+        kv_case{"fp8_e5m2_hd128_gqa4_bs8", "fp8", "{format: e5m2}", 8, 2, 128, 8, 0.125f, 0.015f},
+        kv_case{"fp8_residual2_hd64_gqa2_bs8", "fp8", "{residual_blocks: 2}", 8, 4, 64, 8, 0.0625f, 0.006f},
+        kv_case{"fp8_e4m3_unscaled_hd40_mha_bs7", "fp8", "{scale: none}", 3, 3, 40, 7, 0.0625f, 0.007f}),
     [](const ::testing::TestParamInfo<kv_case>& info) { return std::string(info.param.name); });
 
 struct layout_case {

@@ -1,22 +1,23 @@
 // The driver shared by troupe's quantized KV-cache plugins (kv/int8, kv/kivi, kv/fp8): the descriptor, create,
 // layout and forward of kv.h over a format (kv_format.h). Include it from the plugin's one generic .cpp file only.
 //
-// Window. A format that keeps a sequence's open block in float (window_keys / window_values) gets, per layer and
-// sequence slot (window_tokens = block_size + 1 rows of window_bytes_per_token):
+// Window. A format that keeps a sequence's newest blocks in float (window_keys / window_values; R =
+// residual_blocks of them) gets, per layer and sequence slot (window_tokens = R * block_size + 1 rows of
+// window_bytes_per_token):
 //
-//   slot: [header row: int32 open block + 1 (0: none; the host zeroes a new sequence's slot)]
-//         [K: n_kv_heads x block_size x head_dim floats]   when window_keys
-//         [V: n_kv_heads x block_size x head_dim floats]   when window_values
+//   slot: [header row: int32 held[R]: block + 1 that ring entry j holds (0: none; the host zeroes a new slot)]
+//         [K: R x n_kv_heads x block_size x head_dim floats]   when window_keys   (ring entry j = block % R)
+//         [V: R x n_kv_heads x block_size x head_dim floats]   when window_values
 //
-// Writes go in position order per sequence. A token at position p (block b = p / block_size, row r) goes to the
-// window for the parts the format keeps there; when it fills its block (r = block_size - 1) the format quantizes
-// the window's rows into the block ("closes" it). A write into a block the window does not hold, at r > 0 (a
-// sequence resumed after a rollback of draft tokens, or after its window moved on), first reloads rows [0, r) of
-// that block into the window, dequantized.
+// Writes go in position order per sequence. A token at position p (block b = p / block_size, row r) goes to ring
+// entry b % R for the parts the format keeps there; when it fills its block (r = block_size - 1) the format
+// quantizes the entry's rows into the block ("closes" it), and the entry keeps its floats until block b + R
+// takes it. A write into a block its entry does not hold, at r > 0 (a sequence resumed after a rollback of draft
+// tokens, or after the ring moved on), first reloads rows [0, r) of that block into the entry, dequantized.
 //
-// Reads. After a step's writes, a sequence whose last position q is not the last row of its block has that block
-// (q / block_size) open: its window parts are read from the window. Every other block a token reads is full and
-// read quantized, also by the tokens of the step that filled it (a prefill chunk), as every later step will.
+// Reads. After a step's writes, with q the sequence's last position, a block b with b > q / block_size - R whose
+// entry holds it is read from the window (floats); every other block is full and read from its codes, also by
+// the tokens of the step that wrote it (a prefill chunk), as every later step will.
 //
 // Forward: (1) writes, one work item per (sequence, kv head), tokens in position order; (2) the headers, serially;
 // (3) attention, one work item per (token, kv head): an online softmax block by block (scores of the block's rows
@@ -27,6 +28,7 @@
 #include <troupe/plugin.h>
 
 #include <algorithm>
+#include <climits>
 #include <cmath>
 #include <cstring>
 #include <memory>
@@ -81,20 +83,26 @@ inline bool has_window(const block_codec& c) {
 
 // One slot's parts (kv_driver.h's top comment).
 struct window_view {
-    int32_t* header = nullptr;
-    float* k = nullptr;  // [n_kv_heads, block_size, head_dim] or null
+    int32_t* held = nullptr;  // [R] block + 1 held by each ring entry
+    float* k = nullptr;       // [R, n_kv_heads, block_size, head_dim] or null
     float* v = nullptr;
 };
 
+// Bytes of one window row: K and/or V of one token, every kv head.
+inline size_t window_row_bytes(const kv_geometry& g, const block_codec& codec) {
+    return static_cast<size_t>(g.n_kv_heads) * g.head_dim * sizeof(float) *
+           ((codec.window_keys ? 1 : 0) + (codec.window_values ? 1 : 0));
+}
+
 inline window_view window_of(const troupe_plugin_instance& inst, void* window, int32_t slot) {
     const kv_geometry& g = inst.geometry;
-    const size_t head_rows = static_cast<size_t>(g.n_kv_heads) * g.block_size * g.head_dim;
-    const size_t row_bytes = head_rows / g.block_size * sizeof(float) *
-                             ((inst.codec.window_keys ? 1 : 0) + (inst.codec.window_values ? 1 : 0));
-    const size_t slot_bytes = row_bytes * static_cast<size_t>(g.block_size + 1);
+    const int32_t n_res = inst.codec.residual_blocks;
+    const size_t head_rows = static_cast<size_t>(n_res) * g.n_kv_heads * g.block_size * g.head_dim;
+    const size_t row_bytes = window_row_bytes(g, inst.codec);
+    const size_t slot_bytes = row_bytes * (static_cast<size_t>(n_res) * g.block_size + 1);
     auto* base = static_cast<uint8_t*>(window) + static_cast<size_t>(slot) * slot_bytes;
     window_view w;
-    w.header = reinterpret_cast<int32_t*>(base);
+    w.held = reinterpret_cast<int32_t*>(base);
     float* parts = reinterpret_cast<float*>(base + row_bytes);
     if (inst.codec.window_keys) {
         w.k = parts;
@@ -175,10 +183,14 @@ inline void attend_item(const troupe_plugin_instance& inst, const troupe_kv_call
     const float* q = c.q + (static_cast<size_t>(t) * c.n_heads + static_cast<size_t>(h) * group) * hd;
     float* out = c.out + (static_cast<size_t>(t) * c.n_heads + static_cast<size_t>(h) * group) * hd;
 
-    const int32_t open = (has_window(codec) && last_pos[s] % bs != bs - 1) ? last_pos[s] / bs : -1;
+    const int32_t n_res = codec.residual_blocks;
+    const int32_t first_residual = has_window(codec) ? last_pos[s] / bs - n_res + 1 : INT32_MAX;
     window_view win;
-    if (open >= 0) win = window_of(inst, c.window, c.window_slot[s]);
-    const size_t head_window = static_cast<size_t>(h) * bs * hd;
+    if (has_window(codec)) win = window_of(inst, c.window, c.window_slot[s]);
+    // Rows of kv head h in the ring entry of block b.
+    auto entry = [&](const float* part, int32_t b) {
+        return part + (static_cast<size_t>(b % n_res) * c.n_kv_heads + h) * bs * hd;
+    };
 
     float acc[max_group * max_head_dim];   // [group, head_dim]
     float sc[max_group * max_block_size];  // [group, bs] scores, then probabilities
@@ -191,8 +203,9 @@ inline void attend_item(const troupe_plugin_instance& inst, const troupe_kv_call
     for (int32_t b = 0; b <= p / bs; ++b) {
         const int32_t n_rows = b < p / bs ? bs : p % bs + 1;
         const uint8_t* block = static_cast<const uint8_t*>(c.pool) + static_cast<size_t>(table[b]) * c.block_bytes;
-        if (b == open && codec.window_keys) {
-            kern.scores_f32(win.k + head_window, hd, q, group, n_rows, c.scale, sc, bs);
+        const bool in_window = b >= first_residual && win.held[b % n_res] == b + 1;
+        if (in_window && codec.window_keys) {
+            kern.scores_f32(entry(win.k, b), hd, q, group, n_rows, c.scale, sc, bs);
         } else {
             kern.scores(codec.format, block, h, q, group, n_rows, c.scale, sc, bs);
         }
@@ -213,8 +226,8 @@ inline void attend_item(const troupe_plugin_instance& inst, const troupe_kv_call
             run_max[g] = m;
             run_sum[g] = sum;
         }
-        if (b == open && codec.window_values) {
-            kern.accumulate_f32(win.v + head_window, hd, sc, group, n_rows, bs, acc);
+        if (in_window && codec.window_values) {
+            kern.accumulate_f32(entry(win.v, b), hd, sc, group, n_rows, bs, acc);
         } else {
             kern.accumulate(codec.format, block, h, sc, group, n_rows, bs, acc);
         }
@@ -258,15 +271,12 @@ inline int32_t forward(troupe_plugin_instance* inst, const troupe_kv_call* call,
                 const int32_t h = static_cast<int32_t>(item % c.n_kv_heads);
                 const auto& ts = tokens[static_cast<size_t>(s)];
                 if (ts.empty()) continue;
+                const int32_t n_res = codec.residual_blocks;
                 window_view win;
-                int32_t held = -1;
-                float* wk = nullptr;
-                float* wv = nullptr;
+                int32_t held[max_residual_blocks];  // this item's view of the ring (the header is updated in (2))
                 if (windowed) {
                     win = window_of(*inst, c.window, c.window_slot[s]);
-                    held = *win.header - 1;
-                    if (win.k) wk = win.k + static_cast<size_t>(h) * bs * hd;
-                    if (win.v) wv = win.v + static_cast<size_t>(h) * bs * hd;
+                    std::copy(win.held, win.held + n_res, held);
                 }
                 for (const int32_t t : ts) {
                     const int32_t p = c.positions[t];
@@ -274,9 +284,16 @@ inline int32_t forward(troupe_plugin_instance* inst, const troupe_kv_call* call,
                     const int32_t r = p % bs;
                     uint8_t* block =
                         static_cast<uint8_t*>(c.pool) + static_cast<size_t>(c.block_tables[s][b]) * c.block_bytes;
-                    if (windowed && b != held) {
-                        if (r > 0) codec.reload(codec.format, block, wk, wv, h, r);
-                        held = b;
+                    float* wk = nullptr;
+                    float* wv = nullptr;
+                    if (windowed) {
+                        const size_t at = (static_cast<size_t>(b % n_res) * c.n_kv_heads + h) * bs * hd;
+                        if (win.k) wk = win.k + at;
+                        if (win.v) wv = win.v + at;
+                        if (held[b % n_res] != b + 1) {
+                            if (r > 0) codec.reload(codec.format, block, wk, wv, h, r);
+                            held[b % n_res] = b + 1;
+                        }
                     }
                     const size_t row = (static_cast<size_t>(t) * c.n_kv_heads + h) * hd;
                     codec.write(codec.format, block, wk, wv, h, r, c.k + row, c.v + row);
@@ -286,11 +303,15 @@ inline int32_t forward(troupe_plugin_instance* inst, const troupe_kv_call* call,
         });
         if (rc != TROUPE_OK) return fail(inst, rc, "writing K/V failed in the host's parallel_for");
 
-        // (2) headers: the block each window now holds.
+        // (2) headers: the block each ring entry now holds.
         if (windowed) {
             for (int32_t s = 0; s < c.n_seqs; ++s) {
-                if (last_pos[static_cast<size_t>(s)] < 0) continue;
-                *window_of(*inst, c.window, c.window_slot[s]).header = last_pos[static_cast<size_t>(s)] / bs + 1;
+                if (tokens[static_cast<size_t>(s)].empty()) continue;
+                int32_t* held = window_of(*inst, c.window, c.window_slot[s]).held;
+                for (const int32_t t : tokens[static_cast<size_t>(s)]) {
+                    const int32_t b = c.positions[t] / bs;
+                    held[b % codec.residual_blocks] = b + 1;
+                }
             }
         }
 
@@ -332,9 +353,18 @@ inline int32_t layout(troupe_plugin_instance* inst, const troupe_kv_shape* shape
             return fail(inst, TROUPE_ERR_UNSUPPORTED, why);
         }
         const int32_t n_parts = (codec.window_keys ? 1 : 0) + (codec.window_values ? 1 : 0);
+        if (n_parts > 0 &&
+            (codec.residual_blocks < 1 || codec.residual_blocks > max_residual_blocks ||
+             static_cast<size_t>(codec.residual_blocks) * sizeof(int32_t) > window_row_bytes(g, codec))) {
+            return fail(inst, TROUPE_ERR_UNSUPPORTED,
+                        std::to_string(codec.residual_blocks) +
+                            " residual blocks do not fit the window's header row (" +
+                            std::to_string(window_row_bytes(g, codec) / sizeof(int32_t)) + " entries, at most " +
+                            std::to_string(max_residual_blocks) + ")");
+        }
         l.struct_size = sizeof(troupe_kv_layout);
         l.version = TROUPE_KV_LAYOUT_VERSION;
-        l.window_tokens = n_parts > 0 ? g.block_size + 1 : 0;  // + the header row
+        l.window_tokens = n_parts > 0 ? codec.residual_blocks * g.block_size + 1 : 0;  // + the header row
         l.window_bytes_per_token = static_cast<size_t>(n_parts) * g.n_kv_heads * g.head_dim * sizeof(float);
         *out = l;
         inst->geometry = g;

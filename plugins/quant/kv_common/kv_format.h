@@ -23,6 +23,7 @@ namespace troupe::kv {
 constexpr int32_t max_head_dim = 256;
 constexpr int32_t max_group = 32;
 constexpr int32_t max_block_size = 256;
+constexpr int32_t max_residual_blocks = 64;  // blocks a window keeps in float
 
 // The geometry every format is made for (from troupe_kv_shape).
 struct kv_geometry {
@@ -50,6 +51,9 @@ struct block_codec {
     const void* format = nullptr;  // the format's constants, passed back to every function
     bool window_keys = false;      // keys of a sequence's open block wait in its window, in float
     bool window_values = false;    // values likewise
+    // Blocks kept in float per sequence: the newest residual_blocks blocks (the open one and those before it) are
+    // read from the window; older ones from their codes.
+    int32_t residual_blocks = 1;
     // Writes kv head h of the token at `row` of `block`: into the block (quantized) or the window rows
     // (win_k / win_v: this head's [block_size, head_dim] floats, null when the format keeps no window for them).
     void (*write)(const void* format, uint8_t* block, float* win_k, float* win_v, int32_t h, int32_t row,

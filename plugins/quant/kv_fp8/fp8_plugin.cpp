@@ -4,6 +4,9 @@
 //   kernel: auto | scalar | avx512   (default auto: AVX-512 where the CPU has it)
 //   format: e4m3 | e5m2              (default e4m3: 3 mantissa bits; e5m2 has 2, and range instead)
 //   scale:  token | none             (default token: a float scale per (token, kv head) row of K and of V)
+//   residual_blocks: 0..64           (default 0: every token encoded as it is written; R > 0: each running
+//                                     sequence's newest R blocks are read in float from its window, encoded when
+//                                     their block fills, as kv/kivi's residual)
 #include <troupe/plugin.h>
 
 #include <algorithm>
@@ -38,9 +41,37 @@ void fp8_write(const void* f, uint8_t* block, float*, float*, int32_t h, int32_t
     encode_row(F, v, const_cast<uint8_t*>(F.v_codes(block, h, row)), F.scale_at(block, true, h, row));
 }
 
+// With a window: rows wait in float and are encoded when their block fills.
+void fp8_write_window(const void* f, uint8_t*, float* win_k, float* win_v, int32_t, int32_t row, const float* k,
+                      const float* v) {
+    const size_t hd = static_cast<size_t>(fmt(f).geometry.head_dim);
+    std::copy(k, k + hd, win_k + row * hd);
+    std::copy(v, v + hd, win_v + row * hd);
+}
+
+void fp8_close(const void* f, uint8_t* block, const float* win_k, const float* win_v, int32_t h) {
+    const fp8_format& F = fmt(f);
+    const size_t hd = static_cast<size_t>(F.geometry.head_dim);
+    for (int32_t r = 0; r < F.geometry.block_size; ++r)
+        fp8_write(f, block, nullptr, nullptr, h, r, win_k + r * hd, win_v + r * hd);
+}
+
+void fp8_reload(const void* f, const uint8_t* block, float* win_k, float* win_v, int32_t h, int32_t n_rows) {
+    const fp8_format& F = fmt(f);
+    const int32_t hd = F.geometry.head_dim;
+    for (int32_t r = 0; r < n_rows; ++r) {
+        const float ks = F.scale(block, false, h, r);
+        const float vs = F.scale(block, true, h, r);
+        for (int32_t c = 0; c < hd; ++c) {
+            win_k[static_cast<size_t>(r) * hd + c] = ks * F.lut[F.k_codes(block, h, r)[c]];
+            win_v[static_cast<size_t>(r) * hd + c] = vs * F.lut[F.v_codes(block, h, r)[c]];
+        }
+    }
+}
+
 class fp8_choice final : public format_choice {
 public:
-    fp8_choice(troupe::fp8::format kind, bool scaled) {
+    fp8_choice(troupe::fp8::format kind, bool scaled, int32_t residual_blocks) : residual_blocks_(residual_blocks) {
         format_.kind = kind;
         format_.scaled = scaled;
         for (int32_t code = 0; code < 256; ++code) {
@@ -54,6 +85,14 @@ public:
         format_.geometry = g;
         codec.format = &format_;
         codec.write = fp8_write;
+        if (residual_blocks_ > 0) {
+            codec.window_keys = true;
+            codec.window_values = true;
+            codec.residual_blocks = residual_blocks_;
+            codec.write = fp8_write_window;
+            codec.close = fp8_close;
+            codec.reload = fp8_reload;
+        }
         codec.kernels = avx512 ? fp8_kernels_avx512() : fp8_kernels_ref();
         layout.bytes_per_token = format_.bytes_per_token();
         layout.bytes_per_block = 0;
@@ -62,16 +101,18 @@ public:
 
 private:
     fp8_format format_;
+    int32_t residual_blocks_;
 };
 
 std::unique_ptr<format_choice> parse(param_reader& reader) {
     const std::string kind = reader.choice("format", {"e4m3", "e5m2"}, "e4m3");
     const std::string scale = reader.choice("scale", {"token", "none"}, "token");
+    const auto residual = static_cast<int32_t>(reader.integer("residual_blocks", 0, max_residual_blocks, 0));
     return std::make_unique<fp8_choice>(kind == "e5m2" ? troupe::fp8::format::e5m2 : troupe::fp8::format::e4m3,
-                                        scale == "token");
+                                        scale == "token", residual);
 }
 
-const plugin_description description{"kv/fp8", {"format", "scale"}, parse};
+const plugin_description description{"kv/fp8", {"format", "scale", "residual_blocks"}, parse};
 
 int32_t fp8_create(const troupe_plugin_params* params, troupe_plugin_instance** out) {
     return create(description, params, out);

@@ -5,6 +5,9 @@
 //   kernel: auto | scalar | avx512   (default auto: AVX-512 where the CPU has it)
 //   value_group: channels per (scale, min) of a value row, 1..256 (default 32; capped at head_dim, which it
 //                must divide)
+//   residual_blocks: KIVI's float residual R, in blocks: each running sequence's newest 1..64 blocks (the open
+//                one and those before it) are read in float from its window (default 8: KIVI's R = 128 tokens at
+//                kv.block_size 16; 1 keeps only the open block, for the least memory)
 #include <troupe/plugin.h>
 
 #include <cstring>
@@ -67,7 +70,8 @@ void kivi_reload(const void* f, const uint8_t* block, float* win_k, float* win_v
 
 class kivi_choice final : public format_choice {
 public:
-    explicit kivi_choice(int32_t value_group) : value_group_(value_group) {}
+    kivi_choice(int32_t value_group, int32_t residual_blocks)
+        : value_group_(value_group), residual_blocks_(residual_blocks) {}
 
     std::string make(const kv_geometry& g, bool avx512, block_codec& codec, troupe_kv_layout& layout) override {
         const int32_t group = std::min(value_group_, g.head_dim);
@@ -80,6 +84,7 @@ public:
         codec.format = &format_;
         codec.window_keys = true;
         codec.window_values = true;
+        codec.residual_blocks = residual_blocks_;
         codec.write = kivi_write;
         codec.close = kivi_close;
         codec.reload = kivi_reload;
@@ -91,14 +96,17 @@ public:
 
 private:
     int32_t value_group_;
+    int32_t residual_blocks_;
     kivi_format format_;
 };
 
 std::unique_ptr<format_choice> parse(param_reader& reader) {
-    return std::make_unique<kivi_choice>(static_cast<int32_t>(reader.integer("value_group", 1, max_head_dim, 32)));
+    const auto value_group = static_cast<int32_t>(reader.integer("value_group", 1, max_head_dim, 32));
+    const auto residual = static_cast<int32_t>(reader.integer("residual_blocks", 1, max_residual_blocks, 8));
+    return std::make_unique<kivi_choice>(value_group, residual);
 }
 
-const plugin_description description{"kv/kivi", {"value_group"}, parse};
+const plugin_description description{"kv/kivi", {"value_group", "residual_blocks"}, parse};
 
 int32_t kivi_create(const troupe_plugin_params* params, troupe_plugin_instance** out) {
     return create(description, params, out);
