@@ -466,6 +466,33 @@ TEST_F(quantize_methods, gptq_refuses_groups_it_has_no_calibration_for) {
               "the inputs of every linear it quantizes)");
 }
 
+TEST_F(quantize_methods, observe_refuses_device_rows_and_changed_widths_and_ignores_taps_it_does_not_use) {
+    for (const char* name : {"gptq", "awq"}) {
+        method m(lib(name), {});
+        const std::vector<float> rows(4 * 64, 0.5f), wider(4 * 96, 0.5f);
+        const std::vector<int64_t> seq(4, 0);
+        const std::vector<int32_t> pos = {0, 1, 2, 3};
+        troupe_tap_data cuda = {sizeof(troupe_tap_data),
+                                TROUPE_TAP_DATA_VERSION,
+                                TROUPE_TAP_ATTN_NORM,
+                                0,
+                                4,
+                                64,
+                                rows.data(),
+                                seq.data(),
+                                pos.data(),
+                                TROUPE_BACKEND_CUDA,
+                                nullptr};
+        EXPECT_EQ(m.d->taps->observe(m.instance, &cuda), TROUPE_ERR_UNSUPPORTED) << name;
+        EXPECT_EQ(m.message(), "observe: calibration runs on the CPU backend only") << name;
+        EXPECT_EQ(m.observe(0, TROUPE_TAP_ATTN_NORM, rows, 64), TROUPE_OK) << name;
+        EXPECT_EQ(m.observe(0, TROUPE_TAP_ATTN_NORM, wider, 96), TROUPE_ERR_INVALID_ARGUMENT) << name;
+        EXPECT_EQ(m.message(), "observe: layer 0 tap attn_norm changed width from 64 to 96") << name;
+        EXPECT_EQ(m.observe(0, TROUPE_TAP_Q, wider, 96), TROUPE_OK) << name << ": taps that are no linear's input";
+        EXPECT_EQ(m.observe(-1, TROUPE_TAP_LOGITS, wider, 96), TROUPE_OK) << name;
+    }
+}
+
 TEST_F(quantize_methods, quantize_group_refuses_types_and_shapes_it_cannot_write) {
     const problem p = make_problem(96, 4, 0, 0, 13);
     std::vector<uint8_t> out(4096);
