@@ -22,6 +22,7 @@
 #include "cli/engine_flags.h"
 #include "core/model/compute_context.h"
 #include "core/plugin_host/plugin_host.h"
+#include "core/plugin_host/plugin_model_services.h"
 #include "core/plugin_host/plugin_quantize_method.h"
 #include "core/quantize/quantize_run.h"
 #include "core/tokenizer/tokenizer.h"
@@ -127,7 +128,9 @@ int quantize(const quantize_inputs& in) {
     auto bound = bind_llama_weights(*file);
     if (!bound) return fail(bound.message());
 
-    plugin_host host(plugin_host_options{in.config.plugins.plugin_dir, plugin_backend::cpu});
+    // The method is made for the input model: its tensors and metadata by name (troupe_plugin_params.model).
+    plugin_host host(plugin_host_options{in.config.plugins.plugin_dir, plugin_backend::cpu},
+                     make_model_services(*file));
     if (in.method.find('/') == std::string::npos &&
         !std::filesystem::exists(host.library_path(plugin_kind::quant, in.method))) {
         return fail("--method " + in.method + ": unknown method (methods: " + methods_found(host) + ")", exit_usage);
