@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <string>
 
+#include "plugins/common/plugin_support.h"
 #include "plugins/common/quant_codec.h"
 
 namespace troupe::quant_common {
@@ -58,6 +59,42 @@ inline std::string group_label(const troupe_quantize_group* g) {
     const char* tap = troupe_tap_name(g->input_tap);
     return (g->layer < 0 ? std::string("output") : "layer " + std::to_string(g->layer)) + " " +
            (tap != nullptr ? tap : "tap " + std::to_string(g->input_tap));
+}
+
+// The host's general worker pool (troupe_host_services.parallel_for) as a troupe_parallel, for work outside op calls
+// that carry their own (accumulating calibration statistics in observe); without one, run_parallel runs inline.
+inline troupe_parallel host_parallel() {
+    troupe_parallel p{};
+    p.struct_size = sizeof p;
+    p.version = TROUPE_PARALLEL_VERSION;
+    p.backend = TROUPE_BACKEND_CPU;
+    const troupe_host_services* host = plugin_support::host_log::services();
+    if (host != nullptr && TROUPE_HAS_FIELD(host, troupe_host_services, parallel_for)) {
+        p.host_ctx = host->host_ctx;
+        p.parallel_for = host->parallel_for;
+    }
+    return p;
+}
+
+// g[i, j] += Σ_r x[r, i] x[r, j] for j >= i (the upper triangle of X^T X), x [n_rows, n], g [n, n] row-major, over
+// the host's workers: rows i and n - 1 - i go together so every range has about the same work.
+inline int32_t accumulate_upper_gram(const float* x, int64_t n_rows, int64_t n, double* g) {
+    auto row = [&](int64_t i) {
+        double* gi = g + i * n;
+        for (int64_t r = 0; r < n_rows; ++r) {
+            const float* xr = x + r * n;
+            const double xi = xr[i];
+            if (xi == 0.0) continue;
+            for (int64_t j = i; j < n; ++j) gi[j] += xi * xr[j];
+        }
+    };
+    const troupe_parallel p = host_parallel();
+    return plugin_support::run_parallel(&p, (n + 1) / 2, [&](int64_t begin, int64_t end) {
+        for (int64_t k = begin; k < end; ++k) {
+            row(k);
+            if (n - 1 - k != k) row(n - 1 - k);
+        }
+    });
 }
 
 // Calibration statistics are kept per (layer, tap).

@@ -98,21 +98,29 @@ int32_t awq_observe(troupe_plugin_instance* inst, const troupe_tap_data* data) {
                         "observe: layer " + std::to_string(data->layer) + " tap " + troupe_tap_name(data->tap) +
                             " changed width from " + std::to_string(s.width) + " to " + std::to_string(n));
         }
-        for (int64_t r = 0; r < data->n_rows; ++r) {
-            const float* x = data->data + r * n;
-            for (int64_t i = 0; i < n; ++i) {
-                const double xi = x[i];
-                s.sum_abs[i] += std::fabs(xi);
-                if (xi == 0.0) continue;
-                if (!s.gram.empty()) {
-                    double* g = s.gram.data() + i * n;
-                    for (int64_t j = i; j < n; ++j) g[j] += xi * x[j];
-                } else {
+        const float* xs = data->data;  // [n_rows, n]
+        int32_t rc = TROUPE_OK;
+        if (!s.gram.empty()) {
+            rc = troupe::quant_common::accumulate_upper_gram(xs, data->n_rows, n, s.gram.data());
+        } else {
+            const troupe_parallel p = troupe::quant_common::host_parallel();
+            rc = run_parallel(&p, n, [&](int64_t begin, int64_t end) {
+                for (int64_t i = begin; i < end; ++i) {
                     const int64_t b0 = i / k_block * k_block, b1 = std::min(n, b0 + k_block);
                     double* bg = s.block_gram.data() + i * k_block - b0;
-                    for (int64_t j = b0; j < b1; ++j) bg[j] += xi * x[j];
+                    for (int64_t r = 0; r < data->n_rows; ++r) {
+                        const float* x = xs + r * n;
+                        const double xi = x[i];
+                        if (xi == 0.0) continue;
+                        for (int64_t j = b0; j < b1; ++j) bg[j] += xi * x[j];
+                    }
                 }
-            }
+            });
+        }
+        if (rc != TROUPE_OK) return fail(inst, TROUPE_ERR_INTERNAL, "observe: the host's parallel_for failed");
+        for (int64_t r = 0; r < data->n_rows; ++r) {
+            const float* x = xs + r * n;
+            for (int64_t i = 0; i < n; ++i) s.sum_abs[i] += std::fabs(static_cast<double>(x[i]));
             if (!s.gram.empty()) continue;
             // Reservoir sampling: row k of the stream is kept with probability n_samples / (k + 1).
             const int64_t k = s.n_rows + r;

@@ -84,15 +84,8 @@ int32_t gptq_observe(troupe_plugin_instance* inst, const troupe_tap_data* data) 
                         "observe: layer " + std::to_string(data->layer) + " tap " + troupe_tap_name(data->tap) +
                             " changed width from " + std::to_string(s.width) + " to " + std::to_string(n));
         }
-        for (int64_t r = 0; r < data->n_rows; ++r) {
-            const float* x = data->data + r * n;
-            for (int64_t i = 0; i < n; ++i) {
-                const double xi = x[i];
-                if (xi == 0.0) continue;
-                double* hrow = s.xx.data() + i * n;
-                for (int64_t j = i; j < n; ++j) hrow[j] += xi * x[j];
-            }
-        }
+        if (troupe::quant_common::accumulate_upper_gram(data->data, data->n_rows, n, s.xx.data()) != TROUPE_OK)
+            return fail(inst, TROUPE_ERR_INTERNAL, "observe: the host's parallel_for failed");
         s.n_rows += data->n_rows;
         return TROUPE_OK;
     });
