@@ -1,13 +1,16 @@
 // quant/w4a16's kernels at the AVX2 level (+FMA, F16C; built with its own flags and -ffp-contract=off, so a
 // multiply and the add after it stay two roundings, as in the reference dequantization).
 //
-// 8 bytes of qs widen to 8 int32 lanes; their low nibbles (masked) and high nibbles (shifted) become floats,
-// then weights d * q + m (a multiply, then an add: the reference's values exactly), then FMAs with the tokens.
+// The layout of w4a16_format.h: a span's 64 bytes of codes are two registers of 8 lanes; shifting by 4k and masking
+// gives the codes of weights 16k.. (lanes 0..7) and 16k + 8.. (lanes 8..15) as int32, then floats, then weights
+// d * q + m (a multiply, then an add: the reference's values exactly), then FMAs with the tokens.
 #include "w4a16_kernels.h"
 
 #if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
 
 #include <immintrin.h>
+
+#include <algorithm>
 
 #include "w4a16_prefill_blocks.h"
 
@@ -16,35 +19,18 @@ namespace {
 
 constexpr int k_prefetch_distance = 4096;
 
-inline void scale_min(const uint8_t* blk, __m256* d, __m256* m) {
+inline void scale_min(const uint8_t* p, __m256* d, __m256* m) {
     uint32_t dm;
-    std::memcpy(&dm, blk, 4);
+    std::memcpy(&dm, p, 4);
     const __m128 f = _mm_cvtph_ps(_mm_cvtsi32_si128(static_cast<int>(dm)));
     *d = _mm256_broadcastss_ps(f);
     *m = _mm256_broadcastss_ps(_mm_movehdup_ps(f));
 }
 
-// The 8 bytes at qs: the weights of their low nibbles and of their high nibbles.
-inline void weights8(const uint8_t* qs, __m256 d, __m256 m, __m256* lo, __m256* hi) {
-    int64_t bytes;
-    std::memcpy(&bytes, qs, 8);
-    const __m256i v = _mm256_cvtepu8_epi32(_mm_cvtsi64_si128(bytes));
-    const __m256 ql = _mm256_cvtepi32_ps(_mm256_and_si256(v, _mm256_set1_epi32(15)));
-    const __m256 qh = _mm256_cvtepi32_ps(_mm256_srli_epi32(v, 4));
-    *lo = _mm256_add_ps(_mm256_mul_ps(d, ql), m);
-    *hi = _mm256_add_ps(_mm256_mul_ps(d, qh), m);
-}
-
-template <int T>
-inline void fma8(const uint8_t* qs, __m256 d, __m256 m, const float* xlo, const float* xhi, int64_t xs,
-                 __m256 (&acc_lo)[T], __m256 (&acc_hi)[T]) {
-    __m256 lo, hi;
-    weights8(qs, d, m, &lo, &hi);
-#pragma GCC unroll 4
-    for (int t = 0; t < T; ++t) {
-        acc_lo[t] = _mm256_fmadd_ps(lo, _mm256_loadu_ps(xlo + t * xs), acc_lo[t]);
-        acc_hi[t] = _mm256_fmadd_ps(hi, _mm256_loadu_ps(xhi + t * xs), acc_hi[t]);
-    }
+// Weights 16k + 8h .. 16k + 8h + 7 of a span from its codes vh (lanes 8h..8h+7): d * q + m.
+inline __m256 weights8(__m256i vh, int k, __m256 d, __m256 m) {
+    const __m256i q = _mm256_and_si256(_mm256_srl_epi32(vh, _mm_cvtsi32_si128(4 * k)), _mm256_set1_epi32(15));
+    return _mm256_add_ps(_mm256_mul_ps(d, _mm256_cvtepi32_ps(q)), m);
 }
 
 inline float hsum(__m256 v) {
@@ -53,61 +39,51 @@ inline float hsum(__m256 v) {
     return _mm_cvtss_f32(_mm_add_ss(s2, _mm_movehdup_ps(s2)));
 }
 
-// y[t * ldy] = row . x[t] for T tokens; four chains per token (low/high nibbles of each 8-byte half).
-template <int G, int T>
-void row_dot(const uint8_t* row, int64_t n_in, const float* x, int64_t xs, float* y, int64_t ldy) {
-    constexpr size_t bb = block_bytes(G);
-    __m256 a0[T], a1[T], a2[T], a3[T];
-    for (int t = 0; t < T; ++t) a0[t] = a1[t] = a2[t] = a3[t] = _mm256_setzero_ps();
-    for (int64_t b = 0; b < n_in / G; ++b) {
-        const uint8_t* blk = row + b * bb;
-        _mm_prefetch(reinterpret_cast<const char*>(blk) + k_prefetch_distance, _MM_HINT_T0);
-        __m256 d, m;
-        scale_min(blk, &d, &m);
-        const uint8_t* qs = blk + k_block_header;
-        const float* xb = x + b * G;
-#pragma GCC unroll 8
-        for (int c = 0; c < G / 2; c += 16) {
-            fma8<T>(qs + c, d, m, xb + c, xb + G / 2 + c, xs, a0, a1);
-            fma8<T>(qs + c + 8, d, m, xb + c + 8, xb + G / 2 + c + 8, xs, a2, a3);
+// y[t * ldy] = row r . x[t] for T tokens; two chains per token (the two halves of each 16 weights).
+template <int T>
+void row_dot(const matrix& w, int64_t r, const float* x, int64_t xs, float* y, int64_t ldy) {
+    const uint8_t* spans = w.spans(r);
+    const uint8_t* scales = w.scales(r);
+    __m256 a0[T], a1[T];
+    for (int t = 0; t < T; ++t) a0[t] = a1[t] = _mm256_setzero_ps();
+    for (int64_t j0 = 0; j0 < w.n_in; j0 += k_span) {
+        const uint8_t* sp = spans + (j0 / k_span) * k_span_bytes;
+        _mm_prefetch(reinterpret_cast<const char*>(sp) + k_prefetch_distance, _MM_HINT_T0);
+        const __m256i v0 = _mm256_load_si256(reinterpret_cast<const __m256i*>(sp));
+        const __m256i v1 = _mm256_load_si256(reinterpret_cast<const __m256i*>(sp + 32));
+        const int kn = static_cast<int>(std::min<int64_t>(8, (w.n_in - j0) / 16));
+        __m256 d = _mm256_setzero_ps(), m = d;  // set at k = 0: every span starts a group
+        for (int k = 0; k < kn; ++k) {
+            const int64_t j = j0 + 16 * k;
+            if (j % w.g == 0) scale_min(scales + 4 * (j / w.g), &d, &m);
+            const __m256 w0 = weights8(v0, k, d, m), w1 = weights8(v1, k, d, m);
+#pragma GCC unroll 4
+            for (int t = 0; t < T; ++t) {
+                a0[t] = _mm256_fmadd_ps(w0, _mm256_loadu_ps(x + t * xs + j), a0[t]);
+                a1[t] = _mm256_fmadd_ps(w1, _mm256_loadu_ps(x + t * xs + j + 8), a1[t]);
+            }
         }
     }
-    for (int t = 0; t < T; ++t) {
-        y[t * ldy] = hsum(_mm256_add_ps(_mm256_add_ps(a0[t], a1[t]), _mm256_add_ps(a2[t], a3[t])));
-    }
+    for (int t = 0; t < T; ++t) y[t * ldy] = hsum(_mm256_add_ps(a0[t], a1[t]));
 }
 
-template <int G>
-void decode_g(const matrix& w, const float* x, int64_t n_tokens, float* y, int64_t r0, int64_t r1) {
+void decode_avx2(const matrix& w, const float* x, int64_t n_tokens, float* y, int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1; ++r) {
-        const uint8_t* row = w.row(r);
         int64_t t = 0;
-        for (; t + 4 <= n_tokens; t += 4)
-            row_dot<G, 4>(row, w.n_in, x + t * w.n_in, w.n_in, y + t * w.n_out + r, w.n_out);
+        for (; t + 4 <= n_tokens; t += 4) row_dot<4>(w, r, x + t * w.n_in, w.n_in, y + t * w.n_out + r, w.n_out);
         switch (n_tokens - t) {
             case 3:
-                row_dot<G, 3>(row, w.n_in, x + t * w.n_in, w.n_in, y + t * w.n_out + r, w.n_out);
+                row_dot<3>(w, r, x + t * w.n_in, w.n_in, y + t * w.n_out + r, w.n_out);
                 break;
             case 2:
-                row_dot<G, 2>(row, w.n_in, x + t * w.n_in, w.n_in, y + t * w.n_out + r, w.n_out);
+                row_dot<2>(w, r, x + t * w.n_in, w.n_in, y + t * w.n_out + r, w.n_out);
                 break;
             case 1:
-                row_dot<G, 1>(row, w.n_in, x + t * w.n_in, w.n_in, y + t * w.n_out + r, w.n_out);
+                row_dot<1>(w, r, x + t * w.n_in, w.n_in, y + t * w.n_out + r, w.n_out);
                 break;
             default:
                 break;
         }
-    }
-}
-
-void decode_avx2(const matrix& w, const float* x, int64_t n_tokens, float* y, int64_t r0, int64_t r1) {
-    switch (w.g) {
-        case 32:
-            return decode_g<32>(w, x, n_tokens, y, r0, r1);
-        case 64:
-            return decode_g<64>(w, x, n_tokens, y, r0, r1);
-        default:
-            return decode_g<128>(w, x, n_tokens, y, r0, r1);
     }
 }
 
@@ -116,18 +92,20 @@ struct tiles_avx2 {
     static constexpr int64_t nr = 6;
     static constexpr int64_t nt = 16;
 
-    static void dequant(const uint8_t* row, int g, int64_t k0, int64_t kc, float* out) {
-        const size_t bb = block_bytes(g);
-        for (int64_t b = k0 / g; b < (k0 + kc) / g; ++b) {
-            const uint8_t* blk = row + b * bb;
-            __m256 d, m;
-            scale_min(blk, &d, &m);
-            float* o = out + (b * g - k0);
-            for (int c = 0; c < g / 2; c += 8) {
-                __m256 lo, hi;
-                weights8(blk + k_block_header + c, d, m, &lo, &hi);
-                _mm256_storeu_ps(o + c, lo);
-                _mm256_storeu_ps(o + g / 2 + c, hi);
+    // out[0..kc) = weights k0..k0 + kc of row r (k0 a multiple of 128, kc of g).
+    static void dequant(const matrix& w, int64_t r, int64_t k0, int64_t kc, float* out) {
+        const uint8_t* spans = w.spans(r);
+        const uint8_t* scales = w.scales(r);
+        for (int64_t j0 = k0; j0 < k0 + kc; j0 += k_span) {
+            const uint8_t* sp = spans + (j0 / k_span) * k_span_bytes;
+            const __m256i v0 = _mm256_load_si256(reinterpret_cast<const __m256i*>(sp));
+            const __m256i v1 = _mm256_load_si256(reinterpret_cast<const __m256i*>(sp + 32));
+            for (int k = 0; k < 8 && j0 + 16 * k < k0 + kc; ++k) {
+                const int64_t j = j0 + 16 * k;
+                __m256 d, m;
+                scale_min(scales + 4 * (j / w.g), &d, &m);
+                _mm256_storeu_ps(out + (j - k0), weights8(v0, k, d, m));
+                _mm256_storeu_ps(out + (j - k0) + 8, weights8(v1, k, d, m));
             }
         }
     }

@@ -2,9 +2,8 @@
 // multiply and the add after it stay two roundings, as in the reference dequantization).
 //
 // A group's 16 possible weights d * q + m (q = 0..15) are built once per group as one register, `levels`; a
-// vector of 16 weights is then one permute of it by their nibbles (vpermps reads only the low 4 bits of each
-// index, so the high nibbles need a shift but no mask). 16 bytes of qs hold elements 16c.. (low nibbles) and
-// G/2 + 16c.. (high nibbles) of a group.
+// vector of 16 weights is then one permute of it by their codes (vpermps reads only the low 4 bits of each
+// index, so the codes need a shift but no mask), in the layout of w4a16_format.h (one aligned load per 128 codes).
 #include "w4a16_kernels.h"
 
 #if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__)
@@ -18,9 +17,10 @@ namespace {
 
 constexpr int k_prefetch_distance = 4096;  // bytes ahead in the row stream
 
-inline __m512 levels(const uint8_t* blk) {
+// The 16 levels d * q + m (q = 0..15) of the group whose fp16 (d, m) are at p.
+inline __m512 levels(const uint8_t* p) {
     uint32_t dm;
-    std::memcpy(&dm, blk, 4);
+    std::memcpy(&dm, p, 4);
     const __m128 f = _mm_cvtph_ps(_mm_cvtsi32_si128(static_cast<int>(dm)));  // d, m
     const __m512 iota = _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
     const __m512 d = _mm512_broadcastss_ps(f);
@@ -28,83 +28,75 @@ inline __m512 levels(const uint8_t* blk) {
     return _mm512_add_ps(_mm512_mul_ps(d, iota), m);
 }
 
-// The 16-byte chunk at qs: its low nibbles' and high nibbles' weights.
-inline void chunk_weights(const uint8_t* qs, __m512 lv, __m512* lo, __m512* hi) {
-    const __m512i v = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(qs)));
-    *lo = _mm512_permutexvar_ps(v, lv);
-    *hi = _mm512_permutexvar_ps(_mm512_srli_epi32(v, 4), lv);
+// The weights 16k..16k+15 of a span whose codes are v (vpermps reads the low 4 bits of each lane).
+template <int K>
+inline __m512 span_weights(__m512i v, __m512 lv) {
+    if constexpr (K == 0) return _mm512_permutexvar_ps(v, lv);
+    return _mm512_permutexvar_ps(_mm512_srli_epi32(v, 4 * K), lv);
 }
 
-// acc_lo[t] += lo * x[t, klo..], acc_hi[t] += hi * x[t, khi..]
-template <int T>
-inline void chunk_fma(const uint8_t* qs, __m512 lv, const float* xlo, const float* xhi, int64_t xs, __m512 (&acc_lo)[T],
-                      __m512 (&acc_hi)[T]) {
-    __m512 lo, hi;
-    chunk_weights(qs, lv, &lo, &hi);
-#pragma GCC unroll 4
-    for (int t = 0; t < T; ++t) {
-        acc_lo[t] = _mm512_fmadd_ps(lo, _mm512_loadu_ps(xlo + t * xs), acc_lo[t]);
-        acc_hi[t] = _mm512_fmadd_ps(hi, _mm512_loadu_ps(xhi + t * xs), acc_hi[t]);
-    }
-}
-
-// y[t * ldy] = row . x[t] for T tokens (x rows xs floats apart). Four accumulator chains per token: the low and
-// high nibbles of two chunks (of one group, or for G = 32 of two groups) per step.
+// y[t * ldy] = row r . x[t] for T tokens (x rows xs floats apart): per full span one aligned load of 128 codes and,
+// per 16 weights, one permute and T FMAs. Accumulator chains: 4 per token for one token, 2 for more.
 template <int G, int T>
-void row_dot(const uint8_t* row, int64_t n_in, const float* x, int64_t xs, float* y, int64_t ldy) {
-    constexpr int C = G / 32;  // 16-byte chunks per group
-    constexpr size_t bb = block_bytes(G);
-    __m512 a0[T], a1[T], a2[T], a3[T];
-    for (int t = 0; t < T; ++t) a0[t] = a1[t] = a2[t] = a3[t] = _mm512_setzero_ps();
-    const int64_t nb = n_in / G;
-    if constexpr (C == 1) {
-        int64_t b = 0;
-        for (; b + 2 <= nb; b += 2) {
-            const uint8_t* b0 = row + b * bb;
-            _mm_prefetch(reinterpret_cast<const char*>(b0) + k_prefetch_distance, _MM_HINT_T0);
-            const float* xb = x + b * G;
-            chunk_fma<T>(b0 + k_block_header, levels(b0), xb, xb + 16, xs, a0, a1);
-            chunk_fma<T>(b0 + bb + k_block_header, levels(b0 + bb), xb + 32, xb + 48, xs, a2, a3);
-        }
-        if (b < nb)
-            chunk_fma<T>(row + b * bb + k_block_header, levels(row + b * bb), x + b * G, x + b * G + 16, xs, a0, a1);
-    } else {
-        for (int64_t b = 0; b < nb; ++b) {
-            const uint8_t* blk = row + b * bb;
-            _mm_prefetch(reinterpret_cast<const char*>(blk) + k_prefetch_distance, _MM_HINT_T0);
-            if constexpr (bb > 64)
-                _mm_prefetch(reinterpret_cast<const char*>(blk) + k_prefetch_distance + 64, _MM_HINT_T0);
-            const __m512 lv = levels(blk);
-            const uint8_t* qs = blk + k_block_header;
-            const float* xb = x + b * G;
-#pragma GCC unroll 2
-            for (int c = 0; c < C; c += 2) {
-                chunk_fma<T>(qs + 16 * c, lv, xb + 16 * c, xb + G / 2 + 16 * c, xs, a0, a1);
-                chunk_fma<T>(qs + 16 * (c + 1), lv, xb + 16 * (c + 1), xb + G / 2 + 16 * (c + 1), xs, a2, a3);
-            }
+void row_dot(const matrix& w, int64_t r, const float* x, int64_t xs, float* y, int64_t ldy) {
+    constexpr int nch = T == 1 ? 4 : 2;
+    constexpr int groups_per_span = static_cast<int>(k_span) / G;
+    const uint8_t* spans = w.spans(r);
+    const uint8_t* scales = w.scales(r);
+    __m512 acc[nch][T];
+    for (int c = 0; c < nch; ++c) {
+        for (int t = 0; t < T; ++t) acc[c][t] = _mm512_setzero_ps();
+    }
+    auto chunk = [&](__m512 wv, int c, const float* xk) {
+#pragma GCC unroll 4
+        for (int t = 0; t < T; ++t) acc[c][t] = _mm512_fmadd_ps(wv, _mm512_loadu_ps(xk + t * xs), acc[c][t]);
+    };
+    const int64_t n_full = w.n_in / k_span;
+    for (int64_t s = 0; s < n_full; ++s) {
+        const uint8_t* sp = spans + s * k_span_bytes;
+        _mm_prefetch(reinterpret_cast<const char*>(sp) + k_prefetch_distance, _MM_HINT_T0);
+        const __m512i v = _mm512_load_si512(sp);
+        __m512 lv[groups_per_span];
+        for (int gi = 0; gi < groups_per_span; ++gi) lv[gi] = levels(scales + 4 * (s * groups_per_span + gi));
+        const float* xs0 = x + s * k_span;
+        chunk(span_weights<0>(v, lv[0]), 0 % nch, xs0);
+        chunk(span_weights<1>(v, lv[16 / G]), 1 % nch, xs0 + 16);
+        chunk(span_weights<2>(v, lv[32 / G]), 2 % nch, xs0 + 32);
+        chunk(span_weights<3>(v, lv[48 / G]), 3 % nch, xs0 + 48);
+        chunk(span_weights<4>(v, lv[64 / G]), 0 % nch, xs0 + 64);
+        chunk(span_weights<5>(v, lv[80 / G]), 1 % nch, xs0 + 80);
+        chunk(span_weights<6>(v, lv[96 / G]), 2 % nch, xs0 + 96);
+        chunk(span_weights<7>(v, lv[112 / G]), 3 % nch, xs0 + 112);
+    }
+    if (const int64_t rest = w.n_in - n_full * k_span; rest > 0) {  // a short last span (G < 128)
+        const __m512i v = _mm512_load_si512(spans + n_full * k_span_bytes);
+        for (int64_t k = 0; k < rest / 16; ++k) {
+            const int64_t j = n_full * k_span + 16 * k;
+            const __m512 lv = levels(scales + 4 * (j / G));
+            chunk(_mm512_permutexvar_ps(_mm512_srl_epi32(v, _mm_cvtsi64_si128(4 * k)), lv), 0, x + j);
         }
     }
     for (int t = 0; t < T; ++t) {
-        y[t * ldy] = _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(a0[t], a1[t]), _mm512_add_ps(a2[t], a3[t])));
+        __m512 sum = acc[0][t];
+        for (int c = 1; c < nch; ++c) sum = _mm512_add_ps(sum, acc[c][t]);
+        y[t * ldy] = _mm512_reduce_add_ps(sum);
     }
 }
 
 template <int G>
 void decode_g(const matrix& w, const float* x, int64_t n_tokens, float* y, int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1; ++r) {
-        const uint8_t* row = w.row(r);
         int64_t t = 0;
-        for (; t + 4 <= n_tokens; t += 4)
-            row_dot<G, 4>(row, w.n_in, x + t * w.n_in, w.n_in, y + t * w.n_out + r, w.n_out);
+        for (; t + 4 <= n_tokens; t += 4) row_dot<G, 4>(w, r, x + t * w.n_in, w.n_in, y + t * w.n_out + r, w.n_out);
         switch (n_tokens - t) {
             case 3:
-                row_dot<G, 3>(row, w.n_in, x + t * w.n_in, w.n_in, y + t * w.n_out + r, w.n_out);
+                row_dot<G, 3>(w, r, x + t * w.n_in, w.n_in, y + t * w.n_out + r, w.n_out);
                 break;
             case 2:
-                row_dot<G, 2>(row, w.n_in, x + t * w.n_in, w.n_in, y + t * w.n_out + r, w.n_out);
+                row_dot<G, 2>(w, r, x + t * w.n_in, w.n_in, y + t * w.n_out + r, w.n_out);
                 break;
             case 1:
-                row_dot<G, 1>(row, w.n_in, x + t * w.n_in, w.n_in, y + t * w.n_out + r, w.n_out);
+                row_dot<G, 1>(w, r, x + t * w.n_in, w.n_in, y + t * w.n_out + r, w.n_out);
                 break;
             default:
                 break;
@@ -128,18 +120,17 @@ struct tiles_avx512 {
     static constexpr int64_t nr = 12;
     static constexpr int64_t nt = 32;
 
-    // out[0..kc) = the row's weights k0..k0 + kc (kc, k0 multiples of g).
-    static void dequant(const uint8_t* row, int g, int64_t k0, int64_t kc, float* out) {
-        const size_t bb = block_bytes(g);
-        for (int64_t b = k0 / g; b < (k0 + kc) / g; ++b) {
-            const uint8_t* blk = row + b * bb;
-            const __m512 lv = levels(blk);
-            float* o = out + (b * g - k0);
-            for (int c = 0; c < g / 32; ++c) {
-                __m512 lo, hi;
-                chunk_weights(blk + k_block_header + 16 * c, lv, &lo, &hi);
-                _mm512_storeu_ps(o + 16 * c, lo);
-                _mm512_storeu_ps(o + g / 2 + 16 * c, hi);
+    // out[0..kc) = weights k0..k0 + kc of row r (k0 a multiple of 128, kc of g).
+    static void dequant(const matrix& w, int64_t r, int64_t k0, int64_t kc, float* out) {
+        const uint8_t* spans = w.spans(r);
+        const uint8_t* scales = w.scales(r);
+        for (int64_t j0 = k0; j0 < k0 + kc; j0 += k_span) {
+            const __m512i v = _mm512_load_si512(spans + (j0 / k_span) * k_span_bytes);
+            for (int64_t k = 0; k < 8 && j0 + 16 * k < k0 + kc; ++k) {
+                const int64_t j = j0 + 16 * k;
+                const __m512 lv = levels(scales + 4 * (j / w.g));
+                _mm512_storeu_ps(out + (j - k0),
+                                 _mm512_permutexvar_ps(_mm512_srl_epi32(v, _mm_cvtsi64_si128(4 * k)), lv));
             }
         }
     }

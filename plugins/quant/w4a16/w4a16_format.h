@@ -42,7 +42,39 @@ constexpr size_t block_bytes(int g) {
 static_assert(block_bytes(32) == sizeof(troupe_block_q4_1) && block_bytes(64) == sizeof(troupe_block_w4_g64) &&
               block_bytes(128) == sizeof(troupe_block_w4_g128));
 
-// A weight matrix as the kernels read it: n_out rows of n_in / g blocks, row_stride bytes apart.
+// The scale and min of the block (or scale pair) at p.
+inline void block_scale_min(const uint8_t* p, float* d, float* m) {
+    uint16_t dh, mh;
+    std::memcpy(&dh, p, 2);
+    std::memcpy(&mh, p + 2, 2);
+    *d = quant_common::fp16_to_fp32(dh);
+    *m = quant_common::fp16_to_fp32(mh);
+}
+
+// ---- the kernels' layout, made by prepare ----------------------------------------------------------------------
+// A row of n_in weights is cut into spans of 128 (the last one may hold 32, 64 or 96), and stored as
+//
+//   [ span 0: 64 bytes ][ span 1: 64 bytes ] ... [ fp16 (d, m) of group 0, 1, ... n_in / g - 1 ] (padding to 64)
+//
+// In a span, the 4-byte lane i (i = 0..15, little endian) holds 8 nibbles: nibble k (bits 4k..4k+3) is the code of
+// weight 128 s + 16 k + i. So one aligned 64-byte load gives the codes of 128 weights, and shifting it right by 4k
+// puts the codes of weights 16k..16k+15 in the low bits of the 16 lanes, in order: what a permute of a group's 16
+// levels (AVX-512) or a mask and convert (AVX2) turns into 16 weights, with no byte unpacking. Nibbles past the end
+// of a short last span are 0. Weights 16k..16k+15 of a span always lie in one group (g is a multiple of 16).
+constexpr int64_t k_span = 128;
+constexpr size_t k_span_bytes = 64;
+
+constexpr int64_t n_spans(int64_t n_in) {
+    return (n_in + k_span - 1) / k_span;
+}
+constexpr size_t scales_offset(int64_t n_in) {
+    return static_cast<size_t>(n_spans(n_in)) * k_span_bytes;
+}
+constexpr size_t layout_row_bytes(int64_t n_in, int g) {
+    return (scales_offset(n_in) + static_cast<size_t>(n_in / g) * 4 + 63) / 64 * 64;
+}
+
+// A weight matrix in the kernels' layout: n_out rows, row_stride (= layout_row_bytes) bytes apart, 64-byte aligned.
 struct matrix {
     const uint8_t* data;
     int64_t n_in;  // a multiple of g
@@ -51,15 +83,31 @@ struct matrix {
     int g;
 
     const uint8_t* row(int64_t r) const { return data + static_cast<size_t>(r) * row_stride; }
+    const uint8_t* spans(int64_t r) const { return row(r); }
+    const uint8_t* scales(int64_t r) const { return row(r) + scales_offset(n_in); }
 };
 
-// The scale and min of the block at p.
-inline void block_scale_min(const uint8_t* p, float* d, float* m) {
-    uint16_t dh, mh;
-    std::memcpy(&dh, p, 2);
-    std::memcpy(&mh, p + 2, 2);
-    *d = quant_common::fp16_to_fp32(dh);
-    *m = quant_common::fp16_to_fp32(mh);
+// The code of weight j of a row in the kernels' layout.
+inline int layout_code(const uint8_t* spans, int64_t j) {
+    const int64_t s = j / k_span, k = (j % k_span) / 16, i = j % 16;
+    const uint8_t byte = spans[static_cast<size_t>(s) * k_span_bytes + 4 * i + k / 2];
+    return (k % 2 == 0 ? byte : byte >> 4) & 15;
+}
+
+// Writes a row of stored blocks (n_in / g of them) into `dst` in the kernels' layout (layout_row_bytes bytes).
+inline void pack_row(const uint8_t* blocks, int64_t n_in, int g, uint8_t* dst) {
+    std::memset(dst, 0, layout_row_bytes(n_in, g));
+    uint8_t* scales = dst + scales_offset(n_in);
+    for (int64_t b = 0; b < n_in / g; ++b) {
+        const uint8_t* blk = blocks + static_cast<size_t>(b) * block_bytes(g);
+        std::memcpy(scales + 4 * b, blk, 4);
+        for (int j = 0; j < g; ++j) {
+            const uint8_t q = j < g / 2 ? blk[k_block_header + j] & 15 : blk[k_block_header + j - g / 2] >> 4;
+            const int64_t w = b * g + j;
+            const int64_t s = w / k_span, k = (w % k_span) / 16, i = w % 16;
+            dst[static_cast<size_t>(s) * k_span_bytes + 4 * i + k / 2] |= static_cast<uint8_t>(k % 2 == 0 ? q : q << 4);
+        }
+    }
 }
 
 }  // namespace troupe::w4a16

@@ -1,8 +1,9 @@
 // quant/w4a16: matrix products with 4-bit group weights and float activations (W4A16): GGUF's Q4_1 (groups of 32)
 // and troupe's W4_G64 / W4_G128 (w4a16_format.h), the zero-point format of GPTQ and AWQ checkpoints.
 //
-//   - prepare copies the rows as stored into memory of the plugin's own (rows 64-byte aligned, advised for huge
-//     pages: decode streams every byte of every weight each step), checking the shape against the group size;
+//   - prepare repacks the rows into the kernels' layout (w4a16_format.h: 128 codes per aligned 64 bytes, the fp16
+//     scales and mins after them, the same bytes as stored) in memory of the plugin's own, advised for huge pages
+//     (decode streams every byte of every weight each step), checking the shape against the group size;
 //   - matmul dequantizes the weights exactly (d * q + m) and multiplies them with the float32 activations by FMA,
 //     split over the host's parallel_for in blocks of rows: a decode path for up to 16 tokens and a prefill path
 //     of register tiles (w4a16_kernels.h);
@@ -15,6 +16,7 @@
 #include <sys/mman.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <cstring>
 #include <memory>
 #include <string>
@@ -30,6 +32,7 @@ using namespace troupe::plugin_support;
 namespace w4 = troupe::w4a16;
 
 constexpr const char* source = "quant/w4a16";
+constexpr int64_t k_aligned_floats = 16384;  // decode activations copied to an aligned stack buffer up to this size
 
 bool cpu_runs_avx512() {
     return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
@@ -96,7 +99,7 @@ int32_t w4_prepare(troupe_plugin_instance* inst, const troupe_weight* w, troupe_
                             std::to_string(g) + " elements and at least " + std::to_string(row_bytes) + " bytes apart");
         }
         auto p = std::make_unique<troupe_prepared_weight>();
-        const size_t stride = (row_bytes + 63) / 64 * 64;
+        const size_t stride = w4::layout_row_bytes(w->n_in, g);
         p->memory_bytes = stride * static_cast<size_t>(w->n_out);
         void* mem = ::mmap(nullptr, p->memory_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
         if (mem == MAP_FAILED) {
@@ -108,8 +111,8 @@ int32_t w4_prepare(troupe_plugin_instance* inst, const troupe_weight* w, troupe_
         p->m = w4::matrix{static_cast<const uint8_t*>(mem), w->n_in, w->n_out, stride, g};
         auto copy = [&](int64_t b, int64_t e) {
             for (int64_t r = b; r < e; ++r) {
-                std::memcpy(static_cast<uint8_t*>(mem) + static_cast<size_t>(r) * stride,
-                            static_cast<const uint8_t*>(w->data) + static_cast<size_t>(r) * w->row_stride, row_bytes);
+                w4::pack_row(static_cast<const uint8_t*>(w->data) + static_cast<size_t>(r) * w->row_stride, w->n_in, g,
+                             static_cast<uint8_t*>(mem) + static_cast<size_t>(r) * stride);
             }
         };
         const troupe_host_services* host = host_log::services();
@@ -119,7 +122,7 @@ int32_t w4_prepare(troupe_plugin_instance* inst, const troupe_weight* w, troupe_
                       host->host_ctx, w->n_out,
                       [](void* ctx, int64_t b, int64_t e) { (*static_cast<decltype(copy)*>(ctx))(b, e); }, &copy)
                 : (copy(0, w->n_out), TROUPE_OK);
-        if (rc != TROUPE_OK) return fail(inst, rc, "copying " + what + " failed in the host's parallel_for");
+        if (rc != TROUPE_OK) return fail(inst, rc, "repacking " + what + " failed in the host's parallel_for");
         *out = p.release();
         return TROUPE_OK;
     });
@@ -143,9 +146,16 @@ int32_t w4_matmul(troupe_plugin_instance* inst, const troupe_prepared_weight* w,
         const w4::matrix& m = w->m;
         int32_t rc;
         if (n_tokens <= w4::k_decode_max_tokens) {
+            // Activations 64-byte aligned (std::vector's are not), so no load of them splits a cache line.
+            alignas(64) float aligned[k_aligned_floats];
+            const float* xa = x;
+            if (reinterpret_cast<uintptr_t>(x) % 64 != 0 && n_tokens * m.n_in <= k_aligned_floats) {
+                std::memcpy(aligned, x, static_cast<size_t>(n_tokens * m.n_in) * sizeof(float));
+                xa = aligned;
+            }
             constexpr int64_t rows = 16;  // rows per work item
             rc = run_parallel(par, (m.n_out + rows - 1) / rows, [&](int64_t b, int64_t e) {
-                k.decode(m, x, n_tokens, y, b * rows, std::min(e * rows, m.n_out));
+                k.decode(m, xa, n_tokens, y, b * rows, std::min(e * rows, m.n_out));
             });
         } else {
             const int64_t n_pad =

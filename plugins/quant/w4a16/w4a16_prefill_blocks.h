@@ -37,7 +37,7 @@ void prefill_blocks(const matrix& w, const float* xt, int64_t n_pad, int64_t n_t
             for (int64_t i = 0; i < rb_rows; ++i) {
                 float* dst = wbuf.data() + i * kc;
                 if (i < nr) {
-                    K::dequant(w.row(rb + i), w.g, k0, kc, dst);
+                    K::dequant(w, rb + i, k0, kc, dst);
                 } else {
                     std::fill(dst, dst + kc, 0.0f);
                 }

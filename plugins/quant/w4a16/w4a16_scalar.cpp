@@ -1,6 +1,6 @@
-// The scalar twin of quant/w4a16's kernels: each row dequantized exactly (d * q + m), then every product summed
-// over k in order with fmaf, the same sums the SIMD prefill tiles form (bit for bit) and the SIMD decode kernels
-// form in another order (equal but for rounding). Also the transposition of the activations for prefill.
+// The scalar twin of quant/w4a16's kernels: each row dequantized exactly (d * q + m) from the kernels' layout, then
+// every product summed over k in order with fmaf, the same sums the SIMD prefill tiles form (bit for bit) and the SIMD
+// decode kernels form in another order (equal but for rounding). Also the transposition of the activations for prefill.
 #include <algorithm>
 #include <cmath>
 #include <vector>
@@ -10,19 +10,16 @@
 namespace troupe::w4a16 {
 namespace {
 
+// out[0..n_in) = row r dequantized from the kernels' layout: d * q + m (a multiply, then an add).
 void dequant_row(const matrix& w, int64_t r, float* out) {
-    const uint8_t* row = w.row(r);
-    const size_t bb = block_bytes(w.g);
+    const uint8_t* spans = w.spans(r);
+    const uint8_t* scales = w.scales(r);
     for (int64_t b = 0; b < w.n_in / w.g; ++b) {
-        const uint8_t* blk = row + static_cast<size_t>(b) * bb;
         float d, m;
-        block_scale_min(blk, &d, &m);
-        float* o = out + b * w.g;
-        for (int j = 0; j < w.g / 2; ++j) {
-            const float lo = d * static_cast<float>(blk[k_block_header + j] & 15);
-            const float hi = d * static_cast<float>(blk[k_block_header + j] >> 4);
-            o[j] = lo + m;
-            o[j + w.g / 2] = hi + m;
+        block_scale_min(scales + 4 * b, &d, &m);
+        for (int64_t j = b * w.g; j < (b + 1) * w.g; ++j) {
+            const float scaled = d * static_cast<float>(layout_code(spans, j));
+            out[j] = scaled + m;
         }
     }
 }
