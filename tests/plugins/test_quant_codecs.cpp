@@ -1,15 +1,19 @@
 // The block codecs of the offline quantizers (plugins/common/quant_codec.h) against troupe's reference quantizers
 // (kernels/ref): round to nearest writes the same bytes, decoding gives the same floats, the fit -> code -> write
 // steps GPTQ uses compose to the same blocks, and the clipping search AWQ uses never loses to the plain range.
+// Also GPTQ's factorization of the Hessian on its own.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <random>
 #include <vector>
 
 #include "kernels/ref/quants.h"
 #include "plugins/common/quant_codec.h"
+#include "plugins/quant/gptq/gptq_solver.h"
 
 namespace {
 
@@ -143,3 +147,57 @@ TEST(quant_codecs, types_without_a_codec_have_none) {
 }
 
 }  // namespace
+
+// GPTQ's factorization (plugins/quant/gptq/gptq_solver.h): U is upper triangular with Uᵀ U = (H + λI)⁻¹ in the
+// quantization order, dead inputs get H_ii = 1, act order sorts by decreasing H_ii.
+TEST(gptq_solver, the_factor_times_its_transpose_inverts_the_dampened_hessian) {
+    const int64_t n = 300;  // above the size where the factorization splits over the workers
+    std::mt19937 rng(17);
+    std::normal_distribution<double> normal(0.0, 1.0);
+    std::vector<double> x(static_cast<size_t>(n * 400));  // [400 rows, n]
+    for (double& v : x) v = normal(rng);
+    for (int64_t r = 0; r < 400; ++r) x[r * n + 7] = 0.0;  // a dead input
+    for (int64_t r = 0; r < 400; ++r) x[r * n + 11] *= 10.0;
+    std::vector<double> h(static_cast<size_t>(n * n), 0.0);
+    for (int64_t r = 0; r < 400; ++r)
+        for (int64_t i = 0; i < n; ++i)
+            for (int64_t j = 0; j < n; ++j) h[i * n + j] += x[r * n + i] * x[r * n + j];
+    const troupe::gptq::parallel_rows inline_rows = [](int64_t count, const std::function<void(int64_t, int64_t)>& f) {
+        f(0, count / 3);  // uneven ranges
+        f(count / 3, count);
+        return true;
+    };
+    for (const bool act_order : {false, true}) {
+        troupe::gptq::solver_options options;
+        options.act_order = act_order;
+        troupe::gptq::prepared_hessian p;
+        ASSERT_EQ(troupe::gptq::prepare(h, n, options, inline_rows, &p), "");
+        EXPECT_EQ(p.dead[7], 1);
+        EXPECT_EQ(p.dead[8], 0);
+        EXPECT_EQ(p.order[0], act_order ? 11 : 0);
+        // (H + λI) in the quantization order, with the dead input's diagonal set to 1.
+        double mean_diag = 0.0;
+        for (int64_t i = 0; i < n; ++i) mean_diag += i == 7 ? 1.0 : h[i * n + i];
+        mean_diag /= n;
+        double worst = 0.0;
+        for (int64_t a = 0; a < n; ++a) {
+            for (int64_t b = 0; b < n; ++b) {
+                // (Uᵀ U (H + λI))[a, b] should be 1 on the diagonal, 0 elsewhere.
+                double v = 0.0;
+                for (int64_t c = 0; c < n; ++c) {
+                    double utu = 0.0;  // (Uᵀ U)[a, c]
+                    for (int64_t k = 0; k <= std::min(a, c); ++k)
+                        utu += static_cast<double>(p.u[k * n + a]) * p.u[k * n + c];
+                    const int64_t oc = p.order[c], ob = p.order[b];
+                    double hcb = oc == 7 || ob == 7 ? (oc == ob ? 1.0 : 0.0) : h[oc * n + ob];
+                    if (c == b) hcb += options.damp * mean_diag;
+                    v += utu * hcb;
+                }
+                worst = std::max(worst, std::fabs(v - (a == b ? 1.0 : 0.0)));
+            }
+            if (a == 40) break;  // the first rows suffice (the check is n³ per row)
+        }
+        EXPECT_LT(worst, 1e-3) << "act_order " << act_order;
+        for (int64_t a = 1; a < n; ++a) EXPECT_EQ(p.u[a * n + a - 1], 0.0f);
+    }
+}

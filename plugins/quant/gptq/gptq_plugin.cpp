@@ -114,7 +114,10 @@ int32_t gptq_quantize_group(troupe_plugin_instance* inst, const troupe_quantize_
         inst->stats.erase(it);
         for (double& v : h) v *= scale;
         troupe::gptq::prepared_hessian prepared;
-        if (std::string why = troupe::gptq::prepare(std::move(h), n_in, inst->options, &prepared); !why.empty())
+        const troupe::gptq::parallel_rows rows = [&](int64_t n, const std::function<void(int64_t, int64_t)>& f) {
+            return run_parallel(parallel, n, f) == TROUPE_OK;
+        };
+        if (std::string why = troupe::gptq::prepare(std::move(h), n_in, inst->options, rows, &prepared); !why.empty())
             return fail(inst, TROUPE_ERR_INTERNAL, "quantize_group: " + label + ": " + why);
         if (prepared.damp_used != inst->options.damp) {
             host_log::write(TROUPE_LOG_LEVEL_WARN, source, "%s: damping raised to %g to factor the Hessian",

@@ -13,40 +13,65 @@ using quant_common::block_grid;
 using quant_common::codec;
 
 // a [n, n] = L Lᵀ in place (L in the lower triangle, the upper zeroed); false when a is not positive definite.
-bool cholesky_lower(std::vector<double>& a, int64_t n) {
+// Left-looking: column j from the columns before it, its rows below the diagonal split over `parallel`.
+bool cholesky_lower(std::vector<double>& a, int64_t n, const parallel_rows& parallel) {
     for (int64_t j = 0; j < n; ++j) {
-        double d = a[j * n + j];
-        for (int64_t k = 0; k < j; ++k) d -= a[j * n + k] * a[j * n + k];
+        const double* lj = a.data() + j * n;
+        double d = lj[j];
+        for (int64_t k = 0; k < j; ++k) d -= lj[k] * lj[k];
         if (!(d > 0.0) || !std::isfinite(d)) return false;
         const double l_jj = std::sqrt(d);
         a[j * n + j] = l_jj;
-        for (int64_t i = j + 1; i < n; ++i) {
-            double s = a[i * n + j];
-            for (int64_t k = 0; k < j; ++k) s -= a[i * n + k] * a[j * n + k];
-            a[i * n + j] = s / l_jj;
+        auto below = [&](int64_t begin, int64_t end) {
+            for (int64_t i = j + 1 + begin; i < j + 1 + end; ++i) {
+                const double* li = a.data() + i * n;
+                double s0 = 0.0, s1 = 0.0;
+                int64_t k = 0;
+                for (; k + 2 <= j; k += 2) {
+                    s0 += li[k] * lj[k];
+                    s1 += li[k + 1] * lj[k + 1];
+                }
+                if (k < j) s0 += li[k] * lj[k];
+                a[i * n + j] = (li[j] - (s0 + s1)) / l_jj;
+            }
+        };
+        // Split only where the column has enough work to pay for the workers.
+        if ((n - j - 1) * j >= 65536) {
+            if (!parallel(n - j - 1, below)) return false;
+        } else {
+            below(0, n - j - 1);
         }
-        for (int64_t i = 0; i < j; ++i) a[i * n + j] = 0.0;
+    }
+    for (int64_t i = 0; i < n; ++i) {
+        for (int64_t j = i + 1; j < n; ++j) a[i * n + j] = 0.0;
     }
     return true;
 }
 
-// The inverse of the lower triangular l [n, n] (lower triangular too).
-std::vector<double> invert_lower(const std::vector<double>& l, int64_t n) {
-    std::vector<double> x(static_cast<size_t>(n * n), 0.0);  // [n, n]
-    for (int64_t j = 0; j < n; ++j) {
+// The inverse of the lower triangular l [n, n] (lower triangular too): column by column (each independent),
+// columns j and n - 1 - j together so the ranges of `parallel` balance.
+bool invert_lower(const std::vector<double>& l, int64_t n, const parallel_rows& parallel, std::vector<double>& x) {
+    x.assign(static_cast<size_t>(n * n), 0.0);  // [n, n]
+    auto column = [&](int64_t j) {
         x[j * n + j] = 1.0 / l[j * n + j];
         for (int64_t i = j + 1; i < n; ++i) {
             double s = 0.0;
             for (int64_t k = j; k < i; ++k) s += l[i * n + k] * x[k * n + j];
             x[i * n + j] = -s / l[i * n + i];
         }
-    }
-    return x;
+    };
+    return parallel((n + 1) / 2, [&](int64_t begin, int64_t end) {
+        for (int64_t j = begin; j < end; ++j) {
+            column(j);
+            if (n - 1 - j != j) column(n - 1 - j);
+        }
+    });
 }
 
 }  // namespace
 
-std::string prepare(std::vector<double> h, int64_t n_in, const solver_options& options, prepared_hessian* out) {
+std::string prepare(std::vector<double> h, int64_t n_in, const solver_options& options, const parallel_rows& parallel,
+                    prepared_hessian* out) {
     const int64_t n = n_in;
     out->n_in = n;
     out->dead.assign(static_cast<size_t>(n), 0);
@@ -78,34 +103,31 @@ std::string prepare(std::vector<double> h, int64_t n_in, const solver_options& o
 
     // Dampening: λ = damp · mean(diag H); when H + λI is still not definite (rank-deficient calibration in
     // float rounding), ten times more, a few times.
+    //
+    // U from one Cholesky factorization and one triangular inverse: with J the order reversal, J H J = L Lᵀ gives
+    // H = V Vᵀ with V = J L J upper triangular, so H⁻¹ = V⁻ᵀ V⁻¹ and U = V⁻¹ = J L⁻¹ J.
     std::vector<double> l;
     double damp = options.damp;
     bool factored = false;
     for (int attempt = 0; attempt < 4 && !factored; ++attempt, damp *= 10.0) {
-        l = hp;
-        for (int64_t i = 0; i < n; ++i) l[i * n + i] += damp * mean_diag;
-        factored = cholesky_lower(l, n);
+        l.resize(static_cast<size_t>(n * n));
+        for (int64_t a = 0; a < n; ++a) {
+            for (int64_t b = 0; b < n; ++b) l[a * n + b] = hp[(n - 1 - a) * n + (n - 1 - b)];
+            l[a * n + a] += damp * mean_diag;
+        }
+        factored = cholesky_lower(l, n, parallel);
         if (factored) out->damp_used = damp;
+        if (damp == 0.0) break;
     }
     if (!factored) {
         return "the calibration Hessian is not positive definite even with damping " + std::to_string(damp / 10.0) +
                " of its mean diagonal (non-finite calibration inputs?)";
     }
-    // H⁻¹ = L⁻ᵀ L⁻¹, then its Cholesky factor M (H⁻¹ = M Mᵀ): U = Mᵀ.
-    const std::vector<double> x = invert_lower(l, n);
-    std::vector<double> hinv(static_cast<size_t>(n * n));  // [n, n]
-    for (int64_t a = 0; a < n; ++a) {
-        for (int64_t b = 0; b <= a; ++b) {
-            double s = 0.0;
-            for (int64_t k = a; k < n; ++k) s += x[k * n + a] * x[k * n + b];
-            hinv[a * n + b] = s;
-            hinv[b * n + a] = s;
-        }
-    }
-    if (!cholesky_lower(hinv, n)) return "the inverse of the calibration Hessian is not positive definite";
+    std::vector<double> x;
+    if (!invert_lower(l, n, parallel, x)) return "the host's parallel_for failed";
     out->u.assign(static_cast<size_t>(n * n), 0.0f);
     for (int64_t a = 0; a < n; ++a) {
-        for (int64_t b = a; b < n; ++b) out->u[a * n + b] = static_cast<float>(hinv[b * n + a]);
+        for (int64_t b = a; b < n; ++b) out->u[a * n + b] = static_cast<float>(x[(n - 1 - a) * n + (n - 1 - b)]);
     }
     return "";
 }

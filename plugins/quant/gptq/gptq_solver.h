@@ -14,6 +14,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -38,8 +39,12 @@ struct prepared_hessian {
     double damp_used = 0.0;      // the fraction of the mean diagonal finally added (raised when H was not definite)
 };
 
+// Runs f(begin, end) over [0, n), possibly in parallel; false when it could not.
+using parallel_rows = std::function<bool(int64_t n, const std::function<void(int64_t, int64_t)>& f)>;
+
 // h: [n_in, n_in] symmetric (the upper triangle is read). Returns "" or why H could not be factored.
-std::string prepare(std::vector<double> h, int64_t n_in, const solver_options& options, prepared_hessian* out);
+std::string prepare(std::vector<double> h, int64_t n_in, const solver_options& options, const parallel_rows& parallel,
+                    prepared_hessian* out);
 
 // Quantizes rows [begin, end) of w [n_out, n_in] into `out` ([n_out] rows of row_bytes bytes) in codec c.
 void quantize_rows(const quant_common::codec& c, const prepared_hessian& h, const solver_options& options,
