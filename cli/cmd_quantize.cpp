@@ -65,7 +65,7 @@ result<std::string> read_text(const std::string& path) {
 
 struct quantize_inputs {
     engine_config config;
-    std::string method, type_name, calib, output;
+    std::string method, type_name, calib, output, output_type;
     std::optional<int64_t> group, n_ctx, calib_tokens;
     bool calib_once = false;  // --calib-once: one calibration run on the float model instead of one per layer
     YAML::Node params;        // quantize.params
@@ -102,6 +102,7 @@ result<quantize_inputs> parse_inputs(const cli_args& args) {
     in.calib = args.value_or("--calib", "");
     in.output = args.value_or("--output", "");
     in.calib_once = args.has("--calib-once");
+    in.output_type = args.value_or("--output-type", "");
     for (auto [flag, dst] :
          {std::pair{"--group", &in.group}, {"--ctx", &in.n_ctx}, {"--calib-tokens", &in.calib_tokens}}) {
         if (auto v = args.value(flag)) {
@@ -123,6 +124,12 @@ int quantize(const quantize_inputs& in) {
     const auto t0 = clock::now();
     auto type = parse_quantize_type(in.type_name, in.group);
     if (!type) return fail(type.message(), exit_usage);
+    std::optional<ggml_type> output_type;
+    if (!in.output_type.empty()) {
+        auto t = parse_output_type(in.output_type);
+        if (!t) return fail(t.message(), exit_usage);
+        output_type = *t;
+    }
     auto file = gguf::gguf_file::open(in.config.model);
     if (!file) return fail(file.message());
     auto bound = bind_llama_weights(*file);
@@ -143,8 +150,9 @@ int quantize(const quantize_inputs& in) {
     if (!method) return fail(method.message());
 
     const llama_hparams& hp = bound->hp;
-    auto plan = make_quantize_plan(hp, bound->tied_output, *type, (*method)->name(),
-                                   [&](ggml_type t, int64_t n_in) { return (*method)->can_write(t, n_in); });
+    auto plan = make_quantize_plan(
+        hp, bound->tied_output, *type, (*method)->name(),
+        [&](ggml_type t, int64_t n_in) { return (*method)->can_write(t, n_in); }, output_type);
     if (!plan) return fail(in.config.model + ": " + plan.message());
     std::fprintf(stderr, "troupe quantize: %s -> %s by %s, %zu groups (%d as F16)%s:\n%s", in.config.model.c_str(),
                  in.output.c_str(), (*method)->name().c_str(), plan->groups.size(), plan->n_fallback,
@@ -238,6 +246,8 @@ const command_spec& quantize_spec() {
         };
         s.flags.push_back({"--method", "", "NAME", "the quant plugin that quantizes (by name, or a library path)"});
         s.flags.push_back({"--type", "", "TYPE", quantize_type_names});
+        s.flags.push_back(
+            {"--output-type", "", "TYPE", "the output matrix's type (default: --type; f16, f32 or a --type name)"});
         s.flags.push_back({"--group", "", "N", "weights per scale for --type w4: 32 (q4_1), 64 or 128"});
         s.flags.push_back({"--calib", "", "FILE", "calibration text (UTF-8) for methods that calibrate"});
         s.flags.push_back({"--ctx", "", "N", "tokens per calibration window (default 512, or the model's context)"});

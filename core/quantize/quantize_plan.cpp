@@ -34,6 +34,17 @@ result<ggml_type> parse_quantize_type(std::string_view name, std::optional<int64
     return make_error("--type '" + std::string(name) + "': unknown (valid: " + quantize_type_names + ")");
 }
 
+result<ggml_type> parse_output_type(std::string_view name) {
+    if (name == "f16" || name == "F16") return ggml_type::f16;
+    if (name == "f32" || name == "F32") return ggml_type::f32;
+    auto t = parse_quantize_type(name, std::nullopt);
+    if (!t.ok()) {
+        return make_error("--output-type '" + std::string(name) +
+                          "': unknown (valid: q4_0, q4_1, q4_k, q8_0, w4_g64, w4_g128, f16, f32)");
+    }
+    return t;
+}
+
 const planned_group* quantize_plan::group_of(const std::string& weight) const {
     for (const planned_group& g : groups) {
         if (std::find(g.weights.begin(), g.weights.end(), weight) != g.weights.end()) return &g;
@@ -43,13 +54,15 @@ const planned_group* quantize_plan::group_of(const std::string& weight) const {
 
 result<quantize_plan> make_quantize_plan(const llama_hparams& hp, bool tied_output, ggml_type target,
                                          const std::string& method,
-                                         const std::function<bool(ggml_type, int64_t)>& can_write) {
+                                         const std::function<bool(ggml_type, int64_t)>& can_write,
+                                         std::optional<ggml_type> output_type) {
     quantize_plan plan;
     plan.target = target;
     auto add = [&](int32_t layer, tap_point input, int64_t n_in, std::vector<std::string> names,
                    std::vector<int64_t> n_out, fold_kind fold, std::string fold_into) {
+        const ggml_type t = layer < 0 && output_type ? *output_type : target;
         plan.groups.push_back(planned_group{layer, input, n_in, std::move(names), std::move(n_out), fold,
-                                            std::move(fold_into), target, true});
+                                            std::move(fold_into), t, t, true});
     };
     for (int32_t l = 0; l < hp.n_layers; ++l) {
         const std::string p = "blk." + std::to_string(l) + ".";
@@ -67,22 +80,28 @@ result<quantize_plan> make_quantize_plan(const llama_hparams& hp, bool tied_outp
         add(-1, tap_point::output_norm, hp.dim, {"output.weight"}, {hp.n_vocab}, fold_kind::norm, "output_norm.weight");
     }
     const ggml_type_traits tt = traits(target);
-    std::vector<std::string> refused;
+    std::vector<std::pair<ggml_type, int64_t>> refused;  // (type, n_in)
     for (planned_group& g : plan.groups) {
-        if (g.n_in % tt.block_size != 0) {
+        if (g.layer < 0 && output_type && (g.asked == ggml_type::f16 || g.asked == ggml_type::f32)) {
+            // a float output matrix: the host converts it
+            g.by_method = false;
+        } else if (g.n_in % traits(g.asked).block_size != 0) {
             g.type = ggml_type::f16;
             g.by_method = false;
             ++plan.n_fallback;
-        } else if (!can_write(target, g.n_in)) {
-            refused.push_back(std::to_string(g.n_in));
+        } else if (!can_write(g.asked, g.n_in)) {
+            if (std::find(refused.begin(), refused.end(), std::pair{g.asked, g.n_in}) == refused.end()) {
+                refused.emplace_back(g.asked, g.n_in);
+            }
         }
     }
     if (!refused.empty()) {
         std::sort(refused.begin(), refused.end());
-        refused.erase(std::unique(refused.begin(), refused.end()), refused.end());
-        std::string widths;
-        for (const std::string& r : refused) widths += (widths.empty() ? "" : ", ") + r;
-        return make_error("method " + method + " cannot write " + std::string(tt.name) + " for rows of " + widths +
+        std::string what;
+        for (const auto& [t, n] : refused) {
+            what += (what.empty() ? "" : ", ") + std::string(traits(t).name) + " for rows of " + std::to_string(n);
+        }
+        return make_error("method " + method + " cannot write " + what +
                           " weights (the model's linears need it); choose another --type or --method");
     }
     if (plan.n_fallback == static_cast<int32_t>(plan.groups.size())) {
@@ -99,7 +118,6 @@ result<quantize_plan> make_quantize_plan(const llama_hparams& hp, bool tied_outp
 }
 
 std::string describe(const quantize_plan& plan) {
-    const ggml_type_traits tt = traits(plan.target);
     std::string s;
     for (const planned_group& g : plan.groups) {
         s += g.layer < 0 ? "output:" : "blk." + std::to_string(g.layer) + ":";
@@ -110,9 +128,10 @@ std::string describe(const quantize_plan& plan) {
                  std::to_string(g.n_out[i]) + " x " + std::to_string(g.n_in) + "]";
         }
         s += " -> " + std::string(traits(g.type).name);
-        if (!g.by_method) {
-            s += " (rows of " + std::to_string(g.n_in) + " are not a whole number of " + std::string(tt.name) +
-                 "'s blocks of " + std::to_string(tt.block_size) + ")";
+        if (g.type != g.asked) {
+            const ggml_type_traits at = traits(g.asked);
+            s += " (rows of " + std::to_string(g.n_in) + " are not a whole number of " + std::string(at.name) +
+                 "'s blocks of " + std::to_string(at.block_size) + ")";
         }
         s += ", input " + std::string(tap_name(g.input));
         if (g.fold != fold_kind::none) s += ", scales fold into " + g.fold_into;

@@ -32,6 +32,8 @@ namespace troupe {
 // The types `troupe quantize --type` takes: q4_0, q4_1, q4_k, q8_0, w4_g64, w4_g128, and w4 with a group of 32, 64
 // or 128 (q4_1, w4_g64, w4_g128).
 result<ggml_type> parse_quantize_type(std::string_view name, std::optional<int64_t> group);
+// --output-type: the same names and f16, f32 (no --group).
+result<ggml_type> parse_output_type(std::string_view name);
 inline constexpr const char* quantize_type_names =
     "q4_0, q4_1, q4_k, q8_0, w4_g64, w4_g128, w4 (with --group 32|64|128)";
 
@@ -49,21 +51,25 @@ struct planned_group {
     std::vector<int64_t> n_out;        // rows of each
     fold_kind fold = fold_kind::none;
     std::string fold_into;  // the norm or linear that absorbs input scales
-    ggml_type type;         // what the group is written as
-    bool by_method = true;  // false: written as F16 by the host (rows not a whole number of blocks)
+    ggml_type asked;        // the type asked for (--type, or --output-type for the output matrix)
+    ggml_type type;         // what the group is written as: asked, or F16
+    bool by_method = true;  // false: converted by the host (F16 fallback where rows are not whole blocks, or a
+                            // float --output-type)
 };
 
 struct quantize_plan {
     ggml_type target;
     std::vector<planned_group> groups;  // in quantization order
-    int32_t n_fallback = 0;             // groups written as F16
+    int32_t n_fallback = 0;             // groups written as F16 for want of whole blocks
     const planned_group* group_of(const std::string& weight) const;
 };
 
-// can_write: whether the method writes `type` for rows of n_in weights.
+// can_write: whether the method writes `type` for rows of n_in weights. output_type: the output matrix's type
+// (llama.cpp's --output-tensor-type; the output matrix is often kept at more bits), else target.
 result<quantize_plan> make_quantize_plan(const llama_hparams& hp, bool tied_output, ggml_type target,
                                          const std::string& method,
-                                         const std::function<bool(ggml_type, int64_t)>& can_write);
+                                         const std::function<bool(ggml_type, int64_t)>& can_write,
+                                         std::optional<ggml_type> output_type = {});
 
 // One line per group: "blk.0: ffn_down [172 -> 64] F16 (rows of 172 are not a whole number of Q4_0's blocks of
 // 32), ..."

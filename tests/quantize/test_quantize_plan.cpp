@@ -102,6 +102,30 @@ TEST(quantize_plan, a_type_no_linear_can_take_or_a_method_refusal_is_one_error) 
               "--type or --method");
 }
 
+TEST(quantize_plan, the_output_matrix_takes_its_own_type_and_a_float_one_is_converted_by_the_host) {
+    auto q8 = make_quantize_plan(stories260k_shape(), false, ggml_type::q4_0, "rtn", writes_all, ggml_type::q8_0);
+    ASSERT_TRUE(q8.ok()) << q8.message();
+    EXPECT_EQ(q8->groups.back().type, ggml_type::q8_0);
+    EXPECT_TRUE(q8->groups.back().by_method);
+    EXPECT_EQ(q8->groups[1].type, ggml_type::q4_0);
+    auto f16 = make_quantize_plan(stories260k_shape(), false, ggml_type::q4_0, "rtn", writes_all, ggml_type::f16);
+    ASSERT_TRUE(f16.ok());
+    EXPECT_EQ(f16->groups.back().type, ggml_type::f16);
+    EXPECT_FALSE(f16->groups.back().by_method);
+    EXPECT_EQ(f16->n_fallback, 5);  // only the ffn_down groups fall back
+    // The method is asked for the output's type too, and its refusal names it.
+    auto refused = make_quantize_plan(
+        stories260k_shape(), false, ggml_type::q4_0, "awq", [](ggml_type t, int64_t) { return t != ggml_type::q8_0; },
+        ggml_type::q8_0);
+    ASSERT_FALSE(refused.ok());
+    EXPECT_EQ(refused.message(),
+              "method awq cannot write Q8_0 for rows of 64 weights (the model's linears need it); choose another "
+              "--type or --method");
+    EXPECT_EQ(*parse_output_type("f16"), ggml_type::f16);
+    EXPECT_EQ(parse_output_type("q9").message(),
+              "--output-type 'q9': unknown (valid: q4_0, q4_1, q4_k, q8_0, w4_g64, w4_g128, f16, f32)");
+}
+
 TEST(quantize_plan, the_description_names_each_group_its_type_and_fold) {
     auto plan = make_quantize_plan(stories260k_shape(), false, ggml_type::q4_0, "rtn", writes_all);
     ASSERT_TRUE(plan.ok());
