@@ -11,6 +11,7 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <type_traits>
 
 #include "w4a16_prefill_blocks.h"
 
@@ -33,57 +34,106 @@ inline __m256 weights8(__m256i vh, int k, __m256 d, __m256 m) {
     return _mm256_add_ps(_mm256_mul_ps(d, _mm256_cvtepi32_ps(q)), m);
 }
 
+// The same with the shift known at compile time.
+template <int K>
+inline __m256 weights8(__m256i vh, __m256 d, __m256 m) {
+    const __m256i q = _mm256_and_si256(_mm256_srli_epi32(vh, 4 * K), _mm256_set1_epi32(15));
+    return _mm256_add_ps(_mm256_mul_ps(d, _mm256_cvtepi32_ps(q)), m);
+}
+
 inline float hsum(__m256 v) {
     const __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
     const __m128 s2 = _mm_add_ps(s, _mm_movehl_ps(s, s));
     return _mm_cvtss_f32(_mm_add_ss(s2, _mm_movehdup_ps(s2)));
 }
 
-// y[t * ldy] = row r . x[t] for T tokens; two chains per token (the two halves of each 16 weights).
-template <int T>
+// y[t * ldy] = row r . x[t] for T tokens; two chains per token (the two halves of each 16 weights), four for one
+// token. Full spans are unrolled (shifts and group changes known at compile time); a short last span is looped.
+template <int G, int T>
 void row_dot(const matrix& w, int64_t r, const float* x, int64_t xs, float* y, int64_t ldy) {
+    constexpr int nch = T == 1 ? 4 : 2;
     const uint8_t* spans = w.spans(r);
     const uint8_t* scales = w.scales(r);
-    __m256 a0[T], a1[T];
-    for (int t = 0; t < T; ++t) a0[t] = a1[t] = _mm256_setzero_ps();
-    for (int64_t j0 = 0; j0 < w.n_in; j0 += k_span) {
-        const uint8_t* sp = spans + (j0 / k_span) * k_span_bytes;
+    __m256 acc[nch][T];
+    for (int c = 0; c < nch; ++c) {
+        for (int t = 0; t < T; ++t) acc[c][t] = _mm256_setzero_ps();
+    }
+    __m256 d = _mm256_setzero_ps(), m = d;
+    auto step = [&](__m256 w0, __m256 w1, int c, const float* xj) {
+#pragma GCC unroll 4
+        for (int t = 0; t < T; ++t) {
+            acc[c][t] = _mm256_fmadd_ps(w0, _mm256_loadu_ps(xj + t * xs), acc[c][t]);
+            acc[c + 1][t] = _mm256_fmadd_ps(w1, _mm256_loadu_ps(xj + t * xs + 8), acc[c + 1][t]);
+        }
+    };
+    const int64_t n_full = w.n_in / k_span;
+    for (int64_t s = 0; s < n_full; ++s) {
+        const uint8_t* sp = spans + s * k_span_bytes;
         _mm_prefetch(reinterpret_cast<const char*>(sp) + k_prefetch_distance, _MM_HINT_T0);
         const __m256i v0 = _mm256_load_si256(reinterpret_cast<const __m256i*>(sp));
         const __m256i v1 = _mm256_load_si256(reinterpret_cast<const __m256i*>(sp + 32));
-        const int kn = static_cast<int>(std::min<int64_t>(8, (w.n_in - j0) / 16));
-        __m256 d = _mm256_setzero_ps(), m = d;  // set at k = 0: every span starts a group
-        for (int k = 0; k < kn; ++k) {
-            const int64_t j = j0 + 16 * k;
-            if (j % w.g == 0) scale_min(scales + 4 * (j / w.g), &d, &m);
-            const __m256 w0 = weights8(v0, k, d, m), w1 = weights8(v1, k, d, m);
-#pragma GCC unroll 4
-            for (int t = 0; t < T; ++t) {
-                a0[t] = _mm256_fmadd_ps(w0, _mm256_loadu_ps(x + t * xs + j), a0[t]);
-                a1[t] = _mm256_fmadd_ps(w1, _mm256_loadu_ps(x + t * xs + j + 8), a1[t]);
-            }
+        const uint8_t* sc = scales + 4 * (s * k_span / G);
+        const float* xj = x + s * k_span;
+        auto k_step = [&](auto kc) {
+            constexpr int K = decltype(kc)::value;
+            if constexpr ((16 * K) % G == 0) scale_min(sc + 4 * (16 * K / G), &d, &m);
+            step(weights8<K>(v0, d, m), weights8<K>(v1, d, m), (2 * K) % nch, xj + 16 * K);
+        };
+        k_step(std::integral_constant<int, 0>{});
+        k_step(std::integral_constant<int, 1>{});
+        k_step(std::integral_constant<int, 2>{});
+        k_step(std::integral_constant<int, 3>{});
+        k_step(std::integral_constant<int, 4>{});
+        k_step(std::integral_constant<int, 5>{});
+        k_step(std::integral_constant<int, 6>{});
+        k_step(std::integral_constant<int, 7>{});
+    }
+    if (const int64_t rest = w.n_in - n_full * k_span; rest > 0) {  // a short last span (G < 128)
+        const uint8_t* sp = spans + n_full * k_span_bytes;
+        const __m256i v0 = _mm256_load_si256(reinterpret_cast<const __m256i*>(sp));
+        const __m256i v1 = _mm256_load_si256(reinterpret_cast<const __m256i*>(sp + 32));
+        for (int k = 0; k < rest / 16; ++k) {
+            const int64_t j = n_full * k_span + 16 * k;
+            scale_min(scales + 4 * (j / G), &d, &m);
+            step(weights8(v0, k, d, m), weights8(v1, k, d, m), 0, x + j);
         }
     }
-    for (int t = 0; t < T; ++t) y[t * ldy] = hsum(_mm256_add_ps(a0[t], a1[t]));
+    for (int t = 0; t < T; ++t) {
+        __m256 sum = acc[0][t];
+        for (int c = 1; c < nch; ++c) sum = _mm256_add_ps(sum, acc[c][t]);
+        y[t * ldy] = hsum(sum);
+    }
 }
 
-void decode_avx2(const matrix& w, const float* x, int64_t n_tokens, float* y, int64_t r0, int64_t r1) {
+template <int G>
+void decode_g(const matrix& w, const float* x, int64_t n_tokens, float* y, int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1; ++r) {
         int64_t t = 0;
-        for (; t + 4 <= n_tokens; t += 4) row_dot<4>(w, r, x + t * w.n_in, w.n_in, y + t * w.n_out + r, w.n_out);
+        for (; t + 4 <= n_tokens; t += 4) row_dot<G, 4>(w, r, x + t * w.n_in, w.n_in, y + t * w.n_out + r, w.n_out);
         switch (n_tokens - t) {
             case 3:
-                row_dot<3>(w, r, x + t * w.n_in, w.n_in, y + t * w.n_out + r, w.n_out);
+                row_dot<G, 3>(w, r, x + t * w.n_in, w.n_in, y + t * w.n_out + r, w.n_out);
                 break;
             case 2:
-                row_dot<2>(w, r, x + t * w.n_in, w.n_in, y + t * w.n_out + r, w.n_out);
+                row_dot<G, 2>(w, r, x + t * w.n_in, w.n_in, y + t * w.n_out + r, w.n_out);
                 break;
             case 1:
-                row_dot<1>(w, r, x + t * w.n_in, w.n_in, y + t * w.n_out + r, w.n_out);
+                row_dot<G, 1>(w, r, x + t * w.n_in, w.n_in, y + t * w.n_out + r, w.n_out);
                 break;
             default:
                 break;
         }
+    }
+}
+
+void decode_avx2(const matrix& w, const float* x, int64_t n_tokens, float* y, int64_t r0, int64_t r1) {
+    switch (w.g) {
+        case 32:
+            return decode_g<32>(w, x, n_tokens, y, r0, r1);
+        case 64:
+            return decode_g<64>(w, x, n_tokens, y, r0, r1);
+        default:
+            return decode_g<128>(w, x, n_tokens, y, r0, r1);
     }
 }
 
