@@ -70,6 +70,84 @@ void fit_k_sub_block(const float* x, int n, float* scale, float* min) {
     *min = -best_offset;
 }
 
+// The weighted error of a sub-block on the grid scale * q + offset.
+double k_weighted_error(const float* x, const float* w, int n, float scale, float offset) {
+    double err = 0.0;
+    for (int i = 0; i < n; ++i) {
+        const double e = x[i] - (offset + scale * k_code(x[i], scale, offset));
+        err += w[i] * e * e;
+    }
+    return err;
+}
+
+// Weighted fit of a Q4_K sub-block (llama.cpp's make_qkx2 idea): from 21 starting scales around 15 / range (the
+// range of the weights whose weight is positive), codes then a weighted least-squares (scale, offset <= 0); the
+// pair with the least weighted error on its own codes.
+void fit_k_sub_block_weighted(const float* x, const float* w, int n, float* scale, float* min) {
+    // The range of the weights that count (w > 0; all when none does), with min <= 0.
+    bool any = false;
+    for (int i = 0; i < n; ++i) any = any || w[i] > 0.0f;
+    float lo = 0.0f, hi = 0.0f;
+    bool first = true;
+    for (int i = 0; i < n; ++i) {
+        if (any && !(w[i] > 0.0f)) continue;
+        hi = first ? x[i] : std::max(hi, x[i]);
+        lo = std::min(lo, x[i]);
+        first = false;
+    }
+    float best_scale = (hi - lo) / 15.0f, best_offset = lo;
+    if (best_scale > 0.0f) {
+        double best_err = k_weighted_error(x, w, n, best_scale, best_offset);
+        for (int step = 0; step <= 20; ++step) {
+            const float iscale = (14.0f + 0.1f * static_cast<float>(step)) / (hi - lo);
+            double sw = 0, swq = 0, swqq = 0, swx = 0, swqx = 0;
+            for (int i = 0; i < n; ++i) {
+                const int q = std::clamp(nearest_int(iscale * (x[i] - lo)), 0, 15);
+                sw += w[i];
+                swq += w[i] * q;
+                swqq += w[i] * static_cast<double>(q) * q;
+                swx += w[i] * static_cast<double>(x[i]);
+                swqx += w[i] * q * static_cast<double>(x[i]);
+            }
+            const double det = sw * swqq - swq * swq;
+            if (!(det > 0)) continue;
+            double sc = (sw * swqx - swq * swx) / det;
+            double off = (swx - sc * swq) / sw;
+            if (off > 0) {
+                off = 0;
+                sc = swqx / swqq;
+            }
+            if (!(sc > 0)) continue;
+            const double err = k_weighted_error(x, w, n, static_cast<float>(sc), static_cast<float>(off));
+            if (err < best_err) {
+                best_err = err;
+                best_scale = static_cast<float>(sc);
+                best_offset = static_cast<float>(off);
+            }
+        }
+    }
+    *scale = best_scale;
+    *min = -best_offset;
+}
+
+// A Q4_K grid from the 8 sub-blocks' scales and mins: the super-block's fp16 scales of scales, then 6-bit codes.
+block_grid k_pack(const float* scales, const float* mins) {
+    block_grid g;
+    float max_scale = 0.0f, max_min = 0.0f;
+    for (int j = 0; j < 8; ++j) {
+        max_scale = std::max(max_scale, scales[j]);
+        max_min = std::max(max_min, mins[j]);
+    }
+    g.d = fp32_to_fp16(max_scale / 63.0f);
+    g.m = fp32_to_fp16(max_min / 63.0f);
+    const float d = fp16_to_fp32(g.d), dmin = fp16_to_fp32(g.m);
+    for (int j = 0; j < 8; ++j) {
+        g.sc[j] = static_cast<uint8_t>(d > 0.0f ? std::clamp(nearest_int(scales[j] / d), 0, 63) : 0);
+        g.mn[j] = static_cast<uint8_t>(dmin > 0.0f ? std::clamp(nearest_int(mins[j] / dmin), 0, 63) : 0);
+    }
+    return g;
+}
+
 // The scale and offset of Q4_K sub-block j: value = step * q + offset.
 void k_step_offset(const block_grid& g, int j, float* step, float* min) {
     *step = fp16_to_fp32(g.d) * g.sc[j];
@@ -152,20 +230,8 @@ block_grid codec::fit(const float* x, float shrink) const {
         }
         case codec_kind::q4_k: {
             float scales[8], mins[8];  // [8 sub-blocks]
-            float max_scale = 0.0f, max_min = 0.0f;
-            for (int j = 0; j < 8; ++j) {
-                fit_k_sub_block(x + k_sub * j, k_sub, &scales[j], &mins[j]);
-                max_scale = std::max(max_scale, scales[j]);
-                max_min = std::max(max_min, mins[j]);
-            }
-            g.d = fp32_to_fp16(max_scale / 63.0f);
-            g.m = fp32_to_fp16(max_min / 63.0f);
-            const float d = fp16_to_fp32(g.d), dmin = fp16_to_fp32(g.m);
-            for (int j = 0; j < 8; ++j) {
-                g.sc[j] = static_cast<uint8_t>(d > 0.0f ? std::clamp(nearest_int(scales[j] / d), 0, 63) : 0);
-                g.mn[j] = static_cast<uint8_t>(dmin > 0.0f ? std::clamp(nearest_int(mins[j] / dmin), 0, 63) : 0);
-            }
-            return g;
+            for (int j = 0; j < 8; ++j) fit_k_sub_block(x + k_sub * j, k_sub, &scales[j], &mins[j]);
+            return k_pack(scales, mins);
         }
     }
     return g;
@@ -343,10 +409,25 @@ double block_error(const codec& c, const block_grid& g, const float* x, const fl
     return err;
 }
 
+block_grid fit_q4_k_weighted(const float* x, const float* importance) {
+    float ones[k_sub];
+    std::fill(ones, ones + k_sub, 1.0f);
+    float scales[8], mins[8];  // [8 sub-blocks]
+    for (int j = 0; j < 8; ++j) {
+        fit_k_sub_block_weighted(x + k_sub * j, importance != nullptr ? importance + k_sub * j : ones, k_sub,
+                                 &scales[j], &mins[j]);
+    }
+    return k_pack(scales, mins);
+}
+
 block_grid fit_clipped(const codec& c, const float* x, const float* importance, int n_steps, float min_shrink) {
     block_grid best = c.fit(x, 1.0f);
-    if (c.kind() == codec_kind::q4_k || n_steps <= 0) return best;
+    if (n_steps <= 0) return best;
     double best_err = block_error(c, best, x, importance);
+    if (c.kind() == codec_kind::q4_k) {
+        const block_grid g = fit_q4_k_weighted(x, importance);
+        return block_error(c, g, x, importance) < best_err ? g : best;
+    }
     for (int i = 1; i <= n_steps; ++i) {
         const float shrink = 1.0f - (1.0f - min_shrink) * static_cast<float>(i) / static_cast<float>(n_steps);
         const block_grid g = c.fit(x, shrink);

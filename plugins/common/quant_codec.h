@@ -78,8 +78,13 @@ private:
 // Σ importance[j] * (x[j] - value(code(x[j])))² over a block on grid g (importance null: all 1).
 double block_error(const codec& c, const block_grid& g, const float* x, const float* importance);
 
+// Q4_K only: each sub-block's scale and min from a search over starting scales with weighted least-squares refits
+// (llama.cpp's make_qkx2 idea; importance null: all 1).
+block_grid fit_q4_k_weighted(const float* x, const float* importance);
+
 // Clipping search: the grid of the block x among fit(x, shrink) for shrink = 1, 1 - step, ..., down to
 // min_shrink, with the least block_error (weighted by importance, may be null). Ties keep the wider range.
+// Q4_K: the better of fit(x) and fit_q4_k_weighted(x, importance).
 block_grid fit_clipped(const codec& c, const float* x, const float* importance, int n_steps = 20,
                        float min_shrink = 0.5f);
 

@@ -67,7 +67,7 @@ clip_by search_clip(const search_options& options) {
 
 // Quantizes one row w [n_in] as w·diag(s), each block's grid chosen as `clip` says: the values the model computes
 // with (dequantized, divided by s) into y and the blocks into out, each when not null. scaled: [n_in] scratch;
-// importance: [n_in] E[x²] / s² (for clip_by::diagonal).
+// importance: [n_in] E[x²] / s² (clip_by::diagonal's weights; Q4_K's weighted fit's under clip_by::block_gram).
 void quantize_row(const codec& c, const float* w, const std::vector<float>& s, const input_stats& stats,
                   const std::vector<float>& importance, clip_by clip, float* scaled, float* y, uint8_t* out) {
     const int64_t n = static_cast<int64_t>(s.size());
@@ -94,16 +94,21 @@ void quantize_row(const codec& c, const float* w, const std::vector<float>& s, c
             best = quant_common::fit_clipped(c, xb, importance.data() + col0);
         } else {
             best = c.fit(xb);
-            if (clip == clip_by::block_gram && c.kind() != quant_common::codec_kind::q4_k) {
+            if (clip == clip_by::block_gram) {
                 double best_err = block_output_error(best);
-                constexpr int n_steps = 20;
-                for (int k = 1; k <= n_steps; ++k) {
-                    const block_grid g = c.fit(xb, 1.0f - 0.5f * static_cast<float>(k) / n_steps);
+                auto consider = [&](const block_grid& g) {
                     const double err = block_output_error(g);
                     if (err < best_err) {
                         best_err = err;
                         best = g;
                     }
+                };
+                if (c.kind() == quant_common::codec_kind::q4_k) {  // no range to shrink: the weighted fit instead
+                    consider(quant_common::fit_q4_k_weighted(xb, importance.data() + col0));
+                } else {
+                    constexpr int n_steps = 20;
+                    for (int k = 1; k <= n_steps; ++k)
+                        consider(c.fit(xb, 1.0f - 0.5f * static_cast<float>(k) / n_steps));
                 }
             }
         }
@@ -179,10 +184,12 @@ std::vector<float> search_scales(const std::vector<weight_ref>& weights, const i
 void quantize_rows(const weight_ref& weight, const input_stats& stats, const std::vector<float>& s,
                    const search_options& options, int64_t begin, int64_t end, void* out, size_t row_bytes) {
     const int64_t n = stats.width;
+    const std::vector<float> importance = importance_for(stats, s);
     std::vector<float> scaled(static_cast<size_t>(n));  // [n_in]
     for (int64_t r = begin; r < end; ++r) {
-        quantize_row(*weight.c, weight.w + r * n, s, stats, {}, options.clip ? clip_by::block_gram : clip_by::none,
-                     scaled.data(), nullptr, static_cast<uint8_t*>(out) + static_cast<size_t>(r) * row_bytes);
+        quantize_row(*weight.c, weight.w + r * n, s, stats, importance,
+                     options.clip ? clip_by::block_gram : clip_by::none, scaled.data(), nullptr,
+                     static_cast<uint8_t*>(out) + static_cast<size_t>(r) * row_bytes);
     }
 }
 
