@@ -48,22 +48,32 @@ bool cholesky_lower(std::vector<double>& a, int64_t n, const parallel_rows& para
     return true;
 }
 
-// The inverse of the lower triangular l [n, n] (lower triangular too): column by column (each independent),
-// columns j and n - 1 - j together so the ranges of `parallel` balance.
+// The inverse X of the lower triangular l [n, n] (lower triangular too), from L X = I row by row:
+// X[i, :] = (e_i - Σ_{k<i} L[i, k] X[k, :]) / L[i, i]. Each range of `parallel` owns blocks of 64 columns (the block
+// j and its mirror from the end, so the ranges balance) and reads rows of X and L contiguously.
 bool invert_lower(const std::vector<double>& l, int64_t n, const parallel_rows& parallel, std::vector<double>& x) {
+    constexpr int64_t cols = 64;
+    const int64_t n_blocks = (n + cols - 1) / cols;
     x.assign(static_cast<size_t>(n * n), 0.0);  // [n, n]
-    auto column = [&](int64_t j) {
-        x[j * n + j] = 1.0 / l[j * n + j];
-        for (int64_t i = j + 1; i < n; ++i) {
-            double s = 0.0;
-            for (int64_t k = j; k < i; ++k) s += l[i * n + k] * x[k * n + j];
-            x[i * n + j] = -s / l[i * n + i];
+    auto block = [&](int64_t b) {
+        const int64_t j0 = b * cols, j1 = std::min(n, j0 + cols);
+        double acc[cols];
+        for (int64_t i = j0; i < n; ++i) {
+            std::fill(acc, acc + cols, 0.0);
+            const double* li = l.data() + i * n;
+            for (int64_t k = j0; k < i; ++k) {
+                const double a = li[k];
+                const double* xk = x.data() + k * n;
+                for (int64_t j = j0; j < j1; ++j) acc[j - j0] += a * xk[j];
+            }
+            double* xi = x.data() + i * n;
+            for (int64_t j = j0; j < std::min(j1, i + 1); ++j) xi[j] = ((i == j ? 1.0 : 0.0) - acc[j - j0]) / li[i];
         }
     };
-    return parallel((n + 1) / 2, [&](int64_t begin, int64_t end) {
-        for (int64_t j = begin; j < end; ++j) {
-            column(j);
-            if (n - 1 - j != j) column(n - 1 - j);
+    return parallel((n_blocks + 1) / 2, [&](int64_t begin, int64_t end) {
+        for (int64_t b = begin; b < end; ++b) {
+            block(b);
+            if (n_blocks - 1 - b != b) block(n_blocks - 1 - b);
         }
     });
 }
