@@ -9,7 +9,8 @@
 //      method's taps attached;
 //   3. the groups are quantized in plan order, AWQ input scales folded, and the GGUF written (nothing is written
 //      when any step fails).
-// Method parameters: --set quantize.params.KEY=VALUE (the plugin validates them). Progress goes to stderr.
+// The method and its parameters are the config's `quantize` plugin choice (quantize.name / path / params: --method,
+// --set quantize.params.KEY=VALUE or a --config file; the plugin validates its params). Progress goes to stderr.
 #include <yaml-cpp/yaml.h>
 
 #include <chrono>
@@ -29,8 +30,6 @@
 
 namespace troupe::cli {
 namespace {
-
-constexpr const char* params_prefix = "quantize.params.";
 
 int fail(const std::string& message, int code = exit_failure) {
     std::fprintf(stderr, "troupe quantize: %s\n", message.c_str());
@@ -65,39 +64,19 @@ result<std::string> read_text(const std::string& path) {
 
 struct quantize_inputs {
     engine_config config;
-    std::string method, type_name, calib, output, output_type;
+    std::string type_name, calib, output, output_type;
     std::optional<int64_t> group, n_ctx, calib_tokens;
     bool calib_once = false;  // --calib-once: one calibration run on the float model instead of one per layer
-    YAML::Node params;        // quantize.params
 };
 
 result<quantize_inputs> parse_inputs(const cli_args& args) {
     std::vector<std::string> problems;
     quantize_inputs in;
-    in.params = YAML::Node(YAML::NodeType::Map);
-    cli_args engine_args = args;  // --set quantize.params.* is the method's; the rest configures the engine
-    std::vector<std::string>& sets = engine_args.values["--set"];
-    for (auto it = sets.begin(); it != sets.end();) {
-        if (it->rfind(params_prefix, 0) != 0) {
-            ++it;
-            continue;
-        }
-        const size_t eq = it->find('=');
-        if (eq == std::string::npos) {
-            problems.push_back("--set " + *it + ": expected KEY=VALUE");
-        } else {
-            in.params[it->substr(std::string(params_prefix).size(), eq - std::string(params_prefix).size())] =
-                it->substr(eq + 1);
-        }
-        it = sets.erase(it);
-    }
-    if (sets.empty()) engine_args.values.erase("--set");
-    auto config = resolve_cli_config(engine_args);
+    auto config = resolve_cli_config(args);
     if (!config) problems.push_back(config.message());
-    for (const char* flag : {"--model", "--method", "--type", "--output"}) {
+    for (const char* flag : {"--model", "--type", "--output"}) {
         if (!args.has(flag)) problems.push_back(std::string(flag) + " is required");
     }
-    in.method = args.value_or("--method", "");
     in.type_name = args.value_or("--type", "");
     in.calib = args.value_or("--calib", "");
     in.output = args.value_or("--output", "");
@@ -115,6 +94,10 @@ result<quantize_inputs> parse_inputs(const cli_args& args) {
     }
     if (!problems.empty()) return make_error(join_problems(problems));
     in.config = std::move(*config);
+    if (auto m = args.value("--method")) {  // the flag names the plugin; the config's params stay
+        in.config.quantize.name = *m;
+        in.config.quantize.path.clear();
+    }
     return in;
 }
 
@@ -138,13 +121,11 @@ int quantize(const quantize_inputs& in) {
     // The method is made for the input model: its tensors and metadata by name (troupe_plugin_params.model).
     plugin_host host(plugin_host_options{in.config.plugins.plugin_dir, plugin_backend::cpu},
                      make_model_services(*file));
-    if (in.method.find('/') == std::string::npos &&
-        !std::filesystem::exists(host.library_path(plugin_kind::quant, in.method))) {
-        return fail("--method " + in.method + ": unknown method (methods: " + methods_found(host) + ")", exit_usage);
+    const plugin_config& q = in.config.quantize;
+    if (q.path.empty() && !std::filesystem::exists(host.library_path(plugin_kind::quant, q.name))) {
+        return fail("--method " + q.name + ": unknown method (methods: " + methods_found(host) + ")", exit_usage);
     }
-    plugin_spec spec{plugin_kind::quant, in.method, "", in.params};
-    if (in.method.find('/') != std::string::npos) spec = plugin_spec{plugin_kind::quant, "", in.method, in.params};
-    auto plugin = host.load(spec);
+    auto plugin = host.load(plugin_spec{plugin_kind::quant, q.name, q.path, q.params});
     if (!plugin) return fail(plugin.message());
     auto method = plugin_quantize_method::create(plugin->instance);
     if (!method) return fail(method.message());
@@ -244,7 +225,7 @@ const command_spec& quantize_spec() {
                 "troupe quantize --model IN.gguf --method rtn|awq|gptq --type TYPE [--calib TEXT.txt] "
                 "[--group N] [--ctx N] [--calib-tokens N] [--set quantize.params.KEY=VALUE] -o OUT.gguf",
         };
-        s.flags.push_back({"--method", "", "NAME", "the quant plugin that quantizes (by name, or a library path)"});
+        s.flags.push_back({"--method", "", "NAME", "the quant plugin that quantizes (config quantize.name: rtn)"});
         s.flags.push_back({"--type", "", "TYPE", quantize_type_names});
         s.flags.push_back(
             {"--output-type", "", "TYPE", "the output matrix's type (default: --type; f16, f32 or a --type name)"});
@@ -258,8 +239,9 @@ const command_spec& quantize_spec() {
         s.flags.push_back({"--output", "-o", "FILE", "the GGUF to write"});
         for (auto& f : engine_flags()) s.flags.push_back(f);
         s.details =
-            "The method is a quant plugin with a quantize table, found like every plugin (plugins.plugin_dir); its "
-            "parameters are --set quantize.params.KEY=VALUE. Linears are quantized in groups sharing an input (q/k/v, "
+            "The method is a quant plugin with a quantize table, found like every plugin (plugins.plugin_dir) or at "
+            "quantize.path; its parameters are quantize.params (--set quantize.params.KEY=VALUE). Linears are "
+            "quantized in groups sharing an input (q/k/v, "
             "gate/up, ...); AWQ input scales fold into the preceding norm or linear, so the file stays a standard "
             "GGUF. Rows that are not a whole number of the type's blocks are written as F16; token_embd keeps its "
             "type and norms stay F32.";

@@ -392,6 +392,7 @@ void read_config(const YAML::Node& root, const diagnostics& d, engine_config& c)
                          {"plugin_dir", [&](auto& n2, auto& p2) { read_string(n2, p2, d, c.plugins.plugin_dir); }},
                      });
              }},
+            {"quantize", [&](auto& n, auto& p) { read_plugin(n, p, d, c.quantize, true); }},
             {"server", [&](auto& n, auto& p) { read_server(n, p, d, c.server); }},
         });
 }

@@ -333,6 +333,8 @@ std::string to_yaml(const engine_config& c) {
     out << YAML::Key << "plugin_dir" << YAML::Value << YAML::DoubleQuoted << c.plugins.plugin_dir;
     out << YAML::EndMap;
 
+    emit_plugin(out, "quantize", c.quantize);
+
     const server_config& sv = c.server;
     out << YAML::Key << "server" << YAML::Value << YAML::BeginMap;
     out << YAML::Key << "host" << YAML::Value << YAML::DoubleQuoted << sv.host;

@@ -161,6 +161,9 @@ struct engine_config {
     kv_config kv;
     kernels_config kernels;
     plugins_config plugins;
+    // `troupe quantize`'s method: a quant plugin with an offline quantization table (--method sets the name) and
+    // its params (--set quantize.params.KEY=VALUE).
+    plugin_config quantize{"rtn"};
     server_config server;
 };
 

@@ -114,7 +114,7 @@ TEST(config, each_kind_of_error_is_reported_with_its_path_line_and_what_is_valid
         {"kv: {memory: 1.5}", "c.yaml:1: kv.memory: a fraction must be in (0, 1], got '1.5'"},
         {"modle: x.gguf",
          "c.yaml:1: modle: unknown key (valid: model, device, threads, log_level, sampling, "
-         "scheduler, kv, kernels, plugins, server)"},
+         "scheduler, kv, kernels, plugins, quantize, server)"},
         {"sampling:\n  top_q: 0.5", "c.yaml:2: sampling.top_q: unknown key (valid: temperature, top_k, top_p, min_p,"},
         {"plugins: {attention: {name: none}}", "c.yaml:1: plugins.attention.name: an attention plugin is required"},
         {"plugins: {spec: {name: ../evil}}", "c.yaml:1: plugins.spec.name: expected a plugin name"},

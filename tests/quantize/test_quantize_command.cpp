@@ -135,6 +135,34 @@ TEST(quantize_command, rtn_writes_the_bytes_of_the_reference_quantizers_and_the_
     }
 }
 
+TEST(quantize_command, the_method_and_its_params_come_from_the_config_and_set) {
+    TROUPE_REQUIRE_SHARED(model, "models/stories260K.gguf");
+    TROUPE_REQUIRE_SHARED(text, "text/stories.txt");
+    const std::string out = temp_path("params.gguf");
+    const run_result bad = troupe({"quantize", "--model", model, "--method", "gptq", "--type", "q4_0", "--calib", text,
+                                   "--set", "quantize.params.bogus=1", "-o", out});
+    EXPECT_EQ(bad.rc, 1);
+    EXPECT_TRUE(contains(bad.err, "troupe quantize: plugin quant/gptq: params.bogus: unknown key")) << bad.err;
+    EXPECT_FALSE(std::filesystem::exists(out));
+    const std::string config = temp_path("quantize.yaml");
+    for (const char* damp : {"2.0", "0.05"}) {  // out of range, then fine: the config's params reach the plugin
+        SCOPED_TRACE(damp);
+        std::ofstream(config) << "quantize:\n  name: gptq\n  params: {damp: " << damp << "}\n";
+        const run_result r = troupe({"quantize", "--config", config, "--model", model, "--type", "q8_0", "--calib",
+                                     text, "--ctx", "128", "--calib-tokens", "512", "-o", out});
+        if (std::string(damp) == "2.0") {
+            EXPECT_EQ(r.rc, 1);
+            EXPECT_TRUE(contains(r.err, "troupe quantize: plugin quant/gptq: params.damp")) << r.err;
+            EXPECT_FALSE(std::filesystem::exists(out));
+        } else {
+            EXPECT_EQ(r.rc, 0) << r.err;
+            EXPECT_TRUE(contains(r.out, "Q8_0 by gptq")) << r.out;
+        }
+    }
+    std::remove(out.c_str());
+    std::remove(config.c_str());
+}
+
 double ppl_of(const run_result& r) {
     const size_t at = r.out.find("PPL = ");
     return at == std::string::npos ? -1 : std::stod(r.out.substr(at + 6));
