@@ -50,6 +50,11 @@ inline float bits_float(uint32_t u) {
     return x;
 }
 
+// 2^e for a normal float exponent e (-126..127), exact and without a libm call.
+inline float pow2(int e) {
+    return bits_float(static_cast<uint32_t>(e + 127) << 23);
+}
+
 // float -> fp8 code, round to nearest even, saturating (see the top of the file).
 inline uint8_t encode(float x, format f) {
     const format_traits t = traits(f);
@@ -59,11 +64,11 @@ inline uint8_t encode(float x, format f) {
     if (std::isnan(x)) return sign | t.nan_code;
     if (a >= t.max_finite) return sign | t.max_code;  // also infinities
     const int min_normal_exp = 1 - t.bias;            // 2^min_normal_exp is the smallest normal
-    if (a < std::ldexp(1.0f, min_normal_exp)) {
+    if (a < pow2(min_normal_exp)) {
         // Subnormal (or zero): a multiple of 2^(min_normal_exp - mantissa_bits). The scaling is exact and nearbyint
         // rounds half to even in the default rounding mode; a result of 2^mantissa_bits is the smallest normal,
         // whose code is that same integer.
-        const float steps = std::nearbyint(std::ldexp(a, t.mantissa_bits - min_normal_exp));
+        const float steps = std::nearbyint(a * pow2(t.mantissa_bits - min_normal_exp));
         return sign | static_cast<uint8_t>(steps);
     }
     // Normal: round the float's 23-bit mantissa to mantissa_bits (ties to even); a carry moves into the exponent,
@@ -87,7 +92,7 @@ inline float decode(uint8_t code, format f) {
     if (f == format::e4m3 && mag == 0x7f) return bits_float(sign | 0x7fc00000u);
     if (f == format::e5m2 && e == e_max) return bits_float(sign | (m == 0 ? 0x7f800000u : 0x7fc00000u));
     if (e == 0) {  // subnormal: m * 2^(1 - bias - mantissa_bits), exact in float
-        const float v = std::ldexp(static_cast<float>(m), 1 - t.bias - t.mantissa_bits);
+        const float v = static_cast<float>(m) * pow2(1 - t.bias - t.mantissa_bits);
         return bits_float(sign | float_bits(v));
     }
     return bits_float(sign | ((e + 127 - t.bias) << 23) | (m << (23 - t.mantissa_bits)));

@@ -108,7 +108,7 @@ TEST_P(fp8_plugin, every_kernel_matches_the_dequantized_product_and_the_scalar_t
         ASSERT_TRUE((*op)->claims(c.type));
         auto prepared = (*op)->prepare(weight_view{c.type, w.bytes.data(), c.n_in, c.n_out, w.row_stride});
         ASSERT_TRUE(prepared.ok()) << prepared.message();
-        const int64_t rows = (c.n_out + 15) / 16 * 16;
+        const int64_t rows = (c.n_out + 31) / 32 * 32;  // panels of 32 rows
         EXPECT_EQ((*prepared)->n_bytes(), static_cast<size_t>((rows * c.n_in + 63) / 64 * 64 + rows * 4));
 
         for (const int64_t n_tokens : {1, 2, 3, 4, 5, 7, 12, 13, 16, 17, 25, 40}) {
@@ -141,8 +141,9 @@ TEST_P(fp8_plugin, every_kernel_matches_the_dequantized_product_and_the_scalar_t
     }
 }
 
-// n_in: 172 (stories260K's ffn_down rows), below and above 16, one k block and several (256 per block); n_out not a
-// multiple of 16, an odd number of panels, a single row.
+// n_in: 172 (stories260K's ffn_down rows), below and above 16, one k block and several (256 per block with several
+// token tiles, 1024 with one); n_out not a multiple of 16, last panels of 1 to 18 rows (one 16-row half or two), a
+// single row.
 INSTANTIATE_TEST_SUITE_P(fp8, fp8_plugin,
                          ::testing::Values(fp8_case{"f32_e4m3_172_in_37_out", ggml_type::f32, 172, 37, "e4m3"},
                                            fp8_case{"f32_e5m2_172_in_37_out", ggml_type::f32, 172, 37, "e5m2"},
@@ -150,6 +151,7 @@ INSTANTIATE_TEST_SUITE_P(fp8, fp8_plugin,
                                            fp8_case{"bf16_e4m3_13_in_50_out", ggml_type::bf16, 13, 50, "e4m3"},
                                            fp8_case{"f16_e5m2_600_in_33_out", ggml_type::f16, 600, 33, "e5m2"},
                                            fp8_case{"f32_e4m3_300_in_1_out", ggml_type::f32, 300, 1, "e4m3"},
+                      fp8_case{"f32_e4m3_1100_in_40_out", ggml_type::f32, 1100, 40, "e4m3"},
                                            fp8_case{"bf16_e5m2_1_in_70_out", ggml_type::bf16, 1, 70, "e5m2"}),
                          [](const ::testing::TestParamInfo<fp8_case>& info) { return std::string(info.param.name); });
 

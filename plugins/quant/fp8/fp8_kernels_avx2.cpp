@@ -1,14 +1,17 @@
-// AVX2 tile kernel of quant/fp8 (fp8_panels.h): one 16-row panel at a time times up to 6 tokens, the panel's sums
-// in two ymm per token. Each k: one 16-byte load, widened to 16 halves (e5m2: zero-extend and shift the code into the
-// high byte; e4m3: sign-extend, shift by 7, clear bit 14), two vcvtph2ps to 2 x 8 floats, then two FMAs per token
-// with the token's activation broadcast. Few tokens leave few independent sums, so k is unrolled into KU partial
-// sums (FMA latency).
+// AVX2 tile kernel of quant/fp8 (fp8_panels.h): the whole 32-row panel in one pass for 1-2 tokens, else one 16-row
+// half at a time for up to 6 tokens, 8 rows' sums per ymm. Each k, per 16 rows:
+// one 16-byte load, widened to 16 halves (e5m2: zero-extend and shift the code into the high byte; e4m3: sign-extend,
+// shift by 7, clear bit 14), two vcvtph2ps to 2 x 8 floats, then two FMAs per token with the token's activation
+// broadcast. Few tokens leave few independent sums, so k is unrolled into KU partial sums (FMA latency).
 #include <immintrin.h>
 
 #include "fp8_panels.h"
 
 namespace troupe::fp8_panels {
 namespace {
+
+// k steps (32 bytes each) the weights are prefetched ahead: 8 KB.
+constexpr int64_t prefetch_k = 256;
 
 template <bool e4m3>
 inline void decode16(const uint8_t* p, __m256& lo, __m256& hi) {
@@ -28,79 +31,98 @@ inline __m256i first_lanes(int64_t n) {
     return _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(n)), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
 }
 
-template <bool e4m3, int nt>
-void tile_panel(const tile_call& c, int64_t panel) {
-    constexpr int ku = nt == 1 ? 4 : nt == 2 ? 2 : 1;
+// Rows [16 * half0, 16 * (half0 + nh)) of the panel: nh = 2 streams the whole panel in one pass (up to 2 tokens: 4
+// ymm of weights and 8 sums fit the 16 registers), nh = 1 one half (up to 6 tokens; the second half's pass reads the
+// panel from L2).
+template <bool e4m3, int nt, int nh>
+void tile_rows(const tile_call& c, int64_t half0) {
+    constexpr int ku = nh == 2 ? (nt == 1 ? 2 : 1) : (nt == 1 ? 4 : nt == 2 ? 2 : 1);
     const matrix& m = *c.m;
-    const uint8_t* w = m.codes + panel * m.n_in * panel_rows;
-    __m256 acc[2][nt][ku];
-#pragma GCC unroll 2
-    for (int h = 0; h < 2; ++h)
+    const uint8_t* w = m.codes + c.panel * m.n_in * panel_rows + half0 * half_rows;
+    __m256 acc[2 * nh][nt][ku];  // [8-row group][token][partial sum]
+#pragma GCC unroll 4
+    for (int g = 0; g < 2 * nh; ++g)
 #pragma GCC unroll 16
         for (int t = 0; t < nt; ++t)
 #pragma GCC unroll 8
-            for (int u = 0; u < ku; ++u) acc[h][t][u] = _mm256_setzero_ps();
+            for (int u = 0; u < ku; ++u) acc[g][t][u] = _mm256_setzero_ps();
 
     auto step = [&](int64_t k, int u) __attribute__((always_inline)) {
         const float* xk = c.xt + k * nt;
-        __m256 lo, hi;
-        decode16<e4m3>(w + k * panel_rows, lo, hi);
+        __m256 wv[2 * nh];
+#pragma GCC unroll 2
+        for (int h = 0; h < nh; ++h) decode16<e4m3>(w + k * panel_rows + h * half_rows, wv[2 * h], wv[2 * h + 1]);
 #pragma GCC unroll 16
         for (int t = 0; t < nt; ++t) {
             const __m256 x = _mm256_broadcast_ss(xk + t);
-            acc[0][t][u] = _mm256_fmadd_ps(lo, x, acc[0][t][u]);
-            acc[1][t][u] = _mm256_fmadd_ps(hi, x, acc[1][t][u]);
+#pragma GCC unroll 4
+            for (int g = 0; g < 2 * nh; ++g) acc[g][t][u] = _mm256_fmadd_ps(wv[g], x, acc[g][t][u]);
         }
     };
-    int64_t k = c.k0;
-    for (; k + ku <= c.k1; k += ku) {
+    const int64_t n_in = m.n_in;
+    int64_t k = 0;
+    for (; k + ku <= n_in; k += ku) {
+        // As in the AVX-512 kernel: the hardware prefetchers alone fall behind.
+        _mm_prefetch(reinterpret_cast<const char*>(w + (k + prefetch_k) * panel_rows), _MM_HINT_T0);
+        if constexpr (ku == 4) {
+            _mm_prefetch(reinterpret_cast<const char*>(w + (k + prefetch_k) * panel_rows + 64), _MM_HINT_T0);
+        }
 #pragma GCC unroll 8
         for (int u = 0; u < ku; ++u) step(k + u, u);
     }
-    for (; k < c.k1; ++k) step(k, 0);
+    for (; k < n_in; ++k) step(k, 0);
 
-    const int64_t row0 = panel * panel_rows;
-    const int64_t rows = m.n_out - row0 < panel_rows ? m.n_out - row0 : panel_rows;
-#pragma GCC unroll 2
-    for (int h = 0; h < 2; ++h) {
-        const int64_t r0 = row0 + 8 * h;
-        const int64_t n = rows - 8 * h;
+    const int64_t row0 = c.panel * panel_rows + half0 * half_rows;
+#pragma GCC unroll 4
+    for (int g = 0; g < 2 * nh; ++g) {
+        const int64_t r0 = row0 + 8 * g;
+        const int64_t n = m.n_out - r0;
         if (n <= 0) break;
         const __m256i mask = first_lanes(n);
         const __m256 scale = _mm256_loadu_ps(m.kernel_scales + r0);
 #pragma GCC unroll 16
         for (int t = 0; t < nt; ++t) {
-            __m256 s = acc[h][t][0];
+            __m256 s = acc[g][t][0];
 #pragma GCC unroll 8
-            for (int u = 1; u < ku; ++u) s = _mm256_add_ps(s, acc[h][t][u]);
+            for (int u = 1; u < ku; ++u) s = _mm256_add_ps(s, acc[g][t][u]);
+            s = _mm256_mul_ps(s, scale);
             float* yt = c.y + t * m.n_out + r0;
-            if (!c.first) s = _mm256_add_ps(s, _mm256_maskload_ps(yt, mask));
-            if (c.last) s = _mm256_mul_ps(s, scale);
-            _mm256_maskstore_ps(yt, mask, s);
+            if (n >= 8) {
+                _mm256_storeu_ps(yt, s);
+            } else {
+                _mm256_maskstore_ps(yt, mask, s);
+            }
         }
     }
 }
 
 template <bool e4m3>
-void dispatch_tokens(const tile_call& c, int64_t panel) {
+void dispatch_tokens(const tile_call& c) {
+    const bool two_halves = c.m->n_out - c.panel * panel_rows > half_rows;
     switch (c.nt) {
         case 1:
-            return tile_panel<e4m3, 1>(c, panel);
+            return two_halves ? tile_rows<e4m3, 1, 2>(c, 0) : tile_rows<e4m3, 1, 1>(c, 0);
         case 2:
-            return tile_panel<e4m3, 2>(c, panel);
-        case 3:
-            return tile_panel<e4m3, 3>(c, panel);
-        case 4:
-            return tile_panel<e4m3, 4>(c, panel);
-        case 5:
-            return tile_panel<e4m3, 5>(c, panel);
-        case 6:
-            return tile_panel<e4m3, 6>(c, panel);
-        default: {  // not reached: tiles hold at most max_tile(avx2) tokens
-            tile_call one = c;
-            one.panel = panel;
-            one.n_panels = 1;
-            return tile_scalar(one);
+            return two_halves ? tile_rows<e4m3, 2, 2>(c, 0) : tile_rows<e4m3, 2, 1>(c, 0);
+        default:
+            break;
+    }
+    for (int64_t half = 0; half < (two_halves ? 2 : 1); ++half) {
+        switch (c.nt) {
+            case 3:
+                tile_rows<e4m3, 3, 1>(c, half);
+                break;
+            case 4:
+                tile_rows<e4m3, 4, 1>(c, half);
+                break;
+            case 5:
+                tile_rows<e4m3, 5, 1>(c, half);
+                break;
+            case 6:
+                tile_rows<e4m3, 6, 1>(c, half);
+                break;
+            default:
+                return tile_scalar(c);  // not reached: tiles hold 1 .. max_tile(avx2) tokens
         }
     }
 }
@@ -108,9 +130,7 @@ void dispatch_tokens(const tile_call& c, int64_t panel) {
 }  // namespace
 
 void tile_avx2(const tile_call& c) {
-    for (int64_t p = c.panel; p < c.panel + c.n_panels; ++p) {
-        c.m->format == fp8::format::e4m3 ? dispatch_tokens<true>(c, p) : dispatch_tokens<false>(c, p);
-    }
+    c.m->format == fp8::format::e4m3 ? dispatch_tokens<true>(c) : dispatch_tokens<false>(c);
 }
 
 }  // namespace troupe::fp8_panels

@@ -15,7 +15,7 @@ float half_to_float(uint16_t h) {
     const uint32_t sign = static_cast<uint32_t>(h & 0x8000) << 16;
     const uint32_t e = (h >> 10) & 0x1f, m = h & 0x3ff;
     if (e == 0x1f) return fp8::bits_float(sign | 0x7f800000u | (m << 13));  // inf / NaN
-    if (e == 0) return fp8::bits_float(sign | fp8::float_bits(std::ldexp(static_cast<float>(m), -24)));
+    if (e == 0) return fp8::bits_float(sign | fp8::float_bits(static_cast<float>(m) * fp8::pow2(-24)));
     return fp8::bits_float(sign | ((e + 112) << 23) | (m << 13));
 }
 
@@ -119,21 +119,17 @@ int64_t quantize_rows(source_type type, const void* src, size_t row_stride, cons
 void tile_scalar(const tile_call& c) {
     const matrix& m = *c.m;
     const std::array<float, 256>& table = decode_table(m.format);
-    for (int64_t p = c.panel; p < c.panel + c.n_panels; ++p) {
-        const uint8_t* w = m.codes + static_cast<size_t>(p) * static_cast<size_t>(m.n_in * panel_rows);
-        const int64_t rows = std::min<int64_t>(panel_rows, m.n_out - p * panel_rows);
-        for (int t = 0; t < c.nt; ++t) {
-            float acc[panel_rows] = {};
-            for (int64_t k = c.k0; k < c.k1; ++k) {
-                const float xk = c.xt[k * c.nt + t];
-                for (int64_t r = 0; r < panel_rows; ++r) acc[r] += table[w[k * panel_rows + r]] * xk;
-            }
-            float* yt = c.y + t * m.n_out + p * panel_rows;
-            for (int64_t r = 0; r < rows; ++r) {
-                const float s = c.first ? acc[r] : yt[r] + acc[r];
-                yt[r] = c.last ? s * m.scales[p * panel_rows + r] : s;
-            }
+    const uint8_t* w = m.codes + static_cast<size_t>(c.panel) * static_cast<size_t>(m.n_in * panel_rows);
+    const int64_t row0 = c.panel * panel_rows;
+    const int64_t rows = std::min<int64_t>(panel_rows, m.n_out - row0);
+    for (int t = 0; t < c.nt; ++t) {
+        float acc[panel_rows] = {};
+        for (int64_t k = 0; k < m.n_in; ++k) {
+            const float xk = c.xt[k * c.nt + t];
+            for (int64_t r = 0; r < panel_rows; ++r) acc[r] += table[w[k * panel_rows + r]] * xk;
         }
+        float* yt = c.y + t * m.n_out + row0;
+        for (int64_t r = 0; r < rows; ++r) yt[r] = acc[r] * m.scales[row0 + r];
     }
 }
 
@@ -164,17 +160,13 @@ void matmul(kernel k, const matrix& m, const float* x, float* y, int64_t n_token
         xt = packed.data();
     }
 
-    const int64_t kb = n_tiles == 1 ? m.n_in : k_block;
-    const int64_t n_pairs = (m.n_panels + 1) / 2;
-    parallel_for(n_pairs, [&](int64_t b, int64_t e) {
-        for (int64_t k0 = 0; k0 < m.n_in; k0 += kb) {
-            const int64_t k1 = std::min(m.n_in, k0 + kb);
-            for (int64_t pair = b; pair < e; ++pair) {
-                const int64_t panel = 2 * pair;
-                for (int64_t i = 0; i < n_tiles; ++i) {
+    parallel_for(m.n_panels, [&](int64_t b, int64_t e) {
+        for (int64_t i0 = 0; i0 < n_tiles; i0 += tiles_per_block) {
+            const int64_t i1 = std::min(n_tiles, i0 + tiles_per_block);
+            for (int64_t panel = b; panel < e; ++panel) {
+                for (int64_t i = i0; i < i1; ++i) {
                     const int64_t t0 = tile_begin(i);
-                    tile(tile_call{&m, panel, std::min<int64_t>(2, m.n_panels - panel), xt + t0 * m.n_in,
-                                   static_cast<int>(tile_begin(i + 1) - t0), k0, k1, k0 == 0, k1 == m.n_in,
+                    tile(tile_call{&m, panel, xt + t0 * m.n_in, static_cast<int>(tile_begin(i + 1) - t0),
                                    y + t0 * m.n_out});
                 }
             }

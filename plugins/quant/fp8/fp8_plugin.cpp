@@ -21,6 +21,9 @@
 #include <string>
 
 #include "fp8_panels.h"
+#ifdef TROUPE_PLUGIN_CUDA
+#include "fp8_cuda.h"
+#endif
 #include "plugins/common/plugin_support.h"
 
 namespace {
@@ -30,12 +33,18 @@ namespace panels = troupe::fp8_panels;
 using panels::source_type;
 
 constexpr const char* source = "quant/fp8";
+#ifdef TROUPE_PLUGIN_CUDA
+constexpr bool built_with_cuda = true;  // an instance made for CUDA prepares device weights (fp8_cuda.h)
+#else
+constexpr bool built_with_cuda = false;
+#endif
 
 }  // namespace
 
 struct troupe_plugin_instance {
     troupe::fp8::format format = troupe::fp8::format::e4m3;
     panels::kernel kernel = panels::kernel::scalar;
+    int32_t backend = TROUPE_BACKEND_CPU;  // CUDA: every weight it prepares is an fp8_cuda::device_weight
     std::string error;
 };
 
@@ -70,6 +79,13 @@ const source_info* find_source(uint32_t type) {
     }
     return nullptr;
 }
+
+#ifdef TROUPE_PLUGIN_CUDA
+// A CUDA instance's prepared weights are device weights; the host only passes them back.
+troupe::fp8_cuda::device_weight* device_of(const troupe_prepared_weight* w) {
+    return reinterpret_cast<troupe::fp8_cuda::device_weight*>(const_cast<troupe_prepared_weight*>(w));
+}
+#endif
 
 const char* format_name(troupe::fp8::format f) {
     return f == troupe::fp8::format::e4m3 ? "e4m3" : "e5m2";
@@ -155,12 +171,24 @@ int32_t fp8_prepare(troupe_plugin_instance* inst, const troupe_weight* w, troupe
                         std::string(src->name) + " weight " + shape + ": row " + std::to_string(bad_row.load()) +
                             " holds a NaN or an infinity, which fp8 with a per-row scale cannot represent");
         }
+#ifdef TROUPE_PLUGIN_CUDA
+        if (inst->backend == TROUPE_BACKEND_CUDA) {  // the same codes and scales, moved to the device
+            troupe::fp8_cuda::device_weight* d = nullptr;
+            const int32_t rc = troupe::fp8_cuda::upload(m, &d, &inst->error);
+            if (rc != TROUPE_OK) inst->error = std::string(src->name) + " weight " + shape + ": " + inst->error;
+            *out = reinterpret_cast<troupe_prepared_weight*>(d);
+            return rc;
+        }
+#endif
         *out = p.release();
         return TROUPE_OK;
     });
 }
 
-size_t fp8_prepared_bytes(troupe_plugin_instance*, const troupe_prepared_weight* w) {
+size_t fp8_prepared_bytes(troupe_plugin_instance* inst, const troupe_prepared_weight* w) {
+#ifdef TROUPE_PLUGIN_CUDA
+    if (inst->backend == TROUPE_BACKEND_CUDA) return troupe::fp8_cuda::prepared_bytes(device_of(w));
+#endif
     // What a product reads: the codes (padding rows included) and the kernels' scales.
     return w == nullptr ? 0 : panels::code_bytes(w->m.n_in, w->m.n_out) + panels::scale_bytes(w->m.n_out);
 }
@@ -172,10 +200,19 @@ int32_t fp8_matmul(troupe_plugin_instance* inst, const troupe_prepared_weight* w
         if (w == nullptr || n_tokens < 0 || (n_tokens > 0 && (x == nullptr || y == nullptr))) {
             return fail(inst, TROUPE_ERR_INVALID_ARGUMENT, "matmul got a null weight or buffer, or n_tokens < 0");
         }
-        if (par != nullptr && TROUPE_HAS_FIELD(par, troupe_parallel, backend) && par->backend != TROUPE_BACKEND_CPU) {
+        const int32_t backend =
+            par != nullptr && TROUPE_HAS_FIELD(par, troupe_parallel, backend) ? par->backend : TROUPE_BACKEND_CPU;
+        if (backend != inst->backend) {
             return fail(inst, TROUPE_ERR_UNSUPPORTED,
-                        "matmul on backend " + std::to_string(par->backend) + ": quant/fp8 runs on the CPU only");
+                        "matmul on backend " + std::to_string(backend) + " with an instance made for backend " +
+                            std::to_string(inst->backend) + " (its weights live there)");
         }
+#ifdef TROUPE_PLUGIN_CUDA
+        if (backend == TROUPE_BACKEND_CUDA) {
+            if (n_tokens == 0) return TROUPE_OK;
+            return troupe::fp8_cuda::matmul(device_of(w), x, y, n_tokens, par->stream, &inst->error);
+        }
+#endif
         std::atomic<bool> failed{false};
         const panels::parallel_fn parallel_for = [par, &failed](int64_t n, const panels::range_fn& fn) {
             if (run_parallel(par, n, fn) != TROUPE_OK) failed.store(true);
@@ -186,12 +223,15 @@ int32_t fp8_matmul(troupe_plugin_instance* inst, const troupe_prepared_weight* w
     });
 }
 
-void fp8_release(troupe_plugin_instance*, troupe_prepared_weight* w) {
+void fp8_release(troupe_plugin_instance* inst, troupe_prepared_weight* w) {
+#ifdef TROUPE_PLUGIN_CUDA
+    if (inst->backend == TROUPE_BACKEND_CUDA) return troupe::fp8_cuda::release(device_of(w));
+#endif
     delete w;
 }
 
 int32_t fp8_score(int32_t backend) {
-    return backend == TROUPE_BACKEND_CPU ? 50 : -1;
+    return backend == TROUPE_BACKEND_CPU || (built_with_cuda && backend == TROUPE_BACKEND_CUDA) ? 50 : -1;
 }
 
 int32_t fp8_create(const troupe_plugin_params* params, troupe_plugin_instance** out) {
@@ -207,9 +247,12 @@ int32_t fp8_create(const troupe_plugin_params* params, troupe_plugin_instance** 
         if (kernel == "avx512" && !panels::cpu_has(panels::kernel::avx512)) {
             reader.fail("kernel", "avx512 requested but this CPU lacks AVX-512F");
         }
-        if (params != nullptr && TROUPE_HAS_FIELD(params, troupe_plugin_params, backend) &&
-            params->backend != TROUPE_BACKEND_CPU) {
-            error = "backend " + std::to_string(params->backend) + " is not supported (CPU only)";
+        const int32_t backend = params != nullptr && TROUPE_HAS_FIELD(params, troupe_plugin_params, backend)
+                                    ? params->backend
+                                    : TROUPE_BACKEND_CPU;
+        if (backend != TROUPE_BACKEND_CPU && !(built_with_cuda && backend == TROUPE_BACKEND_CUDA)) {
+            error = "backend " + std::to_string(backend) + " is not supported (" +
+                    (built_with_cuda ? "CPU and CUDA" : "CPU only") + ")";
             return TROUPE_ERR_UNSUPPORTED;
         }
         if (const std::string& errors = reader.finish({"format", "kernel"}); !errors.empty()) {
@@ -218,6 +261,7 @@ int32_t fp8_create(const troupe_plugin_params* params, troupe_plugin_instance** 
         }
         auto* inst = new troupe_plugin_instance;
         inst->format = format == "e5m2" ? troupe::fp8::format::e5m2 : troupe::fp8::format::e4m3;
+        inst->backend = backend;
         if (kernel == "avx512" || (kernel == "auto" && panels::cpu_has(panels::kernel::avx512))) {
             inst->kernel = panels::kernel::avx512;
         } else if (kernel == "avx2" || (kernel == "auto" && panels::cpu_has(panels::kernel::avx2))) {
@@ -226,7 +270,8 @@ int32_t fp8_create(const troupe_plugin_params* params, troupe_plugin_instance** 
             inst->kernel = panels::kernel::scalar;
         }
         host_log::write(TROUPE_LOG_LEVEL_INFO, source, "%s weights with per-row scales, %s kernels",
-                        format_name(inst->format), panels::name(inst->kernel));
+                        format_name(inst->format),
+                        backend == TROUPE_BACKEND_CUDA ? "cuda" : panels::name(inst->kernel));
         *out = inst;
         return TROUPE_OK;
     });
