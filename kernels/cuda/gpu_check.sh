@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The CUDA backend's checks for a session that has a GPU (CI has none, so there these tests skip):
-# configure and build (Release, -j16) with nvcc, run the CUDA tests, then `troupe bench --device cuda`.
+# configure and build (Release, -j16) with nvcc, run the CUDA tests (test_cuda; test_cuda_quant_plugins: the quant
+# plugins' CUDA kernels vs their CPU path), bench_cuda_quant (GEMV GB/s vs copy), then `troupe bench --device cuda`.
 #
 #   kernels/cuda/gpu_check.sh            build into build-gpu/ beside this checkout's root
 #   BUILD_DIR=... SHARED=... kernels/cuda/gpu_check.sh
@@ -24,7 +25,7 @@ nvcc --version | tail -1
 echo "== configure + build ($build)"
 start=$(date +%s)
 cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release -DTROUPE_CUDA=ON >/dev/null
-cmake --build "$build" -j"$jobs" --target troupe_cuda test_cuda
+cmake --build "$build" -j"$jobs" --target troupe_cuda test_cuda test_cuda_quant_plugins bench_cuda_quant
 cmake --build "$build" -j"$jobs" --target troupe || echo "gpu_check: the troupe CLI did not build; bench skipped" >&2
 echo "build took $(($(date +%s) - start)) s"
 test -f "$build/backends/libtroupe_cuda.so"
@@ -41,6 +42,18 @@ if [ -n "$skipped" ]; then
     echo "$skipped" >&2
     exit 1
 fi
+
+echo "== test_cuda_quant_plugins (quant/w4a16 and quant/fp8 on CUDA vs their CPU path)"
+"$build/tests/cuda/test_cuda_quant_plugins" 2>&1 | tee "$build/test_cuda_quant_plugins.log"
+skipped=$(grep -E '^\[  SKIPPED \] [A-Za-z0-9_/]+\.' "$build/test_cuda_quant_plugins.log" || true)
+if [ -n "$skipped" ]; then
+    echo "gpu_check: quant plugin CUDA tests skipped on a GPU machine:" >&2
+    echo "$skipped" >&2
+    exit 1
+fi
+
+echo "== bench_cuda_quant (GEMV GB/s vs the device's copy bandwidth)"
+"$build/tests/cuda/bench_cuda_quant"
 
 if [ -x "$build/troupe" ]; then
     echo "== troupe bench --device cuda"

@@ -25,6 +25,9 @@
 #include "plugins/common/plugin_support.h"
 #include "w4a16_format.h"
 #include "w4a16_kernels.h"
+#ifdef TROUPE_PLUGIN_CUDA
+#include "w4a16_cuda.h"
+#endif
 
 namespace {
 
@@ -33,6 +36,11 @@ namespace w4 = troupe::w4a16;
 
 constexpr const char* source = "quant/w4a16";
 constexpr int64_t k_aligned_floats = 16384;  // decode activations copied to an aligned stack buffer up to this size
+#ifdef TROUPE_PLUGIN_CUDA
+constexpr bool built_with_cuda = true;  // an instance made for CUDA prepares device weights (w4a16_cuda.h)
+#else
+constexpr bool built_with_cuda = false;
+#endif
 
 bool cpu_runs_avx512() {
     return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
@@ -47,6 +55,7 @@ bool cpu_runs_avx2() {
 
 struct troupe_plugin_instance {
     const w4::kernel_set* kernels = nullptr;
+    int32_t backend = TROUPE_BACKEND_CPU;  // CUDA: every weight it prepares is a w4a16_cuda::device_weight
     std::string error;
 };
 
@@ -65,6 +74,13 @@ int32_t fail(troupe_plugin_instance* inst, int32_t code, std::string message) {
     inst->error = std::move(message);
     return code;
 }
+
+#ifdef TROUPE_PLUGIN_CUDA
+// A CUDA instance's prepared weights are device weights; the host only passes them back.
+troupe::w4a16_cuda::device_weight* device_of(const troupe_prepared_weight* w) {
+    return reinterpret_cast<troupe::w4a16_cuda::device_weight*>(const_cast<troupe_prepared_weight*>(w));
+}
+#endif
 
 std::string shape_of(const troupe_weight* w) {
     return "[" + std::to_string(w->n_out) + ", " + std::to_string(w->n_in) + "]";
@@ -98,6 +114,15 @@ int32_t w4_prepare(troupe_plugin_instance* inst, const troupe_weight* w, troupe_
                         what + " with row stride " + std::to_string(w->row_stride) + ": rows must be a multiple of " +
                             std::to_string(g) + " elements and at least " + std::to_string(row_bytes) + " bytes apart");
         }
+#ifdef TROUPE_PLUGIN_CUDA
+        if (inst->backend == TROUPE_BACKEND_CUDA) {
+            troupe::w4a16_cuda::device_weight* d = nullptr;
+            const int32_t rc = troupe::w4a16_cuda::prepare(w, g, &d, &inst->error);
+            if (rc != TROUPE_OK) inst->error = what + ": " + inst->error;
+            *out = reinterpret_cast<troupe_prepared_weight*>(d);
+            return rc;
+        }
+#endif
         auto p = std::make_unique<troupe_prepared_weight>();
         const size_t stride = w4::layout_row_bytes(w->n_in, g);
         p->memory_bytes = stride * static_cast<size_t>(w->n_out);
@@ -128,7 +153,10 @@ int32_t w4_prepare(troupe_plugin_instance* inst, const troupe_weight* w, troupe_
     });
 }
 
-size_t w4_prepared_bytes(troupe_plugin_instance*, const troupe_prepared_weight* w) {
+size_t w4_prepared_bytes(troupe_plugin_instance* inst, const troupe_prepared_weight* w) {
+#ifdef TROUPE_PLUGIN_CUDA
+    if (inst->backend == TROUPE_BACKEND_CUDA) return troupe::w4a16_cuda::prepared_bytes(device_of(w));
+#endif
     return w == nullptr
                ? 0
                : static_cast<size_t>(w->m.n_out) * static_cast<size_t>(w->m.n_in / w->m.g) * w4::block_bytes(w->m.g);
@@ -142,6 +170,18 @@ int32_t w4_matmul(troupe_plugin_instance* inst, const troupe_prepared_weight* w,
             return fail(inst, TROUPE_ERR_INVALID_ARGUMENT, "matmul got a null weight or buffer, or n_tokens < 0");
         }
         if (n_tokens == 0) return TROUPE_OK;
+        const int32_t backend =
+            par != nullptr && TROUPE_HAS_FIELD(par, troupe_parallel, backend) ? par->backend : TROUPE_BACKEND_CPU;
+        if (backend != inst->backend) {
+            return fail(inst, TROUPE_ERR_INVALID_ARGUMENT,
+                        "matmul on backend " + std::to_string(backend) + " with an instance made for backend " +
+                            std::to_string(inst->backend) + " (its weights live there)");
+        }
+#ifdef TROUPE_PLUGIN_CUDA
+        if (backend == TROUPE_BACKEND_CUDA) {
+            return troupe::w4a16_cuda::matmul(device_of(w), x, y, n_tokens, par->stream, &inst->error);
+        }
+#endif
         const w4::kernel_set& k = *inst->kernels;
         const w4::matrix& m = w->m;
         int32_t rc;
@@ -177,12 +217,15 @@ int32_t w4_matmul(troupe_plugin_instance* inst, const troupe_prepared_weight* w,
     });
 }
 
-void w4_release(troupe_plugin_instance*, troupe_prepared_weight* w) {
+void w4_release(troupe_plugin_instance* inst, troupe_prepared_weight* w) {
+#ifdef TROUPE_PLUGIN_CUDA
+    if (inst->backend == TROUPE_BACKEND_CUDA) return troupe::w4a16_cuda::release(device_of(w));
+#endif
     delete w;
 }
 
 int32_t w4_score(int32_t backend) {
-    return backend == TROUPE_BACKEND_CPU ? 50 : -1;
+    return backend == TROUPE_BACKEND_CPU || (built_with_cuda && backend == TROUPE_BACKEND_CUDA) ? 50 : -1;
 }
 
 // The kernels params.kernel names, or an error message.
@@ -204,9 +247,12 @@ int32_t w4_create(const troupe_plugin_params* params, troupe_plugin_instance** o
     const int32_t rc = guarded(error, [&]() -> int32_t {
         param_reader reader(params);
         const std::string kernel = reader.choice("kernel", {"auto", "scalar", "avx2", "avx512"}, "auto");
-        if (params != nullptr && TROUPE_HAS_FIELD(params, troupe_plugin_params, backend) &&
-            params->backend != TROUPE_BACKEND_CPU) {
-            error = "backend " + std::to_string(params->backend) + " is not supported (CPU only)";
+        const int32_t backend = params != nullptr && TROUPE_HAS_FIELD(params, troupe_plugin_params, backend)
+                                    ? params->backend
+                                    : TROUPE_BACKEND_CPU;
+        if (backend != TROUPE_BACKEND_CPU && !(built_with_cuda && backend == TROUPE_BACKEND_CUDA)) {
+            error = "backend " + std::to_string(backend) + " is not supported (" +
+                    (built_with_cuda ? "CPU and CUDA" : "CPU only") + ")";
             return TROUPE_ERR_UNSUPPORTED;
         }
         if (const std::string& errors = reader.finish({"kernel"}); !errors.empty()) {
@@ -217,8 +263,9 @@ int32_t w4_create(const troupe_plugin_params* params, troupe_plugin_instance** o
         if (kernels == nullptr) return TROUPE_ERR_INVALID_PARAMS;
         auto* inst = new troupe_plugin_instance;
         inst->kernels = kernels;
+        inst->backend = backend;
         host_log::write(TROUPE_LOG_LEVEL_INFO, source, "Q4_1 / W4_G64 / W4_G128 weights, float activations, %s kernels",
-                        kernels->name);
+                        backend == TROUPE_BACKEND_CUDA ? "cuda" : kernels->name);
         *out = inst;
         return TROUPE_OK;
     });

@@ -1,0 +1,126 @@
+// quant/w4a16 on CUDA: the device layout (w4a16_cuda.h), its upload from the stored blocks, and the weights policy
+// the shared products (plugins/common/cuda_quant_matmul.cuh) read it through.
+#include "w4a16_cuda.h"
+
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cstring>
+#include <memory>
+#include <vector>
+
+#include "plugins/common/cuda_quant_matmul.cuh"
+#include "w4a16_format.h"
+
+namespace troupe::w4a16_cuda {
+
+struct device_weight {
+    void* memory = nullptr;           // one cudaMalloc: codes, then scales
+    const uint4* codes = nullptr;     // [n_out][n_in / 32] 16-byte chunks
+    const __half2* scales = nullptr;  // [n_out][n_in / g] (d, m)
+    int64_t n_in = 0, n_out = 0;
+    int g = 0;
+    size_t bytes = 0;
+};
+
+namespace {
+
+struct weights {
+    static constexpr int chunk = 32;
+    const uint4* codes;
+    const __half2* scales;
+    int64_t n_in, n_out;
+    int g;
+
+    // Weights 32c .. 32c + 31 of `row`: d * q + m of their group, a multiply then an add (__fmul_rn / __fadd_rn keep
+    // nvcc from fusing them), as the reference dequantizes them.
+    __device__ void decode(int64_t row, int64_t c, float (&w)[chunk]) const {
+        const uint4 q = __ldg(codes + row * (n_in / 32) + c);
+        const float2 dm = __half22float2(__ldg(scales + row * (n_in / g) + (32 * c) / g));
+        const uint32_t words[4] = {q.x, q.y, q.z, q.w};
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+#pragma unroll
+            for (int b = 0; b < 4; ++b) {
+                const uint32_t byte = (words[j] >> (8 * b)) & 0xffu;
+                w[4 * j + b] = __fadd_rn(__fmul_rn(dm.x, static_cast<float>(byte & 15u)), dm.y);
+                w[16 + 4 * j + b] = __fadd_rn(__fmul_rn(dm.x, static_cast<float>(byte >> 4)), dm.y);
+            }
+        }
+    }
+    __device__ float finish(int64_t, float acc) const { return acc; }
+};
+
+std::string cuda_failure(const char* what, cudaError_t e) {
+    return std::string(what) + " failed: " + cudaGetErrorString(e);
+}
+
+}  // namespace
+
+int32_t prepare(const troupe_weight* w, int g, device_weight** out, std::string* error) {
+    *out = nullptr;
+    const int64_t n_in = w->n_in, n_out = w->n_out;
+    const int64_t n_chunks = n_in / 32, n_groups = n_in / g;
+    const size_t code_bytes = static_cast<size_t>(n_out * n_chunks) * 16;
+    const size_t scale_bytes = static_cast<size_t>(n_out * n_groups) * 4;
+    std::vector<uint8_t> host(code_bytes + scale_bytes, 0);
+    uint8_t* codes = host.data();
+    uint8_t* scales = host.data() + code_bytes;
+    for (int64_t r = 0; r < n_out; ++r) {
+        const uint8_t* row = static_cast<const uint8_t*>(w->data) + static_cast<size_t>(r) * w->row_stride;
+        for (int64_t b = 0; b < n_groups; ++b) {
+            const uint8_t* blk = row + static_cast<size_t>(b) * w4a16::block_bytes(g);
+            std::memcpy(scales + static_cast<size_t>(r * n_groups + b) * 4, blk, 4);
+            for (int j = 0; j < g; ++j) {  // stored: element j < g/2 low nibble of qs[j], j + g/2 its high nibble
+                const uint8_t qs = blk[w4a16::k_block_header + (j < g / 2 ? j : j - g / 2)];
+                const uint8_t q = j < g / 2 ? qs & 15 : qs >> 4;
+                const int64_t k = b * g + j;  // device: weight 32c + i (i < 16) low nibble of byte i, 32c + 16 + i high
+                const int64_t c = k / 32, i = k % 32;
+                uint8_t& dst = codes[static_cast<size_t>(r * n_chunks + c) * 16 + i % 16];
+                dst = static_cast<uint8_t>(dst | (i < 16 ? q : q << 4));
+            }
+        }
+    }
+    auto d = std::make_unique<device_weight>();
+    d->bytes = code_bytes + scale_bytes;
+    if (const cudaError_t e = cudaMalloc(&d->memory, d->bytes); e != cudaSuccess) {
+        d->memory = nullptr;
+        *error = "cannot allocate " + std::to_string(d->bytes >> 20) + " MiB of device memory: " + cudaGetErrorString(e);
+        return TROUPE_ERR_OUT_OF_MEMORY;
+    }
+    if (const cudaError_t e = cudaMemcpy(d->memory, host.data(), d->bytes, cudaMemcpyHostToDevice); e != cudaSuccess) {
+        *error = cuda_failure("copying the weight to the device", e);
+        release(d.release());
+        return TROUPE_ERR_INTERNAL;
+    }
+    auto* mem = static_cast<uint8_t*>(d->memory);
+    d->codes = reinterpret_cast<const uint4*>(mem);  // code_bytes is a multiple of 16: the scales stay aligned
+    d->scales = reinterpret_cast<const __half2*>(mem + code_bytes);
+    d->n_in = n_in;
+    d->n_out = n_out;
+    d->g = g;
+    *out = d.release();
+    return TROUPE_OK;
+}
+
+size_t prepared_bytes(const device_weight* w) {
+    return w == nullptr ? 0 : w->bytes;
+}
+
+int32_t matmul(const device_weight* w, const float* x, float* y, int64_t n_tokens, void* stream, std::string* error) {
+    const weights p{w->codes, w->scales, w->n_in, w->n_out, w->g};
+    if (const cudaError_t e = cuda_quant::launch_matmul(p, x, y, n_tokens, static_cast<cudaStream_t>(stream));
+        e != cudaSuccess) {
+        *error = cuda_failure("launching the w4a16 product", e);
+        return TROUPE_ERR_INTERNAL;
+    }
+    return TROUPE_OK;
+}
+
+void release(device_weight* w) {
+    if (w == nullptr) return;
+    if (w->memory != nullptr) cudaFree(w->memory);
+    delete w;
+}
+
+}  // namespace troupe::w4a16_cuda
