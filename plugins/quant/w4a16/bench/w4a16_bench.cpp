@@ -1,0 +1,147 @@
+// troupe_w4a16_bench: quant/w4a16's kernels alone (not a test), beside the limits measured in the same run
+// (kernels/cpu/limits.h, as `troupe bench` measures them):
+//
+//   decode : y = W x for 1 token (and 4), W = the matrices of the 1B shape's decode step (dim 2048, ffn 5632, 22
+//            layers: q, k, v, o, gate, up, down), streamed from memory: GB/s of weights vs the read bandwidth;
+//   prefill: 512 tokens through a 2048 x 5632 matrix: GFLOP/s vs the FMA peak.
+//
+// Per kernel the CPU time of the calling thread is printed too: on a machine shared with other work, wall-clock
+// figures fall with the share of the cores the run gets, CPU-time ones much less.
+//
+// Usage: troupe_w4a16_bench [type q4_1|w4_g64|w4_g128 (default w4_g128)] [n_threads (default 2)]
+//                           [kernel avx512|avx2|scalar (default avx512)]
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <ctime>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "kernels/cpu/limits.h"
+#include "kernels/cpu/thread_pool.h"
+#include "plugins/quant/w4a16/w4a16_kernels.h"
+
+namespace {
+
+using namespace troupe::w4a16;
+
+double wall_now() {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+double cpu_now() {
+    timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
+}
+
+// A matrix in the kernels' layout with random codes and small scales.
+struct packed_matrix {
+    std::vector<uint8_t> storage;  // 64 bytes of slack for alignment
+    matrix m{};
+    packed_matrix(int64_t n_in, int64_t n_out, int g, uint32_t seed) {
+        const size_t stride = layout_row_bytes(n_in, g);
+        storage.resize(stride * n_out + 64);
+        auto* base = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(storage.data()) + 63) / 64 * 64);
+        std::vector<uint8_t> blocks(static_cast<size_t>(n_in / g) * block_bytes(g));
+        std::mt19937 rng(seed);
+        for (int64_t r = 0; r < n_out; ++r) {
+            for (auto& b : blocks) b = static_cast<uint8_t>(rng());
+            for (int64_t b = 0; b < n_in / g; ++b) {
+                const uint16_t d = 0x2000, mn = 0xa000;  // 2^-7, -2^-7
+                std::memcpy(blocks.data() + b * block_bytes(g), &d, 2);
+                std::memcpy(blocks.data() + b * block_bytes(g) + 2, &mn, 2);
+            }
+            pack_row(blocks.data(), n_in, g, base + r * stride);
+        }
+        m = matrix{base, n_in, n_out, stride, g};
+    }
+    size_t weight_bytes() const { return static_cast<size_t>(m.n_out * (m.n_in / m.g)) * block_bytes(m.g); }
+};
+
+struct timing {
+    double wall = 1e30, cpu = 1e30;  // best of the repetitions, seconds
+};
+
+template <class F>
+timing best_of(int reps, F&& f) {
+    timing t;
+    for (int i = 0; i < reps; ++i) {
+        const double w0 = wall_now(), c0 = cpu_now();
+        f();
+        t.wall = std::min(t.wall, wall_now() - w0);
+        t.cpu = std::min(t.cpu, cpu_now() - c0);
+    }
+    return t;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    const std::string type = argc > 1 ? argv[1] : "w4_g128";
+    const int n_threads = argc > 2 ? std::atoi(argv[2]) : 2;
+    const std::string kernel = argc > 3 ? argv[3] : "avx512";
+    const int g = type == "q4_1" ? 32 : type == "w4_g64" ? 64 : type == "w4_g128" ? 128 : 0;
+    const kernel_set* k = kernel == "avx512" ? avx512_kernels() : kernel == "avx2" ? avx2_kernels() : &scalar_kernels();
+    if (g == 0 || k == nullptr || n_threads < 1) {
+        std::fprintf(stderr, "usage: troupe_w4a16_bench [q4_1|w4_g64|w4_g128] [n_threads] [avx512|avx2|scalar]\n");
+        return 2;
+    }
+    troupe::cpu::thread_pool pool(n_threads);
+    const double bandwidth = troupe::cpu::measure_read_bandwidth(pool);
+    const double fma_peak = troupe::cpu::measure_fma_peak(pool);
+    std::printf("%s, %s kernels, %d threads: read bandwidth %.1f GB/s, FMA peak %.1f GFLOP/s (measured now)\n",
+                type.c_str(), k->name, n_threads, bandwidth, fma_peak);
+
+    // The 1B shape's decode step: per layer q (2048), k, v (256 each), o (2048), gate, up (5632), down (2048 of 5632).
+    const int64_t dim = 2048, ffn = 5632, kv = 256, n_layers = 22;
+    std::vector<packed_matrix> step;
+    for (int64_t l = 0; l < n_layers; ++l) {
+        step.emplace_back(dim, dim, g, 1 + 7 * l);
+        step.emplace_back(dim, kv, g, 2 + 7 * l);
+        step.emplace_back(dim, kv, g, 3 + 7 * l);
+        step.emplace_back(dim, dim, g, 4 + 7 * l);
+        step.emplace_back(dim, ffn, g, 5 + 7 * l);
+        step.emplace_back(dim, ffn, g, 6 + 7 * l);
+        step.emplace_back(ffn, dim, g, 7 + 7 * l);
+    }
+    size_t step_bytes = 0;
+    for (const auto& p : step) step_bytes += p.weight_bytes();
+    std::vector<float> x(static_cast<size_t>(ffn) * 16 + 64, 0.25f), y(static_cast<size_t>(ffn) * 512);
+    float* xa = reinterpret_cast<float*>((reinterpret_cast<uintptr_t>(x.data()) + 63) / 64 * 64);
+    for (int64_t n_tokens : {1, 4}) {
+        const timing t = best_of(5, [&] {
+            for (const auto& p : step) {
+                const matrix& m = p.m;
+                pool.parallel_for((m.n_out + 15) / 16, [&](int64_t b, int64_t e) {
+                    k->decode(m, xa, n_tokens, y.data(), b * 16, std::min(e * 16, m.n_out));
+                });
+            }
+        });
+        const double gbs = static_cast<double>(step_bytes) / t.wall / 1e9;
+        std::printf(
+            "decode %2lld token%s: %.2f ms per step (%.1f MB of weights): %.1f GB/s = %.1f%% of the read "
+            "bandwidth (calling thread's CPU time %.2f ms)\n",
+            static_cast<long long>(n_tokens), n_tokens == 1 ? " " : "s", t.wall * 1e3, step_bytes / 1e6, gbs,
+            100.0 * gbs / bandwidth, t.cpu * 1e3);
+    }
+
+    const int64_t n_tokens = 512, n_pad = 512;
+    packed_matrix up(dim, ffn, g, 99);
+    std::vector<float> xt(static_cast<size_t>(dim * n_pad), 0.25f);
+    const timing t = best_of(3, [&] {
+        pool.parallel_for((ffn + k->prefill_rows - 1) / k->prefill_rows, [&](int64_t b, int64_t e) {
+            k->prefill(up.m, xt.data(), n_pad, n_tokens, y.data(), b * k->prefill_rows,
+                       std::min(e * k->prefill_rows, up.m.n_out));
+        });
+    });
+    const double flops = 2.0 * static_cast<double>(dim) * ffn * n_tokens;
+    std::printf(
+        "prefill 512 tokens x [%lld, %lld]: %.2f ms: %.1f GFLOP/s = %.1f%% of the FMA peak (calling thread's CPU "
+        "time %.2f ms: %.1f GFLOP/s per thread)\n",
+        static_cast<long long>(ffn), static_cast<long long>(dim), t.wall * 1e3, flops / t.wall / 1e9,
+        100.0 * flops / t.wall / 1e9 / fma_peak, t.cpu * 1e3, flops / n_threads / t.cpu / 1e9);
+    return 0;
+}
