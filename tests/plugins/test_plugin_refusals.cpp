@@ -46,7 +46,7 @@ TEST(plugin_refusals, an_abi_mismatch_names_both_versions) {
     auto r = host.load_attention("future");
     ASSERT_FALSE(r.ok());
     EXPECT_EQ(r.message(),
-              "plugin attention/future: plugin ABI version 99 is not supported by this host (host ABI "
+              "plugin attention/future: plugin ABI version 3 is not supported by this host (host ABI "
               "versions 1..2); rebuild the plugin against this troupe");
 }
 
