@@ -114,6 +114,33 @@ TEST(quantize_fold, folded_input_scales_leave_the_logits_of_the_original_model) 
     std::remove(out.c_str());
 }
 
+TEST(quantize_fold, with_as_many_kv_heads_as_heads_attn_output_scales_fold_into_attn_v_and_keep_the_logits) {
+    TROUPE_REQUIRE_SHARED(path, "models/llama-2-tiny-random.gguf");  // 2 heads, 2 kv heads, dim 8, F16
+    auto file = gguf::gguf_file::open(path);
+    ASSERT_TRUE(file.ok()) << file.message();
+    auto model = f32_model::load(*file);
+    ASSERT_TRUE(model.ok()) << model.message();
+    scaling_method method;
+    auto plan = make_quantize_plan(model->hparams(), model->tied_output(), ggml_type::f32, method.name(),
+                                   [](ggml_type, int64_t) { return true; });
+    ASSERT_TRUE(plan.ok()) << plan.message();
+    ASSERT_EQ(plan->groups[1].fold_into, "blk.0.attn_v.weight");
+    auto q = quantize_groups(*model, *plan, method, nullptr, nullptr);
+    ASSERT_TRUE(q.ok()) << q.message();
+    const std::string out = temp_gguf("fold_mha");
+    ASSERT_TRUE(write_quantized_gguf(*model, *plan, *q, method.name(), out).ok());
+    const std::vector<int32_t> prompt = {1, 15043, 3186, 29892, 920, 526};
+    const std::vector<float> want = logits_of(path, prompt), got = logits_of(out, prompt);
+    ASSERT_EQ(want.size(), got.size());
+    float worst = 0, largest = 0;
+    for (size_t i = 0; i < want.size(); ++i) {
+        worst = std::max(worst, std::fabs(want[i] - got[i]));
+        largest = std::max(largest, std::fabs(want[i]));
+    }
+    EXPECT_LT(worst, 1e-4f * std::max(1.0f, largest));
+    std::remove(out.c_str());
+}
+
 TEST(quantize_fold, a_scale_that_cannot_be_folded_fails_the_group_with_its_channel) {
     TROUPE_REQUIRE_SHARED(path, "models/stories260K.gguf");
     auto file = gguf::gguf_file::open(path);
