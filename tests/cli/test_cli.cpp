@@ -129,7 +129,9 @@ TEST(cli, bad_command_lines_give_a_clear_error_and_exit_code_2) {
     };
     const std::vector<tcase> cases{
         {{}, "usage: troupe <command>"},
-        {{"frobnicate"}, "troupe: unknown command 'frobnicate' (valid: run, serve, bench, info, tokenize, synth)"},
+        {{"frobnicate"},
+         "troupe: unknown command 'frobnicate' (valid: run, serve, bench, info, tokenize, synth, perplexity, "
+         "quantize)"},
         {{"tokenize", "--modle", "m.gguf", "x"},
          "troupe tokenize: unknown flag '--modle' (valid: --model, --no-bos, --detokenize, --help)"},
         {{"tokenize", "--model"}, "--model needs a value (FILE)"},
