@@ -236,13 +236,16 @@ result<std::unique_ptr<model_runner>> make_cuda_runner_or_cpu(const llama_weight
                                                               const cuda_runner_params& params,
                                                               const cpu_runner_factory& make_cpu_runner,
                                                               const std::function<status()>& check_on_gpu) {
-    auto gpu = make_cuda_runner(weights, params);
-    if (gpu.ok()) {
-        if (check_on_gpu) {
+    // Where a GPU is there, what must run on it is checked before the weights go up: a plugin that cannot run on
+    // cuda is the answer, not a fallback (which would read "no GPU found" on a machine that has one).
+    if (check_on_gpu) {
+        auto devices = cuda_devices(params.backend_dir);
+        if (devices.ok() && !devices.value().empty()) {
             if (status s = check_on_gpu(); !s.ok()) return s.err();
         }
-        return gpu;
     }
+    auto gpu = make_cuda_runner(weights, params);
+    if (gpu.ok()) return gpu;
     log_cuda_fallback(gpu.message());
     return make_cpu_runner();
 }

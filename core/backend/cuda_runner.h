@@ -117,9 +117,9 @@ result<std::unique_ptr<model_runner>> make_cuda_runner(const llama_weights_view&
 void log_cuda_fallback(const std::string& why);
 
 // `--device cuda` in one call: the CUDA runner, or, where none can be made, log_cuda_fallback() and
-// whatever make_cpu_runner returns (called only then). Where the runner is made, check_on_gpu (if set) says
-// whether the rest of the run can go on the GPU (the plugins it needs there, core/loader/cuda_plugins.h); its
-// error is the result: a GPU is present, so falling back would hide what was asked for.
+// whatever make_cpu_runner returns (called only then). Where a GPU is present (cuda_devices), check_on_gpu (if
+// set) first says whether the run can go on it (the plugins it needs there, core/loader/cuda_plugins.h); its error
+// is the result, before any upload: falling back would hide what was asked for.
 using cpu_runner_factory = std::function<result<std::unique_ptr<model_runner>>()>;
 result<std::unique_ptr<model_runner>> make_cuda_runner_or_cpu(const llama_weights_view& weights,
                                                               const cuda_runner_params& params,

@@ -38,10 +38,10 @@ std::vector<cuda_plugin_need> cuda_plugin_needs(const engine_config& config, con
 // the plugin was needed.
 result<std::vector<loaded_plugin>> load_cuda_plugins(plugin_host& host, const std::vector<cuda_plugin_need>& needs);
 
-// For the loader, once a CUDA runner is made: the needs of config and model (config's quant plugins are loaded on
-// the CPU to ask what they claim, only where the model has weights the backend does not take), each loaded for
-// cuda. Success when none is needed; else the first refusal, or, where every needed plugin could run on cuda, an
-// error saying that the CUDA graph does not call plugin ops yet.
+// For the loader, once a GPU is known to be there (before the upload): the needs of config and model (config's quant
+// plugins are loaded on the CPU to ask what they claim, only where the model has weights the backend does not take),
+// each loaded for cuda. Success when none is needed; else the first refusal, or, where every needed plugin could run on
+// cuda, an error saying that the CUDA graph does not call plugin ops yet.
 status check_cuda_plugins(const engine_config& config, std::shared_ptr<const gguf::gguf_file> model);
 
 }  // namespace troupe

@@ -253,5 +253,23 @@ TEST(cuda_runner, device_cuda_without_a_gpu_gives_the_cpu_runner_after_one_log_l
     EXPECT_NE(lines[0].find("); falling back to the CPU"), std::string::npos) << lines[0];
 }
 
+TEST(cuda_runner, without_a_gpu_the_check_of_what_must_run_on_it_is_not_consulted) {
+    if (testing::nvidia_device_node_present()) GTEST_SKIP() << "this machine has an NVIDIA device";
+    auto m = make_tiny_model(ggml_type::f32, false);
+    int checks = 0;
+    auto runner = make_cuda_runner_or_cpu(
+        m->view, cuda_runner_params{},
+        []() -> result<std::unique_ptr<model_runner>> {
+            return std::unique_ptr<model_runner>(std::make_unique<fake_cpu_runner>());
+        },
+        [&] {
+            ++checks;
+            return status(make_error("plugin kv/int8: cannot run on the cuda backend"));
+        });
+    ASSERT_TRUE(runner.ok()) << runner.message();
+    EXPECT_EQ(runner.value()->description(), "fake cpu");
+    EXPECT_EQ(checks, 0);
+}
+
 }  // namespace
 }  // namespace troupe
