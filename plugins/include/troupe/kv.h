@@ -20,8 +20,9 @@
  * forward() is troupe_attention_call's contract over the plugin's own blocks: write each token's k and v at its
  * position (block block_tables[s][p / block_size], row p % block_size), then causal attention of each token over
  * positions 0..p of its sequence. Positions before a step's first position were written by earlier calls; a
- * sequence's window slot is the same at every step of the sequence and is reset by the host (zeroed) when a
- * sequence starts at position 0.
+ * sequence's window slot is the same at every step of the sequence and is reset by the host (zeroed) when the
+ * sequence first gets it and when it starts again at position 0. A sequence resumed elsewhere (after its slot was
+ * given to another) starts at a block boundary: position 0, or after a prefix of whole cached blocks.
  */
 #ifndef TROUPE_KV_H
 #define TROUPE_KV_H

@@ -1,23 +1,7 @@
 // The driver shared by troupe's quantized KV-cache plugins (kv/int8, kv/kivi, kv/fp8): the descriptor, create,
 // layout and forward of kv.h over a format (kv_format.h). Include it from the plugin's one generic .cpp file only.
 //
-// Window. A format that keeps a sequence's newest blocks in float (window_keys / window_values; R =
-// residual_blocks of them) gets, per layer and sequence slot (window_tokens = R * block_size + 1 rows of
-// window_bytes_per_token):
-//
-//   slot: [header row: int32 held[R]: block + 1 that ring entry j holds (0: none; the host zeroes a new slot)]
-//         [K: R x n_kv_heads x block_size x head_dim floats]   when window_keys   (ring entry j = block % R)
-//         [V: R x n_kv_heads x block_size x head_dim floats]   when window_values
-//
-// Writes go in position order per sequence. A token at position p (block b = p / block_size, row r) goes to ring
-// entry b % R for the parts the format keeps there; when it fills its block (r = block_size - 1) the format
-// quantizes the entry's rows into the block ("closes" it), and the entry keeps its floats until block b + R
-// takes it. A write into a block its entry does not hold, at r > 0 (a sequence resumed after a rollback of draft
-// tokens, or after the ring moved on), first reloads rows [0, r) of that block into the entry, dequantized.
-//
-// Reads. After a step's writes, with q the sequence's last position, a block b with b > q / block_size - R whose
-// entry holds it is read from the window (floats); every other block is full and read from its codes, also by
-// the tokens of the step that wrote it (a prefill chunk), as every later step will.
+// The window of the newest blocks in float: kv_window.h.
 //
 // Forward: (1) writes, one work item per (sequence, kv head), tokens in position order; (2) the headers, serially;
 // (3) attention, one work item per (tile of a sequence's tokens, kv head): an online softmax block by block (scores
@@ -36,7 +20,9 @@
 #include <string>
 #include <vector>
 
+#include "kv_attend.h"
 #include "kv_format.h"
+#include "kv_window.h"
 #include "plugins/common/plugin_support.h"
 
 namespace troupe::kv {
@@ -76,41 +62,6 @@ using namespace troupe::plugin_support;
 inline int32_t fail(troupe_plugin_instance* inst, int32_t code, std::string message) {
     inst->error = std::move(message);
     return code;
-}
-
-inline bool has_window(const block_codec& c) {
-    return c.window_keys || c.window_values;
-}
-
-// One slot's parts (kv_driver.h's top comment).
-struct window_view {
-    int32_t* held = nullptr;  // [R] block + 1 held by each ring entry
-    float* k = nullptr;       // [R, n_kv_heads, block_size, head_dim] or null
-    float* v = nullptr;
-};
-
-// Bytes of one window row: K and/or V of one token, every kv head.
-inline size_t window_row_bytes(const kv_geometry& g, const block_codec& codec) {
-    return static_cast<size_t>(g.n_kv_heads) * g.head_dim * sizeof(float) *
-           ((codec.window_keys ? 1 : 0) + (codec.window_values ? 1 : 0));
-}
-
-inline window_view window_of(const troupe_plugin_instance& inst, void* window, int32_t slot) {
-    const kv_geometry& g = inst.geometry;
-    const int32_t n_res = inst.codec.residual_blocks;
-    const size_t head_rows = static_cast<size_t>(n_res) * g.n_kv_heads * g.block_size * g.head_dim;
-    const size_t row_bytes = window_row_bytes(g, inst.codec);
-    const size_t slot_bytes = row_bytes * (static_cast<size_t>(n_res) * g.block_size + 1);
-    auto* base = static_cast<uint8_t*>(window) + static_cast<size_t>(slot) * slot_bytes;
-    window_view w;
-    w.held = reinterpret_cast<int32_t*>(base);
-    float* parts = reinterpret_cast<float*>(base + row_bytes);
-    if (inst.codec.window_keys) {
-        w.k = parts;
-        parts += head_rows;
-    }
-    if (inst.codec.window_values) w.v = parts;
-    return w;
 }
 
 inline int32_t check_call(troupe_plugin_instance* inst, const troupe_kv_call& c) {
@@ -170,103 +121,6 @@ inline int32_t check_call(troupe_plugin_instance* inst, const troupe_kv_call& c)
     return TROUPE_OK;
 }
 
-// A tile: up to max_group / group tokens of one sequence (in position order), whose query rows (tokens x the
-// group's heads) go through the kernels together, so each block row is decoded once per tile.
-struct query_tile {
-    const int32_t* tokens;  // call token indices
-    int32_t n_tokens;
-};
-
-// The online-softmax attention of a tile's tokens over kv head h (the driver's top comment, step 3). A query row
-// masks the rows of the tile's blocks past its own position (causal), as scores of -inf.
-inline void attend_tile(const troupe_plugin_instance& inst, const troupe_kv_call& c, const query_tile& tile, int32_t h,
-                        const std::vector<int32_t>& last_pos) {
-    const block_codec& codec = inst.codec;
-    const block_kernels& kern = codec.kernels;
-    const int32_t hd = c.head_dim;
-    const int32_t bs = c.block_size;
-    const int32_t group = c.n_heads / c.n_kv_heads;
-    const int32_t n_q = tile.n_tokens * group;  // query rows: token-major, then the group's heads
-    const int32_t s = c.seq_of[tile.tokens[0]];
-    const int32_t* table = c.block_tables[s];
-    const int32_t p_max = c.positions[tile.tokens[tile.n_tokens - 1]];
-
-    const int32_t n_res = codec.residual_blocks;
-    const int32_t first_residual = has_window(codec) ? last_pos[s] / bs - n_res + 1 : INT32_MAX;
-    window_view win;
-    if (has_window(codec)) win = window_of(inst, c.window, c.window_slot[s]);
-    // Rows of kv head h in the ring entry of block b.
-    auto entry = [&](const float* part, int32_t b) {
-        return part + (static_cast<size_t>(b % n_res) * c.n_kv_heads + h) * bs * hd;
-    };
-
-    float q[max_group * max_head_dim];     // [n_q, head_dim]
-    float acc[max_group * max_head_dim];   // [n_q, head_dim]
-    float sc[max_group * max_block_size];  // [n_q, bs] scores, then probabilities
-    float run_max[max_group];
-    float run_sum[max_group];
-    int32_t pos[max_group];  // [n_q] each query row's position
-    for (int32_t i = 0; i < tile.n_tokens; ++i) {
-        const int32_t t = tile.tokens[i];
-        std::memcpy(q + static_cast<size_t>(i) * group * hd,
-                    c.q + (static_cast<size_t>(t) * c.n_heads + static_cast<size_t>(h) * group) * hd,
-                    static_cast<size_t>(group) * hd * sizeof(float));
-        for (int32_t g = 0; g < group; ++g) pos[i * group + g] = c.positions[t];
-    }
-    std::fill(acc, acc + static_cast<size_t>(n_q) * hd, 0.0f);
-    std::fill(run_max, run_max + n_q, -INFINITY);
-    std::fill(run_sum, run_sum + n_q, 0.0f);
-
-    for (int32_t b = 0; b <= p_max / bs; ++b) {
-        const int32_t n_rows = b < p_max / bs ? bs : p_max % bs + 1;
-        const uint8_t* block = static_cast<const uint8_t*>(c.pool) + static_cast<size_t>(table[b]) * c.block_bytes;
-        const bool in_window = b >= first_residual && win.held[b % n_res] == b + 1;
-        if (in_window && codec.window_keys) {
-            kern.scores_f32(entry(win.k, b), hd, q, n_q, n_rows, c.scale, sc, bs);
-        } else {
-            kern.scores(codec.format, block, h, q, n_q, n_rows, c.scale, sc, bs);
-        }
-        for (int32_t g = 0; g < n_q; ++g) {
-            float* sg = sc + g * bs;
-            const int32_t n_seen = std::min(n_rows, pos[g] - b * bs + 1);  // rows at or before the row's position
-            for (int32_t r = std::max(n_seen, 0); r < n_rows; ++r) sg[r] = -INFINITY;
-            if (n_seen <= 0) continue;  // a block wholly after this row's position: probabilities 0
-            float m = run_max[g];
-            for (int32_t r = 0; r < n_seen; ++r) m = std::max(m, sg[r]);
-            const float correction = std::exp(run_max[g] - m);  // 0 on the first block (exp(-inf))
-            float sum = run_sum[g] * correction;
-            for (int32_t r = 0; r < n_rows; ++r) {
-                sg[r] = std::exp(sg[r] - m);  // exp(-inf) = 0 past the position
-                sum += sg[r];
-            }
-            if (correction != 1.0f) {
-                float* a = acc + static_cast<size_t>(g) * hd;
-                for (int32_t d = 0; d < hd; ++d) a[d] *= correction;
-            }
-            run_max[g] = m;
-            run_sum[g] = sum;
-        }
-        for (int32_t g = 0; g < n_q; ++g) {
-            if (pos[g] < b * bs) std::fill(sc + g * bs, sc + g * bs + n_rows, 0.0f);
-        }
-        if (in_window && codec.window_values) {
-            kern.accumulate_f32(entry(win.v, b), hd, sc, n_q, n_rows, bs, acc);
-        } else {
-            kern.accumulate(codec.format, block, h, sc, n_q, n_rows, bs, acc);
-        }
-    }
-    for (int32_t i = 0; i < tile.n_tokens; ++i) {
-        const int32_t t = tile.tokens[i];
-        float* out = c.out + (static_cast<size_t>(t) * c.n_heads + static_cast<size_t>(h) * group) * hd;
-        for (int32_t g = 0; g < group; ++g) {
-            const int32_t row = i * group + g;
-            const float inv = 1.0f / run_sum[row];
-            for (int32_t d = 0; d < hd; ++d)
-                out[static_cast<size_t>(g) * hd + d] = acc[static_cast<size_t>(row) * hd + d] * inv;
-        }
-    }
-}
-
 inline int32_t forward(troupe_plugin_instance* inst, const troupe_kv_call* call, const troupe_parallel* par) {
     inst->error.clear();
     return guarded(inst->error, [&]() -> int32_t {
@@ -303,7 +157,7 @@ inline int32_t forward(troupe_plugin_instance* inst, const troupe_kv_call* call,
                 window_view win;
                 int32_t held[max_residual_blocks];  // this item's view of the ring (the header is updated in (2))
                 if (windowed) {
-                    win = window_of(*inst, c.window, c.window_slot[s]);
+                    win = window_of(inst->geometry, inst->codec, c.window, c.window_slot[s]);
                     std::copy(win.held, win.held + n_res, held);
                 }
                 for (const int32_t t : ts) {
@@ -335,7 +189,7 @@ inline int32_t forward(troupe_plugin_instance* inst, const troupe_kv_call* call,
         if (windowed) {
             for (int32_t s = 0; s < c.n_seqs; ++s) {
                 if (tokens[static_cast<size_t>(s)].empty()) continue;
-                int32_t* held = window_of(*inst, c.window, c.window_slot[s]).held;
+                int32_t* held = window_of(inst->geometry, inst->codec, c.window, c.window_slot[s]).held;
                 for (const int32_t t : tokens[static_cast<size_t>(s)]) {
                     const int32_t b = c.positions[t] / bs;
                     held[b % codec.residual_blocks] = b + 1;
@@ -357,7 +211,7 @@ inline int32_t forward(troupe_plugin_instance* inst, const troupe_kv_call* call,
         });
         rc = run_parallel(par, static_cast<int64_t>(tiles.size()) * c.n_kv_heads, [&](int64_t begin, int64_t end) {
             for (int64_t item = begin; item < end; ++item) {
-                attend_tile(*inst, c, tiles[static_cast<size_t>(item / c.n_kv_heads)],
+                attend_tile(inst->geometry, inst->codec, c, tiles[static_cast<size_t>(item / c.n_kv_heads)],
                             static_cast<int32_t>(item % c.n_kv_heads), last_pos);
             }
         });
