@@ -177,6 +177,12 @@ inline std::vector<float> quantize_with(method& m, const problem& p, uint32_t ty
         EXPECT_EQ(out[i], 0xAB) << "wrote past the last row";
         if (out[i] != 0xAB) return {};
     }
+    if (with_input_scales) {
+        for (float s : scales) {
+            EXPECT_TRUE(std::isfinite(s) && s > 0.0f) << "input scale " << s;
+            if (!(std::isfinite(s) && s > 0.0f)) return {};
+        }
+    }
     std::vector<float> q(p.w.size());
     for (int64_t r = 0; r < p.n_out; ++r) {
         troupe::ref::dequantize_row(static_cast<troupe::ggml_type>(type), out.data() + r * row_bytes,

@@ -99,7 +99,9 @@ TEST_F(quantize_methods, parameters_are_validated_with_messages_that_name_the_ke
         {"gptq", {{"damp", "lots"}}, "params.damp: must be a number between 0 and 1, got 'lots'"},
         {"gptq", {{"block_size", "0"}}, "params.block_size: must be between 1 and 4096, got 0"},
         {"gptq", {{"act_order", "maybe"}}, "params.act_order: must be true or false, got 'maybe'"},
-        {"gptq", {{"bits", "4"}}, "params.bits: unknown key (valid keys: damp, block_size, act_order, clip)"},
+        {"gptq",
+         {{"bits", "4"}},
+         "params.bits: unknown key (valid keys: damp, block_size, act_order, clip, scale_inputs)"},
         {"gptq", {{"clip", "false"}, {"act_order", "false"}}, ""},
         {"awq", {{"n_grid", "10"}, {"n_samples", "64"}, {"clip", "false"}}, ""},
         {"awq", {{"n_grid", "0"}}, "params.n_grid: must be between 1 and 100, got 0"},
@@ -237,6 +239,19 @@ TEST_F(quantize_methods, awq_scales_up_the_channels_with_large_inputs) {
             rest_max = std::max(rest_max, scales[i]);
     }
     EXPECT_GT(outlier_min, rest_max);
+}
+
+TEST_F(quantize_methods, gptq_with_input_scales_is_not_worse_and_writes_positive_scales) {
+    const problem p = make_problem(256, 45, 2048, 512, 9);
+    for (const troupe_type type : {TROUPE_TYPE_Q4_0, TROUPE_TYPE_W4_G128}) {
+        method unscaled(lib("gptq"), {{"scale_inputs", "false"}});
+        method scaled(lib("gptq"), {});  // scale_inputs by default
+        const double e_unscaled = output_error(p, quantize_with(unscaled, p, type, true));
+        const double e_scaled = output_error(p, quantize_with(scaled, p, type, true));
+        std::printf("%-8s gptq output error  %.4g  with input scales %.4g\n", troupe_type_layout_of(type).name,
+                    e_unscaled, e_scaled);
+        EXPECT_LE(e_scaled, 1.02 * e_unscaled) << troupe_type_layout_of(type).name;
+    }
 }
 
 TEST_F(quantize_methods, gptq_zeroes_the_weights_of_dead_inputs_and_quantizes_the_rest) {
