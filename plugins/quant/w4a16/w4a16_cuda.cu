@@ -48,47 +48,80 @@ struct weights {
             }
         }
     }
-    __device__ float finish(int64_t, float acc) const { return acc; }
+    __device__ float finish(int64_t, float acc) const {
+        return acc;
+    }
 };
 
 std::string cuda_failure(const char* what, cudaError_t e) {
     return std::string(what) + " failed: " + cudaGetErrorString(e);
 }
 
+// Rows [r0, r1) of the stored blocks in the device layout: codes [n_out][n_in / 2] bytes, scales [n_out][n_in / g].
+void pack_rows(const troupe_weight* w, int g, uint8_t* codes, uint8_t* scales, int64_t r0, int64_t r1) {
+    const int64_t n_in = w->n_in, n_groups = n_in / g;
+    for (int64_t r = r0; r < r1; ++r) {
+        const uint8_t* row = static_cast<const uint8_t*>(w->data) + static_cast<size_t>(r) * w->row_stride;
+        uint8_t* dst = codes + static_cast<size_t>(r * n_in / 2);
+        for (int64_t b = 0; b < n_groups; ++b) {
+            const uint8_t* blk = row + static_cast<size_t>(b) * w4a16::block_bytes(g);
+            const uint8_t* qs = blk + w4a16::k_block_header;
+            std::memcpy(scales + static_cast<size_t>(r * n_groups + b) * 4, blk, 4);
+            // Stored: element j < g/2 of the group is the low nibble of qs[j], j + g/2 its high nibble. Each run of
+            // 16 elements starting at a multiple of 16 lies in one half: 16 codes from 16 bytes at once.
+            for (int o = 0; o < g; o += 32) {  // device chunk: elements o .. o + 15 low nibbles, o + 16 .. o + 31 high
+                uint8_t lo[16], hi[16];
+                for (int h = 0; h < 2; ++h) {
+                    const int j0 = o + 16 * h;
+                    uint8_t* q = h == 0 ? lo : hi;
+                    if (j0 < g / 2) {
+                        for (int i = 0; i < 16; ++i) q[i] = qs[j0 + i] & 15;
+                    } else {
+                        for (int i = 0; i < 16; ++i) q[i] = qs[j0 - g / 2 + i] >> 4;
+                    }
+                }
+                uint8_t* chunk = dst + static_cast<size_t>((b * g + o) / 2);
+                for (int i = 0; i < 16; ++i) chunk[i] = static_cast<uint8_t>(lo[i] | hi[i] << 4);
+            }
+        }
+    }
+}
+
 }  // namespace
 
-int32_t prepare(const troupe_weight* w, int g, device_weight** out, std::string* error) {
+int32_t prepare(const troupe_weight* w, int g, const troupe_host_services* host, device_weight** out,
+                std::string* error) {
     *out = nullptr;
     const int64_t n_in = w->n_in, n_out = w->n_out;
     const int64_t n_chunks = n_in / 32, n_groups = n_in / g;
     const size_t code_bytes = static_cast<size_t>(n_out * n_chunks) * 16;
     const size_t scale_bytes = static_cast<size_t>(n_out * n_groups) * 4;
-    std::vector<uint8_t> host(code_bytes + scale_bytes, 0);
-    uint8_t* codes = host.data();
-    uint8_t* scales = host.data() + code_bytes;
-    for (int64_t r = 0; r < n_out; ++r) {
-        const uint8_t* row = static_cast<const uint8_t*>(w->data) + static_cast<size_t>(r) * w->row_stride;
-        for (int64_t b = 0; b < n_groups; ++b) {
-            const uint8_t* blk = row + static_cast<size_t>(b) * w4a16::block_bytes(g);
-            std::memcpy(scales + static_cast<size_t>(r * n_groups + b) * 4, blk, 4);
-            for (int j = 0; j < g; ++j) {  // stored: element j < g/2 low nibble of qs[j], j + g/2 its high nibble
-                const uint8_t qs = blk[w4a16::k_block_header + (j < g / 2 ? j : j - g / 2)];
-                const uint8_t q = j < g / 2 ? qs & 15 : qs >> 4;
-                const int64_t k = b * g + j;  // device: weight 32c + i (i < 16) low nibble of byte i, 32c + 16 + i high
-                const int64_t c = k / 32, i = k % 32;
-                uint8_t& dst = codes[static_cast<size_t>(r * n_chunks + c) * 16 + i % 16];
-                dst = static_cast<uint8_t>(dst | (i < 16 ? q : q << 4));
-            }
-        }
+    std::vector<uint8_t> host_copy(code_bytes + scale_bytes);
+    uint8_t* codes = host_copy.data();
+    uint8_t* scales = host_copy.data() + code_bytes;
+    struct pack_job {
+        const troupe_weight* w;
+        int g;
+        uint8_t *codes, *scales;
+    } job{w, g, codes, scales};
+    const auto run = [](void* ctx, int64_t r0, int64_t r1) {
+        const auto* j = static_cast<const pack_job*>(ctx);
+        pack_rows(j->w, j->g, j->codes, j->scales, r0, r1);
+    };
+    if (host == nullptr || !TROUPE_HAS_FIELD(host, troupe_host_services, parallel_for) ||
+        host->parallel_for == nullptr || host->parallel_for(host->host_ctx, n_out, run, &job) != TROUPE_OK) {
+        run(&job, 0, n_out);  // no host pool (or it failed): the loader's thread does it all
     }
     auto d = std::make_unique<device_weight>();
     d->bytes = code_bytes + scale_bytes;
     if (const cudaError_t e = cudaMalloc(&d->memory, d->bytes); e != cudaSuccess) {
         d->memory = nullptr;
-        *error = "cannot allocate " + std::to_string(d->bytes >> 20) + " MiB of device memory: " + cudaGetErrorString(e);
+        *error =
+            "cannot allocate " + std::to_string(d->bytes >> 20) + " MiB of device memory: " + cudaGetErrorString(e);
         return TROUPE_ERR_OUT_OF_MEMORY;
     }
-    if (const cudaError_t e = cudaMemcpy(d->memory, host.data(), d->bytes, cudaMemcpyHostToDevice); e != cudaSuccess) {
+    if (const cudaError_t e = cudaMemcpy(d->memory, host_copy.data(), d->bytes, cudaMemcpyHostToDevice);
+        e != cudaSuccess) {
         *error = cuda_failure("copying the weight to the device", e);
         release(d.release());
         return TROUPE_ERR_INTERNAL;

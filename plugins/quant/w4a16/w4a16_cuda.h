@@ -23,8 +23,10 @@ namespace troupe::w4a16_cuda {
 struct device_weight;  // w4a16_cuda.cu
 
 // Uploads a validated weight of group size g (w->n_in a multiple of g, rows at least n_in / g blocks) to the current
-// device. TROUPE_OK, or a status with *error saying what failed.
-int32_t prepare(const troupe_weight* w, int g, device_weight** out, std::string* error);
+// device, repacking its rows on the host's pool (host->parallel_for; inline when null). TROUPE_OK, or a status with
+// *error saying what failed.
+int32_t prepare(const troupe_weight* w, int g, const troupe_host_services* host, device_weight** out,
+                std::string* error);
 // Bytes a product reads (codes and scales).
 size_t prepared_bytes(const device_weight* w);
 // Enqueues y[n_tokens, n_out] = x[n_tokens, n_in] * W^T on `stream` (a cudaStream_t; x and y device memory).

@@ -117,7 +117,7 @@ int32_t w4_prepare(troupe_plugin_instance* inst, const troupe_weight* w, troupe_
 #ifdef TROUPE_PLUGIN_CUDA
         if (inst->backend == TROUPE_BACKEND_CUDA) {
             troupe::w4a16_cuda::device_weight* d = nullptr;
-            const int32_t rc = troupe::w4a16_cuda::prepare(w, g, &d, &inst->error);
+            const int32_t rc = troupe::w4a16_cuda::prepare(w, g, host_log::services(), &d, &inst->error);
             if (rc != TROUPE_OK) inst->error = what + ": " + inst->error;
             *out = reinterpret_cast<troupe_prepared_weight*>(d);
             return rc;
