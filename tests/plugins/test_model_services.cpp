@@ -7,6 +7,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <thread>
 
 #include "core/gguf/gguf_writer.h"
 #include "core/plugin_host/plugin_model_services.h"
@@ -130,6 +131,22 @@ TEST_F(model_services, a_side_file_is_opened_read_and_closed_and_a_closed_file_i
               "n_tensors: the file is not open (closed, or not from open_file)");
     m->close_file(m->host_ctx, const_cast<troupe_tensor_file*>(m->model));  // ignored: not the plugin's to close
     EXPECT_EQ(m->n_tensors(m->host_ctx, m->model), 2);
+}
+
+TEST_F(model_services, last_error_belongs_to_the_calling_thread) {
+    auto m = make_model_services(model_file_);
+    troupe_tensor t{};
+    ASSERT_EQ(m->tensor(m->host_ctx, m->model, "nope", &t), TROUPE_ERR_INVALID_ARGUMENT);
+    std::string other_before, other_after;
+    std::thread other([&] {
+        other_before = m->last_error(m->host_ctx);
+        (void)m->tensor(m->host_ctx, m->model, "other", &t);
+        other_after = m->last_error(m->host_ctx);
+    });
+    other.join();
+    EXPECT_EQ(other_before, "");
+    EXPECT_EQ(other_after, path("model.gguf") + ": no tensor 'other'");
+    EXPECT_EQ(std::string(m->last_error(m->host_ctx)), path("model.gguf") + ": no tensor 'nope'");
 }
 
 TEST_F(model_services, a_plugin_reads_a_model_tensor_a_side_file_tensor_and_metadata_in_create) {
