@@ -12,9 +12,11 @@
 #include "core/model/cpu_llama.h"
 #include "core/model/kv_layout.h"
 #include "core/model/quant_chain.h"
+#include "core/model/tap_fanout.h"
 #include "core/plugin_host/plugin_host.h"
 #include "core/plugin_host/plugin_kv_op.h"
 #include "core/plugin_host/plugin_model_services.h"
+#include "core/plugin_host/plugin_tap_sink.h"
 
 namespace troupe {
 namespace {
@@ -51,8 +53,18 @@ result<loaded_model> load_model(const engine_config& config) {
     // Plugins see the model's tensors and metadata by name, and may open side files (tensors.h).
     plugin_host host(plugin_host_options{config.plugins.plugin_dir, plugin_backend::cpu}, make_model_services(m.file));
     cpu_llama_params params;
+    // Every loaded plugin that observes taps (taps.h) gets them from the graph.
+    std::vector<std::shared_ptr<tap_sink>> taps;
+    auto observe_taps = [&](const loaded_plugin& p) -> status {
+        if (p.instance == nullptr || p.instance->tap_ops() == nullptr) return {};
+        auto sink = plugin_tap_sink::create(p.instance);
+        if (!sink.ok()) return sink.err();
+        if ((*sink)->wanted() != 0) taps.push_back(std::move(*sink));
+        return {};
+    };
     auto attention = load_plugin(host, plugin_kind::attention, config.plugins.attention);
     if (!attention.ok()) return attention.err();
+    if (status st = observe_taps(*attention); !st.ok()) return st.err();
     params.attention = attention->attention;
     m.plugins.push_back("attention/" + config.plugins.attention.name);
     // plugins.quant: one plugin, or a chain in which each weight goes to the first that claims its type.
@@ -66,6 +78,7 @@ result<loaded_model> load_model(const engine_config& config) {
                               ")");
         }
         quant_ops.push_back(quant->quant);
+        if (status st = observe_taps(*quant); !st.ok()) return st.err();
         m.plugins.push_back("quant/" + q.name);
     }
     if (quant_ops.size() == 1) params.quant = quant_ops[0];
@@ -74,6 +87,7 @@ result<loaded_model> load_model(const engine_config& config) {
         auto spec = load_plugin(host, plugin_kind::spec, config.plugins.spec);
         if (!spec.ok()) return spec.err();
         m.spec = spec->spec;
+        if (status st = observe_taps(*spec); !st.ok()) return st.err();
         m.plugins.push_back("spec/" + config.plugins.spec.name);
     }
 
@@ -93,6 +107,7 @@ result<loaded_model> load_model(const engine_config& config) {
         auto kv = load_plugin(host, plugin_kind::kv, config.kv.plugin);
         if (!kv.ok()) return kv.err();
         params.kv_cache = std::make_shared<plugin_kv_op>(kv->instance);
+        if (status st = observe_taps(*kv); !st.ok()) return st.err();
         auto declared = params.kv_cache->layout({hp.n_layers, hp.n_kv_heads, hp.head_dim, block_size, params.max_seqs});
         if (!declared.ok()) return declared.err();
         layout = *declared;
@@ -121,6 +136,11 @@ result<loaded_model> load_model(const engine_config& config) {
                                                                                    : cpu::activation_recipe::quantized;
     params.copy_weights = config.kernels.weights == weight_memory::copy;
     params.kv_type = kv_type;
+    if (taps.size() == 1) params.taps = taps[0];
+    if (taps.size() > 1) params.taps = std::make_shared<tap_fanout>(std::move(taps));
+    if (params.taps && config.device == device_kind::cuda) {
+        TROUPE_LOG_WARN("loader", "a plugin observes taps, which only the CPU graph calls yet: on cuda it sees none");
+    }
 
     auto make_cpu = [&]() -> result<std::unique_ptr<model_runner>> {
         auto runner = cpu_llama::create(std::move(*weights), params);
