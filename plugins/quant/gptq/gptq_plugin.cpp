@@ -108,6 +108,86 @@ int32_t gptq_observe(troupe_plugin_instance* inst, const troupe_tap_data* data) 
     });
 }
 
+constexpr int64_t k_trial_rows = 256;  // rows of each weight an input-scale trial quantizes
+
+// AWQ's input scales: s = max(E|x|, 1e-4 max E|x|)^α, normalized by sqrt(max(s) · min(s)) (all 1 for α = 0 or
+// inputs that were always 0).
+std::vector<float> awq_scales(const std::vector<double>& mean_abs, double alpha) {
+    std::vector<float> s(mean_abs.size(), 1.0f);
+    const double largest = *std::max_element(mean_abs.begin(), mean_abs.end());
+    if (!(largest > 0.0) || alpha == 0.0) return s;
+    std::vector<double> raw(mean_abs.size());
+    double lo = 0.0, hi = 0.0;
+    for (size_t a = 0; a < raw.size(); ++a) {
+        raw[a] = std::pow(std::max(mean_abs[a], 1e-4 * largest), alpha);
+        lo = a == 0 ? raw[a] : std::min(lo, raw[a]);
+        hi = std::max(hi, raw[a]);
+    }
+    for (size_t a = 0; a < raw.size(); ++a) s[a] = static_cast<float>(raw[a] / std::sqrt(lo * hi));
+    return s;
+}
+
+// GPTQ on each weight's W·diag(s) with H' = diag(1/s) H diag(1/s) (its inputs become x / s). trial_rows 0: every
+// row, written to the weights' out. Else a trial on trial_rows evenly spaced rows of each weight, into scratch,
+// returning the output error Σ dᵀ H d over them (d = Q·diag(1/s) - W, scaled to the whole weight). Negative, with
+// the instance's error set, on failure. h: [n_in, n_in] symmetric.
+double quantize_scaled(troupe_plugin_instance* inst, const troupe_quantize_group* group, const std::vector<double>& h,
+                       const std::vector<float>& s, int64_t trial_rows, const troupe_parallel* parallel) {
+    const int64_t n_in = group->n_in;
+    const std::string label = troupe::quant_common::group_label(group);
+    std::vector<double> hs(h.size());  // [n_in, n_in]
+    for (int64_t a = 0; a < n_in; ++a) {
+        for (int64_t b = 0; b < n_in; ++b) hs[a * n_in + b] = h[a * n_in + b] / (static_cast<double>(s[a]) * s[b]);
+    }
+    const troupe::gptq::parallel_rows rows = [&](int64_t n, const std::function<void(int64_t, int64_t)>& f) {
+        return run_parallel(parallel, n, f) == TROUPE_OK;
+    };
+    troupe::gptq::prepared_hessian prepared;
+    if (std::string why = troupe::gptq::prepare(std::move(hs), n_in, inst->options, rows, &prepared); !why.empty()) {
+        fail(inst, TROUPE_ERR_INTERNAL, "quantize_group: " + label + ": " + why);
+        return -1.0;
+    }
+    if (trial_rows == 0 && prepared.damp_used != inst->options.damp) {
+        host_log::write(TROUPE_LOG_LEVEL_WARN, source, "%s: damping raised to %g to factor the Hessian", label.c_str(),
+                        prepared.damp_used);
+    }
+    double total = 0.0;
+    for (int32_t i = 0; i < group->n_weights; ++i) {
+        const troupe_quantize_weight& w = group->weights[i];
+        const codec& c = *codec::of(w.type);
+        const size_t row_bytes = troupe_row_bytes(w.type, n_in);
+        const int64_t n_used = trial_rows == 0 ? w.n_out : std::min(w.n_out, trial_rows);
+        auto source_row = [&](int64_t r) { return w.data + (r * w.n_out / n_used) * n_in; };
+        std::vector<float> ws(static_cast<size_t>(n_used * n_in));  // [n_used, n_in] W·diag(s)
+        for (int64_t r = 0; r < n_used; ++r) {
+            for (int64_t k = 0; k < n_in; ++k) ws[r * n_in + k] = source_row(r)[k] * s[k];
+        }
+        std::vector<uint8_t> scratch(trial_rows == 0 ? 0 : row_bytes * static_cast<size_t>(n_used));
+        void* dst = trial_rows == 0 ? w.out : scratch.data();
+        if (run_parallel(parallel, n_used, [&](int64_t begin, int64_t end) {
+                troupe::gptq::quantize_rows(c, prepared, inst->options, ws.data(), begin, end, dst, row_bytes);
+            }) != TROUPE_OK) {
+            fail(inst, TROUPE_ERR_INTERNAL, "quantize_group: the host's parallel_for failed");
+            return -1.0;
+        }
+        if (trial_rows == 0) continue;
+        std::vector<double> d(static_cast<size_t>(n_in));  // [n_in]
+        std::vector<float> q(static_cast<size_t>(n_in));   // [n_in]
+        double sum = 0.0;
+        for (int64_t r = 0; r < n_used; ++r) {
+            c.decode(scratch.data() + r * row_bytes, q.data(), n_in);
+            for (int64_t k = 0; k < n_in; ++k) d[k] = q[k] / s[k] - source_row(r)[k];
+            for (int64_t a = 0; a < n_in; ++a) {
+                double hd = 0.0;
+                for (int64_t b = 0; b < n_in; ++b) hd += h[a * n_in + b] * d[b];
+                sum += d[a] * hd;
+            }
+        }
+        total += sum * static_cast<double>(w.n_out) / static_cast<double>(n_used);
+    }
+    return total;
+}
+
 int32_t gptq_quantize_group(troupe_plugin_instance* inst, const troupe_quantize_group* group,
                             const troupe_parallel* parallel) {
     return guarded(inst->error, [&]() -> int32_t {
@@ -135,79 +215,13 @@ int32_t gptq_quantize_group(troupe_plugin_instance* inst, const troupe_quantize_
         for (int64_t a = 0; a < n_in; ++a) {
             for (int64_t b = a + 1; b < n_in; ++b) h[b * n_in + a] = h[a * n_in + b];
         }
-        const troupe::gptq::parallel_rows rows = [&](int64_t n, const std::function<void(int64_t, int64_t)>& f) {
-            return run_parallel(parallel, n, f) == TROUPE_OK;
-        };
-        // GPTQ on W·diag(s) with H' = diag(1/s) H diag(1/s) (the inputs become x / s), every row or only the rows
-        // `row_of` picks (n_rows_used of each weight, into scratch); the output error Σ dᵀ H d of d = Q / s - W on
-        // those rows, or a negative value with inst->error set.
-        auto run = [&](const std::vector<float>& sc, int64_t max_rows, bool write) -> double {
-            std::vector<double> hs(h.size());
-            for (int64_t a = 0; a < n_in; ++a) {
-                for (int64_t b = 0; b < n_in; ++b) hs[a * n_in + b] = h[a * n_in + b] / (double(sc[a]) * sc[b]);
-            }
-            troupe::gptq::prepared_hessian prepared;
-            if (std::string why = troupe::gptq::prepare(std::move(hs), n_in, inst->options, rows, &prepared);
-                !why.empty()) {
-                fail(inst, TROUPE_ERR_INTERNAL, "quantize_group: " + label + ": " + why);
-                return -1.0;
-            }
-            if (write && prepared.damp_used != inst->options.damp) {
-                host_log::write(TROUPE_LOG_LEVEL_WARN, source, "%s: damping raised to %g to factor the Hessian",
-                                label.c_str(), prepared.damp_used);
-            }
-            double total = 0.0;
-            for (int32_t i = 0; i < group->n_weights; ++i) {
-                const troupe_quantize_weight& w = group->weights[i];
-                const codec& c = *codec::of(w.type);
-                const size_t row_bytes = troupe_row_bytes(w.type, n_in);
-                const int64_t n_used = std::min(w.n_out, max_rows);
-                std::vector<float> ws(static_cast<size_t>(n_used * n_in));  // [n_used, n_in] W·diag(s)
-                for (int64_t r = 0; r < n_used; ++r) {
-                    const float* src = w.data + (r * w.n_out / n_used) * n_in;
-                    for (int64_t k = 0; k < n_in; ++k) ws[r * n_in + k] = src[k] * sc[k];
-                }
-                std::vector<uint8_t> scratch(write ? 0 : row_bytes * static_cast<size_t>(n_used));
-                void* dst = write ? w.out : scratch.data();
-                if (run_parallel(parallel, n_used, [&](int64_t begin, int64_t end) {
-                        troupe::gptq::quantize_rows(c, prepared, inst->options, ws.data(), begin, end, dst, row_bytes);
-                    }) != TROUPE_OK) {
-                    fail(inst, TROUPE_ERR_INTERNAL, "quantize_group: the host's parallel_for failed");
-                    return -1.0;
-                }
-                if (write) continue;
-                std::vector<double> d(static_cast<size_t>(n_in));
-                std::vector<float> deq(static_cast<size_t>(n_in));
-                for (int64_t r = 0; r < n_used; ++r) {
-                    c.decode(scratch.data() + r * row_bytes, deq.data(), n_in);
-                    const float* src = w.data + (r * w.n_out / n_used) * n_in;
-                    for (int64_t k = 0; k < n_in; ++k) d[k] = deq[k] / sc[k] - src[k];
-                    for (int64_t a = 0; a < n_in; ++a) {
-                        double hd = 0.0;
-                        for (int64_t b = 0; b < n_in; ++b) hd += h[a * n_in + b] * d[b];
-                        total += d[a] * hd * (double(w.n_out) / n_used);
-                    }
-                }
-            }
-            return total;
-        };
-        std::vector<float> best(static_cast<size_t>(n_in), 1.0f);
+        std::vector<float> best(static_cast<size_t>(n_in), 1.0f);  // [n_in]
         if (inst->scale_inputs && group->input_scales != nullptr) {
-            double best_err = run(best, 256, false);
+            double best_err = quantize_scaled(inst, group, h, best, k_trial_rows, parallel);
             if (best_err < 0.0) return TROUPE_ERR_INTERNAL;
-            const double largest = *std::max_element(mean_abs.begin(), mean_abs.end());
-            for (int k = 1; k <= 10 && largest > 0.0; ++k) {
-                const double alpha = k / 10.0;
-                std::vector<double> raw(static_cast<size_t>(n_in));
-                double lo = 0.0, hi = 0.0;
-                for (int64_t a = 0; a < n_in; ++a) {
-                    raw[a] = std::pow(std::max(mean_abs[a], 1e-4 * largest), alpha);
-                    lo = a == 0 ? raw[a] : std::min(lo, raw[a]);
-                    hi = std::max(hi, raw[a]);
-                }
-                std::vector<float> sc(static_cast<size_t>(n_in));
-                for (int64_t a = 0; a < n_in; ++a) sc[a] = static_cast<float>(raw[a] / std::sqrt(lo * hi));
-                const double err = run(sc, 256, false);
+            for (int k = 1; k <= 10; ++k) {
+                const std::vector<float> sc = awq_scales(mean_abs, k / 10.0);
+                const double err = quantize_scaled(inst, group, h, sc, k_trial_rows, parallel);
                 if (err < 0.0) return TROUPE_ERR_INTERNAL;
                 if (err < best_err) {
                     best_err = err;
@@ -215,7 +229,7 @@ int32_t gptq_quantize_group(troupe_plugin_instance* inst, const troupe_quantize_
                 }
             }
         }
-        if (run(best, INT64_MAX, true) < 0.0) return TROUPE_ERR_INTERNAL;
+        if (quantize_scaled(inst, group, h, best, 0, parallel) < 0.0) return TROUPE_ERR_INTERNAL;
         if (group->input_scales != nullptr) std::copy(best.begin(), best.end(), group->input_scales);
         return TROUPE_OK;
     });
