@@ -350,6 +350,40 @@ TEST(config, kv_dtype_chooses_the_cache_element_type_and_defaults_to_f32) {
     EXPECT_NE(e.find("kv.dtype: unknown value 'int8' (valid: f32, f16)"), std::string::npos) << e;
 }
 
+TEST(config, kv_plugin_names_a_kv_plugin_by_name_or_map_and_defaults_to_none) {
+    EXPECT_FALSE(engine_config{}.kv.plugin.enabled());
+    struct plugin_case {
+        const char* yaml;
+        const char* name;
+        const char* params;  // the params printed back, or "" for none
+    };
+    for (const plugin_case& pc : {plugin_case{"kv: {plugin: int8}", "int8", ""},
+                                  plugin_case{"kv: {plugin: {name: kivi, params: {value_group: 16}}}", "kivi", "16"},
+                                  plugin_case{"kv: {plugin: none}", "none", ""}}) {
+        SCOPED_TRACE(pc.yaml);
+        auto c = parse_config(pc.yaml, "c.yaml");
+        ASSERT_TRUE(c.ok()) << c.message();
+        EXPECT_EQ(c->kv.plugin.name, pc.name);
+        auto back = parse_config(to_yaml(*c), "printed");
+        ASSERT_TRUE(back.ok()) << back.message();
+        EXPECT_EQ(back->kv.plugin.name, pc.name);
+        if (*pc.params) {
+            EXPECT_EQ(back->kv.plugin.params["value_group"].as<std::string>(), pc.params);
+        }
+    }
+    engine_config o;
+    ASSERT_TRUE(apply_overrides(o, std::vector<config_override>{{"kv.plugin", "fp8", "--set"}}).ok());
+    EXPECT_EQ(o.kv.plugin.name, "fp8");
+    for (const auto& [yaml, message] : std::vector<std::pair<const char*, const char*>>{
+             {"kv: {plugin: ../x}", "c.yaml:1: kv.plugin: expected a plugin name"},
+             {"kv: {plugin: {params: [1]}}", "c.yaml:1: kv.plugin.params: expected a mapping, got a list"},
+             {"kv: {plugin: int8, dtype: f16}",
+              "kv.dtype: f16 with kv.plugin int8: the KV plugin owns the cache's format"}}) {
+        const std::string e = error_of(yaml);
+        EXPECT_NE(e.find(message), std::string::npos) << yaml << "\ngot: " << e;
+    }
+}
+
 TEST(config, kernels_weights_chooses_copied_or_mapped_weights_and_defaults_to_copy) {
     EXPECT_EQ(engine_config{}.kernels.weights, weight_memory::copy);
     auto c = parse_config("kernels: {weights: mmap}\n", "c.yaml");
