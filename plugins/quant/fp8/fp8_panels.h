@@ -14,9 +14,10 @@
 //   scales: float [n_panels * 32], the padding rows' 0
 //
 // Each 16-byte half of a step (16 rows) is the operand of one broadcast-FMA per token: no horizontal sums.
-// The SIMD kernels turn the codes into floats in registers through IEEE halves (vcvtph2ps): an e5m2 code is the high
-// byte of the half with the same value; an e4m3 code s eeee mmm becomes the half s 0 eeee mmm 0000000, whose value
-// is the e4m3 value times 2^-8 (normal and subnormal alike), so the kernels use scale * 256 (kernel_scale).
+// The SIMD kernels turn the codes into floats in registers through IEEE halves (vcvtph2ps) or float bits: an e5m2
+// code is the high byte of the half with the same value; an e4m3 code s eeee mmm becomes the half s 0 eeee mmm
+// 0000000, whose value is the e4m3 value times 2^-8 (normal and subnormal alike), or the float s 0000 eeee mmm 0...0
+// times 2^112, the same value (fp8_kernels_avx512.cpp). So the kernels use scale * 256 for e4m3 (kernel_scales).
 //
 // Products y[n_tokens, n_out] = x[n_tokens, n_in] * W^T: the work is split over the host's threads by panels. Tokens
 // go in tiles (at most 12 for AVX-512, 6 for AVX2, balanced), each tile's activations repacked k-major ([n_in][tile])
@@ -26,7 +27,7 @@
 // the second 16-row half), so a decode step streams each weight byte from memory once and a long prefill once per
 // 8 tiles. (Blocks of k with partial sums kept in y, tried first, measured slower from 128 tokens on.) The kernels
 // prefetch the weights 8 KB ahead: a panel is consumed at ~10 bytes a cycle, faster than the hardware prefetchers
-// alone fetch it (decode on one Zen 5 core: 8-12 GB/s from DRAM without, ~36 GB/s with, 39 GB/s from L2).
+// alone fetch it (decode on one Zen 5 core, e4m3: 16-31 GB/s from DRAM without, 40-42 GB/s with, 47 from L2).
 #pragma once
 
 #include <cstddef>
@@ -53,10 +54,10 @@ struct matrix {
     fp8::format format = fp8::format::e4m3;
     int64_t n_in = 0;
     int64_t n_out = 0;
-    int64_t n_panels = 0;                  // ceil(n_out / 16)
-    const uint8_t* codes = nullptr;        // [n_panels][n_in][16]
-    const float* scales = nullptr;         // [n_panels * 16] row scales, fp8 value * scale = weight
-    const float* kernel_scales = nullptr;  // [n_panels * 32] the scales for the half-float decode (see above)
+    int64_t n_panels = 0;                  // ceil(n_out / 32)
+    const uint8_t* codes = nullptr;        // [n_panels][n_in][32]
+    const float* scales = nullptr;         // [n_panels * 32] row scales, fp8 value * scale = weight
+    const float* kernel_scales = nullptr;  // [n_panels * 32] the scales the SIMD kernels use (see above)
 };
 
 // Bytes of the codes (a multiple of 64) and of each of the two scale arrays.

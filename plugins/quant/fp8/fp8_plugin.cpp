@@ -2,9 +2,9 @@
 // and BF16 matrices, multiplied with float32 activations; the codes become floats in registers (fp8_panels.h).
 //
 //   - prepare: scale = max|row| / max_finite(format), each weight rounded to the nearest fp8 value (ties to even,
-//     saturating; plugins/common/fp8.h), written into 16-row panels in memory of the plugin's own (advised for
+//     saturating; plugins/common/fp8.h), written into 32-row panels in memory of the plugin's own (advised for
 //     huge pages), 1 byte per weight plus 8 bytes of scales per row; rows holding NaN or infinity are refused;
-//   - matmul: y = x * W^T split over the caller's parallel_for by pairs of panels; one kernel for every token count
+//   - matmul: y = x * W^T split over the caller's parallel_for by panels; one kernel for every token count
 //     (token tiles; decode streams each weight byte once), AVX-512, AVX2 or the scalar twin, chosen at create.
 //
 // Parameters:
