@@ -9,6 +9,7 @@
 #include <memory>
 #include <vector>
 
+#include "fp8_cuda_layout.h"
 #include "plugins/common/cuda_quant_matmul.cuh"
 
 namespace troupe::fp8_cuda {
@@ -23,8 +24,6 @@ struct device_weight {
 };
 
 namespace {
-
-constexpr int64_t k_row_pad = 32;  // codes per row a multiple of the prefill's k step
 
 struct weights {
     static constexpr int chunk = 16;
@@ -62,17 +61,10 @@ std::string cuda_failure(const char* what, cudaError_t e) {
 
 int32_t upload(const fp8_panels::matrix& m, device_weight** out, std::string* error) {
     *out = nullptr;
-    const int64_t row_codes = (m.n_in + k_row_pad - 1) / k_row_pad * k_row_pad;
-    const size_t code_bytes = static_cast<size_t>(row_codes * m.n_out);
-    std::vector<uint8_t> codes(code_bytes, 0);  // [n_out][row_codes]
-    // The panel form (fp8_panels.h): row r's code k at panel r / panel_rows, step k, lane r % panel_rows.
-    for (int64_t r = 0; r < m.n_out; ++r) {
-        const uint8_t* panel = m.codes + static_cast<size_t>(r / fp8_panels::panel_rows) *
-                                             static_cast<size_t>(m.n_in * fp8_panels::panel_rows);
-        const int64_t lane = r % fp8_panels::panel_rows;
-        uint8_t* dst = codes.data() + static_cast<size_t>(r * row_codes);
-        for (int64_t k = 0; k < m.n_in; ++k) dst[k] = panel[k * fp8_panels::panel_rows + lane];
-    }
+    const int64_t n_row_codes = row_codes(m.n_in);
+    const size_t code_bytes = static_cast<size_t>(n_row_codes * m.n_out);
+    std::vector<uint8_t> codes(code_bytes);  // [n_out][n_row_codes]
+    rows_from_panels(m, codes.data());
     auto d = std::make_unique<device_weight>();
     const size_t scale_bytes = static_cast<size_t>(m.n_out) * sizeof(float);
     d->bytes = code_bytes + scale_bytes;
@@ -94,7 +86,7 @@ int32_t upload(const fp8_panels::matrix& m, device_weight** out, std::string* er
     d->scales = reinterpret_cast<const float*>(mem + code_bytes);
     d->n_in = m.n_in;
     d->n_out = m.n_out;
-    d->row_codes = row_codes;
+    d->row_codes = n_row_codes;
     d->format = m.format;
     *out = d.release();
     return TROUPE_OK;

@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "plugins/common/cuda_quant_matmul.cuh"
-#include "w4a16_format.h"
+#include "w4a16_cuda_layout.h"
 
 namespace troupe::w4a16_cuda {
 
@@ -55,36 +55,6 @@ struct weights {
 
 std::string cuda_failure(const char* what, cudaError_t e) {
     return std::string(what) + " failed: " + cudaGetErrorString(e);
-}
-
-// Rows [r0, r1) of the stored blocks in the device layout: codes [n_out][n_in / 2] bytes, scales [n_out][n_in / g].
-void pack_rows(const troupe_weight* w, int g, uint8_t* codes, uint8_t* scales, int64_t r0, int64_t r1) {
-    const int64_t n_in = w->n_in, n_groups = n_in / g;
-    for (int64_t r = r0; r < r1; ++r) {
-        const uint8_t* row = static_cast<const uint8_t*>(w->data) + static_cast<size_t>(r) * w->row_stride;
-        uint8_t* dst = codes + static_cast<size_t>(r * n_in / 2);
-        for (int64_t b = 0; b < n_groups; ++b) {
-            const uint8_t* blk = row + static_cast<size_t>(b) * w4a16::block_bytes(g);
-            const uint8_t* qs = blk + w4a16::k_block_header;
-            std::memcpy(scales + static_cast<size_t>(r * n_groups + b) * 4, blk, 4);
-            // Stored: element j < g/2 of the group is the low nibble of qs[j], j + g/2 its high nibble. Each run of
-            // 16 elements starting at a multiple of 16 lies in one half: 16 codes from 16 bytes at once.
-            for (int o = 0; o < g; o += 32) {  // device chunk: elements o .. o + 15 low nibbles, o + 16 .. o + 31 high
-                uint8_t lo[16], hi[16];
-                for (int h = 0; h < 2; ++h) {
-                    const int j0 = o + 16 * h;
-                    uint8_t* q = h == 0 ? lo : hi;
-                    if (j0 < g / 2) {
-                        for (int i = 0; i < 16; ++i) q[i] = qs[j0 + i] & 15;
-                    } else {
-                        for (int i = 0; i < 16; ++i) q[i] = qs[j0 - g / 2 + i] >> 4;
-                    }
-                }
-                uint8_t* chunk = dst + static_cast<size_t>((b * g + o) / 2);
-                for (int i = 0; i < 16; ++i) chunk[i] = static_cast<uint8_t>(lo[i] | hi[i] << 4);
-            }
-        }
-    }
 }
 
 }  // namespace
