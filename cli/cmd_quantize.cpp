@@ -74,7 +74,8 @@ result<quantize_inputs> parse_inputs(const cli_args& args) {
     quantize_inputs in;
     auto config = resolve_cli_config(args);
     if (!config) problems.push_back(config.message());
-    for (const char* flag : {"--model", "--type", "--output"}) {
+    if (config && config->model.empty()) problems.push_back("--model is required (the GGUF to quantize)");
+    for (const char* flag : {"--type", "--output"}) {
         if (!args.has(flag)) problems.push_back(std::string(flag) + " is required");
     }
     in.type_name = args.value_or("--type", "");

@@ -134,7 +134,7 @@ std::string describe(const quantize_plan& plan) {
                  "'s blocks of " + std::to_string(at.block_size) + ")";
         }
         s += ", input " + std::string(tap_name(g.input));
-        if (g.fold != fold_kind::none) s += ", scales fold into " + g.fold_into;
+        if (g.fold != fold_kind::none && g.by_method) s += ", scales fold into " + g.fold_into;
         s += "\n";
     }
     return s;
