@@ -7,9 +7,14 @@
 namespace troupe {
 namespace {
 
+// "1.5 MiB", or "24.0 KiB" below a MiB.
 std::string mib(uint64_t bytes) {
     char s[32];
-    std::snprintf(s, sizeof s, "%.1f MiB", static_cast<double>(bytes) / (1 << 20));
+    if (bytes < (1 << 20)) {
+        std::snprintf(s, sizeof s, "%.1f KiB", static_cast<double>(bytes) / (1 << 10));
+    } else {
+        std::snprintf(s, sizeof s, "%.1f MiB", static_cast<double>(bytes) / (1 << 20));
+    }
     return s;
 }
 

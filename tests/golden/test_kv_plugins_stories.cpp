@@ -128,6 +128,37 @@ TEST(kv_plugins_stories, greedy_tokens_with_the_int8_cache_equal_the_f32_caches_
     EXPECT_EQ(got->tokens, want->tokens);
 }
 
+TEST(kv_plugins_stories, loading_refuses_a_budget_below_one_context_an_unknown_plugin_bad_params_and_cuda) {
+    TROUPE_REQUIRE_SHARED(model_path, "models/stories260K.gguf");
+    struct refusal {
+        const char* name;
+        const char* plugin;
+        const char* params;
+        uint64_t memory;
+        device_kind device;
+        const char* expected;
+    };
+    for (const refusal& r : {
+             refusal{"budget", "int8", "{}", 100 << 10, device_kind::cpu,
+                     "kv.plugin int8: kv.memory 100.0 KiB holds 8 blocks of 16 tokens (kv/int8, 88.0 B/token/layer x 5 "
+                     "layers = 7040 bytes a block, after 42.5 KiB of windows for 4 sequences), less than one full "
+                     "context of 2048 tokens (128 blocks): raise kv.memory to at least 922.5 KiB"},
+             refusal{"unknown", "int4", "{}", 1 << 30, device_kind::cpu, "plugin kv/int4: no such file"},
+             refusal{"params", "kivi", "{value_group: 3}", 1 << 30, device_kind::cpu,
+                     "plugin kv/kivi: layout failed: head_dim 8 must be a multiple of 4 and of params.value_group 3"},
+             refusal{"cuda", "fp8", "{}", 1 << 30, device_kind::cuda,
+                     "kv.plugin fp8: the CUDA backend does not take KV plugins yet"},
+         }) {
+        SCOPED_TRACE(r.name);
+        engine_config c = kv_config(model_path, r.plugin, r.params);
+        c.kv.memory = memory_budget{r.memory, 0.0};
+        c.device = r.device;
+        auto m = load_model(c);
+        ASSERT_FALSE(m.ok());
+        EXPECT_NE(m.message().find(r.expected), std::string::npos) << m.message();
+    }
+}
+
 // Three sequences of different lengths decoded together (their blocks fill at different steps, each with its own
 // window slot) give the tokens and logits each gives alone.
 TEST(kv_plugins_stories, sequences_decoded_together_read_only_their_own_windows) {
