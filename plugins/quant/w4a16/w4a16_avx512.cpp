@@ -10,6 +10,8 @@
 
 #include <immintrin.h>
 
+#include <algorithm>
+
 #include "w4a16_prefill_blocks.h"
 
 namespace troupe::w4a16 {
@@ -38,7 +40,8 @@ inline __m512 span_weights(__m512i v, __m512 lv) {
 // y[t * ldy] = row r . x[t] for T tokens (x rows xs floats apart): per full span one aligned load of 128 codes and,
 // per 16 weights, one permute and T FMAs. Accumulator chains: 4 per token for one token, 2 for more.
 template <int G, int T>
-void row_dot(const matrix& w, int64_t r, const float* x, int64_t xs, float* y, int64_t ldy) {
+void row_dot(const matrix& w, int64_t r, const float* x, int64_t xs, float* y, int64_t ldy, int64_t s0, int64_t s1,
+             bool add) {
     constexpr int nch = T == 1 ? 4 : 2;
     constexpr int groups_per_span = static_cast<int>(k_span) / G;
     const uint8_t* spans = w.spans(r);
@@ -51,8 +54,8 @@ void row_dot(const matrix& w, int64_t r, const float* x, int64_t xs, float* y, i
 #pragma GCC unroll 4
         for (int t = 0; t < T; ++t) acc[c][t] = _mm512_fmadd_ps(wv, _mm512_loadu_ps(xk + t * xs), acc[c][t]);
     };
-    const int64_t n_full = w.n_in / k_span;
-    for (int64_t s = 0; s < n_full; ++s) {
+    const int64_t n_full = std::min(s1, w.n_in / k_span);
+    for (int64_t s = s0; s < n_full; ++s) {
         const uint8_t* sp = spans + s * k_span_bytes;
         _mm_prefetch(reinterpret_cast<const char*>(sp) + k_prefetch_distance, _MM_HINT_T0);
         const __m512i v = _mm512_load_si512(sp);
@@ -68,7 +71,7 @@ void row_dot(const matrix& w, int64_t r, const float* x, int64_t xs, float* y, i
         chunk(span_weights<6>(v, lv[96 / G]), 2 % nch, xs0 + 96);
         chunk(span_weights<7>(v, lv[112 / G]), 3 % nch, xs0 + 112);
     }
-    if (const int64_t rest = w.n_in - n_full * k_span; rest > 0) {  // a short last span (G < 128)
+    if (const int64_t rest = w.n_in - n_full * k_span; rest > 0 && n_full < s1) {  // a short last span (G < 128)
         const __m512i v = _mm512_load_si512(spans + n_full * k_span_bytes);
         for (int64_t k = 0; k < rest / 16; ++k) {
             const int64_t j = n_full * k_span + 16 * k;
@@ -79,27 +82,39 @@ void row_dot(const matrix& w, int64_t r, const float* x, int64_t xs, float* y, i
     for (int t = 0; t < T; ++t) {
         __m512 sum = acc[0][t];
         for (int c = 1; c < nch; ++c) sum = _mm512_add_ps(sum, acc[c][t]);
-        y[t * ldy] = _mm512_reduce_add_ps(sum);
+        y[t * ldy] = (add ? y[t * ldy] : 0.0f) + _mm512_reduce_add_ps(sum);
     }
 }
 
+// Rows [r0, r1) of every token. With several tokens whose activations overflow L1 (x of 4 tokens of 5632 floats is
+// 90 KB), the rows are swept in chunks of 8 spans (1024 columns): the tokens' chunk (16 KB for 4) stays in L1 while
+// the rows of the work item pass, partial sums added into y. One token keeps whole rows (its x stays in L1).
 template <int G>
 void decode_g(const matrix& w, const float* x, int64_t n_tokens, float* y, int64_t r0, int64_t r1) {
-    for (int64_t r = r0; r < r1; ++r) {
-        int64_t t = 0;
-        for (; t + 4 <= n_tokens; t += 4) row_dot<G, 4>(w, r, x + t * w.n_in, w.n_in, y + t * w.n_out + r, w.n_out);
-        switch (n_tokens - t) {
-            case 3:
-                row_dot<G, 3>(w, r, x + t * w.n_in, w.n_in, y + t * w.n_out + r, w.n_out);
-                break;
-            case 2:
-                row_dot<G, 2>(w, r, x + t * w.n_in, w.n_in, y + t * w.n_out + r, w.n_out);
-                break;
-            case 1:
-                row_dot<G, 1>(w, r, x + t * w.n_in, w.n_in, y + t * w.n_out + r, w.n_out);
-                break;
-            default:
-                break;
+    const int64_t n_sp = n_spans(w.n_in);
+    const bool chunked = n_tokens > 1 && w.n_in * std::min<int64_t>(n_tokens, 4) * 4 > 32768;
+    const int64_t chunk_spans = chunked ? 8 : n_sp;
+    for (int64_t s0 = 0; s0 < n_sp; s0 += chunk_spans) {
+        const int64_t s1 = std::min(n_sp, s0 + chunk_spans);
+        const bool add = s0 > 0;
+        for (int64_t r = r0; r < r1; ++r) {
+            int64_t t = 0;
+            for (; t + 4 <= n_tokens; t += 4) {
+                row_dot<G, 4>(w, r, x + t * w.n_in, w.n_in, y + t * w.n_out + r, w.n_out, s0, s1, add);
+            }
+            switch (n_tokens - t) {
+                case 3:
+                    row_dot<G, 3>(w, r, x + t * w.n_in, w.n_in, y + t * w.n_out + r, w.n_out, s0, s1, add);
+                    break;
+                case 2:
+                    row_dot<G, 2>(w, r, x + t * w.n_in, w.n_in, y + t * w.n_out + r, w.n_out, s0, s1, add);
+                    break;
+                case 1:
+                    row_dot<G, 1>(w, r, x + t * w.n_in, w.n_in, y + t * w.n_out + r, w.n_out, s0, s1, add);
+                    break;
+                default:
+                    break;
+            }
         }
     }
 }

@@ -1,5 +1,6 @@
-// troupe_w4a16_bench: quant/w4a16's kernels alone (not a test), beside the limits measured in the same run
-// (kernels/cpu/limits.h, as `troupe bench` measures them):
+// troupe_w4a16_bench: quant/w4a16's kernels alone (not a test), beside the limits measured in the same run (the
+// read bandwidth of a 256 MiB buffer and the FMA peak of independent AVX-512 chains, on the same threads; measured
+// here rather than with kernels/cpu/limits.h so that the plugin tree includes nothing of troupe's):
 //
 //   decode : y = W x for 1 token (and 4), W = the matrices of the 1B shape's decode step (dim 2048, ffn 5632, 22
 //            layers: q, k, v, o, gate, up, down), streamed from memory: GB/s of weights vs the read bandwidth;
@@ -20,8 +21,12 @@
 #include <string>
 #include <vector>
 
-#include "kernels/cpu/limits.h"
-#include "kernels/cpu/thread_pool.h"
+#include <immintrin.h>
+
+#include <atomic>
+#include <functional>
+#include <thread>
+
 #include "plugins/quant/w4a16/w4a16_kernels.h"
 
 namespace {
@@ -61,6 +66,67 @@ struct packed_matrix {
     size_t weight_bytes() const { return static_cast<size_t>(m.n_out * (m.n_in / m.g)) * block_bytes(m.g); }
 };
 
+// fn(begin, end) over [0, n) in n_threads equal shares, one thread each (the caller takes the first).
+void parallel_for(int n_threads, int64_t n, const std::function<void(int64_t, int64_t)>& fn) {
+    std::vector<std::thread> threads;
+    for (int i = 1; i < n_threads; ++i)
+        threads.emplace_back([&, i] { fn(n * i / n_threads, n * (i + 1) / n_threads); });
+    fn(0, n / n_threads);
+    for (auto& t : threads) t.join();
+}
+
+// GB/s reading a 256 MiB buffer on n_threads threads, the best of 5.
+double read_bandwidth(int n_threads) {
+    const size_t n = size_t{32} << 20;  // uint64 words
+    std::vector<uint64_t> buf(n, 1);
+    std::atomic<uint64_t> sink{0};
+    double best = 0;
+    for (int rep = 0; rep < 5; ++rep) {
+        const double t0 = wall_now();
+        parallel_for(n_threads, static_cast<int64_t>(n), [&](int64_t b, int64_t e) {
+            uint64_t s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+            for (int64_t i = b; i + 4 <= e; i += 4) {
+                s0 += buf[i];
+                s1 += buf[i + 1];
+                s2 += buf[i + 2];
+                s3 += buf[i + 3];
+            }
+            sink += s0 + s1 + s2 + s3;
+        });
+        best = std::max(best, static_cast<double>(n * 8) / (wall_now() - t0) / 1e9);
+    }
+    return sink.load() == 0 ? 0 : best;
+}
+
+// n_iter steps of 12 independent AVX-512 FMA chains; returns a value that depends on all of them.
+__attribute__((target("avx512f,fma"), noinline)) float fma_chains(int64_t n_iter) {
+    __m512 a[12];
+    for (int i = 0; i < 12; ++i) a[i] = _mm512_set1_ps(static_cast<float>(i));
+    const __m512 m = _mm512_set1_ps(0.999f), c = _mm512_set1_ps(0.001f);
+    for (int64_t it = 0; it < n_iter; ++it) {
+#pragma GCC unroll 12
+        for (int i = 0; i < 12; ++i) a[i] = _mm512_fmadd_ps(a[i], m, c);
+    }
+    float s = 0;
+    for (int i = 0; i < 12; ++i) s += _mm512_reduce_add_ps(a[i]);
+    return s;
+}
+
+// GFLOP/s of fma_chains on n_threads threads at once, the best of 3.
+double fma_peak(int n_threads) {
+    constexpr int64_t n_iter = 20000000;
+    std::atomic<int> sink{0};
+    double best = 0;
+    for (int rep = 0; rep < 3; ++rep) {
+        const double t0 = wall_now();
+        parallel_for(n_threads, n_threads, [&](int64_t b, int64_t e) {
+            for (int64_t i = b; i < e; ++i) sink += fma_chains(n_iter) > 0;
+        });
+        best = std::max(best, 2.0 * 16 * 12 * n_iter * n_threads / (wall_now() - t0) / 1e9);
+    }
+    return sink.load() < 0 ? 0 : best;
+}
+
 struct timing {
     double wall = 1e30, cpu = 1e30;  // best of the repetitions, seconds
 };
@@ -89,11 +155,10 @@ int main(int argc, char** argv) {
         std::fprintf(stderr, "usage: troupe_w4a16_bench [q4_1|w4_g64|w4_g128] [n_threads] [avx512|avx2|scalar]\n");
         return 2;
     }
-    troupe::cpu::thread_pool pool(n_threads);
-    const double bandwidth = troupe::cpu::measure_read_bandwidth(pool);
-    const double fma_peak = troupe::cpu::measure_fma_peak(pool);
+    const double bandwidth = read_bandwidth(n_threads);
+    const double peak = fma_peak(n_threads);
     std::printf("%s, %s kernels, %d threads: read bandwidth %.1f GB/s, FMA peak %.1f GFLOP/s (measured now)\n",
-                type.c_str(), k->name, n_threads, bandwidth, fma_peak);
+                type.c_str(), k->name, n_threads, bandwidth, peak);
 
     // The 1B shape's decode step: per layer q (2048), k, v (256 each), o (2048), gate, up (5632), down (2048 of 5632).
     const int64_t dim = 2048, ffn = 5632, kv = 256, n_layers = 22;
@@ -115,7 +180,7 @@ int main(int argc, char** argv) {
         const timing t = best_of(5, [&] {
             for (const auto& p : step) {
                 const matrix& m = p.m;
-                pool.parallel_for((m.n_out + 15) / 16, [&](int64_t b, int64_t e) {
+                parallel_for(n_threads, (m.n_out + 15) / 16, [&](int64_t b, int64_t e) {
                     k->decode(m, xa, n_tokens, y.data(), b * 16, std::min(e * 16, m.n_out));
                 });
             }
@@ -132,7 +197,7 @@ int main(int argc, char** argv) {
     packed_matrix up(dim, ffn, g, 99);
     std::vector<float> xt(static_cast<size_t>(dim * n_pad), 0.25f);
     const timing t = best_of(3, [&] {
-        pool.parallel_for((ffn + k->prefill_rows - 1) / k->prefill_rows, [&](int64_t b, int64_t e) {
+        parallel_for(n_threads, (ffn + k->prefill_rows - 1) / k->prefill_rows, [&](int64_t b, int64_t e) {
             k->prefill(up.m, xt.data(), n_pad, n_tokens, y.data(), b * k->prefill_rows,
                        std::min(e * k->prefill_rows, up.m.n_out));
         });
@@ -142,6 +207,6 @@ int main(int argc, char** argv) {
         "prefill 512 tokens x [%lld, %lld]: %.2f ms: %.1f GFLOP/s = %.1f%% of the FMA peak (calling thread's CPU "
         "time %.2f ms: %.1f GFLOP/s per thread)\n",
         static_cast<long long>(ffn), static_cast<long long>(dim), t.wall * 1e3, flops / t.wall / 1e9,
-        100.0 * flops / t.wall / 1e9 / fma_peak, t.cpu * 1e3, flops / n_threads / t.cpu / 1e9);
+        100.0 * flops / t.wall / 1e9 / peak, t.cpu * 1e3, flops / n_threads / t.cpu / 1e9);
     return 0;
 }
