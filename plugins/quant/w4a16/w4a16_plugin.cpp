@@ -200,15 +200,16 @@ int32_t w4_matmul(troupe_plugin_instance* inst, const troupe_prepared_weight* w,
         } else {
             const int64_t n_pad =
                 (n_tokens + w4::k_prefill_token_pad - 1) / w4::k_prefill_token_pad * w4::k_prefill_token_pad;
-            std::vector<float> xt(static_cast<size_t>(m.n_in * n_pad));  // [n_in, n_pad]
-            constexpr int64_t cols = 64;                                 // columns of x per transposition item
+            // [n_in, n_pad]; every element is written by the transposition (no zeroing here)
+            const std::unique_ptr<float[]> xt(new float[static_cast<size_t>(m.n_in * n_pad)]);
+            constexpr int64_t cols = 64;  // columns of x per transposition item
             rc = run_parallel(par, (m.n_in + cols - 1) / cols, [&](int64_t b, int64_t e) {
-                w4::transpose_activations(x, n_tokens, m.n_in, n_pad, xt.data(), b * cols, std::min(e * cols, m.n_in));
+                w4::transpose_activations(x, n_tokens, m.n_in, n_pad, xt.get(), b * cols, std::min(e * cols, m.n_in));
             });
             const int64_t rows = k.prefill_rows;
             if (rc == TROUPE_OK) {
                 rc = run_parallel(par, (m.n_out + rows - 1) / rows, [&](int64_t b, int64_t e) {
-                    k.prefill(m, xt.data(), n_pad, n_tokens, y, b * rows, std::min(e * rows, m.n_out));
+                    k.prefill(m, xt.get(), n_pad, n_tokens, y, b * rows, std::min(e * rows, m.n_out));
                 });
             }
         }
