@@ -5,8 +5,9 @@
 // Two paths, split by token count:
 //   - decode (n_tokens <= k_decode_max_tokens, bandwidth bound): each weight row is streamed from memory once and
 //     dequantized in registers; up to 4 tokens share each dequantized vector (more tokens: further passes over the
-//     row, which is then in L1). On AVX-512 a group's 16 possible values d * q + m are one register, and a
-//     weight vector is one permute of it by the nibbles.
+//     row, which is then in L1; on AVX-512, tokens whose activations overflow L1 sweep the rows in chunks of 1024
+//     columns). On AVX-512 a group's 16 possible values d * q + m are one register, and a weight vector is one
+//     shift and one permute of it by the codes (w4a16_format.h's layout).
 //   - prefill (FMA bound): x is transposed once per product to xt [n_in, n_pad] (tokens padded with zeros to a
 //     multiple of 32); a work item dequantizes blocks of rows into a float buffer, chunk of k by chunk of k, and a
 //     register tile of rows x tokens accumulates acc += w[r][k] * xt[k][t0..] by FMA in k order, so its sums are

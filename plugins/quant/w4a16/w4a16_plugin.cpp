@@ -2,8 +2,8 @@
 // and troupe's W4_G64 / W4_G128 (w4a16_format.h), the zero-point format of GPTQ and AWQ checkpoints.
 //
 //   - prepare repacks the rows into the kernels' layout (w4a16_format.h: 128 codes per aligned 64 bytes, the fp16
-//     scales and mins after them, the same bytes as stored) in memory of the plugin's own, advised for huge pages
-//     (decode streams every byte of every weight each step), checking the shape against the group size;
+//     scales and mins after them: the stored bytes, each row padded to 64) in memory of the plugin's own, advised for
+//     huge pages (decode streams every byte of every weight each step), checking the shape against the group size;
 //   - matmul dequantizes the weights exactly (d * q + m) and multiplies them with the float32 activations by FMA,
 //     split over the host's parallel_for in blocks of rows: a decode path for up to 16 tokens and a prefill path
 //     of register tiles (w4a16_kernels.h);
