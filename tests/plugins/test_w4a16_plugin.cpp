@@ -74,7 +74,9 @@ TEST_P(w4a16_plugin, every_kernel_gives_the_float_product_of_the_dequantized_wei
         ASSERT_TRUE((*op)->claims(c.type));
         auto prepared = (*op)->prepare(weight_view{c.type, s.bytes.data(), c.n_in, c.n_out, s.row_stride});
         ASSERT_TRUE(prepared.ok()) << prepared.message();
-        EXPECT_EQ((*prepared)->n_bytes(), row_bytes(c.type, c.n_in) * c.n_out);
+        // Bytes read per product: 64 per started span of 128 codes, and the float32 (d, m) of every group.
+        EXPECT_EQ((*prepared)->n_bytes(),
+                  static_cast<size_t>(c.n_out * ((c.n_in + 127) / 128 * 64 + c.n_in / ref::w4_group_size(c.type) * 8)));
         std::vector<float> y(static_cast<size_t>(c.n_tokens * c.n_out), NAN);
         const status st = (*op)->matmul(**prepared, x.data(), y.data(), c.n_tokens,
                                         c.threaded ? threaded_parallel_for() : no_parallel_for());

@@ -20,12 +20,10 @@ namespace {
 
 constexpr int k_prefetch_distance = 4096;
 
-inline void scale_min(const uint8_t* p, __m256* d, __m256* m) {
-    uint32_t dm;
-    std::memcpy(&dm, p, 4);
-    const __m128 f = _mm_cvtph_ps(_mm_cvtsi32_si128(static_cast<int>(dm)));
-    *d = _mm256_broadcastss_ps(f);
-    *m = _mm256_broadcastss_ps(_mm_movehdup_ps(f));
+// The scale and min at p (float32 d, m), broadcast.
+inline void scale_min(const float* p, __m256* d, __m256* m) {
+    *d = _mm256_broadcast_ss(p);
+    *m = _mm256_broadcast_ss(p + 1);
 }
 
 // Weights 16k + 8h .. 16k + 8h + 7 of a span from its codes vh (lanes 8h..8h+7): d * q + m.
@@ -53,7 +51,7 @@ template <int G, int T>
 void row_dot(const matrix& w, int64_t r, const float* x, int64_t xs, float* y, int64_t ldy) {
     constexpr int nch = T == 1 ? 4 : 2;
     const uint8_t* spans = w.spans(r);
-    const uint8_t* scales = w.scales(r);
+    const float* scales = w.scales(r);
     __m256 acc[nch][T];
     for (int c = 0; c < nch; ++c) {
         for (int t = 0; t < T; ++t) acc[c][t] = _mm256_setzero_ps();
@@ -72,11 +70,11 @@ void row_dot(const matrix& w, int64_t r, const float* x, int64_t xs, float* y, i
         _mm_prefetch(reinterpret_cast<const char*>(sp) + k_prefetch_distance, _MM_HINT_T0);
         const __m256i v0 = _mm256_load_si256(reinterpret_cast<const __m256i*>(sp));
         const __m256i v1 = _mm256_load_si256(reinterpret_cast<const __m256i*>(sp + 32));
-        const uint8_t* sc = scales + 4 * (s * k_span / G);
+        const float* sc = scales + 2 * (s * k_span / G);
         const float* xj = x + s * k_span;
         auto k_step = [&](auto kc) {
             constexpr int K = decltype(kc)::value;
-            if constexpr ((16 * K) % G == 0) scale_min(sc + 4 * (16 * K / G), &d, &m);
+            if constexpr ((16 * K) % G == 0) scale_min(sc + 2 * (16 * K / G), &d, &m);
             step(weights8<K>(v0, d, m), weights8<K>(v1, d, m), (2 * K) % nch, xj + 16 * K);
         };
         k_step(std::integral_constant<int, 0>{});
@@ -94,7 +92,7 @@ void row_dot(const matrix& w, int64_t r, const float* x, int64_t xs, float* y, i
         const __m256i v1 = _mm256_load_si256(reinterpret_cast<const __m256i*>(sp + 32));
         for (int k = 0; k < rest / 16; ++k) {
             const int64_t j = n_full * k_span + 16 * k;
-            scale_min(scales + 4 * (j / G), &d, &m);
+            scale_min(scales + 2 * (j / G), &d, &m);
             step(weights8(v0, k, d, m), weights8(v1, k, d, m), 0, x + j);
         }
     }
@@ -145,7 +143,7 @@ struct tiles_avx2 {
     // out[0..kc) = weights k0..k0 + kc of row r (k0 a multiple of 128, kc of g).
     static void dequant(const matrix& w, int64_t r, int64_t k0, int64_t kc, float* out) {
         const uint8_t* spans = w.spans(r);
-        const uint8_t* scales = w.scales(r);
+        const float* scales = w.scales(r);
         for (int64_t j0 = k0; j0 < k0 + kc; j0 += k_span) {
             const uint8_t* sp = spans + (j0 / k_span) * k_span_bytes;
             const __m256i v0 = _mm256_load_si256(reinterpret_cast<const __m256i*>(sp));
@@ -153,7 +151,7 @@ struct tiles_avx2 {
             for (int k = 0; k < 8 && j0 + 16 * k < k0 + kc; ++k) {
                 const int64_t j = j0 + 16 * k;
                 __m256 d, m;
-                scale_min(scales + 4 * (j / w.g), &d, &m);
+                scale_min(scales + 2 * (j / w.g), &d, &m);
                 _mm256_storeu_ps(out + (j - k0), weights8(v0, k, d, m));
                 _mm256_storeu_ps(out + (j - k0) + 8, weights8(v1, k, d, m));
             }

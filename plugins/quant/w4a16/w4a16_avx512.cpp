@@ -19,15 +19,10 @@ namespace {
 
 constexpr int k_prefetch_distance = 4096;  // bytes ahead in the row stream
 
-// The 16 levels d * q + m (q = 0..15) of the group whose fp16 (d, m) are at p.
-inline __m512 levels(const uint8_t* p) {
-    uint32_t dm;
-    std::memcpy(&dm, p, 4);
-    const __m128 f = _mm_cvtph_ps(_mm_cvtsi32_si128(static_cast<int>(dm)));  // d, m
+// The 16 levels d * q + m (q = 0..15) of the group whose float32 (d, m) are at p (a multiply, then an add).
+inline __m512 levels(const float* p) {
     const __m512 iota = _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
-    const __m512 d = _mm512_broadcastss_ps(f);
-    const __m512 m = _mm512_broadcastss_ps(_mm_movehdup_ps(f));
-    return _mm512_add_ps(_mm512_mul_ps(d, iota), m);
+    return _mm512_add_ps(_mm512_mul_ps(_mm512_set1_ps(p[0]), iota), _mm512_set1_ps(p[1]));
 }
 
 // The weights 16k..16k+15 of a span whose codes are v (vpermps reads the low 4 bits of each lane).
@@ -45,7 +40,7 @@ void row_dot(const matrix& w, int64_t r, const float* x, int64_t xs, float* y, i
     constexpr int nch = T == 1 ? 4 : 2;
     constexpr int groups_per_span = static_cast<int>(k_span) / G;
     const uint8_t* spans = w.spans(r);
-    const uint8_t* scales = w.scales(r);
+    const float* scales = w.scales(r);
     __m512 acc[nch][T];
     for (int c = 0; c < nch; ++c) {
         for (int t = 0; t < T; ++t) acc[c][t] = _mm512_setzero_ps();
@@ -60,7 +55,7 @@ void row_dot(const matrix& w, int64_t r, const float* x, int64_t xs, float* y, i
         _mm_prefetch(reinterpret_cast<const char*>(sp) + k_prefetch_distance, _MM_HINT_T0);
         const __m512i v = _mm512_load_si512(sp);
         __m512 lv[groups_per_span];
-        for (int gi = 0; gi < groups_per_span; ++gi) lv[gi] = levels(scales + 4 * (s * groups_per_span + gi));
+        for (int gi = 0; gi < groups_per_span; ++gi) lv[gi] = levels(scales + 2 * (s * groups_per_span + gi));
         const float* xs0 = x + s * k_span;
         chunk(span_weights<0>(v, lv[0]), 0 % nch, xs0);
         chunk(span_weights<1>(v, lv[16 / G]), 1 % nch, xs0 + 16);
@@ -75,7 +70,7 @@ void row_dot(const matrix& w, int64_t r, const float* x, int64_t xs, float* y, i
         const __m512i v = _mm512_load_si512(spans + n_full * k_span_bytes);
         for (int64_t k = 0; k < rest / 16; ++k) {
             const int64_t j = n_full * k_span + 16 * k;
-            const __m512 lv = levels(scales + 4 * (j / G));
+            const __m512 lv = levels(scales + 2 * (j / G));
             chunk(_mm512_permutexvar_ps(_mm512_srl_epi32(v, _mm_cvtsi64_si128(4 * k)), lv), 0, x + j);
         }
     }
@@ -138,12 +133,12 @@ struct tiles_avx512 {
     // out[0..kc) = weights k0..k0 + kc of row r (k0 a multiple of 128, kc of g).
     static void dequant(const matrix& w, int64_t r, int64_t k0, int64_t kc, float* out) {
         const uint8_t* spans = w.spans(r);
-        const uint8_t* scales = w.scales(r);
+        const float* scales = w.scales(r);
         for (int64_t j0 = k0; j0 < k0 + kc; j0 += k_span) {
             const __m512i v = _mm512_load_si512(spans + (j0 / k_span) * k_span_bytes);
             for (int64_t k = 0; k < 8 && j0 + 16 * k < k0 + kc; ++k) {
                 const int64_t j = j0 + 16 * k;
-                const __m512 lv = levels(scales + 4 * (j / w.g));
+                const __m512 lv = levels(scales + 2 * (j / w.g));
                 _mm512_storeu_ps(out + (j - k0),
                                  _mm512_permutexvar_ps(_mm512_srl_epi32(v, _mm_cvtsi64_si128(4 * k)), lv));
             }

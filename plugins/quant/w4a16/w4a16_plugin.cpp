@@ -157,9 +157,7 @@ size_t w4_prepared_bytes(troupe_plugin_instance* inst, const troupe_prepared_wei
 #ifdef TROUPE_PLUGIN_CUDA
     if (inst->backend == TROUPE_BACKEND_CUDA) return troupe::w4a16_cuda::prepared_bytes(device_of(w));
 #endif
-    return w == nullptr
-               ? 0
-               : static_cast<size_t>(w->m.n_out) * static_cast<size_t>(w->m.n_in / w->m.g) * w4::block_bytes(w->m.g);
+    return w == nullptr ? 0 : static_cast<size_t>(w->m.n_out) * w4::layout_read_bytes(w->m.n_in, w->m.g);
 }
 
 int32_t w4_matmul(troupe_plugin_instance* inst, const troupe_prepared_weight* w, const float* x, float* y,

@@ -13,10 +13,9 @@ namespace {
 // out[0..n_in) = row r dequantized from the kernels' layout: d * q + m (a multiply, then an add).
 void dequant_row(const matrix& w, int64_t r, float* out) {
     const uint8_t* spans = w.spans(r);
-    const uint8_t* scales = w.scales(r);
+    const float* scales = w.scales(r);
     for (int64_t b = 0; b < w.n_in / w.g; ++b) {
-        float d, m;
-        block_scale_min(scales + 4 * b, &d, &m);
+        const float d = scales[2 * b], m = scales[2 * b + 1];
         for (int64_t j = b * w.g; j < (b + 1) * w.g; ++j) {
             const float scaled = d * static_cast<float>(layout_code(spans, j));
             out[j] = scaled + m;

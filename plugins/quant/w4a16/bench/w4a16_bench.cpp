@@ -63,7 +63,8 @@ struct packed_matrix {
         }
         m = matrix{base, n_in, n_out, stride, g};
     }
-    size_t weight_bytes() const { return static_cast<size_t>(m.n_out * (m.n_in / m.g)) * block_bytes(m.g); }
+    // Bytes a product reads (codes and float32 scales; the plugin's prepared_bytes).
+    size_t weight_bytes() const { return static_cast<size_t>(m.n_out) * layout_read_bytes(m.n_in, m.g); }
 };
 
 // fn(begin, end) over [0, n) in n_threads equal shares, one thread each (the caller takes the first).
