@@ -261,5 +261,37 @@ TEST_F(pipeline, a_long_prompt_is_prefilled_in_chunks_while_the_running_streams_
     EXPECT_TRUE(r->eng->stop(std::chrono::milliseconds(1000)).ok());
 }
 
+// A KV plugin through the whole path: requests that share a cached prompt prefix (new sequences starting after
+// whole cached blocks, each with a fresh window slot), drafts verified and rolled back (ngram), sixteen at once;
+// each gives the text the same prompt gives alone.
+TEST_F(pipeline, with_a_kv_plugin_prefix_sharing_and_speculation_give_the_text_of_one_request_alone) {
+    for (const char* plugin : {"int8", "kivi", "fp8"}) {
+        SCOPED_TRACE(plugin);
+        auto r = start_engine(model_path_, "ngram", [plugin](engine_config& c) {
+            c.scheduler.max_running_seqs = 16;
+            c.kv.block_size = 4;
+            c.kv.plugin = plugin_config(plugin);
+        });
+        ASSERT_TRUE(r.ok()) << r.message();
+        collected alone;
+        ASSERT_TRUE(r->eng->submit(request{run_.prompt, greedy(48), std::nullopt}, alone.sink()).ok());
+        alone.wait();
+        ASSERT_EQ(alone.error, "");
+        std::vector<std::unique_ptr<collected>> outs;
+        for (int i = 0; i < 16; ++i) {
+            outs.push_back(std::make_unique<collected>());
+            ASSERT_TRUE(r->eng->submit(request{run_.prompt, greedy(48), std::nullopt}, outs.back()->sink()).ok());
+        }
+        for (auto& o : outs) {
+            o->wait();
+            EXPECT_EQ(o->error, "");
+            EXPECT_EQ(o->text, alone.text);
+        }
+        const engine_snapshot snap = r->eng->snapshot();
+        EXPECT_GT(snap.kv.n_prefix_hits, 0);
+        EXPECT_TRUE(r->eng->stop(std::chrono::milliseconds(1000)).ok());
+    }
+}
+
 }  // namespace
 }  // namespace troupe
