@@ -1,16 +1,19 @@
 // AVX-512 tile kernel of quant/fp8 (fp8_panels.h): a 32-row panel times up to 12 tokens, 16 rows' sums in one zmm
-// per half panel and token. Each k: one 16-byte load per half, turned into 16 floats equal to the fp8 values times
-// 2^-8 (e4m3) or 1 (e5m2), matching the kernel scales, then one FMA per token with the token's activation broadcast
-// from the k-major tile. Few tokens leave few independent sums, so k is unrolled into KU partial sums (FMA latency).
+// per half panel and token. Each k: one 16-byte load per half turned into 16 floats, then one FMA per token with the
+// token's activation broadcast from the k-major tile, which the driver packs times 2^64 for this kernel
+// (x_prescale). Few tokens leave few independent sums, so k is unrolled into KU partial sums (FMA latency).
 //
-// The conversions (one token, weights in L2, Zen 5; a 256-entry table gather: 3.7 GB/s):
-//   e4m3, float bits: sign-extend to 32 bits, shift by 20 and keep s 0000 eeee mmm: the float of value * 2^-120,
-//         times 2^112 (exact): 48 GB/s. e4m3 subnormals become float subnormals on the way, which the CPU reads as
-//         zero when the caller's MXCSR has DAZ set: then (checked every call)
-//   e4m3, via halves: sign-extend to 16 bits, shift by 7, clear bit 14 (s 0 eeee mmm 0000000, the half of
-//         value * 2^-8), vcvtph2ps: 40 GB/s;
-//   e5m2, via halves: zero-extend to 16 bits, shift by 8 (an e5m2 code is the high byte of the half with its
-//         value), vcvtph2ps: 45 GB/s (through float bits: 47, not worth a second DAZ case).
+// The conversions (one token, weights in L2, Zen 5):
+//   float bits (the default): sign-extend to 32 bits, shift and keep the sign, exponent and mantissa bits in place:
+//         e4m3 s 0000 eeee mmm 0..0 is the float value * 2^-120, e5m2 s 000 eeeee mm 0..0 value * 2^-112. No
+//         rebias: the products with x * 2^64 are the true ones times 2^-56 / 2^-48, normal floats for any sensible
+//         activation, and the epilogue multiplies by 2^48 (e4m3's kernel scale holds the other 2^8). e4m3: 60 GB/s
+//         (with a multiply by 2^112 per weight vector instead: 47). fp8 subnormals become float subnormals on the
+//         way, which the CPU reads as zero when the thread's MXCSR has DAZ set: then (checked every call)
+//   via halves: e4m3 sign-extend to 16 bits, shift by 7, clear bit 14 (s 0 eeee mmm 0000000, the half of
+//         value * 2^-8); e5m2 zero-extend and shift by 8 (the code is the high byte of the half with its value);
+//         vcvtph2ps: 40 / 45 GB/s; the epilogue multiplies by 2^-64.
+//   A 256-entry table gather (vgatherdps): 3.7 GB/s.
 #include <immintrin.h>
 
 #include "fp8_panels.h"
@@ -21,15 +24,21 @@ namespace {
 // k steps (32 bytes each) the weights are prefetched ahead: 8 KB; measured best of 128, 256 and 512 on Zen 5.
 constexpr int64_t prefetch_k = 256;
 
-enum class decode { e5m2_half, e4m3_half, e4m3_float };
+enum class decode { e5m2_half, e4m3_half, e5m2_float, e4m3_float };
+
+// What the sums are multiplied by, besides the kernel scales, to undo the decode's and x_prescale's powers of two.
+template <decode d>
+constexpr float epilogue_factor = d == decode::e4m3_float || d == decode::e5m2_float ? 0x1p48f : 0x1p-64f;
 
 template <decode d>
 inline __m512 decode16(const uint8_t* p) {
     const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
     if constexpr (d == decode::e4m3_float) {
-        const __m512i f = _mm512_and_si512(_mm512_slli_epi32(_mm512_cvtepi8_epi32(b), 20),
-                                           _mm512_set1_epi32(static_cast<int32_t>(0x87f00000u)));
-        return _mm512_mul_ps(_mm512_castsi512_ps(f), _mm512_set1_ps(0x1p112f));
+        return _mm512_castsi512_ps(_mm512_and_si512(_mm512_slli_epi32(_mm512_cvtepi8_epi32(b), 20),
+                                                    _mm512_set1_epi32(static_cast<int32_t>(0x87f00000u))));
+    } else if constexpr (d == decode::e5m2_float) {
+        return _mm512_castsi512_ps(_mm512_and_si512(_mm512_slli_epi32(_mm512_cvtepi8_epi32(b), 21),
+                                                    _mm512_set1_epi32(static_cast<int32_t>(0x8fe00000u))));
     } else if constexpr (d == decode::e4m3_half) {
         return _mm512_cvtph_ps(
             _mm256_and_si256(_mm256_slli_epi16(_mm256_cvtepi8_epi16(b), 7), _mm256_set1_epi16(int16_t(0xbfff))));
@@ -84,7 +93,7 @@ void tile(const tile_call& c) {
         const int64_t row0 = c.panel * panel_rows + h * half_rows;
         const int64_t rows = m.n_out - row0 < half_rows ? m.n_out - row0 : half_rows;
         const __mmask16 mask = rows == half_rows ? __mmask16(0xffff) : __mmask16((1u << rows) - 1);
-        const __m512 scale = _mm512_loadu_ps(m.kernel_scales + row0);
+        const __m512 scale = _mm512_mul_ps(_mm512_loadu_ps(m.kernel_scales + row0), _mm512_set1_ps(epilogue_factor<d>));
 #pragma GCC unroll 16
         for (int t = 0; t < nt; ++t) {
             __m512 s = acc[h][t][0];
@@ -137,13 +146,14 @@ void dispatch_tokens(const tile_call& c) {
 
 void tile_avx512(const tile_call& c) {
     const bool two_halves = c.m->n_out - c.panel * panel_rows > half_rows;
-    if (c.m->format == fp8::format::e5m2) {
+    const bool e4m3 = c.m->format == fp8::format::e4m3;
+    if ((_mm_getcsr() & 0x0040) != 0) {  // DAZ: float subnormals read as zero
+        if (e4m3)
+            return two_halves ? dispatch_tokens<decode::e4m3_half, 2>(c) : dispatch_tokens<decode::e4m3_half, 1>(c);
         return two_halves ? dispatch_tokens<decode::e5m2_half, 2>(c) : dispatch_tokens<decode::e5m2_half, 1>(c);
     }
-    if ((_mm_getcsr() & 0x0040) != 0) {  // DAZ: float subnormals read as zero
-        return two_halves ? dispatch_tokens<decode::e4m3_half, 2>(c) : dispatch_tokens<decode::e4m3_half, 1>(c);
-    }
-    return two_halves ? dispatch_tokens<decode::e4m3_float, 2>(c) : dispatch_tokens<decode::e4m3_float, 1>(c);
+    if (e4m3) return two_halves ? dispatch_tokens<decode::e4m3_float, 2>(c) : dispatch_tokens<decode::e4m3_float, 1>(c);
+    return two_halves ? dispatch_tokens<decode::e5m2_float, 2>(c) : dispatch_tokens<decode::e5m2_float, 1>(c);
 }
 
 }  // namespace troupe::fp8_panels

@@ -61,6 +61,10 @@ bool cpu_has(kernel k) {
     return false;
 }
 
+float x_prescale(kernel k) {
+    return k == kernel::avx512 ? 0x1p64f : 1.0f;
+}
+
 int max_tile(kernel k) {
     switch (k) {
         case kernel::scalar:
@@ -145,7 +149,8 @@ void matmul(kernel k, const matrix& m, const float* x, float* y, int64_t n_token
     // already in that form.
     std::vector<float> packed;
     const float* xt = x;
-    if (n_tokens > 1) {
+    const float prescale = x_prescale(k);
+    if (n_tokens > 1 || prescale != 1.0f) {
         packed.resize(static_cast<size_t>(n_tokens * m.n_in));
         parallel_for(n_tiles, [&](int64_t b, int64_t e) {
             for (int64_t i = b; i < e; ++i) {
@@ -153,7 +158,7 @@ void matmul(kernel k, const matrix& m, const float* x, float* y, int64_t n_token
                 float* dst = packed.data() + t0 * m.n_in;
                 for (int64_t t = 0; t < nt; ++t) {
                     const float* src = x + (t0 + t) * m.n_in;
-                    for (int64_t kk = 0; kk < m.n_in; ++kk) dst[kk * nt + t] = src[kk];
+                    for (int64_t kk = 0; kk < m.n_in; ++kk) dst[kk * nt + t] = src[kk] * prescale;
                 }
             }
         });

@@ -16,16 +16,16 @@
 // Each 16-byte half of a step (16 rows) is the operand of one broadcast-FMA per token: no horizontal sums.
 // The SIMD kernels turn the codes into floats in registers through IEEE halves (vcvtph2ps) or float bits: an e5m2
 // code is the high byte of the half with the same value; an e4m3 code s eeee mmm becomes the half s 0 eeee mmm
-// 0000000, whose value is the e4m3 value times 2^-8 (normal and subnormal alike), or the float s 0000 eeee mmm 0...0
-// times 2^112, the same value (fp8_kernels_avx512.cpp). So the kernels use scale * 256 for e4m3 (kernel_scales).
+// 0000000, whose value is the e4m3 value times 2^-8 (normal and subnormal alike), so the kernels use scale * 256 for
+// e4m3 (kernel_scales); the float-bits path (fp8_kernels_avx512.cpp) undoes its own powers of two.
 //
 // Products y[n_tokens, n_out] = x[n_tokens, n_in] * W^T: the work is split over the host's threads by panels. Tokens
 // go in tiles (at most 12 for AVX-512, 6 for AVX2, balanced), each tile's activations repacked k-major ([n_in][tile])
-// so the kernels broadcast them at fixed offsets. A kernel call runs one panel and one tile over the whole row, its
-// sums in registers. Tiles go in blocks of 8 (96 tokens on AVX-512, 768 KB of activations for rows of 2048, kept in
-// L2): within a block each panel is read from memory by its first tile and from L2 by the others (and, on AVX2, by
-// the second 16-row half), so a decode step streams each weight byte from memory once and a long prefill once per
-// 8 tiles. (Blocks of k with partial sums kept in y, tried first, measured slower from 128 tokens on.) The kernels
+// so the kernels broadcast them at fixed offsets (times x_prescale). A kernel call runs one panel and one tile over the
+// whole row, its sums in registers. Tiles go in blocks of 8 (96 tokens on AVX-512, 768 KB of activations for rows of
+// 2048, kept in L2): within a block each panel is read from memory by its first tile and from L2 by the others (and, on
+// AVX2, by the second 16-row half), so a decode step streams each weight byte from memory once and a long prefill once
+// per 8 tiles. (Blocks of k with partial sums kept in y, tried first, measured slower from 128 tokens on.) The kernels
 // prefetch the weights 8 KB ahead: a panel is consumed at ~10 bytes a cycle, faster than the hardware prefetchers
 // alone fetch it (decode on one Zen 5 core, e4m3: 16-31 GB/s from DRAM without, 40-42 GB/s with, 47 from L2).
 #pragma once
@@ -91,6 +91,10 @@ struct tile_call {
 };
 
 int max_tile(kernel k);
+// The factor the driver multiplies the activations by when it packs them for kernel k (exact: a power of two; 2^64
+// for AVX-512, whose float-bits decode leaves the weights 2^-120 / 2^-112 small, fp8_kernels_avx512.cpp).
+// Activations beyond 2^63 in magnitude would overflow there.
+float x_prescale(kernel k);
 void tile_scalar(const tile_call& c);
 void tile_avx2(const tile_call& c);
 void tile_avx512(const tile_call& c);
