@@ -39,7 +39,7 @@ public:
 
 inline bool cpu_has_avx512() {
     return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-           __builtin_cpu_supports("avx512vl");
+           __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("f16c");
 }
 
 }  // namespace troupe::kv

@@ -139,5 +139,85 @@ block_kernels kernels_of() {
                          accumulate_f32<typename D::isa>};
 }
 
+#if defined(__AVX512F__)
+// Fused kernels for few query rows (decode of MHA or small GQA groups): a row's codes become floats in registers and
+// meet the scaled query (scores) or the accumulator (values) directly, with no row buffer; N = head_dim / 16 chunks.
+// D provides key16(f, block, h, r, c), channels c..c+15 of key_row, and value16(f, block, h, r, c), of value_row.
+template <class D, int N>
+void scores_fused(const typename D::format& f, const uint8_t* block, int32_t h, const float* q, int32_t group,
+                  int32_t n_rows, float scale, float* s, int32_t s_stride) {
+    alignas(64) float mul[max_head_dim];
+    alignas(64) float add[max_head_dim];
+    D::key_channels(f, block, h, mul, add);
+    const __m512 sv = _mm512_set1_ps(scale);
+    for (int32_t g = 0; g < group; ++g) {
+        const float* qg = q + static_cast<size_t>(g) * N * 16;
+        __m512 qs[N];
+        __m512 a = _mm512_setzero_ps();
+        for (int i = 0; i < N; ++i) {
+            const __m512 qv = _mm512_loadu_ps(qg + 16 * i);
+            qs[i] = _mm512_mul_ps(sv, _mm512_mul_ps(qv, _mm512_load_ps(mul + 16 * i)));
+            a = _mm512_fmadd_ps(qv, _mm512_load_ps(add + 16 * i), a);
+        }
+        const float qa = scale * _mm512_reduce_add_ps(a);
+        for (int32_t r = 0; r < n_rows; ++r) {
+            __m512 d = _mm512_mul_ps(qs[0], D::key16(f, block, h, r, 0));
+            for (int i = 1; i < N; ++i) d = _mm512_fmadd_ps(qs[i], D::key16(f, block, h, r, 16 * i), d);
+            s[g * s_stride + r] = _mm512_reduce_add_ps(d) + qa;
+        }
+    }
+}
+
+template <class D, int N>
+void accumulate_fused(const typename D::format& f, const uint8_t* block, int32_t h, const float* p, int32_t group,
+                      int32_t n_rows, int32_t p_stride, float* acc) {
+    for (int32_t g = 0; g < group; ++g) {
+        float* ag = acc + static_cast<size_t>(g) * N * 16;
+        __m512 a[N];
+        for (int i = 0; i < N; ++i) a[i] = _mm512_loadu_ps(ag + 16 * i);
+        for (int32_t r = 0; r < n_rows; ++r) {
+            const __m512 w = _mm512_set1_ps(p[g * p_stride + r]);
+            for (int i = 0; i < N; ++i) a[i] = _mm512_fmadd_ps(w, D::value16(f, block, h, r, 16 * i), a[i]);
+        }
+        for (int i = 0; i < N; ++i) _mm512_storeu_ps(ag + 16 * i, a[i]);
+    }
+}
+
+// Query rows up to which the fused kernels run (beyond, decoding a row once into a buffer for all rows wins).
+constexpr int32_t max_fused_rows = 2;
+
+template <class D>
+void scores_auto(const void* format, const uint8_t* block, int32_t h, const float* q, int32_t group, int32_t n_rows,
+                 float scale, float* s, int32_t s_stride) {
+    const auto& f = *static_cast<const typename D::format*>(format);
+    const int32_t hd = f.geometry.head_dim;
+    if (group <= max_fused_rows && hd == 64)
+        return scores_fused<D, 4>(f, block, h, q, group, n_rows, scale, s, s_stride);
+    if (group <= max_fused_rows && hd == 128)
+        return scores_fused<D, 8>(f, block, h, q, group, n_rows, scale, s, s_stride);
+    scores_block<D>(format, block, h, q, group, n_rows, scale, s, s_stride);
+}
+
+template <class D>
+void accumulate_auto(const void* format, const uint8_t* block, int32_t h, const float* p, int32_t group, int32_t n_rows,
+                     int32_t p_stride, float* acc) {
+    const auto& f = *static_cast<const typename D::format*>(format);
+    const int32_t hd = f.geometry.head_dim;
+    if (group <= max_fused_rows && hd == 64)
+        return accumulate_fused<D, 4>(f, block, h, p, group, n_rows, p_stride, acc);
+    if (group <= max_fused_rows && hd == 128)
+        return accumulate_fused<D, 8>(f, block, h, p, group, n_rows, p_stride, acc);
+    accumulate_block<D>(format, block, h, p, group, n_rows, p_stride, acc);
+}
+
+// The kernel table of an AVX-512 decoder with key16 / value16: fused kernels for few query rows at head_dim 64 and
+// 128, the row-buffer ones otherwise.
+template <class D>
+block_kernels fused_kernels_of() {
+    return block_kernels{scores_auto<D>, accumulate_auto<D>, scores_f32<typename D::isa>,
+                         accumulate_f32<typename D::isa>};
+}
+#endif
+
 }  // namespace
 }  // namespace troupe::kv

@@ -1,5 +1,6 @@
-// kv/fp8 AVX-512 kernels (built with -mavx512f -mavx512bw -mavx512vl; called only when the CPU has them): 16 codes
-// widen to lanes and gather their values from the format's 256-entry table, masked tails for any head_dim.
+// kv/fp8 AVX-512 kernels (built with -mavx512f -mavx512bw -mavx512vl -mf16c; called only when the CPU has them): 16
+// codes widen to halves by shifts and to floats by one conversion (the scalar twin reads the format's table), masked
+// tails for any head_dim.
 #include <immintrin.h>
 
 #include "fp8_format.h"
@@ -8,14 +9,31 @@
 namespace troupe::kv {
 namespace {
 
+// 16 codes as floats without a table: an FP8 code is a half with fewer bits. E5M2 is a half's high byte; E4M3's
+// exponent and mantissa shifted under a half's sign are the value times 2^-8 (bias 7 against 15), subnormals
+// included, so `unit` (the caller's scale) carries the 2^8.
+inline __m512 widen16(const fp8_format& f, const uint8_t* codes, __mmask16 m = 0xffff) {
+    const __m256i c = _mm256_cvtepu8_epi16(_mm_maskz_loadu_epi8(m, codes));
+    __m256i bits;
+    if (f.kind == troupe::fp8::format::e5m2) {
+        bits = _mm256_slli_epi16(c, 8);
+    } else {
+        const __m256i sign = _mm256_slli_epi16(_mm256_and_si256(c, _mm256_set1_epi16(0x80)), 8);
+        bits = _mm256_or_si256(sign, _mm256_slli_epi16(_mm256_and_si256(c, _mm256_set1_epi16(0x7f)), 7));
+    }
+    return _mm512_cvtph_ps(bits);
+}
+
+inline float unit(const fp8_format& f) {
+    return f.kind == troupe::fp8::format::e5m2 ? 1.0f : 256.0f;
+}
+
 inline void decode(const fp8_format& f, const uint8_t* codes, float scale, float* x) {
-    const __m512 s = _mm512_set1_ps(scale);
+    const __m512 s = _mm512_set1_ps(scale * unit(f));
     const int32_t n = f.geometry.head_dim;
     for (int32_t c = 0; c < n; c += 16) {
         const __mmask16 m = lanes_mask(n - c);
-        const __m512i idx = _mm512_cvtepu8_epi32(_mm_maskz_loadu_epi8(m, codes + c));
-        const __m512 v = _mm512_mask_i32gather_ps(_mm512_setzero_ps(), m, idx, f.lut, 4);
-        _mm512_mask_storeu_ps(x + c, m, _mm512_mul_ps(s, v));
+        _mm512_mask_storeu_ps(x + c, m, _mm512_mul_ps(s, widen16(f, codes + c, m)));
     }
 }
 
@@ -26,12 +44,20 @@ struct fp8_decoder_avx512 : fp8_decoder_base<isa_avx512> {
     static void value_row(const fp8_format& f, const uint8_t* block, int32_t h, int32_t r, float* x) {
         decode(f, f.v_codes(block, h, r), f.scale(block, true, h, r), x);
     }
+    static __m512 key16(const fp8_format& f, const uint8_t* block, int32_t h, int32_t r, int32_t c) {
+        return _mm512_mul_ps(_mm512_set1_ps(f.scale(block, false, h, r) * unit(f)),
+                             widen16(f, f.k_codes(block, h, r) + c));
+    }
+    static __m512 value16(const fp8_format& f, const uint8_t* block, int32_t h, int32_t r, int32_t c) {
+        return _mm512_mul_ps(_mm512_set1_ps(f.scale(block, true, h, r) * unit(f)),
+                             widen16(f, f.v_codes(block, h, r) + c));
+    }
 };
 
 }  // namespace
 
 block_kernels fp8_kernels_avx512() {
-    return kernels_of<fp8_decoder_avx512>();
+    return fused_kernels_of<fp8_decoder_avx512>();
 }
 
 }  // namespace troupe::kv

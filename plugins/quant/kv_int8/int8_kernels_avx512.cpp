@@ -25,12 +25,23 @@ struct int8_decoder_avx512 : int8_decoder_base<isa_avx512> {
     static void value_row(const int8_format& f, const uint8_t* block, int32_t h, int32_t r, float* x) {
         widen(f.v_codes(block, h, r), f.v_scales(block, h)[r], x, f.geometry.head_dim);
     }
+    static __m512 key16(const int8_format& f, const uint8_t* block, int32_t h, int32_t r, int32_t c) {
+        return codes16(f.k_codes(block, h, r) + c);
+    }
+    static __m512 value16(const int8_format& f, const uint8_t* block, int32_t h, int32_t r, int32_t c) {
+        return _mm512_mul_ps(_mm512_set1_ps(f.v_scales(block, h)[r]), codes16(f.v_codes(block, h, r) + c));
+    }
+
+private:
+    static __m512 codes16(const int8_t* codes) {
+        return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(codes))));
+    }
 };
 
 }  // namespace
 
 block_kernels int8_kernels_avx512() {
-    return kernels_of<int8_decoder_avx512>();
+    return fused_kernels_of<int8_decoder_avx512>();
 }
 
 }  // namespace troupe::kv
