@@ -18,7 +18,8 @@
 namespace troupe::w4a16 {
 namespace {
 
-constexpr int k_prefetch_distance = 4096;
+constexpr int k_prefetch_distance =
+    8192;  // bytes ahead in the row stream (best of 0, 2, 4, 8, 16 KiB measured on Zen 5)
 
 // The scale and min at p (float32 d, m), broadcast.
 inline void scale_min(const float* p, __m256* d, __m256* m) {

@@ -17,7 +17,8 @@
 namespace troupe::w4a16 {
 namespace {
 
-constexpr int k_prefetch_distance = 4096;  // bytes ahead in the row stream
+constexpr int k_prefetch_distance =
+    8192;  // bytes ahead in the row stream (best of 0, 2, 4, 8, 16 KiB measured on Zen 5)
 
 // The 16 levels d * q + m (q = 0..15) of the group whose float32 (d, m) are at p (a multiply, then an add).
 inline __m512 levels(const float* p) {
