@@ -72,29 +72,9 @@ inline void attend_tile(const kv_geometry& geometry, const block_codec& codec, c
         } else {
             kern.scores(codec.format, block, h, q, n_q, n_rows, c.scale, sc, bs);
         }
-        for (int32_t g = 0; g < n_q; ++g) {
-            float* sg = sc + g * bs;
-            const int32_t n_seen = std::min(n_rows, pos[g] - b * bs + 1);  // rows at or before the row's position
-            for (int32_t r = std::max(n_seen, 0); r < n_rows; ++r) sg[r] = -INFINITY;
-            if (n_seen <= 0) continue;  // a block wholly after this row's position: probabilities 0
-            float m = run_max[g];
-            for (int32_t r = 0; r < n_seen; ++r) m = std::max(m, sg[r]);
-            const float correction = std::exp(run_max[g] - m);  // 0 on the first block (exp(-inf))
-            float sum = run_sum[g] * correction;
-            for (int32_t r = 0; r < n_rows; ++r) {
-                sg[r] = std::exp(sg[r] - m);  // exp(-inf) = 0 past the position
-                sum += sg[r];
-            }
-            if (correction != 1.0f) {
-                float* a = acc + static_cast<size_t>(g) * hd;
-                for (int32_t d = 0; d < hd; ++d) a[d] *= correction;
-            }
-            run_max[g] = m;
-            run_sum[g] = sum;
-        }
-        for (int32_t g = 0; g < n_q; ++g) {
-            if (pos[g] < b * bs) std::fill(sc + g * bs, sc + g * bs + n_rows, 0.0f);
-        }
+        int32_t n_seen[max_group];  // rows of the block at or before each query row's position
+        for (int32_t g = 0; g < n_q; ++g) n_seen[g] = std::clamp(pos[g] - b * bs + 1, 0, n_rows);
+        kern.softmax(sc, bs, n_q, n_rows, n_seen, run_max, run_sum, acc, hd);
         if (in_window && codec.window_values) {
             kern.accumulate_f32(entry(win.v, b), hd, sc, n_q, n_rows, bs, acc);
         } else {

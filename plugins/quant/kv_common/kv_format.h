@@ -44,6 +44,11 @@ struct block_kernels {
                        float* s, int32_t s_stride);
     void (*accumulate_f32)(const float* rows, int32_t head_dim, const float* p, int32_t group, int32_t n_rows,
                            int32_t p_stride, float* acc);
+    // The online softmax's step over one block: for query row g (scores at s + g * s_stride), rows [0, n_seen[g])
+    // count and later ones get probability 0; the scores become exp(score - new max), run_max / run_sum [group]
+    // move to the new max and acc's row g [head_dim] is rescaled to it.
+    void (*softmax)(float* s, int32_t s_stride, int32_t group, int32_t n_rows, const int32_t* n_seen, float* run_max,
+                    float* run_sum, float* acc, int32_t head_dim);
 };
 
 // The scalar write side of a format (not a hot path: a token is written once per layer).

@@ -13,6 +13,8 @@
 // scaled by the block's channel factors once per block, and each row costs one dot product with its codes.
 #pragma once
 
+#include <algorithm>
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 
@@ -26,6 +28,19 @@ namespace troupe::kv {
 namespace {
 
 struct isa_ref {
+    // x[i] = exp(x[i] - m) for i < n, returns their sum.
+    static float exp_sum(float* x, int32_t n, float m) {
+        float sum = 0.0f;
+        for (int32_t i = 0; i < n; ++i) sum += (x[i] = std::exp(x[i] - m));
+        return sum;
+    }
+    static float max(const float* x, int32_t n, float m) {
+        for (int32_t i = 0; i < n; ++i) m = std::max(m, x[i]);
+        return m;
+    }
+    static void scale(float* y, float w, int32_t n) {
+        for (int32_t i = 0; i < n; ++i) y[i] *= w;
+    }
     static float dot(const float* a, const float* b, int32_t n) {
         float s = 0.0f;
         for (int32_t i = 0; i < n; ++i) s += a[i] * b[i];
@@ -43,7 +58,50 @@ inline __mmask16 lanes_mask(int32_t n) {
     return n >= 16 ? static_cast<__mmask16>(0xffff) : static_cast<__mmask16>((1u << n) - 1u);
 }
 
+// exp(x) for x <= 0 (scores minus their max; -inf gives 0): 2^n * p(r), x = n ln2 + r, |r| <= ln2 / 2, p of degree 6
+// (relative error ~2e-7).
+inline __m512 exp_le0(__m512 x) {
+    x = _mm512_max_ps(x, _mm512_set1_ps(-104.0f));  // below, exp is 0 in float (scalef flushes)
+    const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504f)),
+                                          _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693145752f), x);
+    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(1.42860677e-06f), r);
+    __m512 p = _mm512_set1_ps(1.0f / 720);
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 120));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 24));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 6));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.5f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+    return _mm512_scalef_ps(p, n);
+}
+
 struct isa_avx512 {
+    static float exp_sum(float* x, int32_t n, float m) {
+        const __m512 mv = _mm512_set1_ps(m);
+        __m512 sum = _mm512_setzero_ps();
+        for (int32_t i = 0; i < n; i += 16) {
+            const __mmask16 k = lanes_mask(n - i);
+            const __m512 e = _mm512_maskz_mov_ps(k, exp_le0(_mm512_sub_ps(_mm512_maskz_loadu_ps(k, x + i), mv)));
+            _mm512_mask_storeu_ps(x + i, k, e);
+            sum = _mm512_add_ps(sum, e);
+        }
+        return _mm512_reduce_add_ps(sum);
+    }
+    static float max(const float* x, int32_t n, float m) {
+        __m512 v = _mm512_set1_ps(m);
+        for (int32_t i = 0; i < n; i += 16) {
+            v = _mm512_mask_max_ps(v, lanes_mask(n - i), v, _mm512_maskz_loadu_ps(lanes_mask(n - i), x + i));
+        }
+        return _mm512_reduce_max_ps(v);
+    }
+    static void scale(float* y, float w, int32_t n) {
+        const __m512 wv = _mm512_set1_ps(w);
+        for (int32_t i = 0; i < n; i += 16) {
+            const __mmask16 k = lanes_mask(n - i);
+            _mm512_mask_storeu_ps(y + i, k, _mm512_mul_ps(wv, _mm512_maskz_loadu_ps(k, y + i)));
+        }
+    }
     static float dot(const float* a, const float* b, int32_t n) {
         __m512 s0 = _mm512_setzero_ps();
         __m512 s1 = _mm512_setzero_ps();
@@ -68,6 +126,23 @@ struct isa_avx512 {
     }
 };
 #endif
+
+// The online softmax's step over one block (block_kernels::softmax).
+template <class Isa>
+void softmax_block(float* s, int32_t s_stride, int32_t group, int32_t n_rows, const int32_t* n_seen, float* run_max,
+                   float* run_sum, float* acc, int32_t head_dim) {
+    for (int32_t g = 0; g < group; ++g) {
+        float* sg = s + g * s_stride;
+        const int32_t seen = n_seen[g];
+        std::fill(sg + seen, sg + n_rows, 0.0f);  // past the row's position
+        if (seen == 0) continue;                  // a block wholly after it: nothing changes
+        const float m = Isa::max(sg, seen, run_max[g]);
+        const float correction = std::exp(run_max[g] - m);  // 0 on the first block (exp(-inf))
+        run_sum[g] = run_sum[g] * correction + Isa::exp_sum(sg, seen, m);
+        if (correction != 1.0f) Isa::scale(acc + static_cast<size_t>(g) * head_dim, correction, head_dim);
+        run_max[g] = m;
+    }
+}
 
 // Float rows (a window): row r at rows + r * head_dim.
 template <class Isa>
@@ -136,7 +211,7 @@ void accumulate_block(const void* format, const uint8_t* block, int32_t h, const
 template <class D>
 block_kernels kernels_of() {
     return block_kernels{scores_block<D>, accumulate_block<D>, scores_f32<typename D::isa>,
-                         accumulate_f32<typename D::isa>};
+                         accumulate_f32<typename D::isa>, softmax_block<typename D::isa>};
 }
 
 #if defined(__AVX512F__)
@@ -215,7 +290,7 @@ void accumulate_auto(const void* format, const uint8_t* block, int32_t h, const 
 template <class D>
 block_kernels fused_kernels_of() {
     return block_kernels{scores_auto<D>, accumulate_auto<D>, scores_f32<typename D::isa>,
-                         accumulate_f32<typename D::isa>};
+                         accumulate_f32<typename D::isa>, softmax_block<typename D::isa>};
 }
 #endif
 
