@@ -228,6 +228,45 @@ TEST(fp8_plugin_subnormals, subnormal_codes_decode_exactly_with_and_without_deno
     }
 }
 
+// The AVX-512 kernel packs the activations times 2^64 and its products run 2^-56 / 2^-48 small (x_prescale): very
+// large and very small activations (1e-12 .. 1e12) still give the dequantized product within float rounding.
+TEST(fp8_plugin_ranges, activations_from_1e_minus_12_to_1e12_keep_full_precision_in_every_kernel) {
+    const int64_t n_in = 40, n_out = 35;
+    const stored_weight w = make_weight(ggml_type::f32, n_in, n_out, 11);
+    plugin_host host = real_plugins();
+    for (const char* format : {"e4m3", "e5m2"}) {
+        const std::vector<double> wd =
+            dequantized(w.values, n_in, n_out, std::string(format) == "e5m2" ? fp8::format::e5m2 : fp8::format::e4m3);
+        for (const float magnitude : {1e-12f, 1e-6f, 1e6f, 1e12f}) {
+            std::vector<float> x = random_floats(static_cast<size_t>(2 * n_in), 3, -1.0f, 1.0f);
+            for (float& v : x) v *= magnitude;
+            for (const std::string kernel : {"scalar", "avx2", "avx512"}) {
+                if (!cpu_has(kernel)) continue;
+                auto op = host.load_quant("fp8", yaml("{format: " + std::string(format) + ", kernel: " + kernel + "}"));
+                ASSERT_TRUE(op.ok()) << op.message();
+                auto prepared = (*op)->prepare(weight_view{ggml_type::f32, w.bytes.data(), n_in, n_out, w.row_stride});
+                ASSERT_TRUE(prepared.ok()) << prepared.message();
+                for (const int64_t n_tokens : {1, 2}) {
+                    std::vector<float> y(static_cast<size_t>(n_tokens * n_out), NAN);
+                    ASSERT_TRUE((*op)->matmul(**prepared, x.data(), y.data(), n_tokens, no_parallel_for()).ok());
+                    for (int64_t t = 0; t < n_tokens; ++t) {
+                        for (int64_t o = 0; o < n_out; ++o) {
+                            double exact = 0.0, sum_abs = 0.0;
+                            for (int64_t i = 0; i < n_in; ++i) {
+                                exact += wd[o * n_in + i] * x[t * n_in + i];
+                                sum_abs += std::fabs(wd[o * n_in + i] * x[t * n_in + i]);
+                            }
+                            ASSERT_LE(std::fabs(y[t * n_out + o] - exact), 1e-5 * sum_abs)
+                                << format << " kernel " << kernel << " |x| ~ " << magnitude << " token " << t
+                                << " output " << o;
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
 struct refusal_case {
     const char* name;
     const char* params;
