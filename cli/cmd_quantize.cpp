@@ -229,7 +229,9 @@ const command_spec& quantize_spec() {
         s.flags.push_back({"--method", "", "NAME", "the quant plugin that quantizes (config quantize.name: rtn)"});
         s.flags.push_back({"--type", "", "TYPE", quantize_type_names});
         s.flags.push_back(
-            {"--output-type", "", "TYPE", "the output matrix's type (default: --type; f16, f32 or a --type name)"});
+            {"--output-type", "", "TYPE",
+             "the output matrix's type (q6_k, f16, f32 or a --type name; default as llama.cpp: Q6_K for 4-bit types "
+             "where rows are multiples of 256, else Q8_0)"});
         s.flags.push_back({"--group", "", "N", "weights per scale for --type w4: 32 (q4_1), 64 or 128"});
         s.flags.push_back({"--calib", "", "FILE", "calibration text (UTF-8) for methods that calibrate"});
         s.flags.push_back({"--ctx", "", "N", "tokens per calibration window (default 512, or the model's context)"});

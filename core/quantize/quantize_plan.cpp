@@ -37,13 +37,32 @@ result<ggml_type> parse_quantize_type(std::string_view name, std::optional<int64
 result<ggml_type> parse_output_type(std::string_view name) {
     if (name == "f16" || name == "F16") return ggml_type::f16;
     if (name == "f32" || name == "F32") return ggml_type::f32;
+    if (name == "q6_k" || name == "Q6_K") return ggml_type::q6_k;
     auto t = parse_quantize_type(name, std::nullopt);
     if (!t.ok()) {
         return make_error("--output-type '" + std::string(name) +
-                          "': unknown (valid: q4_0, q4_1, q4_k, q8_0, w4_g64, w4_g128, f16, f32)");
+                          "': unknown (valid: q4_0, q4_1, q4_k, q6_k, q8_0, w4_g64, w4_g128, f16, f32)");
     }
     return t;
 }
+
+ggml_type default_output_type(ggml_type target, int64_t n_in) {
+    // llama.cpp gives the output matrix more bits than a 4-bit body (it decides every token); Q6_K's blocks of 256
+    // fall back to Q8_0 on narrower rows.
+    const bool four_bit = target == ggml_type::q4_0 || target == ggml_type::q4_1 || target == ggml_type::q4_k ||
+                          target == ggml_type::w4_g64 || target == ggml_type::w4_g128;
+    if (!four_bit) return target;  // Q8_0 (and float targets) keep theirs
+    return n_in % traits(ggml_type::q6_k).block_size == 0 ? ggml_type::q6_k : ggml_type::q8_0;
+}
+
+namespace {
+
+// Output types the host writes itself: floats, and Q6_K, which no method writes (round to nearest at 6 bits).
+bool host_writes_output(ggml_type t) {
+    return t == ggml_type::f16 || t == ggml_type::f32 || t == ggml_type::q6_k;
+}
+
+}  // namespace
 
 const planned_group* quantize_plan::group_of(const std::string& weight) const {
     for (const planned_group& g : groups) {
@@ -60,9 +79,9 @@ result<quantize_plan> make_quantize_plan(const llama_hparams& hp, bool tied_outp
     plan.target = target;
     auto add = [&](int32_t layer, tap_point input, int64_t n_in, std::vector<std::string> names,
                    std::vector<int64_t> n_out, fold_kind fold, std::string fold_into) {
-        const ggml_type t = layer < 0 && output_type ? *output_type : target;
+        const ggml_type t = layer >= 0 ? target : output_type ? *output_type : default_output_type(target, n_in);
         plan.groups.push_back(planned_group{layer, input, n_in, std::move(names), std::move(n_out), fold,
-                                            std::move(fold_into), t, t, true});
+                                            std::move(fold_into), t, t, true, layer < 0 && !output_type});
     };
     for (int32_t l = 0; l < hp.n_layers; ++l) {
         const std::string p = "blk." + std::to_string(l) + ".";
@@ -82,14 +101,17 @@ result<quantize_plan> make_quantize_plan(const llama_hparams& hp, bool tied_outp
     const ggml_type_traits tt = traits(target);
     std::vector<std::pair<ggml_type, int64_t>> refused;  // (type, n_in)
     for (planned_group& g : plan.groups) {
-        if (g.layer < 0 && output_type && (g.asked == ggml_type::f16 || g.asked == ggml_type::f32)) {
-            // a float output matrix: the host converts it
-            g.by_method = false;
-        } else if (g.n_in % traits(g.asked).block_size != 0) {
+        if (g.n_in % traits(g.asked).block_size != 0) {
             g.type = ggml_type::f16;
             g.by_method = false;
             ++plan.n_fallback;
+        } else if (g.layer < 0 && g.asked != target && host_writes_output(g.asked)) {
+            g.by_method = false;  // the host converts the output matrix
         } else if (!can_write(g.asked, g.n_in)) {
+            if (g.layer < 0 && g.default_output) {
+                g.by_method = false;  // a default the method cannot write: the host rounds it to nearest
+                continue;
+            }
             if (std::find(refused.begin(), refused.end(), std::pair{g.asked, g.n_in}) == refused.end()) {
                 refused.emplace_back(g.asked, g.n_in);
             }
@@ -104,7 +126,9 @@ result<quantize_plan> make_quantize_plan(const llama_hparams& hp, bool tied_outp
         return make_error("method " + method + " cannot write " + what +
                           " weights (the model's linears need it); choose another --type or --method");
     }
-    if (plan.n_fallback == static_cast<int32_t>(plan.groups.size())) {
+    const bool target_used =
+        std::any_of(plan.groups.begin(), plan.groups.end(), [&](const planned_group& g) { return g.type == target; });
+    if (!target_used) {
         std::string widths;
         for (const planned_group& g : plan.groups) {
             const std::string w = std::to_string(g.n_in);
@@ -128,6 +152,8 @@ std::string describe(const quantize_plan& plan) {
                  std::to_string(g.n_out[i]) + " x " + std::to_string(g.n_in) + "]";
         }
         s += " -> " + std::string(traits(g.type).name);
+        if (g.layer < 0 && g.default_output) s += " (the default for the output matrix)";
+        if (g.layer < 0 && !g.by_method) s += " by the host";
         if (g.type != g.asked) {
             const ggml_type_traits at = traits(g.asked);
             s += " (rows of " + std::to_string(g.n_in) + " are not a whole number of " + std::string(at.name) +

@@ -13,6 +13,10 @@
 //
 // A group whose rows are not a whole number of the type's blocks is written as F16 by the host (llama.cpp falls
 // back the same way); when no group can take the type, or the method cannot write it, the plan is an error.
+// The output matrix takes --output-type, or by default llama.cpp's rule (llama-quant.cpp): for a 4-bit target, Q6_K
+// where its rows are whole blocks of 256, else Q8_0; for Q8_0, Q8_0. Q6_K and float output types are written by
+// the host (round to nearest: kernels/ref), every other type by the method (the default too where the method
+// cannot write it).
 // token_embd and every other tensor keep their type; norms stay F32.
 #pragma once
 
@@ -32,8 +36,11 @@ namespace troupe {
 // The types `troupe quantize --type` takes: q4_0, q4_1, q4_k, q8_0, w4_g64, w4_g128, and w4 with a group of 32, 64
 // or 128 (q4_1, w4_g64, w4_g128).
 result<ggml_type> parse_quantize_type(std::string_view name, std::optional<int64_t> group);
-// --output-type: the same names and f16, f32 (no --group).
+// --output-type: the same names and q6_k, f16, f32 (no --group).
 result<ggml_type> parse_output_type(std::string_view name);
+// The output matrix's type when --output-type is not given (llama.cpp's default): the target for Q8_0; otherwise
+// Q6_K where rows of n_in are whole blocks of 256, else Q8_0 (other targets: the target).
+ggml_type default_output_type(ggml_type target, int64_t n_in);
 inline constexpr const char* quantize_type_names =
     "q4_0, q4_1, q4_k, q8_0, w4_g64, w4_g128, w4 (with --group 32|64|128)";
 
@@ -50,11 +57,12 @@ struct planned_group {
     std::vector<std::string> weights;  // tensor names
     std::vector<int64_t> n_out;        // rows of each
     fold_kind fold = fold_kind::none;
-    std::string fold_into;  // the norm or linear that absorbs input scales
-    ggml_type asked;        // the type asked for (--type, or --output-type for the output matrix)
-    ggml_type type;         // what the group is written as: asked, or F16
-    bool by_method = true;  // false: converted by the host (F16 fallback where rows are not whole blocks, or a
-                            // float --output-type)
+    std::string fold_into;        // the norm or linear that absorbs input scales
+    ggml_type asked;              // the type asked for (--type, or --output-type for the output matrix)
+    ggml_type type;               // what the group is written as: asked, or F16
+    bool by_method = true;        // false: converted by the host (F16 fallback where rows are not whole blocks, or an
+                                  // output matrix in Q6_K, F16 or F32)
+    bool default_output = false;  // the output matrix's type is default_output_type's, not --output-type's
 };
 
 struct quantize_plan {
@@ -65,7 +73,7 @@ struct quantize_plan {
 };
 
 // can_write: whether the method writes `type` for rows of n_in weights. output_type: the output matrix's type
-// (llama.cpp's --output-tensor-type; the output matrix is often kept at more bits), else target.
+// (llama.cpp's --output-tensor-type), else default_output_type(target, dim).
 result<quantize_plan> make_quantize_plan(const llama_hparams& hp, bool tied_output, ggml_type target,
                                          const std::string& method,
                                          const std::function<bool(ggml_type, int64_t)>& can_write,

@@ -74,6 +74,8 @@ TEST(quantize_plan, groups_run_down_output_proj_gate_up_qkv_per_layer_then_the_o
     EXPECT_EQ(g[20].weights, (std::vector<std::string>{"output.weight"}));
     EXPECT_EQ(g[20].layer, -1);
     EXPECT_EQ(g[20].fold_into, "output_norm.weight");
+    EXPECT_EQ(g[20].type, ggml_type::q8_0);  // a Q8_0 file keeps its output matrix in Q8_0
+    EXPECT_TRUE(g[20].by_method);
     EXPECT_EQ(plan->n_fallback, 5);  // ffn_down: rows of 172 are not whole blocks of 32
     EXPECT_FALSE(g[0].by_method);
     EXPECT_EQ(g[0].type, ggml_type::f16);
@@ -122,8 +124,54 @@ TEST(quantize_plan, the_output_matrix_takes_its_own_type_and_a_float_one_is_conv
               "method awq cannot write Q8_0 for rows of 64 weights (the model's linears need it); choose another "
               "--type or --method");
     EXPECT_EQ(*parse_output_type("f16"), ggml_type::f16);
+    EXPECT_EQ(*parse_output_type("q6_k"), ggml_type::q6_k);
     EXPECT_EQ(parse_output_type("q9").message(),
-              "--output-type 'q9': unknown (valid: q4_0, q4_1, q4_k, q8_0, w4_g64, w4_g128, f16, f32)");
+              "--output-type 'q9': unknown (valid: q4_0, q4_1, q4_k, q6_k, q8_0, w4_g64, w4_g128, f16, f32)");
+    // An explicit Q6_K is the host's too; on rows of 64 (not whole blocks of 256) it falls back to F16.
+    auto q6 = make_quantize_plan(stories260k_shape(), false, ggml_type::q4_0, "rtn", writes_all, ggml_type::q6_k);
+    ASSERT_TRUE(q6.ok()) << q6.message();
+    EXPECT_EQ(q6->groups.back().type, ggml_type::f16);
+    EXPECT_EQ(q6->n_fallback, 6);
+}
+
+TEST(quantize_plan, the_default_output_type_follows_llama_cpp_q6_k_for_4_bit_files_q8_0_where_rows_are_not_256s) {
+    struct tcase {
+        ggml_type target;
+        int64_t n_in;
+        ggml_type want;
+    };
+    const tcase cases[] = {
+        {ggml_type::q4_0, 64, ggml_type::q8_0},    {ggml_type::q4_0, 256, ggml_type::q6_k},
+        {ggml_type::q4_1, 4096, ggml_type::q6_k},  {ggml_type::q4_k, 256, ggml_type::q6_k},
+        {ggml_type::w4_g64, 192, ggml_type::q8_0}, {ggml_type::w4_g128, 512, ggml_type::q6_k},
+        {ggml_type::q8_0, 256, ggml_type::q8_0},   {ggml_type::f16, 256, ggml_type::f16},
+    };
+    for (const tcase& c : cases) {
+        SCOPED_TRACE(std::string(traits(c.target).name) + " rows of " + std::to_string(c.n_in));
+        EXPECT_EQ(default_output_type(c.target, c.n_in), c.want);
+    }
+    // rand10M's shape (dim 256): a Q4_0 file's output matrix is Q6_K, written by the host (no method writes Q6_K);
+    // stories260K's (dim 64) is Q8_0 by the method, or by the host where the method cannot write Q8_0.
+    llama_hparams wide = stories260k_shape();
+    wide.dim = 256, wide.head_dim = 32, wide.ffn_dim = 768;
+    auto q6 = make_quantize_plan(wide, false, ggml_type::q4_0, "gptq", writes_all);
+    ASSERT_TRUE(q6.ok()) << q6.message();
+    EXPECT_EQ(q6->groups.back().type, ggml_type::q6_k);
+    EXPECT_FALSE(q6->groups.back().by_method);
+    EXPECT_EQ(q6->groups[1].type, ggml_type::q4_0);
+    auto q8 = make_quantize_plan(stories260k_shape(), false, ggml_type::w4_g64, "gptq", writes_all);
+    ASSERT_TRUE(q8.ok()) << q8.message();
+    EXPECT_EQ(q8->groups.back().type, ggml_type::q8_0);
+    EXPECT_TRUE(q8->groups.back().by_method);
+    auto only_q4 = make_quantize_plan(stories260k_shape(), false, ggml_type::q4_0, "rtn",
+                                      [](ggml_type t, int64_t) { return t == ggml_type::q4_0; });
+    ASSERT_TRUE(only_q4.ok()) << only_q4.message();
+    EXPECT_EQ(only_q4->groups.back().type, ggml_type::q8_0);
+    EXPECT_FALSE(only_q4->groups.back().by_method);
+    EXPECT_NE(describe(*q6).find("output: output [512 x 256] -> Q6_K (the default for the output matrix) by the host, "
+                                 "input output_norm\n"),
+              std::string::npos)
+        << describe(*q6);
 }
 
 TEST(quantize_plan, the_description_names_each_group_its_type_and_fold) {
@@ -134,7 +182,8 @@ TEST(quantize_plan, the_description_names_each_group_its_type_and_fold) {
                      "input ffn_hidden\n"),
               std::string::npos)
         << d;
-    EXPECT_NE(d.find("output: output [512 x 64] -> Q4_0, input output_norm, scales fold into output_norm.weight\n"),
+    EXPECT_NE(d.find("output: output [512 x 64] -> Q8_0 (the default for the output matrix), input output_norm, "
+                     "scales fold into output_norm.weight\n"),
               std::string::npos)
         << d;
 }
