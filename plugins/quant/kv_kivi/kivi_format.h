@@ -21,10 +21,13 @@
 #include <cmath>
 #include <cstdint>
 
-#include "kernels/fp16.h"
+#include "plugins/common/half.h"
 #include "plugins/quant/kv_common/kv_format.h"
 
 namespace troupe::kv {
+
+using quant_common::fp16_to_fp32;
+using quant_common::fp32_to_fp16;
 
 struct kivi_format {
     kv_geometry geometry;
