@@ -4,9 +4,11 @@
 //   kernel: auto | scalar | avx512   (default auto: AVX-512 where the CPU has it)
 //   format: e4m3 | e5m2              (default e4m3: 3 mantissa bits; e5m2 has 2, and range instead)
 //   scale:  token | none             (default token: a float scale per (token, kv head) row of K and of V)
-//   residual_blocks: 0..64           (default 0: every token encoded as it is written; R > 0: each running
-//                                     sequence's newest R blocks are read in float from its window, encoded when
-//                                     their block fills, as kv/kivi's residual)
+//   residual_blocks: 0..64           (default 2: each running sequence's newest R blocks are read in float from its
+//                                     window and encoded when their block fills, as kv/kivi's residual; 0 encodes
+//                                     every token as it is written. On stories260K at context 256 the default keeps
+//                                     perplexity within +1% of the f32 cache (+0.67%), 0 does not (+1.36%), for
+//                                     2 * block_size float tokens per running sequence)
 #include <troupe/plugin.h>
 
 #include <algorithm>
@@ -107,7 +109,7 @@ private:
 std::unique_ptr<format_choice> parse(param_reader& reader) {
     const std::string kind = reader.choice("format", {"e4m3", "e5m2"}, "e4m3");
     const std::string scale = reader.choice("scale", {"token", "none"}, "token");
-    const auto residual = static_cast<int32_t>(reader.integer("residual_blocks", 0, max_residual_blocks, 0));
+    const auto residual = static_cast<int32_t>(reader.integer("residual_blocks", 0, max_residual_blocks, 2));
     return std::make_unique<fp8_choice>(kind == "e5m2" ? troupe::fp8::format::e5m2 : troupe::fp8::format::e4m3,
                                         scale == "token", residual);
 }
