@@ -6,9 +6,7 @@
 #include <cstring>
 #include <thread>
 
-#include "core/log/log.h"
 #include "core/model/cpu_ops.h"
-#include "kernels/cpu/q8_panels.h"
 
 namespace troupe {
 
@@ -133,7 +131,8 @@ void cpu_llama::attach_taps(std::shared_ptr<tap_sink> sink) {
     taps_wanted_ = taps_ ? taps_->wanted() & all_taps : 0;
 }
 
-status cpu_llama::observe(tap_point t, int32_t layer, const float* data, size_t n, size_t width) {
+status cpu_llama::tap(tap_point t, int32_t layer, const float* data, size_t n, size_t width) {
+    if (!wants(t)) return {};
     const bool logit_rows = layer < 0;
     tap_data d{
         t, layer, static_cast<int64_t>(n), static_cast<int64_t>(width), data, s_.seq_ids.data(), s_.positions.data()};
@@ -148,106 +147,6 @@ status cpu_llama::observe(tap_point t, int32_t layer, const float* data, size_t 
         d.positions = s_.out_positions.data();
     }
     return taps_->observe(d);
-}
-
-void cpu_llama::fuse_projections() {
-    n_fused_groups_ = 0;
-    for (layer& l : layers_) {
-        const linear* qkv[] = {&l.wq, &l.wk, &l.wv};
-        const linear* gate_up[] = {&l.w_gate, &l.w_up};
-        l.w_qkv = linear::concatenated(qkv);
-        l.w_gate_up = linear::concatenated(gate_up);
-        n_fused_groups_ += (l.w_qkv ? 1 : 0) + (l.w_gate_up ? 1 : 0);
-    }
-    TROUPE_LOG_DEBUG("model", "%d of %zu q/k/v and gate/up groups run as one matrix in steps of <= %zu tokens",
-                     n_fused_groups_, 2 * layers_.size(), k_max_fused_tokens);
-}
-
-namespace {
-
-// Shard bounds of n rows over n_shards threads, at multiples of q8_panel_rows (a shard starts a panel).
-std::vector<int64_t> shard_bounds(int64_t n, int n_shards) {
-    std::vector<int64_t> b(n_shards + 1);
-    for (int s = 0; s < n_shards; ++s) b[s] = n * s / n_shards / cpu::q8_panel_rows * cpu::q8_panel_rows;
-    b[n_shards] = n;
-    return b;
-}
-
-}  // namespace
-
-// The weights are laid out for decode, which streams every one of them once per step, each thread its share of
-// every matrix: thread t's shards of all the matrices lie back to back in region t, in the order a step multiplies
-// them, so each thread reads one continuous stream through the whole step (parallel_ranges gives thread t share t).
-// Streams that jump from matrix to matrix (every thread's share next to the others') measured ~10% slower on two
-// Zen 5 cores at ~90 GB/s (88.5% vs 97.1% of a plain read) — memory's prefetchers restart at every jump.
-status cpu_llama::place_weights() {
-    // What each step multiplies, in order: fused groups as one matrix (their parts become views of it).
-    std::vector<linear*> order;
-    for (layer& l : layers_) {
-        if (l.w_qkv) {
-            order.push_back(&*l.w_qkv);
-        } else {
-            order.insert(order.end(), {&l.wq, &l.wk, &l.wv});
-        }
-        order.push_back(&l.wo);
-        if (l.w_gate_up) {
-            order.push_back(&*l.w_gate_up);
-        } else {
-            order.insert(order.end(), {&l.w_gate, &l.w_up});
-        }
-        order.push_back(&l.w_down);
-    }
-    order.push_back(&output_);
-    const int n_shards = pool_->n_threads();
-    std::vector<size_t> region_bytes(n_shards, 0);
-    for (const linear* m : order) {
-        const std::vector<int64_t> b = shard_bounds(m->n_out(), n_shards);
-        for (int s = 0; s < n_shards; ++s) region_bytes[s] += m->placed_bytes(b[s], b[s + 1]);
-    }
-    constexpr size_t k_region_align = size_t{2} << 20;  // a huge page
-    std::vector<size_t> region_at(n_shards, 0);
-    size_t total = 0;
-    for (int s = 0; s < n_shards; ++s) {
-        region_at[s] = total;
-        total += (region_bytes[s] + k_region_align - 1) / k_region_align * k_region_align;
-    }
-    if (std::all_of(region_bytes.begin(), region_bytes.end(), [](size_t b) { return b == 0; })) {
-        return {};  // every weight belongs to a plugin
-    }
-    if (!arena_.allocate(total)) {
-        return make_error(w_.file->path() + ": cannot allocate " + std::to_string(total >> 20) +
-                          " MiB for a copy of the weights (kernels.weights: copy; 'mmap' reads them in place): " +
-                          std::strerror(errno));
-    }
-    std::vector<uint8_t*> cursor(n_shards);
-    for (int s = 0; s < n_shards; ++s) cursor[s] = arena_.data() + region_at[s];
-    int n_packed = 0, n_placed = 0;
-    for (linear* m : order) {
-        if (m->by_plugin()) continue;
-        const std::vector<int64_t> b = shard_bounds(m->n_out(), n_shards);
-        m->place(b, cursor, pool_.get());
-        for (int s = 0; s < n_shards; ++s) cursor[s] += m->placed_bytes(b[s], b[s + 1]);
-        n_packed += m->packed() ? 1 : 0;
-        ++n_placed;
-    }
-    const llama_hparams& hp = w_.hp;
-    for (layer& l : layers_) {  // the fused groups' parts now read the group's placed rows
-        if (l.w_qkv) {
-            l.wq = l.w_qkv->rows(0, hp.q_width());
-            l.wk = l.w_qkv->rows(hp.q_width(), hp.q_width() + hp.kv_width());
-            l.wv = l.w_qkv->rows(hp.q_width() + hp.kv_width(), hp.q_width() + 2 * hp.kv_width());
-        }
-        if (l.w_gate_up) {
-            l.w_gate = l.w_gate_up->rows(0, hp.ffn_dim);
-            l.w_up = l.w_gate_up->rows(hp.ffn_dim, 2 * hp.ffn_dim);
-        }
-    }
-    TROUPE_LOG_INFO("model",
-                    "weights: %.1f MiB copied into anonymous memory%s, one region per thread (%d), %d of %d matrices "
-                    "repacked into panels (kernels.weights: copy)",
-                    static_cast<double>(total) / (1 << 20), arena_.huge_pages() ? " advised for huge pages" : "",
-                    n_shards, n_packed, n_placed);
-    return {};
 }
 
 std::string cpu_llama::description() const {
@@ -433,44 +332,28 @@ status cpu_llama::run_layer(int32_t il, size_t n, const std::vector<const int32_
     const int32_t dim = hp.dim;
     layer& l = layers_[il];
     rmsnorm_rows(s_.x.data(), l.attn_norm, s_.h.data(), n, dim, hp.rms_eps);
-    if (wants(tap_point::attn_norm)) {
-        if (status st = observe(tap_point::attn_norm, il, s_.h.data(), n, dim); !st.ok()) return st;
-    }
+    if (status st = tap(tap_point::attn_norm, il, s_.h.data(), n, dim); !st.ok()) return st;
     float *q = nullptr, *k = nullptr, *v = nullptr;
     if (status st = project_qkv(l, n, q, k, v); !st.ok()) return st;
-    if (wants(tap_point::q)) {
-        if (status st = observe(tap_point::q, il, q, n, hp.q_width()); !st.ok()) return st;
-    }
-    if (wants(tap_point::k)) {
-        if (status st = observe(tap_point::k, il, k, n, hp.kv_width()); !st.ok()) return st;
-    }
-    if (wants(tap_point::v)) {
-        if (status st = observe(tap_point::v, il, v, n, hp.kv_width()); !st.ok()) return st;
-    }
+    if (status st = tap(tap_point::q, il, q, n, hp.q_width()); !st.ok()) return st;
+    if (status st = tap(tap_point::k, il, k, n, hp.kv_width()); !st.ok()) return st;
+    if (status st = tap(tap_point::v, il, v, n, hp.kv_width()); !st.ok()) return st;
     rope_rows(q, s_.rope_cs.data(), n, hp.n_heads, hp);
     rope_rows(k, s_.rope_cs.data(), n, hp.n_kv_heads, hp);
 
     if (status st = attend(il, n, q, k, v, tables); !st.ok()) return st;
-    if (wants(tap_point::attn_out)) {
-        if (status st = observe(tap_point::attn_out, il, s_.attn.data(), n, hp.q_width()); !st.ok()) return st;
-    }
+    if (status st = tap(tap_point::attn_out, il, s_.attn.data(), n, hp.q_width()); !st.ok()) return st;
 
     if (status st = l.wo.forward(s_.attn.data(), s_.h.data(), n, ctx_); !st.ok()) return st;
     add_rows(s_.x.data(), s_.h.data(), n * dim);
     rmsnorm_rows(s_.x.data(), l.ffn_norm, s_.h.data(), n, dim, hp.rms_eps);
-    if (wants(tap_point::ffn_norm)) {
-        if (status st = observe(tap_point::ffn_norm, il, s_.h.data(), n, dim); !st.ok()) return st;
-    }
+    if (status st = tap(tap_point::ffn_norm, il, s_.h.data(), n, dim); !st.ok()) return st;
     const float* hidden = nullptr;
     if (status st = ffn_hidden(l, n, hidden); !st.ok()) return st;
-    if (wants(tap_point::ffn_hidden)) {
-        if (status st = observe(tap_point::ffn_hidden, il, hidden, n, hp.ffn_dim); !st.ok()) return st;
-    }
+    if (status st = tap(tap_point::ffn_hidden, il, hidden, n, hp.ffn_dim); !st.ok()) return st;
     if (status st = l.w_down.forward(hidden, s_.h.data(), n, ctx_); !st.ok()) return st;
     add_rows(s_.x.data(), s_.h.data(), n * dim);
-    if (wants(tap_point::layer_out)) {
-        if (status st = observe(tap_point::layer_out, il, s_.x.data(), n, dim); !st.ok()) return st;
-    }
+    if (status st = tap(tap_point::layer_out, il, s_.x.data(), n, dim); !st.ok()) return st;
     return {};
 }
 
@@ -515,15 +398,12 @@ status cpu_llama::forward(const forward_batch& batch, forward_output& out) {
         std::copy_n(s_.x.data() + static_cast<size_t>(s_.out_rows[i]) * hp.dim, hp.dim, s_.rows.data() + i * hp.dim);
     }
     rmsnorm_rows(s_.rows.data(), output_norm_, s_.h.data(), r, hp.dim, hp.rms_eps);
-    if (wants(tap_point::output_norm)) {
-        if (status st = observe(tap_point::output_norm, -1, s_.h.data(), r, hp.dim); !st.ok()) return st;
-    }
+    if (status st = tap(tap_point::output_norm, -1, s_.h.data(), r, hp.dim); !st.ok()) return st;
     out.logits.resize(r * static_cast<size_t>(hp.n_vocab));
     if (status st = output_.forward(s_.h.data(), out.logits.data(), static_cast<int64_t>(r), ctx_); !st.ok()) {
         return st;
     }
-    if (wants(tap_point::logits)) return observe(tap_point::logits, -1, out.logits.data(), r, hp.n_vocab);
-    return {};
+    return tap(tap_point::logits, -1, out.logits.data(), r, hp.n_vocab);
 }
 
 }  // namespace troupe

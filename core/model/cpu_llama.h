@@ -130,8 +130,9 @@ private:
                   const std::vector<const int32_t*>& tables);
     status run_layer(int32_t il, size_t n_tokens, const std::vector<const int32_t*>& tables);
     bool wants(tap_point t) const { return (taps_wanted_ & tap_bit(t)) != 0; }
-    // Hands rows [n, width] of tap t to the sink: the step's tokens, or its logits rows (layer -1).
-    status observe(tap_point t, int32_t layer, const float* data, size_t n, size_t width);
+    // Hands rows [n, width] of tap t to the sink when it wants them: the step's tokens, or its logits rows (layer
+    // -1). One branch when nobody does.
+    status tap(tap_point t, int32_t layer, const float* data, size_t n, size_t width);
     // h·Wqᵀ, h·Wkᵀ, h·Wvᵀ for n tokens; q, k, v point at them ([n, q_width], [n, kv_width] each) afterwards.
     status project_qkv(const layer& l, size_t n, float*& q, float*& k, float*& v);
     // silu(h·W_gateᵀ) ⊙ h·W_upᵀ for n tokens; hidden points at it ([n, ffn_dim]) afterwards.
