@@ -279,34 +279,14 @@ status cpu_llama::ffn_hidden(const layer& l, size_t n, const float*& hidden) {
     return {};
 }
 
-status cpu_llama::attend(int32_t il, size_t n, const float* q, const float* k, const float* v,
-                         const std::vector<const int32_t*>& tables) {
-    const llama_hparams& hp = w_.hp;
-    const layer& l = layers_[il];
-    if (params_.kv_cache) {
-        kv_cache_call call{};
-        call.layer = il;
-        call.n_tokens = static_cast<int32_t>(n);
-        call.n_heads = hp.n_heads;
-        call.n_kv_heads = hp.n_kv_heads;
-        call.head_dim = hp.head_dim;
-        call.scale = 1.0f / std::sqrt(static_cast<float>(hp.head_dim));
-        call.q = q;
-        call.k = k;
-        call.v = v;
-        call.out = s_.attn.data();
-        call.positions = s_.positions.data();
-        call.seq_of = s_.seq_of.data();
-        call.n_seqs = static_cast<int32_t>(tables.size());
-        call.block_tables = tables.data();
-        call.block_size = kv_.block_size;
-        call.pool = l.kv_blocks;
-        call.block_bytes = kv_layout_.block_bytes(kv_.block_size);
-        call.window = l.kv_window;
-        call.window_slot = l.kv_window ? step_slots_.data() : nullptr;
-        return params_.kv_cache->forward(call, ctx_.parallel_for);
-    }
-    attention_call call{};
+namespace {
+
+// The fields attention_call and kv_cache_call share: the step's tokens, heads and block tables.
+template <class call_type>
+call_type step_attention_call(const llama_hparams& hp, size_t n, const float* q, const float* k, const float* v,
+                              float* out, const int32_t* positions, const int32_t* seq_of,
+                              const std::vector<const int32_t*>& tables, int32_t block_size) {
+    call_type call{};
     call.n_tokens = static_cast<int32_t>(n);
     call.n_heads = hp.n_heads;
     call.n_kv_heads = hp.n_kv_heads;
@@ -315,12 +295,32 @@ status cpu_llama::attend(int32_t il, size_t n, const float* q, const float* k, c
     call.q = q;
     call.k = k;
     call.v = v;
-    call.out = s_.attn.data();
-    call.positions = s_.positions.data();
-    call.seq_of = s_.seq_of.data();
+    call.out = out;
+    call.positions = positions;
+    call.seq_of = seq_of;
     call.n_seqs = static_cast<int32_t>(tables.size());
     call.block_tables = tables.data();
-    call.block_size = kv_.block_size;
+    call.block_size = block_size;
+    return call;
+}
+
+}  // namespace
+
+status cpu_llama::attend(int32_t il, size_t n, const float* q, const float* k, const float* v,
+                         const std::vector<const int32_t*>& tables) {
+    const layer& l = layers_[il];
+    if (params_.kv_cache) {
+        auto call = step_attention_call<kv_cache_call>(w_.hp, n, q, k, v, s_.attn.data(), s_.positions.data(),
+                                                       s_.seq_of.data(), tables, kv_.block_size);
+        call.layer = il;
+        call.pool = l.kv_blocks;
+        call.block_bytes = kv_layout_.block_bytes(kv_.block_size);
+        call.window = l.kv_window;
+        call.window_slot = l.kv_window ? step_slots_.data() : nullptr;
+        return params_.kv_cache->forward(call, ctx_.parallel_for);
+    }
+    auto call = step_attention_call<attention_call>(w_.hp, n, q, k, v, s_.attn.data(), s_.positions.data(),
+                                                    s_.seq_of.data(), tables, kv_.block_size);
     call.kv_type = params_.kv_type;
     call.k_pool = l.k_pool;
     call.v_pool = l.v_pool;
