@@ -78,6 +78,47 @@ bool invert_lower(const std::vector<double>& l, int64_t n, const parallel_rows& 
     });
 }
 
+constexpr int k_clip_steps = 20;  // shrinks 1, 0.975, ..., 0.5
+constexpr float k_clip_min_shrink = 0.5f;
+
+// The candidate grids of the block x: the full range shrunk k_clip_steps times (Q4_K, whose fit ignores shrink: its
+// reference fit and its fit weighted by H_ii).
+template <class F>
+void for_each_candidate(const codec& c, const float* x, const float* diag, F&& f) {
+    f(c.fit(x, 1.0f));
+    if (c.kind() == quant_common::codec_kind::q4_k) {
+        f(quant_common::fit_q4_k_weighted(x, diag));
+        return;
+    }
+    for (int i = 1; i <= k_clip_steps; ++i)
+        f(c.fit(x, 1.0f - (1.0f - k_clip_min_shrink) * static_cast<float>(i) / static_cast<float>(k_clip_steps)));
+}
+
+// A grid for the group starting at column k (identity order) of the updated row w: the candidate with the least
+// GPTQ loss Σ e_j² over the group's columns, compensating inside the group as the column loop will.
+block_grid fit_in_loop(const codec& c, const prepared_hessian& h, const float* w, int64_t k) {
+    const int bs = c.block_size();
+    const int64_t n = h.n_in;
+    float x[256];  // [block_size]
+    block_grid best;
+    double best_err = -1.0;
+    for_each_candidate(c, w + k, h.diag.data() + k, [&](const block_grid& g) {
+        std::copy(w + k, w + k + bs, x);
+        double err = 0.0;
+        for (int j = 0; j < bs; ++j) {
+            const float* urow = h.u.data() + (k + j) * n + k;
+            const float e = (x[j] - c.value(g, j, c.code(g, j, x[j]))) / urow[j];
+            err += static_cast<double>(e) * e;
+            for (int jj = j + 1; jj < bs; ++jj) x[jj] -= e * urow[jj];
+        }
+        if (best_err < 0.0 || err < best_err) {
+            best_err = err;
+            best = g;
+        }
+    });
+    return best;
+}
+
 }  // namespace
 
 std::string prepare(std::vector<double> h, int64_t n_in, const solver_options& options, const parallel_rows& parallel,
@@ -157,10 +198,6 @@ void quantize_rows(const codec& c, const prepared_hessian& h, const solver_optio
     std::vector<block_grid> grids(static_cast<size_t>(tile * n_blocks));  // [tile, n_blocks]
     std::vector<int8_t> codes(static_cast<size_t>(tile * n));             // [tile, n] in the original column order
     std::vector<float> original(static_cast<size_t>(n));                  // [n]
-    // A group's grid from its weights x starting at column col.
-    auto fit = [&](const float* x, int64_t col) {
-        return options.clip ? quant_common::fit_clipped(c, x, h.diag.data() + col) : c.fit(x);
-    };
 
     for (int64_t r0 = begin; r0 < end; r0 += tile) {
         const int64_t nr = std::min(tile, end - r0);
@@ -169,7 +206,11 @@ void quantize_rows(const codec& c, const prepared_hessian& h, const solver_optio
             for (int64_t i = 0; i < n; ++i) original[i] = h.dead[i] ? 0.0f : row[i];
             for (int64_t k = 0; k < n; ++k) wp[r * n + k] = original[h.order[k]];
             if (options.act_order) {
-                for (int64_t b = 0; b < n_blocks; ++b) grids[r * n_blocks + b] = fit(original.data() + b * bs, b * bs);
+                for (int64_t b = 0; b < n_blocks; ++b) {
+                    const float* x = original.data() + b * bs;
+                    grids[r * n_blocks + b] =
+                        options.clip ? quant_common::fit_clipped(c, x, h.diag.data() + b * bs) : c.fit(x);
+                }
             }
         }
         for (int64_t b0 = 0; b0 < n; b0 += lazy) {
@@ -183,7 +224,9 @@ void quantize_rows(const codec& c, const prepared_hessian& h, const solver_optio
                 for (int64_t r = 0; r < nr; ++r) {
                     float* wr = wp.data() + r * n;
                     block_grid& g = grids[r * n_blocks + blk];
-                    if (!options.act_order && j == 0) g = fit(wr + k, col);  // identity order: k == col
+                    if (!options.act_order && j == 0) {  // identity order: k == col
+                        g = options.clip ? fit_in_loop(c, h, wr, k) : c.fit(wr + k);
+                    }
                     const float x = wr[k];
                     const int q = c.code(g, j, x);
                     codes[r * n + col] = static_cast<int8_t>(q);
