@@ -4,12 +4,17 @@
 //   - every kernel's product equals the float product of the reference-dequantized weights within float
 //     summation error;
 //   - the SIMD prefill tiles sum in the scalar twin's order, so their products equal the scalar twin's bit for
-//     bit; the SIMD decode kernels sum in another order and are compared within summation error.
+//     bit; the SIMD decode kernels sum in another order and are compared within summation error;
+//   - with params.activations: bf16 (the default) decode multiplies the same weights by the activations rounded to
+//     bf16 (to nearest even): every kernel gives that product within the summation error of its recipe (the
+//     AVX-512 BF16 kernel sums d (128 + q) x and subtracts 128 d sum x, so its error scales with that), and prefill
+//     is the float product as before.
 #include <cmath>
 #include <cstring>
 
 #include "kernels/ref/quants.h"
 #include "plugin_test_support.h"
+#include "plugins/common/half.h"
 
 namespace troupe::testing {
 namespace {
@@ -27,10 +32,23 @@ void PrintTo(const w4_case& c, std::ostream* os) {
 
 const char* const k_kernels[] = {"scalar", "avx2", "avx512"};
 
+// x rounded to bf16: to nearest even, denormals to zero (written here apart from the plugin's).
+float to_bf16(float x) {
+    uint32_t u;
+    std::memcpy(&u, &x, 4);
+    if (std::fabs(x) < 1.17549435e-38f) return x < 0 ? -0.0f : 0.0f;
+    const uint32_t lsb = (u >> 16) & 1u;
+    u = (u + 0x7fffu + lsb) & 0xffff0000u;
+    float r;
+    std::memcpy(&r, &u, 4);
+    return r;
+}
+
 struct stored_weight {
     std::vector<uint8_t> bytes;      // [n_out, row_stride]
     size_t row_stride = 0;           // the rows' bytes plus 10 spare ones, to exercise row_stride
     std::vector<float> dequantized;  // [n_out, n_in], as the reference decodes the stored rows
+    std::vector<float> d, m;         // [n_out, n_in / G]: each group's scale and min
 };
 
 stored_weight quantized(const w4_case& c) {
@@ -43,6 +61,15 @@ stored_weight quantized(const w4_case& c) {
     for (int64_t o = 0; o < c.n_out; ++o) {
         ref::quantize_row(c.type, w.data() + o * c.n_in, s.bytes.data() + o * s.row_stride, c.n_in);
         ref::dequantize_row(c.type, s.bytes.data() + o * s.row_stride, s.dequantized.data() + o * c.n_in, c.n_in);
+        const int g = ref::w4_group_size(c.type);
+        for (int64_t b = 0; b < c.n_in / g; ++b) {
+            const uint8_t* block = s.bytes.data() + o * s.row_stride + b * (4 + g / 2);
+            uint16_t dh, mh;
+            std::memcpy(&dh, block, 2);
+            std::memcpy(&mh, block + 2, 2);
+            s.d.push_back(quant_common::fp16_to_fp32(dh));
+            s.m.push_back(quant_common::fp16_to_fp32(mh));
+        }
     }
     return s;
 }
@@ -52,47 +79,64 @@ class w4a16_plugin : public ::testing::TestWithParam<w4_case> {};
 TEST_P(w4a16_plugin, every_kernel_gives_the_float_product_of_the_dequantized_weights) {
     const w4_case& c = GetParam();
     const stored_weight s = quantized(c);
+    const int g = ref::w4_group_size(c.type);
     const std::vector<float> x = random_floats(static_cast<size_t>(c.n_in * c.n_tokens), 5 + c.n_tokens, -2.0f, 2.0f);
-    // The float product in double and the sum of |w x| (the scale of float summation error), per output.
-    std::vector<double> exact(static_cast<size_t>(c.n_tokens * c.n_out)), magnitude(exact.size());
-    for (int64_t t = 0; t < c.n_tokens; ++t) {
-        for (int64_t o = 0; o < c.n_out; ++o) {
-            for (int64_t i = 0; i < c.n_in; ++i) {
-                const double p = double{s.dequantized[o * c.n_in + i]} * x[t * c.n_in + i];
-                exact[t * c.n_out + o] += p;
-                magnitude[t * c.n_out + o] += std::fabs(p);
+    plugin_host host = real_plugins();
+    for (const char* activations : {"float", "bf16"}) {
+        SCOPED_TRACE(activations);
+        // Decode with bf16 activations multiplies by x rounded to bf16; prefill always by x.
+        const bool rounded = std::string(activations) == "bf16" && c.n_tokens <= 16;
+        std::vector<float> xa = x;
+        if (rounded) {
+            for (float& v : xa) v = to_bf16(v);
+        }
+        // The product in double and the scale of float summation error, per output: sum |w x| for the float
+        // recipe; with bf16 activations sum |x| (|d| (128 + q) + |m - 128 d|), the terms the AVX-512 BF16 kernel sums.
+        std::vector<double> exact(static_cast<size_t>(c.n_tokens * c.n_out)), magnitude(exact.size());
+        for (int64_t t = 0; t < c.n_tokens; ++t) {
+            for (int64_t o = 0; o < c.n_out; ++o) {
+                for (int64_t i = 0; i < c.n_in; ++i) {
+                    const float w = s.dequantized[o * c.n_in + i], xi = xa[t * c.n_in + i];
+                    exact[t * c.n_out + o] += double{w} * xi;
+                    double scale = std::fabs(double{w});
+                    if (rounded) {
+                        const double d = s.d[o * (c.n_in / g) + i / g], m = s.m[o * (c.n_in / g) + i / g];
+                        scale = std::fabs(d) * (128 + std::round((w - m) / d)) + std::fabs(m - 128 * d);
+                    }
+                    magnitude[t * c.n_out + o] += scale * std::fabs(xi);
+                }
             }
         }
-    }
-    plugin_host host = real_plugins();
-    std::vector<float> scalar_y;
-    for (const char* kernel : k_kernels) {
-        SCOPED_TRACE(kernel);
-        auto op = host.load_quant("w4a16", yaml(std::string("{kernel: ") + kernel + "}"));
-        if (!op.ok() && op.message().find("not available") != std::string::npos) continue;  // the CPU lacks it
-        ASSERT_TRUE(op.ok()) << op.message();
-        ASSERT_TRUE((*op)->claims(c.type));
-        auto prepared = (*op)->prepare(weight_view{c.type, s.bytes.data(), c.n_in, c.n_out, s.row_stride});
-        ASSERT_TRUE(prepared.ok()) << prepared.message();
-        // Bytes read per product: 64 per started span of 128 codes, and the float32 (d, m) of every group.
-        EXPECT_EQ((*prepared)->n_bytes(),
-                  static_cast<size_t>(c.n_out * ((c.n_in + 127) / 128 * 64 + c.n_in / ref::w4_group_size(c.type) * 8)));
-        std::vector<float> y(static_cast<size_t>(c.n_tokens * c.n_out), NAN);
-        const status st = (*op)->matmul(**prepared, x.data(), y.data(), c.n_tokens,
-                                        c.threaded ? threaded_parallel_for() : no_parallel_for());
-        ASSERT_TRUE(st.ok()) << st.message();
-        for (size_t i = 0; i < y.size(); ++i) {
-            ASSERT_LE(std::fabs(y[i] - exact[i]), 2e-6 * magnitude[i] + 1e-6)
-                << "token " << i / c.n_out << " output " << i % c.n_out << ": " << y[i] << " vs " << exact[i];
-        }
-        if (std::string(kernel) == "scalar") {
-            scalar_y = y;
-        } else if (c.n_tokens > 16) {
-            ASSERT_EQ(0, std::memcmp(y.data(), scalar_y.data(), y.size() * sizeof(float)))
-                << "the prefill tiles' sums differ from the scalar twin's";
-        } else {
-            for (size_t i = 0; i < y.size(); ++i) {  // another summation order: within float summation error
-                ASSERT_LE(std::fabs(y[i] - scalar_y[i]), 4e-6 * magnitude[i] + 1e-6) << "element " << i;
+        std::vector<float> scalar_y;
+        for (const char* kernel : k_kernels) {
+            SCOPED_TRACE(kernel);
+            auto op = host.load_quant("w4a16",
+                                      yaml(std::string("{kernel: ") + kernel + ", activations: " + activations + "}"));
+            if (!op.ok() && op.message().find("not available") != std::string::npos) continue;  // the CPU lacks it
+            ASSERT_TRUE(op.ok()) << op.message();
+            ASSERT_TRUE((*op)->claims(c.type));
+            auto prepared = (*op)->prepare(weight_view{c.type, s.bytes.data(), c.n_in, c.n_out, s.row_stride});
+            ASSERT_TRUE(prepared.ok()) << prepared.message();
+            // Bytes read per product: 64 per started span of 128 codes, and the float32 (d, m) of every group.
+            EXPECT_EQ((*prepared)->n_bytes(),
+                      static_cast<size_t>(c.n_out * ((c.n_in + 127) / 128 * 64 + c.n_in / g * 8)));
+            std::vector<float> y(static_cast<size_t>(c.n_tokens * c.n_out), NAN);
+            const status st = (*op)->matmul(**prepared, x.data(), y.data(), c.n_tokens,
+                                            c.threaded ? threaded_parallel_for() : no_parallel_for());
+            ASSERT_TRUE(st.ok()) << st.message();
+            for (size_t i = 0; i < y.size(); ++i) {
+                ASSERT_LE(std::fabs(y[i] - exact[i]), 2e-6 * magnitude[i] + 1e-6)
+                    << "token " << i / c.n_out << " output " << i % c.n_out << ": " << y[i] << " vs " << exact[i];
+            }
+            if (std::string(kernel) == "scalar") {
+                scalar_y = y;
+            } else if (c.n_tokens > 16) {
+                ASSERT_EQ(0, std::memcmp(y.data(), scalar_y.data(), y.size() * sizeof(float)))
+                    << "the prefill tiles' sums differ from the scalar twin's";
+            } else {
+                for (size_t i = 0; i < y.size(); ++i) {  // another summation order: within float summation error
+                    ASSERT_LE(std::fabs(y[i] - scalar_y[i]), 4e-6 * magnitude[i] + 1e-6) << "element " << i;
+                }
             }
         }
     }

@@ -2,8 +2,8 @@
 // multiply and the add after it stay two roundings, as in the reference dequantization).
 //
 // The layout of w4a16_format.h: a span's 64 bytes of codes are two registers of 8 lanes; shifting by 4k and masking
-// gives the codes of weights 16k.. (lanes 0..7) and 16k + 8.. (lanes 8..15) as int32, then floats, then weights
-// d * q + m (a multiply, then an add: the reference's values exactly), then FMAs with the tokens.
+// gives the codes of weights 16b.. (lanes 0..7) and 16b + 8.. (lanes 8..15) of block b = slot_block(k) as int32, then
+// floats, then weights d * q + m (a multiply, then an add: the reference's values exactly), then FMAs with the tokens.
 #include "w4a16_kernels.h"
 
 #if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
@@ -27,7 +27,7 @@ inline void scale_min(const float* p, __m256* d, __m256* m) {
     *m = _mm256_broadcast_ss(p + 1);
 }
 
-// Weights 16k + 8h .. 16k + 8h + 7 of a span from its codes vh (lanes 8h..8h+7): d * q + m.
+// Weights 16 slot_block(k) + 8h .. + 7 of a span from its codes vh (lanes 8h..8h+7): d * q + m.
 inline __m256 weights8(__m256i vh, int k, __m256 d, __m256 m) {
     const __m256i q = _mm256_and_si256(_mm256_srl_epi32(vh, _mm_cvtsi32_si128(4 * k)), _mm256_set1_epi32(15));
     return _mm256_add_ps(_mm256_mul_ps(d, _mm256_cvtepi32_ps(q)), m);
@@ -74,9 +74,9 @@ void row_dot(const matrix& w, int64_t r, const float* x, int64_t xs, float* y, i
         const float* sc = scales + 2 * (s * k_span / G);
         const float* xj = x + s * k_span;
         auto k_step = [&](auto kc) {
-            constexpr int K = decltype(kc)::value;
-            if constexpr ((16 * K) % G == 0) scale_min(sc + 2 * (16 * K / G), &d, &m);
-            step(weights8<K>(v0, d, m), weights8<K>(v1, d, m), (2 * K) % nch, xj + 16 * K);
+            constexpr int K = decltype(kc)::value, B = slot_block(K);  // slot K holds block B (w4a16_format.h)
+            if constexpr (K == 0 || G < k_span) scale_min(sc + 2 * (16 * B / G), &d, &m);
+            step(weights8<K>(v0, d, m), weights8<K>(v1, d, m), (2 * K) % nch, xj + 16 * B);
         };
         k_step(std::integral_constant<int, 0>{});
         k_step(std::integral_constant<int, 1>{});
@@ -91,10 +91,10 @@ void row_dot(const matrix& w, int64_t r, const float* x, int64_t xs, float* y, i
         const uint8_t* sp = spans + n_full * k_span_bytes;
         const __m256i v0 = _mm256_load_si256(reinterpret_cast<const __m256i*>(sp));
         const __m256i v1 = _mm256_load_si256(reinterpret_cast<const __m256i*>(sp + 32));
-        for (int k = 0; k < rest / 16; ++k) {
-            const int64_t j = n_full * k_span + 16 * k;
+        for (int b = 0; b < rest / 16; ++b) {
+            const int64_t j = n_full * k_span + 16 * b;
             scale_min(scales + 2 * (j / G), &d, &m);
-            step(weights8(v0, k, d, m), weights8(v1, k, d, m), 0, x + j);
+            step(weights8(v0, block_slot(b), d, m), weights8(v1, block_slot(b), d, m), 0, x + j);
         }
     }
     for (int t = 0; t < T; ++t) {
@@ -149,12 +149,12 @@ struct tiles_avx2 {
             const uint8_t* sp = spans + (j0 / k_span) * k_span_bytes;
             const __m256i v0 = _mm256_load_si256(reinterpret_cast<const __m256i*>(sp));
             const __m256i v1 = _mm256_load_si256(reinterpret_cast<const __m256i*>(sp + 32));
-            for (int k = 0; k < 8 && j0 + 16 * k < k0 + kc; ++k) {
-                const int64_t j = j0 + 16 * k;
+            for (int b = 0; b < 8 && j0 + 16 * b < k0 + kc; ++b) {
+                const int64_t j = j0 + 16 * b;
                 __m256 d, m;
                 scale_min(scales + 2 * (j / w.g), &d, &m);
-                _mm256_storeu_ps(out + (j - k0), weights8(v0, k, d, m));
-                _mm256_storeu_ps(out + (j - k0) + 8, weights8(v1, k, d, m));
+                _mm256_storeu_ps(out + (j - k0), weights8(v0, block_slot(b), d, m));
+                _mm256_storeu_ps(out + (j - k0) + 8, weights8(v1, block_slot(b), d, m));
             }
         }
     }

@@ -11,6 +11,7 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <type_traits>
 
 #include "w4a16_prefill_blocks.h"
 
@@ -26,7 +27,8 @@ inline __m512 levels(const float* p) {
     return _mm512_add_ps(_mm512_mul_ps(_mm512_set1_ps(p[0]), iota), _mm512_set1_ps(p[1]));
 }
 
-// The weights 16k..16k+15 of a span whose codes are v (vpermps reads the low 4 bits of each lane).
+// The weights of slot K of a span (block slot_block(K): 16 weights) whose codes are v (vpermps reads the low 4 bits of
+// each lane).
 template <int K>
 inline __m512 span_weights(__m512i v, __m512 lv) {
     if constexpr (K == 0) return _mm512_permutexvar_ps(v, lv);
@@ -58,21 +60,25 @@ void row_dot(const matrix& w, int64_t r, const float* x, int64_t xs, float* y, i
         __m512 lv[groups_per_span];
         for (int gi = 0; gi < groups_per_span; ++gi) lv[gi] = levels(scales + 2 * (s * groups_per_span + gi));
         const float* xs0 = x + s * k_span;
-        chunk(span_weights<0>(v, lv[0]), 0 % nch, xs0);
-        chunk(span_weights<1>(v, lv[16 / G]), 1 % nch, xs0 + 16);
-        chunk(span_weights<2>(v, lv[32 / G]), 2 % nch, xs0 + 32);
-        chunk(span_weights<3>(v, lv[48 / G]), 3 % nch, xs0 + 48);
-        chunk(span_weights<4>(v, lv[64 / G]), 0 % nch, xs0 + 64);
-        chunk(span_weights<5>(v, lv[80 / G]), 1 % nch, xs0 + 80);
-        chunk(span_weights<6>(v, lv[96 / G]), 2 % nch, xs0 + 96);
-        chunk(span_weights<7>(v, lv[112 / G]), 3 % nch, xs0 + 112);
+        auto slot = [&](auto kc) {  // slot K holds block slot_block(K): weights 16 slot_block(K) ..
+            constexpr int K = decltype(kc)::value, B = slot_block(K);
+            chunk(span_weights<K>(v, lv[16 * B / G]), K % nch, xs0 + 16 * B);
+        };
+        slot(std::integral_constant<int, 0>{});
+        slot(std::integral_constant<int, 1>{});
+        slot(std::integral_constant<int, 2>{});
+        slot(std::integral_constant<int, 3>{});
+        slot(std::integral_constant<int, 4>{});
+        slot(std::integral_constant<int, 5>{});
+        slot(std::integral_constant<int, 6>{});
+        slot(std::integral_constant<int, 7>{});
     }
     if (const int64_t rest = w.n_in - n_full * k_span; rest > 0 && n_full < s1) {  // a short last span (G < 128)
         const __m512i v = _mm512_load_si512(spans + n_full * k_span_bytes);
-        for (int64_t k = 0; k < rest / 16; ++k) {
-            const int64_t j = n_full * k_span + 16 * k;
+        for (int b = 0; b < rest / 16; ++b) {
+            const int64_t j = n_full * k_span + 16 * b;
             const __m512 lv = levels(scales + 2 * (j / G));
-            chunk(_mm512_permutexvar_ps(_mm512_srl_epi32(v, _mm_cvtsi64_si128(4 * k)), lv), 0, x + j);
+            chunk(_mm512_permutexvar_ps(_mm512_srl_epi32(v, _mm_cvtsi64_si128(4 * block_slot(b))), lv), 0, x + j);
         }
     }
     for (int t = 0; t < T; ++t) {
@@ -137,11 +143,11 @@ struct tiles_avx512 {
         const float* scales = w.scales(r);
         for (int64_t j0 = k0; j0 < k0 + kc; j0 += k_span) {
             const __m512i v = _mm512_load_si512(spans + (j0 / k_span) * k_span_bytes);
-            for (int64_t k = 0; k < 8 && j0 + 16 * k < k0 + kc; ++k) {
-                const int64_t j = j0 + 16 * k;
+            for (int b = 0; b < 8 && j0 + 16 * b < k0 + kc; ++b) {
+                const int64_t j = j0 + 16 * b;
                 const __m512 lv = levels(scales + 2 * (j / w.g));
                 _mm512_storeu_ps(out + (j - k0),
-                                 _mm512_permutexvar_ps(_mm512_srl_epi32(v, _mm_cvtsi64_si128(4 * k)), lv));
+                                 _mm512_permutexvar_ps(_mm512_srl_epi32(v, _mm_cvtsi64_si128(4 * block_slot(b))), lv));
             }
         }
     }

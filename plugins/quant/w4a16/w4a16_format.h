@@ -56,17 +56,33 @@ inline void block_scale_min(const uint8_t* p, float* d, float* m) {
 //
 //   [ span 0: 64 bytes ][ span 1: 64 bytes ] ... [ float32 (d, m) of group 0, 1, ... n_in / g - 1 ] (padding to 64)
 //
-// In a span, the 4-byte lane i (i = 0..15, little endian) holds 8 nibbles: nibble k (bits 4k..4k+3) is the code of
-// weight 128 s + 16 k + i. So one aligned 64-byte load gives the codes of 128 weights, and shifting it right by 4k
-// puts the codes of weights 16k..16k+15 in the low bits of the 16 lanes, in order: what a permute of a group's 16
-// levels (AVX-512) or a mask and convert (AVX2) turns into 16 weights, with no byte unpacking. Nibbles past the end
-// of a short last span are 0. Weights 16k..16k+15 of a span always lie in one group (g is a multiple of 16).
+// In a span, the 4-byte lane i (i = 0..15, little endian) holds 8 nibbles: nibble (slot) k (bits 4k..4k+3) is the
+// code of weight 128 s + 16 slot_block(k) + i, where the slots hold the span's blocks of 16 weights in the order
+//
+//   slot k    : 0  1  2  3  4  5  6  7
+//   block     : 0  2  4  6  1  3  5  7        (slot_block; block_slot is its inverse)
+//
+// So one aligned 64-byte load gives the codes of 128 weights, and shifting it right by 4k puts the codes of block
+// slot_block(k) in the low bits of the 16 lanes, in order: what a permute of a group's 16 levels (AVX-512) or a mask
+// and convert (AVX2) turns into 16 weights, with no byte unpacking. Seen as 32 16-bit words, word 2i holds slots 0..3
+// (blocks 0, 2, 4, 6) and word 2i + 1 slots 4..7 (blocks 1, 3, 5, 7): shifting the words right by 4c and masking
+// gives, in 32-bit lane i, the pair (weight 32c + i, weight 32c + 16 + i): 32 consecutive weights of one group (g is
+// a multiple of 32), what the bf16 decode (w4a16_bf16.h) multiplies by pairs. Nibbles past the end of a short last
+// span are 0.
 // The scales and mins are the stored fp16 values widened to float32 (exactly): a kernel broadcasts them straight
 // from memory into its multiply and add, where fp16 would cost a load, a conversion and two shuffles per group
 // (measured on one Zen 5 core, W4_G128 decode from L2: 26.5 -> 32.4 G weights * 0.53 B/s). That is 4 more bytes
 // per group read: +6% for W4_G128, +11% for W4_G64, +20% for Q4_1 (prepared_bytes counts them).
 constexpr int64_t k_span = 128;
 constexpr size_t k_span_bytes = 64;
+
+// The block of 16 weights that slot k of a span holds, and the slot of block b.
+constexpr int slot_block(int k) {
+    return k < 4 ? 2 * k : 2 * (k - 4) + 1;
+}
+constexpr int block_slot(int b) {
+    return b % 2 == 0 ? b / 2 : 4 + b / 2;
+}
 
 constexpr int64_t n_spans(int64_t n_in) {
     return (n_in + k_span - 1) / k_span;
@@ -98,7 +114,7 @@ struct matrix {
 
 // The code of weight j of a row in the kernels' layout.
 inline int layout_code(const uint8_t* spans, int64_t j) {
-    const int64_t s = j / k_span, k = (j % k_span) / 16, i = j % 16;
+    const int64_t s = j / k_span, k = block_slot(static_cast<int>(j % k_span) / 16), i = j % 16;
     const uint8_t byte = spans[static_cast<size_t>(s) * k_span_bytes + 4 * i + k / 2];
     return (k % 2 == 0 ? byte : byte >> 4) & 15;
 }
@@ -115,7 +131,7 @@ inline void pack_row(const uint8_t* blocks, int64_t n_in, int g, uint8_t* dst) {
         for (int j = 0; j < g; ++j) {
             const uint8_t q = j < g / 2 ? blk[k_block_header + j] & 15 : blk[k_block_header + j - g / 2] >> 4;
             const int64_t w = b * g + j;
-            const int64_t s = w / k_span, k = (w % k_span) / 16, i = w % 16;
+            const int64_t s = w / k_span, k = block_slot(static_cast<int>(w % k_span) / 16), i = w % 16;
             dst[static_cast<size_t>(s) * k_span_bytes + 4 * i + k / 2] |= static_cast<uint8_t>(k % 2 == 0 ? q : q << 4);
         }
     }

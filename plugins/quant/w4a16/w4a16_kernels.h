@@ -13,6 +13,9 @@
 //     register tile of rows x tokens accumulates acc += w[r][k] * xt[k][t0..] by FMA in k order, so its sums are
 //     bit for bit the scalar twin's (sequential fmaf over k).
 //
+// Decode with bf16 activations (the plugin's default) is w4a16_bf16.h: the AVX-512 BF16 kernel there, or these
+// decode kernels run on activations rounded to bf16 first.
+//
 // Every function here is infallible: the plugin checks shapes before calling.
 #pragma once
 

@@ -7,10 +7,14 @@
 //   - matmul dequantizes the weights exactly (d * q + m) and multiplies them with the float32 activations by FMA,
 //     split over the host's parallel_for in blocks of rows: a decode path for up to 16 tokens and a prefill path
 //     of register tiles (w4a16_kernels.h);
-//   - the kernels are AVX-512, AVX2 or scalar, the best the CPU runs unless params.kernel names one.
+//   - the kernels are AVX-512, AVX2 or scalar, the best the CPU runs unless params.kernel names one;
+//   - decode (<= 16 tokens) rounds the activations to bf16 once per product by default (W4A16's 16-bit activations,
+//     w4a16_bf16.h): on a CPU with AVX-512 BF16 the avx512 kernels then multiply bf16 pairs by vdpbf16ps, the others
+//     round and run their float decode (the same recipe). Prefill keeps float activations (it is FMA bound).
 //
 // Parameters:
 //   kernel: auto | scalar | avx2 | avx512   (default auto; naming one the CPU cannot run fails create)
+//   activations: bf16 | float               (decode's activations; default bf16, float is the exact float product)
 #include <troupe/plugin.h>
 
 #include <sys/mman.h>
@@ -19,10 +23,12 @@
 #include <cstdint>
 #include <cstring>
 #include <memory>
+#include <new>
 #include <string>
 #include <vector>
 
 #include "plugins/common/plugin_support.h"
+#include "w4a16_bf16.h"
 #include "w4a16_format.h"
 #include "w4a16_kernels.h"
 #ifdef TROUPE_PLUGIN_CUDA
@@ -47,6 +53,10 @@ bool cpu_runs_avx512() {
            __builtin_cpu_supports("avx512vl");
 }
 
+bool cpu_runs_avx512_bf16() {
+    return cpu_runs_avx512() && __builtin_cpu_supports("avx512bf16");
+}
+
 bool cpu_runs_avx2() {
     return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
 }
@@ -55,7 +65,9 @@ bool cpu_runs_avx2() {
 
 struct troupe_plugin_instance {
     const w4::kernel_set* kernels = nullptr;
-    int32_t backend = TROUPE_BACKEND_CPU;  // CUDA: every weight it prepares is a w4a16_cuda::device_weight
+    bool bf16_activations = true;                       // decode rounds the activations to bf16
+    const w4::bf16_kernel_set* bf16_kernels = nullptr;  // the bf16 decode where `kernels` has one, else null
+    int32_t backend = TROUPE_BACKEND_CPU;               // CUDA: every weight it prepares is a w4a16_cuda::device_weight
     std::string error;
 };
 
@@ -69,6 +81,16 @@ struct troupe_prepared_weight {
 };
 
 namespace {
+
+// A 64-byte aligned heap buffer for one product.
+struct aligned_bytes {
+    uint8_t* data;
+    explicit aligned_bytes(size_t n)
+        : data(static_cast<uint8_t*>(::operator new ((n + 63) / 64 * 64, std::align_val_t{64}))) {}
+    ~aligned_bytes() { ::operator delete (data, std::align_val_t{64}); }
+    aligned_bytes(const aligned_bytes&) = delete;
+    aligned_bytes& operator=(const aligned_bytes&) = delete;
+};
 
 int32_t fail(troupe_plugin_instance* inst, int32_t code, std::string message) {
     inst->error = std::move(message);
@@ -183,11 +205,32 @@ int32_t w4_matmul(troupe_plugin_instance* inst, const troupe_prepared_weight* w,
         const w4::kernel_set& k = *inst->kernels;
         const w4::matrix& m = w->m;
         int32_t rc;
-        if (n_tokens <= w4::k_decode_max_tokens) {
+        if (n_tokens <= w4::k_decode_max_tokens && inst->bf16_kernels != nullptr) {
+            const int64_t u_stride = w4::bf16_u_stride(m.n_in, m.g);
+            const size_t x_bytes = static_cast<size_t>(n_tokens * m.n_in) * sizeof(uint16_t);  // a multiple of 64
+            const aligned_bytes buffer(x_bytes + static_cast<size_t>(n_tokens * u_stride) * sizeof(float));
+            auto* xb = reinterpret_cast<uint16_t*>(buffer.data);        // [n_tokens, n_in] bf16 in pair order
+            auto* u = reinterpret_cast<float*>(buffer.data + x_bytes);  // [n_tokens, u_stride]
+            inst->bf16_kernels->make_activations(x, n_tokens, m.n_in, m.g, xb, u);
+            const w4::bf16_activations a{xb, u, n_tokens, m.n_in, u_stride};
+            constexpr int64_t rows = 16;  // rows per work item
+            rc = run_parallel(par, (m.n_out + rows - 1) / rows, [&](int64_t b, int64_t e) {
+                inst->bf16_kernels->decode(m, a, y, b * rows, std::min(e * rows, m.n_out));
+            });
+        } else if (n_tokens <= w4::k_decode_max_tokens) {
             // Activations 64-byte aligned (std::vector's are not), so no load of them splits a cache line.
             alignas(64) float aligned[k_aligned_floats];
             const float* xa = x;
-            if (reinterpret_cast<uintptr_t>(x) % 64 != 0 && n_tokens * m.n_in <= k_aligned_floats) {
+            std::unique_ptr<float[]> rounded;  // [n_tokens, n_in] where too large for `aligned`
+            if (inst->bf16_activations) {      // the bf16 recipe by the float decode: x rounded first
+                float* dst = aligned;
+                if (n_tokens * m.n_in > k_aligned_floats) {
+                    rounded.reset(new float[static_cast<size_t>(n_tokens * m.n_in)]);
+                    dst = rounded.get();
+                }
+                for (int64_t i = 0; i < n_tokens * m.n_in; ++i) dst[i] = w4::bf16_round(x[i]);
+                xa = dst;
+            } else if (reinterpret_cast<uintptr_t>(x) % 64 != 0 && n_tokens * m.n_in <= k_aligned_floats) {
                 std::memcpy(aligned, x, static_cast<size_t>(n_tokens * m.n_in) * sizeof(float));
                 xa = aligned;
             }
@@ -246,6 +289,7 @@ int32_t w4_create(const troupe_plugin_params* params, troupe_plugin_instance** o
     const int32_t rc = guarded(error, [&]() -> int32_t {
         param_reader reader(params);
         const std::string kernel = reader.choice("kernel", {"auto", "scalar", "avx2", "avx512"}, "auto");
+        const std::string activations = reader.choice("activations", {"bf16", "float"}, "bf16");
         const int32_t backend = params != nullptr && TROUPE_HAS_FIELD(params, troupe_plugin_params, backend)
                                     ? params->backend
                                     : TROUPE_BACKEND_CPU;
@@ -254,7 +298,7 @@ int32_t w4_create(const troupe_plugin_params* params, troupe_plugin_instance** o
                     (built_with_cuda ? "CPU and CUDA" : "CPU only") + ")";
             return TROUPE_ERR_UNSUPPORTED;
         }
-        if (const std::string& errors = reader.finish({"kernel"}); !errors.empty()) {
+        if (const std::string& errors = reader.finish({"kernel", "activations"}); !errors.empty()) {
             error = errors;
             return TROUPE_ERR_INVALID_PARAMS;
         }
@@ -262,9 +306,16 @@ int32_t w4_create(const troupe_plugin_params* params, troupe_plugin_instance** o
         if (kernels == nullptr) return TROUPE_ERR_INVALID_PARAMS;
         auto* inst = new troupe_plugin_instance;
         inst->kernels = kernels;
+        inst->bf16_activations = activations == "bf16";
+        if (inst->bf16_activations && kernels == w4::avx512_kernels() && cpu_runs_avx512_bf16()) {
+            inst->bf16_kernels = w4::avx512_bf16_kernels();
+        }
         inst->backend = backend;
-        host_log::write(TROUPE_LOG_LEVEL_INFO, source, "Q4_1 / W4_G64 / W4_G128 weights, float activations, %s kernels",
-                        backend == TROUPE_BACKEND_CUDA ? "cuda" : kernels->name);
+        host_log::write(TROUPE_LOG_LEVEL_INFO, source,
+                        "Q4_1 / W4_G64 / W4_G128 weights, %s activations in decode, %s kernels", activations.c_str(),
+                        backend == TROUPE_BACKEND_CUDA  ? "cuda"
+                        : inst->bf16_kernels != nullptr ? inst->bf16_kernels->name
+                                                        : kernels->name);
         *out = inst;
         return TROUPE_OK;
     });

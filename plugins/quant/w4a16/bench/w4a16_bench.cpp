@@ -10,7 +10,8 @@
 // figures fall with the share of the cores the run gets, CPU-time ones much less.
 //
 // Usage: troupe_w4a16_bench [type q4_1|w4_g64|w4_g128 (default w4_g128)] [n_threads (default 2)]
-//                           [kernel avx512|avx2|scalar (default avx512)]
+//                           [kernel avx512|avx512_bf16|avx2|scalar (default avx512)]
+// (avx512_bf16: decode with bf16 activations, w4a16_bf16.h, their rounding included in the time; prefill as avx512)
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -27,6 +28,7 @@
 #include <functional>
 #include <thread>
 
+#include "plugins/quant/w4a16/w4a16_bf16.h"
 #include "plugins/quant/w4a16/w4a16_kernels.h"
 
 namespace {
@@ -151,15 +153,19 @@ int main(int argc, char** argv) {
     const int n_threads = argc > 2 ? std::atoi(argv[2]) : 2;
     const std::string kernel = argc > 3 ? argv[3] : "avx512";
     const int g = type == "q4_1" ? 32 : type == "w4_g64" ? 64 : type == "w4_g128" ? 128 : 0;
-    const kernel_set* k = kernel == "avx512" ? avx512_kernels() : kernel == "avx2" ? avx2_kernels() : &scalar_kernels();
-    if (g == 0 || k == nullptr || n_threads < 1) {
-        std::fprintf(stderr, "usage: troupe_w4a16_bench [q4_1|w4_g64|w4_g128] [n_threads] [avx512|avx2|scalar]\n");
+    const bf16_kernel_set* bf16 = kernel == "avx512_bf16" ? avx512_bf16_kernels() : nullptr;
+    const kernel_set* k = kernel == "avx512" || kernel == "avx512_bf16" ? avx512_kernels()
+                          : kernel == "avx2"                            ? avx2_kernels()
+                                                                        : &scalar_kernels();
+    if (g == 0 || k == nullptr || n_threads < 1 || (kernel == "avx512_bf16" && bf16 == nullptr)) {
+        std::fprintf(stderr,
+                     "usage: troupe_w4a16_bench [q4_1|w4_g64|w4_g128] [n_threads] [avx512|avx512_bf16|avx2|scalar]\n");
         return 2;
     }
     const double bandwidth = read_bandwidth(n_threads);
     const double peak = fma_peak(n_threads);
     std::printf("%s, %s kernels, %d threads: read bandwidth %.1f GB/s, FMA peak %.1f GFLOP/s (measured now)\n",
-                type.c_str(), k->name, n_threads, bandwidth, peak);
+                type.c_str(), bf16 != nullptr ? bf16->name : k->name, n_threads, bandwidth, peak);
 
     // The 1B shape's decode step: per layer q (2048), k, v (256 each), o (2048), gate, up (5632), down (2048 of 5632).
     const int64_t dim = 2048, ffn = 5632, kv = 256, n_layers = 22;
@@ -177,10 +183,23 @@ int main(int argc, char** argv) {
     for (const auto& p : step) step_bytes += p.weight_bytes();
     std::vector<float> x(static_cast<size_t>(ffn) * 16 + 64, 0.25f), y(static_cast<size_t>(ffn) * 512);
     float* xa = reinterpret_cast<float*>((reinterpret_cast<uintptr_t>(x.data()) + 63) / 64 * 64);
+    // bf16 activations: [16, ffn] words, [16, u_stride] floats, 64-byte aligned
+    std::vector<uint16_t> xb_storage(static_cast<size_t>(ffn) * 16 + 32);
+    std::vector<float> u_storage(static_cast<size_t>(bf16_u_stride(ffn, g)) * 16 + 16);
+    auto* xb = reinterpret_cast<uint16_t*>((reinterpret_cast<uintptr_t>(xb_storage.data()) + 63) / 64 * 64);
+    auto* u = reinterpret_cast<float*>((reinterpret_cast<uintptr_t>(u_storage.data()) + 63) / 64 * 64);
     for (int64_t n_tokens : {1, 4}) {
         const timing t = best_of(5, [&] {
             for (const auto& p : step) {
                 const matrix& m = p.m;
+                if (bf16 != nullptr) {
+                    bf16->make_activations(xa, n_tokens, m.n_in, g, xb, u);
+                    const bf16_activations a{xb, u, n_tokens, m.n_in, bf16_u_stride(m.n_in, g)};
+                    parallel_for(n_threads, (m.n_out + 15) / 16, [&](int64_t b, int64_t e) {
+                        bf16->decode(m, a, y.data(), b * 16, std::min(e * 16, m.n_out));
+                    });
+                    continue;
+                }
                 parallel_for(n_threads, (m.n_out + 15) / 16, [&](int64_t b, int64_t e) {
                     k->decode(m, xa, n_tokens, y.data(), b * 16, std::min(e * 16, m.n_out));
                 });

@@ -1,0 +1,220 @@
+// quant/w4a16's decode with bf16 activations at the AVX-512 BF16 level (F, BW, BF16; its own flags): the recipe of
+// w4a16_bf16.h. Per span of 128 codes (one aligned 64-byte load), 4 x 32 codes become bf16 128 + q by one shift and
+// one and-or (vpternlogd) each, in the pair order of w4a16_format.h's 16-bit words, and vdpbf16ps multiplies them
+// with the tokens' rounded activations, 32 products per instruction, into one float accumulator per group; one FMA
+// per group and token scales it by d. The (m - 128 d) S terms are a short dot product per row at the end.
+#include "w4a16_bf16.h"
+
+#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512BF16__)
+
+#include <immintrin.h>
+
+#include <algorithm>
+#include <type_traits>
+
+namespace troupe::w4a16 {
+namespace {
+
+constexpr int k_prefetch_distance = 8192;  // bytes ahead in the row stream (as the float kernels)
+
+// Word 2i <- word i, word 2i + 1 <- word 16 + i: the pairs (x[i], x[16 + i]) of 32 activations.
+alignas(64) constexpr uint16_t k_pair_order[32] = {0, 16, 1, 17, 2,  18, 3,  19, 4,  20, 5,  21, 6,  22, 7,  23,
+                                                   8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
+
+// The 32 bf16 words of 16 rounded floats and 16 more (hi), as floats (bf16 bits << 16).
+inline __m512 widen(__m256i h) {
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+}
+
+void make_activations_avx512(const float* x, int64_t n_tokens, int64_t n_in, int g, uint16_t* xb, float* u) {
+    const __m512i pairs = _mm512_load_si512(k_pair_order);
+    const int64_t u_stride = bf16_u_stride(n_in, g);
+    for (int64_t t = 0; t < n_tokens; ++t) {
+        const float* xt = x + t * n_in;
+        uint16_t* bt = xb + t * n_in;
+        float* ut = u + t * u_stride;
+        std::fill(ut, ut + u_stride, 0.0f);
+        __m512 sum = _mm512_setzero_ps();
+        for (int64_t c = 0; c < n_in / 32; ++c) {
+            // words 0..15: x[32c..32c + 16) rounded, words 16..31: x[32c + 16..32c + 32)
+            const __m512i h = reinterpret_cast<__m512i>(
+                _mm512_cvtne2ps_pbh(_mm512_loadu_ps(xt + 32 * c + 16), _mm512_loadu_ps(xt + 32 * c)));
+            _mm512_store_si512(bt + 32 * c, _mm512_permutexvar_epi16(pairs, h));
+            sum = _mm512_add_ps(
+                sum, _mm512_add_ps(widen(_mm512_castsi512_si256(h)), widen(_mm512_extracti64x4_epi64(h, 1))));
+            if ((32 * (c + 1)) % g == 0) {
+                const float s = _mm512_reduce_add_ps(sum);
+                const int64_t gi = 32 * c / g;
+                ut[2 * gi] = -128.0f * s;
+                ut[2 * gi + 1] = s;
+                sum = _mm512_setzero_ps();
+            }
+        }
+    }
+}
+
+// Codes 32C..32C + 31 of a span whose codes are v, as bf16 128 + q in the pair order (w4a16_format.h).
+template <int C>
+inline __m512bh words(__m512i v) {
+    const __m512i bias = _mm512_set1_epi16(0x4300);
+    if constexpr (C == 3) return reinterpret_cast<__m512bh>(_mm512_or_si512(_mm512_srli_epi16(v, 12), bias));
+    const __m512i s = C == 0 ? v : _mm512_srli_epi16(v, 4 * C);
+    return reinterpret_cast<__m512bh>(_mm512_ternarylogic_epi32(s, _mm512_set1_epi16(0x000f), bias, 0xea));  // a&b|c
+}
+
+// y[t * ldy] (+)= row r . bf16(x[t0 + t]) for T tokens over spans [s0, s1); the (m - 128 d) S terms on the first
+// sweep (s0 == 0).
+// The sums of d S' run in n_chains accumulators per token (an FMA's latency per group would otherwise bound the loop).
+template <int G, int T>
+void row_dot(const matrix& w, int64_t r, const bf16_activations& a, int64_t t0, float* y, int64_t ldy, int64_t s0,
+             int64_t s1) {
+    constexpr int per_group = G / 32;  // word vectors per group
+    constexpr int groups_per_span = static_cast<int>(k_span) / G;
+    constexpr int n_chains = T == 1 ? 4 : 2;
+    const uint8_t* spans = w.spans(r);
+    const float* scales = w.scales(r);
+    const uint16_t* x0 = a.x + t0 * a.n_in;
+    __m512 chains[n_chains][T];
+    for (int c = 0; c < n_chains; ++c) {
+        for (int t = 0; t < T; ++t) chains[c][t] = _mm512_setzero_ps();
+    }
+    // S' of one group (its word vectors wv, activations from word xk) for every token, times d into tot[0..T).
+    auto group = [&](__m512* tot, const __m512bh* wv, const uint16_t* xk, const float* d) {
+        __m512 acc[T];
+#pragma GCC unroll 4
+        for (int t = 0; t < T; ++t) {
+            acc[t] = _mm512_dpbf16_ps(_mm512_setzero_ps(), wv[0],
+                                      reinterpret_cast<__m512bh>(_mm512_load_si512(xk + t * a.n_in)));
+        }
+        if constexpr (per_group == 4) {  // two chains of two: half the latency
+            __m512 acc2[T];
+#pragma GCC unroll 4
+            for (int t = 0; t < T; ++t) {
+                acc2[t] = _mm512_dpbf16_ps(_mm512_setzero_ps(), wv[2],
+                                           reinterpret_cast<__m512bh>(_mm512_load_si512(xk + t * a.n_in + 64)));
+                acc[t] = _mm512_dpbf16_ps(acc[t], wv[1],
+                                          reinterpret_cast<__m512bh>(_mm512_load_si512(xk + t * a.n_in + 32)));
+                acc2[t] = _mm512_dpbf16_ps(acc2[t], wv[3],
+                                           reinterpret_cast<__m512bh>(_mm512_load_si512(xk + t * a.n_in + 96)));
+                acc[t] = _mm512_add_ps(acc[t], acc2[t]);
+            }
+        } else {
+#pragma GCC unroll 4
+            for (int c = 1; c < per_group; ++c) {
+#pragma GCC unroll 4
+                for (int t = 0; t < T; ++t) {
+                    acc[t] = _mm512_dpbf16_ps(acc[t], wv[c],
+                                              reinterpret_cast<__m512bh>(_mm512_load_si512(xk + t * a.n_in + 32 * c)));
+                }
+            }
+        }
+        const __m512 dv = _mm512_set1_ps(*d);
+#pragma GCC unroll 4
+        for (int t = 0; t < T; ++t) tot[t] = _mm512_fmadd_ps(dv, acc[t], tot[t]);
+    };
+    // Span s; the parity of s (P) and the group pick the accumulators.
+    auto span = [&](auto parity, int64_t s, int n_groups) {
+        constexpr int P = decltype(parity)::value;
+        const uint8_t* sp = spans + s * k_span_bytes;
+        _mm_prefetch(reinterpret_cast<const char*>(sp) + k_prefetch_distance, _MM_HINT_T0);
+        __m512i v = _mm512_load_si512(sp);
+        asm("" : "+v"(v));  // one load of the codes: else gcc folds a load into each shift (the load ports limit)
+        const __m512bh wv[4] = {words<0>(v), words<1>(v), words<2>(v), words<3>(v)};
+        const float* sc = scales + 2 * (s * k_span / G);
+#pragma GCC unroll 4
+        for (int gi = 0; gi < groups_per_span; ++gi) {
+            if (gi < n_groups) {
+                group(chains[(P * groups_per_span + gi) % n_chains], wv + gi * per_group, x0 + s * k_span + gi * G,
+                      sc + 2 * gi);
+            }
+        }
+    };
+    const int64_t n_full = std::min(s1, w.n_in / k_span);
+    int64_t s = s0;
+    for (; s + 2 <= n_full; s += 2) {
+        span(std::integral_constant<int, 0>{}, s, groups_per_span);
+        span(std::integral_constant<int, 1>{}, s + 1, groups_per_span);
+    }
+    if (s < n_full) span(std::integral_constant<int, 0>{}, s, groups_per_span);
+    if (const int64_t rest = w.n_in - n_full * k_span; rest > 0 && n_full < s1) {  // a short last span (G < 128)
+        span(std::integral_constant<int, 1>{}, n_full, static_cast<int>(rest / G));
+    }
+    __m512 tot[T];
+    for (int t = 0; t < T; ++t) {
+        tot[t] = chains[0][t];
+        for (int c = 1; c < n_chains; ++c) tot[t] = _mm512_add_ps(tot[t], chains[c][t]);
+    }
+    if (s0 == 0) {  // sum_g (d_g, m_g) . (-128 S_g, S_g): the row's scales against the tokens' u
+        const int64_t n_scales = 2 * (w.n_in / G);
+        for (int64_t c = 0; c < n_scales; c += 16) {
+            const __mmask16 k = n_scales - c >= 16 ? 0xffff : static_cast<__mmask16>((1u << (n_scales - c)) - 1);
+            const __m512 sc = _mm512_maskz_loadu_ps(k, scales + c);
+#pragma GCC unroll 4
+            for (int t = 0; t < T; ++t) {
+                tot[t] = _mm512_fmadd_ps(sc, _mm512_load_ps(a.u + (t0 + t) * a.u_stride + c), tot[t]);
+            }
+        }
+    }
+    for (int t = 0; t < T; ++t) y[t * ldy] = (s0 > 0 ? y[t * ldy] : 0.0f) + _mm512_reduce_add_ps(tot[t]);
+}
+
+// Rows [r0, r1) of every token, 4 tokens per pass over a row. Several tokens whose activations overflow L1 (4 tokens
+// of 5632 bf16 are 45 KB) sweep the rows in chunks of 8 spans (1024 columns), partial sums added into y.
+template <int G>
+void decode_g(const matrix& w, const bf16_activations& a, float* y, int64_t r0, int64_t r1) {
+    const int64_t n_tokens = a.n_tokens;
+    const int64_t n_sp = n_spans(w.n_in);
+    const bool chunked = n_tokens > 1 && w.n_in * std::min<int64_t>(n_tokens, 4) * 2 > 32768;
+    const int64_t chunk_spans = chunked ? 8 : n_sp;
+    for (int64_t s0 = 0; s0 < n_sp; s0 += chunk_spans) {
+        const int64_t s1 = std::min(n_sp, s0 + chunk_spans);
+        for (int64_t r = r0; r < r1; ++r) {
+            int64_t t = 0;
+            for (; t + 4 <= n_tokens; t += 4) row_dot<G, 4>(w, r, a, t, y + t * w.n_out + r, w.n_out, s0, s1);
+            switch (n_tokens - t) {
+                case 3:
+                    row_dot<G, 3>(w, r, a, t, y + t * w.n_out + r, w.n_out, s0, s1);
+                    break;
+                case 2:
+                    row_dot<G, 2>(w, r, a, t, y + t * w.n_out + r, w.n_out, s0, s1);
+                    break;
+                case 1:
+                    row_dot<G, 1>(w, r, a, t, y + t * w.n_out + r, w.n_out, s0, s1);
+                    break;
+                default:
+                    break;
+            }
+        }
+    }
+}
+
+void decode_avx512_bf16(const matrix& w, const bf16_activations& a, float* y, int64_t r0, int64_t r1) {
+    switch (w.g) {
+        case 32:
+            return decode_g<32>(w, a, y, r0, r1);
+        case 64:
+            return decode_g<64>(w, a, y, r0, r1);
+        default:
+            return decode_g<128>(w, a, y, r0, r1);
+    }
+}
+
+const bf16_kernel_set k_avx512_bf16 = {"avx512_bf16", make_activations_avx512, decode_avx512_bf16};
+
+}  // namespace
+
+const bf16_kernel_set* avx512_bf16_kernels() {
+    return &k_avx512_bf16;
+}
+
+}  // namespace troupe::w4a16
+
+#else
+
+namespace troupe::w4a16 {
+const bf16_kernel_set* avx512_bf16_kernels() {
+    return nullptr;
+}
+}  // namespace troupe::w4a16
+
+#endif
