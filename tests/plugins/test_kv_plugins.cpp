@@ -279,7 +279,7 @@ TEST(kv_plugin_refusals, bad_params_and_shapes_fail_with_the_key_or_the_shape_na
         const char* expected;
     };
     for (const bad_shape& b :
-         {bad_shape{"int8", 7, "head_dim 7 is odd"}, bad_shape{"kivi", 6, "head_dim 6 must be a multiple of 4"},
+         {bad_shape{"int8", 6, "head_dim 6 is not a multiple of 4"}, bad_shape{"kivi", 6, "head_dim 6 must be a multiple of 4"},
           bad_shape{"fp8", 512, "head_dim in 1..256"}}) {
         auto inst = host.load_kv(b.plugin);
         ASSERT_TRUE(inst.ok()) << inst.err().message;

@@ -209,10 +209,18 @@ inline int32_t forward(troupe_plugin_instance* inst, const troupe_kv_call* call,
         std::stable_sort(tiles.begin(), tiles.end(), [&c](const query_tile& a, const query_tile& b) {
             return c.positions[a.tokens[a.n_tokens - 1]] > c.positions[b.tokens[b.n_tokens - 1]];
         });
+        // A thread's consecutive items of one tile are one run of kv heads (cut to what the scratch holds),
+        // attended in one pass over the tile's blocks.
         rc = run_parallel(par, static_cast<int64_t>(tiles.size()) * c.n_kv_heads, [&](int64_t begin, int64_t end) {
-            for (int64_t item = begin; item < end; ++item) {
-                attend_tile(inst->geometry, inst->codec, c, tiles[static_cast<size_t>(item / c.n_kv_heads)],
-                            static_cast<int32_t>(item % c.n_kv_heads), last_pos);
+            int64_t item = begin;
+            while (item < end) {
+                const query_tile& tile = tiles[static_cast<size_t>(item / c.n_kv_heads)];
+                const auto h0 = static_cast<int32_t>(item % c.n_kv_heads);
+                const int32_t max_run = run_heads(tile.n_tokens * (c.n_heads / c.n_kv_heads), hd);
+                const int32_t h1 =
+                    static_cast<int32_t>(std::min<int64_t>({c.n_kv_heads, h0 + max_run, h0 + (end - item)}));
+                attend_tile(inst->geometry, inst->codec, c, tile, h0, h1, last_pos);
+                item += h1 - h0;
             }
         });
         if (rc != TROUPE_OK) return fail(inst, rc, "attention failed in the host's parallel_for");

@@ -49,7 +49,17 @@ struct block_kernels {
     // move to the new max and acc's row g [head_dim] is rescaled to it.
     void (*softmax)(float* s, int32_t s_stride, int32_t group, int32_t n_rows, const int32_t* n_seen, float* run_max,
                     float* run_sum, float* acc, int32_t head_dim);
+    // Asks the cache for the bytes of kv head h of a block the attention reads next (null: none). A head's bytes
+    // are a few stretches in a block of every head's, blocks scattered in the pool, an order the hardware
+    // prefetcher does not follow: without it a decode step waits on memory at every block.
+    void (*prefetch)(const void* format, const uint8_t* block, int32_t h) = nullptr;
 };
+
+// Prefetches n bytes from p into the caches (a hint: no fault, no effect on results).
+inline void prefetch_bytes(const void* p, size_t n) {
+    const char* c = static_cast<const char*>(p);
+    for (size_t i = 0; i < n; i += 64) __builtin_prefetch(c + i);
+}
 
 // The scalar write side of a format (not a hot path: a token is written once per layer).
 struct block_codec {

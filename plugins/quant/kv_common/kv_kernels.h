@@ -8,6 +8,7 @@
 //   D::key_channels(f, block, h, mul, add)   per-channel factors of the block's keys: k[c] = mul[c] * x[c] + add[c]
 //   D::key_row(f, block, h, r, x)            x[c] of key row r (its codes, times a per-token scale where there is one)
 //   D::value_row(f, block, h, r, x)          value row r, dequantized
+//   D::prefetch(f, block, h)                 block_kernels::prefetch
 //
 // so a score is  scale * sum_c q[c] k[c] = sum_c (scale q[c] mul[c]) x[c] + scale sum_c q[c] add[c]: the query is
 // scaled by the block's channel factors once per block, and each row costs one dot product with its codes.
@@ -210,8 +211,12 @@ void accumulate_block(const void* format, const uint8_t* block, int32_t h, const
 // The kernel table of decoder D.
 template <class D>
 block_kernels kernels_of() {
-    return block_kernels{scores_block<D>, accumulate_block<D>, scores_f32<typename D::isa>,
-                         accumulate_f32<typename D::isa>, softmax_block<typename D::isa>};
+    return block_kernels{scores_block<D>,
+                         accumulate_block<D>,
+                         scores_f32<typename D::isa>,
+                         accumulate_f32<typename D::isa>,
+                         softmax_block<typename D::isa>,
+                         D::prefetch};
 }
 
 #if defined(__AVX512F__)
@@ -229,6 +234,7 @@ void scores_fused(const typename D::format& f, const uint8_t* block, int32_t h, 
         const float* qg = q + static_cast<size_t>(g) * N * 16;
         __m512 qs[N];
         __m512 a = _mm512_setzero_ps();
+#pragma GCC unroll 16
         for (int i = 0; i < N; ++i) {
             const __m512 qv = _mm512_loadu_ps(qg + 16 * i);
             qs[i] = _mm512_mul_ps(sv, _mm512_mul_ps(qv, _mm512_load_ps(mul + 16 * i)));
@@ -237,6 +243,7 @@ void scores_fused(const typename D::format& f, const uint8_t* block, int32_t h, 
         const float qa = scale * _mm512_reduce_add_ps(a);
         for (int32_t r = 0; r < n_rows; ++r) {
             __m512 d = _mm512_mul_ps(qs[0], D::key16(f, block, h, r, 0));
+#pragma GCC unroll 16
             for (int i = 1; i < N; ++i) d = _mm512_fmadd_ps(qs[i], D::key16(f, block, h, r, 16 * i), d);
             s[g * s_stride + r] = _mm512_reduce_add_ps(d) + qa;
         }
@@ -249,11 +256,14 @@ void accumulate_fused(const typename D::format& f, const uint8_t* block, int32_t
     for (int32_t g = 0; g < group; ++g) {
         float* ag = acc + static_cast<size_t>(g) * N * 16;
         __m512 a[N];
+#pragma GCC unroll 16
         for (int i = 0; i < N; ++i) a[i] = _mm512_loadu_ps(ag + 16 * i);
         for (int32_t r = 0; r < n_rows; ++r) {
             const __m512 w = _mm512_set1_ps(p[g * p_stride + r]);
+#pragma GCC unroll 16
             for (int i = 0; i < N; ++i) a[i] = _mm512_fmadd_ps(w, D::value16(f, block, h, r, 16 * i), a[i]);
         }
+#pragma GCC unroll 16
         for (int i = 0; i < N; ++i) _mm512_storeu_ps(ag + 16 * i, a[i]);
     }
 }
@@ -289,8 +299,12 @@ void accumulate_auto(const void* format, const uint8_t* block, int32_t h, const 
 // 128, the row-buffer ones otherwise.
 template <class D>
 block_kernels fused_kernels_of() {
-    return block_kernels{scores_auto<D>, accumulate_auto<D>, scores_f32<typename D::isa>,
-                         accumulate_f32<typename D::isa>, softmax_block<typename D::isa>};
+    return block_kernels{scores_auto<D>,
+                         accumulate_auto<D>,
+                         scores_f32<typename D::isa>,
+                         accumulate_f32<typename D::isa>,
+                         softmax_block<typename D::isa>,
+                         D::prefetch};
 }
 #endif
 

@@ -48,6 +48,16 @@ template <class Isa>
 struct fp8_decoder_base {
     using format = fp8_format;
     using isa = Isa;
+    static void prefetch(const void* format, const uint8_t* block, int32_t h) {
+        const auto& f = *static_cast<const fp8_format*>(format);
+        prefetch_bytes(f.k_codes(block, h, 0), f.head_rows());
+        prefetch_bytes(f.v_codes(block, h, 0), f.head_rows());
+        if (f.scaled) {
+            auto* b = const_cast<uint8_t*>(block);
+            prefetch_bytes(f.scale_at(b, false, h, 0), static_cast<size_t>(f.geometry.block_size) * sizeof(float));
+            prefetch_bytes(f.scale_at(b, true, h, 0), static_cast<size_t>(f.geometry.block_size) * sizeof(float));
+        }
+    }
     static void key_channels(const fp8_format& f, const uint8_t*, int32_t, float* mul, float* add) {
         for (int32_t c = 0; c < f.geometry.head_dim; ++c) {
             mul[c] = 1.0f;

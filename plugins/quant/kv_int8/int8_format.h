@@ -6,11 +6,17 @@
 // window, reads of an open block, reopening after a rollback). Values per token: a scale per (token, kv head),
 // absmax / 127 over head_dim, quantized as they are written.
 //
-//   block (bytes): K codes  [n_kv_heads, block_size, head_dim] int8
+//   block (bytes): K codes  [n_kv_heads, head_dim / 4, block_size, 4] code + 128 as uint8   (channel groups of 4)
 //                  V codes  [n_kv_heads, block_size, head_dim] int8
 //                  V scales [n_kv_heads, block_size] float
 //                  K scales [n_kv_heads, head_dim] float          (per block)
 //   bytes_per_token = n_kv_heads * (2 * head_dim + 4), bytes_per_block = 4 * n_kv_heads * head_dim
+//
+// The keys are stored channel-group-major so that one 32-bit lane holds four channels of one row and a 64-byte
+// vector sixteen rows: a block's scores are integer dot products (AVX-512 VNNI vpdpbusd: unsigned bytes times
+// signed bytes, four per lane) of the codes with the query quantized once per block (int8_query below), rows in
+// lanes, with no horizontal sum. The codes are biased by 128 to be the unsigned operand; the bias comes back out as
+// 128 * sum of the query's codes.
 #pragma once
 
 #include <algorithm>
@@ -26,11 +32,16 @@ struct int8_format {
     kv_geometry geometry;
 
     size_t head_rows() const { return static_cast<size_t>(geometry.block_size) * geometry.head_dim; }
-    const int8_t* k_codes(const uint8_t* block, int32_t h, int32_t r) const {
-        return reinterpret_cast<const int8_t*>(block) + h * head_rows() + static_cast<size_t>(r) * geometry.head_dim;
+    // Channel group cg (channels 4 cg .. 4 cg + 3) of kv head h: [block_size, 4] biased codes.
+    const uint8_t* k_group(const uint8_t* block, int32_t h, int32_t cg) const {
+        return block + h * head_rows() + static_cast<size_t>(cg) * geometry.block_size * 4;
+    }
+    int32_t k_code(const uint8_t* block, int32_t h, int32_t r, int32_t c) const {
+        return static_cast<int32_t>(k_group(block, h, c / 4)[r * 4 + c % 4]) - 128;
     }
     const int8_t* v_codes(const uint8_t* block, int32_t h, int32_t r) const {
-        return k_codes(block, h, r) + geometry.n_kv_heads * head_rows();
+        return reinterpret_cast<const int8_t*>(block) + (geometry.n_kv_heads + h) * head_rows() +
+               static_cast<size_t>(r) * geometry.head_dim;
     }
     const float* v_scales(const uint8_t* block, int32_t h) const {
         return reinterpret_cast<const float*>(block + 2 * geometry.n_kv_heads * head_rows()) +
@@ -58,21 +69,51 @@ static inline float int8_quantize(const float* x, int32_t n, int32_t stride, int
     return scale;
 }
 
-// Decoders of the block's rows for the kernels (kv_kernels.h), over instruction set Isa.
+// A query row meeting one block's keys: x[c] = scale * q[c] * k_scale[c] (the block's per-channel factor folded
+// into the query), quantized to int8 codes with the scale absmax / 127. The AVX-512 kernels compute the same floats
+// with the same operations (two products, a maximum, one product, rounding to nearest even), so their codes are
+// these codes.
+struct int8_query {
+    float scale = 0.0f;  // a score is scale * (sum_c code[c] * k_code[c])
+    int32_t sum = 0;     // sum_c code[c]: the keys' bias of 128 adds 128 * sum
+};
+
+static inline int8_query int8_quantize_query(const float* q, const float* k_scales, int32_t n, float scale,
+                                             int8_t* codes) {
+    float x[max_head_dim];
+    float amax = 0.0f;
+    for (int32_t c = 0; c < n; ++c) {
+        x[c] = (scale * q[c]) * k_scales[c];
+        amax = std::max(amax, std::fabs(x[c]));
+    }
+    int8_query out;
+    out.scale = amax / 127.0f;
+    const float inv = out.scale > 0.0f ? 1.0f / out.scale : 0.0f;
+    for (int32_t c = 0; c < n; ++c) {
+        codes[c] = static_cast<int8_t>(std::clamp(std::nearbyint(x[c] * inv), -127.0f, 127.0f));
+        out.sum += codes[c];
+    }
+    return out;
+}
+
+// block_kernels::prefetch: kv head h's key codes, value codes and both scales.
+static inline void int8_prefetch(const void* format, const uint8_t* block, int32_t h) {
+    const auto& f = *static_cast<const int8_format*>(format);
+    prefetch_bytes(f.k_group(block, h, 0), f.head_rows());
+    prefetch_bytes(f.v_codes(block, h, 0), f.head_rows());
+    prefetch_bytes(f.v_scales(block, h), static_cast<size_t>(f.geometry.block_size) * sizeof(float));
+    prefetch_bytes(f.k_scales(block, h), static_cast<size_t>(f.geometry.head_dim) * sizeof(float));
+}
+
+// Decoders of the block's value rows for the kernels (kv_kernels.h), over instruction set Isa.
 template <class Isa>
 struct int8_decoder_base {
     using format = int8_format;
     using isa = Isa;
-    static void key_channels(const int8_format& f, const uint8_t* block, int32_t h, float* mul, float* add) {
-        const float* ks = f.k_scales(block, h);
-        for (int32_t c = 0; c < f.geometry.head_dim; ++c) {
-            mul[c] = ks[c];
-            add[c] = 0.0f;
-        }
-    }
 };
 
 block_kernels int8_kernels_ref();
-block_kernels int8_kernels_avx512();
+block_kernels int8_kernels_avx512();       // AVX-512F/BW: vpdpbusd emulated by vpmaddwd
+block_kernels int8_kernels_avx512_vnni();  // AVX-512 VNNI
 
 }  // namespace troupe::kv

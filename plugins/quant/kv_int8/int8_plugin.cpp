@@ -1,7 +1,7 @@
 // kv/int8: a KV cache of int8 codes (int8_format.h), about half the bytes of an f16 cache per token.
 //
 // Parameters:
-//   kernel: auto | scalar | avx512   (default auto: AVX-512 where the CPU has it)
+//   kernel: auto | scalar | avx512   (default auto: AVX-512 where the CPU has it; with VNNI where it has that too)
 #include <troupe/plugin.h>
 
 #include "int8_format.h"
@@ -24,13 +24,18 @@ void int8_write(const void* f, uint8_t* block, float* win_k, float*, int32_t h, 
     const_cast<float*>(F.v_scales(block, h))[row] = int8_quantize(v, hd, 1, codes, 1);
 }
 
-// Per channel: the block's scale and codes.
+// Per channel: the block's scale and codes (biased by 128, channel groups of 4: int8_format.h).
 void int8_close(const void* f, uint8_t* block, const float* win_k, const float*, int32_t h) {
     const int8_format& F = fmt(f);
     const int32_t hd = F.geometry.head_dim;
+    const int32_t bs = F.geometry.block_size;
     auto* scales = const_cast<float*>(F.k_scales(block, h));
-    auto* codes = const_cast<int8_t*>(F.k_codes(block, h, 0));
-    for (int32_t c = 0; c < hd; ++c) scales[c] = int8_quantize(win_k + c, F.geometry.block_size, hd, codes + c, hd);
+    int8_t codes[max_block_size];
+    for (int32_t c = 0; c < hd; ++c) {
+        scales[c] = int8_quantize(win_k + c, bs, hd, codes, 1);
+        auto* group = const_cast<uint8_t*>(F.k_group(block, h, c / 4));
+        for (int32_t r = 0; r < bs; ++r) group[r * 4 + c % 4] = static_cast<uint8_t>(codes[r] + 128);
+    }
 }
 
 void int8_reload(const void* f, const uint8_t* block, float* win_k, float*, int32_t h, int32_t n_rows) {
@@ -38,15 +43,18 @@ void int8_reload(const void* f, const uint8_t* block, float* win_k, float*, int3
     const int32_t hd = F.geometry.head_dim;
     const float* scales = F.k_scales(block, h);
     for (int32_t r = 0; r < n_rows; ++r) {
-        const int8_t* codes = F.k_codes(block, h, r);
-        for (int32_t c = 0; c < hd; ++c) win_k[static_cast<size_t>(r) * hd + c] = scales[c] * codes[c];
+        for (int32_t c = 0; c < hd; ++c)
+            win_k[static_cast<size_t>(r) * hd + c] = scales[c] * static_cast<float>(F.k_code(block, h, r, c));
     }
 }
 
 class int8_choice final : public format_choice {
 public:
     std::string make(const kv_geometry& g, bool avx512, block_codec& codec, troupe_kv_layout& layout) override {
-        if (g.head_dim % 2 != 0) return "head_dim " + std::to_string(g.head_dim) + " is odd; kv/int8 needs it even";
+        if (g.head_dim % 4 != 0) {
+            return "head_dim " + std::to_string(g.head_dim) +
+                   " is not a multiple of 4; kv/int8 stores keys in groups of 4 channels";
+        }
         format_.geometry = g;
         codec.format = &format_;
         codec.window_keys = true;
@@ -54,7 +62,9 @@ public:
         codec.write = int8_write;
         codec.close = int8_close;
         codec.reload = int8_reload;
-        codec.kernels = avx512 ? int8_kernels_avx512() : int8_kernels_ref();
+        codec.kernels = !avx512                                ? int8_kernels_ref()
+                        : __builtin_cpu_supports("avx512vnni") ? int8_kernels_avx512_vnni()
+                                                               : int8_kernels_avx512();
         layout.bytes_per_token = format_.bytes_per_token();
         layout.bytes_per_block = format_.bytes_per_block();
         return "";

@@ -98,6 +98,14 @@ struct kivi_decoder_base {
             add[c] = fp16_to_fp32(kp[2 * c + 1]);
         }
     }
+    static void prefetch(const void* format, const uint8_t* block, int32_t h) {
+        const auto& f = *static_cast<const kivi_format*>(format);
+        prefetch_bytes(f.k_codes(block, h, 0), f.head_bytes());
+        prefetch_bytes(f.v_codes(block, h, 0), f.head_bytes());
+        prefetch_bytes(f.v_params(block, h, 0),
+                       static_cast<size_t>(f.geometry.block_size) * f.value_groups() * 2 * sizeof(uint16_t));
+        prefetch_bytes(f.k_params(block, h), static_cast<size_t>(f.geometry.head_dim) * 2 * sizeof(uint16_t));
+    }
     // The scalar rows (the reference; the AVX-512 decoder replaces them where the packing allows).
     static void key_row(const kivi_format& f, const uint8_t* block, int32_t h, int32_t r, float* x) {
         const uint8_t* row = f.k_codes(block, h, r);
