@@ -21,6 +21,7 @@
 
 #include "cli/commands.h"
 #include "cli/engine_flags.h"
+#include "core/log/log.h"
 #include "core/model/compute_context.h"
 #include "core/plugin_host/plugin_host.h"
 #include "core/plugin_host/plugin_model_services.h"
@@ -42,13 +43,18 @@ std::string methods_found(const plugin_host& host) {
     const std::filesystem::path dir = std::filesystem::path(host.plugin_dir()) / "quant";
     std::error_code ec;
     std::vector<std::string> found;
+    // Probing opens every quant plugin: their "loaded" lines would bury the error, so only warnings show meanwhile.
+    const log_level level = current_log_level();
+    if (level < log_level::warn) set_log_level(log_level::warn);
     for (const auto& e : std::filesystem::directory_iterator(dir, ec)) {
         const std::string file = e.path().filename().string();
         const std::string pre = "libtroupe_quant_", suf = ".so";
         if (file.rfind(pre, 0) != 0 || file.size() <= pre.size() + suf.size()) continue;
-        auto lib = plugin_library::open(e.path().string(), plugin_kind::quant, "quant/" + file);
+        const std::string label = "quant/" + file.substr(pre.size(), file.size() - pre.size() - suf.size());
+        auto lib = plugin_library::open(e.path().string(), plugin_kind::quant, label);
         if (lib.ok() && (*lib)->quantize_ops() != nullptr) found.push_back((*lib)->info().name);
     }
+    set_log_level(level);
     std::sort(found.begin(), found.end());
     for (const std::string& n : found) names += (names.empty() ? "" : ", ") + n;
     return names.empty() ? "none found in " + dir.string() : names + " (in " + dir.string() + ")";
