@@ -97,11 +97,15 @@ inline void attend_tile(const kv_geometry& geometry, const block_codec& codec, c
     for (int32_t b = 0; b <= p_max / bs; ++b) {
         const int32_t n_rows = b < p_max / bs ? bs : p_max % bs + 1;
         const uint8_t* block = block_at(b);
-        if (b + prefetch_blocks <= p_max / bs) prefetch(b + prefetch_blocks);
         const bool in_window = b >= first_residual && win.held[b % n_res] == b + 1;
         int32_t n_seen[max_group];  // rows of the block at or before each query row's position
         for (int32_t g = 0; g < n_q; ++g) n_seen[g] = std::clamp(pos[g] - b * bs + 1, 0, n_rows);
         for (int32_t h = h0; h < h1; ++h) {
+            // Head h's bytes of a block ahead, one head at a time (a block's worth at once overflows the misses the
+            // core tracks, and later prefetches are dropped).
+            if (kern.prefetch && b + prefetch_blocks <= p_max / bs) {
+                kern.prefetch(codec.format, block_at(b + prefetch_blocks), h);
+            }
             const float* qh = q + (h - h0) * head_floats;
             float* acc_h = acc + (h - h0) * head_floats;
             if (in_window && codec.window_keys) {

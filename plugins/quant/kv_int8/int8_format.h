@@ -7,16 +7,19 @@
 // absmax / 127 over head_dim, quantized as they are written.
 //
 //   block (bytes): K codes  [n_kv_heads, head_dim / 4, block_size, 4] code + 128 as uint8   (channel groups of 4)
-//                  V codes  [n_kv_heads, block_size, head_dim] int8
+//                  V codes  [n_kv_heads, ceil(block_size / 4), head_dim, 4] int8              (row groups of 4)
 //                  V scales [n_kv_heads, block_size] float
 //                  K scales [n_kv_heads, head_dim] float          (per block)
-//   bytes_per_token = n_kv_heads * (2 * head_dim + 4), bytes_per_block = 4 * n_kv_heads * head_dim
+//   bytes_per_token = n_kv_heads * (2 * head_dim + 4),
+//   bytes_per_block = 4 * n_kv_heads * head_dim (+ n_kv_heads * head_dim for each row that pads the last row group)
 //
-// The keys are stored channel-group-major so that one 32-bit lane holds four channels of one row and a 64-byte
-// vector sixteen rows: a block's scores are integer dot products (AVX-512 VNNI vpdpbusd: unsigned bytes times
-// signed bytes, four per lane) of the codes with the query quantized once per block (int8_query below), rows in
-// lanes, with no horizontal sum. The codes are biased by 128 to be the unsigned operand; the bias comes back out as
-// 128 * sum of the query's codes.
+// Both parts are laid out for AVX-512 VNNI's vpdpbusd (four products of unsigned by signed bytes summed into each
+// 32-bit lane): the keys channel-group-major, so a 64-byte vector holds sixteen rows' four channels and a block's
+// scores are integer dot products of the codes with the query quantized once per block (int8_query below), rows in
+// lanes, no horizontal sum (the codes are biased by 128 to be the unsigned operand, and 128 * the sum of the query's
+// codes comes back out); the values row-group-major, so a vector holds sixteen channels of four rows and the
+// probability-weighted sum of a block's value rows is integer dot products of the codes with the weights
+// p[r] * v_scale[r] quantized once per block to 0..255 (int8_weights below), channels in lanes.
 #pragma once
 
 #include <algorithm>
@@ -39,12 +42,18 @@ struct int8_format {
     int32_t k_code(const uint8_t* block, int32_t h, int32_t r, int32_t c) const {
         return static_cast<int32_t>(k_group(block, h, c / 4)[r * 4 + c % 4]) - 128;
     }
-    const int8_t* v_codes(const uint8_t* block, int32_t h, int32_t r) const {
-        return reinterpret_cast<const int8_t*>(block) + (geometry.n_kv_heads + h) * head_rows() +
-               static_cast<size_t>(r) * geometry.head_dim;
+    int32_t row_groups() const { return (geometry.block_size + 3) / 4; }
+    size_t v_head_bytes() const { return static_cast<size_t>(row_groups()) * 4 * geometry.head_dim; }
+    // Row group rg (rows 4 rg .. 4 rg + 3) of kv head h's values: [head_dim, 4] codes.
+    const int8_t* v_group(const uint8_t* block, int32_t h, int32_t rg) const {
+        return reinterpret_cast<const int8_t*>(block) + geometry.n_kv_heads * head_rows() + h * v_head_bytes() +
+               static_cast<size_t>(rg) * geometry.head_dim * 4;
+    }
+    int32_t v_code(const uint8_t* block, int32_t h, int32_t r, int32_t c) const {
+        return v_group(block, h, r / 4)[c * 4 + r % 4];
     }
     const float* v_scales(const uint8_t* block, int32_t h) const {
-        return reinterpret_cast<const float*>(block + 2 * geometry.n_kv_heads * head_rows()) +
+        return reinterpret_cast<const float*>(block + geometry.n_kv_heads * (head_rows() + v_head_bytes())) +
                static_cast<size_t>(h) * geometry.block_size;
     }
     const float* k_scales(const uint8_t* block, int32_t h) const {
@@ -52,7 +61,10 @@ struct int8_format {
                static_cast<size_t>(h) * geometry.head_dim;
     }
     size_t bytes_per_token() const { return static_cast<size_t>(geometry.n_kv_heads) * (2 * geometry.head_dim + 4); }
-    size_t bytes_per_block() const { return 4 * static_cast<size_t>(geometry.n_kv_heads) * geometry.head_dim; }
+    size_t bytes_per_block() const {
+        const size_t pad_rows = static_cast<size_t>(row_groups()) * 4 - geometry.block_size;
+        return (4 + pad_rows) * geometry.n_kv_heads * geometry.head_dim;
+    }
 };
 
 static inline int8_t int8_code(float x, float inv_scale) {
@@ -100,17 +112,29 @@ static inline int8_query int8_quantize_query(const float* q, const float* k_scal
 static inline void int8_prefetch(const void* format, const uint8_t* block, int32_t h) {
     const auto& f = *static_cast<const int8_format*>(format);
     prefetch_bytes(f.k_group(block, h, 0), f.head_rows());
-    prefetch_bytes(f.v_codes(block, h, 0), f.head_rows());
+    prefetch_bytes(f.v_group(block, h, 0), f.v_head_bytes());
     prefetch_bytes(f.v_scales(block, h), static_cast<size_t>(f.geometry.block_size) * sizeof(float));
     prefetch_bytes(f.k_scales(block, h), static_cast<size_t>(f.geometry.head_dim) * sizeof(float));
 }
 
-// Decoders of the block's value rows for the kernels (kv_kernels.h), over instruction set Isa.
-template <class Isa>
-struct int8_decoder_base {
-    using format = int8_format;
-    using isa = Isa;
-};
+// A block's probabilities meeting its value rows: w[r] = p[r] * v_scale[r] (>= 0), quantized to 0..255 with the
+// scale max / 255; rows [n_rows, 4 * ceil(n_rows / 4)) get 0. Returns the scale (0: every weight is 0). The AVX-512
+// kernels compute the same floats with the same operations.
+static inline float int8_quantize_weights(const float* p, const float* v_scales, int32_t n_rows, uint8_t* codes) {
+    float w[max_block_size];
+    float wmax = 0.0f;
+    for (int32_t r = 0; r < n_rows; ++r) {
+        w[r] = p[r] * v_scales[r];
+        wmax = std::max(wmax, w[r]);
+    }
+    if (!(wmax > 0.0f)) return 0.0f;
+    const float scale = wmax / 255.0f;
+    const float inv = 1.0f / scale;
+    for (int32_t r = 0; r < n_rows; ++r)
+        codes[r] = static_cast<uint8_t>(std::clamp(std::nearbyint(w[r] * inv), 0.0f, 255.0f));
+    for (int32_t r = n_rows; r % 4 != 0; ++r) codes[r] = 0;
+    return scale;
+}
 
 block_kernels int8_kernels_ref();
 block_kernels int8_kernels_avx512();       // AVX-512F/BW: vpdpbusd emulated by vpmaddwd

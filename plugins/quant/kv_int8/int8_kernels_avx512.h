@@ -5,8 +5,9 @@
 //
 // Scores (int8_format.h): per query row, the query is quantized once per block against the block's channel
 // scales; then per 16 rows of the block (one per lane) and channel group cg, one 64-byte load of the codes
-// [16 rows, 4 channels] meets the query's 4 bytes of that group broadcast to every lane. Values: a row's codes widen
-// to floats in registers and meet the accumulator (kv_kernels.h's fused kernels), 16 channels per step.
+// [16 rows, 4 channels] meets the query's 4 bytes of that group broadcast to every lane. Values: per query row, the
+// weights p * v_scale are quantized once per block; then per 16 channels (one per lane) and row group, one 64-byte
+// load of the codes [16 channels, 4 rows] meets the group's 4 weights broadcast to every lane.
 #pragma once
 
 #include <immintrin.h>
@@ -16,25 +17,6 @@
 
 namespace troupe::kv {
 namespace {
-
-struct int8_decoder_avx512 : int8_decoder_base<isa_avx512> {
-    static void value_row(const int8_format& f, const uint8_t* block, int32_t h, int32_t r, float* x) {
-        const int32_t n = f.geometry.head_dim;
-        const __m512 s = _mm512_set1_ps(f.v_scales(block, h)[r]);
-        const int8_t* codes = f.v_codes(block, h, r);
-        for (int32_t c = 0; c < n; c += 16) {
-            const __mmask16 m = lanes_mask(n - c);
-            const __m512i w = _mm512_cvtepi8_epi32(_mm_maskz_loadu_epi8(m, codes + c));
-            _mm512_mask_storeu_ps(x + c, m, _mm512_mul_ps(s, _mm512_cvtepi32_ps(w)));
-        }
-    }
-    static __m512 value16(const int8_format& f, const uint8_t* block, int32_t h, int32_t r, int32_t c) {
-        const int8_t* codes = f.v_codes(block, h, r) + c;
-        return _mm512_mul_ps(
-            _mm512_set1_ps(f.v_scales(block, h)[r]),
-            _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(codes)))));
-    }
-};
 
 // int8_quantize_query, vectorized: the same floats, so the same codes. codes: 64-byte aligned, max_head_dim bytes.
 inline int8_query quantize_query(const float* q, const float* k_scales, int32_t n, float scale, int8_t* codes) {
@@ -110,11 +92,84 @@ void int8_scores(const void* format, const uint8_t* block, int32_t h, const floa
     }
 }
 
+// int8_quantize_weights, vectorized: the same floats, so the same codes. codes: room for n_rows rounded up to 16.
+inline float quantize_weights(const float* p, const float* v_scales, int32_t n_rows, uint8_t* codes) {
+    alignas(64) float w[max_block_size];
+    __m512 wmax = _mm512_setzero_ps();
+    for (int32_t r = 0; r < n_rows; r += 16) {
+        const __mmask16 m = lanes_mask(n_rows - r);
+        const __m512 v = _mm512_mul_ps(_mm512_maskz_loadu_ps(m, p + r), _mm512_maskz_loadu_ps(m, v_scales + r));
+        _mm512_store_ps(w + r, v);
+        wmax = _mm512_max_ps(wmax, v);
+    }
+    const float top = _mm512_reduce_max_ps(wmax);
+    if (!(top > 0.0f)) return 0.0f;
+    const float scale = top / 255.0f;
+    const __m512 inv = _mm512_set1_ps(1.0f / scale);
+    for (int32_t r = 0; r < n_rows; r += 16) {
+        __m512i v = _mm512_cvt_roundps_epi32(_mm512_mul_ps(_mm512_load_ps(w + r), inv),
+                                             _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+        v = _mm512_maskz_mov_epi32(lanes_mask(n_rows - r), _mm512_max_epi32(_mm512_min_epi32(v, _mm512_set1_epi32(255)),
+                                                                            _mm512_setzero_si512()));
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(codes + r), _mm512_cvtepi32_epi8(v));
+    }
+    return scale;
+}
+
+// Lanes [0, n) of a 16-lane vector, none for n <= 0.
+inline __mmask16 lanes_mask_or_none(int32_t n) {
+    return n <= 0 ? static_cast<__mmask16>(0) : lanes_mask(n);
+}
+
+// acc[g * head_dim + c] += sum_r p[g * p_stride + r] * v_r[c] (block_kernels::accumulate): per query row, the
+// weights are quantized once per block; then per 16 channels (lanes) and row group rg, one 64-byte load of the codes
+// [16 channels, 4 rows] meets the 4 weights of that group broadcast to every lane.
+template <class Dot>
+void int8_accumulate(const void* format, const uint8_t* block, int32_t h, const float* p, int32_t group, int32_t n_rows,
+                     int32_t p_stride, float* acc) {
+    const auto& f = *static_cast<const int8_format*>(format);
+    const int32_t hd = f.geometry.head_dim;
+    const int32_t n_groups = (n_rows + 3) / 4;
+    const int8_t* v0 = f.v_group(block, h, 0);
+    const size_t group_bytes = static_cast<size_t>(hd) * 4;
+    alignas(64) uint8_t wq[max_block_size + 16];  // [n_rows rounded up to 4] the weights' codes, read 4 at a time
+    for (int32_t g = 0; g < group; ++g) {
+        const float ws = quantize_weights(p + static_cast<size_t>(g) * p_stride, f.v_scales(block, h), n_rows, wq);
+        if (ws == 0.0f) continue;
+        const __m512 wsv = _mm512_set1_ps(ws);
+        float* ag = acc + static_cast<size_t>(g) * hd;
+        for (int32_t c0 = 0; c0 < hd; c0 += 64) {
+            __mmask16 m[4];
+            __m512i dot[4];
+#pragma GCC unroll 4
+            for (int32_t u = 0; u < 4; ++u) {
+                m[u] = lanes_mask_or_none(hd - c0 - 16 * u);
+                dot[u] = _mm512_setzero_si512();
+            }
+            for (int32_t rg = 0; rg < n_groups; ++rg) {
+                int32_t w4;
+                std::memcpy(&w4, wq + 4 * rg, 4);
+                const __m512i wv = _mm512_set1_epi32(w4);
+                const int8_t* codes = v0 + rg * group_bytes + static_cast<size_t>(c0) * 4;
+#pragma GCC unroll 4
+                for (int32_t u = 0; u < 4; ++u) {
+                    dot[u] = Dot::dp(dot[u], wv, _mm512_maskz_loadu_epi32(m[u], codes + 64 * u));
+                }
+            }
+#pragma GCC unroll 4
+            for (int32_t u = 0; u < 4; ++u) {
+                float* a = ag + c0 + 16 * u;
+                _mm512_mask_storeu_ps(a, m[u],
+                                      _mm512_fmadd_ps(wsv, _mm512_cvtepi32_ps(dot[u]), _mm512_maskz_loadu_ps(m[u], a)));
+            }
+        }
+    }
+}
+
 // The kernel table over Dot.
 template <class Dot>
 block_kernels int8_kernels_with() {
-    using D = int8_decoder_avx512;
-    return block_kernels{int8_scores<Dot>,           accumulate_auto<D>,        scores_f32<isa_avx512>,
+    return block_kernels{int8_scores<Dot>,           int8_accumulate<Dot>,      scores_f32<isa_avx512>,
                          accumulate_f32<isa_avx512>, softmax_block<isa_avx512>, int8_prefetch};
 }
 

@@ -1,18 +1,10 @@
-// kv/int8 scalar kernels: the reference twin of int8_kernels_avx512.h (the same query codes, integer dot products
-// with the biased key codes, the same float operations after them).
+// kv/int8 scalar kernels: the reference twin of int8_kernels_avx512.h (the same query and weight codes, integer dot
+// products with the key and value codes, the same float operations around them).
 #include "int8_format.h"
 #include "plugins/quant/kv_common/kv_kernels.h"
 
 namespace troupe::kv {
 namespace {
-
-struct int8_decoder_ref : int8_decoder_base<isa_ref> {
-    static void value_row(const int8_format& f, const uint8_t* block, int32_t h, int32_t r, float* x) {
-        const int8_t* codes = f.v_codes(block, h, r);
-        const float scale = f.v_scales(block, h)[r];
-        for (int32_t c = 0; c < f.geometry.head_dim; ++c) x[c] = scale * codes[c];
-    }
-};
 
 void int8_scores_ref(const void* format, const uint8_t* block, int32_t h, const float* q, int32_t group, int32_t n_rows,
                      float scale, float* s, int32_t s_stride) {
@@ -29,11 +21,27 @@ void int8_scores_ref(const void* format, const uint8_t* block, int32_t h, const 
     }
 }
 
+void int8_accumulate_ref(const void* format, const uint8_t* block, int32_t h, const float* p, int32_t group,
+                         int32_t n_rows, int32_t p_stride, float* acc) {
+    const auto& f = *static_cast<const int8_format*>(format);
+    const int32_t hd = f.geometry.head_dim;
+    uint8_t wq[max_block_size + 4];
+    for (int32_t g = 0; g < group; ++g) {
+        const float ws = int8_quantize_weights(p + static_cast<size_t>(g) * p_stride, f.v_scales(block, h), n_rows, wq);
+        if (ws == 0.0f) continue;
+        float* ag = acc + static_cast<size_t>(g) * hd;
+        for (int32_t c = 0; c < hd; ++c) {
+            int32_t dot = 0;
+            for (int32_t r = 0; r < n_rows; ++r) dot += wq[r] * f.v_code(block, h, r, c);
+            ag[c] += ws * static_cast<float>(dot);
+        }
+    }
+}
+
 }  // namespace
 
 block_kernels int8_kernels_ref() {
-    using D = int8_decoder_ref;
-    return block_kernels{int8_scores_ref,         accumulate_block<D>,    scores_f32<isa_ref>,
+    return block_kernels{int8_scores_ref,         int8_accumulate_ref,    scores_f32<isa_ref>,
                          accumulate_f32<isa_ref>, softmax_block<isa_ref>, int8_prefetch};
 }
 

@@ -20,8 +20,10 @@ void int8_write(const void* f, uint8_t* block, float* win_k, float*, int32_t h, 
     const int8_format& F = fmt(f);
     const int32_t hd = F.geometry.head_dim;
     std::memcpy(win_k + static_cast<size_t>(row) * hd, k, hd * sizeof(float));
-    auto* codes = const_cast<int8_t*>(F.v_codes(block, h, row));
+    int8_t codes[max_head_dim];
     const_cast<float*>(F.v_scales(block, h))[row] = int8_quantize(v, hd, 1, codes, 1);
+    auto* group = const_cast<int8_t*>(F.v_group(block, h, row / 4));
+    for (int32_t c = 0; c < hd; ++c) group[c * 4 + row % 4] = codes[c];
 }
 
 // Per channel: the block's scale and codes (biased by 128, channel groups of 4: int8_format.h).
