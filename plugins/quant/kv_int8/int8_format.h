@@ -15,7 +15,7 @@
 //
 // Both parts are laid out for AVX-512 VNNI's vpdpbusd (four products of unsigned by signed bytes summed into each
 // 32-bit lane): the keys channel-group-major, so a 64-byte vector holds sixteen rows' four channels and a block's
-// scores are integer dot products of the codes with the query quantized once per block (int8_query below), rows in
+// scores are integer dot products of the codes with the query quantized once per block (kv_query.h), rows in
 // lanes, no horizontal sum (the codes are biased by 128 to be the unsigned operand, and 128 * the sum of the query's
 // codes comes back out); the values row-group-major, so a vector holds sixteen channels of four rows and the
 // probability-weighted sum of a block's value rows is integer dot products of the codes with the weights
@@ -28,6 +28,7 @@
 #include <cstring>
 
 #include "plugins/quant/kv_common/kv_format.h"
+#include "plugins/quant/kv_common/kv_query.h"
 
 namespace troupe::kv {
 
@@ -79,33 +80,6 @@ static inline float int8_quantize(const float* x, int32_t n, int32_t stride, int
     const float inv = scale > 0.0f ? 1.0f / scale : 0.0f;
     for (int32_t i = 0; i < n; ++i) codes[i * code_stride] = int8_code(x[i * stride], inv);
     return scale;
-}
-
-// A query row meeting one block's keys: x[c] = scale * q[c] * k_scale[c] (the block's per-channel factor folded
-// into the query), quantized to int8 codes with the scale absmax / 127. The AVX-512 kernels compute the same floats
-// with the same operations (two products, a maximum, one product, rounding to nearest even), so their codes are
-// these codes.
-struct int8_query {
-    float scale = 0.0f;  // a score is scale * (sum_c code[c] * k_code[c])
-    int32_t sum = 0;     // sum_c code[c]: the keys' bias of 128 adds 128 * sum
-};
-
-static inline int8_query int8_quantize_query(const float* q, const float* k_scales, int32_t n, float scale,
-                                             int8_t* codes) {
-    float x[max_head_dim];
-    float amax = 0.0f;
-    for (int32_t c = 0; c < n; ++c) {
-        x[c] = (scale * q[c]) * k_scales[c];
-        amax = std::max(amax, std::fabs(x[c]));
-    }
-    int8_query out;
-    out.scale = amax / 127.0f;
-    const float inv = out.scale > 0.0f ? 1.0f / out.scale : 0.0f;
-    for (int32_t c = 0; c < n; ++c) {
-        codes[c] = static_cast<int8_t>(std::clamp(std::nearbyint(x[c] * inv), -127.0f, 127.0f));
-        out.sum += codes[c];
-    }
-    return out;
 }
 
 // block_kernels::prefetch: kv head h's key codes, value codes and both scales.

@@ -13,40 +13,11 @@
 #include <immintrin.h>
 
 #include "int8_format.h"
+#include "plugins/quant/kv_common/kv_dot_avx512.h"
 #include "plugins/quant/kv_common/kv_kernels.h"
 
 namespace troupe::kv {
 namespace {
-
-// int8_quantize_query, vectorized: the same floats, so the same codes. codes: 64-byte aligned, max_head_dim bytes.
-inline int8_query quantize_query(const float* q, const float* k_scales, int32_t n, float scale, int8_t* codes) {
-    alignas(64) float x[max_head_dim];
-    const __m512 sv = _mm512_set1_ps(scale);
-    __m512 amax = _mm512_setzero_ps();
-    for (int32_t c = 0; c < n; c += 16) {
-        const __mmask16 m = lanes_mask(n - c);
-        const __m512 v =
-            _mm512_mul_ps(_mm512_mul_ps(sv, _mm512_maskz_loadu_ps(m, q + c)), _mm512_maskz_loadu_ps(m, k_scales + c));
-        _mm512_store_ps(x + c, v);
-        amax = _mm512_max_ps(amax, _mm512_abs_ps(v));
-    }
-    int8_query out;
-    out.scale = _mm512_reduce_max_ps(amax) / 127.0f;
-    const __m512 inv = _mm512_set1_ps(out.scale > 0.0f ? 1.0f / out.scale : 0.0f);
-    __m512i sum = _mm512_setzero_si512();
-    for (int32_t c = 0; c < n; c += 16) {
-        const __mmask16 m = lanes_mask(n - c);
-        __m512i v = _mm512_cvt_roundps_epi32(_mm512_mul_ps(_mm512_load_ps(x + c), inv),
-                                             _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-        v = _mm512_maskz_mov_epi32(
-            m, _mm512_max_epi32(_mm512_min_epi32(v, _mm512_set1_epi32(127)), _mm512_set1_epi32(-127)));
-        // A whole 16-byte store (codes has room; lanes past n are 0), which later 4-byte loads forward from.
-        _mm_store_si128(reinterpret_cast<__m128i*>(codes + c), _mm512_cvtepi32_epi8(v));
-        sum = _mm512_add_epi32(sum, v);
-    }
-    out.sum = _mm512_reduce_add_epi32(sum);
-    return out;
-}
 
 // s[g * s_stride + r] = scale * (q_g . k_r) (block_kernels::scores). Dot::dp(acc, a, b): acc + the sums of four
 // products of a's unsigned and b's signed bytes per lane.
@@ -61,7 +32,7 @@ void int8_scores(const void* format, const uint8_t* block, int32_t h, const floa
     const size_t group_bytes = static_cast<size_t>(f.geometry.block_size) * 4;
     alignas(64) int8_t qi[max_head_dim];  // [head_dim] the query's codes, read 4 at a time
     for (int32_t g = 0; g < group; ++g) {
-        const int8_query iq = quantize_query(q + static_cast<size_t>(g) * hd, ks, hd, scale, qi);
+        const quantized_query iq = quantize_query(q + static_cast<size_t>(g) * hd, ks, hd, scale, qi);
         const __m512 qs = _mm512_set1_ps(iq.scale);
         const __m512i bias = _mm512_set1_epi32(128 * iq.sum);
         for (int32_t r0 = 0; r0 < n_rows; r0 += 16) {
@@ -114,11 +85,6 @@ inline float quantize_weights(const float* p, const float* v_scales, int32_t n_r
         _mm_storeu_si128(reinterpret_cast<__m128i*>(codes + r), _mm512_cvtepi32_epi8(v));
     }
     return scale;
-}
-
-// Lanes [0, n) of a 16-lane vector, none for n <= 0.
-inline __mmask16 lanes_mask_or_none(int32_t n) {
-    return n <= 0 ? static_cast<__mmask16>(0) : lanes_mask(n);
 }
 
 // acc[g * head_dim + c] += sum_r p[g * p_stride + r] * v_r[c] (block_kernels::accumulate): per query row, the

@@ -12,7 +12,8 @@ void int8_scores_ref(const void* format, const uint8_t* block, int32_t h, const 
     const int32_t hd = f.geometry.head_dim;
     int8_t qi[max_head_dim];
     for (int32_t g = 0; g < group; ++g) {
-        const int8_query iq = int8_quantize_query(q + static_cast<size_t>(g) * hd, f.k_scales(block, h), hd, scale, qi);
+        const quantized_query iq =
+            quantize_query_ref(q + static_cast<size_t>(g) * hd, f.k_scales(block, h), hd, scale, qi);
         for (int32_t r = 0; r < n_rows; ++r) {
             int32_t dot = 0;  // biased codes: sum_c (k[c] + 128) * qi[c]
             for (int32_t c = 0; c < hd; ++c) dot += (f.k_code(block, h, r, c) + 128) * qi[c];

@@ -3,13 +3,6 @@
 #include "int8_kernels_avx512.h"
 
 namespace troupe::kv {
-namespace {
-
-struct dot_vnni {
-    static __m512i dp(__m512i acc, __m512i a, __m512i b) { return _mm512_dpbusd_epi32(acc, a, b); }
-};
-
-}  // namespace
 
 block_kernels int8_kernels_avx512_vnni() {
     return int8_kernels_with<dot_vnni>();

@@ -5,14 +5,19 @@
 // KIVI's float residual is the newest tokens of the open block: keys and values wait in float in the sequence's
 // window until their block fills, then both are quantized into the block (kv_driver.h).
 //
-//   block (bytes): K codes  [n_kv_heads, block_size, head_dim / 4] four 2-bit codes a byte
-//                  V codes  [n_kv_heads, block_size, head_dim / 4]
+//   block (bytes): K codes  [n_kv_heads, head_dim / 4, block_size] four 2-bit codes a byte: channels 4 cg..4 cg + 3
+//                                                                   of one row, channel 4 cg + i at bit 2 i
+//                  V codes  [n_kv_heads, block_size, head_dim / 4] four 2-bit codes a byte (packing below)
 //                  V params [n_kv_heads, block_size, head_dim / value_group, (scale, min)] IEEE half
 //                  K params [n_kv_heads, head_dim, (scale, min)] IEEE half      (per block)
 //   bytes_per_token = n_kv_heads * (head_dim / 2 + 4 * head_dim / value_group)
 //   bytes_per_block = 4 * n_kv_heads * head_dim
 //
-// Packing of a row's codes: with head_dim a multiple of 64, channel c is in byte 16 * (c / 64) + c % 16 at bit
+// The keys are stored channel-group-major (as kv/int8's) so that a block's scores are integer dot products: 16 bytes
+// (16 rows of one channel group) widen to 16 lanes of four byte codes each, which meet the query quantized once per
+// block against the channel scales (kv_query.h) in one vpdpbusd; the channel minimums add scale * (q . min).
+//
+// Packing of a value row's codes: with head_dim a multiple of 64, channel c is in byte 16 * (c / 64) + c % 16 at bit
 // 2 * ((c % 64) / 16) (16 bytes widen to 16 lanes, and four shifts give 64 channels); otherwise in byte c / 4 at bit
 // 2 * (c % 4).
 #pragma once
@@ -23,6 +28,7 @@
 
 #include "plugins/common/half.h"
 #include "plugins/quant/kv_common/kv_format.h"
+#include "plugins/quant/kv_common/kv_query.h"
 
 namespace troupe::kv {
 
@@ -37,11 +43,15 @@ struct kivi_format {
     bool interleaved() const { return geometry.head_dim % 64 == 0; }
     size_t head_bytes() const { return static_cast<size_t>(geometry.block_size) * row_bytes(); }
     int32_t value_groups() const { return geometry.head_dim / value_group; }
-    const uint8_t* k_codes(const uint8_t* block, int32_t h, int32_t r) const {
-        return block + h * head_bytes() + static_cast<size_t>(r) * row_bytes();
+    // Channel group cg of kv head h's keys: [block_size] bytes.
+    const uint8_t* k_group(const uint8_t* block, int32_t h, int32_t cg) const {
+        return block + h * head_bytes() + static_cast<size_t>(cg) * geometry.block_size;
+    }
+    int32_t k_code(const uint8_t* block, int32_t h, int32_t r, int32_t c) const {
+        return (k_group(block, h, c / 4)[r] >> (2 * (c % 4))) & 3;
     }
     const uint8_t* v_codes(const uint8_t* block, int32_t h, int32_t r) const {
-        return k_codes(block, h, r) + geometry.n_kv_heads * head_bytes();
+        return block + (geometry.n_kv_heads + h) * head_bytes() + static_cast<size_t>(r) * row_bytes();
     }
     // [value_groups, (scale, min)] of value row r
     const uint16_t* v_params(const uint8_t* block, int32_t h, int32_t r) const {
@@ -63,11 +73,11 @@ struct kivi_format {
     size_t bytes_per_block() const { return 4 * static_cast<size_t>(geometry.n_kv_heads) * geometry.head_dim; }
 };
 
-// Quantizes n values x[i * stride] into 2-bit codes: value i goes to the row at rows + i * row_step (bytes), channel
-// c0 + i * c_step (the caller has cleared those bits). Writes (scale, min) as halves; the codes are computed with the
-// rounded halves, so decoding gives min + code * scale exactly as written.
-static inline void kivi_quantize(const kivi_format& f, const float* x, int32_t n, int32_t stride, uint8_t* rows,
-                                 int32_t row_step, int32_t c0, int32_t c_step, uint16_t* params) {
+// Quantizes n values x[i * stride] into 2-bit codes: value i goes to byte place(i).first at bit place(i).second (the
+// caller has cleared those bits). Writes (scale, min) as halves; the codes are computed with the rounded halves, so
+// decoding gives min + code * scale exactly as written.
+template <class Place>
+void kivi_quantize(const float* x, int32_t n, int32_t stride, Place place, uint16_t* params) {
     float lo = x[0];
     float hi = x[0];
     for (int32_t i = 1; i < n; ++i) {
@@ -81,9 +91,8 @@ static inline void kivi_quantize(const kivi_format& f, const float* x, int32_t n
     const float inv = scale > 0.0f ? 1.0f / scale : 0.0f;
     for (int32_t i = 0; i < n; ++i) {
         const int32_t code = static_cast<int32_t>(std::clamp(std::nearbyint((x[i * stride] - mn) * inv), 0.0f, 3.0f));
-        const int32_t c = c0 + i * c_step;
-        uint8_t& byte = rows[static_cast<size_t>(i) * row_step + f.code_byte(c)];
-        byte = static_cast<uint8_t>(byte | (code << f.code_shift(c)));
+        const auto [byte, shift] = place(i);
+        *byte = static_cast<uint8_t>(*byte | (code << shift));
     }
 }
 
@@ -100,17 +109,13 @@ struct kivi_decoder_base {
     }
     static void prefetch(const void* format, const uint8_t* block, int32_t h) {
         const auto& f = *static_cast<const kivi_format*>(format);
-        prefetch_bytes(f.k_codes(block, h, 0), f.head_bytes());
+        prefetch_bytes(f.k_group(block, h, 0), f.head_bytes());
         prefetch_bytes(f.v_codes(block, h, 0), f.head_bytes());
         prefetch_bytes(f.v_params(block, h, 0),
                        static_cast<size_t>(f.geometry.block_size) * f.value_groups() * 2 * sizeof(uint16_t));
         prefetch_bytes(f.k_params(block, h), static_cast<size_t>(f.geometry.head_dim) * 2 * sizeof(uint16_t));
     }
-    // The scalar rows (the reference; the AVX-512 decoder replaces them where the packing allows).
-    static void key_row(const kivi_format& f, const uint8_t* block, int32_t h, int32_t r, float* x) {
-        const uint8_t* row = f.k_codes(block, h, r);
-        for (int32_t c = 0; c < f.geometry.head_dim; ++c) x[c] = static_cast<float>(f.code(row, c));
-    }
+    // The scalar value rows (the reference; the AVX-512 decoder replaces them where the packing allows).
     static void value_row(const kivi_format& f, const uint8_t* block, int32_t h, int32_t r, float* x) {
         const uint8_t* row = f.v_codes(block, h, r);
         const uint16_t* vp = f.v_params(block, h, r);
@@ -122,6 +127,7 @@ struct kivi_decoder_base {
 };
 
 block_kernels kivi_kernels_ref();
-block_kernels kivi_kernels_avx512_for(const kivi_format& f);
+block_kernels kivi_kernels_avx512_for(const kivi_format& f);       // AVX-512F/BW: vpdpbusd emulated
+block_kernels kivi_kernels_avx512_vnni_for(const kivi_format& f);  // AVX-512 VNNI
 
 }  // namespace troupe::kv

@@ -11,6 +11,7 @@
 #include <troupe/plugin.h>
 
 #include <cstring>
+#include <utility>
 
 #include "kivi_format.h"
 #include "plugins/quant/kv_common/kv_driver.h"
@@ -33,19 +34,33 @@ void kivi_close(const void* f, uint8_t* block, const float* win_k, const float* 
     const kivi_format& F = fmt(f);
     const int32_t hd = F.geometry.head_dim;
     const int32_t bs = F.geometry.block_size;
-    auto* k_rows = const_cast<uint8_t*>(F.k_codes(block, h, 0));
+    auto* k_rows = const_cast<uint8_t*>(F.k_group(block, h, 0));
     auto* v_rows = const_cast<uint8_t*>(F.v_codes(block, h, 0));
     std::memset(k_rows, 0, F.head_bytes());
     std::memset(v_rows, 0, F.head_bytes());
     // Keys: channel c over the block's rows, one code per row.
     auto* kp = const_cast<uint16_t*>(F.k_params(block, h));
-    for (int32_t c = 0; c < hd; ++c) kivi_quantize(F, win_k + c, bs, hd, k_rows, F.row_bytes(), c, 0, kp + 2 * c);
+    for (int32_t c = 0; c < hd; ++c) {
+        uint8_t* group = k_rows + static_cast<size_t>(c / 4) * bs;
+        kivi_quantize(
+            win_k + c, bs, hd,
+            [&](int32_t r) {
+                return std::pair{group + r, 2 * (c % 4)};
+            },
+            kp + 2 * c);
+    }
     // Values: each row's groups of value_group channels.
     for (int32_t r = 0; r < bs; ++r) {
         auto* vp = const_cast<uint16_t*>(F.v_params(block, h, r));
         for (int32_t j = 0; j < F.value_groups(); ++j) {
-            kivi_quantize(F, win_v + static_cast<size_t>(r) * hd + j * F.value_group, F.value_group, 1,
-                          v_rows + static_cast<size_t>(r) * F.row_bytes(), 0, j * F.value_group, 1, vp + 2 * j);
+            uint8_t* row = v_rows + static_cast<size_t>(r) * F.row_bytes();
+            const int32_t c0 = j * F.value_group;
+            kivi_quantize(
+                win_v + static_cast<size_t>(r) * hd + c0, F.value_group, 1,
+                [&](int32_t i) {
+                    return std::pair{row + F.code_byte(c0 + i), F.code_shift(c0 + i)};
+                },
+                vp + 2 * j);
         }
     }
 }
@@ -55,13 +70,12 @@ void kivi_reload(const void* f, const uint8_t* block, float* win_k, float* win_v
     const int32_t hd = F.geometry.head_dim;
     const uint16_t* kp = F.k_params(block, h);
     for (int32_t r = 0; r < n_rows; ++r) {
-        const uint8_t* krow = F.k_codes(block, h, r);
         const uint8_t* vrow = F.v_codes(block, h, r);
         const uint16_t* vp = F.v_params(block, h, r);
         for (int32_t c = 0; c < hd; ++c) {
             const int32_t j = c / F.value_group;
             win_k[static_cast<size_t>(r) * hd + c] =
-                fp16_to_fp32(kp[2 * c + 1]) + fp16_to_fp32(kp[2 * c]) * F.code(krow, c);
+                fp16_to_fp32(kp[2 * c + 1]) + fp16_to_fp32(kp[2 * c]) * F.k_code(block, h, r, c);
             win_v[static_cast<size_t>(r) * hd + c] =
                 fp16_to_fp32(vp[2 * j + 1]) + fp16_to_fp32(vp[2 * j]) * F.code(vrow, c);
         }
@@ -88,7 +102,9 @@ public:
         codec.write = kivi_write;
         codec.close = kivi_close;
         codec.reload = kivi_reload;
-        codec.kernels = avx512 ? kivi_kernels_avx512_for(format_) : kivi_kernels_ref();
+        codec.kernels = !avx512                                ? kivi_kernels_ref()
+                        : __builtin_cpu_supports("avx512vnni") ? kivi_kernels_avx512_vnni_for(format_)
+                                                               : kivi_kernels_avx512_for(format_);
         layout.bytes_per_token = format_.bytes_per_token();
         layout.bytes_per_block = format_.bytes_per_block();
         return "";
