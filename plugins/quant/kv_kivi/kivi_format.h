@@ -7,19 +7,19 @@
 //
 //   block (bytes): K codes  [n_kv_heads, head_dim / 4, block_size] four 2-bit codes a byte: channels 4 cg..4 cg + 3
 //                                                                   of one row, channel 4 cg + i at bit 2 i
-//                  V codes  [n_kv_heads, block_size, head_dim / 4] four 2-bit codes a byte (packing below)
+//                  V codes  [n_kv_heads, ceil(block_size / 4), head_dim] four 2-bit codes a byte: rows 4 rg..4 rg + 3
+//                                                                         of one channel, row 4 rg + i at bit 2 i
 //                  V params [n_kv_heads, block_size, head_dim / value_group, (scale, min)] IEEE half
 //                  K params [n_kv_heads, head_dim, (scale, min)] IEEE half      (per block)
 //   bytes_per_token = n_kv_heads * (head_dim / 2 + 4 * head_dim / value_group)
-//   bytes_per_block = 4 * n_kv_heads * head_dim
+//   bytes_per_block = 4 * n_kv_heads * head_dim (+ the value rows that pad the last row group)
 //
-// The keys are stored channel-group-major (as kv/int8's) so that a block's scores are integer dot products: 16 bytes
-// (16 rows of one channel group) widen to 16 lanes of four byte codes each, which meet the query quantized once per
-// block against the channel scales (kv_query.h) in one vpdpbusd; the channel minimums add scale * (q . min).
-//
-// Packing of a value row's codes: with head_dim a multiple of 64, channel c is in byte 16 * (c / 64) + c % 16 at bit
-// 2 * ((c % 64) / 16) (16 bytes widen to 16 lanes, and four shifts give 64 channels); otherwise in byte c / 4 at bit
-// 2 * (c % 4).
+// Both parts are laid out for integer dot products (kv/int8's layout with 2-bit codes). Keys channel-group-major:
+// 16 bytes (16 rows of one channel group) widen to 16 lanes of four byte codes, which meet the query quantized once
+// per block against the channel scales (kv_query.h) in one vpdpbusd; the channel minimums add scale * (q . min).
+// Values row-group-major: 16 bytes (16 channels of one row group) widen to 16 lanes of four byte codes, which meet
+// the weights p[r] * v_scale[r, j] of the group's four rows, quantized once per block and value group to 0..255;
+// the minimums add sum_r p[r] * v_min[r, j].
 #pragma once
 
 #include <algorithm>
@@ -40,8 +40,9 @@ struct kivi_format {
     int32_t value_group = 32;
 
     int32_t row_bytes() const { return geometry.head_dim / 4; }
-    bool interleaved() const { return geometry.head_dim % 64 == 0; }
     size_t head_bytes() const { return static_cast<size_t>(geometry.block_size) * row_bytes(); }
+    int32_t row_groups() const { return (geometry.block_size + 3) / 4; }
+    size_t v_head_bytes() const { return static_cast<size_t>(row_groups()) * geometry.head_dim; }
     int32_t value_groups() const { return geometry.head_dim / value_group; }
     // Channel group cg of kv head h's keys: [block_size] bytes.
     const uint8_t* k_group(const uint8_t* block, int32_t h, int32_t cg) const {
@@ -50,27 +51,31 @@ struct kivi_format {
     int32_t k_code(const uint8_t* block, int32_t h, int32_t r, int32_t c) const {
         return (k_group(block, h, c / 4)[r] >> (2 * (c % 4))) & 3;
     }
-    const uint8_t* v_codes(const uint8_t* block, int32_t h, int32_t r) const {
-        return block + (geometry.n_kv_heads + h) * head_bytes() + static_cast<size_t>(r) * row_bytes();
+    // Row group rg of kv head h's values: [head_dim] bytes.
+    const uint8_t* v_group(const uint8_t* block, int32_t h, int32_t rg) const {
+        return block + geometry.n_kv_heads * head_bytes() + h * v_head_bytes() +
+               static_cast<size_t>(rg) * geometry.head_dim;
+    }
+    int32_t v_code(const uint8_t* block, int32_t h, int32_t r, int32_t c) const {
+        return (v_group(block, h, r / 4)[c] >> (2 * (r % 4))) & 3;
     }
     // [value_groups, (scale, min)] of value row r
     const uint16_t* v_params(const uint8_t* block, int32_t h, int32_t r) const {
-        return reinterpret_cast<const uint16_t*>(block + 2 * geometry.n_kv_heads * head_bytes()) +
+        return reinterpret_cast<const uint16_t*>(block + geometry.n_kv_heads * (head_bytes() + v_head_bytes())) +
                (static_cast<size_t>(h) * geometry.block_size + r) * value_groups() * 2;
     }
     // [head_dim, (scale, min)]
     const uint16_t* k_params(const uint8_t* block, int32_t h) const {
         return v_params(block, geometry.n_kv_heads, 0) + static_cast<size_t>(h) * geometry.head_dim * 2;
     }
-    // Byte and bit of channel c in a row.
-    int32_t code_byte(int32_t c) const { return interleaved() ? 16 * (c / 64) + c % 16 : c / 4; }
-    int32_t code_shift(int32_t c) const { return interleaved() ? 2 * ((c % 64) / 16) : 2 * (c % 4); }
-    int32_t code(const uint8_t* row, int32_t c) const { return (row[code_byte(c)] >> code_shift(c)) & 3; }
 
     size_t bytes_per_token() const {
         return static_cast<size_t>(geometry.n_kv_heads) * (geometry.head_dim / 2 + 4 * value_groups());
     }
-    size_t bytes_per_block() const { return 4 * static_cast<size_t>(geometry.n_kv_heads) * geometry.head_dim; }
+    size_t bytes_per_block() const {
+        return static_cast<size_t>(geometry.n_kv_heads) *
+               (4 * static_cast<size_t>(geometry.head_dim) + v_head_bytes() - head_bytes());
+    }
 };
 
 // Quantizes n values x[i * stride] into 2-bit codes: value i goes to byte place(i).first at bit place(i).second (the
@@ -110,21 +115,76 @@ struct kivi_decoder_base {
     static void prefetch(const void* format, const uint8_t* block, int32_t h) {
         const auto& f = *static_cast<const kivi_format*>(format);
         prefetch_bytes(f.k_group(block, h, 0), f.head_bytes());
-        prefetch_bytes(f.v_codes(block, h, 0), f.head_bytes());
+        prefetch_bytes(f.v_group(block, h, 0), f.v_head_bytes());
         prefetch_bytes(f.v_params(block, h, 0),
                        static_cast<size_t>(f.geometry.block_size) * f.value_groups() * 2 * sizeof(uint16_t));
         prefetch_bytes(f.k_params(block, h), static_cast<size_t>(f.geometry.head_dim) * 2 * sizeof(uint16_t));
     }
-    // The scalar value rows (the reference; the AVX-512 decoder replaces them where the packing allows).
-    static void value_row(const kivi_format& f, const uint8_t* block, int32_t h, int32_t r, float* x) {
-        const uint8_t* row = f.v_codes(block, h, r);
-        const uint16_t* vp = f.v_params(block, h, r);
-        for (int32_t c = 0; c < f.geometry.head_dim; ++c) {
-            const int32_t j = c / f.value_group;
-            x[c] = fp16_to_fp32(vp[2 * j + 1]) + fp16_to_fp32(vp[2 * j]) * static_cast<float>(f.code(row, c));
+    // The block's value scales and minimums of kv head h: scales[j * block_size + r], mins likewise ([value_groups,
+    // block_size] floats).
+    static void value_params(const kivi_format& f, const uint8_t* block, int32_t h, int32_t n_rows, float* scales,
+                             float* mins) {
+        const int32_t bs = f.geometry.block_size;
+        for (int32_t r = 0; r < n_rows; ++r) {
+            const uint16_t* vp = f.v_params(block, h, r);
+            for (int32_t j = 0; j < f.value_groups(); ++j) {
+                scales[j * bs + r] = fp16_to_fp32(vp[2 * j]);
+                mins[j * bs + r] = fp16_to_fp32(vp[2 * j + 1]);
+            }
         }
     }
 };
+
+// A block's probabilities meeting value group j of its rows: w[r] = p[r] * scale[r] (>= 0), quantized to 0..255
+// with the scale max / 255; rows [n_rows, 4 * ceil(n_rows / 4)) get 0. Returns the scale (0: every weight is 0). The
+// AVX-512 kernels compute the same floats with the same operations.
+static inline float kivi_quantize_weights(const float* p, const float* scales, int32_t n_rows, uint8_t* codes) {
+    float w[max_block_size];
+    float wmax = 0.0f;
+    for (int32_t r = 0; r < n_rows; ++r) {
+        w[r] = p[r] * scales[r];
+        wmax = std::max(wmax, w[r]);
+    }
+    for (int32_t r = n_rows; r % 4 != 0; ++r) codes[r] = 0;
+    if (!(wmax > 0.0f)) return 0.0f;
+    const float scale = wmax / 255.0f;
+    const float inv = 1.0f / scale;
+    for (int32_t r = 0; r < n_rows; ++r) {
+        codes[r] = static_cast<uint8_t>(std::clamp(std::nearbyint(w[r] * inv), 0.0f, 255.0f));
+    }
+    return scale;
+}
+
+// acc[g * head_dim + c] += sum_r p[g * p_stride + r] * v_r[c] (block_kernels::accumulate), in integers as the
+// AVX-512 kernel does: the scalar reference, and the AVX-512 kernels' path for shapes whose value groups are not
+// whole 16-lane vectors.
+static inline void kivi_accumulate_scalar(const void* format, const uint8_t* block, int32_t h, const float* p,
+                                          int32_t group, int32_t n_rows, int32_t p_stride, float* acc) {
+    const auto& f = *static_cast<const kivi_format*>(format);
+    const int32_t hd = f.geometry.head_dim;
+    uint8_t wq[max_block_size + 4];
+    float scales[max_block_size];  // [n_rows] of value group j
+    for (int32_t g = 0; g < group; ++g) {
+        const float* pg = p + static_cast<size_t>(g) * p_stride;
+        float* ag = acc + static_cast<size_t>(g) * hd;
+        for (int32_t j = 0; j < f.value_groups(); ++j) {
+            float min_sum = 0.0f;  // sum_r p[r] * min[r, j]
+            for (int32_t r = 0; r < n_rows; ++r) {
+                const uint16_t* vp = f.v_params(block, h, r) + 2 * j;
+                scales[r] = fp16_to_fp32(vp[0]);
+                min_sum += pg[r] * fp16_to_fp32(vp[1]);
+            }
+            const float ws = kivi_quantize_weights(pg, scales, n_rows, wq);
+            for (int32_t c = j * f.value_group; c < (j + 1) * f.value_group; ++c) {
+                int32_t dot = 0;
+                if (ws != 0.0f) {
+                    for (int32_t r = 0; r < n_rows; ++r) dot += wq[r] * f.v_code(block, h, r, c);
+                }
+                ag[c] = (ag[c] + ws * static_cast<float>(dot)) + min_sum;
+            }
+        }
+    }
+}
 
 block_kernels kivi_kernels_ref();
 block_kernels kivi_kernels_avx512_for(const kivi_format& f);       // AVX-512F/BW: vpdpbusd emulated

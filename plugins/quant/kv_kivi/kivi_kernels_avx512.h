@@ -4,9 +4,10 @@
 //
 // Scores (kivi_format.h): per query row, the query is quantized once per block against the block's channel scales;
 // then per 16 rows (one per lane) and channel group, 16 bytes of codes widen to 16 lanes of four byte codes and meet
-// the query's 4 bytes of that group in one dot product; scale * (q . min) is added. Values: with head_dim a
-// multiple of 64 and value_group a multiple of 16 (the interleaved packing), 16 bytes of a row widen to 16 lanes and
-// four shifts give its 64 codes; other shapes use the scalar value rows.
+// the query's 4 bytes of that group in one dot product; scale * (q . min) is added. Values (value groups of whole
+// 16-lane vectors; others take kivi_accumulate_scalar): per query row and value group, the weights are quantized
+// once per block; per 16 channels and row group, 16 bytes of codes widen to 16 lanes of four rows' codes and meet the
+// group's 4 weights in one dot product; sum_r p[r] * min[r, j] is added.
 #pragma once
 
 #include <immintrin.h>
@@ -17,18 +18,6 @@
 
 namespace troupe::kv {
 namespace {
-
-// x[c] = code(c) for a row in the interleaved packing.
-inline void unpack(const uint8_t* row, int32_t head_dim, float* x) {
-    const __m512i three = _mm512_set1_epi32(3);
-    for (int32_t c = 0; c < head_dim; c += 64) {
-        const __m512i bytes = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(row + c / 4)));
-        for (int32_t j = 0; j < 4; ++j) {
-            const __m512i codes = _mm512_and_si512(_mm512_srli_epi32(bytes, 2 * j), three);
-            _mm512_storeu_ps(x + c + 16 * j, _mm512_cvtepi32_ps(codes));
-        }
-    }
-}
 
 struct kivi_decoder_avx512 : kivi_decoder_base<isa_avx512> {
     // The block's (scale, min) halves of 16 channels at a time: F16C conversions, then even / odd lanes apart.
@@ -41,31 +30,6 @@ struct kivi_decoder_avx512 : kivi_decoder_base<isa_avx512> {
             const __m512 hi = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(kp + 2 * c + 16)));
             _mm512_storeu_ps(mul + c, _mm512_permutex2var_ps(lo, even, hi));
             _mm512_storeu_ps(add + c, _mm512_permutex2var_ps(lo, odd, hi));
-        }
-    }
-    static __m512 value16(const kivi_format& f, const uint8_t* block, int32_t h, int32_t r, int32_t c) {
-        const uint16_t* vp = f.v_params(block, h, r) + 2 * (c / f.value_group);
-        return _mm512_fmadd_ps(codes16(f.v_codes(block, h, r), c), _mm512_set1_ps(_cvtsh_ss(vp[0])),
-                               _mm512_set1_ps(_cvtsh_ss(vp[1])));
-    }
-    // Codes of channels c..c+15 (interleaved packing: the 16 bytes of c's 64-channel group, shifted).
-    static __m512 codes16(const uint8_t* row, int32_t c) {
-        const __m512i bytes =
-            _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(row + c / 4 - (c % 64) / 4)));
-        const __m512i codes =
-            _mm512_and_si512(_mm512_srlv_epi32(bytes, _mm512_set1_epi32(2 * ((c % 64) / 16))), _mm512_set1_epi32(3));
-        return _mm512_cvtepi32_ps(codes);
-    }
-
-    static void value_row(const kivi_format& f, const uint8_t* block, int32_t h, int32_t r, float* x) {
-        const int32_t hd = f.geometry.head_dim;
-        unpack(f.v_codes(block, h, r), hd, x);
-        const uint16_t* vp = f.v_params(block, h, r);
-        for (int32_t c = 0; c < hd; c += 16) {
-            const int32_t j = c / f.value_group;
-            const __m512 scale = _mm512_set1_ps(fp16_to_fp32(vp[2 * j]));
-            const __m512 mn = _mm512_set1_ps(fp16_to_fp32(vp[2 * j + 1]));
-            _mm512_storeu_ps(x + c, _mm512_fmadd_ps(_mm512_loadu_ps(x + c), scale, mn));
         }
     }
 };
@@ -129,17 +93,79 @@ void kivi_scores(const void* format, const uint8_t* block, int32_t h, const floa
     }
 }
 
-// The kernel table over Dot: the fused value kernels where the packing allows, the row-buffer ones otherwise.
+// kivi_quantize_weights, vectorized: the same floats, so the same codes. codes: room for n_rows rounded up to 16.
+inline float quantize_weights(const float* p, const float* scales, int32_t n_rows, uint8_t* codes) {
+    alignas(64) float w[max_block_size];
+    __m512 wmax = _mm512_setzero_ps();
+    for (int32_t r = 0; r < n_rows; r += 16) {
+        const __mmask16 m = lanes_mask(n_rows - r);
+        const __m512 v = _mm512_mul_ps(_mm512_maskz_loadu_ps(m, p + r), _mm512_maskz_loadu_ps(m, scales + r));
+        _mm512_store_ps(w + r, v);
+        wmax = _mm512_max_ps(wmax, v);
+    }
+    const float top = _mm512_reduce_max_ps(wmax);
+    if (!(top > 0.0f)) return 0.0f;
+    const float scale = top / 255.0f;
+    const __m512 inv = _mm512_set1_ps(1.0f / scale);
+    for (int32_t r = 0; r < n_rows; r += 16) {
+        __m512i v = _mm512_cvt_roundps_epi32(_mm512_mul_ps(_mm512_load_ps(w + r), inv),
+                                             _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+        v = _mm512_maskz_mov_epi32(lanes_mask(n_rows - r), _mm512_max_epi32(_mm512_min_epi32(v, _mm512_set1_epi32(255)),
+                                                                            _mm512_setzero_si512()));
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(codes + r), _mm512_cvtepi32_epi8(v));
+    }
+    return scale;
+}
+
+// acc[g * head_dim + c] += sum_r p[g * p_stride + r] * v_r[c] (block_kernels::accumulate), for value groups of whole
+// 16-lane vectors: per query row and value group, the weights are quantized once per block; then per 16 channels
+// (lanes) and row group, 16 bytes of codes widen to 16 lanes of four rows' codes and meet the group's 4 weights.
+template <class Dot>
+void kivi_accumulate(const void* format, const uint8_t* block, int32_t h, const float* p, int32_t group, int32_t n_rows,
+                     int32_t p_stride, float* acc) {
+    const auto& f = *static_cast<const kivi_format*>(format);
+    const int32_t hd = f.geometry.head_dim;
+    const int32_t bs = f.geometry.block_size;
+    const int32_t vg = f.value_group;
+    const int32_t n_groups = (n_rows + 3) / 4;
+    const uint8_t* v0 = f.v_group(block, h, 0);
+    alignas(64) float scales[max_head_dim / 16 * max_block_size];  // [value_groups, block_size]
+    alignas(64) float mins[max_head_dim / 16 * max_block_size];
+    kivi_decoder_base<isa_avx512>::value_params(f, block, h, n_rows, scales, mins);
+    alignas(64) uint8_t wq[max_block_size + 16];
+    for (int32_t g = 0; g < group; ++g) {
+        const float* pg = p + static_cast<size_t>(g) * p_stride;
+        float* ag = acc + static_cast<size_t>(g) * hd;
+        for (int32_t j = 0; j < f.value_groups(); ++j) {
+            const float min_sum = isa_avx512::dot(pg, mins + j * bs, n_rows);  // sum_r p[r] * min[r, j]
+            const float ws = quantize_weights(pg, scales + j * bs, n_rows, wq);
+            const __m512 wsv = _mm512_set1_ps(ws);
+            const __m512 msv = _mm512_set1_ps(min_sum);
+            for (int32_t c = j * vg; c < (j + 1) * vg; c += 16) {
+                __m512i dot = _mm512_setzero_si512();
+                if (ws != 0.0f) {
+                    for (int32_t rg = 0; rg < n_groups; ++rg) {
+                        int32_t w4;
+                        std::memcpy(&w4, wq + 4 * rg, 4);
+                        dot = Dot::dp(dot, _mm512_set1_epi32(w4),
+                                      spread_codes(v0 + static_cast<size_t>(rg) * hd + c, 0xffff));
+                    }
+                }
+                const __m512 a = _mm512_fmadd_ps(wsv, _mm512_cvtepi32_ps(dot), _mm512_loadu_ps(ag + c));
+                _mm512_storeu_ps(ag + c, _mm512_add_ps(a, msv));
+            }
+        }
+    }
+}
+
+// The kernel table over Dot: the vector value kernel where value groups are whole 16-lane vectors.
 template <class Dot>
 block_kernels kivi_kernels_with(const kivi_format& f) {
-    if (f.interleaved() && f.value_group % 16 == 0) {
-        using D = kivi_decoder_avx512;
-        return block_kernels{kivi_scores<Dot>,           accumulate_auto<D>,        scores_f32<isa_avx512>,
-                             accumulate_f32<isa_avx512>, softmax_block<isa_avx512>, D::prefetch};
-    }
     using D = kivi_decoder_scalar_rows;
-    return block_kernels{kivi_scores<Dot>,           accumulate_block<D>,       scores_f32<isa_avx512>,
-                         accumulate_f32<isa_avx512>, softmax_block<isa_avx512>, D::prefetch};
+    return block_kernels{
+        kivi_scores<Dot>,          f.value_group % 16 == 0 ? kivi_accumulate<Dot> : kivi_accumulate_scalar,
+        scores_f32<isa_avx512>,    accumulate_f32<isa_avx512>,
+        softmax_block<isa_avx512>, D::prefetch};
 }
 
 }  // namespace

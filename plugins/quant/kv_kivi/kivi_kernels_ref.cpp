@@ -1,5 +1,5 @@
-// kv/kivi scalar kernels: the reference twin of kivi_kernels_avx512.h (the same query codes, integer dot products
-// with the key codes, the same float operations after them).
+// kv/kivi scalar kernels: the reference twin of kivi_kernels_avx512.h (the same query and weight codes, integer dot
+// products with the key and value codes, the same float operations around them).
 #include "kivi_format.h"
 #include "plugins/quant/kv_common/kv_kernels.h"
 
@@ -30,7 +30,7 @@ void kivi_scores_ref(const void* format, const uint8_t* block, int32_t h, const 
 
 block_kernels kivi_kernels_ref() {
     using D = kivi_decoder_base<isa_ref>;
-    return block_kernels{kivi_scores_ref,         accumulate_block<D>,    scores_f32<isa_ref>,
+    return block_kernels{kivi_scores_ref,         kivi_accumulate_scalar, scores_f32<isa_ref>,
                          accumulate_f32<isa_ref>, softmax_block<isa_ref>, D::prefetch};
 }
 

@@ -35,9 +35,9 @@ void kivi_close(const void* f, uint8_t* block, const float* win_k, const float* 
     const int32_t hd = F.geometry.head_dim;
     const int32_t bs = F.geometry.block_size;
     auto* k_rows = const_cast<uint8_t*>(F.k_group(block, h, 0));
-    auto* v_rows = const_cast<uint8_t*>(F.v_codes(block, h, 0));
+    auto* v_rows = const_cast<uint8_t*>(F.v_group(block, h, 0));
     std::memset(k_rows, 0, F.head_bytes());
-    std::memset(v_rows, 0, F.head_bytes());
+    std::memset(v_rows, 0, F.v_head_bytes());
     // Keys: channel c over the block's rows, one code per row.
     auto* kp = const_cast<uint16_t*>(F.k_params(block, h));
     for (int32_t c = 0; c < hd; ++c) {
@@ -53,12 +53,11 @@ void kivi_close(const void* f, uint8_t* block, const float* win_k, const float* 
     for (int32_t r = 0; r < bs; ++r) {
         auto* vp = const_cast<uint16_t*>(F.v_params(block, h, r));
         for (int32_t j = 0; j < F.value_groups(); ++j) {
-            uint8_t* row = v_rows + static_cast<size_t>(r) * F.row_bytes();
-            const int32_t c0 = j * F.value_group;
+            uint8_t* group = v_rows + static_cast<size_t>(r / 4) * hd + j * F.value_group;
             kivi_quantize(
-                win_v + static_cast<size_t>(r) * hd + c0, F.value_group, 1,
+                win_v + static_cast<size_t>(r) * hd + j * F.value_group, F.value_group, 1,
                 [&](int32_t i) {
-                    return std::pair{row + F.code_byte(c0 + i), F.code_shift(c0 + i)};
+                    return std::pair{group + i, 2 * (r % 4)};
                 },
                 vp + 2 * j);
         }
@@ -70,14 +69,13 @@ void kivi_reload(const void* f, const uint8_t* block, float* win_k, float* win_v
     const int32_t hd = F.geometry.head_dim;
     const uint16_t* kp = F.k_params(block, h);
     for (int32_t r = 0; r < n_rows; ++r) {
-        const uint8_t* vrow = F.v_codes(block, h, r);
         const uint16_t* vp = F.v_params(block, h, r);
         for (int32_t c = 0; c < hd; ++c) {
             const int32_t j = c / F.value_group;
             win_k[static_cast<size_t>(r) * hd + c] =
                 fp16_to_fp32(kp[2 * c + 1]) + fp16_to_fp32(kp[2 * c]) * F.k_code(block, h, r, c);
             win_v[static_cast<size_t>(r) * hd + c] =
-                fp16_to_fp32(vp[2 * j + 1]) + fp16_to_fp32(vp[2 * j]) * F.code(vrow, c);
+                fp16_to_fp32(vp[2 * j + 1]) + fp16_to_fp32(vp[2 * j]) * F.v_code(block, h, r, c);
         }
     }
 }
