@@ -62,70 +62,66 @@ inline __m512bh words(__m512i v) {
     return reinterpret_cast<__m512bh>(_mm512_ternarylogic_epi32(s, _mm512_set1_epi16(0x000f), bias, 0xea));  // a&b|c
 }
 
-// y[t * ldy] (+)= row r . bf16(x[t0 + t]) for T tokens over spans [s0, s1); the (m - 128 d) S terms on the first
-// sweep (s0 == 0).
-// The sums of d S' run in n_chains accumulators per token (an FMA's latency per group would otherwise bound the loop).
-template <int G, int T>
-void row_dot(const matrix& w, int64_t r, const bf16_activations& a, int64_t t0, float* y, int64_t ldy, int64_t s0,
-             int64_t s1) {
+// y[t * ldy + i] (+)= row r + i . bf16(x[t0 + t]) for R rows (1 or 2) and T tokens over spans [s0, s1); the
+// (m - 128 d) S terms on the first sweep (s0 == 0). Two rows share each load of the activations (several tokens:
+// the loads, not the dot products, would bound the loop). The sums of d S' run in n_chains accumulators per row and
+// token (an FMA's latency per group would otherwise bound a one-row one-token loop).
+template <int G, int R, int T>
+void rows_dot(const matrix& w, int64_t r, const bf16_activations& a, int64_t t0, float* y, int64_t ldy, int64_t s0,
+              int64_t s1) {
     constexpr int per_group = G / 32;  // word vectors per group
     constexpr int groups_per_span = static_cast<int>(k_span) / G;
-    constexpr int n_chains = T == 1 ? 4 : 2;
-    const uint8_t* spans = w.spans(r);
-    const float* scales = w.scales(r);
+    constexpr int n_chains = R * T == 1 ? 4 : R * T <= 4 ? 2 : 1;
     const uint16_t* x0 = a.x + t0 * a.n_in;
-    __m512 chains[n_chains][T];
+    __m512 chains[n_chains][R][T];
     for (int c = 0; c < n_chains; ++c) {
-        for (int t = 0; t < T; ++t) chains[c][t] = _mm512_setzero_ps();
-    }
-    // S' of one group (its word vectors wv, activations from word xk) for every token, times d into tot[0..T).
-    auto group = [&](__m512* tot, const __m512bh* wv, const uint16_t* xk, const float* d) {
-        __m512 acc[T];
-#pragma GCC unroll 4
-        for (int t = 0; t < T; ++t) {
-            acc[t] = _mm512_dpbf16_ps(_mm512_setzero_ps(), wv[0],
-                                      reinterpret_cast<__m512bh>(_mm512_load_si512(xk + t * a.n_in)));
+        for (int i = 0; i < R; ++i) {
+            for (int t = 0; t < T; ++t) chains[c][i][t] = _mm512_setzero_ps();
         }
-        if constexpr (per_group == 4) {  // two chains of two: half the latency
-            __m512 acc2[T];
+    }
+    // S' of one group (word vectors wv[i][0..per_group) of row r + i, activations from word xk) for every row and
+    // token, times the rows' d (d[i]) into tot.
+    auto group = [&](__m512(*tot)[T], const __m512bh(*wv)[4], int v0, const uint16_t* xk, const float* const* d) {
+        __m512 acc[R][T];
+#pragma GCC unroll 4
+        for (int c = 0; c < per_group; ++c) {
 #pragma GCC unroll 4
             for (int t = 0; t < T; ++t) {
-                acc2[t] = _mm512_dpbf16_ps(_mm512_setzero_ps(), wv[2],
-                                           reinterpret_cast<__m512bh>(_mm512_load_si512(xk + t * a.n_in + 64)));
-                acc[t] = _mm512_dpbf16_ps(acc[t], wv[1],
-                                          reinterpret_cast<__m512bh>(_mm512_load_si512(xk + t * a.n_in + 32)));
-                acc2[t] = _mm512_dpbf16_ps(acc2[t], wv[3],
-                                           reinterpret_cast<__m512bh>(_mm512_load_si512(xk + t * a.n_in + 96)));
-                acc[t] = _mm512_add_ps(acc[t], acc2[t]);
-            }
-        } else {
-#pragma GCC unroll 4
-            for (int c = 1; c < per_group; ++c) {
-#pragma GCC unroll 4
-                for (int t = 0; t < T; ++t) {
-                    acc[t] = _mm512_dpbf16_ps(acc[t], wv[c],
-                                              reinterpret_cast<__m512bh>(_mm512_load_si512(xk + t * a.n_in + 32 * c)));
+                const __m512bh xv = reinterpret_cast<__m512bh>(_mm512_load_si512(xk + t * a.n_in + 32 * c));
+#pragma GCC unroll 2
+                for (int i = 0; i < R; ++i) {
+                    acc[i][t] = _mm512_dpbf16_ps(c == 0 ? _mm512_setzero_ps() : acc[i][t], wv[i][v0 + c], xv);
                 }
             }
         }
-        const __m512 dv = _mm512_set1_ps(*d);
+#pragma GCC unroll 2
+        for (int i = 0; i < R; ++i) {
+            const __m512 dv = _mm512_set1_ps(*d[i]);
 #pragma GCC unroll 4
-        for (int t = 0; t < T; ++t) tot[t] = _mm512_fmadd_ps(dv, acc[t], tot[t]);
+            for (int t = 0; t < T; ++t) tot[i][t] = _mm512_fmadd_ps(dv, acc[i][t], tot[i][t]);
+        }
     };
     // Span s; the parity of s (P) and the group pick the accumulators.
     auto span = [&](auto parity, int64_t s, int n_groups) {
         constexpr int P = decltype(parity)::value;
-        const uint8_t* sp = spans + s * k_span_bytes;
-        _mm_prefetch(reinterpret_cast<const char*>(sp) + k_prefetch_distance, _MM_HINT_T0);
-        __m512i v = _mm512_load_si512(sp);
-        asm("" : "+v"(v));  // one load of the codes: else gcc folds a load into each shift (the load ports limit)
-        const __m512bh wv[4] = {words<0>(v), words<1>(v), words<2>(v), words<3>(v)};
-        const float* sc = scales + 2 * (s * k_span / G);
+        __m512bh wv[R][4];
+#pragma GCC unroll 2
+        for (int i = 0; i < R; ++i) {
+            const uint8_t* sp = w.spans(r + i) + s * k_span_bytes;
+            _mm_prefetch(reinterpret_cast<const char*>(sp) + k_prefetch_distance, _MM_HINT_T0);
+            __m512i v = _mm512_load_si512(sp);
+            asm("" : "+v"(v));  // one load of the codes: else gcc folds a load into each shift (the load ports limit)
+            wv[i][0] = words<0>(v);
+            wv[i][1] = words<1>(v);
+            wv[i][2] = words<2>(v);
+            wv[i][3] = words<3>(v);
+        }
 #pragma GCC unroll 4
         for (int gi = 0; gi < groups_per_span; ++gi) {
             if (gi < n_groups) {
-                group(chains[(P * groups_per_span + gi) % n_chains], wv + gi * per_group, x0 + s * k_span + gi * G,
-                      sc + 2 * gi);
+                const float* d[R];
+                for (int i = 0; i < R; ++i) d[i] = w.scales(r + i) + 2 * (s * k_span / G + gi);
+                group(chains[(P * groups_per_span + gi) % n_chains], wv, gi * per_group, x0 + s * k_span + gi * G, d);
             }
         }
     };
@@ -139,27 +135,53 @@ void row_dot(const matrix& w, int64_t r, const bf16_activations& a, int64_t t0, 
     if (const int64_t rest = w.n_in - n_full * k_span; rest > 0 && n_full < s1) {  // a short last span (G < 128)
         span(std::integral_constant<int, 1>{}, n_full, static_cast<int>(rest / G));
     }
-    __m512 tot[T];
-    for (int t = 0; t < T; ++t) {
-        tot[t] = chains[0][t];
-        for (int c = 1; c < n_chains; ++c) tot[t] = _mm512_add_ps(tot[t], chains[c][t]);
+    __m512 tot[R][T];
+    for (int i = 0; i < R; ++i) {
+        for (int t = 0; t < T; ++t) {
+            tot[i][t] = chains[0][i][t];
+            for (int c = 1; c < n_chains; ++c) tot[i][t] = _mm512_add_ps(tot[i][t], chains[c][i][t]);
+        }
     }
-    if (s0 == 0) {  // sum_g (d_g, m_g) . (-128 S_g, S_g): the row's scales against the tokens' u
+    if (s0 == 0) {  // sum_g (d_g, m_g) . (-128 S_g, S_g): the rows' scales against the tokens' u
         const int64_t n_scales = 2 * (w.n_in / G);
         for (int64_t c = 0; c < n_scales; c += 16) {
             const __mmask16 k = n_scales - c >= 16 ? 0xffff : static_cast<__mmask16>((1u << (n_scales - c)) - 1);
-            const __m512 sc = _mm512_maskz_loadu_ps(k, scales + c);
+            for (int i = 0; i < R; ++i) {
+                const __m512 sc = _mm512_maskz_loadu_ps(k, w.scales(r + i) + c);
 #pragma GCC unroll 4
-            for (int t = 0; t < T; ++t) {
-                tot[t] = _mm512_fmadd_ps(sc, _mm512_load_ps(a.u + (t0 + t) * a.u_stride + c), tot[t]);
+                for (int t = 0; t < T; ++t) {
+                    tot[i][t] = _mm512_fmadd_ps(sc, _mm512_load_ps(a.u + (t0 + t) * a.u_stride + c), tot[i][t]);
+                }
             }
         }
     }
-    for (int t = 0; t < T; ++t) y[t * ldy] = (s0 > 0 ? y[t * ldy] : 0.0f) + _mm512_reduce_add_ps(tot[t]);
+    for (int i = 0; i < R; ++i) {
+        for (int t = 0; t < T; ++t) {
+            y[t * ldy + i] = (s0 > 0 ? y[t * ldy + i] : 0.0f) + _mm512_reduce_add_ps(tot[i][t]);
+        }
+    }
 }
 
-// Rows [r0, r1) of every token, 4 tokens per pass over a row. Several tokens whose activations overflow L1 (4 tokens
-// of 5632 bf16 are 45 KB) sweep the rows in chunks of 8 spans (1024 columns), partial sums added into y.
+// Rows r, r + R - 1 for every token, 4 tokens at a time.
+template <int G, int R>
+void token_passes(const matrix& w, const bf16_activations& a, float* y, int64_t r, int64_t s0, int64_t s1) {
+    int64_t t = 0;
+    for (; t + 4 <= a.n_tokens; t += 4) rows_dot<G, R, 4>(w, r, a, t, y + t * w.n_out + r, w.n_out, s0, s1);
+    switch (a.n_tokens - t) {
+        case 3:
+            return rows_dot<G, R, 3>(w, r, a, t, y + t * w.n_out + r, w.n_out, s0, s1);
+        case 2:
+            return rows_dot<G, R, 2>(w, r, a, t, y + t * w.n_out + r, w.n_out, s0, s1);
+        case 1:
+            return rows_dot<G, R, 1>(w, r, a, t, y + t * w.n_out + r, w.n_out, s0, s1);
+        default:
+            return;
+    }
+}
+
+// Rows [r0, r1) of every token, 4 tokens and (for several tokens) 2 rows per pass. Several tokens whose activations
+// overflow L1 (4 tokens of 5632 bf16 are 45 KB) sweep the rows in chunks of 8 spans (1024 columns), partial sums added
+// into y.
 template <int G>
 void decode_g(const matrix& w, const bf16_activations& a, float* y, int64_t r0, int64_t r1) {
     const int64_t n_tokens = a.n_tokens;
@@ -168,23 +190,11 @@ void decode_g(const matrix& w, const bf16_activations& a, float* y, int64_t r0, 
     const int64_t chunk_spans = chunked ? 8 : n_sp;
     for (int64_t s0 = 0; s0 < n_sp; s0 += chunk_spans) {
         const int64_t s1 = std::min(n_sp, s0 + chunk_spans);
-        for (int64_t r = r0; r < r1; ++r) {
-            int64_t t = 0;
-            for (; t + 4 <= n_tokens; t += 4) row_dot<G, 4>(w, r, a, t, y + t * w.n_out + r, w.n_out, s0, s1);
-            switch (n_tokens - t) {
-                case 3:
-                    row_dot<G, 3>(w, r, a, t, y + t * w.n_out + r, w.n_out, s0, s1);
-                    break;
-                case 2:
-                    row_dot<G, 2>(w, r, a, t, y + t * w.n_out + r, w.n_out, s0, s1);
-                    break;
-                case 1:
-                    row_dot<G, 1>(w, r, a, t, y + t * w.n_out + r, w.n_out, s0, s1);
-                    break;
-                default:
-                    break;
-            }
+        int64_t r = r0;
+        if (n_tokens > 1) {  // pairs of rows
+            for (; r + 2 <= r1; r += 2) token_passes<G, 2>(w, a, y, r, s0, s1);
         }
+        for (; r < r1; ++r) token_passes<G, 1>(w, a, y, r, s0, s1);
     }
 }
 
