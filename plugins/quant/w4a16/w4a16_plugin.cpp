@@ -1,4 +1,4 @@
-// quant/w4a16: matrix products with 4-bit group weights and float activations (W4A16): GGUF's Q4_1 (groups of 32)
+// quant/w4a16: matrix products with 4-bit group weights and 16-bit activations (W4A16): GGUF's Q4_1 (groups of 32)
 // and troupe's W4_G64 / W4_G128 (w4a16_format.h), the zero-point format of GPTQ and AWQ checkpoints.
 //
 //   - prepare repacks the rows into the kernels' layout (w4a16_format.h: 128 codes per aligned 64 bytes, the fp16
@@ -343,7 +343,7 @@ const troupe_plugin_descriptor w4_descriptor = {
     "w4a16",
     "1.0.0",
     "4-bit group weights with scales and mins (Q4_1, W4_G64, W4_G128: GPTQ/AWQ's zero-point format) dequantized "
-    "exactly and multiplied with float activations (W4A16)",
+    "exactly and multiplied with activations rounded to bf16 in decode, float in prefill (W4A16)",
     w4_score,
     w4_create,
     w4_destroy,
