@@ -39,7 +39,9 @@ void encode_row(const fp8_format& f, const float* x, uint8_t* codes, float* scal
 
 void fp8_write(const void* f, uint8_t* block, float*, float*, int32_t h, int32_t row, const float* k, const float* v) {
     const fp8_format& F = fmt(f);
-    encode_row(F, k, const_cast<uint8_t*>(F.k_codes(block, h, row)), F.scale_at(block, false, h, row));
+    uint8_t codes[max_head_dim];
+    encode_row(F, k, codes, F.scale_at(block, false, h, row));
+    for (int32_t c = 0; c < F.geometry.head_dim; ++c) const_cast<uint8_t*>(F.k_channel(block, h, c))[row] = codes[c];
     encode_row(F, v, const_cast<uint8_t*>(F.v_codes(block, h, row)), F.scale_at(block, true, h, row));
 }
 
@@ -65,7 +67,7 @@ void fp8_reload(const void* f, const uint8_t* block, float* win_k, float* win_v,
         const float ks = F.scale(block, false, h, r);
         const float vs = F.scale(block, true, h, r);
         for (int32_t c = 0; c < hd; ++c) {
-            win_k[static_cast<size_t>(r) * hd + c] = ks * F.lut[F.k_codes(block, h, r)[c]];
+            win_k[static_cast<size_t>(r) * hd + c] = ks * F.lut[F.k_code(block, h, r, c)];
             win_v[static_cast<size_t>(r) * hd + c] = vs * F.lut[F.v_codes(block, h, r)[c]];
         }
     }

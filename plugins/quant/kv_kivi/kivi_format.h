@@ -120,19 +120,6 @@ struct kivi_decoder_base {
                        static_cast<size_t>(f.geometry.block_size) * f.value_groups() * 2 * sizeof(uint16_t));
         prefetch_bytes(f.k_params(block, h), static_cast<size_t>(f.geometry.head_dim) * 2 * sizeof(uint16_t));
     }
-    // The block's value scales and minimums of kv head h: scales[j * block_size + r], mins likewise ([value_groups,
-    // block_size] floats).
-    static void value_params(const kivi_format& f, const uint8_t* block, int32_t h, int32_t n_rows, float* scales,
-                             float* mins) {
-        const int32_t bs = f.geometry.block_size;
-        for (int32_t r = 0; r < n_rows; ++r) {
-            const uint16_t* vp = f.v_params(block, h, r);
-            for (int32_t j = 0; j < f.value_groups(); ++j) {
-                scales[j * bs + r] = fp16_to_fp32(vp[2 * j]);
-                mins[j * bs + r] = fp16_to_fp32(vp[2 * j + 1]);
-            }
-        }
-    }
 };
 
 // A block's probabilities meeting value group j of its rows: w[r] = p[r] * scale[r] (>= 0), quantized to 0..255

@@ -117,6 +117,33 @@ inline float quantize_weights(const float* p, const float* scales, int32_t n_row
     return scale;
 }
 
+// The block's value scales and minimums of kv head h, scales[j * block_size + r] and mins likewise ([value_groups,
+// block_size] floats; at most 16 value groups): the rows' halves converted 16 at a time, then each group's gathered.
+inline void value_params(const kivi_format& f, const uint8_t* block, int32_t h, int32_t n_rows, float* scales,
+                         float* mins) {
+    const int32_t bs = f.geometry.block_size;
+    const int32_t per_row = 2 * f.value_groups();  // halves of a row: (scale, min) per group
+    const int32_t n = n_rows * per_row;
+    const uint16_t* vp = f.v_params(block, h, 0);
+    alignas(64) float all[max_block_size * max_head_dim / 16 * 2];  // [n_rows, value_groups, (scale, min)]
+    for (int32_t i = 0; i < n; i += 16) {
+        const __mmask16 m = lanes_mask(n - i);
+        _mm512_store_ps(all + i, _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, vp + i)));
+    }
+    const __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+    for (int32_t j = 0; j < f.value_groups(); ++j) {
+        for (int32_t r = 0; r < n_rows; r += 16) {
+            const __mmask16 m = lanes_mask(n_rows - r);
+            const __m512i at = _mm512_add_epi32(
+                _mm512_mullo_epi32(_mm512_add_epi32(lane, _mm512_set1_epi32(r)), _mm512_set1_epi32(per_row)),
+                _mm512_set1_epi32(2 * j));
+            _mm512_mask_storeu_ps(scales + j * bs + r, m, _mm512_mask_i32gather_ps(_mm512_setzero_ps(), m, at, all, 4));
+            _mm512_mask_storeu_ps(mins + j * bs + r, m,
+                                  _mm512_mask_i32gather_ps(_mm512_setzero_ps(), m, at, all + 1, 4));
+        }
+    }
+}
+
 // acc[g * head_dim + c] += sum_r p[g * p_stride + r] * v_r[c] (block_kernels::accumulate), for value groups of whole
 // 16-lane vectors: per query row and value group, the weights are quantized once per block; then per 16 channels
 // (lanes) and row group, 16 bytes of codes widen to 16 lanes of four rows' codes and meet the group's 4 weights.
@@ -131,7 +158,7 @@ void kivi_accumulate(const void* format, const uint8_t* block, int32_t h, const 
     const uint8_t* v0 = f.v_group(block, h, 0);
     alignas(64) float scales[max_head_dim / 16 * max_block_size];  // [value_groups, block_size]
     alignas(64) float mins[max_head_dim / 16 * max_block_size];
-    kivi_decoder_base<isa_avx512>::value_params(f, block, h, n_rows, scales, mins);
+    value_params(f, block, h, n_rows, scales, mins);
     alignas(64) uint8_t wq[max_block_size + 16];
     for (int32_t g = 0; g < group; ++g) {
         const float* pg = p + static_cast<size_t>(g) * p_stride;
