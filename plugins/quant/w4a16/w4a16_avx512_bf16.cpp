@@ -21,7 +21,7 @@ constexpr int k_prefetch_distance = 8192;  // bytes ahead in the row stream (as 
 alignas(64) constexpr uint16_t k_pair_order[32] = {0, 16, 1, 17, 2,  18, 3,  19, 4,  20, 5,  21, 6,  22, 7,  23,
                                                    8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
 
-// The 32 bf16 words of 16 rounded floats and 16 more (hi), as floats (bf16 bits << 16).
+// 16 bf16 words as floats (bf16 bits << 16: exactly the rounded values).
 inline __m512 widen(__m256i h) {
     return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
 }
