@@ -66,9 +66,15 @@ inline void attend_tile(const kv_geometry& geometry, const block_codec& codec, c
     auto block_at = [&](int32_t b) {
         return static_cast<const uint8_t*>(c.pool) + static_cast<size_t>(table[b]) * c.block_bytes;
     };
-    auto prefetch = [&](int32_t b) {
-        if (kern.prefetch == nullptr) return;
-        for (int32_t h = h0; h < h1; ++h) kern.prefetch(codec.format, block_at(b), h);
+    auto in_window_at = [&](int32_t b) { return b >= first_residual && win.held[b % n_res] == b + 1; };
+    // Head h's bytes of block b: its codes, and its float rows where the window holds the block.
+    auto prefetch = [&](int32_t b, int32_t h) {
+        if (kern.prefetch) kern.prefetch(codec.format, block_at(b), h);
+        if (in_window_at(b)) {
+            const size_t bytes = static_cast<size_t>(bs) * hd * sizeof(float);
+            if (codec.window_keys) prefetch_bytes(entry(win.k, b, h), bytes);
+            if (codec.window_values) prefetch_bytes(entry(win.v, b, h), bytes);
+        }
     };
 
     alignas(64) float q[run_floats];           // [n_run, n_q, head_dim]
@@ -93,19 +99,19 @@ inline void attend_tile(const kv_geometry& geometry, const block_codec& codec, c
     std::fill(run_max, run_max + n_run * n_q, -INFINITY);
     std::fill(run_sum, run_sum + n_run * n_q, 0.0f);
 
-    for (int32_t b = 0; b < std::min(prefetch_blocks, p_max / bs + 1); ++b) prefetch(b);
+    for (int32_t b = 0; b < std::min(prefetch_blocks, p_max / bs + 1); ++b) {
+        for (int32_t h = h0; h < h1; ++h) prefetch(b, h);
+    }
     for (int32_t b = 0; b <= p_max / bs; ++b) {
         const int32_t n_rows = b < p_max / bs ? bs : p_max % bs + 1;
         const uint8_t* block = block_at(b);
-        const bool in_window = b >= first_residual && win.held[b % n_res] == b + 1;
+        const bool in_window = in_window_at(b);
         int32_t n_seen[max_group];  // rows of the block at or before each query row's position
         for (int32_t g = 0; g < n_q; ++g) n_seen[g] = std::clamp(pos[g] - b * bs + 1, 0, n_rows);
         for (int32_t h = h0; h < h1; ++h) {
             // Head h's bytes of a block ahead, one head at a time (a block's worth at once overflows the misses the
             // core tracks, and later prefetches are dropped).
-            if (kern.prefetch && b + prefetch_blocks <= p_max / bs) {
-                kern.prefetch(codec.format, block_at(b + prefetch_blocks), h);
-            }
+            if (b + prefetch_blocks <= p_max / bs) prefetch(b + prefetch_blocks, h);
             const float* qh = q + (h - h0) * head_floats;
             float* acc_h = acc + (h - h0) * head_floats;
             if (in_window && codec.window_keys) {

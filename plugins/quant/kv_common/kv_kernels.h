@@ -18,6 +18,7 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <type_traits>
 
 #include "kv_format.h"
 
@@ -156,9 +157,37 @@ void scores_f32(const float* rows, int32_t head_dim, const float* q, int32_t gro
     }
 }
 
+#if defined(__AVX512F__)
+// accumulate_f32 for AVX-512 at head_dim 16 N: a query row's accumulator stays in N registers over the rows.
+template <int N>
+void accumulate_f32_fused(const float* rows, const float* p, int32_t group, int32_t n_rows, int32_t p_stride,
+                          float* acc) {
+    for (int32_t g = 0; g < group; ++g) {
+        float* ag = acc + static_cast<size_t>(g) * N * 16;
+        __m512 a[N];
+#pragma GCC unroll 16
+        for (int i = 0; i < N; ++i) a[i] = _mm512_loadu_ps(ag + 16 * i);
+        for (int32_t r = 0; r < n_rows; ++r) {
+            const __m512 w = _mm512_set1_ps(p[g * p_stride + r]);
+            const float* v = rows + static_cast<size_t>(r) * N * 16;
+#pragma GCC unroll 16
+            for (int i = 0; i < N; ++i) a[i] = _mm512_fmadd_ps(w, _mm512_loadu_ps(v + 16 * i), a[i]);
+        }
+#pragma GCC unroll 16
+        for (int i = 0; i < N; ++i) _mm512_storeu_ps(ag + 16 * i, a[i]);
+    }
+}
+#endif
+
 template <class Isa>
 void accumulate_f32(const float* rows, int32_t head_dim, const float* p, int32_t group, int32_t n_rows,
                     int32_t p_stride, float* acc) {
+#if defined(__AVX512F__)
+    if constexpr (std::is_same_v<Isa, isa_avx512>) {
+        if (head_dim == 64) return accumulate_f32_fused<4>(rows, p, group, n_rows, p_stride, acc);
+        if (head_dim == 128) return accumulate_f32_fused<8>(rows, p, group, n_rows, p_stride, acc);
+    }
+#endif
     for (int32_t r = 0; r < n_rows; ++r) {
         const float* v = rows + static_cast<size_t>(r) * head_dim;
         for (int32_t g = 0; g < group; ++g)
