@@ -68,7 +68,7 @@ struct quality_case {
     const char* plugin;
     const char* params;
     // The target on PPL / PPL(f32 cache) - 1 (issue 8: int8 0.5%, fp8 1%, kivi 5%). Measured on these 24 windows:
-    // see the printed line; on all 74 windows (`troupe perplexity ... --ctx 256`): int8 +0.16%, fp8 with
+    // see the printed line; on all 74 windows (`troupe perplexity ... --ctx 256`): int8 +0.12%, fp8 with
     // residual_blocks 2 (its default) +0.67%, fp8 without +1.36%, kivi (residual_blocks 8) +3.8%.
     double max_increase;
 };
