@@ -196,7 +196,7 @@ void linear::place(std::span<const int64_t> bounds, std::span<uint8_t* const> ds
 }
 
 status linear::forward(const float* x, float* y, int64_t n_tokens, const compute_context& ctx) const {
-    if (prepared_) return quant_->matmul(*prepared_, x, y, n_tokens, ctx.parallel_for);
+    if (prepared_) return quant_->matmul_on(*prepared_, x, y, n_tokens, ctx);
     cpu::matmul(kernel_weight(), x, y, n_tokens, *ctx.pool, recipe_);
     return {};
 }

@@ -22,6 +22,8 @@
 
 namespace troupe {
 
+struct compute_context;  // core/model/compute_context.h
+
 // Runs fn(begin, end) over [0, n) split across the executor's worker threads; returns when all are done.
 using parallel_for_fn = std::function<void(int64_t n, const std::function<void(int64_t, int64_t)>& fn)>;
 
@@ -96,6 +98,11 @@ public:
     // y[n_tokens, n_out] = x[n_tokens, n_in] * W^T
     virtual status matmul(const prepared_weight& w, const float* x, float* y, int64_t n_tokens,
                           const parallel_for_fn& parallel_for) = 0;
+    // The same on the executor's workers (what the model graph calls): ctx.pool, where set, also lets the op give
+    // each thread one contiguous share of the rows (thread_pool::parallel_ranges), what decode's memory-streaming
+    // loops want. By default, matmul over ctx.parallel_for (compute_context.cpp).
+    virtual status matmul_on(const prepared_weight& w, const float* x, float* y, int64_t n_tokens,
+                             const compute_context& ctx);
 };
 
 }  // namespace troupe

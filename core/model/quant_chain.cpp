@@ -49,14 +49,27 @@ result<std::shared_ptr<const prepared_weight>> quant_chain::prepare(const weight
     return make_error("no plugin of " + name() + " takes " + std::string(traits(w.type).name) + " weights");
 }
 
-status quant_chain::matmul(const prepared_weight& w, const float* x, float* y, int64_t n_tokens,
-                           const parallel_for_fn& parallel_for) {
+result<std::pair<quant_op*, const prepared_weight*>> quant_chain::owner_of(const prepared_weight& w) const {
     const auto* chained = dynamic_cast<const chained_weight*>(&w);
     if (chained == nullptr) return make_error(name() + ": matmul got a weight prepared by another quant op");
     for (const auto& op : ops_) {
-        if (op.get() == chained->op()) return op->matmul(chained->inner(), x, y, n_tokens, parallel_for);
+        if (op.get() == chained->op()) return std::pair<quant_op*, const prepared_weight*>{op.get(), &chained->inner()};
     }
     return make_error(name() + ": matmul got a weight prepared by another quant chain");
+}
+
+status quant_chain::matmul(const prepared_weight& w, const float* x, float* y, int64_t n_tokens,
+                           const parallel_for_fn& parallel_for) {
+    auto owner = owner_of(w);
+    if (!owner.ok()) return owner.err();
+    return owner->first->matmul(*owner->second, x, y, n_tokens, parallel_for);
+}
+
+status quant_chain::matmul_on(const prepared_weight& w, const float* x, float* y, int64_t n_tokens,
+                              const compute_context& ctx) {
+    auto owner = owner_of(w);
+    if (!owner.ok()) return owner.err();
+    return owner->first->matmul_on(*owner->second, x, y, n_tokens, ctx);
 }
 
 }  // namespace troupe

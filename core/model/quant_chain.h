@@ -4,8 +4,10 @@
 
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include "core/model/compute_context.h"
 #include "core/model/ops.h"
 
 namespace troupe {
@@ -21,8 +23,13 @@ public:
     // Fails (no crash) for a weight this chain did not prepare.
     status matmul(const prepared_weight& w, const float* x, float* y, int64_t n_tokens,
                   const parallel_for_fn& parallel_for) override;
+    status matmul_on(const prepared_weight& w, const float* x, float* y, int64_t n_tokens,
+                     const compute_context& ctx) override;
 
 private:
+    // The op that prepared w and the weight it made, or an error.
+    result<std::pair<quant_op*, const prepared_weight*>> owner_of(const prepared_weight& w) const;
+
     std::vector<std::shared_ptr<quant_op>> ops_;
 };
 

@@ -5,8 +5,19 @@ namespace {
 
 int32_t call_parallel_for(void* host_ctx, int64_t n, troupe_range_fn fn, void* fn_ctx) {
     try {
-        const auto& parallel_for = *static_cast<const parallel_for_fn*>(host_ctx);
+        const auto& parallel_for = *static_cast<const parallel_bridge::targets*>(host_ctx)->parallel_for;
         parallel_for(n, [fn, fn_ctx](int64_t begin, int64_t end) { fn(fn_ctx, begin, end); });
+        return TROUPE_OK;
+    } catch (...) {
+        return TROUPE_ERR_INTERNAL;
+    }
+}
+
+int32_t call_parallel_ranges(void* host_ctx, int64_t n, int64_t grain, troupe_range_fn fn, void* fn_ctx) {
+    if (grain < 1) return TROUPE_ERR_INVALID_ARGUMENT;
+    try {
+        cpu::thread_pool& pool = *static_cast<const parallel_bridge::targets*>(host_ctx)->pool;
+        pool.parallel_ranges(n, grain, [fn, fn_ctx](int64_t begin, int64_t end) { fn(fn_ctx, begin, end); });
         return TROUPE_OK;
     } catch (...) {
         return TROUPE_ERR_INTERNAL;
@@ -15,13 +26,15 @@ int32_t call_parallel_for(void* host_ctx, int64_t n, troupe_range_fn fn, void* f
 
 }  // namespace
 
-parallel_bridge::parallel_bridge(const parallel_for_fn& parallel_for) : c_{} {
+parallel_bridge::parallel_bridge(const parallel_for_fn& parallel_for, cpu::thread_pool* pool)
+    : targets_{&parallel_for, pool}, c_{} {
     c_.struct_size = sizeof(troupe_parallel);
     c_.version = TROUPE_PARALLEL_VERSION;
-    c_.host_ctx = const_cast<parallel_for_fn*>(&parallel_for);
+    c_.host_ctx = &targets_;
     c_.parallel_for = parallel_for ? call_parallel_for : nullptr;
     c_.backend = TROUPE_BACKEND_CPU;
     c_.stream = nullptr;
+    c_.parallel_ranges = pool != nullptr ? call_parallel_ranges : nullptr;
 }
 
 parallel_bridge::parallel_bridge(plugin_backend backend, void* stream) : c_{} {
@@ -31,6 +44,7 @@ parallel_bridge::parallel_bridge(plugin_backend backend, void* stream) : c_{} {
     c_.parallel_for = nullptr;
     c_.backend = to_c_backend(backend);
     c_.stream = stream;
+    c_.parallel_ranges = nullptr;
 }
 
 }  // namespace troupe

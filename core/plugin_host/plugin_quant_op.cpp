@@ -57,11 +57,20 @@ result<std::shared_ptr<const prepared_weight>> plugin_quant_op::prepare(const we
 
 status plugin_quant_op::matmul(const prepared_weight& w, const float* x, float* y, int64_t n_tokens,
                                const parallel_for_fn& parallel_for) {
+    return run_matmul(w, x, y, n_tokens, parallel_bridge(parallel_for));
+}
+
+status plugin_quant_op::matmul_on(const prepared_weight& w, const float* x, float* y, int64_t n_tokens,
+                                  const compute_context& ctx) {
+    return run_matmul(w, x, y, n_tokens, parallel_bridge(ctx.parallel_for, ctx.pool));
+}
+
+status plugin_quant_op::run_matmul(const prepared_weight& w, const float* x, float* y, int64_t n_tokens,
+                                   const parallel_bridge& bridge) {
     const auto* pw = dynamic_cast<const plugin_prepared_weight*>(&w);
     if (pw == nullptr || pw->owner() != instance_.get()) {
         return make_error("plugin " + instance_->label() + ": matmul got a weight prepared by another quant op");
     }
-    const parallel_bridge bridge(parallel_for);
     const int32_t rc =
         instance_->descriptor().quant->matmul(instance_->handle(), pw->handle(), x, y, n_tokens, bridge.c());
     if (rc != TROUPE_OK) return instance_->op_error("matmul", rc);

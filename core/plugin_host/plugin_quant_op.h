@@ -5,7 +5,9 @@
 #include <memory>
 #include <string>
 
+#include "core/model/compute_context.h"
 #include "core/model/ops.h"
+#include "core/plugin_host/parallel_bridge.h"
 #include "core/plugin_host/plugin_instance.h"
 
 namespace troupe {
@@ -21,8 +23,14 @@ public:
     // Fails (no crash) for a weight prepared by another quant op.
     status matmul(const prepared_weight& w, const float* x, float* y, int64_t n_tokens,
                   const parallel_for_fn& parallel_for) override;
+    // With ctx.pool the plugin also gets parallel_ranges (troupe_parallel version 3).
+    status matmul_on(const prepared_weight& w, const float* x, float* y, int64_t n_tokens,
+                     const compute_context& ctx) override;
 
 private:
+    status run_matmul(const prepared_weight& w, const float* x, float* y, int64_t n_tokens,
+                      const parallel_bridge& bridge);
+
     std::shared_ptr<plugin_instance> instance_;
 };
 

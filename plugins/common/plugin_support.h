@@ -11,6 +11,7 @@
 
 #include <troupe/plugin.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cstdarg>
@@ -20,6 +21,7 @@
 #include <map>
 #include <new>
 #include <string>
+#include <utility>
 #include <string_view>
 #include <type_traits>
 #include <vector>
@@ -161,10 +163,12 @@ public:
     }
 };
 
-// Runs f(begin, end) over [0, n) through `parallel` (or inline when it gives no parallel_for). f runs
+// Runs f(begin, end) over [0, n) through `parallel`: with grain > 0 and a host that gives parallel_ranges
+// (troupe_parallel version 3), one contiguous share per thread walked in pieces of `grain` items (for loops that stream
+// memory: each thread reads one region front to back); else through parallel_for; inline when it gives neither. f runs
 // concurrently on the host's threads; an exception in it is caught there and reported as a status.
 template <class F>
-int32_t run_parallel(const troupe_parallel* parallel, int64_t n, F&& f) {
+int32_t run_split(const troupe_parallel* parallel, int64_t n, int64_t grain, F&& f) {
     if (n <= 0) return TROUPE_OK;
     using fn_type = std::remove_reference_t<F>;
     struct job {
@@ -180,14 +184,32 @@ int32_t run_parallel(const troupe_parallel* parallel, int64_t n, F&& f) {
         }
     };
     int32_t rc = TROUPE_OK;
-    if (parallel == nullptr || !TROUPE_HAS_FIELD(parallel, troupe_parallel, parallel_for) ||
-        parallel->parallel_for == nullptr) {
+    if (grain > 0 && parallel != nullptr && TROUPE_HAS_FIELD(parallel, troupe_parallel, parallel_ranges) &&
+        parallel->parallel_ranges != nullptr) {
+        rc = parallel->parallel_ranges(parallel->host_ctx, n, grain, trampoline, &work);
+    } else if (parallel == nullptr || !TROUPE_HAS_FIELD(parallel, troupe_parallel, parallel_for) ||
+               parallel->parallel_for == nullptr) {
         trampoline(&work, 0, n);
     } else {
         rc = parallel->parallel_for(parallel->host_ctx, n, trampoline, &work);
     }
     if (rc == TROUPE_OK && work.failed.load()) rc = TROUPE_ERR_INTERNAL;
     return rc;
+}
+
+// Runs f(begin, end) over [0, n) through the host's parallel_for (or inline when it gives none).
+template <class F>
+int32_t run_parallel(const troupe_parallel* parallel, int64_t n, F&& f) {
+    return run_split(parallel, n, 0, std::forward<F>(f));
+}
+
+// The same for a loop that streams memory: one contiguous share per thread (parallel_ranges) where the host gives
+// it, in pieces of about 64 KiB (bytes_per_item: what one item reads).
+template <class F>
+int32_t run_streaming(const troupe_parallel* parallel, int64_t n, size_t bytes_per_item, F&& f) {
+    const int64_t grain =
+        std::max<int64_t>(1, static_cast<int64_t>((size_t{64} << 10) / std::max<size_t>(1, bytes_per_item)));
+    return run_split(parallel, n, grain, std::forward<F>(f));
 }
 
 // Runs body() (returning an int32_t status); an exception becomes a status and a message in `error`.

@@ -3,7 +3,10 @@
 // layout and forward, a quant plugin a complete quant or quantize table, a taps table wanted and observe.
 #include <cmath>
 #include <cstring>
+#include <utility>
+#include <vector>
 
+#include "core/model/compute_context.h"
 #include "core/plugin_host/parallel_bridge.h"
 #include "kernels/ref/attention.h"
 #include "plugin_test_support.h"
@@ -223,11 +226,41 @@ TEST(parallel_bridge, ops_get_the_backend_and_the_lanes_stream) {
     EXPECT_EQ(cpu.c()->stream, nullptr);
     EXPECT_NE(cpu.c()->parallel_for, nullptr);
 
+    EXPECT_EQ(cpu.c()->parallel_ranges, nullptr);  // no pool named: plugins fall back to parallel_for
+
     int fake_stream = 0;
     const parallel_bridge cuda(plugin_backend::cuda, &fake_stream);
     EXPECT_EQ(cuda.c()->backend, TROUPE_BACKEND_CUDA);
     EXPECT_EQ(cuda.c()->stream, &fake_stream);
     EXPECT_EQ(cuda.c()->parallel_for, nullptr);
+    EXPECT_EQ(cuda.c()->parallel_ranges, nullptr);
+}
+
+// A plugin's parallel_ranges (version 3) is the pool's: every item of [0, n) once, in pieces of at most `grain`;
+// a bad grain is refused.
+TEST(parallel_bridge, parallel_ranges_covers_every_item_once_in_grains_on_the_pools_threads) {
+    cpu::thread_pool pool(2);
+    const compute_context ctx = compute_context::over(pool);
+    const parallel_bridge bridge(ctx.parallel_for, ctx.pool);
+    ASSERT_NE(bridge.c()->parallel_ranges, nullptr);
+    for (const auto [n, grain] : {std::pair<int64_t, int64_t>{1, 1}, {1000, 7}, {4096, 64}, {33, 100}}) {
+        struct seen {
+            std::vector<std::atomic<int>> hits;
+            std::atomic<int64_t> bad_pieces{0};
+            int64_t grain;
+        } s{std::vector<std::atomic<int>>(static_cast<size_t>(n)), {}, grain};
+        auto fn = [](void* ctx, int64_t begin, int64_t end) {
+            auto* t = static_cast<seen*>(ctx);
+            if (end - begin > t->grain || end <= begin) t->bad_pieces.fetch_add(1);
+            for (int64_t i = begin; i < end; ++i) t->hits[static_cast<size_t>(i)].fetch_add(1);
+        };
+        ASSERT_EQ(bridge.c()->parallel_ranges(bridge.c()->host_ctx, n, grain, fn, &s), TROUPE_OK);
+        EXPECT_EQ(s.bad_pieces.load(), 0) << "n " << n << " grain " << grain;
+        for (int64_t i = 0; i < n; ++i) ASSERT_EQ(s.hits[static_cast<size_t>(i)].load(), 1) << "item " << i;
+    }
+    EXPECT_EQ(bridge.c()->parallel_ranges(
+                  bridge.c()->host_ctx, 10, 0, [](void*, int64_t, int64_t) {}, nullptr),
+              TROUPE_ERR_INVALID_ARGUMENT);
 }
 
 }  // namespace

@@ -113,20 +113,28 @@ typedef void (*troupe_range_fn)(void* fn_ctx, int64_t begin, int64_t end);
  * when all are done (TROUPE_OK), or a failure status when the host could not run them. */
 typedef int32_t (*troupe_parallel_for_fn)(void* host_ctx, int64_t n, troupe_range_fn fn, void* fn_ctx);
 
+/* Runs fn(fn_ctx, begin, end) over [0, n) for loops that stream memory (decode's matmuls): thread i of the pool
+ * takes share i of [0, n) at every call (one contiguous share per thread, the same at every call, so each thread
+ * streams one region front to back), walks it in pieces of `grain` items (the last one shorter), and the end is
+ * balanced by taking pieces from the back of other shares. Returns like troupe_parallel_for_fn. */
+typedef int32_t (*troupe_parallel_ranges_fn)(void* host_ctx, int64_t n, int64_t grain, troupe_range_fn fn,
+                                             void* fn_ctx);
+
 /* Per-call execution context handed to ops: the backend the call runs on and the caller's lane (the executor's
  * worker pool on the CPU, its CUDA stream on a GPU). On TROUPE_BACKEND_CUDA every activation, output and cache
  * pointer of the call is device memory and the op enqueues its work on `stream` (it may return before the work is
  * done); on the CPU they are host memory and the op is done when it returns. */
 typedef struct troupe_parallel {
     uint32_t struct_size;
-    uint32_t version; /* 2 */
+    uint32_t version; /* 3 */
     void* host_ctx;
-    troupe_parallel_for_fn parallel_for; /* null: the plugin runs fn(fn_ctx, 0, n) itself (always null on CUDA) */
-    int32_t backend;                     /* version 2: troupe_backend (TROUPE_BACKEND_CPU when absent) */
-    void* stream;                        /* version 2: the lane's cudaStream_t on CUDA, else null */
+    troupe_parallel_for_fn parallel_for;       /* null: the plugin runs fn(fn_ctx, 0, n) itself (always null on CUDA) */
+    int32_t backend;                           /* version 2: troupe_backend (TROUPE_BACKEND_CPU when absent) */
+    void* stream;                              /* version 2: the lane's cudaStream_t on CUDA, else null */
+    troupe_parallel_ranges_fn parallel_ranges; /* version 3: null (or absent): use parallel_for */
 } troupe_parallel;
 
-#define TROUPE_PARALLEL_VERSION 2u
+#define TROUPE_PARALLEL_VERSION 3u
 
 typedef struct troupe_host_services {
     uint32_t struct_size;

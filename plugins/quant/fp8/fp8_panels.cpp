@@ -152,7 +152,7 @@ void matmul(kernel k, const matrix& m, const float* x, float* y, int64_t n_token
     const float prescale = x_prescale(k);
     if (n_tokens > 1 || prescale != 1.0f) {
         packed.resize(static_cast<size_t>(n_tokens * m.n_in));
-        parallel_for(n_tiles, [&](int64_t b, int64_t e) {
+        parallel_for(n_tiles, 0, [&](int64_t b, int64_t e) {
             for (int64_t i = b; i < e; ++i) {
                 const int64_t t0 = tile_begin(i), nt = tile_begin(i + 1) - t0;
                 float* dst = packed.data() + t0 * m.n_in;
@@ -165,7 +165,8 @@ void matmul(kernel k, const matrix& m, const float* x, float* y, int64_t n_token
         xt = packed.data();
     }
 
-    parallel_for(m.n_panels, [&](int64_t b, int64_t e) {
+    const size_t panel_bytes = static_cast<size_t>(m.n_in) * 32;  // one panel's codes, [n_in][32]
+    parallel_for(m.n_panels, panel_bytes, [&](int64_t b, int64_t e) {
         for (int64_t i0 = 0; i0 < n_tiles; i0 += tiles_per_block) {
             const int64_t i1 = std::min(n_tiles, i0 + tiles_per_block);
             for (int64_t panel = b; panel < e; ++panel) {

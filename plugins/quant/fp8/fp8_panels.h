@@ -74,7 +74,9 @@ int64_t quantize_rows(source_type type, const void* src, size_t row_stride, cons
                       float* scales, float* kernel_scales, int64_t row_begin, int64_t row_end);
 
 using range_fn = std::function<void(int64_t, int64_t)>;
-using parallel_fn = std::function<void(int64_t n, const range_fn& fn)>;
+// Splits [0, n) over threads; bytes_per_item > 0 marks a loop that streams the weights (bytes each item reads),
+// which the plugin runs with one contiguous share per thread where the host offers it (parallel_ranges).
+using parallel_fn = std::function<void(int64_t n, size_t bytes_per_item, const range_fn& fn)>;
 
 // y[n_tokens, n_out] = x[n_tokens, n_in] * W^T with kernel k (which the CPU must have).
 void matmul(kernel k, const matrix& m, const float* x, float* y, int64_t n_tokens, const parallel_fn& parallel_for);

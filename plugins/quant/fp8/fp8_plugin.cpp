@@ -214,8 +214,11 @@ int32_t fp8_matmul(troupe_plugin_instance* inst, const troupe_prepared_weight* w
         }
 #endif
         std::atomic<bool> failed{false};
-        const panels::parallel_fn parallel_for = [par, &failed](int64_t n, const panels::range_fn& fn) {
-            if (run_parallel(par, n, fn) != TROUPE_OK) failed.store(true);
+        const panels::parallel_fn parallel_for = [par, &failed](int64_t n, size_t bytes_per_item,
+                                                                const panels::range_fn& fn) {
+            const int32_t rc =
+                bytes_per_item > 0 ? run_streaming(par, n, bytes_per_item, fn) : run_parallel(par, n, fn);
+            if (rc != TROUPE_OK) failed.store(true);
         };
         panels::matmul(inst->kernel, w->m, x, y, n_tokens, parallel_for);
         if (failed.load()) return fail(inst, TROUPE_ERR_INTERNAL, "the host's parallel_for failed");

@@ -213,8 +213,8 @@ int32_t w4_matmul(troupe_plugin_instance* inst, const troupe_prepared_weight* w,
             auto* u = reinterpret_cast<float*>(buffer.data + x_bytes);  // [n_tokens, u_stride]
             inst->bf16_kernels->make_activations(x, n_tokens, m.n_in, m.g, xb, u);
             const w4::bf16_activations a{xb, u, n_tokens, m.n_in, u_stride};
-            constexpr int64_t rows = 16;  // rows per work item
-            rc = run_parallel(par, (m.n_out + rows - 1) / rows, [&](int64_t b, int64_t e) {
+            constexpr int64_t rows = 16;  // rows per work item; each thread streams one share of the rows
+            rc = run_streaming(par, (m.n_out + rows - 1) / rows, rows * m.row_stride, [&](int64_t b, int64_t e) {
                 inst->bf16_kernels->decode(m, a, y, b * rows, std::min(e * rows, m.n_out));
             });
         } else if (n_tokens <= w4::k_decode_max_tokens) {
@@ -234,8 +234,8 @@ int32_t w4_matmul(troupe_plugin_instance* inst, const troupe_prepared_weight* w,
                 std::memcpy(aligned, x, static_cast<size_t>(n_tokens * m.n_in) * sizeof(float));
                 xa = aligned;
             }
-            constexpr int64_t rows = 16;  // rows per work item
-            rc = run_parallel(par, (m.n_out + rows - 1) / rows, [&](int64_t b, int64_t e) {
+            constexpr int64_t rows = 16;  // rows per work item; each thread streams one share of the rows
+            rc = run_streaming(par, (m.n_out + rows - 1) / rows, rows * m.row_stride, [&](int64_t b, int64_t e) {
                 k.decode(m, xa, n_tokens, y, b * rows, std::min(e * rows, m.n_out));
             });
         } else {
