@@ -64,10 +64,11 @@ void for_row_ranges(const Split& split, int64_t n_rows, int64_t per_item, const 
 // Runs fn(r0, r1) over the rows of w for the dot-product path: decode-sized steps on a pool with parallel_ranges
 // (streamed_rows.h), otherwise items of k_rows_per_item rows claimed one at a time.
 template <class Split, class Fn>
-void for_dot_rows(const Split& split, thread_pool* pool, const matmul_weight& w, int64_t n_tokens, const Fn& fn) {
-    if (pool != nullptr && n_tokens <= detail::k_max_streamed_tokens) {
+void for_dot_rows(const Split& split, const detail::row_streamer& streamer, const matmul_weight& w, int64_t n_tokens,
+                  const Fn& fn) {
+    if (streamer && n_tokens <= detail::k_max_streamed_tokens) {
         const int64_t grain = detail::streamed_grain(static_cast<int64_t>(w.row_stride), k_rows_per_item);
-        detail::stream_rows(*pool, w, 1, grain, [&](int64_t r0, int64_t r1) { fn(r0, r1); });
+        detail::stream_rows(streamer, w, 1, grain, [&](int64_t r0, int64_t r1) { fn(r0, r1); });
         return;
     }
     for_row_ranges(split, w.n_out, k_rows_per_item, fn);
@@ -111,7 +112,7 @@ const float* recipe_floats(const detail::matmul_kernels& k, ggml_type type, cons
 // or the dequantize-in-registers kernels (quantized weights).
 template <class Split>
 void matmul_float_act(const detail::matmul_kernels& k, const matmul_weight& w, const float* x, float* y,
-                      int64_t n_tokens, bool use_gemm, const Split& split, thread_pool* pool) {
+                      int64_t n_tokens, bool use_gemm, const Split& split, const detail::row_streamer& streamer) {
     const int64_t n = w.n_in;
     if (use_gemm) {
         static thread_local aligned_buffer x_buffer;
@@ -142,19 +143,19 @@ void matmul_float_act(const detail::matmul_kernels& k, const matmul_weight& w, c
     if (w.n_out * n * n_tokens < k_inline_macs) {
         rows(0, w.n_out);  // cheaper than waking a thread
     } else {
-        for_dot_rows(split, pool, w, n_tokens, rows);
+        for_dot_rows(split, streamer, w, n_tokens, rows);
     }
 }
 
 template <class Split>
 void matmul_impl(const matmul_weight& w, const float* x, float* y, int64_t n_tokens, activation_recipe recipe,
-                 const Split& split, thread_pool* pool) {
+                 const Split& split, const detail::row_streamer& streamer) {
     TROUPE_ASSERT(matmul_supports(w.type), "matmul: unsupported weight type " + std::string(traits(w.type).name));
     TROUPE_ASSERT(w.n_in % traits(w.type).block_size == 0, "matmul: n_in is not a multiple of the block size");
     TROUPE_ASSERT(w.row_stride >= row_bytes(w.type, w.n_in));
     if (n_tokens <= 0 || w.n_out <= 0) return;
     if (detail::q8_panels_active(w, recipe)) {  // pre-packed Q8_0 / Q4_0 panels: one kernel for every n_tokens
-        detail::matmul_q8_panels(w, x, y, n_tokens, recipe, split, pool);
+        detail::matmul_q8_panels(w, x, y, n_tokens, recipe, split, streamer);
         return;
     }
     TROUPE_ASSERT(detail::has_rows(w),
@@ -163,7 +164,7 @@ void matmul_impl(const matmul_weight& w, const float* x, float* y, int64_t n_tok
     const int64_t n = w.n_in;
     const bool use_gemm = n_tokens >= gemm_threshold(k, w.type, recipe);
     if (recipe == activation_recipe::float32) {
-        matmul_float_act(k, w, x, y, n_tokens, use_gemm, split, pool);
+        matmul_float_act(k, w, x, y, n_tokens, use_gemm, split, streamer);
         return;
     }
 
@@ -227,7 +228,7 @@ void matmul_impl(const matmul_weight& w, const float* x, float* y, int64_t n_tok
     if (w.n_out * n * n_tokens < k_inline_macs) {
         by_pieces(w, y, dot)(0, w.n_out);  // cheaper than waking a thread
     } else {
-        for_dot_rows(split, pool, w, n_tokens, by_pieces(w, y, dot));
+        for_dot_rows(split, streamer, w, n_tokens, by_pieces(w, y, dot));
     }
 }
 
@@ -237,12 +238,18 @@ void matmul(const matmul_weight& w, const float* x, float* y, int64_t n_tokens, 
             activation_recipe recipe) {
     matmul_impl(
         w, x, y, n_tokens, recipe,
-        [&pool](int64_t n, const std::function<void(int64_t, int64_t)>& fn) { pool.parallel_for(n, fn); }, &pool);
+        [&pool](int64_t n, const std::function<void(int64_t, int64_t)>& fn) { pool.parallel_for(n, fn); },
+        detail::row_streamer{&pool, nullptr});
 }
 
 void matmul(const matmul_weight& w, const float* x, float* y, int64_t n_tokens, const parallel_for_fn& parallel_for,
             activation_recipe recipe) {
-    matmul_impl(w, x, y, n_tokens, recipe, parallel_for, nullptr);
+    matmul_impl(w, x, y, n_tokens, recipe, parallel_for, detail::row_streamer{});
+}
+
+void matmul(const matmul_weight& w, const float* x, float* y, int64_t n_tokens, const parallel_for_fn& parallel_for,
+            const parallel_ranges_fn& parallel_ranges, activation_recipe recipe) {
+    matmul_impl(w, x, y, n_tokens, recipe, parallel_for, detail::row_streamer{nullptr, &parallel_ranges});
 }
 
 int64_t gemm_min_tokens(ggml_type type, activation_recipe recipe) {

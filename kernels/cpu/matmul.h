@@ -40,6 +40,11 @@ void matmul(const matmul_weight& w, const float* x, float* y, int64_t n_tokens, 
 void matmul(const matmul_weight& w, const float* x, float* y, int64_t n_tokens, const parallel_for_fn& parallel_for,
             activation_recipe recipe = activation_recipe::quantized);
 
+// The same with the caller's parallel_ranges too (a plugin's host pool): decode-sized steps give each thread one
+// contiguous share of the rows (panels), as matmul on a pool does.
+void matmul(const matmul_weight& w, const float* x, float* y, int64_t n_tokens, const parallel_for_fn& parallel_for,
+            const parallel_ranges_fn& parallel_ranges, activation_recipe recipe);
+
 // Below this many tokens the dot-product kernels run, from here on the GEMM (at the active level, for
 // weights of this type). Measured crossovers on Zen 5: float weights 6, Q8_0/Q4_0 24, Q4_K/Q6_K 32; with float
 // activations (recipe float32) quantized weights 5.

@@ -69,7 +69,7 @@ bool q8_panels_active(const matmul_weight& w, activation_recipe recipe) {
 }
 
 void matmul_q8_panels(const matmul_weight& w, const float* x, float* y, int64_t n_tokens, activation_recipe recipe,
-                      const parallel_for_fn& parallel_for, thread_pool* pool) {
+                      const parallel_for_fn& parallel_for, const row_streamer& streamer) {
     const q8_panel_geometry g = q8_panel_geometry_of(w.type, w.n_in, w.n_out);
     const bool quantized = recipe == activation_recipe::quantized;
     // Activations once per call, [n_blocks][n_tokens] blocks: a tile's tokens are adjacent for every block.
@@ -109,8 +109,8 @@ void matmul_q8_panels(const matmul_weight& w, const float* x, float* y, int64_t 
     }
     if (inline_call) {
         product(0, g.n_panels);
-    } else if (pool != nullptr && n_tokens <= k_max_streamed_tokens) {
-        stream_rows(*pool, w, k_panel_rows, streamed_grain(static_cast<int64_t>(g.panel_bytes)), product);
+    } else if (streamer && n_tokens <= k_max_streamed_tokens) {
+        stream_rows(streamer, w, k_panel_rows, streamed_grain(static_cast<int64_t>(g.panel_bytes)), product);
     } else {
         parallel_for(g.n_panels, product);
     }

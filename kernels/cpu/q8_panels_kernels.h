@@ -40,9 +40,10 @@ bool q8_panels_active(const matmul_weight& w, activation_recipe recipe);
 
 // cpu::matmul's panel path: activations prepared once (quantized, or packed as floats), panels split over
 // parallel_for.
-// pool (may be null): decode-sized steps split the panels over it with parallel_ranges (streamed_rows.h).
+// streamer (may be empty): decode-sized steps split the panels with parallel_ranges (streamed_rows.h).
+struct row_streamer;
 void matmul_q8_panels(const matmul_weight& w, const float* x, float* y, int64_t n_tokens, activation_recipe recipe,
-                      const parallel_for_fn& parallel_for, thread_pool* pool);
+                      const parallel_for_fn& parallel_for, const row_streamer& streamer);
 
 // AVX-512 VNNI kernels (q8_panels_avx512.cpp; they assert where the build has no AVX-512).
 //

@@ -45,4 +45,21 @@ void stream_rows(thread_pool& pool, const matmul_weight& w, int64_t unit_rows, i
     pool.parallel_ranges(bounds, grain, fn);
 }
 
+// How a decode-sized step streams its rows: on the pool (aware of per-thread pieces, above), on a host's
+// parallel_ranges (a plugin's, which knows no pieces), or neither (then the caller splits into chunks).
+struct row_streamer {
+    thread_pool* pool = nullptr;
+    const parallel_ranges_fn* ranges = nullptr;
+    explicit operator bool() const { return pool != nullptr || (ranges != nullptr && *ranges); }
+};
+
+template <class Fn>
+void stream_rows(const row_streamer& s, const matmul_weight& w, int64_t unit_rows, int64_t grain, const Fn& fn) {
+    if (s.pool != nullptr) {
+        stream_rows(*s.pool, w, unit_rows, grain, fn);
+        return;
+    }
+    (*s.ranges)((w.n_out + unit_rows - 1) / unit_rows, grain, fn);
+}
+
 }  // namespace troupe::cpu::detail

@@ -35,6 +35,10 @@ namespace troupe {
 // Runs fn(begin, end) over [0, n) split across worker threads; returns when all are done.
 // (Same alias as core/model/ops.h, redeclared so kernels do not depend on core/model.)
 using parallel_for_fn = std::function<void(int64_t n, const std::function<void(int64_t, int64_t)>& fn)>;
+// Runs fn over [0, n) as thread_pool::parallel_ranges does (one contiguous share per thread, in grains): a pool's
+// own, or a host's handed to a plugin (troupe_parallel version 3).
+using parallel_ranges_fn =
+    std::function<void(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& fn)>;
 
 namespace cpu {
 

@@ -91,20 +91,29 @@ INSTANTIATE_TEST_SUITE_P(all_weight_types, matmul_types,
                                            ggml_type::q4_0, ggml_type::q4_k, ggml_type::q6_k),
                          [](const auto& info) { return std::string(traits(info.param).name); });
 
-TEST(matmul, through_a_callers_parallel_for_equals_the_pool_overload) {
+TEST(matmul, through_a_callers_parallel_for_and_parallel_ranges_equals_the_pool_overload) {
     cpu::thread_pool pool(2);
     const parallel_for_fn host = pool.as_parallel_for();
+    int64_t ranged_calls = 0;
+    const parallel_ranges_fn host_ranges = [&](int64_t n, int64_t grain,
+                                               const std::function<void(int64_t, int64_t)>& fn) {
+        ++ranged_calls;
+        pool.parallel_ranges(n, grain, fn);
+    };
     for (ggml_type type : {ggml_type::f32, ggml_type::q8_0, ggml_type::q4_k}) {
         const int64_t n_in = 512, n_out = 67;
         const auto w = make_weight(type, n_in, n_out, 99);
         for (int64_t n_tokens : {1, 5, 33}) {
             const auto x = random_floats(n_tokens * n_in, 7);
-            std::vector<float> a(n_tokens * n_out), b(n_tokens * n_out);
+            std::vector<float> a(n_tokens * n_out), b(n_tokens * n_out), c(n_tokens * n_out);
             cpu::matmul(w.view, x.data(), a.data(), n_tokens, pool);
             cpu::matmul(w.view, x.data(), b.data(), n_tokens, host);
+            cpu::matmul(w.view, x.data(), c.data(), n_tokens, host, host_ranges, cpu::activation_recipe::quantized);
             EXPECT_EQ(a, b) << traits(type).name << " n_tokens " << n_tokens;
+            EXPECT_EQ(a, c) << traits(type).name << " n_tokens " << n_tokens;
         }
     }
+    EXPECT_GT(ranged_calls, 0);  // the dot-product path of decode-sized steps streams through it
 }
 
 TEST(matmul, float_activation_recipe_equals_the_integer_recipe_only_for_float_weights) {

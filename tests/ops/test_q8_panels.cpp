@@ -200,20 +200,30 @@ TEST(q8_panels, never_read_the_rows_with_either_recipe) {
     }
 }
 
-TEST(q8_panels, through_a_callers_parallel_for_equal_the_pool_overload) {
+TEST(q8_panels, through_a_callers_parallel_for_and_parallel_ranges_equal_the_pool_overload) {
     if (!panels_run_here(ggml_type::q8_0)) GTEST_SKIP() << "no AVX-512 VNNI: the panel kernels do not run on this CPU";
     cpu::thread_pool pool(2);
     const parallel_for_fn host = pool.as_parallel_for();
+    int64_t ranged_calls = 0;  // decode-sized steps must stream through the caller's parallel_ranges
+    const parallel_ranges_fn host_ranges = [&](int64_t n, int64_t grain,
+                                               const std::function<void(int64_t, int64_t)>& fn) {
+        ++ranged_calls;
+        pool.parallel_ranges(n, grain, fn);
+    };
     const int64_t n_in = 512, n_out = 67;
     panel_weight pw{make_weight(ggml_type::q8_0, n_in, n_out, 41), {}, {}};
     pack(pw, nullptr);
     for (auto recipe : {cpu::activation_recipe::quantized, cpu::activation_recipe::float32}) {
         for (int64_t n_tokens : {1, 5, 33}) {
             const auto x = random_floats(n_tokens * n_in, 13);
-            std::vector<float> a(n_tokens * n_out), b(a.size());
+            std::vector<float> a(n_tokens * n_out), b(a.size()), c(a.size());
             cpu::matmul(pw.with_panels, x.data(), a.data(), n_tokens, pool, recipe);
             cpu::matmul(pw.with_panels, x.data(), b.data(), n_tokens, host, recipe);
+            const int64_t calls_before = ranged_calls;
+            cpu::matmul(pw.with_panels, x.data(), c.data(), n_tokens, host, host_ranges, recipe);
             EXPECT_EQ(a, b) << "n_tokens " << n_tokens;
+            EXPECT_EQ(a, c) << "n_tokens " << n_tokens;
+            EXPECT_EQ(ranged_calls - calls_before, n_tokens <= 16 ? 1 : 0) << "n_tokens " << n_tokens;
         }
     }
 }

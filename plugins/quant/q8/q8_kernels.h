@@ -28,6 +28,9 @@ constexpr int qk8_0 = TROUPE_QK8_0;
 
 using range_fn = std::function<void(int64_t, int64_t)>;
 using parallel_fn = std::function<void(int64_t n, const range_fn& fn)>;
+// One contiguous share of [0, n) per thread in pieces of `grain` items (the host's parallel_ranges, troupe_parallel
+// version 3): what decode-sized products stream the weights with. Empty: parallel_fn's chunks.
+using ranges_fn = std::function<void(int64_t n, int64_t grain, const range_fn& fn)>;
 
 // What the activations are when they meet the Q8_0 weights (params.activations).
 enum class activations { float32, int8 };
@@ -49,7 +52,8 @@ void pack_panels(const block_q8_0* w, int64_t n_in, int64_t n_out, size_t row_st
 // y[n_tokens, n_out] = x[n_tokens, n_in] * W^T, W: n_out rows of n_in / 32 Q8_0 blocks, row_stride bytes apart,
 // and its panels (or null) from pack_panels, used where the kernels prefer them; the rows must stay valid.
 void matmul(const block_q8_0* w, const void* panels, int64_t n_in, int64_t n_out, size_t row_stride, const float* x,
-            float* y, int64_t n_tokens, const parallel_fn& parallel_for, activations recipe);
+            float* y, int64_t n_tokens, const parallel_fn& parallel_for, activations recipe,
+            const ranges_fn& parallel_ranges = {});
 
 // Which implementation matmul uses: "troupe_kernels" or "scalar".
 const char* matmul_implementation();

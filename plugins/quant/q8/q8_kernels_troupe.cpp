@@ -33,10 +33,15 @@ void pack_panels(const block_q8_0* w, int64_t n_in, int64_t n_out, size_t row_st
 }
 
 void matmul(const block_q8_0* w, const void* panels, int64_t n_in, int64_t n_out, size_t row_stride, const float* x,
-            float* y, int64_t n_tokens, const parallel_fn& parallel_for, activations recipe) {
+            float* y, int64_t n_tokens, const parallel_fn& parallel_for, activations recipe,
+            const ranges_fn& parallel_ranges) {
     matmul_weight mw{ggml_type::q8_0, library_blocks(w), n_in, n_out, row_stride};
     mw.panels = panels;
-    cpu::matmul(mw, x, y, n_tokens, parallel_for, kernel_recipe(recipe));
+    if (parallel_ranges) {
+        cpu::matmul(mw, x, y, n_tokens, parallel_for, parallel_ranges, kernel_recipe(recipe));
+    } else {
+        cpu::matmul(mw, x, y, n_tokens, parallel_for, kernel_recipe(recipe));
+    }
 }
 
 const char* matmul_implementation() {

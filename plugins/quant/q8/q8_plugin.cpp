@@ -89,6 +89,22 @@ troupe::q8::parallel_fn to_parallel_fn(const troupe_parallel* par, std::atomic<b
     };
 }
 
+// The host's parallel_ranges (troupe_parallel version 3) as the kernels take it; empty where the host has none.
+troupe::q8::ranges_fn to_ranges_fn(const troupe_parallel* par, std::atomic<bool>& failed) {
+    if (par == nullptr || !TROUPE_HAS_FIELD(par, troupe_parallel, parallel_ranges) || par->parallel_ranges == nullptr) {
+        return {};
+    }
+    return [par, &failed](int64_t n, int64_t grain, const troupe::q8::range_fn& fn) {
+        auto trampoline = [](void* ctx, int64_t b, int64_t e) {
+            (*static_cast<const troupe::q8::range_fn*>(ctx))(b, e);
+        };
+        if (par->parallel_ranges(par->host_ctx, n, grain, trampoline, const_cast<troupe::q8::range_fn*>(&fn)) !=
+            TROUPE_OK) {
+            failed.store(true);
+        }
+    };
+}
+
 int32_t q8_claims(troupe_plugin_instance* inst, uint32_t type) {
     if (type == TROUPE_TYPE_Q8_0) return 1;
     return inst->online && is_float_type(type) ? 1 : 0;
@@ -197,7 +213,7 @@ int32_t q8_matmul(troupe_plugin_instance* inst, const troupe_prepared_weight* w,
         }
         std::atomic<bool> failed{false};
         troupe::q8::matmul(w->data, w->panels, w->n_in_padded, w->n_out, w->row_stride, xin, y, n_tokens,
-                           to_parallel_fn(par, failed), inst->activations);
+                           to_parallel_fn(par, failed), inst->activations, to_ranges_fn(par, failed));
         if (failed.load()) return fail(inst, TROUPE_ERR_INTERNAL, "the host's parallel_for failed");
         return TROUPE_OK;
     });
