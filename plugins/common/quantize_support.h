@@ -97,6 +97,37 @@ inline int32_t accumulate_upper_gram(const float* x, int64_t n_rows, int64_t n, 
     });
 }
 
+// Screens one observation for observe(): TROUPE_OK with keep set when the rows are a linear's input to accumulate,
+// TROUPE_OK with keep false when there is nothing to do (another tap, no rows), else a status with `error` set
+// (null or short data, rows without data, a device backend).
+inline int32_t screen_tap(const troupe_tap_data* data, bool& keep, std::string& error) {
+    keep = false;
+    if (data == nullptr || data->struct_size < sizeof(troupe_tap_data)) {
+        error = "observe: tap data is null or too small";
+        return TROUPE_ERR_INVALID_ARGUMENT;
+    }
+    if (data->tap < 0 || data->tap >= TROUPE_TAP_COUNT || (k_linear_input_taps & TROUPE_TAP_BIT(data->tap)) == 0) {
+        return TROUPE_OK;
+    }
+    if (data->backend != TROUPE_BACKEND_CPU) {
+        error = "observe: calibration runs on the CPU backend only";
+        return TROUPE_ERR_UNSUPPORTED;
+    }
+    if (data->n_rows <= 0) return TROUPE_OK;
+    if (data->width <= 0 || data->data == nullptr) {
+        error = "observe: tap data without rows";
+        return TROUPE_ERR_INVALID_ARGUMENT;
+    }
+    keep = true;
+    return TROUPE_OK;
+}
+
+// The message for statistics of (layer, tap) first seen `was` wide now observed `now` wide.
+inline std::string width_changed(const troupe_tap_data* data, int64_t was, int64_t now) {
+    return "observe: layer " + std::to_string(data->layer) + " tap " + troupe_tap_name(data->tap) +
+           " changed width from " + std::to_string(was) + " to " + std::to_string(now);
+}
+
 // Calibration statistics are kept per (layer, tap).
 inline int64_t stats_key(int32_t layer, int32_t tap) {
     return static_cast<int64_t>(layer) * TROUPE_TAP_COUNT + tap;

@@ -73,16 +73,10 @@ uint64_t awq_wanted(troupe_plugin_instance*) {
 
 int32_t awq_observe(troupe_plugin_instance* inst, const troupe_tap_data* data) {
     return guarded(inst->error, [&]() -> int32_t {
-        if (data == nullptr || data->struct_size < sizeof(troupe_tap_data))
-            return fail(inst, TROUPE_ERR_INVALID_ARGUMENT, "observe: tap data is null or too small");
-        if (data->tap < 0 || data->tap >= TROUPE_TAP_COUNT ||
-            (troupe::quant_common::k_linear_input_taps & TROUPE_TAP_BIT(data->tap)) == 0)
-            return TROUPE_OK;
-        if (data->backend != TROUPE_BACKEND_CPU)
-            return fail(inst, TROUPE_ERR_UNSUPPORTED, "observe: calibration runs on the CPU backend only");
-        if (data->n_rows <= 0) return TROUPE_OK;
-        if (data->width <= 0 || data->data == nullptr)
-            return fail(inst, TROUPE_ERR_INVALID_ARGUMENT, "observe: tap data without rows");
+        bool keep = false;
+        if (const int32_t rc = troupe::quant_common::screen_tap(data, keep, inst->error); rc != TROUPE_OK || !keep) {
+            return rc;
+        }
         tap_stats& s = inst->stats[troupe::quant_common::stats_key(data->layer, data->tap)];
         const int64_t n = data->width;
         if (s.width == 0) {
@@ -94,9 +88,7 @@ int32_t awq_observe(troupe_plugin_instance* inst, const troupe_tap_data* data) {
                 s.block_gram.assign(static_cast<size_t>(n * k_block), 0.0);
             }
         } else if (s.width != n) {
-            return fail(inst, TROUPE_ERR_INVALID_ARGUMENT,
-                        "observe: layer " + std::to_string(data->layer) + " tap " + troupe_tap_name(data->tap) +
-                            " changed width from " + std::to_string(s.width) + " to " + std::to_string(n));
+            return fail(inst, TROUPE_ERR_INVALID_ARGUMENT, troupe::quant_common::width_changed(data, s.width, n));
         }
         const float* xs = data->data;  // [n_rows, n]
         int32_t rc = TROUPE_OK;
