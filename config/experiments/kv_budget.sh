@@ -39,46 +39,16 @@ model=$(cd "$(dirname "$model")" && pwd)/$(basename "$model")
 out="${out:-$root/bench-results/kv-budget-$(date -u +%Y%m%d-%H%M%S)}"
 mkdir -p "$out"
 
-free_port() {
-    python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1]); s.close()'
-}
-
-server_pid=""
-stop_server() {
-    [ -n "$server_pid" ] || return 0
-    kill "$server_pid" 2>/dev/null || true
-    for _ in $(seq 1 60); do  # up to 30 s to drain
-        kill -0 "$server_pid" 2>/dev/null || break
-        sleep 0.5
-    done
-    kill -9 "$server_pid" 2>/dev/null || true
-    wait "$server_pid" 2>/dev/null || true
-    server_pid=""
-}
-trap stop_server EXIT
+. "$here/serve_lib.sh"
 
 # run CACHE ROUND
 run() {
-    local cache="$1" round="$2" name="$1_r$2" port
+    local cache="$1" round="$2" name="$1_r$2"
     local cache_flags=()
     [ "$cache" != f16 ] && cache_flags=(--set kv.dtype=f32 --set "kv.plugin=$cache")  # the plugin owns the format
-    port=$(free_port)
-    echo "== $name: troupe serve --config server_kv_budget.yaml ${cache_flags[*]:-} on 127.0.0.1:$port" >&2
-    "$troupe" serve --config "$here/server_kv_budget.yaml" --model "$model" --host 127.0.0.1 --port "$port" \
-        ${cache_flags[@]+"${cache_flags[@]}"} ${server_flags[@]+"${server_flags[@]}"} >"$out/server-$name.log" 2>&1 &
-    server_pid=$!
-    local ready=0
-    for _ in $(seq 1 240); do  # up to 120 s to load the model
-        if ! kill -0 "$server_pid" 2>/dev/null; then break; fi
-        if curl -sf "http://127.0.0.1:$port/health" >/dev/null 2>&1; then ready=1; break; fi
-        sleep 0.5
-    done
-    if [ "$ready" != 1 ]; then
-        echo "kv_budget.sh: the server for $name did not become healthy; its log:" >&2
-        tail -20 "$out/server-$name.log" >&2
-        stop_server
-        return 1
-    fi
+    echo "== $name: troupe serve --config server_kv_budget.yaml ${cache_flags[*]:-}" >&2
+    start_server "$out/server-$name.log" --config "$here/server_kv_budget.yaml" --model "$model" \
+        ${cache_flags[@]+"${cache_flags[@]}"} ${server_flags[@]+"${server_flags[@]}"} || return 1
     (cd "$root" && "$troupe" bench serve --config "$here/kv_budget_16.yaml" --url "http://127.0.0.1:$port" \
         --set "name=$name" --set "prompt.tokenizer=$model" --out "$out/$name.json" \
         ${bench_flags[@]+"${bench_flags[@]}"}) >"$out/$name.md"

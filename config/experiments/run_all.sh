@@ -53,23 +53,7 @@ mkdir -p "$out"
 [ "$quick" = 1 ] && bench_flags+=(--n-requests 8)
 bench_flags+=(--set "prompt.tokenizer=$model")
 
-free_port() {
-    python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1]); s.close()'
-}
-
-server_pid=""
-stop_server() {
-    [ -n "$server_pid" ] || return 0
-    kill "$server_pid" 2>/dev/null || true
-    for _ in $(seq 1 60); do  # up to 30 s to drain
-        kill -0 "$server_pid" 2>/dev/null || break
-        sleep 0.5
-    done
-    kill -9 "$server_pid" 2>/dev/null || true
-    wait "$server_pid" 2>/dev/null || true
-    server_pid=""
-}
-trap stop_server EXIT
+. "$here/serve_lib.sh"
 
 # run SERVER_CONFIG LOAD_CONFIG RESULT_NAME [BENCH FLAGS of this run]
 # (--only capacity selects every run of the capacity sweep, capacity_*)
@@ -80,24 +64,9 @@ run() {
     if [ -n "$only" ] && [[ "$only" != *",$name,"* ]] && ! [[ "$name" == capacity_* && "$only" == *",capacity,"* ]]; then
         return 0
     fi
-    local port
-    port=$(free_port)
-    echo "== $name: troupe serve --config ${server_name}.yaml on 127.0.0.1:$port, load ${load_name}.yaml" >&2
-    "$troupe" serve --config "$server_cfg" --model "$model" --host 127.0.0.1 --port "$port" \
-        ${server_flags[@]+"${server_flags[@]}"} >"$out/server-$name.log" 2>&1 &
-    server_pid=$!
-    local ready=0
-    for _ in $(seq 1 240); do  # up to 120 s to load the model
-        if ! kill -0 "$server_pid" 2>/dev/null; then break; fi
-        if curl -sf "http://127.0.0.1:$port/health" >/dev/null 2>&1; then ready=1; break; fi
-        sleep 0.5
-    done
-    if [ "$ready" != 1 ]; then
-        echo "run_all.sh: the server for $name did not become healthy; its log:" >&2
-        tail -20 "$out/server-$name.log" >&2
-        stop_server
-        return 1
-    fi
+    echo "== $name: troupe serve --config ${server_name}.yaml, load ${load_name}.yaml" >&2
+    start_server "$out/server-$name.log" --config "$server_cfg" --model "$model" \
+        ${server_flags[@]+"${server_flags[@]}"} || return 1
     (cd "$root" && "$troupe" bench serve --config "$load_cfg" --url "http://127.0.0.1:$port" \
         --set "name=$name" --out "$out/$name.json" "${bench_flags[@]}" "$@") | tee "$out/$name.md"
     stop_server
