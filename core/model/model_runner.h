@@ -19,6 +19,14 @@ struct sequence_step {
     int32_t pos0;                      // position of tokens[0]; earlier positions are in the cache
     std::vector<int32_t> block_table;  // KV blocks of the sequence, covering positions [0, pos0 + tokens.size())
     bool all_logits = false;           // logits for every new token (draft verification), else the last only
+    // Speculative verification: the last n_draft tokens are draft tokens (proposal nodes 0..n_draft-1, spec.h).
+    // tree_parents empty: they are a chain and run causally like the others. Else [n_draft]: node i follows node
+    // tree_parents[i] (< i), or with -1 the last token before the drafts; node i then runs at RoPE position
+    // pos0 + n_before + depth(i) (roots: depth 0), writes KV row pos0 + n_before + i, and attends to the rows
+    // before the drafts, its ancestors and itself (n_before = tokens.size() - n_draft). Only for runners with
+    // supports_trees().
+    int32_t n_draft = 0;
+    std::vector<int32_t> tree_parents;
 };
 
 struct forward_batch {
@@ -67,6 +75,22 @@ public:
     }
     // The sequence ended: drop anything kept for it (a swapped-out copy that was never swapped in).
     virtual void forget(int64_t seq_id) { (void)seq_id; }
+
+    // Whether forward() takes sequence_step::tree_parents (its attention takes tree masks); else the executor
+    // verifies chains only.
+    virtual bool supports_trees() const { return false; }
+    // After a tree step: moves the KV rows of the accepted nodes `path` (root to leaf, each the child of the one
+    // before) to rows first, first + 1, ... where first = pos0 + n_before of `step`, in every layer, so the
+    // sequence's cache is contiguous again. A path of nodes 0, 1, ..., k-1 is already in place.
+    virtual status keep_tree_path(const sequence_step& step, std::span<const int32_t> path) {
+        for (size_t i = 0; i < path.size(); ++i) {
+            if (path[i] != static_cast<int32_t>(i)) {
+                return make_error("keep_tree_path: this runner does not verify trees");
+            }
+        }
+        (void)step;
+        return {};
+    }
 };
 
 }  // namespace troupe

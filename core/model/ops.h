@@ -61,6 +61,15 @@ struct attention_call {
 
     // Causal: a token at position p attends to positions 0..p of its own sequence, which are the
     // cache rows written earlier plus the rows this call writes for tokens of this step.
+    //
+    // Tree attention (speculative verification, only for ops with supports_trees()): with rows set, token t writes
+    // its k and v at cache row rows[t] (positions[t] is only its RoPE position, already applied) and attends to the
+    // rows r of its sequence with r < mask_base[t], or r = mask_base[t] + 64 * w + j where bit j of
+    // mask[t * mask_words + w] is set (its ancestors in the tree and itself).
+    const int32_t* rows = nullptr;       // [n_tokens] or null
+    const int32_t* mask_base = nullptr;  // [n_tokens]
+    const uint64_t* mask = nullptr;      // [n_tokens, mask_words]
+    int32_t mask_words = 0;
 };
 
 class attention_op {
@@ -70,6 +79,8 @@ public:
     virtual status forward(const attention_call& call, const parallel_for_fn& parallel_for) = 0;
     // Whether forward() takes pools of this element type.
     virtual bool supports(kv_dtype t) const { return t == kv_dtype::f32; }
+    // Whether forward() takes tree calls (attention_call::rows and mask).
+    virtual bool supports_trees() const { return false; }
 };
 
 // A weight matrix as stored: n_out rows of n_in elements of type `type`.

@@ -47,6 +47,9 @@ struct tap_data {
     const float* data;         // [n_rows, width], rows contiguous
     const int64_t* seq_ids;    // [n_rows] the sequence of each row
     const int32_t* positions;  // [n_rows] the position of each row in its sequence
+    // [n_rows] the draft node each row is in a verification step (sequence_step::n_draft), -1 for the sequence's
+    // own tokens; null when the step has no drafts.
+    const int32_t* nodes = nullptr;
 };
 
 class tap_sink {

@@ -35,6 +35,13 @@ status plugin_tap_sink::observe(const tap_data& d) {
     c.positions = d.positions;
     c.backend = TROUPE_BACKEND_CPU;
     c.stream = nullptr;
+    // Version 2: a step without drafts still says "own token" for every row.
+    if (d.nodes != nullptr) {
+        c.nodes = d.nodes;
+    } else {
+        own_nodes_.assign(static_cast<size_t>(d.n_rows), -1);
+        c.nodes = own_nodes_.data();
+    }
     const int32_t rc = instance_->tap_ops()->observe(instance_->handle(), &c);
     if (rc != TROUPE_OK) return instance_->op_error("observe", rc);
     return {};

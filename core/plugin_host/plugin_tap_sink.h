@@ -4,6 +4,7 @@
 #pragma once
 
 #include <memory>
+#include <vector>
 
 #include "core/model/tap_sink.h"
 #include "core/plugin_host/plugin_instance.h"
@@ -24,6 +25,7 @@ private:
         : instance_(std::move(instance)), wanted_(wanted) {}
     std::shared_ptr<plugin_instance> instance_;
     uint64_t wanted_;
+    std::vector<int32_t> own_nodes_;  // [n_rows] all -1, for steps without drafts
 };
 
 }  // namespace troupe

@@ -46,6 +46,7 @@
 
 #include "troupe/kv.h"
 #include "troupe/quantize.h"
+#include "troupe/spec.h"
 #include "troupe/taps.h"
 #include "troupe/tensors.h"
 #include "troupe/types.h"
@@ -58,7 +59,9 @@ extern "C" {
  *   1: attention, quant (runtime matmul), spec.
  *   2 (SDK 2): the public type ids and block layouts (types.h); taps (taps.h); tensors by name and side files
  *      (tensors.h, troupe_plugin_params.model); KV plugins that own their cache layout (kv.h, kind KV); offline
- *      quantization methods (quantize.h); ops carry the backend and the lane's stream (troupe_parallel).
+ *      quantization methods (quantize.h); ops carry the backend and the lane's stream (troupe_parallel);
+ *      speculative decoding with sequence lifecycles, batched tree proposals with draft probabilities (spec.h),
+ *      tree attention (troupe_attention_call version 3) and a second model run by the host (tensors.h).
  * A version-1 plugin keeps loading: the host reads only the fields its structs have (TROUPE_HAS_FIELD). */
 #define TROUPE_PLUGIN_ABI_VERSION 2u
 
@@ -208,9 +211,19 @@ typedef struct troupe_attention_call {
     float* k_pool; /* element type: kv_type */
     float* v_pool;
     int32_t kv_type; /* version 2: troupe_kv_type of the pools' elements (TROUPE_KV_F32 when absent) */
+    /* Version 3: tree attention, for verifying a tree of draft tokens (spec.h) in one pass. Only set for ops whose
+     * troupe_attention_ops.trees is 1; null `rows` means causal by position as above. With `rows`:
+     *   token t writes its k and v at cache row rows[t] (not at positions[t], which is only its RoPE position;
+     *   RoPE is already applied to q and k), and attends to the rows r of its sequence with
+     *   r < mask_base[t], or r = mask_base[t] + 64 * w + j where bit j of mask[t * mask_words + w] is set
+     *   (its ancestors in the tree and itself). */
+    const int32_t* rows;      /* [n_tokens] */
+    const int32_t* mask_base; /* [n_tokens] */
+    const uint64_t* mask;     /* [n_tokens, mask_words] */
+    int32_t mask_words;
 } troupe_attention_call;
 
-#define TROUPE_ATTENTION_CALL_VERSION 2u
+#define TROUPE_ATTENTION_CALL_VERSION 3u
 
 /* Element types of the KV pools. */
 typedef enum troupe_kv_type {
@@ -229,9 +242,12 @@ typedef struct troupe_attention_ops {
     /* Version 2: the KV pool element types forward() takes, as TROUPE_KV_TYPE_BIT()s; 0 or absent (version
      * 1 ops) means float32 only. */
     uint32_t kv_types;
+    /* Version 3: 1 when forward() takes tree calls (troupe_attention_call.rows / mask); else the host verifies
+     * only chains of drafts with this plugin. */
+    int32_t trees;
 } troupe_attention_ops;
 
-#define TROUPE_ATTENTION_OPS_VERSION 2u
+#define TROUPE_ATTENTION_OPS_VERSION 3u
 
 /* ---- quant ------------------------------------------------------------------------------------- */
 
@@ -267,19 +283,7 @@ typedef struct troupe_quant_ops {
 
 #define TROUPE_QUANT_OPS_VERSION 1u
 
-/* ---- spec (speculative decoding drafts) -------------------------------------------------------- */
-
-typedef struct troupe_spec_ops {
-    uint32_t struct_size;
-    uint32_t version; /* 1 */
-    /* Proposes up to max_draft tokens to follow tokens[0..n) into out[0..max_draft). Returns the number
-     * proposed (0 when it has nothing), or a negative status code (-TROUPE_ERR_...) on failure. The core
-     * verifies every draft; a plugin never decides what is emitted. */
-    int32_t (*propose)(troupe_plugin_instance* instance, const int32_t* tokens, int64_t n, int32_t max_draft,
-                       int32_t* out);
-} troupe_spec_ops;
-
-#define TROUPE_SPEC_OPS_VERSION 1u
+/* ---- spec (speculative decoding): troupe_spec_ops in spec.h ------------------------------------ */
 
 /* ---- the descriptor ---------------------------------------------------------------------------- */
 

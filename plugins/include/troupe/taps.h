@@ -63,9 +63,13 @@ typedef struct troupe_tap_data {
     const int32_t* positions; /* [n_rows] host memory: the position of each row in its sequence */
     int32_t backend;          /* troupe_backend */
     void* stream;             /* cudaStream_t on CUDA, else null */
+    /* Version 2: [n_rows] host memory: in a step that verifies drafts (spec.h), the proposal node each row is; -1
+     * for the sequence's own tokens. Tree nodes' `positions` are their RoPE positions (context length + depth), so
+     * siblings share one. */
+    const int32_t* nodes;
 } troupe_tap_data;
 
-#define TROUPE_TAP_DATA_VERSION 1u
+#define TROUPE_TAP_DATA_VERSION 2u
 
 typedef struct troupe_plugin_instance troupe_plugin_instance;
 
