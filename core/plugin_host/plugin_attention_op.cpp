@@ -17,6 +17,11 @@ bool plugin_attention_op::supports(kv_dtype t) const {
     return (types & TROUPE_KV_TYPE_BIT(t == kv_dtype::f16 ? TROUPE_KV_F16 : TROUPE_KV_F32)) != 0;
 }
 
+bool plugin_attention_op::supports_trees() const {
+    const troupe_attention_ops* ops = instance_->descriptor().attention;
+    return TROUPE_HAS_FIELD(ops, troupe_attention_ops, trees) && ops->trees == 1;
+}
+
 status plugin_attention_op::forward(const attention_call& call, const parallel_for_fn& parallel_for) {
     troupe_attention_call c{};
     c.struct_size = sizeof(troupe_attention_call);
@@ -38,6 +43,16 @@ status plugin_attention_op::forward(const attention_call& call, const parallel_f
     c.k_pool = call.k_pool;
     c.v_pool = call.v_pool;
     c.kv_type = call.kv_type == kv_dtype::f16 ? TROUPE_KV_F16 : TROUPE_KV_F32;
+    if (call.rows != nullptr) {
+        // A plugin without trees would read the call as causal by position and attend to the wrong rows.
+        if (!supports_trees()) {
+            return make_error("plugin " + name() + " does not take tree attention calls (troupe_attention_ops.trees)");
+        }
+        c.rows = call.rows;
+        c.mask_base = call.mask_base;
+        c.mask = call.mask;
+        c.mask_words = call.mask_words;
+    }
     const parallel_bridge bridge(parallel_for);
     const int32_t rc = instance_->descriptor().attention->forward(instance_->handle(), &c, bridge.c());
     if (rc != TROUPE_OK) return instance_->op_error("attention forward", rc);

@@ -15,6 +15,7 @@ public:
     std::string name() const override;  // "attention/gqa"
     status forward(const attention_call& call, const parallel_for_fn& parallel_for) override;
     bool supports(kv_dtype t) const override;  // the plugin's ops.kv_types (float32 only without it)
+    bool supports_trees() const override;      // the plugin's ops.trees (version 3) is 1
 
 private:
     std::shared_ptr<plugin_instance> instance_;

@@ -16,6 +16,15 @@
 //      of one sequence, a prefill chunk), and a work item is (kv head, tile): each K/V row is then loaded
 //      once per tile and group, and the tile's query rows fill the lanes of a vector.
 //
+// Tree calls (troupe_attention_call.rows, speculative verification): token t writes its K/V at row rows[t] and
+// attends to the rows [0, mask_base[t]) plus the rows its mask names (its ancestors in the tree and itself), in
+// increasing order of row: the key list of the kernels is that prefix, then those extra rows. Tokens that are
+// plainly causal in such a call (row = position, prefix = rows 0..position, no mask bits: a prefill chunk before
+// the drafts) still go into query tiles; the others take the per-token kernels.
+//
+//        rows   0 1 2 3 | 4 5 6 7        mask_base = 4, drafts are rows 4..7, node 3 (row 7) the child of node 1
+//        row 7 sees 0 1 2 3 .  5 . 7     mask word of row 7: 0b1010
+//
 // Kernels: attend_ref is the scalar two-pass reference (scores, max, exp, sum, weighted sum).
 // attend_tiles_avx2 and attend_tiles_avx512 use a one-pass online softmax with running max and sum per
 // query row: with the query rows of a tile in vector lanes (attention_tiled.h), or, for tiles too small
@@ -31,13 +40,52 @@
 
 namespace troupe::gqa {
 
-// Offset in elements of the K/V row of (position, kv head) in the pools of `call`'s sequence table.
+// Offset in elements of the K/V row of (cache row `pos`, kv head) in the pools of `call`'s sequence table.
 // Internal linkage (static): the ISA-specific files include it, and an out-of-line copy built with
 // AVX-512 flags must never be the one the linker keeps for the others.
 static inline size_t kv_offset(const troupe_attention_call& call, const int32_t* table, int32_t pos, int32_t kv_head) {
     const int32_t block = table[pos / call.block_size];
     const size_t row = static_cast<size_t>(block) * call.block_size + pos % call.block_size;
     return (row * call.n_kv_heads + kv_head) * call.head_dim;
+}
+
+// Mask words a tree call may carry (trees of up to 64 * max_mask_words nodes), and so the most extra rows a
+// token attends to beyond its prefix.
+constexpr int32_t max_mask_words = 16;
+constexpr int32_t max_extra_rows = 64 * max_mask_words;
+
+// The cache row token t writes: its position, or rows[t] in a tree call.
+static inline int32_t kv_row(const troupe_attention_call& call, int64_t t) {
+    return call.rows != nullptr ? call.rows[t] : call.positions[t];
+}
+
+// The contiguous rows [0, n) token t attends to first: 0..position, or [0, mask_base[t]) in a tree call.
+static inline int32_t prefix_rows(const troupe_attention_call& call, int64_t t) {
+    return call.rows != nullptr ? call.mask_base[t] : call.positions[t] + 1;
+}
+
+// The rows beyond the prefix token t attends to (its mask bits), ascending, into extra[max_extra_rows]; returns
+// how many (0 in a causal call).
+static inline int32_t extra_rows(const troupe_attention_call& call, int64_t t, int32_t* extra) {
+    if (call.rows == nullptr) return 0;
+    int32_t n = 0;
+    for (int32_t w = 0; w < call.mask_words; ++w) {
+        for (uint64_t bits = call.mask[t * call.mask_words + w]; bits != 0; bits &= bits - 1) {
+            extra[n++] = call.mask_base[t] + 64 * w + __builtin_ctzll(bits);
+        }
+    }
+    return n;
+}
+
+// Whether token t attends exactly as in a causal call (always, outside tree calls): it writes the row of its
+// position, sees rows 0..position and nothing else. Only such tokens go into query tiles.
+static inline bool plain_causal(const troupe_attention_call& call, int64_t t) {
+    if (call.rows == nullptr) return true;
+    if (call.rows[t] != call.positions[t] || call.mask_base[t] != call.positions[t] + 1) return false;
+    for (int32_t w = 0; w < call.mask_words; ++w) {
+        if (call.mask[t * call.mask_words + w] != 0) return false;
+    }
+    return true;
 }
 
 // Copies tokens [begin, end)'s k and v rows into the pools (converted to halves for kv_type F16): the scalar

@@ -4,7 +4,8 @@
 // internal linkage and uses no library templates (no std::vector): a copy built with AVX-512 flags must never
 // be merged at link time with the copy other CPUs run.
 //
-// Per query row (a query head of the token), over positions j = 0..pos in chunks of 16:  s_j = scale * q . k_j
+// Per query row (a query head of the token), over its keys j (positions 0..pos; in a tree call the rows
+// attention_kernels.h lists) in chunks of 16:  s_j = scale * q . k_j
 //   m = max so far, l = sum of exp(s - m), acc = sum of exp(s - m) * v_j; when a chunk raises the max the
 //   running l and acc are rescaled once by exp(m_old - m_new); the chunk's 16 exponentials are taken
 //   together (one vector exp where the instruction set has one). out = acc / l.
@@ -38,16 +39,24 @@ inline int32_t pass_rows(int32_t hd) {
     return by_scratch < rows_per_pass ? by_scratch : rows_per_pass;
 }
 
-// Offset in elements of the first kv head's row of successive positions, walking the block table without a
-// division per position.
+// Offset in elements of the first kv head's row of the token's successive keys: rows 0..n_prefix-1, walking the
+// block table without a division per row, then the extra rows of a tree call (attention_kernels.h).
 struct position_cursor {
     const int32_t* table;
     int32_t block_size;
     size_t row_elements;  // n_kv_heads * head_dim
+    int32_t n_prefix;
+    const int32_t* extra;  // [keys - n_prefix]
     int32_t entry = 0;
     int32_t row = 0;
+    int32_t i = 0;  // keys handed out
 
     size_t next() {
+        if (i >= n_prefix) {
+            const int32_t r = extra[i++ - n_prefix];
+            return (static_cast<size_t>(table[r / block_size]) * block_size + r % block_size) * row_elements;
+        }
+        ++i;
         const size_t at = (static_cast<size_t>(table[entry]) * block_size + row) * row_elements;
         if (++row == block_size) {
             row = 0;
@@ -58,14 +67,16 @@ struct position_cursor {
 };
 
 // Query rows [r0, r0 + n_rows) of token t: kv heads h0.. with `group` rows each (rows of a kv head adjacent,
-// as in call.q), one pass over positions 0..pos.
+// as in call.q), one pass over the token's keys (positions 0..pos, or a tree call's rows).
 template <class isa, class T>
 void attend_rows(const troupe_attention_call& call, int64_t t, int32_t r0, int32_t n_rows, float* acc) {
     const T* k_pool = reinterpret_cast<const T*>(call.k_pool);
     const T* v_pool = reinterpret_cast<const T*>(call.v_pool);
     const int32_t group = call.n_heads / call.n_kv_heads;
     const int32_t hd = call.head_dim;
-    const int32_t pos = call.positions[t];
+    int32_t extra[max_extra_rows];
+    const int32_t n_prefix = prefix_rows(call, t);
+    const int32_t n_keys = n_prefix + extra_rows(call, t, extra);
     const size_t row_elements = static_cast<size_t>(call.n_kv_heads) * hd;
     const int32_t h_first = r0 / group;
     const int32_t h_last = (r0 + n_rows - 1) / group;
@@ -81,15 +92,15 @@ void attend_rows(const troupe_attention_call& call, int64_t t, int32_t r0, int32
         l[r] = 0.0f;
     }
     for (int32_t i = 0; i < n_rows * hd; ++i) acc[i] = 0.0f;
-    position_cursor at{call.block_tables[call.seq_of[t]], call.block_size, row_elements};
+    position_cursor at{call.block_tables[call.seq_of[t]], call.block_size, row_elements, n_prefix, extra};
     position_cursor ahead = at;
-    for (int32_t j = 0; j < prefetch_distance && j <= pos; ++j) (void)ahead.next();
+    for (int32_t j = 0; j < prefetch_distance && j < n_keys; ++j) (void)ahead.next();
     size_t offsets[chunk];
-    for (int32_t j0 = 0; j0 <= pos; j0 += chunk) {
-        const int32_t n = pos + 1 - j0 < chunk ? pos + 1 - j0 : chunk;
+    for (int32_t j0 = 0; j0 < n_keys; j0 += chunk) {
+        const int32_t n = n_keys - j0 < chunk ? n_keys - j0 : chunk;
         for (int32_t jj = 0; jj < n; ++jj) {
             offsets[jj] = at.next();
-            if (j0 + jj + prefetch_distance <= pos) {
+            if (j0 + jj + prefetch_distance < n_keys) {
                 const size_t p = ahead.next() + span_begin;
                 for (size_t b = 0; b < span_bytes; b += 64) {
                     __builtin_prefetch(reinterpret_cast<const char*>(k_pool + p) + b);

@@ -27,7 +27,7 @@ void write_kv(const troupe_attention_call& call, int64_t begin, int64_t end) {
         const int32_t* table = call.block_tables[call.seq_of[t]];
         for (int32_t h = 0; h < call.n_kv_heads; ++h) {
             const size_t src = (static_cast<size_t>(t) * call.n_kv_heads + h) * row_elements;
-            const size_t dst = kv_offset(call, table, call.positions[t], h);
+            const size_t dst = kv_offset(call, table, kv_row(call, t), h);
             if (call.kv_type == TROUPE_KV_F16) {
                 auto* k = reinterpret_cast<uint16_t*>(call.k_pool) + dst;
                 auto* v = reinterpret_cast<uint16_t*>(call.v_pool) + dst;
@@ -46,33 +46,38 @@ void write_kv(const troupe_attention_call& call, int64_t begin, int64_t end) {
 void attend_ref(const troupe_attention_call& call, int64_t begin, int64_t end) {
     const int32_t group = call.n_heads / call.n_kv_heads;
     const int32_t hd = call.head_dim;
-    std::vector<float> scores;  // [pos + 1]
+    std::vector<float> scores;  // [n_keys]
+    std::vector<int32_t> keys;  // [n_keys] the cache rows the token attends to
+    std::vector<int32_t> extra(max_extra_rows);
     for (int64_t item = begin; item < end; ++item) {
         const int64_t t = item / call.n_kv_heads;
         const int32_t kv_head = static_cast<int32_t>(item % call.n_kv_heads);
-        const int32_t pos = call.positions[t];
         const int32_t* table = call.block_tables[call.seq_of[t]];
-        scores.resize(static_cast<size_t>(pos) + 1);
+        keys.resize(static_cast<size_t>(prefix_rows(call, t)));
+        for (size_t j = 0; j < keys.size(); ++j) keys[j] = static_cast<int32_t>(j);
+        keys.insert(keys.end(), extra.begin(), extra.begin() + extra_rows(call, t, extra.data()));
+        const int32_t n_keys = static_cast<int32_t>(keys.size());
+        scores.resize(keys.size());
         for (int32_t g = 0; g < group; ++g) {
             const int32_t head = kv_head * group + g;
             const float* q = call.q + (static_cast<size_t>(t) * call.n_heads + head) * hd;
             float* out = call.out + (static_cast<size_t>(t) * call.n_heads + head) * hd;
             float max_score = -INFINITY;
-            for (int32_t j = 0; j <= pos; ++j) {
-                const size_t k = kv_offset(call, table, j, kv_head);
+            for (int32_t j = 0; j < n_keys; ++j) {
+                const size_t k = kv_offset(call, table, keys[j], kv_head);
                 float s = 0.0f;
                 for (int32_t d = 0; d < hd; ++d) s += q[d] * pool_value(call, call.k_pool, k + d);
                 scores[j] = s * call.scale;
                 if (scores[j] > max_score) max_score = scores[j];
             }
             float sum = 0.0f;
-            for (int32_t j = 0; j <= pos; ++j) {
+            for (int32_t j = 0; j < n_keys; ++j) {
                 scores[j] = std::exp(scores[j] - max_score);
                 sum += scores[j];
             }
             for (int32_t d = 0; d < hd; ++d) out[d] = 0.0f;
-            for (int32_t j = 0; j <= pos; ++j) {
-                const size_t v = kv_offset(call, table, j, kv_head);
+            for (int32_t j = 0; j < n_keys; ++j) {
+                const size_t v = kv_offset(call, table, keys[j], kv_head);
                 const float w = scores[j] / sum;
                 for (int32_t d = 0; d < hd; ++d) out[d] += w * pool_value(call, call.v_pool, v + d);
             }

@@ -1,5 +1,6 @@
 // attention/gqa: causal attention over a paged KV cache (float32 or F16 pools: kv.dtype) for MHA, MQA and GQA
-// (the group size is n_heads / n_kv_heads of each call, i.e. of the model). CPU only.
+// (the group size is n_heads / n_kv_heads of each call, i.e. of the model), and tree attention for verifying a
+// tree of draft tokens (troupe_attention_call version 3; attention_kernels.h). CPU only.
 //
 // Parameters:
 //   kernel: auto | scalar | avx2 | avx512   (default auto: the widest the CPU has)
@@ -25,6 +26,8 @@ using troupe::gqa::attend_tiles_avx2;
 using troupe::gqa::attend_tiles_avx512;
 using troupe::gqa::attend_tokens_avx2;
 using troupe::gqa::attend_tokens_avx512;
+using troupe::gqa::max_extra_rows;
+using troupe::gqa::max_mask_words;
 
 constexpr const char* source = "attention/gqa";
 
@@ -60,6 +63,28 @@ int32_t fail(troupe_plugin_instance* inst, int32_t code, std::string message) {
     return code;
 }
 
+// A tree call's token t (attention_kernels.h): a row, a prefix and mask bits that name at least one row to attend
+// to; `last` becomes the highest row it writes or reads.
+int32_t check_tree_token(troupe_plugin_instance* inst, const troupe_attention_call* c, int32_t t, int32_t& last) {
+    const std::string token = "tree attention: token " + std::to_string(t);
+    if (c->rows[t] < 0 || c->mask_base[t] < 0) {
+        return fail(inst, TROUPE_ERR_INVALID_ARGUMENT,
+                    token + " has row " + std::to_string(c->rows[t]) + " and mask_base " +
+                        std::to_string(c->mask_base[t]) + "; both must be >= 0");
+    }
+    int32_t highest_bit = -1;
+    for (int32_t w = 0; w < c->mask_words; ++w) {
+        const uint64_t bits = c->mask[static_cast<size_t>(t) * c->mask_words + w];
+        if (bits != 0) highest_bit = 64 * w + 63 - __builtin_clzll(bits);
+    }
+    if (c->mask_base[t] == 0 && highest_bit < 0) {
+        return fail(inst, TROUPE_ERR_INVALID_ARGUMENT,
+                    token + " attends to no row (mask_base 0 and no mask bit); it should see at least itself");
+    }
+    last = std::max({c->rows[t], c->mask_base[t] - 1, highest_bit < 0 ? 0 : c->mask_base[t] + highest_bit});
+    return TROUPE_OK;
+}
+
 // Checks what the kernels rely on; the message names the field and says what would be right.
 // (c is the call normalized by gqa_forward: kv_type filled in for a version 1 host.)
 int32_t check_call(troupe_plugin_instance* inst, const troupe_attention_call* c) {
@@ -85,6 +110,15 @@ int32_t check_call(troupe_plugin_instance* inst, const troupe_attention_call* c)
                     "head_dim " + std::to_string(c->head_dim) + " is above the supported " +
                         std::to_string(troupe::gqa::max_head_dim));
     }
+    if (c->rows != nullptr && (c->mask_base == nullptr || c->mask_words < 0 || c->mask_words > max_mask_words ||
+                               (c->mask_words > 0 && c->mask == nullptr))) {
+        return fail(inst, TROUPE_ERR_INVALID_ARGUMENT,
+                    "tree attention call has mask_words " + std::to_string(c->mask_words) +
+                        (c->mask_base == nullptr ? " and no mask_base" : "") +
+                        (c->mask_words > 0 && c->mask == nullptr ? " and no mask" : "") + "; expected mask_base, 0.." +
+                        std::to_string(max_mask_words) + " mask words (trees of up to " +
+                        std::to_string(max_extra_rows) + " nodes) and a mask when there are words");
+    }
     if (c->n_tokens == 0) return TROUPE_OK;
     if (!c->q || !c->k || !c->v || !c->out || !c->positions || !c->seq_of || !c->block_tables || !c->k_pool ||
         !c->v_pool) {
@@ -101,8 +135,14 @@ int32_t check_call(troupe_plugin_instance* inst, const troupe_attention_call* c)
             return fail(inst, TROUPE_ERR_INVALID_ARGUMENT,
                         "token " + std::to_string(t) + " has position " + std::to_string(c->positions[t]));
         }
-        // Every block the token reads (positions 0..p) must be a real block.
-        for (int32_t b = 0; b <= c->positions[t] / c->block_size; ++b) {
+        // The highest cache row the token writes or reads: its position (rows 0..p), or in a tree call its row and
+        // the last row of its prefix and of its mask.
+        int32_t last = c->positions[t];
+        if (c->rows != nullptr) {
+            if (const int32_t rc = check_tree_token(inst, c, t, last); rc != TROUPE_OK) return rc;
+        }
+        // Every block the token reads or writes must be a real block.
+        for (int32_t b = 0; b <= last / c->block_size; ++b) {
             const int32_t block = c->block_tables[s][b];
             if (block < 0) {
                 return fail(inst, TROUPE_ERR_INVALID_ARGUMENT,
@@ -142,7 +182,10 @@ int32_t gqa_forward(troupe_plugin_instance* inst, const troupe_attention_call* c
             int32_t n_tiles = 0;
             for (int32_t i = 0; i < n_made; ++i) {
                 const troupe::gqa::query_tile& tile = tiles[static_cast<size_t>(i)];
-                if (troupe::gqa::fills_lanes(tile, group, c.head_dim, inst->tile_lanes)) {
+                // A tree call's draft tokens are tiles of one; they take the per-token kernel, which walks their
+                // own rows (attention_kernels.h).
+                if (troupe::gqa::fills_lanes(tile, group, c.head_dim, inst->tile_lanes) &&
+                    troupe::gqa::plain_causal(c, tile.first_token)) {
                     tiles[static_cast<size_t>(n_tiles++)] = tile;  // keeps their costliest-first order
                 } else {
                     for (int32_t t = tile.first_token; t < tile.first_token + tile.n_tokens; ++t) single.push_back(t);
@@ -233,6 +276,7 @@ const troupe_attention_ops gqa_ops = {
     TROUPE_ATTENTION_OPS_VERSION,
     gqa_forward,
     TROUPE_KV_TYPE_BIT(TROUPE_KV_F32) | TROUPE_KV_TYPE_BIT(TROUPE_KV_F16),
+    1,  // trees
 };
 
 const troupe_plugin_descriptor gqa_descriptor = {
@@ -242,7 +286,7 @@ const troupe_plugin_descriptor gqa_descriptor = {
     TROUPE_PLUGIN_KIND_ATTENTION,
     "gqa",
     "1.0.0",
-    "causal attention over a paged F32 or F16 KV cache: MHA, MQA and GQA (CPU: scalar, AVX2, AVX-512)",
+    "causal and tree attention over a paged F32 or F16 KV cache: MHA, MQA and GQA (CPU: scalar, AVX2, AVX-512)",
     gqa_score,
     gqa_create,
     gqa_destroy,

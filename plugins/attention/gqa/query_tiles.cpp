@@ -1,5 +1,7 @@
 #include "query_tiles.h"
 
+#include "attention_kernels.h"
+
 #include <algorithm>
 
 namespace troupe::gqa {
@@ -9,7 +11,7 @@ int32_t make_query_tiles(const troupe_attention_call& call, int32_t max_tokens, 
     for (int32_t t = 0; t < call.n_tokens;) {
         int32_t n = 1;
         while (n < max_tokens && t + n < call.n_tokens && call.seq_of[t + n] == call.seq_of[t] &&
-               call.positions[t + n] == call.positions[t] + n) {
+               call.positions[t + n] == call.positions[t] + n && plain_causal(call, t) && plain_causal(call, t + n)) {
             ++n;
         }
         tiles[n_tiles++] = {t, n};

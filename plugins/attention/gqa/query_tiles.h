@@ -20,7 +20,8 @@ struct query_tile {
     int32_t n_tokens;     // tokens first_token .. first_token + n_tokens - 1, positions consecutive
 };
 
-// Writes the call's tiles of at most max_tokens tokens each into tiles[0 .. return value), costliest
+// Writes the call's tiles of at most max_tokens tokens each (a tree call's draft tokens, attention_kernels.h, are
+// tiles of one token each, never merged) into tiles[0 .. return value), costliest
 // first (tokens times keys read), so that a parallel_for handing out contiguous chunks in order ends
 // with the cheap ones and balances. tiles must hold call.n_tokens entries.
 int32_t make_query_tiles(const troupe_attention_call& call, int32_t max_tokens, query_tile* tiles);
