@@ -25,6 +25,9 @@ void cpu_llama::scratch::reserve(size_t n_tokens, const llama_hparams& hp) {
     seq_ids.resize(t);
     rope_cs.resize(t * hp.rope_dims);
     seq_of.resize(t);
+    nodes.resize(t);
+    kv_rows.resize(t);
+    mask_base.resize(t);
     rows.resize(t * hp.dim);
     const size_t fused = std::min(t, k_max_fused_tokens);
     qkv.resize(fused * (hp.q_width() + 2 * hp.kv_width()));
@@ -136,15 +139,19 @@ status cpu_llama::tap(tap_point t, int32_t layer, const float* data, size_t n, s
     const bool logit_rows = layer < 0;
     tap_data d{
         t, layer, static_cast<int64_t>(n), static_cast<int64_t>(width), data, s_.seq_ids.data(), s_.positions.data()};
+    d.nodes = s_.drafts ? s_.nodes.data() : nullptr;
     if (logit_rows) {
         s_.out_seq_ids.resize(n);
         s_.out_positions.resize(n);
+        s_.out_nodes.resize(n);
         for (size_t i = 0; i < n; ++i) {
             s_.out_seq_ids[i] = s_.seq_ids[s_.out_rows[i]];
             s_.out_positions[i] = s_.positions[s_.out_rows[i]];
+            s_.out_nodes[i] = s_.nodes[s_.out_rows[i]];
         }
         d.seq_ids = s_.out_seq_ids.data();
         d.positions = s_.out_positions.data();
+        d.nodes = s_.drafts ? s_.out_nodes.data() : nullptr;
     }
     return taps_->observe(d);
 }
@@ -230,6 +237,7 @@ status cpu_llama::check_batch(const forward_batch& batch) const {
                                   std::to_string(w_.hp.n_vocab));
             }
         }
+        if (status st = check_drafts(s); !st.ok()) return st;
     }
     return {};
 }
@@ -324,6 +332,12 @@ status cpu_llama::attend(int32_t il, size_t n, const float* q, const float* k, c
     call.kv_type = params_.kv_type;
     call.k_pool = l.k_pool;
     call.v_pool = l.v_pool;
+    if (s_.tree) {
+        call.rows = s_.kv_rows.data();
+        call.mask_base = s_.mask_base.data();
+        call.mask = s_.mask.data();
+        call.mask_words = s_.mask_words;
+    }
     return params_.attention->forward(call, ctx_.parallel_for);
 }
 
@@ -370,6 +384,7 @@ status cpu_llama::forward(const forward_batch& batch, forward_output& out) {
     out.row_begin.assign(batch.seqs.size(), 0);
     out.n_rows.assign(batch.seqs.size(), 0);
     s_.out_rows.clear();
+    begin_tree_step(batch, n);
     size_t t = 0;
     for (size_t si = 0; si < batch.seqs.size(); ++si) {
         const sequence_step& s = batch.seqs[si];
@@ -382,6 +397,7 @@ status cpu_llama::forward(const forward_batch& batch, forward_output& out) {
             s_.seq_ids[t] = s.seq_id;
             if (s.all_logits || i + 1 == s.tokens.size()) s_.out_rows.push_back(static_cast<int32_t>(t));
         }
+        lay_out_drafts(s, t - s.tokens.size());  // nodes; a tree's positions, rows and masks
         out.n_rows[si] = static_cast<int32_t>(s_.out_rows.size()) - out.row_begin[si];
     }
 

@@ -14,6 +14,12 @@
 // All scratch is sized at construction for max_batch_tokens and reused; nothing allocates per step
 // except when a step brings more tokens than any before.
 //
+// Speculative verification (cpu_llama_trees.cpp): a step's last n_draft tokens may be a tree of drafts (sequence_step::
+// tree_parents); node i then runs at position pos0 + n_before + depth(i), writes KV row pos0 + n_before + i and
+// attends to the rows before the drafts, its ancestors and itself, through a tree attention call (ops.h); trees of
+// up to k_max_tree_nodes nodes, with the built-in KV pools only (a KV plugin owns its attention, chains only).
+// keep_tree_path then moves the accepted path's rows into place in every layer.
+//
 // Taps (core/model/tap_sink.h): an attached sink observes the intermediates it wants, in graph order; a tap
 // nobody wants costs one branch. Fused and separate products hand the taps the same layout ([n, width] rows).
 #pragma once
@@ -63,6 +69,11 @@ public:
     size_t kv_bytes_per_token() const override;
     status forward(const forward_batch& batch, forward_output& out) override;
     void forget(int64_t seq_id) override;  // frees the sequence's KV window slot
+    // Trees when the attention op takes tree calls and no KV plugin owns the cache.
+    bool supports_trees() const override;
+    status keep_tree_path(const sequence_step& step, std::span<const int32_t> path) override;
+    // The largest tree of drafts one sequence may bring in a step (its attention mask: 4 words of 64 rows).
+    static constexpr int32_t k_max_tree_nodes = 256;
 
     // One layer's KV layout: the built-in pools' (kv.dtype) or the KV plugin's declaration.
     const kv_layout& kv_cache_layout() const { return kv_layout_; }
@@ -117,11 +128,27 @@ private:
         std::vector<float> rows;             // [R, dim]
         std::vector<int64_t> out_seq_ids;    // [R] sequence id of each logits row (taps)
         std::vector<int32_t> out_positions;  // [R] position of each logits row (taps)
+        std::vector<int32_t> nodes;          // [T] draft node of each token, -1 for a sequence's own (taps)
+        std::vector<int32_t> out_nodes;      // [R] draft node of each logits row (taps)
+        // Tree attention (steps with a tree of drafts): each token's KV row, the end of the rows every token sees,
+        // and the rows past it each one sees (bit j of word w: row mask_base + 64 w + j).
+        std::vector<int32_t> kv_rows;    // [T]
+        std::vector<int32_t> mask_base;  // [T]
+        std::vector<uint64_t> mask;      // [T, mask_words]
+        int32_t mask_words = 0;
+        bool tree = false;    // some sequence of the step brings a tree: attention takes rows and masks
+        bool drafts = false;  // some sequence brings drafts: the taps carry nodes
         void reserve(size_t n_tokens, const llama_hparams& hp);
     };
 
     cpu_llama() = default;
     status check_batch(const forward_batch& batch) const;
+    // The drafts of one step (cpu_llama_trees.cpp): checks n_draft and tree_parents.
+    status check_drafts(const sequence_step& s) const;
+    // Fills the step's nodes, and with a tree the rows, masks and tree positions (tokens t0.. are s's).
+    void lay_out_drafts(const sequence_step& s, size_t t0);
+    // Sizes the step's tree scratch: mask words for its largest tree, rows and masks of plain tokens.
+    void begin_tree_step(const forward_batch& batch, size_t n_tokens);
     status place_weights();
     // The step's sequences' KV window slots (step_slots_), new ones zeroed in every layer.
     status assign_window_slots(const forward_batch& batch);
