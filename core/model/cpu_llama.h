@@ -15,10 +15,10 @@
 // except when a step brings more tokens than any before.
 //
 // Speculative verification (cpu_llama_trees.cpp): a step's last n_draft tokens may be a tree of drafts (sequence_step::
-// tree_parents); node i then runs at position pos0 + n_before + depth(i), writes KV row pos0 + n_before + i and
-// attends to the rows before the drafts, its ancestors and itself, through a tree attention call (ops.h); trees of
-// up to k_max_tree_nodes nodes, with the built-in KV pools only (a KV plugin owns its attention, chains only).
-// keep_tree_path then moves the accepted path's rows into place in every layer.
+// tree_parents; core/model/draft_layout.h); node i then runs at position pos0 + n_before + depth(i), writes KV row
+// pos0 + n_before + i and attends to the rows before the drafts, its ancestors and itself, through a tree attention
+// call (ops.h); trees of up to k_max_tree_nodes nodes, with the built-in KV pools only (a KV plugin owns its
+// attention: chains only). keep_tree_path then moves the accepted path's rows into place in every layer.
 //
 // Taps (core/model/tap_sink.h): an attached sink observes the intermediates it wants, in graph order; a tap
 // nobody wants costs one branch. Fused and separate products hand the taps the same layout ([n, width] rows).
@@ -72,8 +72,6 @@ public:
     // Trees when the attention op takes tree calls and no KV plugin owns the cache.
     bool supports_trees() const override;
     status keep_tree_path(const sequence_step& step, std::span<const int32_t> path) override;
-    // The largest tree of drafts one sequence may bring in a step (its attention mask: 4 words of 64 rows).
-    static constexpr int32_t k_max_tree_nodes = 256;
 
     // One layer's KV layout: the built-in pools' (kv.dtype) or the KV plugin's declaration.
     const kv_layout& kv_cache_layout() const { return kv_layout_; }
@@ -143,7 +141,7 @@ private:
 
     cpu_llama() = default;
     status check_batch(const forward_batch& batch) const;
-    // The drafts of one step (cpu_llama_trees.cpp): checks n_draft and tree_parents.
+    // The drafts of one step (cpu_llama_trees.cpp): checks n_draft and tree_parents (draft_layout.h).
     status check_drafts(const sequence_step& s) const;
     // Fills the step's nodes, and with a tree the rows, masks and tree positions (tokens t0.. are s's).
     void lay_out_drafts(const sequence_step& s, size_t t0);

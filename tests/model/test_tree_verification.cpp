@@ -247,7 +247,7 @@ TEST(tree_verification_errors, trees_too_large_bad_parents_and_paths_that_are_no
     };
     const refusal refusals[] = {
         {tree_step(257, std::vector<int32_t>(257, -1)),
-         "sequence 3: a tree of 257 drafts, above the 256 nodes cpu_llama verifies in one step"},
+         "sequence 3: a tree of 257 drafts, above the 256 nodes verified in one step"},
         {tree_step(3, {-1, 0, 2}), "sequence 3: tree node 2 has parent 2, expected -1..1"},
         {tree_step(3, {-1, 0}), "sequence 3: tree_parents has 2 entries, expected n_draft = 3"},
     };
