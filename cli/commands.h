@@ -34,4 +34,7 @@ int perplexity_command(const cli_args& args);  // troupe perplexity: llama-perpl
 const command_spec& quantize_spec();
 int quantize_command(const cli_args& args);  // troupe quantize: offline quantization by a method plugin
 
+const command_spec& distill_spec();
+int distill_command(const cli_args& args);  // troupe distill: train a drafter (Medusa, EAGLE, draft) from a target
+
 }  // namespace troupe::cli

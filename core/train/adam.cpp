@@ -1,0 +1,35 @@
+#include "core/train/adam.h"
+
+#include <cmath>
+
+namespace troupe::train {
+
+adam::adam(std::vector<param*> params, adam_params p) : params_(std::move(params)), p_(p) {
+    for (const param* w : params_) {
+        m_.emplace_back(w->value.size(), 0.0f);
+        v_.emplace_back(w->value.size(), 0.0f);
+    }
+}
+
+double adam::step(float lr_scale) {
+    const double norm = grad_norm(params_);
+    const float clip = p_.clip_norm > 0 && norm > p_.clip_norm ? static_cast<float>(p_.clip_norm / norm) : 1.0f;
+    t_ += 1;
+    const float c1 = 1.0f / (1.0f - std::pow(p_.beta1, static_cast<float>(t_)));
+    const float c2 = 1.0f / (1.0f - std::pow(p_.beta2, static_cast<float>(t_)));
+    const float lr = p_.lr * lr_scale;
+    for (size_t k = 0; k < params_.size(); ++k) {
+        param& w = *params_[k];
+        float* m = m_[k].data();
+        float* v = v_[k].data();
+        for (size_t i = 0; i < w.value.size(); ++i) {
+            const float g = w.grad[i] * clip;
+            m[i] = p_.beta1 * m[i] + (1.0f - p_.beta1) * g;
+            v[i] = p_.beta2 * v[i] + (1.0f - p_.beta2) * g * g;
+            w.value[i] -= lr * (m[i] * c1 / (std::sqrt(v[i] * c2) + p_.eps) + p_.weight_decay * w.value[i]);
+        }
+    }
+    return norm;
+}
+
+}  // namespace troupe::train

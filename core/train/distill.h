@@ -1,0 +1,72 @@
+// distill: the training loops of `troupe distill` over a self-distillation data set (distill_data.h), one per kind
+// of drafter, and the held-out accuracy each reports (what a speculative plugin's acceptance will follow).
+//
+// Common: AdamW (adam.h) with the global gradient norm clipped at 1, a linear warm-up over the first tenth of the
+// steps (at most 20) then a cosine decay to a tenth of lr; batches drawn with a generator seeded by `seed`; one
+// curve point per step.
+//   medusa: per step and head, `batch` random positions j of the training samples where the head's label exists;
+//           head i's logits at j against the target's logits at j + i + 1 (the distribution of t_{j+i+2}).
+//   eagle:  whole sequences until `batch` rows; rows j = 0 .. n-2 (eagle_layer.h); KL against the target's logits
+//           at j + 1, plus feature_weight · smooth-L1(g_j, h_{j+1}).
+//   draft:  whole sequences until `batch` rows; the student's logits at every position against the target's.
+// Accuracy: the share of held-out positions whose argmax equals the target's argmax for the same token (greedy
+// acceptance of that draft position when the earlier ones were accepted).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <vector>
+
+#include "core/train/distill_data.h"
+#include "core/train/eagle_layer.h"
+#include "core/train/float_llama.h"
+#include "core/train/loss_curve.h"
+#include "core/train/losses.h"
+#include "core/train/medusa_heads.h"
+#include "core/train/tiny_llama.h"
+#include "kernels/cpu/thread_pool.h"
+
+namespace troupe::train {
+
+struct train_params {
+    int32_t steps = 300;
+    float lr = 1e-3f;
+    int32_t batch = 256;  // rows per step (per head for medusa)
+    distill_loss loss = distill_loss::kl;
+    float hard_weight = 1.0f;     // weight of the hard-label cross-entropy in kl+hard
+    float feature_weight = 0.1f;  // EAGLE: weight of the smooth-L1 feature loss
+    uint64_t seed = 1;
+};
+
+using progress_fn = std::function<void(const curve_point&)>;
+
+// The lr multiplier of step (0-based) of n.
+float lr_schedule(int32_t step, int32_t n_steps);
+
+// f = rmsnorm(hidden) · output_norm for every row of a sample: [n, dim].
+std::vector<float> normed_features(const distill_sample& s, const float_llama& target);
+
+std::vector<curve_point> train_medusa(medusa_heads& heads, const float_llama& target, const distill_dataset& data,
+                                      const train_params& p, cpu::thread_pool& pool, const progress_fn& progress);
+// Per head.
+std::vector<double> medusa_accuracy(const medusa_heads& heads, const float_llama& target,
+                                    const std::vector<distill_sample>& samples, cpu::thread_pool& pool);
+
+// The rows of the given samples (eagle_layer.h), with the targets' logits [N, n_vocab], the features to regress
+// [N, dim] and the hard labels [N] (-1 where the sample ends).
+struct eagle_rows {
+    eagle_batch batch;
+    std::vector<float> target_logits;
+    std::vector<float> target_features;
+    std::vector<int32_t> labels;
+};
+eagle_rows make_eagle_rows(const std::vector<const distill_sample*>& samples, int32_t dim, int32_t n_vocab);
+std::vector<curve_point> train_eagle(eagle_layer& layer, const distill_dataset& data, const train_params& p,
+                                     cpu::thread_pool& pool, const progress_fn& progress);
+double eagle_accuracy(eagle_layer& layer, const std::vector<distill_sample>& samples, cpu::thread_pool& pool);
+
+std::vector<curve_point> train_draft(tiny_llama& model, const distill_dataset& data, const train_params& p,
+                                     cpu::thread_pool& pool, const progress_fn& progress);
+double draft_accuracy(tiny_llama& model, const std::vector<distill_sample>& samples, cpu::thread_pool& pool);
+
+}  // namespace troupe::train

@@ -1,0 +1,61 @@
+// distill_data: the self-distillation data set, made by the target itself and kept in memory.
+//
+// Openings come from the lines of a text file (blank lines and `<|endofstory|>` separators skipped): each line is
+// tokenized with BOS, and its first open_tokens, open_tokens + open_stride, ... tokens are openings (a line shorter
+// than open_tokens is one opening). The target continues each opening by gen_tokens tokens (sampled at the given
+// temperature from a generator seeded by (seed, opening), greedy at 0; an EOS ends a continuation early), running
+// several sequences per forward step, and a tap sink records for every position j of the sequence:
+//
+//   hidden[j]  LAYER_OUT of the target's last layer (the pre-norm feature h^L_j)       [dim]
+//   logits[j]  the target's output at j: its distribution of the token at j + 1       [n_vocab]
+//
+// Every token in `tokens` was run through the target, so hidden and logits have one row per token. Lines whose
+// index is 9 mod 10 are held out (their samples go to held_out) for the accuracy figures.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/loader/model_loader.h"
+#include "core/result.h"
+
+namespace troupe::train {
+
+struct distill_sample {
+    std::vector<int32_t> tokens;  // [n] t_0 .. t_{n-1}
+    int32_t n_prompt = 0;         // tokens of the opening (from the text); the rest are the target's
+    std::vector<float> hidden;    // [n, dim]
+    std::vector<float> logits;    // [n, n_vocab]
+    int32_t size() const { return static_cast<int32_t>(tokens.size()); }
+};
+
+struct distill_dataset {
+    int32_t dim = 0;
+    int32_t n_vocab = 0;
+    std::vector<distill_sample> train;
+    std::vector<distill_sample> held_out;
+    int64_t n_train_positions() const;
+};
+
+struct data_params {
+    std::string text_path;
+    int32_t open_tokens = 8;   // the shortest opening
+    int32_t open_stride = 48;  // further openings of a line every this many tokens
+    int32_t gen_tokens = 64;   // continuation length
+    float temperature = 1.0f;  // 0: greedy
+    uint64_t seed = 1;
+    int32_t max_openings = 0;  // 0: all; else the first this many (held-out ones counted apart, a tenth of it)
+    int32_t parallel = 16;     // sequences per forward step
+};
+
+// The openings of the text, train and held out, as token lists.
+struct openings {
+    std::vector<std::vector<int32_t>> train, held_out;
+};
+result<openings> read_openings(const tokenizer& tok, const data_params& p);
+
+// Runs the target (a CPU model: its taps are attached for the run and detached after).
+result<distill_dataset> make_dataset(loaded_model& target, const data_params& p);
+
+}  // namespace troupe::train
