@@ -5,9 +5,12 @@
 //   seq_of[t] = s, positions[t] = pos0 + i; its blocks are block_tables[block_table_offsets[s] ..
 //   block_table_offsets[s + 1]); out_tokens lists the tokens whose logits come back: each sequence's
 //   last, or all of them with all_logits, in sequence order (row_begin / n_rows per sequence).
+//   A step with a tree of drafts (core/model/draft_layout.h) also fills rows, mask_base and mask for every
+//   token, and its nodes' positions are by depth; the C batch then carries the revision 3 tree fields.
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "core/model/model_runner.h"
@@ -21,6 +24,7 @@ struct cuda_batch_limits {
     int32_t n_ctx;
     int32_t block_size;
     int32_t n_blocks;
+    std::string no_trees;  // empty where the backend verifies trees, else why it does not
 };
 
 struct cuda_flat_batch {
@@ -32,6 +36,11 @@ struct cuda_flat_batch {
     std::vector<int32_t> out_tokens;           // [n_rows]
     std::vector<int32_t> row_begin;            // [n_seqs]
     std::vector<int32_t> n_rows;               // [n_seqs]
+    // Tree steps only (mask_words > 0), else empty:
+    std::vector<int32_t> rows;       // [n_tokens]
+    std::vector<int32_t> mask_base;  // [n_tokens]
+    std::vector<uint64_t> mask;      // [n_tokens, mask_words]
+    int32_t mask_words = 0;
 
     // The C view; logits [out_tokens.size(), n_vocab] is where forward writes.
     troupe_cuda_batch c_batch(float* logits) const;

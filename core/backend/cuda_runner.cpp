@@ -2,6 +2,7 @@
 
 #include "core/backend/cuda_upload.h"
 #include "core/log/log.h"
+#include "core/model/draft_layout.h"
 
 namespace troupe {
 namespace {
@@ -120,8 +121,15 @@ std::string cuda_runner::description() const {
            device_.name + ")";
 }
 
+bool cuda_runner::supports_trees() const {
+    return TROUPE_CUDA_OPS_HAS(&lib_->ops(), model_copy_rows);
+}
+
 status cuda_runner::forward(const forward_batch& batch, forward_output& out) {
-    const cuda_batch_limits limits{n_vocab_, n_ctx_, kv_.block_size, kv_.n_blocks};
+    cuda_batch_limits limits{n_vocab_, n_ctx_, kv_.block_size, kv_.n_blocks, {}};
+    if (!supports_trees()) {
+        limits.no_trees = "the CUDA backend " + lib_->path() + " has no tree attention: ABI revision 3 or later";
+    }
     if (status s = flatten_batch(batch, limits, flat_); !s.ok()) return s;
     out.n_vocab = n_vocab_;
     out.row_begin = flat_.row_begin;
@@ -130,6 +138,34 @@ status cuda_runner::forward(const forward_batch& batch, forward_output& out) {
     if (flat_.tokens.empty()) return {};
     const troupe_cuda_batch b = flat_.c_batch(out.logits.data());
     if (const char* e = lib_->ops().model_forward(model_, &b)) return make_error(std::string("cuda forward: ") + e);
+    return {};
+}
+
+status cuda_runner::keep_tree_path(const sequence_step& step, std::span<const int32_t> path) {
+    auto moves = tree_path_moves(step, path, "cuda keep_tree_path");
+    if (!moves.ok()) return moves.err();
+    if (moves->empty()) return {};
+    if (!supports_trees())
+        return make_error("cuda keep_tree_path: the backend " + lib_->path() + " has no model_copy_rows");
+    const int32_t bs = kv_.block_size;
+    std::vector<int32_t> src, dst;  // rows of the pools: block * block_size + row in block
+    for (const auto& [from, to] : *moves) {
+        for (const int32_t row : {from, to}) {
+            const size_t entry = static_cast<size_t>(row / bs);
+            if (entry >= step.block_table.size() || step.block_table[entry] < 0 ||
+                step.block_table[entry] >= kv_.n_blocks) {
+                return make_error("cuda keep_tree_path of sequence " + std::to_string(step.seq_id) + ": row " +
+                                  std::to_string(row) + " is not in a block of the pool (table of " +
+                                  std::to_string(step.block_table.size()) + " blocks)");
+            }
+        }
+        src.push_back(step.block_table[from / bs] * bs + from % bs);
+        dst.push_back(step.block_table[to / bs] * bs + to % bs);
+    }
+    if (const char* e =
+            lib_->ops().model_copy_rows(model_, kv_lane(), src.data(), dst.data(), static_cast<int32_t>(src.size()))) {
+        return make_error(std::string("cuda keep_tree_path: ") + e);
+    }
     return {};
 }
 

@@ -61,6 +61,10 @@ public:
     kv_geometry kv() const override { return kv_; }
     size_t kv_bytes_per_token() const override { return kv_bytes_per_token_; }
     status forward(const forward_batch& batch, forward_output& out) override;
+    // Trees of drafts where the backend has ABI revision 3 (tree attention, model_copy_rows); keep_tree_path copies
+    // the accepted path's rows on the KV copy lane, ordered like copy_blocks.
+    bool supports_trees() const override;
+    status keep_tree_path(const sequence_step& step, std::span<const int32_t> path) override;
 
     // True where the loaded backend can copy KV blocks to the host (revision 2 of its ABI); an older
     // backend says false, so the scheduler recomputes instead of losing sequences to failed swaps.

@@ -109,8 +109,14 @@ const char* test_matmul(troupe_cuda_context* ctx, int32_t impl, const troupe_cud
 
 const char* test_attention(troupe_cuda_context* ctx, const troupe_cuda_attention_args* args) {
     const troupe_cuda_attention_args& a = *args;
-    if (a.struct_size != sizeof a)
-        return fail("attention arguments of %u bytes, expected %zu", a.struct_size, sizeof a);
+    if (a.struct_size != sizeof a && a.struct_size != TROUPE_CUDA_ATTENTION_ARGS_V2_SIZE)
+        return fail("attention arguments of %u bytes, expected %zu (or %zu without trees)", a.struct_size, sizeof a,
+                    TROUPE_CUDA_ATTENTION_ARGS_V2_SIZE);
+    const bool tree = a.struct_size == sizeof a && a.rows != nullptr;
+    if (tree) {
+        TROUPE_CUDA_TRY_STATUS(check_tree_call({a.rows, a.mask_base, a.mask, a.mask_words}, a.n_tokens, a.seq_of,
+                                               a.block_table_offsets, a.block_size));
+    }
     if (a.head_dim > max_head_dim || a.n_kv_heads <= 0 || a.n_heads % a.n_kv_heads != 0)
         return fail("attention shape: %d heads, %d KV heads, head size %d", a.n_heads, a.n_kv_heads, a.head_dim);
     const int32_t n_table = a.block_table_offsets[a.n_seqs];
@@ -143,8 +149,18 @@ const char* test_attention(troupe_cuda_context* ctx, const troupe_cuda_attention
     TROUPE_CUDA_TRY_STATUS(upload(a.block_tables, n_table * sizeof(int32_t), dtab, "block tables", st));
     TROUPE_CUDA_TRY_STATUS(upload(a.k_pool, pool_bytes, dkp, "k pool", st));
     TROUPE_CUDA_TRY_STATUS(upload(a.v_pool, pool_bytes, dvp, "v pool", st));
-    const kv_tables tables{dpos.as<int32_t>(), dseq.as<int32_t>(), doff.as<int32_t>(), dtab.as<int32_t>(),
-                           a.block_size};
+    kv_tables tables{dpos.as<int32_t>(), dseq.as<int32_t>(), doff.as<int32_t>(), dtab.as<int32_t>(), a.block_size};
+    device_buffer drows, dbase, dmask;
+    if (tree) {
+        TROUPE_CUDA_TRY_STATUS(upload(a.rows, a.n_tokens * sizeof(int32_t), drows, "rows", st));
+        TROUPE_CUDA_TRY_STATUS(upload(a.mask_base, a.n_tokens * sizeof(int32_t), dbase, "mask_base", st));
+        const size_t mask_bytes = static_cast<size_t>(a.n_tokens) * a.mask_words * sizeof(uint64_t);
+        if (mask_bytes > 0) TROUPE_CUDA_TRY_STATUS(upload(a.mask, mask_bytes, dmask, "mask", st));
+        tables.rows = drows.as<int32_t>();
+        tables.mask_base = dbase.as<int32_t>();
+        tables.mask = mask_bytes > 0 ? dmask.as<uint64_t>() : nullptr;
+        tables.mask_words = a.mask_words;
+    }
     launch_store_kv(dk.as<float>(), dv.as<float>(), a.n_tokens, static_cast<int32_t>(kv_width), tables, kv_f16,
                     dkp.data(), dvp.data(), st);
     launch_attention(dq.as<float>(), dout.as<float>(), a.n_tokens, a.n_heads, a.n_kv_heads, a.head_dim, a.scale, tables,
@@ -231,6 +247,10 @@ const char* abi_model_read_blocks(troupe_cuda_model* model, int32_t lane, const 
                                   void* host) {
     return guarded([&] { return model_read_blocks(model, lane, blocks, n, host); });
 }
+const char* abi_model_copy_rows(troupe_cuda_model* model, int32_t lane, const int32_t* src, const int32_t* dst,
+                                int32_t n) {
+    return guarded([&] { return model_copy_rows(model, lane, src, dst, n); });
+}
 const char* abi_model_write_blocks(troupe_cuda_model* model, int32_t lane, const int32_t* blocks, int32_t n,
                                    const void* host) {
     return guarded([&] { return model_write_blocks(model, lane, blocks, n, host); });
@@ -289,6 +309,7 @@ troupe_cuda_ops make_ops() {
     ops.test_embed = abi_test_embed;
     ops.model_read_blocks = abi_model_read_blocks;
     ops.model_write_blocks = abi_model_write_blocks;
+    ops.model_copy_rows = abi_model_copy_rows;
     return ops;
 }
 

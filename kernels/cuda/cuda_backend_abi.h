@@ -12,6 +12,8 @@
  * TROUPE_CUDA_OPS_HAS says the library's table covers it, else it refuses that one feature clearly.
  *   revision 1: everything up to test_embed
  *   revision 2: model_read_blocks, model_write_blocks (swap preemption)
+ *   revision 3: model_copy_rows, and tree attention fields appended to troupe_cuda_batch and
+ *               troupe_cuda_attention_args (speculative verification of a tree of drafts in one step)
  *
  * Errors: every function that can fail returns NULL on success, else a message owned by the library
  * ("cudaMalloc of 2.0 GiB for the KV pools failed: out of memory"), valid until the next call from
@@ -45,7 +47,7 @@ extern "C" {
 #endif
 
 #define TROUPE_CUDA_ABI_VERSION 1u
-#define TROUPE_CUDA_ABI_REVISION 2u
+#define TROUPE_CUDA_ABI_REVISION 3u
 #define TROUPE_CUDA_LIBRARY_NAME "libtroupe_cuda.so"
 #define TROUPE_CUDA_ENTRY_NAME "troupe_cuda_backend"
 
@@ -139,7 +141,20 @@ typedef struct troupe_cuda_batch {
     int32_t n_out_rows;
     const int32_t* out_tokens; /* [n_out_rows] token index whose logits are wanted */
     float* logits;             /* [n_out_rows, n_vocab] written by forward */
+    /* Revision 3, read only where struct_size covers them (a host of revision 2 sends the struct without):
+     * tree attention (core/model/ops.h attention_call, core/model/draft_layout.h). With `rows` set, token t
+     * writes its K/V at row rows[t] of its sequence (positions[t] is only its RoPE position) and attends to
+     * the rows r < mask_base[t] and the rows mask_base[t] + 64 w + j where bit j of mask[t * mask_words + w]
+     * is set. Null rows: causal by position. */
+    const int32_t* rows;      /* [n_tokens] or null */
+    const int32_t* mask_base; /* [n_tokens] */
+    const uint64_t* mask;     /* [n_tokens, mask_words] */
+    int32_t mask_words;       /* 0..TROUPE_CUDA_MAX_MASK_WORDS */
 } troupe_cuda_batch;
+
+/* The size of a revision-2 batch (no tree fields), and the most mask words a tree call carries. */
+#define TROUPE_CUDA_BATCH_V2_SIZE offsetof(troupe_cuda_batch, rows)
+#define TROUPE_CUDA_MAX_MASK_WORDS 16
 
 /* Host-buffer arguments of the attention kernel test: stores k, v into the pools, then attends
  * (core/model/ops.h attention_call semantics). Pools are in and out. */
@@ -164,7 +179,14 @@ typedef struct troupe_cuda_attention_args {
     uint32_t kv_type; /* F32: pools are float; F16: pools are uint16_t halves */
     void* k_pool;     /* [n_blocks, block_size, n_kv_heads, head_dim] */
     void* v_pool;
+    /* Revision 3: tree attention, as in troupe_cuda_batch (null rows: causal). */
+    const int32_t* rows;
+    const int32_t* mask_base;
+    const uint64_t* mask;
+    int32_t mask_words;
 } troupe_cuda_attention_args;
+
+#define TROUPE_CUDA_ATTENTION_ARGS_V2_SIZE offsetof(troupe_cuda_attention_args, rows)
 
 #define TROUPE_CUDA_MATMUL_CUBLASLT 0
 #define TROUPE_CUDA_MATMUL_SIMPLE 1
@@ -223,6 +245,13 @@ typedef struct troupe_cuda_ops {
                                      void* host);
     const char* (*model_write_blocks)(troupe_cuda_model* model, int32_t lane, const int32_t* blocks, int32_t n,
                                       const void* host);
+
+    /* Revision 3: after a tree step, copies KV rows src[i] -> dst[i] (rows of the pools: block * block_size +
+     * row in block) of every layer's K and V pools on `lane`, in order (i = 0 first: a later source may be an
+     * earlier destination's neighbour, never a row already overwritten, see core/model/draft_layout.h), after
+     * the work issued earlier on the other lanes. Rows are checked against the pool first. */
+    const char* (*model_copy_rows)(troupe_cuda_model* model, int32_t lane, const int32_t* src, const int32_t* dst,
+                                   int32_t n);
 } troupe_cuda_ops;
 
 /* The size of a revision-1 table: the smallest the host accepts. */

@@ -56,6 +56,26 @@ __device__ __forceinline__ size_t cache_row(const kv_tables& tb, int32_t seq, in
     return (static_cast<size_t>(block) * tb.block_size + pos % tb.block_size) * kv_width;
 }
 
+// Whether token t sees cache row j, for j <= its last row (tree calls; causal calls see every such row).
+__device__ __forceinline__ bool sees(const kv_tables& tb, int32_t t, int32_t j) {
+    if (tb.rows == nullptr) return true;
+    const int32_t base = tb.mask_base[t];
+    if (j < base) return true;
+    const int32_t bit = j - base;
+    return bit < 64 * tb.mask_words &&
+           ((tb.mask[static_cast<size_t>(t) * tb.mask_words + bit / 64] >> (bit % 64)) & 1u) != 0;
+}
+
+// The highest cache row token t sees: its position, or in a tree call the last of its prefix and mask.
+__device__ __forceinline__ int32_t last_row(const kv_tables& tb, int32_t t) {
+    if (tb.rows == nullptr) return tb.positions[t];
+    for (int32_t w = tb.mask_words - 1; w >= 0; --w) {
+        const uint64_t bits = tb.mask[static_cast<size_t>(t) * tb.mask_words + w];
+        if (bits != 0) return tb.mask_base[t] + 64 * w + 63 - __clzll(static_cast<long long>(bits));
+    }
+    return tb.mask_base[t] - 1;
+}
+
 int32_t blocks_for(int64_t n, int32_t per_block) {
     return static_cast<int32_t>((n + per_block - 1) / per_block);
 }
@@ -109,7 +129,7 @@ template <class kv_t>
 __global__ void store_kv_kernel(const float* k, const float* v, int32_t kv_width, kv_tables tb, kv_t* k_pool,
                                 kv_t* v_pool) {
     const int32_t t = blockIdx.x;
-    const size_t row = cache_row(tb, tb.seq_of[t], tb.positions[t], kv_width);
+    const size_t row = cache_row(tb, tb.seq_of[t], tb.rows ? tb.rows[t] : tb.positions[t], kv_width);
     for (int32_t i = threadIdx.x; i < kv_width; i += blockDim.x) {
         store_kv(k_pool, row + i, k[static_cast<size_t>(t) * kv_width + i]);
         store_kv(v_pool, row + i, v[static_cast<size_t>(t) * kv_width + i]);
@@ -121,7 +141,8 @@ constexpr int dims_per_lane = max_head_dim / warp_size;
 
 // One warp per (token, head); lane l scores key position j0 + l of each chunk of 32, then every lane
 // accumulates its head dimensions d = l + 32 i over the chunk's probabilities (online softmax: the
-// running max m and sum l rescale the accumulator when a larger score arrives).
+// running max m and sum l rescale the accumulator when a larger score arrives). In a tree call the keys
+// are rows 0..last_row and those the token does not see score -inf (a chunk may have none it sees).
 template <class kv_t>
 __global__ void attention_kernel(const float* q, float* out, int32_t n_tokens, int32_t n_heads, int32_t n_kv_heads,
                                  int32_t head_dim, float scale, kv_tables tb, const kv_t* k_pool, const kv_t* v_pool) {
@@ -139,7 +160,7 @@ __global__ void attention_kernel(const float* q, float* out, int32_t n_tokens, i
     __syncwarp();
 
     const int32_t seq = tb.seq_of[t];
-    const int32_t pos = tb.positions[t];
+    const int32_t pos = last_row(tb, t);
     float m = -INFINITY;
     float l = 0.0f;
     float acc[dims_per_lane];
@@ -148,21 +169,24 @@ __global__ void attention_kernel(const float* q, float* out, int32_t n_tokens, i
 
     for (int32_t j0 = 0; j0 <= pos; j0 += warp_size) {
         const int32_t j = j0 + lane;
+        const bool seen = j <= pos && sees(tb, t, j);
         float score = -INFINITY;
-        if (j <= pos) {
+        if (seen) {
             const kv_t* kr = k_pool + cache_row(tb, seq, j, kv_width) + static_cast<size_t>(kv_head) * head_dim;
             float dot = 0.0f;
             for (int32_t d = 0; d < head_dim; ++d) dot += q_sh[warp][d] * load_kv(kr, d);
             score = dot;
         }
-        const float m_new = fmaxf(m, warp_max(score));  // finite: lane 0's position j0 <= pos
-        const float correction = expf(m - m_new);       // 0 on the first chunk (m = -inf)
-        const float p = j <= pos ? expf(score - m_new) : 0.0f;
+        const unsigned seen_lanes = __ballot_sync(full_mask, seen);
+        if (seen_lanes == 0) continue;                  // a tree call's chunk of rows the token does not see
+        const float m_new = fmaxf(m, warp_max(score));  // finite: some lane sees its row
+        const float correction = expf(m - m_new);       // 0 on the first chunk seen (m = -inf)
+        const float p = seen ? expf(score - m_new) : 0.0f;
         l = l * correction + warp_sum(p);
 #pragma unroll
         for (int i = 0; i < dims_per_lane; ++i) acc[i] *= correction;
-        const int32_t n_valid = min(warp_size, pos - j0 + 1);
-        for (int32_t jj = 0; jj < n_valid; ++jj) {
+        for (unsigned left = seen_lanes; left != 0; left &= left - 1) {
+            const int32_t jj = __ffs(left) - 1;
             const float pj = __shfl_sync(full_mask, p, jj);
             const kv_t* vr = v_pool + cache_row(tb, seq, j0 + jj, kv_width) + static_cast<size_t>(kv_head) * head_dim;
 #pragma unroll

@@ -42,16 +42,23 @@ struct kv_tables {
     const int32_t* block_table_offsets;  // [n_seqs + 1]
     const int32_t* block_tables;         // [block_table_offsets[n_seqs]]
     int32_t block_size;
+    // Tree attention (cuda_backend_abi.h troupe_cuda_batch): with rows set, token t writes its K/V at row rows[t]
+    // and sees the rows r < mask_base[t] and those its mask bits name (bit j of word w: mask_base[t] + 64 w + j).
+    const int32_t* rows = nullptr;       // [n_tokens] or null: causal by position
+    const int32_t* mask_base = nullptr;  // [n_tokens]
+    const uint64_t* mask = nullptr;      // [n_tokens, mask_words]
+    int32_t mask_words = 0;
 };
 
 // Writes k, v [n_tokens, n_kv_heads * head_dim] into the pools [n_blocks, block_size, n_kv_heads, head_dim]
-// (float, or half when kv_f16) at each token's position.
+// (float, or half when kv_f16) at each token's position (its row in a tree call).
 void launch_store_kv(const float* k, const float* v, int32_t n_tokens, int32_t kv_width, const kv_tables& tables,
                      bool kv_f16, void* k_pool, void* v_pool, cudaStream_t stream);
 
 // Causal GQA attention over the pools (which already hold this step's rows): for token t at position p of
 // sequence s and head h, out[t, h] = softmax(scale * q[t, h] . k[s, 0..p, h / group]) . v[s, 0..p, h / group].
-// q, out [n_tokens, n_heads, head_dim]; head_dim <= max_head_dim.
+// q, out [n_tokens, n_heads, head_dim]; head_dim <= max_head_dim. In a tree call (tables.rows) over the rows
+// the token sees instead of 0..p.
 void launch_attention(const float* q, float* out, int32_t n_tokens, int32_t n_heads, int32_t n_kv_heads,
                       int32_t head_dim, float scale, const kv_tables& tables, bool kv_f16, const void* k_pool,
                       const void* v_pool, cudaStream_t stream);

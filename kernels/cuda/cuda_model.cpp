@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 
 #include "kernels/cuda/cuda_kernels.h"
 
@@ -144,8 +145,9 @@ const char* allocate_kv(troupe_cuda_model& m) {
 
 // Every index the kernels will follow, checked on the host: a bad batch fails the step, never the device.
 const char* check_batch(const troupe_cuda_model& m, const troupe_cuda_batch& b) {
-    if (b.struct_size != sizeof(troupe_cuda_batch))
-        return fail("batch description of %u bytes, this library takes %zu", b.struct_size, sizeof(troupe_cuda_batch));
+    if (b.struct_size != sizeof(troupe_cuda_batch) && b.struct_size != TROUPE_CUDA_BATCH_V2_SIZE)
+        return fail("batch description of %u bytes, this library takes %zu (or %zu without trees)", b.struct_size,
+                    sizeof(troupe_cuda_batch), TROUPE_CUDA_BATCH_V2_SIZE);
     if (b.n_tokens < 0 || b.n_seqs < 0 || b.n_out_rows < 0)
         return fail("negative sizes in the batch (%d tokens, %d sequences, %d rows)", b.n_tokens, b.n_seqs,
                     b.n_out_rows);
@@ -174,10 +176,37 @@ const char* check_batch(const troupe_cuda_model& m, const troupe_cuda_batch& b) 
         if (b.out_tokens[r] < 0 || b.out_tokens[r] >= b.n_tokens)
             return fail("logits row %d asks for token %d of %d", r, b.out_tokens[r], b.n_tokens);
     }
+    if (b.struct_size == sizeof(troupe_cuda_batch) && b.rows != nullptr) {
+        const tree_call tree{b.rows, b.mask_base, b.mask, b.mask_words};
+        TROUPE_CUDA_TRY_STATUS(check_tree_call(tree, b.n_tokens, b.seq_of, b.block_table_offsets, m.hp.block_size));
+    }
     return nullptr;
 }
 
 }  // namespace
+
+const char* check_tree_call(const tree_call& c, int32_t n_tokens, const int32_t* seq_of,
+                            const int32_t* block_table_offsets, int32_t block_size) {
+    if (!c.mask_base || c.mask_words < 0 || c.mask_words > TROUPE_CUDA_MAX_MASK_WORDS || (c.mask_words > 0 && !c.mask))
+        return fail("tree attention with mask_words %d%s%s: expected mask_base, 0..%d mask words and a mask",
+                    c.mask_words, c.mask_base ? "" : " and no mask_base",
+                    c.mask_words > 0 && !c.mask ? " and no mask" : "", TROUPE_CUDA_MAX_MASK_WORDS);
+    for (int32_t t = 0; t < n_tokens; ++t) {
+        int32_t highest = -1;
+        for (int32_t w = 0; w < c.mask_words; ++w) {
+            const uint64_t bits = c.mask[static_cast<size_t>(t) * c.mask_words + w];
+            if (bits != 0) highest = 64 * w + 63 - __builtin_clzll(bits);
+        }
+        const int32_t last = std::max({c.rows[t], c.mask_base[t] - 1, highest < 0 ? 0 : c.mask_base[t] + highest});
+        const int64_t covered =
+            static_cast<int64_t>(block_table_offsets[seq_of[t] + 1] - block_table_offsets[seq_of[t]]) * block_size;
+        if (c.rows[t] < 0 || c.mask_base[t] < 0 || last >= covered)
+            return fail("tree token %d: row %d, mask_base %d, last row seen %d; its block table covers %lld rows", t,
+                        c.rows[t], c.mask_base[t], last, static_cast<long long>(covered));
+        if (c.mask_base[t] == 0 && highest < 0) return fail("tree token %d attends to no row", t);
+    }
+    return nullptr;
+}
 
 const char* upload_matrix(const troupe_cuda_matrix& m, const char* what, device_buffer& buf, device_matrix& out,
                           cudaStream_t stream) {
@@ -270,6 +299,19 @@ const char* model_forward(troupe_cuda_model* model, const troupe_cuda_batch* bat
     hi.insert(hi.end(), b.block_table_offsets, b.block_table_offsets + b.n_seqs + 1);
     hi.insert(hi.end(), b.block_tables, b.block_tables + n_table);
     hi.insert(hi.end(), b.out_tokens, b.out_tokens + b.n_out_rows);
+    // A tree step: | rows | mask_base | (padding to 8 bytes) mask as pairs of ints
+    const bool tree = b.struct_size == sizeof(troupe_cuda_batch) && b.rows != nullptr;
+    size_t rows_at = 0, mask_at = 0;
+    if (tree) {
+        rows_at = hi.size();
+        hi.insert(hi.end(), b.rows, b.rows + b.n_tokens);
+        hi.insert(hi.end(), b.mask_base, b.mask_base + b.n_tokens);
+        if (hi.size() % 2 != 0) hi.push_back(0);
+        mask_at = hi.size();
+        const size_t n_words = static_cast<size_t>(b.n_tokens) * b.mask_words;
+        hi.resize(hi.size() + 2 * n_words);
+        if (n_words > 0) std::memcpy(hi.data() + mask_at, b.mask, n_words * sizeof(uint64_t));
+    }
     TROUPE_CUDA_TRY_STATUS(m.ints.grow(hi.size() * sizeof(int32_t) * 2, "the batch indices"));
     TROUPE_CUDA_TRY(
         cudaMemcpyAsync(m.ints.data(), hi.data(), hi.size() * sizeof(int32_t), cudaMemcpyHostToDevice, stream));
@@ -281,6 +323,12 @@ const char* model_forward(troupe_cuda_model* model, const troupe_cuda_batch* bat
     tables.block_tables = tables.block_table_offsets + b.n_seqs + 1;
     tables.block_size = hp.block_size;
     const int32_t* d_out_tokens = tables.block_tables + n_table;
+    if (tree) {
+        tables.rows = d_tokens + rows_at;
+        tables.mask_base = tables.rows + b.n_tokens;
+        tables.mask = reinterpret_cast<const uint64_t*>(d_tokens + mask_at);
+        tables.mask_words = b.mask_words;
+    }
 
     const int32_t n = b.n_tokens;
     const int32_t kv_width = hp.n_kv_heads * hp.head_dim;
@@ -338,6 +386,28 @@ const char* model_copy_blocks(troupe_cuda_model* model, int32_t lane, const int3
         for (int32_t i = 0; i < n; ++i)
             TROUPE_CUDA_TRY(cudaMemcpyAsync(base + block_bytes * dst[i], base + block_bytes * src[i], block_bytes,
                                             cudaMemcpyDeviceToDevice, stream));
+    }
+    return end_lane(*m.ctx, lane);
+}
+
+const char* model_copy_rows(troupe_cuda_model* model, int32_t lane, const int32_t* src, const int32_t* dst, int32_t n) {
+    troupe_cuda_model& m = *model;
+    const int32_t n_rows = m.n_blocks * m.hp.block_size;
+    for (int32_t i = 0; i < n; ++i) {
+        if (src[i] < 0 || src[i] >= n_rows || dst[i] < 0 || dst[i] >= n_rows)
+            return fail("copy of KV row %d to row %d: the pool has %d rows", src[i], dst[i], n_rows);
+    }
+    if (n <= 0) return nullptr;
+    TROUPE_CUDA_TRY_STATUS(begin_lane(*m.ctx, lane));
+    cudaStream_t stream = m.ctx->streams[lane];
+    const size_t row_bytes = m.pool_bytes / n_rows;
+    // In order, on one stream: a copy never runs before the ones listed earlier.
+    for (int32_t i = 0; i < n; ++i) {
+        for (int32_t pool = 0; pool < 2 * m.hp.n_layers; ++pool) {
+            char* base = m.kv.as<char>(m.pool_bytes * pool);
+            TROUPE_CUDA_TRY(cudaMemcpyAsync(base + row_bytes * dst[i], base + row_bytes * src[i], row_bytes,
+                                            cudaMemcpyDeviceToDevice, stream));
+        }
     }
     return end_lane(*m.ctx, lane);
 }

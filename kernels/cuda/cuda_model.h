@@ -31,6 +31,19 @@ void model_info(const troupe_cuda_model* model, troupe_cuda_model_info* info);
 const char* model_forward(troupe_cuda_model* model, const troupe_cuda_batch* batch);
 const char* model_copy_blocks(troupe_cuda_model* model, int32_t lane, const int32_t* src, const int32_t* dst,
                               int32_t n);
+// KV rows src[i] -> dst[i] (block * block_size + row) of every pool, in order on `lane` (keep_tree_path).
+const char* model_copy_rows(troupe_cuda_model* model, int32_t lane, const int32_t* src, const int32_t* dst, int32_t n);
+
+// The tree fields of a batch or of the attention test's arguments (cuda_backend_abi.h), checked on the host: mask
+// words in range, every row a token writes or sees inside its sequence's block table, at least one row seen.
+struct tree_call {
+    const int32_t* rows;
+    const int32_t* mask_base;
+    const uint64_t* mask;
+    int32_t mask_words;
+};
+const char* check_tree_call(const tree_call& c, int32_t n_tokens, const int32_t* seq_of,
+                            const int32_t* block_table_offsets, int32_t block_size);
 // Swap: whole blocks of every pool to / from a host buffer laid out [pool][i < n][block bytes]
 // (cuda_backend_abi.h); both wait for `lane` before returning, also when they fail part-way.
 const char* model_read_blocks(troupe_cuda_model* model, int32_t lane, const int32_t* blocks, int32_t n, void* host);

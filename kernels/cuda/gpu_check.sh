@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The CUDA backend's checks for a session that has a GPU (CI has none, so there these tests skip):
-# configure and build (Release, -j16) with nvcc, run the CUDA tests (test_cuda; test_cuda_quant_plugins: the quant
-# plugins' CUDA kernels vs their CPU path), bench_cuda_quant (GEMV GB/s vs copy), then `troupe bench --device cuda`.
+# configure and build (Release, -j16) with nvcc, run the CUDA tests (test_cuda, with tree verification in
+# cuda_tree_test.cpp; test_cuda_quant_plugins: the quant plugins' CUDA kernels vs their CPU path), bench_cuda_quant
+# (GEMV GB/s vs copy), then `troupe bench --device cuda`.
 #
 #   kernels/cuda/gpu_check.sh            build into build-gpu/ beside this checkout's root
 #   BUILD_DIR=... SHARED=... kernels/cuda/gpu_check.sh

@@ -34,7 +34,7 @@ std::vector<int32_t> prompt_of(int32_t n, int32_t salt) {
     return t;
 }
 
-TEST(cuda_swap_abi, the_built_backend_has_the_block_read_and_write_ops_of_revision_2) {
+TEST(cuda_swap_abi, the_built_backend_has_the_block_read_and_write_ops_of_revision_2_and_the_row_copy_of_3) {
     if (!cuda_library::locate().ok()) GTEST_SKIP() << cuda_library::locate().message();
     auto lib = cuda_library::load();
     ASSERT_TRUE(lib.ok()) << lib.message();
@@ -42,7 +42,10 @@ TEST(cuda_swap_abi, the_built_backend_has_the_block_read_and_write_ops_of_revisi
     EXPECT_TRUE(TROUPE_CUDA_OPS_HAS(&ops, model_read_blocks));
     EXPECT_TRUE(TROUPE_CUDA_OPS_HAS(&ops, model_write_blocks));
     EXPECT_TRUE(lib.value()->check_swap_ops().ok()) << lib.value()->check_swap_ops().message();
-    EXPECT_NE(std::string(ops.build_info).find("revision 2"), std::string::npos) << ops.build_info;
+    EXPECT_TRUE(TROUPE_CUDA_OPS_HAS(&ops, model_copy_rows));
+    EXPECT_NE(std::string(ops.build_info).find("revision " + std::to_string(TROUPE_CUDA_ABI_REVISION)),
+              std::string::npos)
+        << ops.build_info;
 }
 
 // tests/cuda/fake_backend.c built twice: a revision-1 table (loads, no swap) and one shorter than that.
