@@ -212,14 +212,7 @@ int distill(const distill_inputs& in) {
     auto target = read_float_llama(*file, layers_wanted::last);
     if (!target) return fail(target.message());
 
-    engine_config config;
-    config.model = in.target;
-    config.threads = in.threads;
-    config.plugins.quant = plugin_config("none");
-    config.plugins.more_quant.clear();
-    config.kernels.activations = kernel_activations::float32;
-    config.scheduler.max_running_seqs = in.gen.parallel;
-    auto model = load_model(config);
+    auto model = load_model(target_config(in.target, in.threads, in.gen.parallel));
     if (!model) return fail(model.message());
     data_params gen = in.gen;
     gen.text_path = in.data;

@@ -71,6 +71,19 @@ int64_t distill_dataset::n_train_positions() const {
     return n;
 }
 
+engine_config target_config(const std::string& path, int32_t threads, int32_t parallel) {
+    engine_config config;
+    config.model = path;
+    config.threads = threads;
+    config.device = device_kind::cpu;
+    config.plugins.attention = plugin_config("gqa");
+    config.plugins.quant = plugin_config("none");
+    config.plugins.more_quant.clear();
+    config.kernels.activations = kernel_activations::float32;
+    config.scheduler.max_running_seqs = parallel;
+    return config;
+}
+
 result<openings> read_openings(const tokenizer& tok, const data_params& p) {
     std::ifstream f(p.text_path);
     if (!f) return make_error(p.text_path + ": cannot open the text file (--data)");

@@ -55,6 +55,10 @@ struct openings {
 };
 result<openings> read_openings(const tokenizer& tok, const data_params& p);
 
+// How the target runs for distillation: on the CPU with float activations and no quant plugin (the features and
+// logits are the model's own), the attention plugin gqa, `parallel` sequences at a time.
+engine_config target_config(const std::string& path, int32_t threads, int32_t parallel);
+
 // Runs the target (a CPU model: its taps are attached for the run and detached after).
 result<distill_dataset> make_dataset(loaded_model& target, const data_params& p);
 
