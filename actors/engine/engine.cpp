@@ -58,7 +58,7 @@ void engine::build(engine_parts parts, const engine_params& params, lane* tok, l
     sc.max_waiting = params.max_waiting;
     sc.max_running = params.max_running;
     sc.n_ctx = parts.runner->n_ctx();
-    sc.max_draft = parts.draft ? params.max_draft : 0;
+    sc.max_draft = parts.spec ? params.max_draft : 0;
     sc.eog_ids = parts.codec->eog_ids();
     sc.max_batched_tokens = std::max(params.max_batched_tokens, 1);
     sc.kv = parts.runner->kv();
@@ -73,8 +73,8 @@ void engine::build(engine_parts parts, const engine_params& params, lane* tok, l
     kv_allocator_ = std::make_unique<kv_allocator_actor>(*kv, kv_params, k_control_only_capacity);
     scheduler_ = std::make_unique<scheduler_actor>(*sched, std::move(sc), params.scheduler_capacity);
     executor_ =
-        std::make_unique<executor_actor>(*exec, std::move(parts.runner), std::move(parts.draft),
-                                         k_control_only_capacity, [codec](int32_t id) { return codec->piece(id); });
+        std::make_unique<executor_actor>(*exec, std::move(parts.runner), std::move(parts.spec), k_control_only_capacity,
+                                         [codec](int32_t id) { return codec->piece(id); });
     streamer_ = std::make_unique<streamer_actor>(
         *stream, parts.codec, &overhead_, [this](request_id id, request_outcome o) { on_request_end(id, o); },
         params.streamer_capacity);

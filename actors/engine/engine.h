@@ -28,10 +28,10 @@
 #include "actors/common/request_types.h"
 #include "actors/engine/engine_snapshot.h"
 #include "actors/engine/request_window.h"
-#include "actors/executor/draft_proposer.h"
 #include "actors/scheduler/scheduling_policy.h"
 #include "actors/tokenizer/text_codec.h"
 #include "core/model/model_runner.h"
+#include "core/plugin_host/speculator.h"
 #include "core/result.h"
 #include "core/runtime/latency_histogram.h"
 #include "core/runtime/mailbox_stats.h"
@@ -59,7 +59,7 @@ struct engine_params {
     batching_policy policy = batching_policy::continuous;
     preemption_mode preemption = preemption_mode::recompute;  // swap only where the runner has device memory
     bool prefix_caching = true;                               // share KV blocks of identical prompt prefixes
-    int32_t max_draft = 0;              // speculative tokens per step when a draft proposer is given (0: off)
+    int32_t max_draft = 0;              // draft tokens (tree nodes) per sequence and step with a speculator (0: off)
     int32_t submit_capacity = 1024;     // tokenizer mailbox: submissions not yet tokenized
     int32_t scheduler_capacity = 1024;  // scheduler mailbox: tokenized prompts not yet queued
     int32_t streamer_capacity = 1024;   // streamer mailbox: token deliveries not yet sent
@@ -69,7 +69,7 @@ struct engine_params {
 struct engine_parts {
     std::shared_ptr<model_runner> runner;
     std::shared_ptr<const text_codec> codec;
-    draft_proposer_fn draft;  // optional
+    std::shared_ptr<speculator> spec;  // optional: speculative decoding
 };
 
 struct request {

@@ -1,6 +1,5 @@
 #include "actors/engine/engine_from_model.h"
 
-#include "actors/executor/draft_adapter.h"
 #include "actors/tokenizer/tokenizer_codec.h"
 
 namespace troupe {
@@ -8,8 +7,8 @@ namespace troupe {
 engine_parts engine_parts_from(loaded_model& model, engine_params& params) {
     engine_parts parts{std::shared_ptr<model_runner>(std::move(model.runner)), make_tokenizer_codec(model.tok), {}};
     if (model.spec) {
-        parts.draft = draft_fn_from(model.spec);
-        params.max_draft = max_draft_request;
+        parts.spec = model.spec;
+        params.max_draft = model.spec->max_nodes();
     }
     return parts;
 }

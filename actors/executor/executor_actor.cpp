@@ -4,9 +4,9 @@
 
 namespace troupe {
 
-executor_actor::executor_actor(lane& home, std::shared_ptr<model_runner> runner, draft_proposer_fn draft,
+executor_actor::executor_actor(lane& home, std::shared_ptr<model_runner> runner, std::shared_ptr<speculator> spec,
                                int32_t capacity, std::function<std::string(int32_t)> piece)
-    : core_(std::move(runner), std::move(draft), std::move(piece)),
+    : core_(std::move(runner), std::move(spec), std::move(piece)),
       inbox_(
           home, "executor", capacity, [this](executor_msg& m) { handle(m); },
           [this](const executor_msg& m, const std::string& what) { on_failure(m, what); }) {}

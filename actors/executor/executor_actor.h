@@ -14,7 +14,7 @@ namespace troupe {
 
 class executor_actor {
 public:
-    executor_actor(lane& home, std::shared_ptr<model_runner> runner, draft_proposer_fn draft, int32_t capacity,
+    executor_actor(lane& home, std::shared_ptr<model_runner> runner, std::shared_ptr<speculator> spec, int32_t capacity,
                    std::function<std::string(int32_t)> piece = {});
     void connect(mailbox<scheduler_msg>& scheduler);
 

@@ -3,22 +3,30 @@
 #include <algorithm>
 #include <cmath>
 
+#include "core/log/log.h"
 #include "core/result.h"
 
 namespace troupe {
 
-executor_core::executor_core(std::shared_ptr<model_runner> runner, draft_proposer_fn draft,
+executor_core::executor_core(std::shared_ptr<model_runner> runner, std::shared_ptr<speculator> spec,
                              std::function<std::string(int32_t)> piece)
-    : runner_(std::move(runner)), draft_(std::move(draft)), piece_(std::move(piece)) {
+    : runner_(std::move(runner)), spec_(std::move(spec)), piece_(std::move(piece)) {
     TROUPE_ASSERT(runner_ != nullptr, "executor needs a model runner");
 }
 
 void executor_core::retire(const std::vector<int64_t>& seq_ids) {
     for (int64_t id : seq_ids) {
+        if (auto it = seqs_.find(id); it != seqs_.end()) end_speculation(id, it->second, sequence_end::finished);
         seqs_.erase(id);
         lost_.erase(id);
         runner_->forget(id);
     }
+}
+
+void executor_core::end_speculation(int64_t seq_id, sequence_state& s, sequence_end why) {
+    if (!s.speculating) return;
+    s.speculating = false;
+    spec_->end(seq_id, why);
 }
 
 void executor_core::swap(const swap_blocks& m) {
@@ -27,10 +35,78 @@ void executor_core::swap(const swap_blocks& m) {
     if (!st.ok()) lost_[m.seq_id] = st.message();
 }
 
+namespace {
+
+// The first failures of a speculator in full, then one line per thousand: drafts only change speed, so a broken
+// speculator must not fail requests, nor flood the log.
+void log_speculator_failure(const speculator& spec, const std::string& what, int64_t& n_failures) {
+    if (n_failures++ < 10 || n_failures % 1000 == 0) {
+        TROUPE_LOG_WARN("executor", "speculator %s failed (%lld failures so far; the step runs without drafts): %s",
+                        spec.name().c_str(), static_cast<long long>(n_failures), what.c_str());
+    }
+}
+
+// Keeps the nodes before the first that the runner could not take (a token outside the vocabulary, a parent that is
+// not an earlier node) and at most max_nodes: a prefix of a topological order is still a tree.
+void cut_at_first_bad_node(draft_tree& tree, int32_t max_nodes, int32_t n_vocab) {
+    size_t keep = std::min(tree.size(), static_cast<size_t>(std::max(0, max_nodes)));
+    for (size_t i = 0; i < keep; ++i) {
+        const bool bad_token = tree.tokens[i] < 0 || tree.tokens[i] >= n_vocab;
+        const bool bad_parent = tree.parents[i] < -1 || tree.parents[i] >= static_cast<int32_t>(i);
+        if (bad_token || bad_parent) keep = i;
+    }
+    if (keep == tree.size()) return;
+    if (!tree.q.empty()) tree.q.resize(keep * static_cast<size_t>(n_vocab));
+    tree.tokens.resize(keep);
+    tree.parents.resize(keep);
+}
+
+}  // namespace
+
+void executor_core::propose(const step_plan& plan) {
+    requests_.clear();
+    request_seq_.clear();
+    const int32_t max_nodes = spec_->max_nodes();
+    for (size_t i = 0; i < plan.seqs.size(); ++i) {
+        const step_sequence& q = plan.seqs[i];
+        if (q.max_draft <= 0 || !q.sample || max_nodes <= 0) continue;
+        const sequence_state& s = seqs_.at(q.seq_id);
+        draft_request r;
+        r.seq_id = q.seq_id;
+        r.tokens = s.history;
+        r.n_new = static_cast<int32_t>(q.tokens.size());
+        r.max_nodes = std::min(q.max_draft, max_nodes);
+        r.max_depth = r.max_nodes;
+        r.temperature = s.smp.greedy() ? 0.0f : s.smp.params().temperature;
+        r.block_table = *q.block_table;
+        r.block_size = runner_->kv().block_size;
+        requests_.push_back(r);
+        request_seq_.push_back(i);
+    }
+    if (requests_.empty()) return;
+    proposals_.resize(requests_.size());
+    if (status st = spec_->propose(requests_, proposals_); !st.ok()) {
+        log_speculator_failure(*spec_, st.message(), n_spec_failures_);
+        return;
+    }
+    const auto n_vocab = static_cast<size_t>(runner_->n_vocab());
+    for (size_t r = 0; r < requests_.size(); ++r) {
+        draft_tree& tree = drafts_[request_seq_[r]];
+        std::swap(tree, proposals_[r]);
+        cut_at_first_bad_node(tree, requests_[r].max_nodes, runner_->n_vocab());
+        if (!runner_->supports_trees()) keep_first_path(tree, n_vocab);
+        if (tree.empty()) continue;
+        sequence_step& step = batch_.seqs[request_seq_[r]];
+        step.tokens.insert(step.tokens.end(), tree.tokens.begin(), tree.tokens.end());
+        step.n_draft = static_cast<int32_t>(tree.size());
+        if (!tree.is_chain()) step.tree_parents = tree.parents;
+        step.all_logits = true;
+    }
+}
+
 step_done executor_core::run(const step_plan& plan) {
     step_done done;
     done.step_id = plan.step_id;
-    const int32_t n_vocab = runner_->n_vocab();
 
     batch_.seqs.resize(plan.seqs.size());
     drafts_.resize(plan.seqs.size());
@@ -45,7 +121,8 @@ step_done executor_core::run(const step_plan& plan) {
             done.error = "sequence " + std::to_string(q.seq_id) + " lost its KV rows in a swap: " + lost->second;
             return done;
         }
-        auto& history = it->second.history;
+        sequence_state& s = it->second;
+        auto& history = s.history;
         if (q.context && static_cast<int32_t>(history.size()) < q.pos0 &&
             static_cast<int32_t>(q.context->size()) >= q.pos0) {
             history.assign(q.context->begin(), q.context->begin() + q.pos0);
@@ -55,29 +132,29 @@ step_done executor_core::run(const step_plan& plan) {
                          " but the executor knows only " + std::to_string(history.size()) + " positions";
             return done;
         }
+        // A sequence that starts over below what it had (preempted, recomputed) lost its KV rows.
+        if (static_cast<int32_t>(history.size()) > q.pos0) end_speculation(q.seq_id, s, sequence_end::preempted);
         history.resize(q.pos0);
         history.insert(history.end(), q.tokens.begin(), q.tokens.end());
-
-        auto& drafts = drafts_[i];
-        drafts.clear();
-        if (draft_ && q.max_draft > 0 && q.sample) {
-            drafts = draft_(q.seq_id, history, q.max_draft);
-            if (static_cast<int32_t>(drafts.size()) > q.max_draft) drafts.resize(q.max_draft);
-            for (size_t j = 0; j < drafts.size(); ++j) {
-                if (drafts[j] < 0 || drafts[j] >= n_vocab) {
-                    drafts.resize(j);
-                    break;
-                }
+        if (spec_ && !s.speculating) {
+            if (status st = spec_->begin(q.seq_id, history); st.ok()) {
+                s.speculating = true;
+            } else {
+                log_speculator_failure(*spec_, st.message(), n_spec_failures_);
             }
         }
+
+        drafts_[i].clear();
         sequence_step& step = batch_.seqs[i];
         step.seq_id = q.seq_id;
         step.tokens.assign(q.tokens.begin(), q.tokens.end());
-        step.tokens.insert(step.tokens.end(), drafts.begin(), drafts.end());
         step.pos0 = q.pos0;
         step.block_table.assign(q.block_table->begin(), q.block_table->end());
-        step.all_logits = !drafts.empty();
+        step.all_logits = false;
+        step.n_draft = 0;
+        step.tree_parents.clear();
     }
+    if (spec_) propose(plan);
 
     status st = runner_->forward(batch_, output_);
     if (!st.ok()) {
@@ -92,7 +169,10 @@ step_done executor_core::run(const step_plan& plan) {
         sequence_result& r = done.results[i];
         r.seq_id = q.seq_id;
         if (q.sample) {
-            sample_sequence(i, seqs_.at(q.seq_id), drafts_[i], static_cast<int32_t>(q.tokens.size()), q.logprobs, r);
+            if (status sst = sample_sequence(i, seqs_.at(q.seq_id), q, r); !sst.ok()) {
+                done.error = sst.message();
+                return done;
+            }
         }
         r.t_sampled = steady_clock::now();
     }
@@ -123,42 +203,50 @@ token_logprobs executor_core::logprobs_of(std::span<const float> row, const sequ
     return lp;
 }
 
-void executor_core::sample_sequence(size_t index, sequence_state& s, std::span<const int32_t> drafts, int32_t n_inputs,
-                                    int32_t logprobs, sequence_result& r) {
-    // With all_logits the input rows come first: the last input's row predicts the first draft.
-    const int32_t base = drafts.empty() ? 0 : n_inputs - 1;
-    r.n_drafted = static_cast<int32_t>(drafts.size());
+status executor_core::sample_sequence(size_t index, sequence_state& s, const step_sequence& q, sequence_result& r) {
+    const draft_tree& tree = drafts_[index];
+    const auto n_inputs = static_cast<int32_t>(q.tokens.size());
+    // With drafts every row has logits: the inputs' first, then one per node; the last input's row predicts the
+    // roots. Without, the one row is the last input's.
+    const int32_t base = tree.empty() ? 0 : n_inputs - 1;
+    auto row_after = [&](int32_t node) { return output_.row(index, base + 1 + node); };
     auto emit = [&](std::span<const float> row, int32_t t) {
-        if (logprobs >= 0) r.logprobs.push_back(logprobs_of(row, s, t, logprobs));
+        if (q.logprobs >= 0) r.logprobs.push_back(logprobs_of(row, s, t, q.logprobs));
         r.tokens.push_back(t);
     };
-    for (size_t j = 0; j < drafts.size(); ++j) {
-        auto row = output_.row(index, base + static_cast<int32_t>(j));
-        const int32_t d = drafts[j];
-        if (s.smp.greedy()) {
-            int32_t t = s.smp.sample(row, s.history);
-            if (t != d) {
-                emit(row, t);
-                return;
-            }
-        } else {
-            s.smp.distribution(row, s.history, probs_);
-            if (s.smp.uniform() >= probs_[d]) {
-                probs_[d] = 0.0f;
-                double sum = 0;
-                for (float p : probs_) sum += p;
-                TROUPE_ASSERT(sum > 0, "rejected a draft token that had all the probability");
-                for (float& p : probs_) p = static_cast<float>(p / sum);
-                emit(row, s.smp.draw(probs_));
-                return;
-            }
+    nodes_.clear();
+    if (tree.empty()) {
+        auto row = row_after(-1);
+        emit(row, s.smp.sample(row, s.history));
+    } else {
+        // Logprobs are reported on the history each token was chosen after: that of the accepted path so far.
+        const size_t n_history = s.history.size();
+        const draft_verdict v = verifier_.verify(tree, row_after, s.smp, s.history);
+        int32_t parent = -1;
+        for (size_t k = 0; k < v.path.size(); ++k) {
+            s.history.resize(n_history + k);
+            emit(row_after(parent), tree.tokens[static_cast<size_t>(v.path[k])]);
+            parent = v.path[k];
         }
-        emit(row, d);
-        r.n_accepted++;
-        s.history.push_back(d);
+        s.history.resize(n_history);
+        for (int32_t node : v.path) s.history.push_back(tree.tokens[static_cast<size_t>(node)]);
+        emit(row_after(parent), v.token);
+        r.n_drafted = tree_depth(tree);
+        r.n_draft_nodes = static_cast<int32_t>(tree.size());
+        r.n_accepted = static_cast<int32_t>(v.path.size());
+        nodes_ = v.path;
+        if (!tree.is_chain()) {
+            if (status st = runner_->keep_tree_path(batch_.seqs[index], v.path); !st.ok()) return st;
+        }
     }
-    auto row = output_.row(index, base + static_cast<int32_t>(drafts.size()));
-    emit(row, s.smp.sample(row, s.history));
+    nodes_.push_back(-1);
+    if (spec_ && s.speculating) {
+        if (status st = spec_->accepted(q.seq_id, r.tokens, nodes_); !st.ok()) {
+            log_speculator_failure(*spec_, st.message(), n_spec_failures_);
+            end_speculation(q.seq_id, s, sequence_end::finished);
+        }
+    }
+    return {};
 }
 
 }  // namespace troupe

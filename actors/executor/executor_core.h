@@ -3,15 +3,15 @@
 // Per sequence it keeps the sampler (seeded from the request alone, so a token never depends on what
 // else is in the batch) and the token history by position (for penalties and for the draft proposer).
 //
-// Speculative decoding, when a proposer is set and the plan allows max_draft > 0: the step runs
-// [inputs..., d1..dk] with logits for every row; row i predicts the token after input i. Verification
-// walks the drafts in order:
-//   greedy:   accept d_j while it equals the (penalized) argmax; the first mismatch emits the argmax.
-//   sampling: exact rejection sampling for a deterministic draft: accept d_j with probability p(d_j);
-//             on rejection draw from p with d_j removed and renormalized, and stop.
-// If every draft is accepted, one bonus token is sampled from the last row. So greedy output is the
-// same with and without drafting, and sampled output has the target distribution. Rejected drafts
-// leave stale KV rows past the accepted ones; the next step overwrites them (its pos0 says where).
+// Speculative decoding, when a speculator is set and the plan allows max_draft > 0 for a sequence: before the
+// forward the speculator proposes a tree of draft tokens for every such sequence in one call (at most max_draft
+// nodes each); the step runs [inputs..., nodes...] with logits for every row (nodes attend to their ancestors only,
+// runner permitting; otherwise the proposal is cut to its first path). draft_verifier walks the tree (greedy: the
+// longest path the target agrees with; sampling: exact multi-candidate speculative sampling), the accepted path's
+// KV rows are moved in place (model_runner::keep_tree_path), and the rows past it are left for the next step to
+// overwrite. So greedy output is the same with and without drafting and sampled output has the target's
+// distribution. The speculator hears of each sequence's start, each step's outcome and its end; a speculator that
+// fails is logged and the step runs without drafts.
 #pragma once
 
 #include <functional>
@@ -20,10 +20,11 @@
 #include <unordered_map>
 #include <vector>
 
-#include "actors/executor/draft_proposer.h"
 #include "actors/executor/executor_msgs.h"
 #include "actors/scheduler/scheduler_msgs.h"
 #include "core/model/model_runner.h"
+#include "core/plugin_host/speculator.h"
+#include "core/sampling/draft_verify.h"
 #include "core/sampling/sampler.h"
 
 namespace troupe {
@@ -31,7 +32,7 @@ namespace troupe {
 class executor_core {
 public:
     // piece gives a token's raw bytes for logprobs (optional: pieces stay empty without it).
-    explicit executor_core(std::shared_ptr<model_runner> runner, draft_proposer_fn draft = {},
+    explicit executor_core(std::shared_ptr<model_runner> runner, std::shared_ptr<speculator> spec = {},
                            std::function<std::string(int32_t)> piece = {});
 
     // Runs one step. A failed forward (or a malformed plan) is reported in step_done::error.
@@ -48,25 +49,33 @@ private:
     struct sequence_state {
         sampler smp;
         std::vector<int32_t> history;  // [n_positions] token at each position known to the cache
+        bool speculating = false;      // the speculator heard begin() and not yet end()
     };
 
-    // Samples the sequence's next token(s) from its rows; returns the tokens and fills accept counts.
-    void sample_sequence(size_t index, sequence_state& s, std::span<const int32_t> drafts, int32_t n_inputs,
-                         int32_t logprobs, sequence_result& r);
+    // Asks the speculator for this step's proposals (drafts_) and puts them into the batch.
+    void propose(const step_plan& plan);
+    // Samples the sequence's next token(s) from its rows (verifying its drafts); fills r.
+    status sample_sequence(size_t index, sequence_state& s, const step_sequence& q, sequence_result& r);
+    void end_speculation(int64_t seq_id, sequence_state& s, sequence_end why);
 
     // The log-softmax of the penalized row: the token's logprob and the top k alternatives.
     token_logprobs logprobs_of(std::span<const float> row, const sequence_state& s, int32_t token, int32_t k);
 
     std::shared_ptr<model_runner> runner_;
-    draft_proposer_fn draft_;
+    std::shared_ptr<speculator> spec_;
     std::function<std::string(int32_t)> piece_;
     std::unordered_map<int64_t, std::string> lost_;  // sequences whose swap failed -> why
     std::unordered_map<int64_t, sequence_state> seqs_;
     forward_batch batch_;
     forward_output output_;
-    std::vector<std::vector<int32_t>> drafts_;  // [n_seqs_in_step][n_drafted]
-    std::vector<float> probs_;                  // [n_vocab]
-    std::vector<float> logp_;                   // [n_vocab] log-softmax of the penalized logits
+    std::vector<draft_tree> drafts_;  // [n_seqs_in_step] this step's proposals
+    std::vector<draft_request> requests_;
+    std::vector<draft_tree> proposals_;  // [n_requests] the speculator's answers before they move to drafts_
+    int64_t n_spec_failures_ = 0;
+    std::vector<size_t> request_seq_;  // [n_requests] index of each request's sequence in the plan
+    draft_verifier verifier_;
+    std::vector<int32_t> nodes_;  // accepted() scratch
+    std::vector<float> logp_;     // [n_vocab] log-softmax of the penalized logits
 };
 
 }  // namespace troupe

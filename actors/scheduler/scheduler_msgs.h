@@ -44,8 +44,9 @@ struct abort_all {
 struct sequence_result {
     int64_t seq_id = 0;
     std::vector<int32_t> tokens;  // accepted draft tokens, then one sampled token (empty if not sampled)
-    int32_t n_drafted = 0;
-    int32_t n_accepted = 0;
+    int32_t n_drafted = 0;        // draft positions verified: the proposal's depth
+    int32_t n_draft_nodes = 0;    // draft tokens verified (a tree has more than its depth)
+    int32_t n_accepted = 0;       // accepted draft tokens (the accepted path's length)
     time_point t_sampled;
     std::vector<token_logprobs> logprobs;  // per token in tokens, when the plan asked for logprobs
 };

@@ -86,6 +86,7 @@ result<loaded_model> load_model(const engine_config& config) {
     if (config.plugins.spec.enabled()) {
         auto spec = load_plugin(host, plugin_kind::spec, config.plugins.spec);
         if (!spec.ok()) return spec.err();
+        spec->spec->set_n_vocab(weights->hp.n_vocab);
         m.spec = spec->spec;
         if (status st = observe_taps(*spec); !st.ok()) return st.err();
         m.plugins.push_back("spec/" + config.plugins.spec.name);

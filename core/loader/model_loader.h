@@ -13,7 +13,7 @@
 #include "core/config/engine_config.h"
 #include "core/gguf/gguf_file.h"
 #include "core/model/model_runner.h"
-#include "core/plugin_host/draft_proposer.h"
+#include "core/plugin_host/speculator.h"
 #include "core/result.h"
 #include "core/tokenizer/tokenizer.h"
 
@@ -21,16 +21,11 @@ namespace troupe {
 
 class cpu_llama;
 
-// Draft tokens the engine asks a spec plugin for per step: the ABI's upper bound; the plugin's own
-// params.max_draft caps what it proposes.
-inline constexpr int32_t max_draft_request = 16;
-
 struct loaded_model {
     std::shared_ptr<const gguf::gguf_file> file;
     std::shared_ptr<const tokenizer> tok;
     std::unique_ptr<model_runner> runner;
-    std::shared_ptr<draft_proposer> spec;   // null when plugins.spec is none
-    int32_t spec_max_draft = 0;             // params.max_draft of the spec plugin (0: the plugin's default)
+    std::shared_ptr<speculator> spec;       // null when plugins.spec is none
     std::vector<std::string> plugins;       // "attention/gqa", "quant/q8", ...
     device_kind device = device_kind::cpu;  // where it actually runs
     cpu_llama* cpu = nullptr;               // the runner, when it runs on the CPU (benchmarks read its figures)

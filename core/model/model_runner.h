@@ -26,7 +26,7 @@ struct sequence_step {
     // before the drafts, its ancestors and itself (n_before = tokens.size() - n_draft). Only for runners with
     // supports_trees().
     int32_t n_draft = 0;
-    std::vector<int32_t> tree_parents;
+    std::vector<int32_t> tree_parents = {};
 };
 
 struct forward_batch {

@@ -5,10 +5,10 @@
 
 #include "core/log/log.h"
 #include "core/plugin_host/plugin_attention_op.h"
-#include "core/plugin_host/plugin_draft_proposer.h"
 #include "core/plugin_host/plugin_instance.h"
 #include "core/plugin_host/plugin_params.h"
 #include "core/plugin_host/plugin_quant_op.h"
+#include "core/plugin_host/plugin_speculator.h"
 
 #ifndef TROUPE_DEFAULT_PLUGIN_DIR
 #define TROUPE_DEFAULT_PLUGIN_DIR "plugins"
@@ -75,7 +75,7 @@ result<loaded_plugin> plugin_host::load(const plugin_spec& spec) {
             if ((*instance)->quant_ops() != nullptr) out.quant = std::make_shared<plugin_quant_op>(*instance);
             break;
         case plugin_kind::spec:
-            out.spec = std::make_shared<plugin_draft_proposer>(*instance);
+            out.spec = std::make_shared<plugin_speculator>(*instance);
             break;
         case plugin_kind::kv:
             break;  // used through the instance's kv_ops()
@@ -110,7 +110,7 @@ result<std::shared_ptr<quant_op>> plugin_host::load_quant(std::string_view name,
     return p->quant;
 }
 
-result<std::shared_ptr<draft_proposer>> plugin_host::load_spec(std::string_view name, const YAML::Node& params) {
+result<std::shared_ptr<plugin_speculator>> plugin_host::load_spec(std::string_view name, const YAML::Node& params) {
     auto p = load(plugin_kind::spec, name, params);
     if (!p.ok()) return p.err();
     return p->spec;

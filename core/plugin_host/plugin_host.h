@@ -1,5 +1,5 @@
 // plugin_host: finds, loads and instantiates plugins by kind and name, and hands them to the core as
-// attention_op, quant_op (core/model/ops.h) or draft_proposer, and as the plugin_instance itself (for the KV
+// attention_op, quant_op (core/model/ops.h) or speculator, and as the plugin_instance itself (for the KV
 // adapter, offline quantization and taps, which build on its op tables).
 //
 //   <plugin_dir>/<kind>/libtroupe_<kind>_<name>.so      e.g. plugins/spec/libtroupe_spec_ngram.so
@@ -19,11 +19,11 @@
 #include <string_view>
 
 #include "core/model/ops.h"
-#include "core/plugin_host/draft_proposer.h"
 #include "core/plugin_host/plugin_config.h"
 #include "core/plugin_host/plugin_instance.h"
 #include "core/plugin_host/plugin_kind.h"
 #include "core/plugin_host/plugin_library.h"
+#include "core/plugin_host/plugin_speculator.h"
 #include "core/result.h"
 
 namespace troupe {
@@ -42,7 +42,7 @@ struct loaded_plugin {
     std::shared_ptr<plugin_instance> instance;
     std::shared_ptr<attention_op> attention;
     std::shared_ptr<quant_op> quant;
-    std::shared_ptr<draft_proposer> spec;
+    std::shared_ptr<plugin_speculator> spec;
 };
 
 class plugin_host {
@@ -61,7 +61,8 @@ public:
     result<std::shared_ptr<attention_op>> load_attention(std::string_view name,
                                                          const YAML::Node& params = YAML::Node());
     result<std::shared_ptr<quant_op>> load_quant(std::string_view name, const YAML::Node& params = YAML::Node());
-    result<std::shared_ptr<draft_proposer>> load_spec(std::string_view name, const YAML::Node& params = YAML::Node());
+    result<std::shared_ptr<plugin_speculator>> load_spec(std::string_view name,
+                                                         const YAML::Node& params = YAML::Node());
     // A KV plugin's instance (its kv_ops() are checked: layout and forward are there).
     result<std::shared_ptr<plugin_instance>> load_kv(std::string_view name, const YAML::Node& params = YAML::Node());
 

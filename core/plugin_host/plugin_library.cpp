@@ -125,7 +125,11 @@ status check_kind_tables(const troupe_plugin_descriptor* d, plugin_kind expected
             return check_quant_tables(d, label);
         case plugin_kind::spec: {
             using t = troupe_spec_ops;
-            return check_table(label, "spec", d->spec, {TROUPE_TABLE_FN(d->spec, t, propose)});
+            // propose (version 1) or propose_batch (version 2): one of the two.
+            const required_fn either{
+                "propose or propose_batch",
+                TROUPE_TABLE_FN(d->spec, t, propose).present || TROUPE_TABLE_FN(d->spec, t, propose_batch).present};
+            return check_table(label, "spec", d->spec, {either});
         }
         case plugin_kind::kv: {
             using t = troupe_kv_ops;

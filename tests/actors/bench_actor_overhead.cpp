@@ -14,6 +14,7 @@
 #include "actors/engine/engine.h"
 #include "core/log/log.h"
 #include "tests/actors/fakes.h"
+#include "tests/common/fn_speculator.h"
 
 namespace {
 
@@ -48,7 +49,7 @@ int run(const options& o, troupe::lane_layout layout) {
     ep.lanes = layout;
     ep.max_running = o.running;
     ep.max_draft = o.draft;
-    draft_proposer_fn draft;
+    testing::chain_fn draft;
     if (o.draft > 0) {
         draft = [](int64_t, std::span<const int32_t> ctx, int32_t max_draft) {
             std::vector<int32_t> d;
@@ -57,7 +58,7 @@ int run(const options& o, troupe::lane_layout layout) {
             return d;
         };
     }
-    engine eng(engine_parts{runner, std::make_shared<testing::fake_codec>(), draft}, ep);
+    engine eng(engine_parts{runner, std::make_shared<testing::fake_codec>(), testing::speculator_from(draft)}, ep);
     if (!eng.start().ok()) return 1;
 
     std::mutex m;

@@ -10,6 +10,7 @@
 #include "core/runtime/lane.h"
 #include "tests/actors/fakes.h"
 #include "tests/actors/sink_recorder.h"
+#include "tests/common/fn_speculator.h"
 
 namespace troupe {
 namespace {
@@ -22,9 +23,10 @@ using testing::record_into;
 using testing::sink_record;
 
 struct manual_engine {
-    explicit manual_engine(engine_params params = {}, fake_model_params model = {}, draft_proposer_fn draft = {})
+    explicit manual_engine(engine_params params = {}, fake_model_params model = {}, testing::chain_fn draft = {})
         : runner(std::make_shared<fake_model_runner>(model)),
-          eng(engine_parts{runner, std::make_shared<testing::fake_codec>(), std::move(draft)}, params, lane_) {
+          eng(engine_parts{runner, std::make_shared<testing::fake_codec>(), testing::speculator_from(std::move(draft))},
+              params, lane_) {
         EXPECT_TRUE(eng.start().ok());
     }
 
@@ -352,7 +354,7 @@ TEST(engine, requests_beyond_max_running_wait_and_run_when_a_slot_frees) {
 }
 
 // A draft proposer that is right twice, then wrong: exercises acceptance, rejection and bonus tokens.
-draft_proposer_fn sometimes_wrong_drafts() {
+testing::chain_fn sometimes_wrong_drafts() {
     return [](int64_t, std::span<const int32_t> context, int32_t max_draft) {
         std::vector<int32_t> d;
         int32_t t = context.back();
@@ -369,7 +371,7 @@ TEST(engine, speculative_decoding_gives_the_same_greedy_output_as_plain_decoding
     auto run_all = [&](bool speculative) {
         engine_params params;
         params.max_draft = 4;
-        manual_engine e(params, {}, speculative ? sometimes_wrong_drafts() : draft_proposer_fn{});
+        manual_engine e(params, {}, speculative ? sometimes_wrong_drafts() : testing::chain_fn{});
         std::vector<std::shared_ptr<sink_record>> rs;
         for (const auto& prompt : prompts) rs.push_back(e.submit(prompt, greedy(9)));
         e.run();

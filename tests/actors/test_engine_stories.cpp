@@ -7,16 +7,15 @@
 #include <sstream>
 
 #include "actors/engine/engine.h"
-#include "actors/executor/draft_adapter.h"
 #include "actors/tokenizer/tokenizer_codec.h"
 #include "core/gguf/gguf_file.h"
 #include "core/model/cpu_llama.h"
-#include "core/plugin_host/draft_proposer.h"
 #include "core/runtime/lane.h"
 #include "core/tokenizer/incremental_detokenizer.h"
 #include "core/tokenizer/tokenizer.h"
 #include "kernels/ref/attention.h"
 #include "tests/actors/sink_recorder.h"
+#include "tests/common/fn_speculator.h"
 #include "tests/common/shared_data.h"
 
 namespace troupe {
@@ -44,27 +43,28 @@ std::vector<int32_t> golden_ids(const std::string& json, const std::string& mode
 }
 
 // Drafts by prompt lookup: the tokens that followed the last earlier occurrence of the last token.
-class lookup_proposer final : public draft_proposer {
-public:
-    std::string name() const override { return "test-lookup"; }
-    result<std::vector<int32_t>> propose(std::span<const int32_t> context, int32_t max_draft) override {
-        std::vector<int32_t> out;
-        for (size_t i = context.size() - 1; i-- > 0;) {
-            if (context[i] != context.back()) continue;
-            for (size_t j = i + 1; j < context.size() - 1 && static_cast<int32_t>(out.size()) < max_draft; ++j)
-                out.push_back(context[j]);
-            break;
-        }
-        return out;
+std::vector<int32_t> lookup_drafts(int64_t, std::span<const int32_t> context, int32_t max_draft) {
+    std::vector<int32_t> out;
+    for (size_t i = context.size() - 1; i-- > 0;) {
+        if (context[i] != context.back()) continue;
+        for (size_t j = i + 1; j < context.size() - 1 && static_cast<int32_t>(out.size()) < max_draft; ++j)
+            out.push_back(context[j]);
+        break;
     }
-};
+    return out;
+}
 
-class failing_proposer final : public draft_proposer {
+// A speculator whose every proposal fails: the requests must not notice.
+class failing_speculator final : public speculator {
 public:
     std::string name() const override { return "test-failing"; }
-    result<std::vector<int32_t>> propose(std::span<const int32_t>, int32_t) override {
+    int32_t max_nodes() const override { return 4; }
+    status begin(int64_t, std::span<const int32_t>) override { return {}; }
+    status propose(std::span<const draft_request>, std::span<draft_tree>) override {
         return make_error("no drafts today");
     }
+    status accepted(int64_t, std::span<const int32_t>, std::span<const int32_t>) override { return {}; }
+    void end(int64_t, sequence_end) override {}
 };
 
 struct stories {
@@ -117,12 +117,12 @@ TEST(engine_stories, batched_requests_reproduce_the_golden_greedy_continuation) 
 
     struct case_t {
         const char* name;
-        std::shared_ptr<draft_proposer> draft;
+        std::shared_ptr<speculator> draft;
     };
     std::vector<int64_t> n_steps;
     for (const auto& c : std::vector<case_t>{{"plain", nullptr},
-                                             {"prompt-lookup drafts", std::make_shared<lookup_proposer>()},
-                                             {"a failing proposer", std::make_shared<failing_proposer>()}}) {
+                                             {"prompt-lookup drafts", testing::speculator_from(lookup_drafts)},
+                                             {"a failing proposer", std::make_shared<failing_speculator>()}}) {
         SCOPED_TRACE(c.name);
         auto model = load_stories(model_path);
         ASSERT_TRUE(model.ok()) << model.message();
@@ -135,8 +135,7 @@ TEST(engine_stories, batched_requests_reproduce_the_golden_greedy_continuation) 
         engine_params params;
         params.max_running = 4;
         params.max_draft = 4;
-        engine eng(engine_parts{model->runner, make_tokenizer_codec(model->tok), draft_fn_from(c.draft)}, params,
-                   test_lane);
+        engine eng(engine_parts{model->runner, make_tokenizer_codec(model->tok), c.draft}, params, test_lane);
         ASSERT_TRUE(eng.start().ok());
         sampling_params p;
         p.temperature = 0;
@@ -159,7 +158,7 @@ TEST(engine_stories, batched_requests_reproduce_the_golden_greedy_continuation) 
         }
         auto s = eng.stats();
         n_steps.push_back(s.n_steps);
-        EXPECT_EQ(s.n_draft_accepted > 0, c.draft != nullptr && c.draft->name() == "test-lookup");
+        EXPECT_EQ(s.n_draft_accepted > 0, c.draft != nullptr && c.draft->name() == "test/fn");
         EXPECT_TRUE(eng.stop(std::chrono::seconds(1)).ok());
     }
     EXPECT_LT(n_steps[1], n_steps[0]);  // accepted drafts save steps

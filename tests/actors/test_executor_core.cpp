@@ -5,6 +5,7 @@
 
 #include "actors/executor/executor_core.h"
 #include "tests/actors/fakes.h"
+#include "tests/common/fn_speculator.h"
 
 namespace troupe {
 namespace {
@@ -50,8 +51,9 @@ TEST(executor_core, greedy_drafts_are_accepted_while_they_match_and_a_bonus_toke
     for (const auto& t :
          std::vector<case_t>{{{c, d, e}, {c, d, e, f}, 3}, {{c, q, e}, {c, d}, 1}, {{q}, {c}, 0}, {{}, {c}, 0}}) {
         auto drafts = t.drafts;
-        executor_core ex(std::make_shared<fake_model_runner>(),
-                         [drafts](int64_t, std::span<const int32_t>, int32_t) { return drafts; });
+        executor_core ex(
+            std::make_shared<fake_model_runner>(),
+            testing::speculator_from([drafts](int64_t, std::span<const int32_t>, int32_t) { return drafts; }));
         step_plan plan{1, {seq(7, testing::fake_ids("ab"), 0, greedy(), 4)}};
         step_done done = ex.run(plan);
         ASSERT_TRUE(done.error.empty()) << done.error;
@@ -62,9 +64,10 @@ TEST(executor_core, greedy_drafts_are_accepted_while_they_match_and_a_bonus_toke
 }
 
 TEST(executor_core, drafts_beyond_max_draft_or_the_vocabulary_are_cut) {
-    executor_core ex(std::make_shared<fake_model_runner>(), [](int64_t, std::span<const int32_t>, int32_t) {
-        return std::vector<int32_t>{fake_id('c'), fake_id('d'), 5000, fake_id('f')};
-    });
+    executor_core ex(std::make_shared<fake_model_runner>(),
+                     testing::speculator_from([](int64_t, std::span<const int32_t>, int32_t) {
+                         return std::vector<int32_t>{fake_id('c'), fake_id('d'), 5000, fake_id('f')};
+                     }));
     step_done d1 = ex.run({1, {seq(1, testing::fake_ids("ab"), 0, greedy(), 1)}});
     EXPECT_EQ(d1.results[0].n_drafted, 1);
     step_done d2 = ex.run({2, {seq(2, testing::fake_ids("ab"), 0, greedy(), 4, 1)}});
@@ -86,8 +89,9 @@ TEST(executor_core, rejection_sampling_keeps_the_target_distribution) {
     ref.distribution(out.row(0), std::vector<int32_t>{testing::k_fake_bos}, p);
 
     for (int32_t draft : {fake_id('a'), fake_id('k')}) {  // a likely and an unlikely draft
-        executor_core ex(runner,
-                         [draft](int64_t, std::span<const int32_t>, int32_t) { return std::vector<int32_t>{draft}; });
+        executor_core ex(runner, testing::speculator_from([draft](int64_t, std::span<const int32_t>, int32_t) {
+                             return std::vector<int32_t>{draft};
+                         }));
         const int n = 20000;
         std::vector<int> counts(testing::k_fake_vocab, 0);
         int n_accepted = 0;
@@ -143,10 +147,11 @@ TEST(executor_core, a_failed_forward_or_a_gap_in_positions_fails_the_step) {
 
 TEST(executor_core, a_step_after_a_prefix_hit_learns_the_cached_tokens_from_its_context) {
     std::vector<int32_t> seen;
-    executor_core ex(std::make_shared<fake_model_runner>(), [&](int64_t, std::span<const int32_t> history, int32_t) {
-        seen.assign(history.begin(), history.end());
-        return std::vector<int32_t>{};
-    });
+    executor_core ex(std::make_shared<fake_model_runner>(),
+                     testing::speculator_from([&](int64_t, std::span<const int32_t> history, int32_t) {
+                         seen.assign(history.begin(), history.end());
+                         return std::vector<int32_t>{};
+                     }));
     const auto ids = testing::fake_ids("abc");  // BOS a b c: positions 0..2 cached, c runs at 3
     step_sequence q = seq(9, {ids[3]}, 3, greedy(), 2);
     step_plan plan{1, {q}};

@@ -29,11 +29,11 @@ TEST(plugin_taps, a_loaded_plugin_observes_the_taps_it_wants_through_the_abi) {
     // Sequence 5: three tokens at positions 0..2 in one step.
     ASSERT_TRUE(m->runner->forward(forward_batch{{sequence_step{5, {1, 403, 407}, 0, {0}}}}, out).ok());
     const std::vector<int32_t> context = {1, 403, 407};
-    auto seen = m->spec->propose(context, 6);
+    auto seen = propose_chain(*m->spec, context, 6);
     ASSERT_TRUE(seen.ok()) << seen.message();
     // layer_out of each of the 5 layers, logits once; the last layer_out is layer 4's, its last row position 2 of
-    // sequence 5; the logits rows are the vocabulary wide.
-    EXPECT_EQ(*seen, (std::vector<int32_t>{5, 1, 4, 2, 5, 512}));
+    // sequence 5; the logits rows are the vocabulary wide (reported as the last token id, 511).
+    EXPECT_EQ(*seen, (std::vector<int32_t>{5, 1, 4, 2, 5, 511}));
 }
 
 TEST(plugin_taps, a_plugin_refusing_an_observation_fails_the_step_with_its_message) {

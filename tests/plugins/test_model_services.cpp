@@ -156,7 +156,7 @@ TEST_F(model_services, a_plugin_reads_a_model_tensor_a_side_file_tensor_and_meta
                        yaml("{model_tensor: blk.0.probe.weight, side_file: '" + path("heads.gguf") +
                             "', side_tensor: heads.0.weight, metadata_key: probe.count}"));
     ASSERT_TRUE(p.ok()) << p.message();
-    auto proposed = p->spec->propose(std::vector<int32_t>{1}, 16);
+    auto proposed = propose_chain(*p->spec, std::vector<int32_t>{1}, 16);
     ASSERT_TRUE(proposed.ok()) << proposed.message();
     EXPECT_EQ(*proposed, (std::vector<int32_t>{7, 8, 9, 42, 43, 5}));
 }
@@ -222,7 +222,7 @@ TEST_F(model_services, a_missing_tensor_or_a_corrupt_side_file_is_one_error_nami
     auto p = host.load(plugin_kind::spec, "tensors",
                        yaml("{side_file: '" + path("heads.gguf") + "', side_tensor: heads.0.weight}"));
     ASSERT_TRUE(p.ok()) << p.message();
-    auto proposed = p->spec->propose(std::vector<int32_t>{1}, 4);
+    auto proposed = propose_chain(*p->spec, std::vector<int32_t>{1}, 4);
     ASSERT_TRUE(proposed.ok());
     EXPECT_EQ(*proposed, (std::vector<int32_t>{42, 43}));
 }

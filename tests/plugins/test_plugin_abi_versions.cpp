@@ -138,7 +138,7 @@ TEST(plugin_abi_1, a_spec_plugin_built_against_abi_1_proposes_what_followed_the_
         {{7}, 4, {}},
     };
     for (const propose_case& c : cases) {
-        auto r = p->spec->propose(c.context, c.max_draft);
+        auto r = propose_chain(*p->spec, c.context, c.max_draft);
         ASSERT_TRUE(r.ok()) << r.message();
         EXPECT_EQ(*r, c.expected) << "context of " << c.context.size() << ", max_draft " << c.max_draft;
     }

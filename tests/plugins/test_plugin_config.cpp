@@ -51,7 +51,7 @@ TEST(plugin_config, a_selection_loads_through_the_host) {
     auto p = host.load(*sel->spec);
     ASSERT_TRUE(p.ok()) << p.message();
     const std::vector<int32_t> context = {3, 4, 5, 6, 3};
-    auto draft = p->spec->propose(context, 8);
+    auto draft = propose_chain(*p->spec, context, 8);
     ASSERT_TRUE(draft.ok()) << draft.message();
     EXPECT_EQ(*draft, (std::vector<int32_t>{4, 5}));
 }

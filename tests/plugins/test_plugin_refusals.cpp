@@ -91,10 +91,10 @@ TEST(plugin_refusals, an_error_reported_by_an_op_fails_that_call_only) {
     auto proposer = host.load_spec("failing");
     ASSERT_TRUE(proposer.ok()) << proposer.message();
     const std::vector<int32_t> context = {1, 2, 3};
-    auto r = (*proposer)->propose(context, 4);
+    auto r = propose_chain(*(*proposer), context, 4);
     ASSERT_FALSE(r.ok());
     EXPECT_EQ(r.message(), "plugin spec/failing: propose failed: the draft model is not loaded");
-    auto again = (*proposer)->propose(context, 4);
+    auto again = propose_chain(*(*proposer), context, 4);
     EXPECT_FALSE(again.ok());
 }
 

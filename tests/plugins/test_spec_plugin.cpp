@@ -25,7 +25,7 @@ TEST_P(ngram_plugin, proposes_the_tokens_that_followed_the_latest_earlier_occurr
     plugin_host host = real_plugins();
     auto proposer = host.load_spec("ngram", yaml(c.params));
     ASSERT_TRUE(proposer.ok()) << proposer.message();
-    auto draft = (*proposer)->propose(c.context, c.max_draft);
+    auto draft = propose_chain(*(*proposer), c.context, c.max_draft);
     ASSERT_TRUE(draft.ok()) << draft.message();
     EXPECT_EQ(*draft, c.expected);
 }
@@ -77,7 +77,7 @@ TEST(ngram_plugin_lifetime, the_library_is_closed_when_the_last_proposer_is_gone
         return h != nullptr;
     };
     ASSERT_FALSE(loaded()) << "another test left " << path << " loaded";
-    std::shared_ptr<draft_proposer> proposer;
+    std::shared_ptr<plugin_speculator> proposer;
     {
         plugin_host host = real_plugins();
         auto r = host.load_spec("ngram");
@@ -86,7 +86,7 @@ TEST(ngram_plugin_lifetime, the_library_is_closed_when_the_last_proposer_is_gone
     }
     EXPECT_TRUE(loaded());
     const std::vector<int32_t> context = {1, 2, 1};
-    auto draft = proposer->propose(context, 4);
+    auto draft = propose_chain(*proposer, context, 4);
     ASSERT_TRUE(draft.ok()) << draft.message();
     EXPECT_EQ(*draft, (std::vector<int32_t>{2, 1}));
     proposer.reset();

@@ -101,7 +101,8 @@ int32_t ngram_score(int32_t backend) {
     return 50;
 }
 
-const troupe_spec_ops ngram_ops = {sizeof(troupe_spec_ops), TROUPE_SPEC_OPS_VERSION, ngram_propose};
+const troupe_spec_ops ngram_ops = {
+    sizeof(troupe_spec_ops), TROUPE_SPEC_OPS_VERSION, ngram_propose, nullptr, nullptr, nullptr, nullptr, nullptr};
 
 const troupe_plugin_descriptor ngram_descriptor = {
     sizeof(troupe_plugin_descriptor),
