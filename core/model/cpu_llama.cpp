@@ -43,7 +43,7 @@ result<std::unique_ptr<cpu_llama>> cpu_llama::create(llama_weights weights, cpu_
 
     int32_t n_threads = params.n_threads > 0 ? params.n_threads
                                              : static_cast<int32_t>(std::max(1u, std::thread::hardware_concurrency()));
-    m->pool_ = std::make_unique<cpu::thread_pool>(n_threads);
+    m->pool_ = params.pool ? params.pool : std::make_shared<cpu::thread_pool>(n_threads);
     m->ctx_ = compute_context::over(*m->pool_);
 
     m->kv_ = params.kv;

@@ -43,9 +43,12 @@ struct cpu_llama_params {
     std::shared_ptr<attention_op> attention;  // required
     std::shared_ptr<quant_op> quant;          // optional
     int32_t n_threads = 0;                    // 0: all cores
-    kv_geometry kv{0, 0};                     // block_size 0: one block of n_ctx per sequence
-    kv_dtype kv_type = kv_dtype::f32;         // element type of the KV pools (kv.dtype)
-    int32_t max_seqs = 4;                     // sizes the default pool when kv.n_blocks is 0; KV window slots
+    // Optional: run on this pool instead of an own one of n_threads, e.g. a draft model sharing the target's on the
+    // same lane (two pools on the same cores would spin against each other).
+    std::shared_ptr<cpu::thread_pool> pool;
+    kv_geometry kv{0, 0};              // block_size 0: one block of n_ctx per sequence
+    kv_dtype kv_type = kv_dtype::f32;  // element type of the KV pools (kv.dtype)
+    int32_t max_seqs = 4;              // sizes the default pool when kv.n_blocks is 0; KV window slots
     // Optional: a KV plugin (kv.plugin) that owns the cache's layout and its attention, in place of the attention
     // op and kv_type; kv_cache_layout is its layout when the caller already asked for it (else create asks).
     std::shared_ptr<kv_cache_op> kv_cache;
@@ -80,6 +83,7 @@ public:
     size_t weight_bytes_per_token() const;  // bytes of weights one decode step reads
     int32_t n_threads() const { return pool_->n_threads(); }
     cpu::thread_pool& pool() { return *pool_; }
+    std::shared_ptr<cpu::thread_pool> shared_pool() const { return pool_; }
     // Multiply-adds of the weight matrices per token (attention over the context not included).
     int64_t matmul_macs_per_token() const;
     // Groups (a layer's q/k/v, a layer's gate/up) that run as one matrix (linear::concatenated) in steps of at most
@@ -167,7 +171,7 @@ private:
     llama_weights w_;
     cpu_llama_params params_;
     kv_geometry kv_{};
-    std::unique_ptr<cpu::thread_pool> pool_;
+    std::shared_ptr<cpu::thread_pool> pool_;
     compute_context ctx_;
     const float* output_norm_ = nullptr;
     linear output_;
