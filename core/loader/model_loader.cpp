@@ -15,11 +15,21 @@
 #include "core/model/tap_fanout.h"
 #include "core/plugin_host/plugin_host.h"
 #include "core/plugin_host/plugin_kv_op.h"
+#include "core/plugin_host/plugin_model_runners.h"
 #include "core/plugin_host/plugin_model_services.h"
 #include "core/plugin_host/plugin_tap_sink.h"
 
 namespace troupe {
 namespace {
+
+// The layout the KV pool is sized with: the target's, plus `second_bytes` per token (all layers of the second models)
+// spread over the target's `n_layers`, rounded up.
+kv_layout with_second_models(kv_layout layout, size_t second_bytes, int32_t n_layers) {
+    if (second_bytes == 0) return layout;
+    layout.bytes_per_token += (second_bytes + static_cast<size_t>(n_layers) - 1) / static_cast<size_t>(n_layers);
+    layout.name += " + drafter";
+    return layout;
+}
 
 result<loaded_plugin> load_plugin(plugin_host& host, plugin_kind kind, const plugin_config& pc) {
     plugin_spec spec{kind, pc.name, pc.path, pc.params};
@@ -50,8 +60,12 @@ result<loaded_model> load_model(const engine_config& config) {
     auto weights = bind_llama_weights(m.file);
     if (!weights.ok()) return weights.err();
 
-    // Plugins see the model's tensors and metadata by name, and may open side files (tensors.h).
-    plugin_host host(plugin_host_options{config.plugins.plugin_dir, plugin_backend::cpu}, make_model_services(m.file));
+    // Plugins see the model's tensors and metadata by name, may open side files and have the host run a second model
+    // (tensors.h; a draft model: plugin_model_runners, started below once the KV pool is sized).
+    const kv_dtype kv_type = config.kv.dtype == kv_cache_type::f16 ? kv_dtype::f16 : kv_dtype::f32;
+    auto second_models = std::make_shared<plugin_model_runners>(m.file, m.tok, weights->hp.n_vocab, kv_type);
+    plugin_host host(plugin_host_options{config.plugins.plugin_dir, plugin_backend::cpu},
+                     make_model_services(m.file, second_models));
     cpu_llama_params params;
     // Every loaded plugin that observes taps (taps.h) gets them from the graph.
     std::vector<std::shared_ptr<tap_sink>> taps;
@@ -96,7 +110,6 @@ result<loaded_model> load_model(const engine_config& config) {
     // is sized from the layout alone (size_kv_cache: blocks, window slots, the cap of four times what every running
     // sequence at full context needs).
     const llama_hparams& hp = weights->hp;
-    const kv_dtype kv_type = config.kv.dtype == kv_cache_type::f16 ? kv_dtype::f16 : kv_dtype::f32;
     const int32_t block_size = config.kv.block_size;
     params.max_seqs = config.scheduler.max_running_seqs;
     kv_layout layout = builtin_kv_layout(hp.kv_width(), kv_type);
@@ -120,18 +133,22 @@ result<loaded_model> load_model(const engine_config& config) {
     // The built-in cache keeps running (with a warning) on less than one full context; a KV plugin, chosen to
     // fit more, is refused.
     const kv_sizing_inputs sizing_in{hp.n_layers, block_size, hp.n_ctx, params.max_seqs, config.kv.memory.resolve(ram)};
-    auto sizing = size_kv_cache(layout, sizing_in, config.kv.plugin.enabled());
+    // A second model's KV pools (a drafter's) are parallel to the target's, block for block: its bytes per token are
+    // counted with the target's (spread over the target's layers), so the same budget holds both.
+    const kv_layout sizing_layout = with_second_models(layout, second_models->kv_bytes_per_token(), hp.n_layers);
+    auto sizing = size_kv_cache(sizing_layout, sizing_in, config.kv.plugin.enabled());
     if (!sizing.ok()) {
         if (config.kv.plugin.enabled())
             return make_error("kv.plugin " + config.kv.plugin.name + ": " + sizing.err().message);
         TROUPE_LOG_WARN("loader", "%s", sizing.err().message.c_str());
-        sizing = size_kv_cache(layout, sizing_in, false);
+        sizing = size_kv_cache(sizing_layout, sizing_in, false);
         if (!sizing.ok()) return sizing.err();
     }
     const int64_t n_blocks = sizing->n_blocks;
     params.kv = kv_geometry{block_size, sizing->n_blocks};
     m.kv_summary = sizing->summary;
-    TROUPE_LOG_INFO("loader", "%s", sizing->summary.c_str());
+    if (second_models->size() > 0) m.kv_summary += ", shared with " + second_models->describe();
+    TROUPE_LOG_INFO("loader", "%s", m.kv_summary.c_str());
     params.n_threads = config.threads;
     params.activations = config.kernels.activations == kernel_activations::float32 ? cpu::activation_recipe::float32
                                                                                    : cpu::activation_recipe::quantized;
@@ -165,6 +182,13 @@ result<loaded_model> load_model(const engine_config& config) {
     }
     if (!runner.ok()) return runner.err();
     m.runner = std::move(*runner);
+    if (second_models->size() > 0) {
+        // On the CPU a second model shares the target's thread pool (the same lane: no two pools spinning on the
+        // same cores); on the GPU it runs on the CPU with an own pool.
+        cpu_llama_params second = params;
+        second.pool = m.cpu != nullptr ? m.cpu->shared_pool() : nullptr;
+        if (status st = second_models->start(second); !st.ok()) return st.err();
+    }
     TROUPE_LOG_INFO("loader", "%s", m.runner->description().c_str());
     return m;
 }

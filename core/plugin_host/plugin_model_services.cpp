@@ -1,9 +1,12 @@
 #include "core/plugin_host/plugin_model_services.h"
 
+#include <cstring>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <string>
 
+#include "core/gguf/target_fingerprint.h"
 #include "core/log/log.h"
 
 // The opaque C handle: one GGUF file (the model, or a side file a plugin opened).
@@ -26,7 +29,9 @@ struct model_services_state {
     troupe_model_services c{};
     troupe_tensor_file model;
     std::mutex mutex;
-    std::set<troupe_tensor_file*> side_files;  // opened by open_file, not yet closed; guarded by mutex
+    std::set<troupe_tensor_file*> side_files;       // opened by open_file, not yet closed; guarded by mutex
+    std::shared_ptr<plugin_model_runners> runners;  // load_model's models; null: none here
+    std::optional<std::string> fingerprint;         // the model's troupe.fingerprint, once asked; guarded by mutex
 
     ~model_services_state() {
         for (troupe_tensor_file* f : side_files) {
@@ -171,7 +176,29 @@ int32_t c_metadata_float(void* host_ctx, const troupe_tensor_file* file, const c
     return TROUPE_OK;
 }
 
+// The model file's troupe.fingerprint (computed once); null with last_error set when the file has none.
+const char* model_fingerprint(model_services_state& s) {
+    std::lock_guard<std::mutex> lock(s.mutex);
+    if (!s.fingerprint) {
+        auto fp = target_fingerprint(*s.model.file);
+        if (!fp.ok()) {
+            fail(TROUPE_ERR_INVALID_ARGUMENT, s.model.file->path() + ": no troupe.fingerprint: " + fp.message());
+            return nullptr;
+        }
+        s.fingerprint = *fp;
+    }
+    return s.fingerprint->c_str();
+}
+
 int32_t c_metadata_string(void* host_ctx, const troupe_tensor_file* file, const char* key, const char** out) {
+    model_services_state* s = state_of(host_ctx);
+    if (s != nullptr && file == &s->model && key != nullptr && out != nullptr &&
+        std::strcmp(key, "troupe.fingerprint") == 0) {
+        const char* fp = model_fingerprint(*s);
+        if (fp == nullptr) return TROUPE_ERR_INVALID_ARGUMENT;
+        *out = fp;
+        return TROUPE_OK;
+    }
     const gguf::gguf_file* f = nullptr;
     auto is_string = [](gguf::value_type t) { return t == gguf::value_type::string; };
     const auto* v = scalar_of(host_ctx, file, key, "metadata_string", "a string", is_string, &f);
@@ -209,15 +236,73 @@ void c_close_file(void* host_ctx, troupe_tensor_file* file) {
     delete file;
 }
 
+// Version 2: the second model, through the loader's plugin_model_runners.
+plugin_model_runners* runners_of(void* host_ctx, const char* what) {
+    model_services_state* s = state_of(host_ctx);
+    if (s == nullptr) {
+        fail(TROUPE_ERR_INVALID_ARGUMENT, std::string(what) + ": null host_ctx");
+        return nullptr;
+    }
+    if (!s->runners) {
+        fail(TROUPE_ERR_UNSUPPORTED, std::string(what) +
+                                         ": this host runs no second model here (the plugin was loaded without the "
+                                         "engine's model loader)");
+        return nullptr;
+    }
+    return s->runners.get();
+}
+
+int32_t c_load_model(void* host_ctx, const char* path, troupe_model** out) {
+    plugin_model_runners* r = runners_of(host_ctx, "load_model");
+    if (r == nullptr) return state_of(host_ctx) == nullptr ? TROUPE_ERR_INVALID_ARGUMENT : TROUPE_ERR_UNSUPPORTED;
+    if (path == nullptr || out == nullptr) return fail(TROUPE_ERR_INVALID_ARGUMENT, "load_model: null path or out");
+    *out = nullptr;
+    auto m = r->load(path);
+    if (!m.ok()) return fail(TROUPE_ERR_INVALID_ARGUMENT, m.message());
+    *out = *m;
+    return TROUPE_OK;
+}
+
+int32_t c_model_info(void* host_ctx, const troupe_model* model, troupe_model_info* out) {
+    plugin_model_runners* r = runners_of(host_ctx, "model_info");
+    if (r == nullptr) return TROUPE_ERR_INVALID_ARGUMENT;
+    if (model == nullptr || out == nullptr) return fail(TROUPE_ERR_INVALID_ARGUMENT, "model_info: null model or out");
+    *out = troupe_model_info{};
+    out->struct_size = sizeof(troupe_model_info);
+    out->version = TROUPE_MODEL_INFO_VERSION;
+    if (status st = r->info(model, *out); !st.ok()) return fail(TROUPE_ERR_INVALID_ARGUMENT, st.message());
+    return TROUPE_OK;
+}
+
+int32_t c_model_forward(void* host_ctx, troupe_model* model, const troupe_model_step* steps, int32_t n_steps,
+                        float* logits) {
+    plugin_model_runners* r = runners_of(host_ctx, "model_forward");
+    if (r == nullptr) return TROUPE_ERR_INVALID_ARGUMENT;
+    if (model == nullptr || n_steps < 0 || (n_steps > 0 && (steps == nullptr || logits == nullptr))) {
+        return fail(TROUPE_ERR_INVALID_ARGUMENT, "model_forward: null model, steps or logits, or n_steps < 0");
+    }
+    status st = r->forward(model, std::span<const troupe_model_step>(steps, static_cast<size_t>(n_steps)), logits);
+    if (!st.ok()) return fail(TROUPE_ERR_INVALID_ARGUMENT, st.message());
+    return TROUPE_OK;
+}
+
+void c_unload_model(void* host_ctx, troupe_model* model) {
+    model_services_state* s = state_of(host_ctx);
+    if (s == nullptr || !s->runners || model == nullptr) return;
+    s->runners->unload(model);
+}
+
 const char* c_last_error(void* host_ctx) {
     return last_error_text.c_str();
 }
 
 }  // namespace
 
-std::shared_ptr<const troupe_model_services> make_model_services(std::shared_ptr<const gguf::gguf_file> model) {
+std::shared_ptr<const troupe_model_services> make_model_services(std::shared_ptr<const gguf::gguf_file> model,
+                                                                 std::shared_ptr<plugin_model_runners> runners) {
     auto state = std::make_shared<model_services_state>();
     state->model.file = std::move(model);
+    state->runners = std::move(runners);
     troupe_model_services& c = state->c;
     c.struct_size = sizeof(troupe_model_services);
     c.version = TROUPE_MODEL_SERVICES_VERSION;
@@ -232,6 +317,10 @@ std::shared_ptr<const troupe_model_services> make_model_services(std::shared_ptr
     c.open_file = c_open_file;
     c.close_file = c_close_file;
     c.last_error = c_last_error;
+    c.load_model = c_load_model;
+    c.model_info = c_model_info;
+    c.model_forward = c_model_forward;
+    c.unload_model = c_unload_model;
     return std::shared_ptr<const troupe_model_services>(state, &state->c);  // aliasing: owns the whole state
 }
 

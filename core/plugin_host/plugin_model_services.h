@@ -5,6 +5,10 @@
 //   services ── model ──► troupe_tensor_file { gguf_file of the model }          (lives as long as the services)
 //            └─ open_file(path) ──► troupe_tensor_file { gguf_file of the side file }   until close_file
 //
+// Version 2: a second model the host runs for the plugin (load_model, model_info, model_forward, unload_model) through
+// a plugin_model_runners (plugin_model_runners.h), when the loader gives one; without, load_model says the host runs
+// none here. The model file's metadata also answers `troupe.fingerprint` (core/gguf/target_fingerprint.h).
+//
 // Tensor data points into the files' read-only mappings. Side files are opened with gguf_file::open, which checks
 // the header and tensor table, so a corrupt file (bad magic, truncated) is one error naming the file; nothing is
 // left open. Side files still open when the services go (a plugin that forgot close_file) are closed then.
@@ -17,11 +21,14 @@
 #include <memory>
 
 #include "core/gguf/gguf_file.h"
+#include "core/plugin_host/plugin_model_runners.h"
 
 namespace troupe {
 
 // The services for `model`; the returned object (and every tensor pointer it hands out for the model) keeps the
-// file mapped. A plugin_instance made with it holds it for its lifetime.
-std::shared_ptr<const troupe_model_services> make_model_services(std::shared_ptr<const gguf::gguf_file> model);
+// file mapped. A plugin_instance made with it holds it for its lifetime. `runners`: where load_model's models run
+// (null: load_model is refused).
+std::shared_ptr<const troupe_model_services> make_model_services(std::shared_ptr<const gguf::gguf_file> model,
+                                                                 std::shared_ptr<plugin_model_runners> runners = {});
 
 }  // namespace troupe
