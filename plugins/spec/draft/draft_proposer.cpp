@@ -1,0 +1,185 @@
+#include "plugins/spec/draft/draft_proposer.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace spec_draft {
+namespace {
+
+// splitmix64: a sequence's seed from the instance's seed and the sequence id.
+uint64_t mix(uint64_t x) {
+    x += 0x9e3779b97f4a7c15ull;
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+    return x ^ (x >> 31);
+}
+
+}  // namespace
+
+draft_proposer::draft_proposer(const troupe_model_services* services, troupe_model* model,
+                               const troupe_model_info& info, draft_options options)
+    : services_(services), model_(model), info_(info), options_(options) {}
+
+draft_proposer::sequence& draft_proposer::state_of(int64_t seq_id) {
+    auto it = seqs_.find(seq_id);
+    if (it != seqs_.end()) return it->second;
+    sequence& s = seqs_[seq_id];
+    s.k = options_.adaptive ? (options_.max_draft + 1) / 2 : options_.max_draft;
+    s.rng.seed(mix(options_.seed ^ mix(static_cast<uint64_t>(seq_id))));
+    return s;
+}
+
+void draft_proposer::begin(int64_t seq_id) {
+    seqs_.erase(seq_id);
+    state_of(seq_id);  // nothing cached: the first proposal catches up on the whole context
+}
+
+int32_t draft_proposer::pick(const float* logits, float temperature, sequence& s, float* q_row) {
+    const int32_t n_vocab = info_.n_vocab;
+    if (temperature <= 0 || q_row == nullptr) {
+        return static_cast<int32_t>(std::max_element(logits, logits + n_vocab) - logits);  // first maximum
+    }
+    // q = softmax(logits / T); the draft is drawn from exactly the row handed to the verifier.
+    const float max = *std::max_element(logits, logits + n_vocab);
+    double sum = 0;
+    for (int32_t i = 0; i < n_vocab; ++i) {
+        q_row[i] = std::exp((logits[i] - max) / temperature);
+        sum += q_row[i];
+    }
+    const auto inv = static_cast<float>(1.0 / sum);
+    double total = 0;
+    for (int32_t i = 0; i < n_vocab; ++i) {
+        q_row[i] *= inv;
+        total += q_row[i];
+    }
+    const double u = std::uniform_real_distribution<double>(0.0, total)(s.rng);
+    double acc = 0;
+    int32_t last_positive = 0;
+    for (int32_t i = 0; i < n_vocab; ++i) {
+        if (q_row[i] <= 0) continue;
+        last_positive = i;
+        acc += q_row[i];
+        if (u < acc) return i;
+    }
+    return last_positive;  // u at the very top of the range (rounding)
+}
+
+int32_t draft_proposer::forward(int32_t n_steps) {
+    logits_.resize(static_cast<size_t>(n_steps) * static_cast<size_t>(info_.n_vocab));
+    const int32_t rc = services_->model_forward(services_->host_ctx, model_, steps_.data(), n_steps, logits_.data());
+    if (rc != TROUPE_OK)
+        error_ = std::string("the drafter's forward failed: ") + services_->last_error(services_->host_ctx);
+    return rc;
+}
+
+int32_t draft_proposer::propose(const troupe_spec_request* requests, int32_t n, troupe_spec_proposal* out) {
+    error_.clear();
+    k_of_.assign(static_cast<size_t>(n), 0);
+    steps_.clear();
+    step_req_.clear();
+    int32_t k_max = 0;
+    for (int32_t r = 0; r < n; ++r) {
+        const troupe_spec_request& q = requests[r];
+        out[r].n_nodes = 0;
+        out[r].has_q = 0;
+        // No block table (a caller asking for one context outside the engine): the drafter has nowhere to run.
+        if (q.block_table == nullptr || q.n_blocks <= 0 || q.block_size <= 0 || q.n_tokens <= 0) continue;
+        sequence& s = state_of(q.seq_id);
+        s.n_at_propose = -1;
+        const int64_t len = q.n_tokens;
+        // The drafter runs positions up to len + k - 2: inside its context and the blocks the step reserved.
+        const int64_t room = std::min<int64_t>(info_.n_ctx, static_cast<int64_t>(q.n_blocks) * q.block_size);
+        int64_t k = std::min<int64_t>(
+            {s.k, q.max_nodes, q.max_depth > 0 ? q.max_depth : q.max_nodes, options_.max_draft, room - len + 1});
+        if (k <= 0) continue;
+        s.cached = std::clamp<int64_t>(s.cached, 0, len - 1);
+        troupe_model_step step{};
+        step.struct_size = sizeof step;
+        step.version = TROUPE_MODEL_STEP_VERSION;
+        step.seq_id = q.seq_id;
+        step.tokens = q.tokens + s.cached;
+        step.n_tokens = static_cast<int32_t>(len - s.cached);
+        step.pos0 = static_cast<int32_t>(s.cached);
+        step.block_table = q.block_table;
+        step.n_blocks = q.n_blocks;
+        steps_.push_back(step);
+        step_req_.push_back(r);
+        k_of_[static_cast<size_t>(r)] = static_cast<int32_t>(k);
+        k_max = std::max(k_max, static_cast<int32_t>(k));
+    }
+    if (steps_.empty()) return TROUPE_OK;
+    auto q_row = [&](int32_t r, int32_t node) -> float* {
+        const troupe_spec_proposal& p = out[r];
+        if (requests[r].temperature <= 0 || p.q == nullptr || p.n_vocab != info_.n_vocab) return nullptr;
+        return p.q + static_cast<size_t>(node) * static_cast<size_t>(info_.n_vocab);
+    };
+    // Draft position 1: every sequence's catch-up on the context, then the first draft.
+    if (int32_t rc = forward(static_cast<int32_t>(steps_.size())); rc != TROUPE_OK) return rc;
+    for (size_t i = 0; i < steps_.size(); ++i) {
+        const int32_t r = step_req_[i];
+        sequence& s = seqs_.at(requests[r].seq_id);
+        s.cached = requests[r].n_tokens;
+        float* q = q_row(r, 0);
+        out[r].tokens[0] = pick(logits_.data() + i * static_cast<size_t>(info_.n_vocab), requests[r].temperature, s, q);
+        out[r].parents[0] = -1;
+        out[r].n_nodes = 1;
+        out[r].has_q = q != nullptr ? 1 : 0;
+        s.n_at_propose = requests[r].n_tokens;
+        s.n_proposed = 1;
+    }
+    // Draft positions 2..k_max: one token per sequence still drafting, all in one forward.
+    for (int32_t j = 2; j <= k_max; ++j) {
+        steps_.clear();
+        step_req_.clear();
+        for (int32_t r = 0; r < n; ++r) {
+            if (k_of_[static_cast<size_t>(r)] < j) continue;
+            const troupe_spec_request& q = requests[r];
+            troupe_model_step step{};
+            step.struct_size = sizeof step;
+            step.version = TROUPE_MODEL_STEP_VERSION;
+            step.seq_id = q.seq_id;
+            step.tokens = out[r].tokens + (j - 2);
+            step.n_tokens = 1;
+            step.pos0 = static_cast<int32_t>(q.n_tokens + j - 2);
+            step.block_table = q.block_table;
+            step.n_blocks = q.n_blocks;
+            steps_.push_back(step);
+            step_req_.push_back(r);
+        }
+        if (int32_t rc = forward(static_cast<int32_t>(steps_.size())); rc != TROUPE_OK) {
+            for (int32_t r = 0; r < n; ++r) seqs_[requests[r].seq_id].n_at_propose = -1;  // rows past n unknown
+            return rc;
+        }
+        for (size_t i = 0; i < steps_.size(); ++i) {
+            const int32_t r = step_req_[i];
+            sequence& s = seqs_.at(requests[r].seq_id);
+            float* q = q_row(r, j - 1);
+            out[r].tokens[j - 1] =
+                pick(logits_.data() + i * static_cast<size_t>(info_.n_vocab), requests[r].temperature, s, q);
+            out[r].parents[j - 1] = j - 2;
+            out[r].n_nodes = j;
+            s.n_proposed = j;
+        }
+    }
+    return TROUPE_OK;
+}
+
+void draft_proposer::accepted(int64_t seq_id, const int32_t* nodes, int32_t n) {
+    auto it = seqs_.find(seq_id);
+    if (it == seqs_.end()) return;
+    sequence& s = it->second;
+    if (s.n_at_propose < 0) return;  // no drafts this step: the drafter ran nothing for it
+    int32_t m = 0;                   // drafts accepted: nodes 0..m-1 of the chain, then the target's own token
+    for (int32_t i = 0; i < n; ++i) m += nodes[i] >= 0 ? 1 : 0;
+    // Rows n .. n + proposed - 2 hold drafts 0 .. proposed - 2; those the target kept stay valid.
+    s.cached = s.n_at_propose + std::min(m, s.n_proposed - 1);
+    n_drafted_ += s.n_proposed;
+    n_accepted_ += m;
+    if (options_.adaptive) {
+        if (m == s.n_proposed) s.k = std::min(s.k + 1, options_.max_draft);
+        if (2 * m < s.n_proposed) s.k = std::max(s.k - 1, 1);
+    }
+    s.n_at_propose = -1;
+}
+
+}  // namespace spec_draft
