@@ -202,6 +202,17 @@ void block_pool::release(int64_t seq_id) {
     seqs_.erase(it);
 }
 
+void block_pool::shrink(int64_t seq_id, int32_t n_tokens) {
+    auto it = seqs_.find(seq_id);
+    if (it == seqs_.end()) return;
+    seq_state& s = it->second;
+    const auto keep = static_cast<size_t>(std::max(blocks_for(n_tokens), s.n_hashed));
+    while (s.table.size() > keep) {
+        unref(s.table.back());
+        s.table.pop_back();
+    }
+}
+
 void block_pool::fork(int64_t parent_id, int64_t child_id) {
     auto it = seqs_.find(parent_id);
     TROUPE_ASSERT(it != seqs_.end(), "fork of unknown sequence " + std::to_string(parent_id));

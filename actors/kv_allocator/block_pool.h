@@ -83,6 +83,9 @@ public:
     void computed(int64_t seq_id, int32_t n_computed);
     // Drops every block reference of seq (no-op for an unknown seq).
     void release(int64_t seq_id);
+    // Drops seq's blocks past those covering n_tokens positions (a speculative step's draft room: the rows of
+    // rejected drafts). Blocks registered in the prefix cache are kept.
+    void shrink(int64_t seq_id, int32_t n_tokens);
     // child shares every block of parent (parallel sampling); the child must have no blocks.
     void fork(int64_t parent_id, int64_t child_id);
     // Before seq writes position pos: if that block is shared, seq gets a fresh block and the copy to

@@ -65,6 +65,8 @@ bool kv_allocator_core::pass(const kv_step_request& r, std::vector<running_seq>&
         const running_seq s = running[i];
         if (pending(s) != 1 || budget <= 0) continue;
         int32_t max_draft = s.draft_cap > 0 ? std::max(0, std::min(s.draft_cap, budget - 1)) : 0;
+        // The last step's draft room held the rows of its rejected drafts: give it back before asking again.
+        pool_.shrink(s.id, s.n_computed + 1);
         bool placed = false;
         while (true) {
             if (max_draft > 0 && pool_.allocate(s.id, s.n_computed + 1 + max_draft)) {

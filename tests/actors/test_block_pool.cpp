@@ -40,6 +40,21 @@ TEST(block_pool, reservations_grow_tables_all_or_nothing_and_released_blocks_are
     EXPECT_EQ(pool.n_sequences(), 2);
 }
 
+TEST(block_pool, shrinking_gives_back_the_blocks_of_a_draft_room_but_keeps_cached_ones) {
+    block_pool pool({4, 6}, /*prefix_caching=*/true);
+    const std::vector<int32_t> tokens = {1, 2, 3, 4, 5, 6, 7, 8, 9};
+    ASSERT_TRUE(pool.allocate(1, 5 + 11));  // 5 tokens and 11 rows of draft room: 4 blocks
+    EXPECT_EQ(pool.n_free(), 2);
+    pool.commit(1, tokens, 8);  // two full blocks registered in the prefix cache
+    pool.shrink(1, 6);          // the step accepted one draft: 6 rows are needed, 2 blocks
+    EXPECT_EQ(pool.table(1).size(), 2u);
+    EXPECT_EQ(pool.n_free(), 4);
+    pool.shrink(1, 1);  // below the cached blocks: they stay
+    EXPECT_EQ(pool.table(1).size(), 2u);
+    pool.shrink(7, 1);  // unknown: no-op
+    EXPECT_EQ(pool.n_free(), 4);
+}
+
 TEST(block_pool, a_contiguous_cache_is_one_block_of_the_context_per_sequence) {
     block_pool pool({64, 2});
     EXPECT_EQ(pool.reserve(10, 64), std::vector<int32_t>{0});
