@@ -1,6 +1,7 @@
 #include "actors/executor/executor_core.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 
 #include "core/log/log.h"
@@ -105,6 +106,7 @@ void executor_core::propose(const step_plan& plan) {
 }
 
 step_done executor_core::run(const step_plan& plan) {
+    const time_point t_start = steady_clock::now();
     step_done done;
     done.step_id = plan.step_id;
 
@@ -154,9 +156,15 @@ step_done executor_core::run(const step_plan& plan) {
         step.n_draft = 0;
         step.tree_parents.clear();
     }
-    if (spec_) propose(plan);
+    if (spec_) {
+        const time_point t_propose = steady_clock::now();
+        propose(plan);
+        done.propose_s = std::chrono::duration<double>(steady_clock::now() - t_propose).count();
+    }
 
+    const time_point t_forward = steady_clock::now();
     status st = runner_->forward(batch_, output_);
+    done.forward_s = std::chrono::duration<double>(steady_clock::now() - t_forward).count();
     if (!st.ok()) {
         done.error = st.message();
         return done;
@@ -176,6 +184,7 @@ step_done executor_core::run(const step_plan& plan) {
         }
         r.t_sampled = steady_clock::now();
     }
+    done.step_s = std::chrono::duration<double>(steady_clock::now() - t_start).count();
     return done;
 }
 

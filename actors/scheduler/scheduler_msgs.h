@@ -56,6 +56,12 @@ struct step_done {
     int64_t step_id = 0;
     std::vector<sequence_result> results;  // in plan order
     std::string error;                     // non-empty: the step failed and every sequence in it with it
+    // Where the executor's time went (seconds): the speculator's propose call (0 without a speculator), the target's
+    // forward, and the whole step (propose, forward, sampling and verification). The draft controller and
+    // `troupe bench` read them.
+    double propose_s = 0;
+    double forward_s = 0;
+    double step_s = 0;
 };
 
 // The scheduler to itself: plan the next step now. Posted after an input that may allow one, so the
