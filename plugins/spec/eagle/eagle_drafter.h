@@ -1,0 +1,84 @@
+// eagle_drafter: spec/eagle's per-sequence state and its proposals, batched over the running sequences.
+//
+// Context rows: the target delivers h_j for each position j it runs (tap_features). Row j of the EAGLE layer takes
+// (embed(t_{j+1}), h_j) at position j, so it can be computed once t_{j+1} is known; at each proposal the drafter
+// catches up with every context row j <= n - 2 whose feature arrived (n = the context's length), in one batched
+// forward over all sequences. Rows whose feature never arrived (a prefix served from cache) are skipped.
+//
+// Draft tree (EAGLE-2's dynamic tree): row n - 2's logits draft t_n; its top-k tokens are the roots, each scored by
+// its log-probability. Then, `depth - 1` times: the top-k frontier nodes by cumulative log-probability are expanded,
+// each by one draft row (embed(node's token), g of its parent's row) at position n - 2 + depth(node) that attends to
+// the context and its ancestors' rows; each gives its top-k children (score = parent's + log p(child)), which form
+// the next frontier. Finally the max_nodes best-scored nodes of all are kept (a child never outscores its parent, so
+// they form a tree) and ordered by depth. The draft rows are dropped from the cache after the proposal: the context
+// keeps only rows computed from the target's own features.
+//
+// Drafts are deterministic (no q rows): the host's rule for deterministic drafts keeps sampled output exact.
+#pragma once
+
+#include <troupe/spec.h>
+
+#include <cstdint>
+#include <unordered_map>
+#include <vector>
+
+#include "eagle_forward.h"
+#include "plugins/common/tap_features.h"
+
+namespace troupe::eagle {
+
+struct drafter_params {
+    int32_t max_nodes = 48;
+    int32_t depth = 6;
+    int32_t topk = 6;
+};
+
+class eagle_drafter {
+public:
+    eagle_drafter(const eagle_shape& shape, const eagle_weights& weights, const drafter_params& p);
+
+    const drafter_params& params() const { return p_; }
+    spec_common::tap_features& taps() { return taps_; }
+
+    void begin(int64_t seq_id);
+    void end(int64_t seq_id);
+    void accepted(int64_t seq_id, const int32_t* nodes, int32_t n);
+    int32_t propose(const troupe_spec_request* requests, int32_t n, troupe_spec_proposal* out,
+                    const troupe_parallel* parallel);
+
+private:
+    struct sequence {
+        eagle_cache cache;
+        int32_t next_position = 0;  // context rows of positions below this are done (or skipped)
+    };
+    struct candidate {
+        int32_t token;
+        int32_t parent;     // candidate index, -1 for a root
+        int32_t depth;      // 1 for a root
+        float score;        // cumulative log-probability
+        int32_t g_row;      // index into g_ of the row whose output feeds this candidate's row
+        int32_t slot = -1;  // the cache row of this candidate's own row once expanded
+    };
+    struct drafting {  // one request's tree in the making
+        int32_t request;
+        sequence* seq;
+        int32_t n_context;  // cache rows of the context
+        std::vector<candidate> cands;
+        std::vector<int32_t> frontier;
+    };
+
+    int32_t catch_up(const troupe_spec_request* requests, int32_t n, std::vector<drafting>& out,
+                     const troupe_parallel* parallel);
+    void add_children(drafting& d, int32_t parent, const float* logits, int32_t g_row);
+    void finish(drafting& d, const troupe_spec_request& q, troupe_spec_proposal& p) const;
+
+    eagle_forward forward_;
+    drafter_params p_;
+    spec_common::tap_features taps_;
+    std::unordered_map<int64_t, sequence> seqs_;
+    std::vector<float> g_;       // [rows of this proposal, dim] outputs kept for the next level
+    std::vector<float> logits_;  // [rows, n_vocab]
+    std::vector<float> logp_;    // [n_vocab]
+};
+
+}  // namespace troupe::eagle

@@ -1,0 +1,90 @@
+// eagle_forward: the EAGLE layer's forward over a batch of rows (spec_design.md, "EAGLE layer"; the same recurrence
+// core/train/eagle_layer.h trains), with each sequence's keys and values in the plugin's own cache.
+//
+// A row takes a token and a feature (the target's pre-norm last-layer state h_j, or the layer's own output g of the
+// row before when drafting past the verified context) at a RoPE position:
+//
+//   x = fc · [embed(token); feature] + b
+//   h' = x + W_o · attention(W_q x, W_k x, W_v x)        q, k rotated at the row's position
+//   g = h' + W_down · (silu(W_gate n) ⊙ W_up n),         n = rmsnorm(h') · ffn_norm
+//   logits = output · (rmsnorm(g) · output_norm)         (the target's output norm and matrix)
+//
+// The row writes its k, v at cache row `slot` and attends to cache rows [0, n_prefix), the rows in `extra` and its
+// own: a context row j (slot j) sees rows 0..j; a draft row sees the context and its ancestors in the draft tree.
+//
+//   cache of a sequence:  [ context rows 0 .. n-1 | draft rows (this proposal only) ]
+//
+// Why the plugin owns this cache (not the host's KV pools): it is one layer (a small fraction of the target's KV),
+// its draft rows form a tree that lives only during propose_batch, and the model service's pools are made for whole
+// GGUF models, not for a single layer fed by the target's features.
+#pragma once
+
+#include <troupe/plugin.h>
+
+#include <cstdint>
+#include <vector>
+
+namespace troupe::eagle {
+
+struct eagle_shape {
+    int32_t dim = 0, n_heads = 0, n_kv_heads = 0, head_dim = 0, ffn_dim = 0, n_vocab = 0;
+    float rms_eps = 1e-5f;
+    int32_t rope_dims = 0;
+    float rope_base = 10000.0f, rope_scale = 1.0f;  // llama's "normal" RoPE: pairs (2i, 2i + 1)
+    int32_t q_width() const { return n_heads * head_dim; }
+    int32_t kv_width() const { return n_kv_heads * head_dim; }
+};
+
+// Row-major float32 weights ([out][in]), borrowed.
+struct eagle_weights {
+    const float* fc_w = nullptr;         // [dim, 2 dim]
+    const float* fc_b = nullptr;         // [dim]
+    const float* wq = nullptr;           // [q_width, dim]
+    const float* wk = nullptr;           // [kv_width, dim]
+    const float* wv = nullptr;           // [kv_width, dim]
+    const float* wo = nullptr;           // [dim, q_width]
+    const float* ffn_norm = nullptr;     // [dim]
+    const float* w_gate = nullptr;       // [ffn_dim, dim]
+    const float* w_up = nullptr;         // [ffn_dim, dim]
+    const float* w_down = nullptr;       // [dim, ffn_dim]
+    const float* token_embd = nullptr;   // [n_vocab, dim] the target's
+    const float* output_norm = nullptr;  // [dim] the target's
+    const float* output = nullptr;       // [n_vocab, dim] the target's
+};
+
+struct eagle_cache {
+    std::vector<float> k, v;  // [capacity, kv_width] rotated keys, values
+    int32_t n_rows = 0;       // rows in use
+    void reserve_rows(int32_t rows, int32_t kv_width);
+};
+
+struct eagle_row {
+    int32_t token = 0;
+    const float* feature = nullptr;  // [dim]
+    int32_t position = 0;
+    eagle_cache* cache = nullptr;
+    int32_t slot = 0;
+    int32_t n_prefix = 0;
+    std::vector<int32_t> extra;
+    bool want_logits = false;
+};
+
+class eagle_forward {
+public:
+    eagle_forward(const eagle_shape& shape, const eagle_weights& weights) : s_(shape), w_(weights) {}
+    const eagle_shape& shape() const { return s_; }
+
+    // g [n, dim] for every row, and logits [n_wanted, n_vocab] for the rows with want_logits, in row order. The
+    // caches must hold every row's slot (reserve_rows); the rows' k, v are written there.
+    int32_t run(const std::vector<eagle_row>& rows, float* g, float* logits, const troupe_parallel* parallel);
+
+private:
+    void rope(float* x, int64_t n, int32_t n_heads, const std::vector<eagle_row>& rows) const;
+    int32_t attend(const std::vector<eagle_row>& rows, const troupe_parallel* parallel);
+
+    eagle_shape s_;
+    eagle_weights w_;
+    std::vector<float> in_, x_, q_, k_, v_, a_, h1_, n1_, gate_, up_, f_;  // scratch, [n, width] each
+};
+
+}  // namespace troupe::eagle

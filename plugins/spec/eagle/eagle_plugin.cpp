@@ -1,0 +1,231 @@
+// spec/eagle: one decoder layer over the target's own features drafts in feature space and proposes a dynamic tree
+// (EAGLE, with EAGLE-2's tree from the draft's confidence). The layer and its recurrence: eagle_forward.h; the
+// per-sequence cache, catch-up and tree: eagle_drafter.h. Features: the target's LAYER_OUT of its last layer for
+// every row, through the taps.
+//
+// Parameters:
+//   layer: PATH (required)   a file written by `troupe distill --kind eagle` for this target
+//   max_nodes: 1..256        the most nodes a proposal holds (default 48)
+//   depth: 1..16             the deepest draft (default 6)
+//   topk: 1..16              children per expanded node, and nodes expanded per level (default 6)
+#include <troupe/plugin.h>
+
+#include <memory>
+#include <string>
+
+#include "eagle_drafter.h"
+#include "plugins/common/dense_ops.h"
+#include "plugins/common/plugin_support.h"
+#include "plugins/common/target_model.h"
+
+namespace {
+
+using namespace troupe::plugin_support;
+using namespace troupe::spec_common;
+
+constexpr const char* source = "spec/eagle";
+
+struct eagle_matrices {
+    float_matrix fc_w, fc_b, wq, wk, wv, wo, ffn_norm, w_gate, w_up, w_down, token_embd, output_norm, output;
+};
+
+}  // namespace
+
+struct troupe_plugin_instance {
+    target_model target;
+    std::unique_ptr<side_file> file;
+    eagle_matrices m;
+    std::unique_ptr<troupe::eagle::eagle_drafter> drafter;
+    std::string error;
+};
+
+namespace {
+
+const char* raw_param(const troupe_plugin_params* params, const std::string& key) {
+    for (size_t i = 0; params != nullptr && i < params->n_items; ++i) {
+        if (params->items[i].key != nullptr && key == params->items[i].key) return params->items[i].value;
+    }
+    return nullptr;
+}
+
+// The layer's hparams must be the target's (the file records them for this check).
+void check_hparams(const side_file& f, const target_model& t) {
+    const auto same = [&](const char* key, int64_t want) {
+        const int64_t got = f.integer(key);
+        if (got != want) {
+            throw plugin_error(f.path() + ": " + key + " is " + std::to_string(got) + ", the target has " +
+                               std::to_string(want));
+        }
+    };
+    same("eagle.n_heads", t.n_heads);
+    same("eagle.n_kv_heads", t.n_kv_heads);
+    same("eagle.ffn_length", t.ffn_dim);
+}
+
+eagle_matrices read_matrices(const troupe_model_services& s, const side_file& f, const target_model& t) {
+    const int64_t d = t.dim, qw = int64_t{t.n_heads} * t.head_dim, kvw = int64_t{t.n_kv_heads} * t.head_dim,
+                  ff = t.ffn_dim, nv = t.n_vocab;
+    eagle_matrices m;
+    m.fc_w = f.matrix("eagle.fc.weight", {2 * d, d});
+    m.fc_b = f.matrix("eagle.fc.bias", {d});
+    m.wq = f.matrix("eagle.attn_q.weight", {d, qw});
+    m.wk = f.matrix("eagle.attn_k.weight", {d, kvw});
+    m.wv = f.matrix("eagle.attn_v.weight", {d, kvw});
+    m.wo = f.matrix("eagle.attn_output.weight", {qw, d});
+    m.ffn_norm = f.matrix("eagle.ffn_norm.weight", {d});
+    m.w_gate = f.matrix("eagle.ffn_gate.weight", {d, ff});
+    m.w_up = f.matrix("eagle.ffn_up.weight", {d, ff});
+    m.w_down = f.matrix("eagle.ffn_down.weight", {ff, d});
+    m.token_embd = float_matrix::read(s, s.model, "the target", "token_embd.weight", {d, nv});
+    m.output_norm = float_matrix::read(s, s.model, "the target", "output_norm.weight", {d});
+    troupe_tensor probe{};
+    probe.struct_size = sizeof probe;
+    probe.version = TROUPE_TENSOR_VERSION;
+    const bool tied = s.tensor(s.host_ctx, s.model, "output.weight", &probe) != TROUPE_OK;
+    m.output = tied ? float_matrix::read(s, s.model, "the target", "token_embd.weight", {d, nv})
+                    : float_matrix::read(s, s.model, "the target", "output.weight", {d, nv});
+    return m;
+}
+
+int32_t eagle_create(const troupe_plugin_params* params, troupe_plugin_instance** out) {
+    std::string error;
+    *out = nullptr;
+    const int32_t rc = guarded(error, [&]() -> int32_t {
+        param_reader reader(params);
+        // params.layer: a path (param_reader has no string read: take it as the one valid choice of itself).
+        const char* layer_raw = raw_param(params, "layer");
+        const std::string layer_path = layer_raw != nullptr ? reader.choice("layer", {layer_raw}, "") : "";
+        troupe::eagle::drafter_params dp;
+        dp.max_nodes = static_cast<int32_t>(reader.integer("max_nodes", 1, 256, dp.max_nodes));
+        dp.depth = static_cast<int32_t>(reader.integer("depth", 1, 16, dp.depth));
+        dp.topk = static_cast<int32_t>(reader.integer("topk", 1, 16, dp.topk));
+        if (layer_path.empty()) {
+            reader.fail("layer", "required: the path of a file written by troupe distill --kind eagle for this model");
+        }
+        if (const std::string& errors = reader.finish({"layer", "max_nodes", "depth", "topk"}); !errors.empty()) {
+            error = errors;
+            return TROUPE_ERR_INVALID_PARAMS;
+        }
+        auto inst = std::make_unique<troupe_plugin_instance>();
+        try {
+            const troupe_model_services& s = model_services(params, source);
+            inst->target = target_model::read(s, source);
+            inst->file = std::make_unique<side_file>(s, layer_path, "layer");
+            inst->file->check_made_for(inst->target, "eagle");
+            check_hparams(*inst->file, inst->target);
+            inst->m = read_matrices(s, *inst->file, inst->target);
+        } catch (const plugin_error& e) {
+            error = e.what();
+            return TROUPE_ERR_INVALID_PARAMS;
+        }
+        const target_model& t = inst->target;
+        troupe::eagle::eagle_shape sh;
+        sh.dim = t.dim;
+        sh.n_heads = t.n_heads;
+        sh.n_kv_heads = t.n_kv_heads;
+        sh.head_dim = t.head_dim;
+        sh.ffn_dim = t.ffn_dim;
+        sh.n_vocab = t.n_vocab;
+        sh.rms_eps = t.rms_eps;
+        sh.rope_dims = t.rope_dims;
+        sh.rope_base = t.rope_base;
+        sh.rope_scale = t.rope_scale;
+        const eagle_matrices& m = inst->m;
+        troupe::eagle::eagle_weights w{m.fc_w.data(),  m.fc_b.data(),   m.wq.data(),         m.wk.data(),
+                                       m.wv.data(),    m.wo.data(),     m.ffn_norm.data(),   m.w_gate.data(),
+                                       m.w_up.data(),  m.w_down.data(), m.token_embd.data(), m.output_norm.data(),
+                                       m.output.data()};
+        inst->drafter = std::make_unique<troupe::eagle::eagle_drafter>(sh, w, dp);
+        host_log::write(TROUPE_LOG_LEVEL_INFO, source, "dim %d, trees of up to %d nodes, depth %d, top-%d", sh.dim,
+                        dp.max_nodes, dp.depth, dp.topk);
+        *out = inst.release();
+        return TROUPE_OK;
+    });
+    set_create_error(error);
+    return rc;
+}
+
+void eagle_destroy(troupe_plugin_instance* inst) {
+    delete inst;
+}
+
+const char* eagle_error_message(const troupe_plugin_instance* inst) {
+    return inst != nullptr ? inst->error.c_str() : create_error_buffer();
+}
+
+int32_t eagle_begin(troupe_plugin_instance* inst, int64_t seq_id, const int32_t*, int64_t) {
+    inst->drafter->begin(seq_id);
+    return TROUPE_OK;
+}
+
+void eagle_end(troupe_plugin_instance* inst, int64_t seq_id, int32_t) {
+    inst->drafter->end(seq_id);
+}
+
+int32_t eagle_accepted(troupe_plugin_instance* inst, int64_t seq_id, const int32_t*, int32_t n, const int32_t* nodes) {
+    inst->drafter->accepted(seq_id, nodes, n);
+    return TROUPE_OK;
+}
+
+int32_t eagle_propose_batch(troupe_plugin_instance* inst, const troupe_spec_request* requests, int32_t n,
+                            troupe_spec_proposal* out, const troupe_parallel* parallel) {
+    inst->error.clear();
+    return guarded(inst->error, [&]() -> int32_t {
+        const troupe_parallel par = parallel_or_host(parallel);
+        return inst->drafter->propose(requests, n, out, &par);
+    });
+}
+
+int32_t eagle_max_nodes(troupe_plugin_instance* inst) {
+    return inst->drafter->params().max_nodes;
+}
+
+uint64_t eagle_wanted(troupe_plugin_instance*) {
+    return TROUPE_TAP_BIT(TROUPE_TAP_LAYER_OUT);
+}
+
+int32_t eagle_observe(troupe_plugin_instance* inst, const troupe_tap_data* d) {
+    if (d->tap == TROUPE_TAP_LAYER_OUT && d->layer == inst->target.n_layers - 1 && d->backend == TROUPE_BACKEND_CPU)
+        inst->drafter->taps().observe(*d);
+    return TROUPE_OK;
+}
+
+// The layer runs on the host on the CPU's copy of the features; the CUDA graph gives no taps yet.
+int32_t eagle_score(int32_t backend) {
+    return backend == TROUPE_BACKEND_CPU ? 50 : -1;
+}
+
+const troupe_spec_ops eagle_ops = {
+    sizeof(troupe_spec_ops), TROUPE_SPEC_OPS_VERSION, nullptr, eagle_begin, eagle_accepted, eagle_end,
+    eagle_propose_batch,     eagle_max_nodes};
+
+const troupe_tap_ops eagle_taps = {sizeof(troupe_tap_ops), TROUPE_TAP_OPS_VERSION, eagle_wanted, eagle_observe};
+
+const troupe_plugin_descriptor eagle_descriptor = {
+    sizeof(troupe_plugin_descriptor),
+    TROUPE_PLUGIN_DESCRIPTOR_VERSION,
+    TROUPE_PLUGIN_ABI_VERSION,
+    TROUPE_PLUGIN_KIND_SPEC,
+    "eagle",
+    "1.0.0",
+    "an EAGLE layer over the target's features drafts in feature space and proposes a dynamic tree (EAGLE-2)",
+    eagle_score,
+    eagle_create,
+    eagle_destroy,
+    eagle_error_message,
+    nullptr,
+    nullptr,
+    &eagle_ops,
+    nullptr,  // kv
+    nullptr,  // quantize
+    &eagle_taps,
+};
+
+}  // namespace
+
+extern "C" TROUPE_PLUGIN_EXPORT const troupe_plugin_descriptor* troupe_plugin_query(uint32_t host_abi_min,
+                                                                                    uint32_t host_abi_max,
+                                                                                    const troupe_host_services* host) {
+    host_log::attach(host);
+    return &eagle_descriptor;
+}

@@ -1,0 +1,337 @@
+// spec/medusa and spec/eagle on stories260K with heads distilled by core/train (the code of `troupe distill`, short
+// runs): greedy text through the whole engine equals the golden continuation while drafts are accepted; bad inputs
+// are refused with one clear error each; and the plugin's EAGLE forward computes what core/train's trains.
+#include <gtest/gtest.h>
+
+#include <unistd.h>
+#include <yaml-cpp/yaml.h>
+
+#include <condition_variable>
+#include <cstring>
+#include <filesystem>
+#include <memory>
+#include <mutex>
+#include <numeric>
+
+#include "actors/engine/engine.h"
+#include "actors/engine/engine_from_model.h"
+#include "actors/engine/engine_params_from.h"
+#include "actors/tokenizer/tokenizer_codec.h"
+#include "core/gguf/gguf_file.h"
+#include "core/loader/model_loader.h"
+#include "core/train/distill.h"
+#include "core/train/side_files.h"
+#include "plugins/spec/eagle/eagle_forward.h"
+#include "tests/common/shared_data.h"
+#include "tests/golden/golden_runs.h"
+
+namespace troupe {
+namespace {
+
+using namespace troupe::train;
+
+constexpr const char* stories_path = "models/stories260K.gguf";
+
+// The target, a small self-distillation set, and heads trained briefly on it, written where the plugins read them.
+struct fixture_data {
+    std::shared_ptr<const gguf::gguf_file> file;
+    float_llama target;
+    distill_dataset data;
+    std::string medusa_path, eagle_path, other_medusa_path;
+    double medusa_head0_accuracy = 0;
+    std::unique_ptr<eagle_layer> eagle;
+};
+
+std::filesystem::path temp_dir() {
+    auto dir = std::filesystem::temp_directory_path() / ("troupe_test_spec_heads_" + std::to_string(::getpid()));
+    std::filesystem::create_directories(dir);
+    return dir;
+}
+
+const fixture_data& data() {
+    static std::unique_ptr<fixture_data> made = [] {
+        auto out = std::make_unique<fixture_data>();
+        const std::string model = *testing::shared_file(stories_path);
+        auto file = gguf::gguf_file::open(model);
+        EXPECT_TRUE(file.ok()) << file.message();
+        out->file = *file;
+        auto target = read_float_llama(*file, layers_wanted::last);
+        EXPECT_TRUE(target.ok()) << target.message();
+        out->target = std::move(*target);
+        auto loaded = load_model(target_config(model, 2, 8));
+        EXPECT_TRUE(loaded.ok()) << loaded.message();
+        data_params p;
+        p.text_path = *testing::shared_file("text/stories.txt");
+        p.gen_tokens = 24;
+        p.temperature = 0;
+        p.max_openings = 60;
+        p.parallel = 8;
+        auto set = make_dataset(*loaded, p);
+        EXPECT_TRUE(set.ok()) << set.message();
+        out->data = std::move(*set);
+        cpu::thread_pool pool(2);
+        train_params tp;
+        tp.steps = 150;
+        tp.batch = 128;
+        tp.lr = 3e-3f;
+        medusa_heads heads(3, out->target.hp.dim, out->target.hp.n_vocab, out->target.output);
+        train_medusa(heads, out->target, out->data, tp, pool, nullptr);
+        out->medusa_head0_accuracy = medusa_accuracy(heads, out->target, out->data.held_out, pool)[0];
+        out->eagle = std::make_unique<eagle_layer>(out->target);
+        tp.steps = 80;
+        tp.batch = 256;
+        train_eagle(*out->eagle, out->data, tp, pool, nullptr);
+        auto id = identify_target(*out->file);
+        EXPECT_TRUE(id.ok()) << id.message();
+        out->medusa_path = (temp_dir() / "medusa.gguf").string();
+        out->eagle_path = (temp_dir() / "eagle.gguf").string();
+        EXPECT_TRUE(write_medusa_file(out->medusa_path, heads, *id));
+        EXPECT_TRUE(write_eagle_file(out->eagle_path, *out->eagle, *id));
+        // The same heads recorded as made for another model (llama-2-tiny-random's id).
+        if (auto other = testing::shared_file("models/llama-2-tiny-random.gguf")) {
+            auto other_file = gguf::gguf_file::open(*other);
+            EXPECT_TRUE(other_file.ok());
+            auto other_id = identify_target(**other_file);
+            EXPECT_TRUE(other_id.ok()) << other_id.message();
+            out->other_medusa_path = (temp_dir() / "medusa-other.gguf").string();
+            EXPECT_TRUE(write_medusa_file(out->other_medusa_path, heads, *other_id));
+        }
+        return out;
+    }();
+    return *made;
+}
+
+#define REQUIRE_STORIES()                                                  \
+    TROUPE_REQUIRE_SHARED(model_path_, stories_path);                      \
+    TROUPE_REQUIRE_SHARED(text_path_, "text/stories.txt");                 \
+    TROUPE_REQUIRE_SHARED(golden_path_, "golden/stories260K-greedy.json"); \
+    ASSERT_FALSE(data().data.train.empty()) << "no data set made";         \
+    (void)text_path_
+
+engine_config spec_config(const std::string& model, const std::string& plugin, const YAML::Node& params) {
+    engine_config config;
+    config.model = model;
+    config.scheduler.max_running_seqs = 4;
+    config.plugins.spec = plugin_config(plugin);
+    config.plugins.spec.params = params;
+    return config;
+}
+
+struct greedy_run {
+    std::string text, expected;
+    usage use;
+    std::string error;
+};
+
+// The golden prompt through the engine with the plugin, greedy, 48 tokens.
+greedy_run run_greedy(const std::string& model, const std::string& golden, const std::string& plugin,
+                      const YAML::Node& params) {
+    greedy_run out;
+    const testing::golden_run run = testing::load_golden_runs(golden).front();
+    engine_config config = spec_config(model, plugin, params);
+    auto m = load_model(config);
+    if (!m.ok()) {
+        out.error = m.message();
+        return out;
+    }
+    auto detok = make_tokenizer_codec(m->tok)->make_decoder();
+    for (int32_t id : run.generated_ids) out.expected += detok->push(id);
+    out.expected += detok->flush();
+    engine_params params_e = engine_params_from(config);
+    engine eng(engine_parts_from(*m, params_e), params_e);
+    EXPECT_TRUE(eng.start().ok());
+    std::mutex mutex;
+    std::condition_variable cv;
+    bool ended = false;
+    request_sink sink;
+    sink.on_text = [&](std::string_view d) {
+        std::lock_guard lock(mutex);
+        out.text += d;
+    };
+    sink.on_done = [&](finish_reason, const usage& u, const timings&) {
+        std::lock_guard lock(mutex);
+        out.use = u;
+        ended = true;
+        cv.notify_all();
+    };
+    sink.on_error = [&](const std::string& e) {
+        std::lock_guard lock(mutex);
+        out.error = e;
+        ended = true;
+        cv.notify_all();
+    };
+    sampling_params p;
+    p.temperature = 0.0f;
+    p.max_tokens = 48;
+    p.ignore_eos = true;
+    EXPECT_TRUE(eng.submit(request{run.prompt, p, std::nullopt}, std::move(sink)).ok());
+    {
+        std::unique_lock lock(mutex);
+        cv.wait(lock, [&] { return ended; });
+    }
+    EXPECT_TRUE(eng.stop(std::chrono::milliseconds(1000)).ok());
+    return out;
+}
+
+YAML::Node params_of(const std::string& text) {
+    return YAML::Load(text);
+}
+
+TEST(spec_heads, distilled_medusa_heads_keep_the_golden_greedy_text_and_their_drafts_are_accepted) {
+    REQUIRE_STORIES();
+    YAML::Node p;
+    p["heads"] = data().medusa_path;
+    const greedy_run r = run_greedy(model_path_, golden_path_, "medusa", p);
+    ASSERT_EQ(r.error, "");
+    EXPECT_EQ(r.text, r.expected);
+    EXPECT_GT(r.use.n_draft_tokens, 0);
+    EXPECT_GT(r.use.n_draft_accepted, 0);
+    std::printf("medusa: %d of %d draft tokens accepted over 48 tokens (held-out head-0 agreement %.2f)\n",
+                r.use.n_draft_accepted, r.use.n_draft_tokens, data().medusa_head0_accuracy);
+}
+
+TEST(spec_heads, a_medusa_tree_given_by_explicit_choices_keeps_the_golden_greedy_text) {
+    REQUIRE_STORIES();
+    YAML::Node p = params_of("{choices: [[0], [1], [0, 0], [0, 1], [1, 0], [0, 0, 0]]}");
+    p["heads"] = data().medusa_path;
+    const greedy_run r = run_greedy(model_path_, golden_path_, "medusa", p);
+    ASSERT_EQ(r.error, "");
+    EXPECT_EQ(r.text, r.expected);
+    EXPECT_GT(r.use.n_draft_accepted, 0);
+}
+
+TEST(spec_heads, a_distilled_eagle_layer_keeps_the_golden_greedy_text_and_its_drafts_are_accepted) {
+    REQUIRE_STORIES();
+    for (const char* shape : {"{}", "{max_nodes: 8, depth: 4, topk: 2}", "{max_nodes: 1, depth: 1, topk: 1}"}) {
+        SCOPED_TRACE(shape);
+        YAML::Node p = params_of(shape);
+        p["layer"] = data().eagle_path;
+        const greedy_run r = run_greedy(model_path_, golden_path_, "eagle", p);
+        ASSERT_EQ(r.error, "");
+        EXPECT_EQ(r.text, r.expected);
+        EXPECT_GT(r.use.n_draft_tokens, 0);
+        EXPECT_GT(r.use.n_draft_accepted, 0);
+        std::printf("eagle %s: %d of %d draft tokens accepted over 48 tokens\n", shape, r.use.n_draft_accepted,
+                    r.use.n_draft_tokens);
+    }
+}
+
+struct refusal_case {
+    const char* name;
+    const char* plugin;
+    std::string params;  // YAML; $MEDUSA, $EAGLE, $OTHER are replaced by the fixture's files
+    const char* expected;
+};
+
+std::string with_paths(std::string s) {
+    const std::pair<const char*, std::string> subs[] = {
+        {"$MEDUSA", data().medusa_path}, {"$EAGLE", data().eagle_path}, {"$OTHER", data().other_medusa_path}};
+    for (const auto& [key, value] : subs) {
+        for (size_t at = s.find(key); at != std::string::npos; at = s.find(key)) s.replace(at, std::strlen(key), value);
+    }
+    return s;
+}
+
+TEST(spec_heads, bad_heads_files_and_trees_are_refused_with_one_clear_error_each) {
+    REQUIRE_STORIES();
+    TROUPE_REQUIRE_SHARED(other_model, "models/llama-2-tiny-random.gguf");
+    (void)other_model;
+    const std::vector<refusal_case> cases = {
+        {"no file named", "medusa", "{}", "params.heads: required"},
+        {"a missing file", "medusa", "{heads: /nonexistent/heads.gguf}", "params.heads: "},
+        {"a file for another model", "medusa", "{heads: $OTHER}", "made for another model (fingerprint "},
+        {"an EAGLE file as heads", "medusa", "{heads: $EAGLE}", "general.architecture is 'eagle', expected 'medusa'"},
+        {"a tree deeper than the heads", "medusa", "{heads: $MEDUSA, topk: [2, 2, 2, 2]}",
+         "params.topk: the tree is 4 deep, but "},
+        {"a tree over 256 nodes", "medusa", "{heads: $MEDUSA, topk: [8, 8, 8]}", "params.topk: the tree of every "},
+        {"choices missing a parent path", "medusa", "{heads: $MEDUSA, choices: [[0], [1, 0]]}",
+         "params.choices: path [1, 0] has no parent path"},
+        {"no layer named", "eagle", "{}", "params.layer: required"},
+        {"a missing layer file", "eagle", "{layer: /nonexistent/eagle.gguf}", "params.layer: "},
+        {"Medusa heads as the layer", "eagle", "{layer: $MEDUSA}",
+         "general.architecture is 'medusa', expected 'eagle'"},
+        {"a tree over 256 nodes", "eagle", "{layer: $EAGLE, max_nodes: 300}", "params.max_nodes: must be between 1"},
+    };
+    for (const refusal_case& c : cases) {
+        SCOPED_TRACE(c.name);
+        auto m = load_model(spec_config(model_path_, c.plugin, params_of(with_paths(c.params))));
+        ASSERT_FALSE(m.ok());
+        EXPECT_NE(m.message().find(c.expected), std::string::npos) << m.message();
+        EXPECT_EQ(m.message().find('\n'), std::string::npos) << "one line: " << m.message();
+    }
+}
+
+// Context rows of a held-out sample through the plugin's forward (its own cache, rows one by one as at inference)
+// and through core/train's eagle_layer (the training graph): the same features and logits.
+TEST(spec_heads, the_plugins_eagle_forward_equals_the_training_forward_on_the_same_rows) {
+    REQUIRE_STORIES();
+    const fixture_data& d = data();
+    eagle_layer& layer = *d.eagle;
+    const distill_sample& s = d.data.held_out.front();
+    const llama_hparams& hp = d.target.hp;
+    const int64_t n = s.size() - 1, dim = hp.dim, nv = hp.n_vocab;
+    eagle_batch b;
+    b.bounds = {0, n};
+    for (int64_t j = 0; j < n; ++j) {
+        b.tokens.push_back(s.tokens[j + 1]);
+        b.positions.push_back(static_cast<int32_t>(j));
+    }
+    b.features.assign(s.hidden.begin(), s.hidden.begin() + n * dim);
+    std::vector<float> g_train(n * dim), logits_train(n * nv);
+    cpu::thread_pool pool(2);
+    layer.forward(b, g_train.data(), logits_train.data(), pool);
+
+    eagle::eagle_shape sh;
+    sh.dim = hp.dim;
+    sh.n_heads = hp.n_heads;
+    sh.n_kv_heads = hp.n_kv_heads;
+    sh.head_dim = hp.head_dim;
+    sh.ffn_dim = hp.ffn_dim;
+    sh.n_vocab = hp.n_vocab;
+    sh.rms_eps = hp.rms_eps;
+    sh.rope_dims = hp.rope_dims;
+    sh.rope_base = hp.rope_base;
+    sh.rope_scale = hp.rope_scale;
+    const eagle::eagle_weights w{layer.fc_w.v(),
+                                 layer.fc_b.v(),
+                                 layer.wq.v(),
+                                 layer.wk.v(),
+                                 layer.wv.v(),
+                                 layer.wo.v(),
+                                 layer.ffn_norm.v(),
+                                 layer.w_gate.v(),
+                                 layer.w_up.v(),
+                                 layer.w_down.v(),
+                                 d.target.token_embd.data(),
+                                 d.target.output_norm.data(),
+                                 d.target.output.data()};
+    eagle::eagle_forward fwd(sh, w);
+    eagle::eagle_cache cache;
+    std::vector<float> g(dim), logits(nv);
+    double max_g = 0, max_logit = 0;
+    for (int64_t j = 0; j < n; ++j) {
+        eagle::eagle_row row;
+        row.token = s.tokens[j + 1];
+        row.feature = s.hidden.data() + j * dim;
+        row.position = static_cast<int32_t>(j);
+        row.cache = &cache;
+        row.slot = static_cast<int32_t>(j);
+        row.n_prefix = static_cast<int32_t>(j);
+        row.want_logits = true;
+        cache.reserve_rows(row.slot + 1, sh.kv_width());
+        ASSERT_EQ(fwd.run({row}, g.data(), logits.data(), nullptr), TROUPE_OK);
+        cache.n_rows = row.slot + 1;
+        for (int64_t i = 0; i < dim; ++i) max_g = std::max(max_g, std::abs(double{g[i]} - g_train[j * dim + i]));
+        for (int64_t i = 0; i < nv; ++i)
+            max_logit = std::max(max_logit, std::abs(double{logits[i]} - logits_train[j * nv + i]));
+    }
+    // The layer was trained: its attention and FFN branches are not zero, so this compares every part.
+    double wo_norm = 0;
+    for (float x : layer.wo.value) wo_norm += std::abs(x);
+    EXPECT_GT(wo_norm, 0.0);
+    EXPECT_LT(max_g, 1e-3) << "features";
+    EXPECT_LT(max_logit, 1e-3) << "logits";
+}
+
+}  // namespace
+}  // namespace troupe
