@@ -1,10 +1,13 @@
 // troupe synth --shape NAME --vocab V.gguf --type TYPE -o OUT.gguf: a Llama-shaped GGUF with seeded
 // random weights (synth_model.h), for benchmarks without downloading a model.
+// troupe synth --grow-from M.gguf --shape NAME [--noise X] -o OUT.gguf: M grown into the shape, computing M's function
+// plus seeded noise on the new weights (grow_model.h): a target that M drafts for.
 #include <chrono>
 #include <cstdio>
 #include <string>
 
 #include "cli/commands.h"
+#include "cli/grow_model.h"
 #include "cli/synth_model.h"
 #include "core/gguf/gguf_file.h"
 
@@ -22,21 +25,52 @@ int usage_error(const std::string& message) {
     return exit_usage;
 }
 
+int grow_command(const synth_params& sp, const std::string& source, float noise, const std::string& type_name,
+                 const std::string& out_path) {
+    const grow_params p{.shape = sp.shape, .type = sp.type, .noise = noise, .seed = sp.seed, .n_threads = sp.n_threads};
+    const auto start = std::chrono::steady_clock::now();
+    auto summary = write_grown_model(p, source, out_path);
+    if (!summary) {
+        std::fprintf(stderr, "troupe synth: %s\n", summary.message().c_str());
+        return exit_failure;
+    }
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    const grow_layout& g = summary->layout;
+    std::fprintf(stderr,
+                 "troupe synth: wrote %s: %s grown into shape %s (dim %d -> %d, layers %d -> %d of which %d identity, "
+                 "heads %d/%d -> %d/%d, head size %d -> %d, FFN %d -> %d), noise %g, %s, %.1fM parameters, "
+                 "%.1f MiB in %.1f s\n",
+                 out_path.c_str(), source.c_str(), std::string(p.shape.name).c_str(), g.source.dim, g.target.dim,
+                 g.source.n_layers, g.target.n_layers, g.n_identity_layers(), g.source.n_heads, g.source.n_kv_heads,
+                 g.target.n_heads, g.target.n_kv_heads, g.source.head_dim, g.target.head_dim, g.source.ffn_dim,
+                 g.target.ffn_dim, static_cast<double>(p.noise), type_name.c_str(),
+                 static_cast<double>(summary->n_params) / 1e6,
+                 static_cast<double>(summary->n_bytes) / (1024.0 * 1024.0), seconds);
+    return exit_ok;
+}
+
 }  // namespace
 
 const command_spec& synth_spec() {
     static const command_spec spec{
         .name = "synth",
-        .summary = "write a GGUF model with seeded random weights in a named Llama shape",
+        .summary = "write a GGUF model in a named Llama shape: seeded random weights, or a real model grown",
         .usage =
-            "troupe synth --shape NAME --vocab V.gguf --type f32|f16|q8_0|q4_0|q4_k|q4_1|w4_g64|w4_g128 -o OUT.gguf "
-            "[--seed N]",
+            "troupe synth --shape NAME (--vocab V.gguf | --grow-from M.gguf [--noise X]) "
+            "[--type f32|f16|q8_0|q4_0|q4_k|q4_1|w4_g64|w4_g128] -o OUT.gguf [--seed N]",
         .flags =
             {
                 {"--shape", "", "NAME",
                  "tiny (dim 256, 2 layers, GQA 8/4), 110M (dim 768, 12 layers), "
                  "1B (dim 2048, 22 layers, GQA 32/4)"},
                 {"--vocab", "", "FILE", "GGUF file whose tokenizer (and vocabulary size) the model gets"},
+                {"--grow-from", "", "FILE",
+                 "a dense Llama GGUF to grow into the shape: the model computes its function (new heads, channels, "
+                 "FFN units and layers start at zero) plus the noise; its tokenizer is copied"},
+                {"--noise", "", "X",
+                 "with --grow-from: seeded noise on the new weights, X / sqrt(row length) times a normal value "
+                 "(default 0.35: stories260K predicts ~80% of its 110M or 1B growth's greedy tokens; 0: the grown "
+                 "model's logits are the source's)"},
                 {"--type", "", "TYPE",
                  "weight type of the matrices: f32, f16, q8_0, q4_0, q4_k, q4_1, w4_g64 or w4_g128 (default f16)"},
                 {"--output", "-o", "FILE", "the GGUF file to write"},
@@ -45,7 +79,10 @@ const command_spec& synth_spec() {
             },
         .min_args = 0,
         .max_args = 0,
-        .details = "Norm weights are 1 and stay F32; matrices are 0.02 x (approximately normal) values.",
+        .details =
+            "Random weights: norm weights are 1 and stay F32; matrices are 0.02 x (approximately normal) "
+            "values. Grown weights: the source's where it has them (norms rescaled for the wider residual), "
+            "noise elsewhere; with --noise 0 and --type f32 greedy output equals the source's.",
     };
     return spec;
 }
@@ -65,7 +102,24 @@ int synth_command(const cli_args& args) {
         problems.push_back("--type: unknown type '" + type_name +
                            "' (valid: f32, f16, q8_0, q4_0, q4_k, q4_1, w4_g64, w4_g128)");
     const auto vocab_path = args.value("--vocab");
-    if (!vocab_path) problems.push_back("--vocab is required (a GGUF file with tokenizer metadata)");
+    const auto grow_path = args.value("--grow-from");
+    if (!vocab_path && !grow_path) {
+        problems.push_back(
+            "--vocab (a GGUF file with tokenizer metadata) or --grow-from (a model to grow) is required");
+    }
+    if (vocab_path && grow_path) {
+        problems.push_back("--vocab and --grow-from exclude each other (a grown model keeps its source's tokenizer)");
+    }
+    float noise = k_default_grow_noise;
+    if (auto v = args.value("--noise")) {
+        auto x = parse_float_flag("--noise", *v);
+        if (!grow_path)
+            problems.push_back("--noise applies only with --grow-from");
+        else if (!x || !(*x >= 0.0 && *x <= 1.0))
+            problems.push_back("--noise: expected a number from 0 to 1, got '" + *v + "'");
+        else
+            noise = static_cast<float>(*x);
+    }
     const auto out_path = args.value("--output");
     if (!out_path) problems.push_back("-o/--output is required");
     if (auto v = args.value("--seed")) {
@@ -87,6 +141,7 @@ int synth_command(const cli_args& args) {
     }
     p.shape = *shape;
     p.type = *type;
+    if (grow_path) return grow_command(p, *grow_path, noise, type_name, *out_path);
 
     auto vocab = gguf::gguf_file::open(*vocab_path);
     if (!vocab) {

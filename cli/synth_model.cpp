@@ -25,28 +25,15 @@ uint64_t splitmix64(uint64_t& state) {
     return z ^ (z >> 31);
 }
 
-// One row of 0.02 * (approximately standard normal) values.
-void random_row(uint64_t seed, uint64_t tensor, uint64_t row, float* out, int64_t n) {
-    uint64_t state = seed;
-    state = splitmix64(state) ^ (tensor * 0xD1B54A32D192ED03ull);
-    state = splitmix64(state) ^ (row * 0x8CB92BA72F3D8DD7ull);
-    splitmix64(state);
-    // Sum of four 16-bit uniforms in [0, 1): mean 2, variance 1/3.
-    constexpr float scale = 0.02f * 1.7320508f / 65536.0f;
-    for (int64_t i = 0; i < n; ++i) {
-        const uint64_t r = splitmix64(state);
-        const auto sum = static_cast<float>((r & 0xFFFF) + ((r >> 16) & 0xFFFF) + ((r >> 32) & 0xFFFF) + (r >> 48));
-        out[i] = (sum - 2.0f * 65535.5f) * scale;
-    }
-}
-
 struct tensor_plan {
     std::string name;
     std::vector<int64_t> dims;  // [row length, n_rows] or [n]
     bool norm;
 };
 
-uint32_t file_type(ggml_type t) {
+}  // namespace
+
+uint32_t gguf_file_type(ggml_type t) {
     switch (t) {
         case ggml_type::f32:
             return 0;
@@ -65,6 +52,8 @@ uint32_t file_type(ggml_type t) {
     }
 }
 
+namespace {
+
 // The tensor's bytes in `type`, rows generated and quantized on n_threads threads.
 std::vector<uint8_t> make_matrix(uint64_t seed, uint64_t tensor, int64_t n_in, int64_t n_rows, ggml_type type,
                                  int n_threads) {
@@ -73,7 +62,7 @@ std::vector<uint8_t> make_matrix(uint64_t seed, uint64_t tensor, int64_t n_in, i
     auto work = [&](int64_t begin, int64_t end) {
         std::vector<float> row(static_cast<size_t>(n_in));
         for (int64_t r = begin; r < end; ++r) {
-            random_row(seed, tensor, static_cast<uint64_t>(r), row.data(), n_in);
+            random_row(seed, tensor, static_cast<uint64_t>(r), 0.02f, row.data(), n_in);
             ref::quantize_row(type, row.data(), bytes.data() + static_cast<size_t>(r) * rb, n_in);
         }
     };
@@ -88,6 +77,20 @@ std::vector<uint8_t> make_matrix(uint64_t seed, uint64_t tensor, int64_t n_in, i
 }
 
 }  // namespace
+
+void random_row(uint64_t seed, uint64_t tensor, uint64_t row, float std_dev, float* out, int64_t n) {
+    uint64_t state = seed;
+    state = splitmix64(state) ^ (tensor * 0xD1B54A32D192ED03ull);
+    state = splitmix64(state) ^ (row * 0x8CB92BA72F3D8DD7ull);
+    splitmix64(state);
+    // Sum of four 16-bit uniforms in [0, 1): mean 2, variance 1/3.
+    const float scale = std_dev * 1.7320508f / 65536.0f;
+    for (int64_t i = 0; i < n; ++i) {
+        const uint64_t r = splitmix64(state);
+        const auto sum = static_cast<float>((r & 0xFFFF) + ((r >> 16) & 0xFFFF) + ((r >> 32) & 0xFFFF) + (r >> 48));
+        out[i] = (sum - 2.0f * 65535.5f) * scale;
+    }
+}
 
 std::span<const synth_shape> synth_shapes() {
     return shapes;
@@ -131,7 +134,8 @@ result<synth_summary> write_synth_model(const synth_params& p, const gguf::gguf_
     w.set_string("general.architecture", "llama");
     w.set_string("general.name", "troupe-synth-" + std::string(s.name));
     // troupe's own W4_G64 / W4_G128 have no llama.cpp file type: the key is left out for them.
-    if (p.type != ggml_type::w4_g64 && p.type != ggml_type::w4_g128) w.set_u32("general.file_type", file_type(p.type));
+    if (p.type != ggml_type::w4_g64 && p.type != ggml_type::w4_g128)
+        w.set_u32("general.file_type", gguf_file_type(p.type));
     if (p.type != ggml_type::f32 && p.type != ggml_type::f16) w.set_u32("general.quantization_version", 2);
     w.set_u32("llama.context_length", static_cast<uint32_t>(s.n_ctx));
     w.set_u32("llama.embedding_length", static_cast<uint32_t>(s.dim));

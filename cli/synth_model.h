@@ -43,6 +43,13 @@ const synth_shape* find_synth_shape(std::string_view name);
 // f32, f16, q8_0, q4_0, q4_k, q4_1, w4_g64, w4_g128.
 std::optional<ggml_type> parse_synth_type(std::string_view name);
 
+// One row of std_dev * (approximately standard normal) values: the sum of four 16-bit uniforms, scaled (bounded at
+// +-3.46 std_dev). The row depends on (seed, tensor, row) only, so rows can be drawn on any thread in any order.
+void random_row(uint64_t seed, uint64_t tensor, uint64_t row, float std_dev, float* out, int64_t n);
+
+// general.file_type (llama.cpp's LLAMA_FTYPE) of a model whose matrices are `type` (0, F32, where it has none).
+uint32_t gguf_file_type(ggml_type type);
+
 struct synth_params {
     synth_shape shape;
     ggml_type type = ggml_type::f16;
