@@ -53,12 +53,14 @@ void engine::build(engine_parts parts, const engine_params& params, lane* tok, l
                    lane* stream) {
     TROUPE_ASSERT(parts.runner != nullptr && parts.codec != nullptr, "engine needs a model runner and a codec");
     description_ = parts.runner->description();
+    if (parts.spec && params.max_draft > 0) spec_name_ = parts.spec->name();
     bytes_per_token_ = parts.runner->kv_bytes_per_token();
     scheduler_params sc;
     sc.max_waiting = params.max_waiting;
     sc.max_running = params.max_running;
     sc.n_ctx = parts.runner->n_ctx();
     sc.max_draft = parts.spec ? params.max_draft : 0;
+    sc.adaptive_draft = params.adaptive_draft;
     sc.eog_ids = parts.codec->eog_ids();
     sc.max_batched_tokens = std::max(params.max_batched_tokens, 1);
     sc.kv = parts.runner->kv();
@@ -229,7 +231,8 @@ engine_snapshot engine::snapshot() const {
     engine_snapshot s;
     const time_point now = steady_clock::now();
     s.accepting = accepting_.load();
-    scheduler_->view(s.requests, s.kv, s.steps);
+    scheduler_->view(s.requests, s.kv, s.steps, s.spec);
+    s.spec.plugin = spec_name_;
     s.kv.bytes_per_block = bytes_per_token_ * static_cast<uint64_t>(s.kv.block_size);
     const window_figures f = window_.figures(now);
     s.ttft_ms = f.ttft_ms;

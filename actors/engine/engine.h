@@ -60,6 +60,7 @@ struct engine_params {
     preemption_mode preemption = preemption_mode::recompute;  // swap only where the runner has device memory
     bool prefix_caching = true;                               // share KV blocks of identical prompt prefixes
     int32_t max_draft = 0;              // draft tokens (tree nodes) per sequence and step with a speculator (0: off)
+    bool adaptive_draft = true;         // turn drafting off per batch size where it does not pay (draft_controller)
     int32_t submit_capacity = 1024;     // tokenizer mailbox: submissions not yet tokenized
     int32_t scheduler_capacity = 1024;  // scheduler mailbox: tokenized prompts not yet queued
     int32_t streamer_capacity = 1024;   // streamer mailbox: token deliveries not yet sent
@@ -133,6 +134,7 @@ private:
 
     engine_params params_;
     std::string description_;
+    std::string spec_name_;  // the speculator's name, empty without one
     uint64_t bytes_per_token_ = 0;
     std::vector<std::unique_ptr<lane>> owned_lanes_;
     lane* manual_ = nullptr;

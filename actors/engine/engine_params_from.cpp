@@ -24,6 +24,7 @@ engine_params engine_params_from(const engine_config& config) {
             break;
     }
     p.prefix_caching = config.kv.prefix_caching;
+    p.adaptive_draft = config.scheduler.adaptive_draft;
     return p;
 }
 

@@ -47,11 +47,33 @@ struct step_view {
     double mean_batch_tokens = 0;
 };
 
+// Speculative decoding, over the engine's life (all zero without a spec plugin).
+struct spec_view {
+    std::string plugin;                // "spec/ngram"; empty: no speculation
+    int32_t max_draft = 0;             // the configured draft cap per sequence and step
+    int32_t draft_cap = 0;             // the cap of the last planned step: 0 where the controller turned drafting off
+    bool adaptive = false;             // the draft controller decides (actors/scheduler/draft_controller.h)
+    int64_t n_draft_steps = 0;         // sequence-steps that verified a proposal
+    int64_t n_drafted = 0;             // draft positions verified (each proposal's depth)
+    int64_t n_draft_nodes = 0;         // draft tokens verified (a tree has more than its depth)
+    int64_t n_accepted = 0;            // draft tokens accepted
+    double acceptance_rate = 0;        // n_accepted / n_drafted
+    double acceptance_length = 0;      // tokens per target step where drafted: 1 + n_accepted / n_draft_steps
+    double draft_length = 0;           // mean proposal depth: n_drafted / n_draft_steps
+    int64_t n_steps_on = 0;            // decode steps planned with drafts
+    int64_t n_steps_off = 0;           // decode steps the controller planned without
+    int64_t n_probes = 0;              // controller windows that re-measured the mode not chosen
+    int64_t n_switches = 0;            // controller decisions changed
+    double tokens_per_s_drafting = 0;  // the controller's rates at the last step's batch size (0: not measured)
+    double tokens_per_s_plain = 0;
+};
+
 struct engine_snapshot {
     bool accepting = true;               // false while draining / stopping
     std::vector<request_view> requests;  // waiting and running, oldest first
     kv_view kv;
     step_view steps;
+    spec_view spec;
     // Over a sliding window (the last 5 minutes) of finished requests. NOTE: these summaries hold
     // milliseconds in their *_us fields (median_us is the median in ms); n is the number of requests.
     latency_summary ttft_ms;  // submit -> first token

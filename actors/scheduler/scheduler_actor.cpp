@@ -134,13 +134,34 @@ void scheduler_actor::publish() {
     const double n = static_cast<double>(recent_steps_.size());
     step_view_.mean_batch_size = n > 0 ? seqs / n : 0;
     step_view_.mean_batch_tokens = n > 0 ? toks / n : 0;
+
+    const draft_controller& dc = core_.drafts();
+    spec_view& sp = spec_view_;
+    sp.max_draft = core_.config().max_draft;
+    sp.adaptive = core_.config().adaptive_draft && sp.max_draft > 0;
+    sp.draft_cap = c.draft_cap;
+    sp.n_draft_steps = c.n_draft_steps;
+    sp.n_drafted = c.n_drafted;
+    sp.n_draft_nodes = c.n_draft_nodes;
+    sp.n_accepted = c.n_accepted;
+    const auto per = [](int64_t a, int64_t b) { return b > 0 ? static_cast<double>(a) / static_cast<double>(b) : 0.0; };
+    sp.acceptance_rate = per(c.n_accepted, c.n_drafted);
+    sp.acceptance_length = c.n_draft_steps > 0 ? 1.0 + per(c.n_accepted, c.n_draft_steps) : 0.0;
+    sp.draft_length = per(c.n_drafted, c.n_draft_steps);
+    sp.n_steps_on = dc.counters().n_steps_on;
+    sp.n_steps_off = dc.counters().n_steps_off;
+    sp.n_probes = dc.counters().n_probes;
+    sp.n_switches = dc.counters().n_switches;
+    sp.tokens_per_s_drafting = dc.rate_with_drafts(c.last_batch_size);
+    sp.tokens_per_s_plain = dc.rate_without_drafts(c.last_batch_size);
 }
 
-void scheduler_actor::view(std::vector<request_view>& requests, kv_view& kv, step_view& steps) const {
+void scheduler_actor::view(std::vector<request_view>& requests, kv_view& kv, step_view& steps, spec_view& spec) const {
     std::lock_guard lock(view_mutex_);
     requests = requests_;
     kv = kv_view_;
     steps = step_view_;
+    spec = spec_view_;
 }
 
 void scheduler_actor::on_failure(const scheduler_msg& m, const std::string& what) {

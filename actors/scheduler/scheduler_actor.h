@@ -37,7 +37,7 @@ public:
     mailbox<scheduler_msg>& inbox() { return inbox_; }
     const scheduler_live_counters& counters() const { return live_; }
     // The requests and KV pool as of the last handled message (any thread; engine::snapshot()).
-    void view(std::vector<request_view>& requests, kv_view& kv, step_view& steps) const;
+    void view(std::vector<request_view>& requests, kv_view& kv, step_view& steps, spec_view& spec) const;
 
 private:
     void handle(scheduler_msg& m);
@@ -55,6 +55,7 @@ private:
     std::vector<request_view> requests_;
     kv_view kv_view_;
     step_view step_view_;
+    spec_view spec_view_;  // without the plugin's name (the engine knows it)
     time_point last_publish_{};
     struct step_sample {
         time_point when;

@@ -17,6 +17,13 @@ std::string too_big(int32_t n_tokens) {
            " tokens for one sequence; raise kv.memory or lower max_tokens";
 }
 
+draft_controller_params controller_params_of(const scheduler_params& c) {
+    draft_controller_params p;
+    p.max_draft = c.max_draft;
+    p.adaptive = c.adaptive_draft;
+    return p;
+}
+
 }  // namespace
 
 kv_allocator_params kv_allocator_params_from(const scheduler_params& c) {
@@ -32,7 +39,8 @@ void scheduler_output::clear() {
     kv_request.reset();
 }
 
-scheduler_core::scheduler_core(scheduler_params config) : config_(std::move(config)), geometry_(geometry_of(config_)) {
+scheduler_core::scheduler_core(scheduler_params config)
+    : config_(std::move(config)), geometry_(geometry_of(config_)), controller_(controller_params_of(config_)) {
     pool_view_.block_size = geometry_.block_size;
     pool_view_.n_blocks = geometry_.n_blocks;
     pool_view_.n_free = geometry_.n_blocks;
@@ -129,6 +137,13 @@ void scheduler_core::step_finished(const step_done& d, scheduler_output& out) {
         fail(record.ids, "step " + std::to_string(d.step_id) + " failed: " + d.error, out);
         return;
     }
+    draft_step_observation o;
+    o.n_seqs = static_cast<int32_t>(record.ids.size());
+    o.draft_cap = record.draft_cap;
+    o.decode_only = record.decode_only;
+    o.step_s = d.step_s;
+    for (const sequence_result& r : d.results) o.n_tokens += static_cast<int64_t>(r.tokens.size());
+    controller_.observe(o);
     for (const sequence_result& r : d.results) {
         auto it = seqs_.find(r.seq_id);
         if (it == seqs_.end()) continue;  // cancelled or finished while the step ran
@@ -145,7 +160,9 @@ void scheduler_core::consume(sequence_state& s, const sequence_result& r, schedu
     s.fresh = false;
     if (!s.step_samples) return;  // a prefill chunk: nothing sampled
     counters_.n_drafted += r.n_drafted;
+    counters_.n_draft_nodes += r.n_draft_nodes;
     counters_.n_accepted += r.n_accepted;
+    if (r.n_draft_nodes > 0) counters_.n_draft_steps++;
 
     token_delivery d;
     d.id = s.id;
@@ -231,6 +248,7 @@ kv_step_request scheduler_core::make_request() {
     frees_.clear();
     requested_.clear();
     r.grows.reserve(running_.size());
+    planned_draft_cap_ = controller_.cap_for(static_cast<int32_t>(running_.size()));
     for (request_id id : running_) {
         sequence_state& s = seqs_.at(id);
         kv_grow g;
@@ -239,7 +257,7 @@ kv_step_request scheduler_core::make_request() {
         if (config_.max_draft > 0 && s.n_generated > 0) {
             const int32_t left = s.params->max_tokens - s.n_generated - 1;  // the verified step adds one more
             const int32_t room = config_.n_ctx - (s.n_computed + 1);
-            g.draft_cap = std::min({config_.max_draft, left, room});
+            g.draft_cap = std::min({planned_draft_cap_, left, room});
         }
         g.append.assign(s.tokens.begin() + s.n_sent, s.tokens.end());
         s.n_sent = static_cast<int32_t>(s.tokens.size());
@@ -288,6 +306,7 @@ void scheduler_core::add_to_plan(sequence_state& s, const kv_step_seq& g, step_p
     s.n_step_inputs = n_tokens;
     s.step_samples = q.sample;
     counters_.last_batch_tokens += n_tokens + q.max_draft;
+    record.decode_only = record.decode_only && n_tokens == 1 && q.sample;
     plan.seqs.push_back(std::move(q));
     record.ids.push_back(s.id);
 }
@@ -375,6 +394,8 @@ void scheduler_core::granted(const kv_step_grant& g, scheduler_output& out) {
     changed_while_awaiting_ = false;
     next.step_id = next_step_id_++;
     record.step_id = next.step_id;
+    record.draft_cap = planned_draft_cap_;
+    counters_.draft_cap = planned_draft_cap_;
     counters_.last_batch_size = static_cast<int32_t>(next.seqs.size());
     in_flight_ = std::move(record);
     out.step = std::move(next);

@@ -41,6 +41,7 @@
 #include "actors/executor/executor_msgs.h"
 #include "actors/kv_allocator/kv_allocator_core.h"
 #include "actors/kv_allocator/kv_allocator_msgs.h"
+#include "actors/scheduler/draft_controller.h"
 #include "actors/scheduler/scheduler_msgs.h"
 #include "actors/scheduler/scheduling_policy.h"
 #include "actors/streamer/streamer_msgs.h"
@@ -53,6 +54,7 @@ struct scheduler_params {
     int32_t max_batched_tokens = 2048;  // token budget per step: decodes, drafts and prefill chunks
     int32_t n_ctx = 0;                  // positions per sequence
     int32_t max_draft = 0;              // speculative tokens per decode step (0: off)
+    bool adaptive_draft = true;         // draft_controller turns drafting off where it does not pay
     std::vector<int32_t> eog_ids;
     kv_geometry kv{0, 0};  // block_size 0: one block of n_ctx per sequence, max_running blocks
     bool prefix_caching = true;
@@ -79,9 +81,12 @@ struct scheduler_output {
 
 struct scheduler_counters {
     int64_t n_steps = 0;
-    int64_t n_tokens = 0;  // sampled tokens consumed
-    int64_t n_drafted = 0;
-    int64_t n_accepted = 0;
+    int64_t n_tokens = 0;       // sampled tokens consumed
+    int64_t n_drafted = 0;      // draft positions verified (the proposals' depths)
+    int64_t n_draft_nodes = 0;  // draft tokens verified (trees have more than their depth)
+    int64_t n_accepted = 0;     // accepted draft tokens
+    int64_t n_draft_steps = 0;  // sequence-steps that verified a proposal
+    int32_t draft_cap = 0;      // the draft cap of the last planned step (the controller's choice)
     int64_t n_preemptions = 0;
     int64_t n_prompt_tokens = 0;         // admitted prompt tokens
     int64_t n_cached_prompt_tokens = 0;  // of which served from the prefix cache
@@ -130,6 +135,7 @@ public:
     // The KV pool as of the last grant.
     const kv_pool_view& kv_pool() const { return pool_view_; }
     const scheduler_params& config() const { return config_; }
+    const draft_controller& drafts() const { return controller_; }
     // The requests, oldest first, for engine::snapshot().
     void view(std::vector<request_view>& out, time_point now) const;
 
@@ -163,6 +169,8 @@ private:
     struct step_record {
         int64_t step_id = 0;
         std::vector<request_id> ids;
+        int32_t draft_cap = 0;    // the cap it was planned with
+        bool decode_only = true;  // every sequence ran one token and sampled
     };
 
     void schedule(scheduler_output& out);
@@ -192,6 +200,8 @@ private:
     std::optional<step_record> in_flight_;
     int64_t next_step_id_ = 1;
     scheduler_counters counters_;
+    draft_controller controller_;
+    int32_t planned_draft_cap_ = 0;  // the cap make_request() gave the step being planned
 };
 
 }  // namespace troupe

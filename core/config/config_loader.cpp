@@ -317,6 +317,8 @@ void read_config(const YAML::Node& root, const diagnostics& d, engine_config& c)
                                    read_enum<preemption_policy>(n2, p2, d, c.scheduler.preemption,
                                                                 parse_preemption_policy, {"recompute", "swap"});
                                }},
+                              {"adaptive_draft",
+                               [&](auto& n2, auto& p2) { read_bool(n2, p2, d, c.scheduler.adaptive_draft); }},
                           });
              }},
             {"kv",
@@ -354,9 +356,9 @@ void read_config(const YAML::Node& root, const diagnostics& d, engine_config& c)
                               // The short form is the name alone (kv.plugin=int8).
                               if (n2.IsScalar()) {
                                   if (!valid_plugin_name(n2.Scalar())) {
-                                      return d.add(n2, p2,
-                                                   "expected a plugin name (letters, digits, '_', '-'), got " +
-                                                       describe(n2));
+                                      return d.add(
+                                          n2, p2,
+                                          "expected a plugin name (letters, digits, '_', '-'), got " + describe(n2));
                                   }
                                   c.kv.plugin = plugin_config(n2.Scalar());
                                   return;

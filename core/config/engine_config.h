@@ -60,6 +60,7 @@ struct scheduler_config {
     int32_t max_waiting = 1024;         // queued requests beyond which new ones are refused (overload)
     schedule_policy policy = schedule_policy::continuous;
     preemption_policy preemption = preemption_policy::recompute;
+    bool adaptive_draft = true;  // with a spec plugin: draft only where it measurably pays (draft_controller)
 };
 
 // kv.dtype: the element type of the KV cache.

@@ -79,7 +79,8 @@ TEST(scheduler_actor, a_streamer_that_falls_behind_fails_the_request_as_overload
     std::vector<request_view> requests;
     kv_view kv;
     step_view steps;
-    sched.view(requests, kv, steps);
+    spec_view spec;
+    sched.view(requests, kv, steps, spec);
     EXPECT_EQ(kv.n_used, 0);  // the failed request's blocks are back
     EXPECT_TRUE(requests.empty());
     EXPECT_EQ(steps.n_steps, 3);

@@ -391,6 +391,32 @@ TEST(engine, speculative_decoding_gives_the_same_greedy_output_as_plain_decoding
     EXPECT_LT(spec_stats.n_steps, plain_stats.n_steps);
 }
 
+TEST(engine, the_snapshot_reports_speculation_for_its_plugin) {
+    engine_params params;
+    params.max_draft = 4;
+    params.adaptive_draft = false;  // every decode step drafts: the figures below count them all
+    manual_engine e(params, {}, sometimes_wrong_drafts());
+    EXPECT_TRUE(e.eng.snapshot().spec.plugin == "test/fn");
+    for (const auto& prompt : {"ab", "pq"}) e.submit(prompt, greedy(9));
+    e.run();
+    const engine_stats st = e.eng.stats();
+    const spec_view v = e.eng.snapshot().spec;
+    EXPECT_EQ(v.max_draft, 4);
+    EXPECT_FALSE(v.adaptive);
+    EXPECT_EQ(v.n_drafted, st.n_drafted);
+    EXPECT_EQ(v.n_accepted, st.n_draft_accepted);
+    ASSERT_GT(v.n_draft_steps, 0);
+    EXPECT_DOUBLE_EQ(v.acceptance_rate, static_cast<double>(v.n_accepted) / static_cast<double>(v.n_drafted));
+    EXPECT_DOUBLE_EQ(v.acceptance_length, 1 + static_cast<double>(v.n_accepted) / static_cast<double>(v.n_draft_steps));
+    EXPECT_GT(v.draft_length, 0);
+    EXPECT_LE(v.draft_length, 4);
+    EXPECT_EQ(v.n_steps_off, 0);
+    EXPECT_GT(v.n_steps_on, 0);
+
+    manual_engine plain;
+    EXPECT_TRUE(plain.eng.snapshot().spec.plugin.empty());
+}
+
 TEST(engine, stop_drains_the_requests_in_flight_on_threaded_lanes) {
     for (lane_layout layout : {lane_layout::one_lane, lane_layout::control_and_compute, lane_layout::lane_per_actor}) {
         fake_model_params model;

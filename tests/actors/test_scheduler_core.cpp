@@ -4,6 +4,7 @@
 // granted at once, as the two actors would by messages.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <functional>
 #include <map>
 
@@ -408,6 +409,33 @@ TEST(scheduler_core, draft_room_is_bounded_by_config_context_and_remaining_token
     out.clear();
     s.step_finished(done(plan, {{17, 18}}, {1}), out);
     EXPECT_EQ(out.deliveries[0].finish, finish_reason::length);
+}
+
+TEST(scheduler_core, the_draft_controller_plans_without_drafts_once_steps_with_them_cost_more_than_they_produce) {
+    scheduler_params c = config(4, 4);
+    c.n_ctx = 1024;
+    c.kv = {16, 64};
+    scheduler_kv_loop s(c);
+    scheduler_output out;
+    s.enqueue(req(1, {1, 10}, 500), out);
+    std::vector<int32_t> caps;
+    for (int32_t i = 0; i < 60 && out.step; ++i) {
+        const step_plan plan = *out.step;
+        caps.push_back(plan.seqs[0].max_draft);
+        step_done d = done(plan);  // every draft rejected: one token per step
+        if (plan.seqs[0].max_draft > 0) d.results[0].n_draft_nodes = plan.seqs[0].max_draft;
+        d.step_s = plan.seqs[0].max_draft > 0 ? 3e-3 : 1e-3;  // and the drafts triple the step
+        out.clear();
+        s.step_finished(d, out);
+    }
+    ASSERT_EQ(caps.size(), 60u);
+    EXPECT_EQ(caps[0], 0);  // the prefill
+    EXPECT_EQ(caps[1], 4);  // the first window measures drafting ...
+    EXPECT_EQ(caps[9], 0);  // ... the second plain decoding
+    EXPECT_EQ(caps[59], 0);
+    EXPECT_FALSE(s.scheduler().drafts().drafting(1));
+    EXPECT_EQ(s.counters().draft_cap, 0);
+    EXPECT_EQ(s.counters().n_draft_steps, std::count_if(caps.begin(), caps.end(), [](int32_t k) { return k > 0; }));
 }
 
 TEST(scheduler_core, a_full_queue_a_prompt_that_never_fits_and_a_stopping_scheduler_refuse_requests) {

@@ -1,0 +1,107 @@
+#include "actors/scheduler/draft_controller.h"
+
+#include <algorithm>
+
+#include "core/result.h"
+
+namespace troupe {
+
+draft_controller::draft_controller(draft_controller_params p) : params_(p) {
+    TROUPE_ASSERT(params_.max_draft >= 0, "draft controller: max_draft must be >= 0");
+    TROUPE_ASSERT(params_.window_steps >= 1, "draft controller: window_steps must be >= 1");
+    TROUPE_ASSERT(params_.min_probe_interval >= 1 && params_.max_probe_interval >= params_.min_probe_interval,
+                  "draft controller: probe intervals must satisfy 1 <= min <= max");
+    TROUPE_ASSERT(params_.smoothing > 0 && params_.smoothing <= 1, "draft controller: smoothing must be in (0, 1]");
+}
+
+int32_t draft_controller::bucket_of(int32_t n_running) {
+    int32_t b = 0;
+    for (int32_t n = std::max(1, n_running); n > 1; n >>= 1) ++b;
+    return b;
+}
+
+const draft_controller::bucket* draft_controller::find(int32_t n_running) const {
+    const auto b = static_cast<size_t>(bucket_of(n_running));
+    return b < buckets_.size() ? &buckets_[b] : nullptr;
+}
+
+draft_controller::bucket& draft_controller::at(int32_t n_running) {
+    const auto b = static_cast<size_t>(bucket_of(n_running));
+    if (b >= buckets_.size()) buckets_.resize(b + 1);
+    return buckets_[b];
+}
+
+bool draft_controller::drafting(int32_t n_running) const {
+    const bucket* b = find(n_running);
+    return b == nullptr || b->on;
+}
+
+double draft_controller::rate_with_drafts(int32_t n_running) const {
+    const bucket* b = find(n_running);
+    return b ? b->with.tokens_per_s : 0;
+}
+
+double draft_controller::rate_without_drafts(int32_t n_running) const {
+    const bucket* b = find(n_running);
+    return b ? b->without.tokens_per_s : 0;
+}
+
+int32_t draft_controller::cap_for(int32_t n_running) const {
+    if (!params_.adaptive || params_.max_draft == 0) return params_.max_draft;
+    const bucket* b = find(n_running);
+    return b == nullptr || mode_of(*b) ? params_.max_draft : 0;
+}
+
+void draft_controller::observe(const draft_step_observation& o) {
+    if (params_.max_draft == 0 || !o.decode_only || o.n_seqs <= 0) return;
+    const bool mode = o.draft_cap > 0;
+    (mode ? counters_.n_steps_on : counters_.n_steps_off)++;
+    if (!params_.adaptive || o.step_s <= 0) return;
+    bucket& b = at(o.n_seqs);
+    // A step planned for another batch size (a sequence ended or joined meanwhile) measured another mode.
+    if (mode != mode_of(b)) return;
+    b.n_steps++;
+    b.n_tokens += o.n_tokens;
+    b.seconds += o.step_s;
+    if (b.n_steps >= params_.window_steps) close_window(b);
+}
+
+void draft_controller::close_window(bucket& b) {
+    const bool measured_mode = mode_of(b);
+    rate& r = measured_mode ? b.with : b.without;
+    const double x = static_cast<double>(b.n_tokens) / b.seconds;
+    r.tokens_per_s = r.measured ? (1 - params_.smoothing) * r.tokens_per_s + params_.smoothing * x : x;
+    r.measured = true;
+    b.last_window_s[measured_mode ? 1 : 0] = b.seconds;
+    const double window_s = b.seconds;
+    b.n_steps = 0;
+    b.n_tokens = 0;
+    b.seconds = 0;
+    counters_.n_windows++;
+    const bool was_probe = b.probing;
+    if (was_probe) counters_.n_probes++;
+    b.probing = false;
+
+    bool decision = b.on;
+    if (b.with.measured && b.without.measured) {
+        const double h = params_.hysteresis;
+        decision = b.on ? b.with.tokens_per_s >= b.without.tokens_per_s * (1 - h)
+                        : b.with.tokens_per_s > b.without.tokens_per_s * (1 + h);
+    }
+    // The next probe runs the mode not chosen for one window; it waits until the chosen mode has run
+    // probe_interval times that window's last duration.
+    const double probe_s = b.last_window_s[decision ? 0 : 1];
+    if (decision != b.on) {
+        b.on = decision;
+        counters_.n_switches++;
+        b.probe_interval = params_.min_probe_interval;
+        b.seconds_to_probe = probe_s * b.probe_interval;
+    } else if (was_probe) {
+        b.probe_interval = std::clamp(2 * b.probe_interval, params_.min_probe_interval, params_.max_probe_interval);
+        b.seconds_to_probe = probe_s * b.probe_interval;
+    } else if ((b.seconds_to_probe -= window_s) <= 0) {
+        b.probing = true;
+    }
+}
+
+}  // namespace troupe

@@ -1,0 +1,104 @@
+// draft_controller: turns speculative decoding down where it costs more than it saves, and back up where it pays.
+// A pure class (no clock: the executor's measured step times come in with each observation), owned by
+// scheduler_core, which asks it for each step's draft cap and tells it what each decode step produced.
+//
+// The rule: speculation is worth it when it produces more tokens per second of target work than plain decoding
+// at the same batch size. Both rates are measured, not modelled, because what decides them (acceptance, the
+// drafter's cost, the target's cost for n extra rows at this batch size, verification) changes with the model,
+// the plugin, the text and the load:
+//
+//   rate(mode) = sum(tokens produced) / sum(executor step seconds) over a window of `window_steps` decode-only
+//                steps run in that mode (prefill chunks excluded: their cost says nothing about drafts),
+//                smoothed across windows (EMA, weight `smoothing` for the newest window).
+//   on  (cap = max_draft)  while rate(on)  >= rate(off) * (1 - hysteresis)   (when on)
+//   off (cap = 0)          until rate(on)  >  rate(off) * (1 + hysteresis)   (when off)
+//
+// The mode not chosen is re-measured by a probe window once the chosen mode has run for `probe_interval` times
+// as long as that mode's last window took (in executor seconds, not steps: a drafting step can cost several
+// plain ones). The interval starts at min_probe_interval and doubles (up to max_probe_interval) each time a probe
+// confirms the decision, so a settled decision costs little: with speculation off, probes take ~1/(64+1) of the
+// time. A changed decision resets the interval. The first window of each bucket measures drafting, the second
+// probes plain decoding, so a fresh bucket decides after two windows.
+//
+// Each batch size is its own case (speculation that pays at batch 1 often does not at 16, where the step is
+// compute-bound): the state is kept per bucket of running sequences, 1, 2-3, 4-7, 8-15, 16-31, ... .
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+namespace troupe {
+
+struct draft_controller_params {
+    int32_t max_draft = 0;            // the configured cap per sequence and step (0: speculation is off)
+    bool adaptive = true;             // false: always max_draft (the controller only counts)
+    int32_t window_steps = 8;         // decode steps per measured window
+    int32_t min_probe_interval = 8;   // time in the chosen mode between probes, in probe windows' durations
+    int32_t max_probe_interval = 64;  // ... after probes keep confirming the decision
+    double smoothing = 0.5;           // EMA weight of the newest window's rate
+    double hysteresis = 0.02;         // relative margin before the decision changes
+};
+
+// One finished step as the controller sees it.
+struct draft_step_observation {
+    int32_t n_seqs = 0;       // sequences in the step
+    int32_t draft_cap = 0;    // the cap the step was planned with (0: no drafts)
+    bool decode_only = true;  // every sequence ran one token (no prefill chunk)
+    int64_t n_tokens = 0;     // tokens the step produced (accepted drafts and sampled tokens)
+    double step_s = 0;        // the executor's time for the step
+};
+
+struct draft_controller_counters {
+    int64_t n_windows = 0;    // measured windows, all buckets
+    int64_t n_probes = 0;     // of which probes
+    int64_t n_switches = 0;   // decisions changed (on <-> off)
+    int64_t n_steps_off = 0;  // decode steps planned without drafts by the controller
+    int64_t n_steps_on = 0;   // decode steps planned with drafts
+};
+
+class draft_controller {
+public:
+    explicit draft_controller(draft_controller_params p);
+
+    // The draft cap for a step whose running sequences number n_running.
+    int32_t cap_for(int32_t n_running) const;
+    void observe(const draft_step_observation& o);
+
+    // The decision for this many running sequences (true: drafting), and its measured rates (tokens/s; 0 until
+    // measured).
+    bool drafting(int32_t n_running) const;
+    double rate_with_drafts(int32_t n_running) const;
+    double rate_without_drafts(int32_t n_running) const;
+    const draft_controller_counters& counters() const { return counters_; }
+    const draft_controller_params& params() const { return params_; }
+
+    static int32_t bucket_of(int32_t n_running);
+
+private:
+    struct rate {
+        double tokens_per_s = 0;
+        bool measured = false;
+    };
+    struct bucket {
+        bool on = true;                // the decision
+        bool probing = false;          // the current window runs the other mode
+        rate with, without;            // EMAs
+        int32_t probe_interval = 0;    // as last set
+        double seconds_to_probe = 0;   // chosen-mode time left before the next probe
+        double last_window_s[2] = {};  // [mode] the duration of the last window measured in it
+        int32_t n_steps = 0;           // in the current window
+        int64_t n_tokens = 0;
+        double seconds = 0;
+    };
+
+    bool mode_of(const bucket& b) const { return b.probing ? !b.on : b.on; }
+    const bucket* find(int32_t n_running) const;
+    bucket& at(int32_t n_running);
+    void close_window(bucket& b);
+
+    draft_controller_params params_;
+    std::vector<bucket> buckets_;  // [bucket_of(n)] grown on demand
+    draft_controller_counters counters_;
+};
+
+}  // namespace troupe
