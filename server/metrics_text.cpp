@@ -49,6 +49,62 @@ struct prom {
     }
 };
 
+// Speculative decoding, one series per plugin (one plugin per engine today; the label keeps the series apart
+// when a server is restarted with another). Absent without speculation.
+void spec_metrics(prom& p, const spec_view& v) {
+    if (v.plugin.empty()) return;
+    const std::string l = "plugin=\"" + v.plugin + "\"";
+    auto gauge = [&](const char* name, const char* help, double value) {
+        p.family(name, "gauge", help);
+        p.sample(name, value, l);
+    };
+    auto counter = [&](const char* name, const char* help, int64_t value) {
+        p.family(name, "counter", help);
+        p.sample(name, static_cast<double>(value), l);
+    };
+    gauge("troupe_spec_acceptance_rate", "Draft tokens accepted / draft positions verified.", v.acceptance_rate);
+    gauge("troupe_spec_acceptance_length", "Mean tokens per target step where a proposal was verified.",
+          v.acceptance_length);
+    gauge("troupe_spec_draft_length", "Mean proposal depth (draft positions per verified proposal).", v.draft_length);
+    gauge("troupe_spec_draft_cap", "Draft cap of the last step: 0 where the controller turned drafting off.",
+          v.draft_cap);
+    gauge("troupe_spec_max_draft", "Configured draft cap per sequence and step.", v.max_draft);
+    gauge("troupe_spec_tokens_per_second_drafting",
+          "The controller's measured rate with drafts at the last step's batch size.", v.tokens_per_s_drafting);
+    gauge("troupe_spec_tokens_per_second_plain",
+          "The controller's measured rate without drafts at the last step's batch size.", v.tokens_per_s_plain);
+    counter("troupe_spec_proposals_total", "Proposals verified (one per sequence and step).", v.n_draft_steps);
+    counter("troupe_spec_drafted_tokens_total", "Draft positions verified (proposal depths).", v.n_drafted);
+    counter("troupe_spec_draft_nodes_total", "Draft tokens verified (tree nodes).", v.n_draft_nodes);
+    counter("troupe_spec_accepted_tokens_total", "Draft tokens accepted.", v.n_accepted);
+    p.family("troupe_spec_decode_steps_total", "counter", "Decode steps by whether they were planned with drafts.");
+    p.sample("troupe_spec_decode_steps_total", static_cast<double>(v.n_steps_on), l + ",drafts=\"on\"");
+    p.sample("troupe_spec_decode_steps_total", static_cast<double>(v.n_steps_off), l + ",drafts=\"off\"");
+    counter("troupe_spec_controller_probes_total", "Controller windows that re-measured the mode not chosen.",
+            v.n_probes);
+    counter("troupe_spec_controller_switches_total", "Times the controller turned drafting off or on.", v.n_switches);
+}
+
+json::object spec_json(const spec_view& v) {
+    return json::object{{"plugin", v.plugin},
+                        {"max_draft", v.max_draft},
+                        {"draft_cap", v.draft_cap},
+                        {"adaptive", v.adaptive},
+                        {"n_proposals", v.n_draft_steps},
+                        {"n_drafted", v.n_drafted},
+                        {"n_draft_nodes", v.n_draft_nodes},
+                        {"n_accepted", v.n_accepted},
+                        {"acceptance_rate", v.acceptance_rate},
+                        {"acceptance_length", v.acceptance_length},
+                        {"draft_length", v.draft_length},
+                        {"n_steps_on", v.n_steps_on},
+                        {"n_steps_off", v.n_steps_off},
+                        {"n_probes", v.n_probes},
+                        {"n_switches", v.n_switches},
+                        {"tokens_per_s_drafting", v.tokens_per_s_drafting},
+                        {"tokens_per_s_plain", v.tokens_per_s_plain}};
+}
+
 json::object latency_json(const latency_summary& l) {
     return json::object{{"n", l.n},
                         {"median_ms", l.median_us * us_to_ms},
@@ -152,6 +208,7 @@ std::string prometheus_text(const engine_snapshot& s, const server_figures& f, c
     p.sample("troupe_requests_total", static_cast<double>(s.n_failed), "outcome=\"failed\"");
     p.sample("troupe_requests_total", static_cast<double>(s.n_refused), "outcome=\"refused\"");
     p.one("troupe_generation_tokens_total", "counter", "Tokens generated.", static_cast<double>(s.n_generated_tokens));
+    spec_metrics(p, s.spec);
     p.one("troupe_prompt_tokens_total", "counter", "Prompt tokens processed.", static_cast<double>(s.n_prompt_tokens));
     p.family("troupe_http_requests_total", "counter", "HTTP requests answered, by status class.");
     p.sample("troupe_http_requests_total", static_cast<double>(f.n_http_2xx), "code=\"2xx\"");
@@ -242,6 +299,7 @@ std::string admin_state_json(const engine_snapshot& s, const server_figures& f, 
         {"n_refused", s.n_refused},
         {"n_generated_tokens", s.n_generated_tokens},
         {"n_prompt_tokens", s.n_prompt_tokens},
+        {"spec", spec_json(s.spec)},
     };
     json::object o{
         {"snapshot", std::move(snapshot)},

@@ -1,7 +1,7 @@
 #include "tests/server/live_server.h"
 
+#include "actors/engine/engine_from_model.h"
 #include "actors/engine/engine_params_from.h"
-#include "actors/tokenizer/tokenizer_codec.h"
 #include "core/config/config_loader.h"
 
 namespace troupe::testing {
@@ -51,9 +51,9 @@ std::unique_ptr<live_server> start_live_server(engine_config config, bool manual
     sm.facts.plugins = s->model.plugins;
     sm.facts.config_yaml = to_yaml(config);
     server::set_chat_template(sm, s->model.file->string_or("tokenizer.chat_template", ""));
-    engine_parts parts{
-        std::shared_ptr<model_runner>(std::move(s->model.runner)), make_tokenizer_codec(s->model.tok), {}};
-    const engine_params params = engine_params_from(config);
+    // As troupe serve builds it: a spec plugin in the config drafts.
+    engine_params params = engine_params_from(config);
+    engine_parts parts = engine_parts_from(s->model, params);
     if (manual_lane) {
         s->manual = std::make_unique<lane>("manual");
         s->eng = std::make_unique<engine>(std::move(parts), params, *s->manual);

@@ -374,6 +374,41 @@ TEST_F(server_loopback, admin_needs_the_token_and_shows_state_metrics_has_the_na
     }
 }
 
+TEST(server_spec, with_spec_ngram_metrics_and_the_console_state_carry_acceptance_and_draft_length_per_plugin) {
+    auto model = shared_file("models/stories260K.gguf");
+    if (!model) {
+        if (in_ci()) FAIL() << missing_shared_message("models/stories260K.gguf");
+        GTEST_SKIP() << missing_shared_message("models/stories260K.gguf");
+    }
+    engine_config c = test_config(*model);
+    c.plugins.spec.name = "ngram";
+    std::string error;
+    std::unique_ptr<live_server> live = start_live_server(c, false, error);
+    ASSERT_TRUE(live) << error;
+    // A prompt that repeats itself: prompt lookup finds drafts at once.
+    const auto r = http_call(live->port, "POST", "/v1/completions",
+                             R"({"prompt":"Once upon a time, there was a dog. Once upon a time, there was a dog. )"
+                             R"(Once upon a time, there","max_tokens":48,"temperature":0,"ignore_eos":true})");
+    ASSERT_EQ(r.status, 200) << r.body;
+    const auto metrics = http_call(live->port, "GET", "/metrics");
+    ASSERT_EQ(metrics.status, 200);
+    for (const char* name :
+         {"troupe_spec_acceptance_rate{plugin=\"spec/ngram\"}", "troupe_spec_acceptance_length{plugin=\"spec/ngram\"}",
+          "troupe_spec_draft_length{plugin=\"spec/ngram\"}", "troupe_spec_draft_cap{plugin=\"spec/ngram\"}",
+          "troupe_spec_accepted_tokens_total{plugin=\"spec/ngram\"}"}) {
+        EXPECT_NE(metrics.body.find(name), std::string::npos) << name << "\n" << metrics.body;
+    }
+    auto state = http_call(live->port, "GET", "/admin/api/state", {}, {{"Authorization", "Bearer test-token"}});
+    ASSERT_EQ(state.status, 200);
+    auto spec = parse(state.body)["snapshot"].as_object()["spec"].as_object();
+    EXPECT_EQ(str(spec["plugin"]), "spec/ngram");
+    EXPECT_TRUE(spec["adaptive"].as_bool());
+    EXPECT_GT(spec["n_proposals"].as_int64(), 0);
+    EXPECT_GT(spec["n_accepted"].as_int64(), 0);  // the repeated sentence is drafted and accepted
+    EXPECT_GE(spec["acceptance_length"].as_double(), 1.0);
+    EXPECT_GT(spec["draft_length"].as_double(), 0.0);
+}
+
 // A second server whose engine runs on a lane only the test drives: requests stay in flight until polled.
 class server_manual : public ::testing::Test {
 protected:

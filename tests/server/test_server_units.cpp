@@ -311,6 +311,53 @@ TEST(metrics_text, admin_state_json_carries_the_snapshot_plugins_config_and_temp
     EXPECT_FALSE(drained["snapshot"].as_object()["accepting"].as_bool());
 }
 
+TEST(metrics_text, speculation_figures_appear_per_plugin_only_when_a_plugin_drafts) {
+    model_facts m;
+    server_figures f;
+    engine_snapshot s = sample_snapshot();
+    EXPECT_EQ(prometheus_text(s, f, m).find("troupe_spec_"), std::string::npos);
+    s.spec.plugin = "spec/draft";
+    s.spec.max_draft = 8;
+    s.spec.draft_cap = 0;
+    s.spec.adaptive = true;
+    s.spec.n_draft_steps = 10;
+    s.spec.n_drafted = 40;
+    s.spec.n_accepted = 30;
+    s.spec.acceptance_rate = 0.75;
+    s.spec.acceptance_length = 4;
+    s.spec.draft_length = 4;
+    s.spec.n_steps_on = 10;
+    s.spec.n_steps_off = 90;
+    const std::string t = prometheus_text(s, f, m);
+    for (const char* line :
+         {"# TYPE troupe_spec_acceptance_rate gauge\ntroupe_spec_acceptance_rate{plugin=\"spec/draft\"} 0.75\n",
+          "troupe_spec_acceptance_length{plugin=\"spec/draft\"} 4\n",
+          "troupe_spec_draft_length{plugin=\"spec/draft\"} 4\n", "troupe_spec_draft_cap{plugin=\"spec/draft\"} 0\n",
+          "troupe_spec_max_draft{plugin=\"spec/draft\"} 8\n", "# TYPE troupe_spec_accepted_tokens_total counter\n",
+          "troupe_spec_accepted_tokens_total{plugin=\"spec/draft\"} 30\n",
+          "troupe_spec_drafted_tokens_total{plugin=\"spec/draft\"} 40\n",
+          "troupe_spec_decode_steps_total{plugin=\"spec/draft\",drafts=\"off\"} 90\n"}) {
+        EXPECT_NE(t.find(line), std::string::npos) << line << "\n---\n" << t;
+    }
+    auto o = json::parse(admin_state_json(s, f, m, {})).as_object();
+    auto spec = o["snapshot"].as_object()["spec"].as_object();
+    EXPECT_EQ(spec["plugin"].as_string(), "spec/draft");
+    EXPECT_DOUBLE_EQ(spec["acceptance_rate"].as_double(), 0.75);
+    EXPECT_DOUBLE_EQ(spec["acceptance_length"].as_double(), 4);
+    EXPECT_EQ(spec["draft_cap"].as_int64(), 0);
+    EXPECT_EQ(spec["n_steps_off"].as_int64(), 90);
+}
+
+TEST(static_files, the_console_has_a_speculative_decoding_card_fed_by_snapshot_spec) {
+    const static_file* page = find_static_file("/admin");
+    ASSERT_NE(page, nullptr);
+    EXPECT_NE(page->body.find("id=\"spec-card\""), std::string_view::npos);
+    EXPECT_NE(page->body.find("id=\"spec-acceptance-rate\""), std::string_view::npos);
+    const static_file* js = find_static_file("/admin/admin.js");
+    ASSERT_NE(js, nullptr);
+    EXPECT_NE(js->body.find("render_spec(snap.spec)"), std::string_view::npos);
+}
+
 TEST(routes, targets_split_query_params_decode_and_the_admin_token_is_checked) {
     EXPECT_EQ(split("/admin?token=a%20b").path, "/admin");
     EXPECT_EQ(query_param(split("/admin?x=1&token=a%20b").query, "token"), "a b");

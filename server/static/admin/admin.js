@@ -170,6 +170,8 @@
         set_text("kv-block", (kv.block_size ? kv.block_size + " tokens" : "—") +
             (bytes ? " · " + (bytes >= 1 << 20 ? (bytes / (1 << 20)).toFixed(1) + " MiB" : (bytes / 1024).toFixed(1) + " KiB") : ""));
 
+        render_spec(snap.spec);
+
         set_text("tokens-per-s", fmt(snap.tokens_per_s, 1));
         const ttft50 = quantile(snap, "ttft", "median"), ttft90 = quantile(snap, "ttft", "p90");
         const tpot50 = quantile(snap, "tpot", "median"), tpot90 = quantile(snap, "tpot", "p90");
@@ -255,6 +257,23 @@
             rows.push(tr);
         }
         tbody.replaceChildren(...rows);
+    }
+
+    // Speculative decoding: shown only when a spec plugin drafts (snapshot.spec.plugin non-empty).
+    function render_spec(spec) {
+        const on = !!(spec && typeof spec.plugin === "string" && spec.plugin);
+        $("spec-card").hidden = !on;
+        if (!on) return;
+        const proposals = num(spec.n_proposals) || 0;
+        set_text("spec-plugin", spec.plugin);
+        set_text("spec-acceptance-length", proposals ? fmt(spec.acceptance_length, 2) : "—");
+        set_text("spec-acceptance-rate", proposals ? (100 * (num(spec.acceptance_rate) || 0)).toFixed(1) + " %" : "—");
+        set_text("spec-draft-length", proposals ? fmt(spec.draft_length, 2) : "—");
+        set_text("spec-draft-cap", fmt(spec.draft_cap) + " / " + fmt(spec.max_draft) + (spec.adaptive ? " (adaptive)" : ""));
+        const rate = (v) => (num(v) ? fmt(v, 1) : "—");
+        set_text("spec-rates", rate(spec.tokens_per_s_drafting) + " / " + rate(spec.tokens_per_s_plain));
+        set_text("spec-steps", fmt(spec.n_steps_on) + " / " + fmt(spec.n_steps_off));
+        set_text("spec-counts", fmt(proposals) + " · " + fmt(spec.n_accepted) + " / " + fmt(spec.n_drafted));
     }
 
     function render_plugins(plugins) {
