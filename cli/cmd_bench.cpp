@@ -5,11 +5,17 @@
 // tokens per sequence) and tg (n_gen decode steps), tokens/s as the best of reps, each printed beside
 // the limit measured in the same run: decode against memory read bandwidth (weight bytes per token ÷
 // bandwidth gives the bound), prefill against the FMA peak (2 flops per weight multiply-add).
+// With a spec plugin (--spec NAME, or plugins.spec in the config) it measures speculative decoding instead:
+// batch-1 generation over real prompts with and without the plugin (cli/bench_spec/spec_bench.h).
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
+#include <fstream>
 #include <random>
 #include <string>
+
+#include "cli/bench_spec/spec_bench.h"
 
 #include "core/loader/model_loader.h"
 #include "core/model/cpu_llama.h"
@@ -25,11 +31,34 @@ namespace {
 
 struct bench_inputs {
     engine_config config;
-    int32_t n_prompt = 512;  // prompt tokens per sequence (prefill figure, llama-bench's pp512)
-    int32_t n_gen = 128;     // generated tokens per sequence (decode figure)
-    int32_t n_seqs = 1;      // sequences decoded together
-    int32_t reps = 3;        // repetitions; the best is reported (beside the median)
+    int32_t n_prompt = 512;          // prompt tokens per sequence (prefill figure, llama-bench's pp512)
+    int32_t n_gen = 128;             // generated tokens per sequence (decode figure)
+    int32_t n_seqs = 1;              // sequences decoded together
+    int32_t reps = 3;                // repetitions; the best is reported (beside the median)
+    bench::spec_bench_options spec;  // with a spec plugin
 };
+
+// --prompt TEXT (repeatable), else --prompts FILE (one per line), else ../shared/text/prompts.txt beside the
+// source tree; the first --n-prompts of them.
+result<std::vector<std::string>> spec_prompts(const cli_args& args, int32_t n_prompts) {
+    std::vector<std::string> prompts = args.all("--prompt");
+    for (auto& p : prompts) p = unescape(p);
+    if (prompts.empty()) {
+        const std::string path = args.value_or(
+            "--prompts",
+            (std::filesystem::path(TROUPE_SOURCE_DIR) / ".." / "shared" / "text" / "prompts.txt").string());
+        std::ifstream in(path);
+        if (!in)
+            return make_error("--prompts: cannot read " + path +
+                              " (name a file of prompts, one per line, or --prompt TEXT)");
+        for (std::string line; std::getline(in, line);) {
+            if (!line.empty()) prompts.push_back(line);
+        }
+        if (prompts.empty()) return make_error("--prompts: " + path + " has no prompts");
+    }
+    if (static_cast<int32_t>(prompts.size()) > n_prompts) prompts.resize(static_cast<size_t>(n_prompts));
+    return prompts;
+}
 
 result<int32_t> positive(const cli_args& args, std::string_view flag, int32_t fallback) {
     auto v = args.value(flag);
@@ -43,7 +72,15 @@ result<int32_t> positive(const cli_args& args, std::string_view flag, int32_t fa
 result<bench_inputs> prepare_bench(const cli_args& args) {
     std::vector<std::string> problems;
     bench_inputs in;
-    auto config = resolve_cli_config(args);
+    // --spec NAME is plugins.spec.name, ahead of the other flags so that --set can still change it.
+    result<engine_config> config = make_error("");
+    if (auto overrides = flag_overrides(args); !overrides) {
+        config = overrides.err();
+    } else {
+        if (auto name = args.value("--spec"))
+            overrides->insert(overrides->begin(), {"plugins.spec.name", *name, "--spec"});
+        config = resolve_config(args.value_or("--config", ""), *overrides);
+    }
     if (!config) problems.push_back(config.message());
     struct count_flag {
         std::string_view flag;
@@ -61,6 +98,17 @@ result<bench_inputs> prepare_bench(const cli_args& args) {
         return make_error(join_problems(problems));
     }
     in.config = std::move(*config);
+    in.spec.n_gen = in.n_gen;
+    in.spec.reps = in.reps;
+    if (in.config.plugins.spec.name != "none") {
+        auto n_prompts = positive(args, "--n-prompts", 8);
+        if (!n_prompts) return n_prompts.err();
+        auto prompts = spec_prompts(args, *n_prompts);
+        if (!prompts) return prompts.err();
+        in.spec.prompts = std::move(*prompts);
+        // Greedy unless --temperature says otherwise (the config's default temperature is for serving).
+        in.spec.temperature = args.has("--temperature") ? in.config.sampling.temperature : 0.0f;
+    }
     if (!args.has("--print-config")) {
         auto model = resolve_model_path(in.config);
         if (!model) return model.err();
@@ -203,12 +251,25 @@ const command_spec& bench_spec() {
         command_spec s{
             .name = "bench",
             .summary = "measure prompt processing and generation throughput",
-            .usage = "troupe bench --model M.gguf [--n-prompt N] [--n-gen N] [--n-seqs N] [--reps N]",
+            .usage =
+                "troupe bench --model M.gguf [--n-prompt N] [--n-gen N] [--n-seqs N] [--reps N]\n"
+                "       troupe bench --model M.gguf --spec NAME [--set plugins.spec.params.K=V] [--prompt TEXT | "
+                "--prompts FILE] [--n-prompts N] [--n-gen N] [--temperature T] [--reps N]",
         };
         s.flags.push_back({"--n-prompt", "", "N", "prompt tokens per sequence (default 512)"});
         s.flags.push_back({"--n-gen", "", "N", "generated tokens per sequence (default 128)"});
         s.flags.push_back({"--n-seqs", "", "N", "sequences decoded together (default 1)"});
         s.flags.push_back({"--reps", "", "N", "repetitions, the best is reported (default 3)"});
+        s.flags.push_back({"--spec", "", "NAME",
+                           "speculative decoding with this spec plugin (plugins.spec.name): "
+                           "batch 1 with and without it"});
+        s.flags.push_back({"--prompt", "", "TEXT", "with --spec: a prompt (repeat for more)"});
+        s.flags.push_back(
+            {"--prompts", "", "FILE", "with --spec: prompts, one per line (default ../shared/text/prompts.txt)"});
+        s.flags.push_back({"--n-prompts", "", "N", "with --spec: the first N prompts (default 8)"});
+        s.flags.push_back({"--temperature", "", "T",
+                           "with --spec: sampling temperature (default 0: greedy, checked "
+                           "identical)"});
         s.flags.push_back({"--print-config", "", "", "print the effective config as YAML and exit"});
         for (auto& f : engine_flags()) s.flags.push_back(f);
         s.details =
@@ -229,6 +290,7 @@ int bench_command(const cli_args& args) {
         std::fputs(to_yaml(in->config).c_str(), stdout);
         return exit_ok;
     }
+    if (in->config.plugins.spec.name != "none") return bench::run_spec_bench(in->config, in->spec);
     return measure(*in);
 }
 
