@@ -263,7 +263,7 @@ const command_spec& bench_spec() {
         s.flags.push_back({"--spec", "", "NAME",
                            "speculative decoding with this spec plugin (plugins.spec.name): "
                            "batch 1 with and without it"});
-        s.flags.push_back({"--prompt", "", "TEXT", "with --spec: a prompt (repeat for more)"});
+        s.flags.push_back({"--prompt", "", "TEXT", "with --spec: a prompt (repeat for more)", true});
         s.flags.push_back(
             {"--prompts", "", "FILE", "with --spec: prompts, one per line (default ../shared/text/prompts.txt)"});
         s.flags.push_back({"--n-prompts", "", "N", "with --spec: the first N prompts (default 8)"});
