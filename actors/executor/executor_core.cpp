@@ -184,7 +184,8 @@ step_done executor_core::run(const step_plan& plan) {
         }
         r.t_sampled = steady_clock::now();
     }
-    done.step_s = std::chrono::duration<double>(steady_clock::now() - t_start).count();
+    done.t_end = steady_clock::now();
+    done.step_s = std::chrono::duration<double>(done.t_end - t_start).count();
     return done;
 }
 

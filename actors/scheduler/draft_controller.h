@@ -1,13 +1,15 @@
 // draft_controller: turns speculative decoding down where it costs more than it saves, and back up where it pays.
-// A pure class (no clock: the executor's measured step times come in with each observation), owned by
-// scheduler_core, which asks it for each step's draft cap and tells it what each decode step produced.
+// A pure class (no clock: each step's measured time comes in with its observation), owned by scheduler_core, which
+// asks it for each step's draft cap and tells it what each decode step produced and how long it took from the end
+// of the step before (the executor's work plus the scheduling and messages between steps, which a step that
+// yields several tokens pays once).
 //
 // The rule: speculation is worth it when it produces more tokens per second of target work than plain decoding
 // at the same batch size. Both rates are measured, not modelled, because what decides them (acceptance, the
 // drafter's cost, the target's cost for n extra rows at this batch size, verification) changes with the model,
 // the plugin, the text and the load:
 //
-//   rate(mode) = sum(tokens produced) / sum(executor step seconds) over a window of `window_steps` decode-only
+//   rate(mode) = sum(tokens produced) / sum(step seconds) over a window of `window_steps` decode-only
 //                steps run in that mode (prefill chunks excluded: their cost says nothing about drafts),
 //                smoothed across windows (EMA, weight `smoothing` for the newest window).
 //   on  (cap = max_draft)  while rate(on)  >= rate(off) * (1 - hysteresis)   (when on)
@@ -45,7 +47,7 @@ struct draft_step_observation {
     int32_t draft_cap = 0;    // the cap the step was planned with (0: no drafts)
     bool decode_only = true;  // every sequence ran one token (no prefill chunk)
     int64_t n_tokens = 0;     // tokens the step produced (accepted drafts and sampled tokens)
-    double step_s = 0;        // the executor's time for the step
+    double step_s = 0;        // the step's time: from the previous step's end to its own
 };
 
 struct draft_controller_counters {

@@ -141,7 +141,11 @@ void scheduler_core::step_finished(const step_done& d, scheduler_output& out) {
     o.n_seqs = static_cast<int32_t>(record.ids.size());
     o.draft_cap = record.draft_cap;
     o.decode_only = record.decode_only;
-    o.step_s = d.step_s;
+    // The time a step costs the clients is from the previous step's end to this one's: the executor's work plus the
+    // scheduling, KV round trip and messages between steps, which drafting saves per token when it saves steps.
+    const bool after_previous = last_step_end_ != time_point{} && d.t_end > last_step_end_;
+    o.step_s = after_previous ? std::chrono::duration<double>(d.t_end - last_step_end_).count() : d.step_s;
+    if (d.t_end != time_point{}) last_step_end_ = d.t_end;
     for (const sequence_result& r : d.results) o.n_tokens += static_cast<int64_t>(r.tokens.size());
     controller_.observe(o);
     for (const sequence_result& r : d.results) {

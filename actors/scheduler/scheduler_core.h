@@ -202,6 +202,7 @@ private:
     scheduler_counters counters_;
     draft_controller controller_;
     int32_t planned_draft_cap_ = 0;  // the cap make_request() gave the step being planned
+    time_point last_step_end_{};     // the executor's end of the last step (step_done::t_end)
 };
 
 }  // namespace troupe

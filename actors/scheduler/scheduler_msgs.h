@@ -62,6 +62,7 @@ struct step_done {
     double propose_s = 0;
     double forward_s = 0;
     double step_s = 0;
+    time_point t_end{};  // when the step ended (the draft controller measures from one step's end to the next's)
 };
 
 // The scheduler to itself: plan the next step now. Posted after an input that may allow one, so the

@@ -411,7 +411,7 @@ TEST(scheduler_core, draft_room_is_bounded_by_config_context_and_remaining_token
     EXPECT_EQ(out.deliveries[0].finish, finish_reason::length);
 }
 
-TEST(scheduler_core, the_draft_controller_plans_without_drafts_once_steps_with_them_cost_more_than_they_produce) {
+TEST(scheduler_core, the_draft_controller_plans_without_drafts_once_steps_with_them_take_longer_than_they_produce) {
     scheduler_params c = config(4, 4);
     c.n_ctx = 1024;
     c.kv = {16, 64};
@@ -419,12 +419,17 @@ TEST(scheduler_core, the_draft_controller_plans_without_drafts_once_steps_with_t
     scheduler_output out;
     s.enqueue(req(1, {1, 10}, 500), out);
     std::vector<int32_t> caps;
+    time_point t = steady_clock::now();
     for (int32_t i = 0; i < 60 && out.step; ++i) {
         const step_plan plan = *out.step;
         caps.push_back(plan.seqs[0].max_draft);
         step_done d = done(plan);  // every draft rejected: one token per step
         if (plan.seqs[0].max_draft > 0) d.results[0].n_draft_nodes = plan.seqs[0].max_draft;
-        d.step_s = plan.seqs[0].max_draft > 0 ? 3e-3 : 1e-3;  // and the drafts triple the step
+        // The executor's own time is the same; the time from the previous step's end triples with drafts (what
+        // the controller must measure: the clients wait for that).
+        d.step_s = 1e-3;
+        t += std::chrono::microseconds(plan.seqs[0].max_draft > 0 ? 3000 : 1000);
+        d.t_end = t;
         out.clear();
         s.step_finished(d, out);
     }
