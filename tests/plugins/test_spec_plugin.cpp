@@ -66,7 +66,7 @@ TEST(ngram_plugin_params, every_bad_key_is_reported_at_once) {
     EXPECT_EQ(r.message(),
               "plugin spec/ngram: params.max_draft: must be an integer between 1 and 16, got 'x'; "
               "params.ngram_min: must be at most ngram_max (2), got 4; "
-              "params.max_drafts: unknown key (valid keys: ngram_min, ngram_max, max_draft)");
+              "params.max_drafts: unknown key (valid keys: ngram_min, ngram_max, max_draft, branches)");
 }
 
 TEST(ngram_plugin_lifetime, the_library_is_closed_when_the_last_proposer_is_gone) {

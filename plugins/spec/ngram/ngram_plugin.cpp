@@ -4,16 +4,24 @@
 //
 //   context: ... a b c d x y ... a b c   (k = 3, "a b c" seen before)  ->  draft: d x y ...
 //
+// Spec ops version 2 (propose_batch, max_nodes): with branches > 1 the continuations of further earlier
+// occurrences (latest first, longest suffix first) become more branches of one tree, merged where they share a
+// prefix (draft_trie.h), up to branches distinct continuations and the request's max_nodes. The first path is
+// always the version-1 draft above, so branches: 1 proposes exactly what version 1 did. Drafts are deterministic
+// (no q rows): the core's verification keeps greedy output identical and sampled output exact.
+//
 // Parameters:
 //   ngram_min: 1..16 (default 1)   shortest suffix to look up
 //   ngram_max: 1..16 (default 3)   longest suffix to look up; >= ngram_min
-//   max_draft: 1..16 (default 8)   most tokens proposed per call (the caller may ask for fewer)
+//   max_draft: 1..16 (default 8)   most tokens proposed per call (the caller may ask for fewer): a branch's depth
+//   branches:  1..16 (default 1)   most distinct continuations per proposal (max_nodes = max_draft * branches)
 #include <troupe/plugin.h>
 
 #include <algorithm>
 #include <string>
 
 #include "plugins/common/plugin_support.h"
+#include "plugins/spec/ngram/draft_trie.h"
 
 namespace {
 
@@ -27,6 +35,7 @@ struct troupe_plugin_instance {
     int32_t ngram_min = 1;
     int32_t ngram_max = 3;
     int32_t max_draft = 8;
+    int32_t branches = 1;
     std::string error;
 };
 
@@ -62,6 +71,59 @@ int32_t ngram_propose(troupe_plugin_instance* inst, const int32_t* tokens, int64
     return 0;
 }
 
+// One request's tree: the continuations of earlier occurrences of the context's suffix, longest suffix first, latest
+// occurrence first, each at most max_draft deep, merged into a trie of at most `branches` distinct continuations.
+int32_t propose_tree(const troupe_plugin_instance* inst, const troupe_spec_request& r, troupe_spec_proposal& p) {
+    const int32_t capacity = std::min(r.max_nodes, inst->max_draft * inst->branches);
+    const int32_t depth = std::min({inst->max_draft, r.max_depth > 0 ? r.max_depth : inst->max_draft, capacity});
+    troupe::spec_plugins::draft_trie trie(p.tokens, p.parents, capacity);
+    const int32_t* tokens = r.tokens;
+    const int64_t n = r.n_tokens;
+    int32_t n_branches = 0;
+    for (int32_t k = inst->ngram_max; k >= inst->ngram_min && n_branches < inst->branches && !trie.full(); --k) {
+        if (n < static_cast<int64_t>(k) + 1) continue;
+        const int32_t* suffix = tokens + (n - k);
+        for (int64_t at = n - k - 1; at >= 0 && n_branches < inst->branches && !trie.full(); --at) {
+            if (!std::equal(suffix, suffix + k, tokens + at)) continue;
+            const int64_t from = at + k;  // < n, since at < n - k
+            const auto len = static_cast<int32_t>(std::min<int64_t>(depth, n - from));
+            if (trie.add(tokens + from, len) > 0) ++n_branches;
+        }
+    }
+    p.n_nodes = trie.size();
+    p.has_q = 0;
+    return TROUPE_OK;
+}
+
+int32_t ngram_propose_batch(troupe_plugin_instance* inst, const troupe_spec_request* requests, int32_t n,
+                            troupe_spec_proposal* out, const troupe_parallel* /*parallel*/) {
+    inst->error.clear();
+    if (n < 0 || (n > 0 && (requests == nullptr || out == nullptr))) {
+        inst->error = "propose_batch got " + std::to_string(n) + " requests (must be >= 0, with buffers for them)";
+        return TROUPE_ERR_INVALID_ARGUMENT;
+    }
+    for (int32_t i = 0; i < n; ++i) {
+        const troupe_spec_request& r = requests[i];
+        troupe_spec_proposal& p = out[i];
+        p.n_nodes = 0;
+        p.has_q = 0;
+        if (r.n_tokens < 0 || (r.n_tokens > 0 && r.tokens == nullptr) ||
+            (r.max_nodes > 0 && (p.tokens == nullptr || p.parents == nullptr))) {
+            inst->error = "propose_batch: request " + std::to_string(i) + " (sequence " + std::to_string(r.seq_id) +
+                          ") has " + std::to_string(r.n_tokens) + " tokens and capacity " +
+                          std::to_string(r.max_nodes) + " without the buffers for them";
+            return TROUPE_ERR_INVALID_ARGUMENT;
+        }
+        if (r.max_nodes <= 0) continue;
+        propose_tree(inst, r, p);
+    }
+    return TROUPE_OK;
+}
+
+int32_t ngram_max_nodes(troupe_plugin_instance* inst) {
+    return inst->max_draft * inst->branches;
+}
+
 int32_t ngram_create(const troupe_plugin_params* params, troupe_plugin_instance** out) {
     std::string error;
     *out = nullptr;
@@ -70,17 +132,19 @@ int32_t ngram_create(const troupe_plugin_params* params, troupe_plugin_instance*
         const auto ngram_min = static_cast<int32_t>(reader.integer("ngram_min", 1, 16, 1));
         const auto ngram_max = static_cast<int32_t>(reader.integer("ngram_max", 1, 16, 3));
         const auto max_draft = static_cast<int32_t>(reader.integer("max_draft", 1, 16, 8));
+        const auto branches = static_cast<int32_t>(reader.integer("branches", 1, 16, 1));
         if (ngram_min > ngram_max) {
             reader.fail("ngram_min", "must be at most ngram_max (" + std::to_string(ngram_max) + "), got " +
                                          std::to_string(ngram_min));
         }
-        if (const std::string& errors = reader.finish({"ngram_min", "ngram_max", "max_draft"}); !errors.empty()) {
+        if (const std::string& errors = reader.finish({"ngram_min", "ngram_max", "max_draft", "branches"});
+            !errors.empty()) {
             error = errors;
             return TROUPE_ERR_INVALID_PARAMS;
         }
-        auto* inst = new troupe_plugin_instance{ngram_min, ngram_max, max_draft, {}};
-        host_log::write(TROUPE_LOG_LEVEL_INFO, source, "n-grams %d..%d, up to %d draft tokens", ngram_min, ngram_max,
-                        max_draft);
+        auto* inst = new troupe_plugin_instance{ngram_min, ngram_max, max_draft, branches, {}};
+        host_log::write(TROUPE_LOG_LEVEL_INFO, source, "n-grams %d..%d, up to %d draft tokens in %d branch(es)",
+                        ngram_min, ngram_max, max_draft, branches);
         *out = inst;
         return TROUPE_OK;
     });
@@ -101,8 +165,15 @@ int32_t ngram_score(int32_t backend) {
     return 50;
 }
 
-const troupe_spec_ops ngram_ops = {
-    sizeof(troupe_spec_ops), TROUPE_SPEC_OPS_VERSION, ngram_propose, nullptr, nullptr, nullptr, nullptr, nullptr};
+// Stateless: no lifecycle; the context in each request is all it looks at.
+const troupe_spec_ops ngram_ops = {sizeof(troupe_spec_ops),
+                                   TROUPE_SPEC_OPS_VERSION,
+                                   ngram_propose,
+                                   nullptr,  // begin
+                                   nullptr,  // accepted
+                                   nullptr,  // end
+                                   ngram_propose_batch,
+                                   ngram_max_nodes};
 
 const troupe_plugin_descriptor ngram_descriptor = {
     sizeof(troupe_plugin_descriptor),
@@ -110,7 +181,7 @@ const troupe_plugin_descriptor ngram_descriptor = {
     TROUPE_PLUGIN_ABI_VERSION,
     TROUPE_PLUGIN_KIND_SPEC,
     "ngram",
-    "1.0.0",
+    "2.0.0",
     "prompt-lookup drafts: the tokens that followed the latest earlier occurrence of the context's last n-gram",
     ngram_score,
     ngram_create,
