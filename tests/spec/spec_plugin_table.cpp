@@ -1,0 +1,64 @@
+#include "tests/spec/spec_plugin_table.h"
+
+#include <cstdlib>
+#include <filesystem>
+
+namespace troupe::testing {
+
+namespace {
+
+namespace fs = std::filesystem;
+
+spec_params fixed(std::string yaml) {
+    return spec_params{true, std::move(yaml), {}};
+}
+
+// spec/draft: the target's Q8_0 sibling drafts for it (stories260K-Q8_0 for the stories, rand10M-Q8_0 for rand10M);
+// llama-2-tiny-random drafts for itself (the one model with its exact vocabulary).
+spec_params draft_params(const std::string& model_path) {
+    const fs::path target(model_path);
+    const std::string name = target.filename().string();
+    std::string drafter = name;
+    if (name.rfind("stories260K", 0) == 0) drafter = "stories260K-Q8_0.gguf";
+    if (name.rfind("rand10M", 0) == 0) drafter = "rand10M-Q8_0.gguf";
+    const fs::path path = target.parent_path() / drafter;
+    if (!fs::exists(path)) return spec_params{false, {}, "no drafter " + path.string()};
+    return fixed("{model: \"" + path.string() + "\"}");
+}
+
+// spec/medusa and spec/eagle: heads distilled for this target, $TROUPE_SPEC_HEADS_DIR/<model stem>.<kind>.gguf.
+spec_params heads_params(const std::string& model_path, const std::string& kind) {
+    const std::string stem = fs::path(model_path).stem().string();
+    const char* dir = std::getenv("TROUPE_SPEC_HEADS_DIR");
+    const std::string file = stem + "." + kind + ".gguf";
+    const std::string how = "make one with `troupe distill --target " + model_path + " --kind " + kind +
+                            " --data ../shared/text/stories.txt -o DIR/" + file + "` and set TROUPE_SPEC_HEADS_DIR=DIR";
+    if (dir == nullptr)
+        return spec_params{false, {}, "TROUPE_SPEC_HEADS_DIR is not set: no " + file + " (" + how + ")"};
+    const fs::path path = fs::path(dir) / file;
+    if (!fs::exists(path)) return spec_params{false, {}, "no " + path.string() + " (" + how + ")"};
+    return fixed("{heads: \"" + path.string() + "\"}");
+}
+
+}  // namespace
+
+const std::vector<spec_plugin_row>& spec_plugin_rows() {
+    static const std::vector<spec_plugin_row> rows = {
+        {"ngram", "ngram", [](const std::string&) { return fixed("{}"); }, true, 4},
+        {"ngram_tree", "ngram", [](const std::string&) { return fixed("{max_draft: 2, branches: 3}"); }},
+        {"lookahead", "lookahead", [](const std::string&) { return fixed("{}"); }, false},
+        // Up to 2 guesses of 2 tokens and a window of 3 nodes: the whole tree fits the sampling test's steps.
+        {"lookahead_small", "lookahead", [](const std::string&) { return fixed("{window: 2, ngram: 3, guesses: 2}"); }},
+        {"draft", "draft", draft_params, true, 4},
+        {"medusa", "medusa", [](const std::string& m) { return heads_params(m, "medusa"); }},
+        {"eagle", "eagle", [](const std::string& m) { return heads_params(m, "eagle"); }},
+    };
+    return rows;
+}
+
+bool spec_plugin_built(const std::string& name, std::string& path) {
+    path = std::string(TROUPE_DEFAULT_PLUGIN_DIR) + "/spec/libtroupe_spec_" + name + ".so";
+    return fs::exists(path);
+}
+
+}  // namespace troupe::testing
