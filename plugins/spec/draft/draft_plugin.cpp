@@ -150,6 +150,8 @@ int32_t draft_accepted(troupe_plugin_instance* inst, int64_t seq_id, const int32
 
 void draft_end(troupe_plugin_instance* inst, int64_t seq_id, int32_t reason) {
     inst->proposer->end(seq_id);
+    host_log::write(TROUPE_LOG_LEVEL_DEBUG, source, "sequence %lld ended; %s", static_cast<long long>(seq_id),
+                    inst->proposer->figures().c_str());
 }
 
 int32_t draft_propose_batch(troupe_plugin_instance* inst, const troupe_spec_request* requests, int32_t n,

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 
 namespace spec_draft {
 namespace {
@@ -25,6 +26,7 @@ draft_proposer::sequence& draft_proposer::state_of(int64_t seq_id) {
     if (it != seqs_.end()) return it->second;
     sequence& s = seqs_[seq_id];
     s.k = options_.adaptive ? (options_.max_draft + 1) / 2 : options_.max_draft;
+    s.acc = acceptance(all_acc_.alpha(), 2.0, 0.9);
     s.rng.seed(mix(options_.seed ^ mix(static_cast<uint64_t>(seq_id))));
     return s;
 }
@@ -72,7 +74,50 @@ int32_t draft_proposer::forward(int32_t n_steps) {
     return rc;
 }
 
+int32_t draft_proposer::length_for(sequence& s, int32_t n_requests) {
+    if (!options_.adaptive) return options_.max_draft;
+    ++s.n_proposals;
+    int32_t k = s.k;
+    if (cost_.ready()) {
+        k = best_length(s.acc.alpha(), cost_.fixed() / std::max(1, n_requests),
+                        cost_.per_node() + draft_seconds_per_token_, options_.max_draft);
+    }
+    if (s.n_proposals % 8 == 0) k += (s.n_proposals / 8) % 2 == 0 ? 1 : -1;  // keeps the step sizes spread
+    return std::clamp(k, 1, options_.max_draft);
+}
+
 int32_t draft_proposer::propose(const troupe_spec_request* requests, int32_t n, troupe_spec_proposal* out) {
+    const clock::time_point start = clock::now();
+    // A decode step measures the cost of the one before when both ran one token for the same sequences (a prefill, a
+    // sequence arriving or leaving, a pause between requests: not a decode step's cost).
+    bool decode = n > 0;
+    bool same = static_cast<size_t>(n) == last_seqs_.size();
+    for (int32_t r = 0; r < n; ++r) {
+        decode = decode && requests[r].n_new == 1;
+        same = same && last_seqs_[static_cast<size_t>(r)] == requests[r].seq_id;
+    }
+    last_seqs_.resize(static_cast<size_t>(n));
+    for (int32_t r = 0; r < n; ++r) last_seqs_[static_cast<size_t>(r)] = requests[r].seq_id;
+    if (last_was_decode_ && decode && same) {
+        cost_.add(static_cast<double>(last_nodes_), std::chrono::duration<double>(start - last_end_).count());
+    }
+    last_was_decode_ = false;
+    const int32_t rc = propose_chains(requests, n, out);
+    const clock::time_point end = clock::now();
+    int64_t nodes = 0;
+    for (int32_t r = 0; r < n && rc == TROUPE_OK; ++r) nodes += out[r].n_nodes;
+    if (nodes > 0) {
+        const double per_token = std::chrono::duration<double>(end - start).count() / static_cast<double>(nodes);
+        draft_seconds_per_token_ =
+            draft_seconds_per_token_ == 0 ? per_token : 0.9 * draft_seconds_per_token_ + 0.1 * per_token;
+    }
+    last_end_ = end;
+    last_nodes_ = nodes;
+    last_was_decode_ = decode && rc == TROUPE_OK;
+    return rc;
+}
+
+int32_t draft_proposer::propose_chains(const troupe_spec_request* requests, int32_t n, troupe_spec_proposal* out) {
     error_.clear();
     k_of_.assign(static_cast<size_t>(n), 0);
     steps_.clear();
@@ -89,8 +134,8 @@ int32_t draft_proposer::propose(const troupe_spec_request* requests, int32_t n, 
         const int64_t len = q.n_tokens;
         // The drafter runs positions up to len + k - 2: inside its context and the blocks the step reserved.
         const int64_t room = std::min<int64_t>(info_.n_ctx, static_cast<int64_t>(q.n_blocks) * q.block_size);
-        int64_t k = std::min<int64_t>(
-            {s.k, q.max_nodes, q.max_depth > 0 ? q.max_depth : q.max_nodes, options_.max_draft, room - len + 1});
+        int64_t k = std::min<int64_t>({length_for(s, n), q.max_nodes, q.max_depth > 0 ? q.max_depth : q.max_nodes,
+                                       options_.max_draft, room - len + 1});
         if (k <= 0) continue;
         s.cached = std::clamp<int64_t>(s.cached, 0, len - 1);
         troupe_model_step step{};
@@ -175,11 +220,26 @@ void draft_proposer::accepted(int64_t seq_id, const int32_t* nodes, int32_t n) {
     s.cached = s.n_at_propose + std::min(m, s.n_proposed - 1);
     n_drafted_ += s.n_proposed;
     n_accepted_ += m;
+    s.acc.add(m, s.n_proposed);
+    all_acc_.add(m, s.n_proposed);
     if (options_.adaptive) {
         if (m == s.n_proposed) s.k = std::min(s.k + 1, options_.max_draft);
         if (2 * m < s.n_proposed) s.k = std::max(s.k - 1, 1);
     }
     s.n_at_propose = -1;
+}
+
+}  // namespace spec_draft
+
+namespace spec_draft {
+
+std::string draft_proposer::figures() const {
+    char text[200];
+    std::snprintf(text, sizeof text,
+                  "step %.2f ms + %.2f ms per node (%s), drafter %.3f ms per token, acceptance %.2f per position",
+                  cost_.fixed() * 1e3, cost_.per_node() * 1e3, cost_.ready() ? "fitted" : "not fitted yet",
+                  draft_seconds_per_token_ * 1e3, all_acc_.alpha());
+    return text;
 }
 
 }  // namespace spec_draft

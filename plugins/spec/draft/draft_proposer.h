@@ -14,17 +14,25 @@
 // requests get drafts drawn from softmax(drafter logits / T) at the request's temperature, with those rows as q, so
 // verification is exact speculative sampling.
 //
-// Adaptive draft length (params.adaptive): after each step, k grows by one when every draft was accepted, shrinks by
-// one when fewer than half were (at least 1, at most max_draft); a sequence starts at ceil(max_draft / 2).
+// Adaptive draft length (params.adaptive, draft_length.h): the k maximizing expected tokens per unit of cost, from the
+// sequence's acceptance rate and the costs measured here: the wall time from the end of one propose_batch to the
+// start of the next (the target's decode step with its draft nodes) fitted as fixed + per_node * nodes, and the
+// drafter's own time per drafted token. Until the fit is ready, k grows by one when every draft was accepted and
+// shrinks by one when fewer than half were (at least 1, at most max_draft), from ceil(max_draft / 2). Either way every
+// eighth proposal of a sequence tries one more or one fewer (alternately), so the fit sees steps of different sizes.
+// Without adaptive, k is max_draft.
 #pragma once
 
 #include <troupe/plugin.h>
 
+#include <chrono>
 #include <cstdint>
 #include <random>
 #include <string>
 #include <unordered_map>
 #include <vector>
+
+#include "plugins/spec/draft/draft_length.h"
 
 namespace spec_draft {
 
@@ -51,6 +59,8 @@ public:
     // Figures for logs and tests.
     int64_t n_drafted() const { return n_drafted_; }
     int64_t n_accepted() const { return n_accepted_; }
+    // "step 31.2 ms + 7.9 ms per node (fitted), drafter 0.21 ms per token, acceptance 0.63 per position"
+    std::string figures() const;
 
 private:
     struct sequence {
@@ -59,11 +69,17 @@ private:
         int64_t n_at_propose = -1;  // the context length the last proposal followed (-1: none pending)
         int32_t n_proposed = 0;     // drafts proposed then
         std::mt19937_64 rng;
+        acceptance acc{0.5, 1.0, 0.9};  // this sequence's acceptance per position (prior: the instance's)
+        int64_t n_proposals = 0;
     };
+    using clock = std::chrono::steady_clock;
+    // The draft length for sequence s, one of n_requests this step (draft_length.h), before the request's limits.
+    int32_t length_for(sequence& s, int32_t n_requests);
     sequence& state_of(int64_t seq_id);
     // Picks the token after `logits` for request r: argmax, or a draw at `temperature` with its q row.
     int32_t pick(const float* logits, float temperature, sequence& s, float* q_row);
     int32_t forward(int32_t n_steps);  // runs steps_[0, n_steps) into logits_
+    int32_t propose_chains(const troupe_spec_request* requests, int32_t n, troupe_spec_proposal* out);
 
     const troupe_model_services* services_;
     troupe_model* model_;
@@ -72,6 +88,14 @@ private:
     std::unordered_map<int64_t, sequence> seqs_;
     std::string error_;
     int64_t n_drafted_ = 0, n_accepted_ = 0;
+    // Measured costs (draft_length.h).
+    step_cost cost_;
+    acceptance all_acc_{0.7, 4.0, 0.99};  // every sequence's: the prior of a new one
+    double draft_seconds_per_token_ = 0;  // the drafter's time per drafted token (running mean)
+    clock::time_point last_end_{};        // when the last propose_batch returned
+    int64_t last_nodes_ = 0;              // nodes it proposed in all
+    std::vector<int64_t> last_seqs_;      // its requests' sequences
+    bool last_was_decode_ = false;        // every request of it ran one token: its step measures the decode cost
     // Scratch for one propose.
     std::vector<troupe_model_step> steps_;
     std::vector<int32_t> step_req_;    // [steps] the request of each step
