@@ -55,24 +55,6 @@ float dot(const float* a, const float* b, int64_t n) {
     return fn(a, b, n);
 }
 
-troupe_parallel parallel_or_host(const troupe_parallel* parallel) {
-    if (parallel != nullptr && TROUPE_HAS_FIELD(parallel, troupe_parallel, parallel_for) &&
-        parallel->parallel_for != nullptr) {
-        return *parallel;
-    }
-    troupe_parallel p{};
-    p.struct_size = sizeof p;
-    p.version = TROUPE_PARALLEL_VERSION;
-    p.backend = TROUPE_BACKEND_CPU;
-    const troupe_host_services* host = plugin_support::host_log::services();
-    if (host != nullptr && TROUPE_HAS_FIELD(host, troupe_host_services, parallel_for) &&
-        host->parallel_for != nullptr) {
-        p.host_ctx = host->host_ctx;
-        p.parallel_for = host->parallel_for;
-    }
-    return p;
-}
-
 int32_t matmul(const troupe_parallel* parallel, const float* x, int64_t n, const float* w, const float* b, float* y,
                int64_t in, int64_t out) {
     if (n <= 0 || out <= 0) return TROUPE_OK;

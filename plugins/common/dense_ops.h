@@ -17,11 +17,6 @@ namespace troupe::spec_common {
 // Σ a[i] b[i], with AVX2/FMA where the CPU has it (chosen at run time; the build stays portable).
 float dot(const float* a, const float* b, int64_t n);
 
-// The context to run heavy loops with: the op's own `parallel` when it gives a parallel_for, else one made from the
-// host's general worker pool (troupe_host_services.parallel_for, saved by host_log at negotiation), else null
-// (inline).
-troupe_parallel parallel_or_host(const troupe_parallel* parallel);
-
 // y[n, out] = x[n, in] · W^T + b (b may be null). Returns a status (an exception on a worker is reported).
 int32_t matmul(const troupe_parallel* parallel, const float* x, int64_t n, const float* w, const float* b, float* y,
                int64_t in, int64_t out);

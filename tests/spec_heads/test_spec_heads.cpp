@@ -292,20 +292,26 @@ TEST(spec_heads, the_plugins_eagle_forward_equals_the_training_forward_on_the_sa
     sh.rope_dims = hp.rope_dims;
     sh.rope_base = hp.rope_base;
     sh.rope_scale = hp.rope_scale;
-    const eagle::eagle_weights w{layer.fc_w.v(),
-                                 layer.fc_b.v(),
-                                 layer.wq.v(),
-                                 layer.wk.v(),
-                                 layer.wv.v(),
-                                 layer.wo.v(),
-                                 layer.ffn_norm.v(),
-                                 layer.w_gate.v(),
-                                 layer.w_up.v(),
-                                 layer.w_down.v(),
-                                 d.target.token_embd.data(),
-                                 d.target.output_norm.data(),
-                                 d.target.output.data()};
-    eagle::eagle_forward fwd(sh, w);
+    using spec_common::packed_matrix;
+    using spec_common::weight_format;
+    const auto f32 = [](const param& p) {
+        return packed_matrix(p.v(), p.dims.size() > 1 ? p.dims[1] : 1, p.dims[0], weight_format::f32);
+    };
+    eagle::eagle_weights w;
+    w.fc_w = f32(layer.fc_w);
+    w.wq = f32(layer.wq);
+    w.wk = f32(layer.wk);
+    w.wv = f32(layer.wv);
+    w.wo = f32(layer.wo);
+    w.w_gate = f32(layer.w_gate);
+    w.w_up = f32(layer.w_up);
+    w.w_down = f32(layer.w_down);
+    w.output = packed_matrix(d.target.output.data(), nv, dim, weight_format::f32);
+    w.fc_b = layer.fc_b.v();
+    w.ffn_norm = layer.ffn_norm.v();
+    w.token_embd = d.target.token_embd.data();
+    w.output_norm = d.target.output_norm.data();
+    eagle::eagle_forward fwd(sh, std::move(w));
     eagle::eagle_cache cache;
     std::vector<float> g(dim), logits(nv);
     double max_g = 0, max_logit = 0;
@@ -331,6 +337,43 @@ TEST(spec_heads, the_plugins_eagle_forward_equals_the_training_forward_on_the_sa
     EXPECT_GT(wo_norm, 0.0);
     EXPECT_LT(max_g, 1e-3) << "features";
     EXPECT_LT(max_logit, 1e-3) << "logits";
+}
+
+// The weight formats drafting may keep its matrices in, on odd shapes (vector tails), against float products: f32
+// exact to summation order, f16 within half a half-float step per weight, q8 within half a code step per weight.
+TEST(spec_heads, packed_weights_multiply_within_the_rounding_of_their_format) {
+    using spec_common::packed_matrix;
+    using spec_common::weight_format;
+    const int64_t rows = 37, cols = 301;
+    std::vector<float> w(rows * cols), x(cols);
+    uint32_t state = 12345;
+    const auto next = [&] {
+        state = state * 1664525u + 1013904223u;
+        return static_cast<float>(state >> 8) / static_cast<float>(1u << 24) - 0.5f;
+    };
+    for (float& v : w) v = next();
+    for (float& v : x) v = next();
+    struct format_case {
+        weight_format format;
+        double step;  // the format's rounding step relative to the row's largest weight, per weight
+    };
+    for (const format_case& c : {format_case{weight_format::f32, 1e-6}, format_case{weight_format::f16, 1.0 / 1024},
+                                 format_case{weight_format::q8, 1.0 / 127}}) {
+        SCOPED_TRACE(spec_common::weight_format_name(c.format));
+        const packed_matrix m(w.data(), rows, cols, c.format);
+        std::vector<float> y(rows);
+        ASSERT_EQ(spec_common::matmul(nullptr, x.data(), 1, m, nullptr, y.data()), TROUPE_OK);
+        for (int64_t r = 0; r < rows; ++r) {
+            double exact = 0, bound = 0, amax = 0;
+            for (int64_t i = 0; i < cols; ++i) amax = std::max(amax, std::abs(double{w[r * cols + i]}));
+            for (int64_t i = 0; i < cols; ++i) {
+                exact += double{w[r * cols + i]} * x[i];
+                bound += 0.5 * c.step * amax * std::abs(x[i]);
+            }
+            EXPECT_NEAR(y[r], exact, bound + 1e-4) << "row " << r;
+            EXPECT_FLOAT_EQ(m.row_dot(r, x.data()), y[r]);
+        }
+    }
 }
 
 }  // namespace

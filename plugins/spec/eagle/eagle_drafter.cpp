@@ -2,13 +2,14 @@
 
 #include <algorithm>
 #include <numeric>
+#include <utility>
 
 #include "plugins/common/dense_ops.h"
 
 namespace troupe::eagle {
 
-eagle_drafter::eagle_drafter(const eagle_shape& shape, const eagle_weights& weights, const drafter_params& p)
-    : forward_(shape, weights), p_(p), taps_(shape.dim) {}
+eagle_drafter::eagle_drafter(const eagle_shape& shape, eagle_weights weights, const drafter_params& p)
+    : forward_(shape, std::move(weights)), p_(p), taps_(shape.dim) {}
 
 void eagle_drafter::begin(int64_t seq_id) {
     taps_.begin(seq_id);

@@ -35,7 +35,8 @@ struct drafter_params {
 
 class eagle_drafter {
 public:
-    eagle_drafter(const eagle_shape& shape, const eagle_weights& weights, const drafter_params& p);
+    eagle_drafter(const eagle_shape& shape, eagle_weights weights, const drafter_params& p);
+    const eagle_weights& weights() const { return forward_.weights(); }
 
     const drafter_params& params() const { return p_; }
     spec_common::tap_features& taps() { return taps_; }

@@ -12,6 +12,13 @@ namespace troupe::eagle {
 using spec_common::dot;
 using spec_common::matmul;
 
+size_t eagle_weights::n_bytes() const {
+    size_t n = 0;
+    for (const spec_common::packed_matrix* m : {&fc_w, &wq, &wk, &wv, &wo, &w_gate, &w_up, &w_down, &output})
+        n += m->n_bytes();
+    return n;
+}
+
 void eagle_cache::reserve_rows(int32_t rows, int32_t kv_width) {
     const auto need = static_cast<size_t>(rows) * static_cast<size_t>(kv_width);
     if (k.size() >= need) return;
@@ -106,10 +113,10 @@ int32_t eagle_forward::run(const std::vector<eagle_row>& rows, float* g, float* 
     q_.resize(static_cast<size_t>(n * qw));
     k_.resize(static_cast<size_t>(n * kvw));
     v_.resize(static_cast<size_t>(n * kvw));
-    int32_t rc = matmul(parallel, in_.data(), n, w_.fc_w, w_.fc_b, x_.data(), 2 * d, d);
-    if (rc == TROUPE_OK) rc = matmul(parallel, x_.data(), n, w_.wq, nullptr, q_.data(), d, qw);
-    if (rc == TROUPE_OK) rc = matmul(parallel, x_.data(), n, w_.wk, nullptr, k_.data(), d, kvw);
-    if (rc == TROUPE_OK) rc = matmul(parallel, x_.data(), n, w_.wv, nullptr, v_.data(), d, kvw);
+    int32_t rc = matmul(parallel, in_.data(), n, w_.fc_w, w_.fc_b, x_.data());
+    if (rc == TROUPE_OK) rc = matmul(parallel, x_.data(), n, w_.wq, nullptr, q_.data());
+    if (rc == TROUPE_OK) rc = matmul(parallel, x_.data(), n, w_.wk, nullptr, k_.data());
+    if (rc == TROUPE_OK) rc = matmul(parallel, x_.data(), n, w_.wv, nullptr, v_.data());
     if (rc != TROUPE_OK) return rc;
     rope(q_.data(), n, s_.n_heads, rows);
     rope(k_.data(), n, s_.n_kv_heads, rows);
@@ -121,16 +128,16 @@ int32_t eagle_forward::run(const std::vector<eagle_row>& rows, float* g, float* 
     a_.resize(static_cast<size_t>(n * qw));
     if ((rc = attend(rows, parallel)) != TROUPE_OK) return rc;
     h1_.resize(static_cast<size_t>(n * d));
-    if ((rc = matmul(parallel, a_.data(), n, w_.wo, nullptr, h1_.data(), qw, d)) != TROUPE_OK) return rc;
+    if ((rc = matmul(parallel, a_.data(), n, w_.wo, nullptr, h1_.data())) != TROUPE_OK) return rc;
     for (int64_t i = 0; i < n * d; ++i) h1_[i] += x_[i];
     n1_.resize(static_cast<size_t>(n * d));
     spec_common::rmsnorm(h1_.data(), w_.ffn_norm, n1_.data(), n, d, s_.rms_eps);
     gate_.resize(static_cast<size_t>(n * ff));
     up_.resize(static_cast<size_t>(n * ff));
-    if ((rc = matmul(parallel, n1_.data(), n, w_.w_gate, nullptr, gate_.data(), d, ff)) != TROUPE_OK) return rc;
-    if ((rc = matmul(parallel, n1_.data(), n, w_.w_up, nullptr, up_.data(), d, ff)) != TROUPE_OK) return rc;
+    if ((rc = matmul(parallel, n1_.data(), n, w_.w_gate, nullptr, gate_.data())) != TROUPE_OK) return rc;
+    if ((rc = matmul(parallel, n1_.data(), n, w_.w_up, nullptr, up_.data())) != TROUPE_OK) return rc;
     for (int64_t i = 0; i < n * ff; ++i) gate_[i] = spec_common::silu(gate_[i]) * up_[i];
-    if ((rc = matmul(parallel, gate_.data(), n, w_.w_down, nullptr, g, ff, d)) != TROUPE_OK) return rc;
+    if ((rc = matmul(parallel, gate_.data(), n, w_.w_down, nullptr, g)) != TROUPE_OK) return rc;
     for (int64_t i = 0; i < n * d; ++i) g[i] += h1_[i];
     // The draft logits of the rows that want them.
     f_.clear();
@@ -141,7 +148,7 @@ int32_t eagle_forward::run(const std::vector<eagle_row>& rows, float* g, float* 
         spec_common::rmsnorm(g + r * d, w_.output_norm, f_.data() + at, 1, d, s_.rms_eps);
     }
     const auto n_wanted = static_cast<int64_t>(f_.size()) / d;
-    return matmul(parallel, f_.data(), n_wanted, w_.output, nullptr, logits, d, s_.n_vocab);
+    return matmul(parallel, f_.data(), n_wanted, w_.output, nullptr, logits);
 }
 
 }  // namespace troupe::eagle

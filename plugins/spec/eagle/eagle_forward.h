@@ -22,7 +22,10 @@
 #include <troupe/plugin.h>
 
 #include <cstdint>
+#include <utility>
 #include <vector>
+
+#include "plugins/common/packed_matrix.h"
 
 namespace troupe::eagle {
 
@@ -35,21 +38,23 @@ struct eagle_shape {
     int32_t kv_width() const { return n_kv_heads * head_dim; }
 };
 
-// Row-major float32 weights ([out][in]), borrowed.
+// The layer's matrices ([out][in], in the plugin's weight format) and its vectors and the target's tables (float32,
+// borrowed).
 struct eagle_weights {
-    const float* fc_w = nullptr;         // [dim, 2 dim]
+    spec_common::packed_matrix fc_w;     // [dim, 2 dim]
+    spec_common::packed_matrix wq;       // [q_width, dim]
+    spec_common::packed_matrix wk;       // [kv_width, dim]
+    spec_common::packed_matrix wv;       // [kv_width, dim]
+    spec_common::packed_matrix wo;       // [dim, q_width]
+    spec_common::packed_matrix w_gate;   // [ffn_dim, dim]
+    spec_common::packed_matrix w_up;     // [ffn_dim, dim]
+    spec_common::packed_matrix w_down;   // [dim, ffn_dim]
+    spec_common::packed_matrix output;   // [n_vocab, dim] the target's
     const float* fc_b = nullptr;         // [dim]
-    const float* wq = nullptr;           // [q_width, dim]
-    const float* wk = nullptr;           // [kv_width, dim]
-    const float* wv = nullptr;           // [kv_width, dim]
-    const float* wo = nullptr;           // [dim, q_width]
     const float* ffn_norm = nullptr;     // [dim]
-    const float* w_gate = nullptr;       // [ffn_dim, dim]
-    const float* w_up = nullptr;         // [ffn_dim, dim]
-    const float* w_down = nullptr;       // [dim, ffn_dim]
     const float* token_embd = nullptr;   // [n_vocab, dim] the target's
     const float* output_norm = nullptr;  // [dim] the target's
-    const float* output = nullptr;       // [n_vocab, dim] the target's
+    size_t n_bytes() const;              // of the matrices: what one forward reads
 };
 
 struct eagle_cache {
@@ -71,8 +76,9 @@ struct eagle_row {
 
 class eagle_forward {
 public:
-    eagle_forward(const eagle_shape& shape, const eagle_weights& weights) : s_(shape), w_(weights) {}
+    eagle_forward(const eagle_shape& shape, eagle_weights weights) : s_(shape), w_(std::move(weights)) {}
     const eagle_shape& shape() const { return s_; }
+    const eagle_weights& weights() const { return w_; }
 
     // g [n, dim] for every row, and logits [n_wanted, n_vocab] for the rows with want_logits, in row order. The
     // caches must hold every row's slot (reserve_rows); the rows' k, v are written there.

@@ -8,13 +8,17 @@
 //   max_nodes: 1..256        the most nodes a proposal holds (default 48)
 //   depth: 1..16             the deepest draft (default 6)
 //   topk: 1..16              children per expanded node, and nodes expanded per level (default 6)
+//   weights: f32 | f16 | q8  how the layer's matrices (and the target's output matrix) are kept for drafting
+//                            (default q8: drafting is bound by their bytes; packed_matrix.h)
 #include <troupe/plugin.h>
 
 #include <memory>
 #include <string>
+#include <utility>
 
 #include "eagle_drafter.h"
 #include "plugins/common/dense_ops.h"
+#include "plugins/common/packed_matrix.h"
 #include "plugins/common/plugin_support.h"
 #include "plugins/common/target_model.h"
 
@@ -99,10 +103,12 @@ int32_t eagle_create(const troupe_plugin_params* params, troupe_plugin_instance*
         dp.max_nodes = static_cast<int32_t>(reader.integer("max_nodes", 1, 256, dp.max_nodes));
         dp.depth = static_cast<int32_t>(reader.integer("depth", 1, 16, dp.depth));
         dp.topk = static_cast<int32_t>(reader.integer("topk", 1, 16, dp.topk));
+        const weight_format format = weight_format_of(reader.choice("weights", {"f32", "f16", "q8"}, "q8"));
         if (layer_path.empty()) {
             reader.fail("layer", "required: the path of a file written by troupe distill --kind eagle for this model");
         }
-        if (const std::string& errors = reader.finish({"layer", "max_nodes", "depth", "topk"}); !errors.empty()) {
+        if (const std::string& errors = reader.finish({"layer", "max_nodes", "depth", "topk", "weights"});
+            !errors.empty()) {
             error = errors;
             return TROUPE_ERR_INVALID_PARAMS;
         }
@@ -131,13 +137,29 @@ int32_t eagle_create(const troupe_plugin_params* params, troupe_plugin_instance*
         sh.rope_base = t.rope_base;
         sh.rope_scale = t.rope_scale;
         const eagle_matrices& m = inst->m;
-        troupe::eagle::eagle_weights w{m.fc_w.data(),  m.fc_b.data(),   m.wq.data(),         m.wk.data(),
-                                       m.wv.data(),    m.wo.data(),     m.ffn_norm.data(),   m.w_gate.data(),
-                                       m.w_up.data(),  m.w_down.data(), m.token_embd.data(), m.output_norm.data(),
-                                       m.output.data()};
-        inst->drafter = std::make_unique<troupe::eagle::eagle_drafter>(sh, w, dp);
-        host_log::write(TROUPE_LOG_LEVEL_INFO, source, "dim %d, trees of up to %d nodes, depth %d, top-%d", sh.dim,
-                        dp.max_nodes, dp.depth, dp.topk);
+        const auto pack = [&](const float_matrix& f) {
+            return packed_matrix(f.data(), f.n_rows(), f.n_cols(), format);
+        };
+        troupe::eagle::eagle_weights w;
+        w.fc_w = pack(m.fc_w);
+        w.wq = pack(m.wq);
+        w.wk = pack(m.wk);
+        w.wv = pack(m.wv);
+        w.wo = pack(m.wo);
+        w.w_gate = pack(m.w_gate);
+        w.w_up = pack(m.w_up);
+        w.w_down = pack(m.w_down);
+        w.output = pack(m.output);
+        w.fc_b = m.fc_b.data();
+        w.ffn_norm = m.ffn_norm.data();
+        w.token_embd = m.token_embd.data();
+        w.output_norm = m.output_norm.data();
+        inst->drafter = std::make_unique<troupe::eagle::eagle_drafter>(sh, std::move(w), dp);
+        host_log::write(
+            TROUPE_LOG_LEVEL_INFO, source,
+            "dim %d, %s weights (%.1f MiB read per draft forward), trees of up to %d nodes, depth %d, top-%d", sh.dim,
+            weight_format_name(format), inst->drafter->weights().n_bytes() / 1048576.0, dp.max_nodes, dp.depth,
+            dp.topk);
         *out = inst.release();
         return TROUPE_OK;
     });
@@ -170,10 +192,7 @@ int32_t eagle_accepted(troupe_plugin_instance* inst, int64_t seq_id, const int32
 int32_t eagle_propose_batch(troupe_plugin_instance* inst, const troupe_spec_request* requests, int32_t n,
                             troupe_spec_proposal* out, const troupe_parallel* parallel) {
     inst->error.clear();
-    return guarded(inst->error, [&]() -> int32_t {
-        const troupe_parallel par = parallel_or_host(parallel);
-        return inst->drafter->propose(requests, n, out, &par);
-    });
+    return guarded(inst->error, [&]() -> int32_t { return inst->drafter->propose(requests, n, out, parallel); });
 }
 
 int32_t eagle_max_nodes(troupe_plugin_instance* inst) {

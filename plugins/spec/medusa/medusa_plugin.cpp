@@ -19,6 +19,8 @@
 //                            cut to the file's heads); or
 //   choices: [[0], [1], [0, 0], ...]   explicit paths of ranks (Medusa's "medusa choices")
 //   max_nodes: 1..256        the proposal's size: the first max_nodes nodes of the tree (default: the whole tree)
+//   weights: f32 | f16 | q8  how the heads' matrices are kept (default q8: proposing is bound by their bytes;
+//                            packed_matrix.h)
 #include <troupe/plugin.h>
 
 #include <algorithm>
@@ -29,6 +31,7 @@
 
 #include "medusa_tree.h"
 #include "plugins/common/dense_ops.h"
+#include "plugins/common/packed_matrix.h"
 #include "plugins/common/plugin_support.h"
 #include "plugins/common/tap_features.h"
 #include "plugins/common/target_model.h"
@@ -42,9 +45,9 @@ using troupe::medusa::medusa_tree;
 constexpr const char* source = "spec/medusa";
 
 struct medusa_head {
-    float_matrix fc_w;   // [dim, dim]
-    float_matrix fc_b;   // [dim]
-    float_matrix out_w;  // [n_vocab, dim]
+    packed_matrix fc_w;   // [dim, dim]
+    float_matrix fc_b;    // [dim]
+    packed_matrix out_w;  // [n_vocab, dim]
 };
 
 struct sequence_state {
@@ -108,12 +111,14 @@ int32_t medusa_create(const troupe_plugin_params* params, troupe_plugin_instance
             choices.push_back(path);
         }
         const auto max_nodes = static_cast<int32_t>(reader.integer("max_nodes", 1, troupe::medusa::max_tree_nodes, 0));
+        const weight_format format = weight_format_of(reader.choice("weights", {"f32", "f16", "q8"}, "q8"));
         if (heads_path.empty())
             reader.fail("heads",
                         "required: the path of a file written by troupe distill --kind "
                         "medusa for this model");
         if (!topk.empty() && !choices.empty()) reader.fail("choices", "give either topk or choices, not both");
-        if (const std::string& errors = reader.finish({"heads", "topk", "choices", "max_nodes"}); !errors.empty()) {
+        if (const std::string& errors = reader.finish({"heads", "topk", "choices", "max_nodes", "weights"});
+            !errors.empty()) {
             error = errors;
             return TROUPE_ERR_INVALID_PARAMS;
         }
@@ -148,9 +153,11 @@ int32_t medusa_create(const troupe_plugin_params* params, troupe_plugin_instance
             const int64_t dim = inst->target.dim, nv = inst->target.n_vocab;
             for (int32_t i = 0; i < inst->tree.depth; ++i) {
                 const std::string p = "medusa." + std::to_string(i) + ".";
-                inst->heads.push_back(medusa_head{inst->file->matrix(p + "fc.weight", {dim, dim}),
+                const float_matrix fc = inst->file->matrix(p + "fc.weight", {dim, dim});
+                const float_matrix out = inst->file->matrix(p + "output.weight", {dim, nv});
+                inst->heads.push_back(medusa_head{packed_matrix(fc.data(), dim, dim, format),
                                                   inst->file->matrix(p + "fc.bias", {dim}),
-                                                  inst->file->matrix(p + "output.weight", {dim, nv})});
+                                                  packed_matrix(out.data(), nv, dim, format)});
             }
             inst->output_norm = float_matrix::read(s, s.model, "the target", "output_norm.weight", {dim});
         } catch (const plugin_error& e) {
@@ -206,7 +213,6 @@ int32_t medusa_propose_batch(troupe_plugin_instance* inst, const troupe_spec_req
                              troupe_spec_proposal* out, const troupe_parallel* parallel) {
     inst->error.clear();
     return guarded(inst->error, [&]() -> int32_t {
-        const troupe_parallel par = parallel_or_host(parallel);
         const int64_t dim = inst->target.dim, nv = inst->target.n_vocab;
         // The requests whose feature is the one before the context's last token.
         std::vector<int32_t> which;
@@ -229,10 +235,10 @@ int32_t medusa_propose_batch(troupe_plugin_instance* inst, const troupe_spec_req
         inst->logits.resize(static_cast<size_t>(m * nv));
         for (size_t d = 0; d < inst->heads.size(); ++d) {
             const medusa_head& h = inst->heads[d];
-            int32_t rc = matmul(&par, inst->x.data(), m, h.fc_w.data(), h.fc_b.data(), inst->a.data(), dim, dim);
+            int32_t rc = matmul(parallel, inst->x.data(), m, h.fc_w, h.fc_b.data(), inst->a.data());
             if (rc != TROUPE_OK) return rc;
             for (int64_t k = 0; k < m * dim; ++k) inst->r[k] = inst->x[k] + silu(inst->a[k]);
-            rc = matmul(&par, inst->r.data(), m, h.out_w.data(), nullptr, inst->logits.data(), dim, nv);
+            rc = matmul(parallel, inst->r.data(), m, h.out_w, nullptr, inst->logits.data());
             if (rc != TROUPE_OK) return rc;
             for (int64_t row = 0; row < m; ++row)
                 top[d].push_back(top_k(inst->logits.data() + row * nv, nv, inst->tree.k_by_depth[d]));

@@ -1,0 +1,157 @@
+#include "plugins/common/packed_matrix.h"
+
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "plugins/common/dense_ops.h"
+#include "plugins/common/half.h"
+#include "plugins/common/plugin_support.h"
+
+namespace troupe::spec_common {
+namespace {
+
+float dot_f16_scalar(const uint16_t* w, const float* x, int64_t n) {
+    float s = 0;
+    for (int64_t i = 0; i < n; ++i) s += quant_common::fp16_to_fp32(w[i]) * x[i];
+    return s;
+}
+
+float dot_q8_scalar(const int8_t* w, const float* x, int64_t n) {
+    float s = 0;
+    for (int64_t i = 0; i < n; ++i) s += static_cast<float>(w[i]) * x[i];
+    return s;
+}
+
+__attribute__((target("avx2,fma,f16c"))) float hsum(__m256 v) {
+    __m128 s4 = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s4 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
+    s4 = _mm_add_ss(s4, _mm_shuffle_ps(s4, s4, 1));
+    return _mm_cvtss_f32(s4);
+}
+
+__attribute__((target("avx2,fma,f16c"))) float dot_f16_avx2(const uint16_t* w, const float* x, int64_t n) {
+    __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        const __m256 w0 = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w + i)));
+        const __m256 w1 = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w + i + 8)));
+        acc0 = _mm256_fmadd_ps(w0, _mm256_loadu_ps(x + i), acc0);
+        acc1 = _mm256_fmadd_ps(w1, _mm256_loadu_ps(x + i + 8), acc1);
+    }
+    float s = hsum(_mm256_add_ps(acc0, acc1));
+    for (; i < n; ++i) s += quant_common::fp16_to_fp32(w[i]) * x[i];
+    return s;
+}
+
+__attribute__((target("avx2,fma,f16c"))) float dot_q8_avx2(const int8_t* w, const float* x, int64_t n) {
+    __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(w + i));
+        const __m256 w0 = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q));
+        const __m256 w1 = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(q, 8)));
+        acc0 = _mm256_fmadd_ps(w0, _mm256_loadu_ps(x + i), acc0);
+        acc1 = _mm256_fmadd_ps(w1, _mm256_loadu_ps(x + i + 8), acc1);
+    }
+    float s = hsum(_mm256_add_ps(acc0, acc1));
+    for (; i < n; ++i) s += static_cast<float>(w[i]) * x[i];
+    return s;
+}
+
+bool has_avx2() {
+    static const bool yes = [] {
+        __builtin_cpu_init();
+        return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+    }();
+    return yes;
+}
+
+}  // namespace
+
+const char* weight_format_name(weight_format f) {
+    switch (f) {
+        case weight_format::f32:
+            return "f32";
+        case weight_format::f16:
+            return "f16";
+        case weight_format::q8:
+            return "q8";
+    }
+    return "?";
+}
+
+weight_format weight_format_of(const std::string& name) {
+    if (name == "f16") return weight_format::f16;
+    if (name == "q8") return weight_format::q8;
+    return weight_format::f32;
+}
+
+packed_matrix::packed_matrix(const float* w, int64_t n_rows, int64_t n_cols, weight_format format)
+    : format_(format), n_rows_(n_rows), n_cols_(n_cols) {
+    const auto count = static_cast<size_t>(n_rows * n_cols);
+    switch (format) {
+        case weight_format::f32:
+            f32_.assign(w, w + count);
+            return;
+        case weight_format::f16:
+            f16_.resize(count);
+            for (size_t i = 0; i < count; ++i) f16_[i] = quant_common::fp32_to_fp16(w[i]);
+            return;
+        case weight_format::q8:
+            q8_.resize(count);
+            scales_.resize(static_cast<size_t>(n_rows));
+            for (int64_t r = 0; r < n_rows; ++r) {
+                const float* row = w + r * n_cols;
+                float amax = 0;
+                for (int64_t i = 0; i < n_cols; ++i) amax = std::max(amax, std::fabs(row[i]));
+                const float scale = amax / 127.0f;
+                const float inv = scale > 0 ? 1.0f / scale : 0.0f;
+                scales_[static_cast<size_t>(r)] = scale;
+                for (int64_t i = 0; i < n_cols; ++i)
+                    q8_[static_cast<size_t>(r * n_cols + i)] = static_cast<int8_t>(std::lrint(row[i] * inv));
+            }
+            return;
+    }
+}
+
+size_t packed_matrix::n_bytes() const {
+    return f32_.size() * 4 + f16_.size() * 2 + q8_.size() + scales_.size() * 4;
+}
+
+float packed_matrix::row_dot(int64_t r, const float* x) const {
+    switch (format_) {
+        case weight_format::f32:
+            return dot(f32_.data() + r * n_cols_, x, n_cols_);
+        case weight_format::f16: {
+            const uint16_t* w = f16_.data() + r * n_cols_;
+            return has_avx2() ? dot_f16_avx2(w, x, n_cols_) : dot_f16_scalar(w, x, n_cols_);
+        }
+        case weight_format::q8: {
+            const int8_t* w = q8_.data() + r * n_cols_;
+            const float s = has_avx2() ? dot_q8_avx2(w, x, n_cols_) : dot_q8_scalar(w, x, n_cols_);
+            return s * scales_[static_cast<size_t>(r)];
+        }
+    }
+    return 0.0f;
+}
+
+int32_t matmul(const troupe_parallel* parallel, const float* x, int64_t n, const packed_matrix& w, const float* b,
+               float* y) {
+    const int64_t in = w.n_cols(), out = w.n_rows();
+    if (n <= 0 || out <= 0) return TROUPE_OK;
+    // Below about a million multiply-adds, waking the workers costs more than the product.
+    const troupe_parallel* where = n * in * out < (int64_t{1} << 20) ? nullptr : parallel;
+    const int64_t rows_per_piece = std::max<int64_t>(1, (int64_t{16} << 10) / std::max<int64_t>(1, in * 4));
+    const int64_t n_pieces = (out + rows_per_piece - 1) / rows_per_piece;
+    return plugin_support::run_parallel(where, n_pieces, [&](int64_t begin, int64_t end) {
+        const int64_t o_end = std::min(out, end * rows_per_piece);
+        for (int64_t o = begin * rows_per_piece; o < o_end; ++o) {
+            const float bias = b != nullptr ? b[o] : 0.0f;
+            for (int64_t r = 0; r < n; ++r) y[r * out + o] = w.row_dot(o, x + r * in) + bias;
+        }
+    });
+}
+
+}  // namespace troupe::spec_common
