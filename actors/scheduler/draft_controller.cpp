@@ -63,7 +63,7 @@ void draft_controller::observe(const draft_step_observation& o) {
     b.n_steps++;
     b.n_tokens += o.n_tokens;
     b.seconds += o.step_s;
-    if (b.n_steps >= params_.window_steps) close_window(b);
+    if (b.n_steps >= params_.window_steps && b.seconds >= params_.min_window_s) close_window(b);
 }
 
 void draft_controller::close_window(bucket& b) {

@@ -9,8 +9,10 @@
 // drafter's cost, the target's cost for n extra rows at this batch size, verification) changes with the model,
 // the plugin, the text and the load:
 //
-//   rate(mode) = sum(tokens produced) / sum(step seconds) over a window of `window_steps` decode-only
-//                steps run in that mode (prefill chunks excluded: their cost says nothing about drafts),
+//   rate(mode) = sum(tokens produced) / sum(step seconds) over a window of at least `window_steps` decode-only
+//                steps and `min_window_s` seconds run in that mode (prefill chunks excluded: their cost says
+//                nothing about drafts; the time floor keeps a tiny model's sub-millisecond steps from being
+//                judged on one scheduling hiccup of a busy machine),
 //                smoothed across windows (EMA, weight `smoothing` for the newest window).
 //   on  (cap = max_draft)  while rate(on)  >= rate(off) * (1 - hysteresis)   (when on)
 //   off (cap = 0)          until rate(on)  >  rate(off) * (1 + hysteresis)   (when off)
@@ -34,7 +36,8 @@ namespace troupe {
 struct draft_controller_params {
     int32_t max_draft = 0;            // the configured cap per sequence and step (0: speculation is off)
     bool adaptive = true;             // false: always max_draft (the controller only counts)
-    int32_t window_steps = 8;         // decode steps per measured window
+    int32_t window_steps = 8;         // decode steps per measured window, at least
+    double min_window_s = 0.025;      // and seconds per window, at least
     int32_t min_probe_interval = 8;   // time in the chosen mode between probes, in probe windows' durations
     int32_t max_probe_interval = 64;  // ... after probes keep confirming the decision
     double smoothing = 0.5;           // EMA weight of the newest window's rate

@@ -57,10 +57,12 @@ throughput run(draft_controller& c, fake_target& t, int32_t n_seqs, int32_t n_st
     return r;
 }
 
+// Windows of 8 steps whatever their length (the fake steps are short; the time floor has its own test).
 draft_controller make(bool adaptive = true) {
     draft_controller_params p;
     p.max_draft = k_max_draft;
     p.adaptive = adaptive;
+    p.min_window_s = 0;
     return draft_controller(p);
 }
 
@@ -161,6 +163,21 @@ TEST(draft_controller, ignores_prefill_steps_and_steps_planned_in_another_mode) 
     for (int32_t i = 0; i < 100; ++i) c.observe(plain);
     EXPECT_EQ(c.counters().n_windows, 0);
     EXPECT_EQ(c.counters().n_steps_off, 100);
+}
+
+TEST(draft_controller, a_window_closes_after_both_its_steps_and_its_seconds) {
+    draft_controller_params p;
+    p.max_draft = k_max_draft;
+    p.window_steps = 8;
+    p.min_window_s = 0.025;
+    draft_controller c(p);
+    const draft_step_observation step{
+        .n_seqs = 1, .draft_cap = k_max_draft, .decode_only = true, .n_tokens = 2, .step_s = 2e-3};
+    for (int32_t i = 0; i < 12; ++i) c.observe(step);
+    EXPECT_EQ(c.counters().n_windows, 0);  // 12 steps, 24 ms
+    c.observe(step);
+    EXPECT_EQ(c.counters().n_windows, 1);  // 13 steps, 26 ms
+    EXPECT_DOUBLE_EQ(c.rate_with_drafts(1), 1000);
 }
 
 TEST(draft_controller, without_adaptation_always_answers_the_configured_cap) {

@@ -435,8 +435,10 @@ TEST(scheduler_core, the_draft_controller_plans_without_drafts_once_steps_with_t
     }
     ASSERT_EQ(caps.size(), 60u);
     EXPECT_EQ(caps[0], 0);  // the prefill
+    // Windows of at least 8 steps and 25 ms: 9 steps of 3 ms with drafts, then 25 of 1 ms without.
     EXPECT_EQ(caps[1], 4);  // the first window measures drafting ...
-    EXPECT_EQ(caps[9], 0);  // ... the second plain decoding
+    EXPECT_EQ(caps[9], 4);
+    EXPECT_EQ(caps[10], 0);  // ... the second plain decoding
     EXPECT_EQ(caps[59], 0);
     EXPECT_FALSE(s.scheduler().drafts().drafting(1));
     EXPECT_EQ(s.counters().draft_cap, 0);
