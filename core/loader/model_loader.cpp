@@ -10,6 +10,7 @@
 #include "core/loader/cuda_plugins.h"
 #include "core/log/log.h"
 #include "core/model/cpu_llama.h"
+#include "core/model/draft_layout.h"
 #include "core/model/kv_layout.h"
 #include "core/model/quant_chain.h"
 #include "core/model/tap_fanout.h"
@@ -34,6 +35,28 @@ kv_layout with_second_models(kv_layout layout, size_t second_bytes, int32_t n_la
 result<loaded_plugin> load_plugin(plugin_host& host, plugin_kind kind, const plugin_config& pc) {
     plugin_spec spec{kind, pc.name, pc.path, pc.params};
     return host.load(spec);
+}
+
+// A spec plugin's trees take KV rows beyond each running sequence's context (its draft room) and one verification
+// pass: refuse, at load, trees the runner cannot verify in one step or the KV budget cannot hold for every running
+// sequence beside its context.
+status check_tree_fits(const speculator& spec, int64_t pool_tokens, int32_t max_seqs) {
+    const int32_t nodes = spec.max_nodes();
+    if (nodes > k_max_tree_nodes) {
+        return make_error("plugins.spec: " + spec.name() + " proposes up to " + std::to_string(nodes) +
+                          " draft nodes per step, more than the " + std::to_string(k_max_tree_nodes) +
+                          " one verification pass takes: make its tree smaller");
+    }
+    const int64_t per_seq = pool_tokens / std::max(1, max_seqs);
+    if (2 * static_cast<int64_t>(nodes) > per_seq) {
+        return make_error("plugins.spec: " + spec.name() + " proposes up to " + std::to_string(nodes) +
+                          " draft nodes per sequence, but the KV budget holds " + std::to_string(per_seq) +
+                          " tokens per running sequence (" + std::to_string(pool_tokens) + " tokens for " +
+                          std::to_string(max_seqs) +
+                          " sequences): make the tree at most half of that, raise kv.memory, or lower "
+                          "scheduler.max_running_seqs");
+    }
+    return {};
 }
 
 }  // namespace
@@ -145,6 +168,9 @@ result<loaded_model> load_model(const engine_config& config) {
         if (!sizing.ok()) return sizing.err();
     }
     const int64_t n_blocks = sizing->n_blocks;
+    if (m.spec) {
+        if (status st = check_tree_fits(*m.spec, n_blocks * block_size, params.max_seqs); !st.ok()) return st.err();
+    }
     params.kv = kv_geometry{block_size, sizing->n_blocks};
     m.kv_summary = sizing->summary;
     if (second_models->size() > 0) m.kv_summary += ", shared with " + second_models->describe();

@@ -5,10 +5,13 @@
 // and fewer target steps must be needed than without drafts.
 #include <gtest/gtest.h>
 
+#include <yaml-cpp/yaml.h>
+
 #include <algorithm>
 
 #include "actors/engine/engine.h"
 #include "actors/tokenizer/tokenizer_codec.h"
+#include "core/loader/model_loader.h"
 #include "core/runtime/lane.h"
 #include "core/tokenizer/incremental_detokenizer.h"
 #include "tests/actors/sink_recorder.h"
@@ -114,6 +117,26 @@ TEST(spec_trees_stories, greedy_output_through_trees_is_the_golden_and_takes_few
     }
     // Up to three story tokens and the bonus per tree (fewer where the KV allocator grants less draft room).
     EXPECT_LT(n_steps[1] * 3, n_steps[0] * 2);
+}
+
+// A tree that the KV budget cannot hold beside every running sequence's context is refused at load, with the
+// numbers and what to change; the same plugin loads with the memory to hold it.
+TEST(spec_trees_stories, a_tree_too_large_for_the_kv_budget_is_refused_at_load) {
+    TROUPE_REQUIRE_SHARED(model_path, "models/stories260K.gguf");
+    engine_config c = testing::golden_config(model_path, testing::golden_setup::builtin_float);
+    c.plugins.spec = plugin_config("ngram");
+    c.plugins.spec.params["max_draft"] = 16;
+    c.scheduler.max_running_seqs = 16;
+    c.kv.memory = *parse_memory_budget("256KiB");  // 1280 B per token: 204 tokens, 12 per sequence
+    auto refused = load_model(c);
+    ASSERT_FALSE(refused.ok());
+    EXPECT_EQ(refused.message(),
+              "plugins.spec: spec/ngram proposes up to 16 draft nodes per sequence, but the KV budget holds 12 "
+              "tokens per running sequence (192 tokens for 16 sequences): make the tree at most half of that, raise "
+              "kv.memory, or lower scheduler.max_running_seqs");
+    c.kv.memory = *parse_memory_budget("4MiB");
+    auto loaded = load_model(c);
+    EXPECT_TRUE(loaded.ok()) << loaded.message();
 }
 
 }  // namespace
