@@ -2,7 +2,7 @@
 // function of the prefix's tokens: greedy takes the longest path the target agrees with, and sampling emits exactly
 // the target's distribution (Pearson's chi-square over 200,000 draws, p > 0.001) for chains and trees, with draft
 // distributions (siblings independent draws from their q rows) and without (deterministic drafts, distinct or
-// repeated siblings).
+// repeated siblings), and that the check catches a drafter that misstates its q.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -213,6 +213,38 @@ INSTANTIATE_TEST_SUITE_P(
         // A repeated sibling is rejected for sure once its twin was (p(x) is 0 then): still exact.
         sampling_case{"deterministic_repeated_siblings", {-1, -1, -1, 1, 1}, {}, {3, 3, 1, 0, 0}}),
     [](const ::testing::TestParamInfo<sampling_case>& info) { return std::string(info.param.name); });
+
+// The check has power: drafts drawn from one distribution but verified as if from another (a drafter that misstates
+// its q) emit a distribution the chi-square test rejects.
+TEST(draft_verify_sampling_power, a_drafter_that_misstates_its_q_is_caught) {
+    constexpr int64_t n_draws = 200000;
+    draft_tree tree;
+    tree.parents = {-1, -1};
+    tree.tokens = {0, 0};
+    const std::vector<double> drawn_from = {1, 1, 1, 1, 1, 1};
+    const std::vector<float> stated = {0.5f, 0.3f, 0.05f, 0.05f, 0.05f, 0.05f};
+    for (int i = 0; i < 2; ++i) tree.q.insert(tree.q.end(), stated.begin(), stated.end());
+    std::discrete_distribution<int32_t> draft(drawn_from.begin(), drawn_from.end());
+    std::mt19937_64 drafter(99);
+    draft_verifier verifier;
+    std::vector<double> observed(n_vocab, 0.0);
+    for (int64_t d = 0; d < n_draws; ++d) {
+        for (int32_t& t : tree.tokens) t = draft(drafter);
+        sampler smp(plain_sampling(static_cast<uint64_t>(d) + 1));
+        std::vector<int32_t> history;
+        const auto rows = [&](int32_t node) {
+            static thread_local std::vector<float> row;
+            row = target_logits(path_tokens(tree, node));
+            return std::span<const float>(row);
+        };
+        const draft_verdict v = verifier.verify(tree, rows, smp, history);
+        observed[static_cast<size_t>(history.empty() ? v.token : history[0])] += 1;
+    }
+    const std::vector<double> p0 = softmax(target_logits({}));
+    std::vector<double> expected(n_vocab);
+    for (int32_t t = 0; t < n_vocab; ++t) expected[static_cast<size_t>(t)] = n_draws * p0[static_cast<size_t>(t)];
+    EXPECT_LT(testing::chi_square(observed, expected).p_value, 0.001);
+}
 
 TEST(chi_square_check, rejects_a_distribution_that_is_slightly_off_and_computes_known_tail_values) {
     // Q(k/2, x/2): the chi-square upper tail; 3.841 is the 5% point for 1 degree of freedom, 18.307 for 10.
