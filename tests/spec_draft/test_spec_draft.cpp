@@ -196,6 +196,54 @@ TEST_F(spec_draft, sampled_proposals_carry_q_rows_that_are_distributions_holding
     }
 }
 
+TEST_F(spec_draft, with_branch_the_first_draft_gets_sibling_roots_and_greedy_text_stays_the_golden) {
+    engine_config config = draft_config(target_, shared("stories260K-Q4_0.gguf"), false);
+    config.plugins.spec.params["branch"] = 3;
+    {
+        auto m = load_model(config);
+        ASSERT_TRUE(m.ok()) << m.message();
+        EXPECT_EQ(m->spec->max_nodes(), 6);  // a chain of 4 and 2 sibling roots
+        direct d{std::move(*m), {0, 1, 2, 3, 4, 5, 6, 7}};
+        ASSERT_TRUE(d.m.spec->begin(1, run_.prompt_ids).ok());
+        draft_tree t = d.propose(1, run_.prompt_ids, 0.0f, static_cast<int32_t>(run_.prompt_ids.size()));
+        // 4 nodes asked: a chain of 2 and the 2 sibling roots (the next best tokens), leaves after the chain.
+        EXPECT_EQ(t.parents, (std::vector<int32_t>{-1, 0, -1, -1}));
+        ASSERT_EQ(t.tokens.size(), 4u);
+        EXPECT_NE(t.tokens[2], t.tokens[0]);
+        EXPECT_NE(t.tokens[3], t.tokens[0]);
+        EXPECT_NE(t.tokens[3], t.tokens[2]);
+        ASSERT_TRUE(d.m.spec->begin(2, run_.prompt_ids).ok());
+        d.table = {8, 9, 10, 11, 12, 13, 14, 15};
+        t = d.propose(2, run_.prompt_ids, 0.7f, static_cast<int32_t>(run_.prompt_ids.size()));
+        ASSERT_EQ(t.size(), 4u);
+        ASSERT_EQ(t.q.size(), 4u * 512);
+        // Siblings are independent draws from the first draft's distribution: the same q row.
+        EXPECT_TRUE(std::equal(t.q.begin(), t.q.begin() + 512, t.q.begin() + 2 * 512));
+        EXPECT_TRUE(std::equal(t.q.begin(), t.q.begin() + 512, t.q.begin() + 3 * 512));
+    }
+    auto m = load_model(config);
+    ASSERT_TRUE(m.ok()) << m.message();
+    engine_params params = engine_params_from(config);
+    auto tok = m->tok;
+    engine eng(engine_parts_from(*m, params), params);
+    ASSERT_TRUE(eng.start().ok());
+    sampling_params greedy;
+    greedy.temperature = 0.0f;
+    greedy.max_tokens = static_cast<int32_t>(run_.generated_ids.size());
+    greedy.ignore_eos = true;
+    collected out;
+    ASSERT_TRUE(eng.submit(request{run_.prompt, greedy, std::nullopt}, out.sink()).ok());
+    out.wait();
+    auto detok = make_tokenizer_codec(tok)->make_decoder();
+    std::string expected;
+    for (int32_t id : run_.generated_ids) expected += detok->push(id);
+    expected += detok->flush();
+    EXPECT_EQ(out.error, "");
+    EXPECT_EQ(out.text, expected);
+    EXPECT_GT(out.use.n_draft_accepted, 0);
+    EXPECT_TRUE(eng.stop(std::chrono::milliseconds(1000)).ok());
+}
+
 TEST_F(spec_draft, a_missing_model_a_path_that_is_not_a_file_and_another_vocabulary_each_give_one_clear_error) {
     engine_config missing = draft_config(target_, "");
     missing.plugins.spec.params.remove("model");

@@ -8,6 +8,7 @@
 //   adaptive:  true|false (default true)  draft length follows the acceptance (draft_proposer.h); false: always
 //              max_draft
 //   seed:      0..2^31-1 (default 0)  the drafts' random draws at temperature > 0
+//   branch:    1..4 (default 1)  candidates for the first draft (a tree: the chain and branch - 1 sibling roots)
 #include <troupe/plugin.h>
 
 #include <filesystem>
@@ -84,7 +85,9 @@ int32_t draft_create(const troupe_plugin_params* params, troupe_plugin_instance*
         options.max_draft = static_cast<int32_t>(reader.integer("max_draft", 1, 16, 6));
         options.adaptive = reader.boolean("adaptive", true);
         options.seed = static_cast<uint64_t>(reader.integer("seed", 0, 2147483647, 0));
-        if (const std::string& errors = reader.finish({"model", "max_draft", "adaptive", "seed"}); !errors.empty()) {
+        options.branch = static_cast<int32_t>(reader.integer("branch", 1, 4, 1));
+        if (const std::string& errors = reader.finish({"model", "max_draft", "adaptive", "seed", "branch"});
+            !errors.empty()) {
             error = errors;
             return TROUPE_ERR_INVALID_PARAMS;
         }

@@ -54,6 +54,11 @@ int32_t draft_proposer::pick(const float* logits, float temperature, sequence& s
         q_row[i] *= inv;
         total += q_row[i];
     }
+    return draw(q_row, total, s);
+}
+
+int32_t draft_proposer::draw(const float* q_row, double total, sequence& s) {
+    const int32_t n_vocab = info_.n_vocab;
     const double u = std::uniform_real_distribution<double>(0.0, total)(s.rng);
     double acc = 0;
     int32_t last_positive = 0;
@@ -120,6 +125,8 @@ int32_t draft_proposer::propose(const troupe_spec_request* requests, int32_t n, 
 int32_t draft_proposer::propose_chains(const troupe_spec_request* requests, int32_t n, troupe_spec_proposal* out) {
     error_.clear();
     k_of_.assign(static_cast<size_t>(n), 0);
+    extra_of_.assign(static_cast<size_t>(n), 0);
+    siblings_.resize(static_cast<size_t>(n) * options_.branch);
     steps_.clear();
     step_req_.clear();
     int32_t k_max = 0;
@@ -134,8 +141,9 @@ int32_t draft_proposer::propose_chains(const troupe_spec_request* requests, int3
         const int64_t len = q.n_tokens;
         // The drafter runs positions up to len + k - 2: inside its context and the blocks the step reserved.
         const int64_t room = std::min<int64_t>(info_.n_ctx, static_cast<int64_t>(q.n_blocks) * q.block_size);
-        int64_t k = std::min<int64_t>({length_for(s, n), q.max_nodes, q.max_depth > 0 ? q.max_depth : q.max_nodes,
-                                       options_.max_draft, room - len + 1});
+        int64_t k =
+            std::min<int64_t>({length_for(s, n), std::max(1, q.max_nodes - (options_.branch - 1)),
+                               q.max_depth > 0 ? q.max_depth : q.max_nodes, options_.max_draft, room - len + 1});
         if (k <= 0) continue;
         s.cached = std::clamp<int64_t>(s.cached, 0, len - 1);
         troupe_model_step step{};
@@ -150,6 +158,8 @@ int32_t draft_proposer::propose_chains(const troupe_spec_request* requests, int3
         steps_.push_back(step);
         step_req_.push_back(r);
         k_of_[static_cast<size_t>(r)] = static_cast<int32_t>(k);
+        extra_of_[static_cast<size_t>(r)] =
+            static_cast<int32_t>(std::min<int64_t>(options_.branch - 1, q.max_nodes - k));
         k_max = std::max(k_max, static_cast<int32_t>(k));
     }
     if (steps_.empty()) return TROUPE_OK;
@@ -171,6 +181,7 @@ int32_t draft_proposer::propose_chains(const troupe_spec_request* requests, int3
         out[r].has_q = q != nullptr ? 1 : 0;
         s.n_at_propose = requests[r].n_tokens;
         s.n_proposed = 1;
+        pick_siblings(r, logits_.data() + i * static_cast<size_t>(info_.n_vocab), out[r].tokens[0], q, s);
     }
     // Draft positions 2..k_max: one token per sequence still drafting, all in one forward.
     for (int32_t j = 2; j <= k_max; ++j) {
@@ -206,7 +217,44 @@ int32_t draft_proposer::propose_chains(const troupe_spec_request* requests, int3
             s.n_proposed = j;
         }
     }
+    // The first draft's siblings (params.branch) after the chain: more roots, each a leaf.
+    for (int32_t r = 0; r < n; ++r) {
+        troupe_spec_proposal& p = out[r];
+        const int32_t n_extra = extra_of_[static_cast<size_t>(r)];
+        for (int32_t e = 0; e < n_extra; ++e) {
+            const int32_t node = p.n_nodes;
+            p.tokens[node] = siblings_[static_cast<size_t>(r) * options_.branch + static_cast<size_t>(e)];
+            p.parents[node] = -1;
+            if (p.has_q != 0) {  // an independent draw from the same row as node 0
+                std::copy(p.q, p.q + info_.n_vocab, p.q + static_cast<size_t>(node) * info_.n_vocab);
+            }
+            p.n_nodes = node + 1;
+        }
+    }
     return TROUPE_OK;
+}
+
+void draft_proposer::pick_siblings(int32_t r, const float* logits, int32_t first, const float* q_row, sequence& s) {
+    const int32_t n_extra = extra_of_[static_cast<size_t>(r)];
+    if (n_extra <= 0) return;
+    int32_t* out = siblings_.data() + static_cast<size_t>(r) * options_.branch;
+    if (q_row != nullptr) {
+        double total = 0;
+        for (int32_t i = 0; i < info_.n_vocab; ++i) total += q_row[i];
+        for (int32_t e = 0; e < n_extra; ++e) out[e] = draw(q_row, total, s);  // duplicates allowed: exact
+        return;
+    }
+    // Greedy: the next best tokens after the first (ties: the lower id first, as the first draft was chosen).
+    order_.resize(static_cast<size_t>(info_.n_vocab));
+    for (int32_t i = 0; i < info_.n_vocab; ++i) order_[static_cast<size_t>(i)] = i;
+    const auto better = [&](int32_t a, int32_t b) { return logits[a] != logits[b] ? logits[a] > logits[b] : a < b; };
+    const auto top = static_cast<std::ptrdiff_t>(std::min(n_extra + 1, info_.n_vocab));
+    std::partial_sort(order_.begin(), order_.begin() + top, order_.end(), better);
+    int32_t e = 0;
+    for (std::ptrdiff_t i = 0; i < top && e < n_extra; ++i) {
+        if (order_[static_cast<size_t>(i)] != first) out[e++] = order_[static_cast<size_t>(i)];
+    }
+    extra_of_[static_cast<size_t>(r)] = e;
 }
 
 void draft_proposer::accepted(int64_t seq_id, const int32_t* nodes, int32_t n) {
@@ -214,10 +262,12 @@ void draft_proposer::accepted(int64_t seq_id, const int32_t* nodes, int32_t n) {
     if (it == seqs_.end()) return;
     sequence& s = it->second;
     if (s.n_at_propose < 0) return;  // no drafts this step: the drafter ran nothing for it
-    int32_t m = 0;                   // drafts accepted: nodes 0..m-1 of the chain, then the target's own token
+    int32_t m = 0;                   // drafts accepted (the path's nodes), then the target's own token
     for (int32_t i = 0; i < n; ++i) m += nodes[i] >= 0 ? 1 : 0;
-    // Rows n .. n + proposed - 2 hold drafts 0 .. proposed - 2; those the target kept stay valid.
-    s.cached = s.n_at_propose + std::min(m, s.n_proposed - 1);
+    int32_t on_chain = 0;  // how much of the path is the chain's nodes 0, 1, ... (not a sibling root)
+    while (on_chain < n && on_chain < s.n_proposed && nodes[on_chain] == on_chain) ++on_chain;
+    // Rows n .. n + proposed - 2 hold the chain's drafts 0 .. proposed - 2; those the target kept stay valid.
+    s.cached = s.n_at_propose + std::min(on_chain, s.n_proposed - 1);
     n_drafted_ += s.n_proposed;
     n_accepted_ += m;
     s.acc.add(m, s.n_proposed);

@@ -10,6 +10,10 @@
 // the target kept (m): the drafter's rows [n, n + min(m, k-1)) hold those drafts, so cached = n + min(m, k-1); rows
 // past it are stale and simply overwritten by the next catch-up.
 //
+// With branch > 1 the first draft also gets branch - 1 sibling roots (a tree; leaves after the chain): the next best
+// tokens (greedy) or independent draws from the same q row (sampled: exact for siblings). A path through a sibling
+// keeps none of the chain's drafter rows.
+//
 // Greedy requests (temperature 0) get the drafter's argmax chain, without q rows (deterministic drafts). Sampled
 // requests get drafts drawn from softmax(drafter logits / T) at the request's temperature, with those rows as q, so
 // verification is exact speculative sampling.
@@ -39,6 +43,7 @@ namespace spec_draft {
 struct draft_options {
     int32_t max_draft = 6;
     bool adaptive = true;
+    int32_t branch = 1;  // candidates for the first draft: the chain's root and branch - 1 sibling roots
     uint64_t seed = 0;
 };
 
@@ -48,7 +53,7 @@ public:
     draft_proposer(const troupe_model_services* services, troupe_model* model, const troupe_model_info& info,
                    draft_options options);
 
-    int32_t max_nodes() const { return options_.max_draft; }
+    int32_t max_nodes() const { return options_.max_draft + options_.branch - 1; }
     void begin(int64_t seq_id);
     // Returns TROUPE_OK or a status with error() set.
     int32_t propose(const troupe_spec_request* requests, int32_t n, troupe_spec_proposal* out);
@@ -78,6 +83,10 @@ private:
     sequence& state_of(int64_t seq_id);
     // Picks the token after `logits` for request r: argmax, or a draw at `temperature` with its q row.
     int32_t pick(const float* logits, float temperature, sequence& s, float* q_row);
+    // A draw from a filled q row whose entries sum to `total`.
+    int32_t draw(const float* q_row, double total, sequence& s);
+    // Request r's sibling roots of its first draft `first` into siblings_ (extra_of_[r] of them, or fewer).
+    void pick_siblings(int32_t r, const float* logits, int32_t first, const float* q_row, sequence& s);
     int32_t forward(int32_t n_steps);  // runs steps_[0, n_steps) into logits_
     int32_t propose_chains(const troupe_spec_request* requests, int32_t n, troupe_spec_proposal* out);
 
@@ -101,6 +110,9 @@ private:
     std::vector<int32_t> step_req_;    // [steps] the request of each step
     std::vector<int32_t> step_token_;  // [steps] one-token steps' token
     std::vector<int32_t> k_of_;        // [requests] drafts wanted
+    std::vector<int32_t> extra_of_;    // [requests] sibling roots of the first draft
+    std::vector<int32_t> siblings_;    // [requests, branch] their tokens
+    std::vector<int32_t> order_;       // [n_vocab] greedy siblings
     std::vector<float> logits_;        // [steps, n_vocab]
     std::vector<double> weights_;      // [n_vocab] sampling
 };
