@@ -67,10 +67,14 @@ void draft_controller::observe(const draft_step_observation& o) {
 }
 
 void draft_controller::close_window(bucket& b) {
+    const bool was_probe = b.probing;
     const bool measured_mode = mode_of(b);
     rate& r = measured_mode ? b.with : b.without;
     const double x = static_cast<double>(b.n_tokens) / b.seconds;
-    r.tokens_per_s = r.measured ? (1 - params_.smoothing) * r.tokens_per_s + params_.smoothing * x : x;
+    // The chosen mode's rate is smoothed over its recent windows; a probe's replaces the other mode's estimate,
+    // so that a decision compares two measurements taken seconds apart (the machine's speed drifts).
+    const bool smooth = r.measured && !was_probe;
+    r.tokens_per_s = smooth ? (1 - params_.smoothing) * r.tokens_per_s + params_.smoothing * x : x;
     r.measured = true;
     b.last_window_s[measured_mode ? 1 : 0] = b.seconds;
     const double window_s = b.seconds;
@@ -78,30 +82,31 @@ void draft_controller::close_window(bucket& b) {
     b.n_tokens = 0;
     b.seconds = 0;
     counters_.n_windows++;
-    const bool was_probe = b.probing;
     if (was_probe) counters_.n_probes++;
     b.probing = false;
 
-    bool decision = b.on;
-    if (b.with.measured && b.without.measured) {
-        const double h = params_.hysteresis;
-        decision = b.on ? b.with.tokens_per_s >= b.without.tokens_per_s * (1 - h)
-                        : b.with.tokens_per_s > b.without.tokens_per_s * (1 + h);
+    const double chosen = b.on ? b.with.tokens_per_s : b.without.tokens_per_s;
+    const double other = b.on ? b.without.tokens_per_s : b.with.tokens_per_s;
+    const bool both = b.with.measured && b.without.measured;
+    if (!was_probe) {
+        // The chosen mode fell below the other's last measurement: measure the other again now rather than
+        // switching on a stale figure.
+        if ((both && chosen < other * (1 - params_.hysteresis)) || (b.seconds_to_probe -= window_s) <= 0)
+            b.probing = true;
+        return;
     }
-    // The next probe runs the mode not chosen for one window; it waits until the chosen mode has run
-    // probe_interval times that window's last duration.
-    const double probe_s = b.last_window_s[decision ? 0 : 1];
-    if (decision != b.on) {
-        b.on = decision;
+    // A probe ends: keep the chosen mode unless the other was faster by more than the hysteresis.
+    const bool switch_mode = both && other > chosen * (1 + params_.hysteresis);
+    if (switch_mode) {
+        b.on = !b.on;
         counters_.n_switches++;
         b.probe_interval = params_.min_probe_interval;
-        b.seconds_to_probe = probe_s * b.probe_interval;
-    } else if (was_probe) {
+    } else {
         b.probe_interval = std::clamp(2 * b.probe_interval, params_.min_probe_interval, params_.max_probe_interval);
-        b.seconds_to_probe = probe_s * b.probe_interval;
-    } else if ((b.seconds_to_probe -= window_s) <= 0) {
-        b.probing = true;
     }
+    // The next probe runs the mode not chosen for one window; it waits until the chosen mode has run
+    // probe_interval times that mode's last window duration.
+    b.seconds_to_probe = b.last_window_s[b.on ? 0 : 1] * b.probe_interval;
 }
 
 }  // namespace troupe

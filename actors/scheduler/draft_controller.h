@@ -12,17 +12,19 @@
 //   rate(mode) = sum(tokens produced) / sum(step seconds) over a window of at least `window_steps` decode-only
 //                steps and `min_window_s` seconds run in that mode (prefill chunks excluded: their cost says
 //                nothing about drafts; the time floor keeps a tiny model's sub-millisecond steps from being
-//                judged on one scheduling hiccup of a busy machine),
-//                smoothed across windows (EMA, weight `smoothing` for the newest window).
-//   on  (cap = max_draft)  while rate(on)  >= rate(off) * (1 - hysteresis)   (when on)
-//   off (cap = 0)          until rate(on)  >  rate(off) * (1 + hysteresis)   (when off)
+//                judged on one scheduling hiccup of a busy machine). The chosen mode's rate is smoothed over its
+//                windows (EMA, weight `smoothing` for the newest); the other mode's is its last probe window's.
 //
-// The mode not chosen is re-measured by a probe window once the chosen mode has run for `probe_interval` times
-// as long as that mode's last window took (in executor seconds, not steps: a drafting step can cost several
-// plain ones). The interval starts at min_probe_interval and doubles (up to max_probe_interval) each time a probe
-// confirms the decision, so a settled decision costs little: with speculation off, probes take ~1/(64+1) of the
-// time. A changed decision resets the interval. The first window of each bucket measures drafting, the second
-// probes plain decoding, so a fresh bucket decides after two windows.
+// The mode not chosen is re-measured by a probe window, and decisions are taken only when a probe ends: the other
+// mode wins if its probe was faster than the chosen mode's rate by more than `hysteresis`. Both figures are then
+// seconds old, so a machine whose speed drifts (other jobs) does not flip the decision. A probe runs once the
+// chosen mode has run `probe_interval` times the other mode's last window duration (seconds, not steps: a
+// drafting step can cost several plain ones); the interval starts at min_probe_interval and doubles (up to
+// max_probe_interval) each time a probe confirms the decision, so a settled decision costs little: with
+// speculation off, probes take ~1/(64+1) of the time. It runs at once, though, when the chosen mode's rate falls
+// below the other's last figure (acceptance dropped, the load changed). A switch resets the interval. The first
+// window of each bucket measures drafting and the second probes plain decoding, so a fresh bucket decides after
+// two windows.
 //
 // Each batch size is its own case (speculation that pays at batch 1 often does not at 16, where the step is
 // compute-bound): the state is kept per bucket of running sequences, 1, 2-3, 4-7, 8-15, 16-31, ... .
@@ -37,11 +39,11 @@ struct draft_controller_params {
     int32_t max_draft = 0;            // the configured cap per sequence and step (0: speculation is off)
     bool adaptive = true;             // false: always max_draft (the controller only counts)
     int32_t window_steps = 8;         // decode steps per measured window, at least
-    double min_window_s = 0.025;      // and seconds per window, at least
+    double min_window_s = 0.05;       // and seconds per window, at least
     int32_t min_probe_interval = 8;   // time in the chosen mode between probes, in probe windows' durations
     int32_t max_probe_interval = 64;  // ... after probes keep confirming the decision
     double smoothing = 0.5;           // EMA weight of the newest window's rate
-    double hysteresis = 0.02;         // relative margin before the decision changes
+    double hysteresis = 0.03;         // relative margin before the decision changes
 };
 
 // One finished step as the controller sees it.

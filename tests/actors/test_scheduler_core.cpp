@@ -420,7 +420,7 @@ TEST(scheduler_core, the_draft_controller_plans_without_drafts_once_steps_with_t
     s.enqueue(req(1, {1, 10}, 500), out);
     std::vector<int32_t> caps;
     time_point t = steady_clock::now();
-    for (int32_t i = 0; i < 60 && out.step; ++i) {
+    for (int32_t i = 0; i < 120 && out.step; ++i) {
         const step_plan plan = *out.step;
         caps.push_back(plan.seqs[0].max_draft);
         step_done d = done(plan);  // every draft rejected: one token per step
@@ -433,13 +433,14 @@ TEST(scheduler_core, the_draft_controller_plans_without_drafts_once_steps_with_t
         out.clear();
         s.step_finished(d, out);
     }
-    ASSERT_EQ(caps.size(), 60u);
+    ASSERT_EQ(caps.size(), 120u);
     EXPECT_EQ(caps[0], 0);  // the prefill
-    // Windows of at least 8 steps and 25 ms: 9 steps of 3 ms with drafts, then 25 of 1 ms without.
+    // Windows of at least 8 steps and 50 ms: 17 steps of 3 ms with drafts, then a probe of 50 of 1 ms without,
+    // after which drafting is off for 8 times the drafting window (408 ms).
     EXPECT_EQ(caps[1], 4);  // the first window measures drafting ...
-    EXPECT_EQ(caps[9], 4);
-    EXPECT_EQ(caps[10], 0);  // ... the second plain decoding
-    EXPECT_EQ(caps[59], 0);
+    EXPECT_EQ(caps[17], 4);
+    EXPECT_EQ(caps[18], 0);  // ... the second plain decoding
+    EXPECT_EQ(caps[119], 0);
     EXPECT_FALSE(s.scheduler().drafts().drafting(1));
     EXPECT_EQ(s.counters().draft_cap, 0);
     EXPECT_EQ(s.counters().n_draft_steps, std::count_if(caps.begin(), caps.end(), [](int32_t k) { return k > 0; }));
