@@ -21,7 +21,9 @@ struct fake_target {
     double draft_per_node_s = 1e-5;
     double accept_per_node = 0.3;
     uint32_t seed = 7;
+    int32_t drift_period = 0;  // > 0: the machine runs at half speed every other drift_period steps (other jobs)
     std::mt19937 rng{seed};
+    int64_t n_steps = 0;
 
     draft_step_observation step(int32_t n_seqs, int32_t cap) {
         std::uniform_real_distribution<double> noise(0.97, 1.03);  // a shared machine's jitter
@@ -32,6 +34,8 @@ struct fake_target {
         const int32_t accepted = std::min(nodes, static_cast<int32_t>(accept_per_node * nodes));
         o.n_tokens = static_cast<int64_t>(n_seqs) * (1 + accepted);
         o.step_s = (fixed_s + per_row_s * n_seqs * (1 + nodes) + draft_per_node_s * n_seqs * nodes) * noise(rng);
+        if (drift_period > 0 && (n_steps / drift_period) % 2 == 1) o.step_s *= 2;
+        n_steps++;
         return o;
     }
 };
@@ -108,6 +112,21 @@ TEST(draft_controller, ends_within_five_percent_of_the_better_mode_and_picks_it_
         EXPECT_EQ(c.drafting(k.n_seqs), k.drafting_pays);
         EXPECT_GE(controlled, 0.95 * std::max(on, off)) << "on " << on << ", off " << off;
     }
+}
+
+TEST(draft_controller, a_machine_whose_speed_drifts_does_not_make_it_switch_to_the_slower_mode) {
+    // Drafting loses ~20%; the machine halves its speed every other 300 steps, which moves both modes' rates far
+    // more than drafting does.
+    fake_target t{
+        .fixed_s = 1e-3, .per_row_s = 2.3e-4, .draft_per_node_s = 0, .accept_per_node = 0.125, .drift_period = 300};
+    fake_target t_off = t;
+    draft_controller unused = make();
+    const double off = run(unused, t_off, 1, 6000, 0).per_s();
+    draft_controller c = make();
+    const throughput r = run(c, t, 1, 6000);
+    EXPECT_FALSE(c.drafting(1));
+    EXPECT_LE(c.counters().n_switches, 2);
+    EXPECT_GE(r.per_s(), 0.95 * off);
 }
 
 TEST(draft_controller, keeps_each_batch_size_bucket_apart) {
