@@ -60,6 +60,32 @@ __attribute__((target("avx2,fma,f16c"))) float dot_q8_avx2(const int8_t* w, cons
     return s;
 }
 
+// Σ over blocks of 32: (Σ w·x codes) · the block's activation scale; the row's weight scale is applied by the caller.
+float dot_q8q8_scalar(const int8_t* w, const int8_t* x, const float* x_scales, int64_t n_blocks) {
+    float s = 0;
+    for (int64_t b = 0; b < n_blocks; ++b) {
+        int32_t acc = 0;
+        for (int j = 0; j < 32; ++j) acc += static_cast<int32_t>(w[b * 32 + j]) * x[b * 32 + j];
+        s += static_cast<float>(acc) * x_scales[b];
+    }
+    return s;
+}
+
+// Byte products by maddubs (unsigned |w| times x with w's sign), pairs summed to 32 bits, scaled per block.
+__attribute__((target("avx2,fma,f16c"))) float dot_q8q8_avx2(const int8_t* w, const int8_t* x, const float* x_scales,
+                                                             int64_t n_blocks) {
+    __m256 acc = _mm256_setzero_ps();
+    const __m256i ones = _mm256_set1_epi16(1);
+    for (int64_t b = 0; b < n_blocks; ++b) {
+        const __m256i wv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + b * 32));
+        const __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + b * 32));
+        const __m256i p16 = _mm256_maddubs_epi16(_mm256_sign_epi8(wv, wv), _mm256_sign_epi8(xv, wv));
+        const __m256i p32 = _mm256_madd_epi16(p16, ones);
+        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p32), _mm256_set1_ps(x_scales[b]), acc);
+    }
+    return hsum(acc);
+}
+
 bool has_avx2() {
     static const bool yes = [] {
         __builtin_cpu_init();
@@ -137,10 +163,38 @@ float packed_matrix::row_dot(int64_t r, const float* x) const {
     return 0.0f;
 }
 
+float packed_matrix::row_dot_q8(int64_t r, const int8_t* x, const float* x_scales) const {
+    const int8_t* w = q8_.data() + r * n_cols_;
+    const int64_t n_blocks = n_cols_ / 32;
+    const float s = has_avx2() ? dot_q8q8_avx2(w, x, x_scales, n_blocks) : dot_q8q8_scalar(w, x, x_scales, n_blocks);
+    return s * scales_[static_cast<size_t>(r)];
+}
+
+void quantize_activations(const float* x, int64_t n, int8_t* q, float* scales) {
+    for (int64_t b = 0; b < n / 32; ++b) {
+        float amax = 0;
+        for (int j = 0; j < 32; ++j) amax = std::max(amax, std::fabs(x[b * 32 + j]));
+        const float d = amax / 127.0f;
+        const float inv = d > 0 ? 1.0f / d : 0.0f;
+        scales[b] = d;
+        for (int j = 0; j < 32; ++j) q[b * 32 + j] = static_cast<int8_t>(std::lrint(x[b * 32 + j] * inv));
+    }
+}
+
 int32_t matmul(const troupe_parallel* parallel, const float* x, int64_t n, const packed_matrix& w, const float* b,
                float* y) {
     const int64_t in = w.n_cols(), out = w.n_rows();
     if (n <= 0 || out <= 0) return TROUPE_OK;
+    // q8 weights with rows of whole blocks: the activations too, in blocks of 32 (integer products).
+    const bool integer = w.format() == weight_format::q8 && in % 32 == 0;
+    std::vector<int8_t> xq;  // [n, in]
+    std::vector<float> xd;   // [n, in / 32]
+    if (integer) {
+        xq.resize(static_cast<size_t>(n * in));
+        xd.resize(static_cast<size_t>(n * in / 32));
+        for (int64_t r = 0; r < n; ++r)
+            quantize_activations(x + r * in, in, xq.data() + r * in, xd.data() + r * (in / 32));
+    }
     // Below about a million multiply-adds, waking the workers costs more than the product.
     const troupe_parallel* where = n * in * out < (int64_t{1} << 20) ? nullptr : parallel;
     const int64_t rows_per_piece = std::max<int64_t>(1, (int64_t{16} << 10) / std::max<int64_t>(1, in * 4));
@@ -149,7 +203,11 @@ int32_t matmul(const troupe_parallel* parallel, const float* x, int64_t n, const
         const int64_t o_end = std::min(out, end * rows_per_piece);
         for (int64_t o = begin * rows_per_piece; o < o_end; ++o) {
             const float bias = b != nullptr ? b[o] : 0.0f;
-            for (int64_t r = 0; r < n; ++r) y[r * out + o] = w.row_dot(o, x + r * in) + bias;
+            for (int64_t r = 0; r < n; ++r) {
+                y[r * out + o] = (integer ? w.row_dot_q8(o, xq.data() + r * in, xd.data() + r * (in / 32))
+                                          : w.row_dot(o, x + r * in)) +
+                                 bias;
+            }
         }
     });
 }

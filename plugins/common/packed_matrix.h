@@ -1,7 +1,10 @@
 // packed_matrix: a float32 weight matrix kept as float32, half floats or 8-bit rows for the speculative heads'
 // products. Drafting reads the whole layer for a handful of rows per call, so it is bound by the bytes of its
 // weights; half floats halve them, 8-bit rows (one float scale per row, round to nearest, codes -127..127) quarter
-// them. A draft only proposes (the target verifies every token), so its precision changes acceptance, never output.
+// them. With 8-bit rows whose length is a multiple of 32, the activations are quantized too (blocks of 32, one
+// scale each, as llama.cpp's Q8_0 activations) and the products are integer ones, half the instructions of
+// widening each weight to float. A draft only proposes (the target verifies every token), so its precision changes
+// acceptance, never output.
 //
 //   y[n, out] = x[n, in] · W^T (+ b)       W: [out][in] in the chosen format; x, y, b float32
 #pragma once
@@ -33,6 +36,8 @@ public:
     size_t n_bytes() const;
     // Σ_i row r of W [i] · x[i].
     float row_dot(int64_t r, const float* x) const;
+    // q8 with n_cols a multiple of 32: the same with x as int8 codes in blocks of 32, x_scales [n_cols / 32].
+    float row_dot_q8(int64_t r, const int8_t* x, const float* x_scales) const;
 
 private:
     weight_format format_ = weight_format::f32;
@@ -42,6 +47,9 @@ private:
     std::vector<int8_t> q8_;     // [n_rows, n_cols]
     std::vector<float> scales_;  // [n_rows] q8: weight = scale · code
 };
+
+// x[n] (n a multiple of 32) as int8 codes q[n] and one scale per block of 32, scales[n / 32].
+void quantize_activations(const float* x, int64_t n, int8_t* q, float* scales);
 
 // y[n, out] = x[n, in] · W^T + b (b may be null) over the context's workers (inline when small).
 int32_t matmul(const troupe_parallel* parallel, const float* x, int64_t n, const packed_matrix& w, const float* b,

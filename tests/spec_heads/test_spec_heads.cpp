@@ -339,39 +339,46 @@ TEST(spec_heads, the_plugins_eagle_forward_equals_the_training_forward_on_the_sa
     EXPECT_LT(max_logit, 1e-3) << "logits";
 }
 
-// The weight formats drafting may keep its matrices in, on odd shapes (vector tails), against float products: f32
-// exact to summation order, f16 within half a half-float step per weight, q8 within half a code step per weight.
+// The weight formats drafting may keep its matrices in, on odd shapes (vector tails) and on whole blocks of 32 (q8's
+// integer products), against float products: f32 exact to summation order, f16 within half a half-float step per
+// weight, q8 within half a code step per weight, plus half an activation code step per product where x is quantized.
 TEST(spec_heads, packed_weights_multiply_within_the_rounding_of_their_format) {
     using spec_common::packed_matrix;
     using spec_common::weight_format;
-    const int64_t rows = 37, cols = 301;
-    std::vector<float> w(rows * cols), x(cols);
     uint32_t state = 12345;
     const auto next = [&] {
         state = state * 1664525u + 1013904223u;
         return static_cast<float>(state >> 8) / static_cast<float>(1u << 24) - 0.5f;
     };
-    for (float& v : w) v = next();
-    for (float& v : x) v = next();
     struct format_case {
         weight_format format;
         double step;  // the format's rounding step relative to the row's largest weight, per weight
     };
-    for (const format_case& c : {format_case{weight_format::f32, 1e-6}, format_case{weight_format::f16, 1.0 / 1024},
-                                 format_case{weight_format::q8, 1.0 / 127}}) {
-        SCOPED_TRACE(spec_common::weight_format_name(c.format));
-        const packed_matrix m(w.data(), rows, cols, c.format);
-        std::vector<float> y(rows);
-        ASSERT_EQ(spec_common::matmul(nullptr, x.data(), 1, m, nullptr, y.data()), TROUPE_OK);
-        for (int64_t r = 0; r < rows; ++r) {
-            double exact = 0, bound = 0, amax = 0;
-            for (int64_t i = 0; i < cols; ++i) amax = std::max(amax, std::abs(double{w[r * cols + i]}));
-            for (int64_t i = 0; i < cols; ++i) {
-                exact += double{w[r * cols + i]} * x[i];
-                bound += 0.5 * c.step * amax * std::abs(x[i]);
+    for (const int64_t cols : {int64_t{301}, int64_t{320}}) {
+        const int64_t rows = 37;
+        std::vector<float> w(rows * cols), x(cols);
+        for (float& v : w) v = next();
+        for (float& v : x) v = next();
+        double x_max = 0;
+        for (float v : x) x_max = std::max(x_max, std::abs(double{v}));
+        for (const format_case& c : {format_case{weight_format::f32, 1e-6}, format_case{weight_format::f16, 1.0 / 1024},
+                                     format_case{weight_format::q8, 1.0 / 127}}) {
+            SCOPED_TRACE(std::string(spec_common::weight_format_name(c.format)) + ", rows of " + std::to_string(cols));
+            const bool quantized_x = c.format == weight_format::q8 && cols % 32 == 0;
+            const packed_matrix m(w.data(), rows, cols, c.format);
+            std::vector<float> y(rows);
+            ASSERT_EQ(spec_common::matmul(nullptr, x.data(), 1, m, nullptr, y.data()), TROUPE_OK);
+            for (int64_t r = 0; r < rows; ++r) {
+                double exact = 0, bound = 0, amax = 0;
+                for (int64_t i = 0; i < cols; ++i) amax = std::max(amax, std::abs(double{w[r * cols + i]}));
+                for (int64_t i = 0; i < cols; ++i) {
+                    exact += double{w[r * cols + i]} * x[i];
+                    bound += 0.5 * c.step * amax * std::abs(x[i]);
+                    if (quantized_x) bound += 0.5 / 127 * x_max * (std::abs(w[r * cols + i]) + c.step * amax);
+                }
+                EXPECT_NEAR(y[r], exact, bound + 1e-4) << "row " << r;
+                if (!quantized_x) EXPECT_FLOAT_EQ(m.row_dot(r, x.data()), y[r]);
             }
-            EXPECT_NEAR(y[r], exact, bound + 1e-4) << "row " << r;
-            EXPECT_FLOAT_EQ(m.row_dot(r, x.data()), y[r]);
         }
     }
 }
