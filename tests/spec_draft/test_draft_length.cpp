@@ -10,9 +10,12 @@ namespace {
 TEST(draft_length, the_best_length_maximizes_expected_tokens_per_unit_of_cost) {
     // alpha 0.5, a step costs 1 plus 0.1 per draft: E(k) / cost(k) = 1.5/1.1, 1.75/1.2, 1.875/1.3: k = 2.
     EXPECT_EQ(best_length(0.5, 1.0, 0.1, 8), 2);
-    // Drafts that always hold and cost little: as long as allowed; drafts that never hold: one.
+    // Drafts that always hold and cost little: as long as allowed.
     EXPECT_EQ(best_length(1.0, 1.0, 0.01, 16), 16);
-    EXPECT_EQ(best_length(0.0, 1.0, 0.01, 16), 1);
+    EXPECT_EQ(best_length(0.0, 1.0, 0.01, 16), 0);  // turned off: a draft that never holds only costs
+    // 16 sequences share the fixed cost: a node at 0.1 of a step costs 1.6 times a sequence's share, so even
+    // alpha 0.6 does not pay (E(1) / cost(1) = 1.6 / (0.0625 + 0.1) < 1 / 0.0625).
+    EXPECT_EQ(best_length(0.6, 1.0 / 16, 0.1, 8), 0);
     // Dear nodes (a CPU verifying each one at 40% of a step): short drafts even at alpha 0.8.
     // E = 1.8, 2.44, 2.952 over 1.4, 1.8, 2.2: 1.286, 1.356, 1.342: k = 2.
     EXPECT_EQ(best_length(0.8, 1.0, 0.4, 8), 2);

@@ -33,8 +33,8 @@ void acceptance::add(int32_t m, int32_t k) {
 
 int32_t best_length(double alpha, double fixed_share, double per_token, int32_t max_draft) {
     alpha = std::clamp(alpha, 0.0, 1.0);
-    int32_t best = 1;
-    double best_rate = -1;
+    int32_t best = 0;  // no draft: one token per fixed_share
+    double best_rate = 1.0 / fixed_share;
     double expected = 1, power = 1;  // E(k) and alpha^k, built up from k = 0
     for (int32_t k = 1; k <= max_draft; ++k) {
         power *= alpha;

@@ -6,8 +6,9 @@
 //   cost(k) = fixed / B + (per_node + per_draft) * k
 // where a decode step with N draft nodes in all takes fixed + per_node * N (the target's forward and verification,
 // fitted over the steps: step_cost), and per_draft is the drafter's time per drafted token. The length is the k in
-// 1..max_draft maximizing E(k) / cost(k). Until the fit has seen steps of different sizes, the rule is simpler:
-// grow by one when every draft was accepted, shrink by one when fewer than half were.
+// 0..max_draft maximizing E(k) / cost(k): 0 (no draft) where drafting costs more than it saves. Until the fit has seen
+// steps of different sizes, the rule is simpler: grow by one when every draft was accepted, shrink by one when fewer
+// than half were.
 #pragma once
 
 #include <cstdint>
@@ -46,7 +47,7 @@ private:
     double accepted_, tried_, decay_;
 };
 
-// The k in [1, max_draft] maximizing E(k) / cost(k) (above); fixed_share = fixed / B.
+// The k in [0, max_draft] maximizing E(k) / cost(k) (above); fixed_share = fixed / B (> 0).
 int32_t best_length(double alpha, double fixed_share, double per_token, int32_t max_draft);
 
 }  // namespace spec_draft

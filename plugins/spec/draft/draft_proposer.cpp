@@ -87,8 +87,10 @@ int32_t draft_proposer::length_for(sequence& s, int32_t n_requests) {
         k = best_length(s.acc.alpha(), cost_.fixed() / std::max(1, n_requests),
                         cost_.per_node() + draft_seconds_per_token_, options_.max_draft);
     }
-    if (s.n_proposals % 8 == 0) k += (s.n_proposals / 8) % 2 == 0 ? 1 : -1;  // keeps the step sizes spread
-    return std::clamp(k, 1, options_.max_draft);
+    // Every eighth proposal one more or one fewer: the fit keeps seeing steps of different sizes, and a sequence
+    // whose drafts were turned off (k = 0) keeps measuring its acceptance.
+    if (s.n_proposals % 8 == 0) k += (s.n_proposals / 8) % 2 == 0 || k == 0 ? 1 : -1;
+    return std::clamp(k, 0, options_.max_draft);
 }
 
 int32_t draft_proposer::propose(const troupe_spec_request* requests, int32_t n, troupe_spec_proposal* out) {

@@ -21,10 +21,10 @@
 // Adaptive draft length (params.adaptive, draft_length.h): the k maximizing expected tokens per unit of cost, from the
 // sequence's acceptance rate and the costs measured here: the wall time from the end of one propose_batch to the
 // start of the next (the target's decode step with its draft nodes) fitted as fixed + per_node * nodes, and the
-// drafter's own time per drafted token. Until the fit is ready, k grows by one when every draft was accepted and
-// shrinks by one when fewer than half were (at least 1, at most max_draft), from ceil(max_draft / 2). Either way every
-// eighth proposal of a sequence tries one more or one fewer (alternately), so the fit sees steps of different sizes.
-// Without adaptive, k is max_draft.
+// drafter's own time per drafted token; 0 (no drafts) where drafting costs more than it saves. Until the fit is ready,
+// k grows by one when every draft was accepted and shrinks by one when fewer than half were (at least 1, at most
+// max_draft), from ceil(max_draft / 2). Either way every eighth proposal of a sequence tries one more or one fewer
+// (alternately), so the fit sees steps of different sizes. Without adaptive, k is max_draft.
 #pragma once
 
 #include <troupe/plugin.h>
