@@ -94,7 +94,8 @@ int serve(engine_config config) {
                 config.model.c_str());
     std::fflush(stdout);
 
-    auto model = load_model(config);
+    // A spec plugin that cannot run is logged and left out: the server serves without speculation.
+    auto model = load_model(config, load_options{.spec_optional = true});
     if (!model) {
         std::fprintf(stderr, "troupe serve: %s\n", model.message().c_str());
         srv.stop();
@@ -109,6 +110,7 @@ int serve(engine_config config) {
     sm.facts.device = std::string(device_name(model->device));
     sm.facts.context_length = sm.n_ctx;
     sm.facts.plugins = model->plugins;
+    if (!model->spec_error.empty()) sm.facts.plugins.push_back("spec off: " + model->spec_error);
     engine_config shown = config;
     if (!shown.server.admin_token.empty()) shown.server.admin_token = "<redacted>";
     sm.facts.config_yaml = to_yaml(shown);

@@ -70,7 +70,7 @@ result<std::string> resolve_model_path(const engine_config& config) {
         "(any Llama-family GGUF file; `troupe synth` writes one with random weights)");
 }
 
-result<loaded_model> load_model(const engine_config& config) {
+result<loaded_model> load_model(const engine_config& config, const load_options& options) {
     auto path = resolve_model_path(config);
     if (!path.ok()) return path.err();
     auto file = gguf::gguf_file::open(*path);
@@ -120,13 +120,31 @@ result<loaded_model> load_model(const engine_config& config) {
     }
     if (quant_ops.size() == 1) params.quant = quant_ops[0];
     if (quant_ops.size() > 1) params.quant = std::make_shared<quant_chain>(std::move(quant_ops));
+    // Speculation only changes speed: with options.spec_optional a spec plugin that cannot run is reported
+    // (m.spec_error) and the model runs without it.
+    size_t n_taps_before_spec = 0;
+    auto spec_failed = [&](const error& e) -> status {
+        if (!options.spec_optional) return e;
+        m.spec = nullptr;
+        m.spec_error = e.message;
+        taps.resize(n_taps_before_spec);
+        TROUPE_LOG_ERROR("loader", "%s; running without speculative decoding", e.message.c_str());
+        return {};
+    };
     if (config.plugins.spec.enabled()) {
         auto spec = load_plugin(host, plugin_kind::spec, config.plugins.spec);
-        if (!spec.ok()) return spec.err();
-        spec->spec->set_n_vocab(weights->hp.n_vocab);
-        m.spec = spec->spec;
-        if (status st = observe_taps(*spec); !st.ok()) return st.err();
-        m.plugins.push_back("spec/" + config.plugins.spec.name);
+        n_taps_before_spec = taps.size();
+        if (!spec.ok()) {
+            if (status st = spec_failed(spec.err()); !st.ok()) return st.err();
+        } else {
+            spec->spec->set_n_vocab(weights->hp.n_vocab);
+            m.spec = spec->spec;
+            if (status st = observe_taps(*spec); !st.ok()) {
+                if (status again = spec_failed(st.err()); !again.ok()) return again.err();
+            } else {
+                m.plugins.push_back("spec/" + config.plugins.spec.name);
+            }
+        }
     }
 
     // KV cache: the attention plugin's built-in pools (kv.dtype), or a KV plugin's own layout (kv.plugin); the pool
@@ -169,7 +187,10 @@ result<loaded_model> load_model(const engine_config& config) {
     }
     const int64_t n_blocks = sizing->n_blocks;
     if (m.spec) {
-        if (status st = check_tree_fits(*m.spec, n_blocks * block_size, params.max_seqs); !st.ok()) return st.err();
+        if (status st = check_tree_fits(*m.spec, n_blocks * block_size, params.max_seqs); !st.ok()) {
+            if (status again = spec_failed(st.err()); !again.ok()) return again.err();
+            std::erase(m.plugins, "spec/" + config.plugins.spec.name);
+        }
     }
     params.kv = kv_geometry{block_size, sizing->n_blocks};
     m.kv_summary = sizing->summary;

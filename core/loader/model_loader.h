@@ -30,12 +30,19 @@ struct loaded_model {
     device_kind device = device_kind::cpu;  // where it actually runs
     cpu_llama* cpu = nullptr;               // the runner, when it runs on the CPU (benchmarks read its figures)
     std::string kv_summary;                 // the KV cache's layout and pool, as logged at load
+    std::string spec_error;                 // with load_options::spec_optional: why plugins.spec does not run
 };
 
 // The model path the config names, or ../shared/models/stories260K.gguf beside the source tree when
 // none is named and it exists; otherwise an error that says how to name one.
 result<std::string> resolve_model_path(const engine_config& config);
 
-result<loaded_model> load_model(const engine_config& config);
+struct load_options {
+    // A spec plugin that cannot run (refused, a bad drafter or heads file, a tree the KV budget cannot hold) is
+    // logged and left out instead of failing the load: what a server wants, since speculation only changes speed.
+    bool spec_optional = false;
+};
+
+result<loaded_model> load_model(const engine_config& config, const load_options& options = {});
 
 }  // namespace troupe

@@ -139,5 +139,32 @@ TEST(spec_trees_stories, a_tree_too_large_for_the_kv_budget_is_refused_at_load) 
     EXPECT_TRUE(loaded.ok()) << loaded.message();
 }
 
+// What `troupe serve` asks for: a spec plugin that cannot run (a drafter with another vocabulary, a tree the KV
+// budget cannot hold) is reported and left out, and the model runs without it.
+TEST(spec_trees_stories, with_speculation_optional_a_bad_spec_plugin_is_reported_and_left_out) {
+    TROUPE_REQUIRE_SHARED(model_path, "models/stories260K.gguf");
+    TROUPE_REQUIRE_SHARED(other_vocab, "models/llama-2-tiny-random.gguf");
+    engine_config c = testing::golden_config(model_path, testing::golden_setup::builtin_float);
+    c.plugins.spec = plugin_config("draft");
+    c.plugins.spec.params["model"] = other_vocab;
+    auto strict = load_model(c);
+    ASSERT_FALSE(strict.ok());
+    auto lenient = load_model(c, load_options{.spec_optional = true});
+    ASSERT_TRUE(lenient.ok()) << lenient.message();
+    EXPECT_EQ(lenient->spec, nullptr);
+    EXPECT_EQ(lenient->spec_error, strict.message());
+    EXPECT_NE(lenient->spec_error.find("its vocabulary differs from the target's"), std::string::npos);
+
+    c.plugins.spec = plugin_config("ngram");
+    c.plugins.spec.params["max_draft"] = 16;
+    c.scheduler.max_running_seqs = 16;
+    c.kv.memory = *parse_memory_budget("256KiB");
+    auto small = load_model(c, load_options{.spec_optional = true});
+    ASSERT_TRUE(small.ok()) << small.message();
+    EXPECT_EQ(small->spec, nullptr);
+    EXPECT_EQ(std::count(small->plugins.begin(), small->plugins.end(), "spec/ngram"), 0);
+    EXPECT_NE(small->spec_error.find("the KV budget holds 12 tokens"), std::string::npos) << small->spec_error;
+}
+
 }  // namespace
 }  // namespace troupe
