@@ -19,6 +19,7 @@
 #include "eagle_drafter.h"
 #include "plugins/common/dense_ops.h"
 #include "plugins/common/packed_matrix.h"
+#include "plugins/common/param_lists.h"
 #include "plugins/common/plugin_support.h"
 #include "plugins/common/target_model.h"
 
@@ -44,13 +45,6 @@ struct troupe_plugin_instance {
 };
 
 namespace {
-
-const char* raw_param(const troupe_plugin_params* params, const std::string& key) {
-    for (size_t i = 0; params != nullptr && i < params->n_items; ++i) {
-        if (params->items[i].key != nullptr && key == params->items[i].key) return params->items[i].value;
-    }
-    return nullptr;
-}
 
 // The layer's hparams must be the target's (the file records them for this check).
 void check_hparams(const side_file& f, const target_model& t) {

@@ -32,6 +32,7 @@
 #include "medusa_tree.h"
 #include "plugins/common/dense_ops.h"
 #include "plugins/common/packed_matrix.h"
+#include "plugins/common/param_lists.h"
 #include "plugins/common/plugin_support.h"
 #include "plugins/common/tap_features.h"
 #include "plugins/common/target_model.h"
@@ -72,41 +73,22 @@ struct troupe_plugin_instance {
 
 namespace {
 
-// "4, 2, 2, 1" of params topk.0, topk.1, ... (or choices.i.j): the indices present under `key`.
-int32_t count_list(const troupe_plugin_params* params, const std::string& key) {
-    int32_t n = 0;
-    for (size_t i = 0; i < params->n_items; ++i) {
-        const std::string k = params->items[i].key != nullptr ? params->items[i].key : "";
-        if (k.rfind(key + ".", 0) != 0) continue;
-        const int32_t idx = std::atoi(k.c_str() + key.size() + 1);
-        n = std::max(n, idx + 1);
-    }
-    return n;
-}
-
-const char* raw_param(const troupe_plugin_params* params, const std::string& key) {
-    for (size_t i = 0; i < params->n_items; ++i) {
-        if (params->items[i].key != nullptr && key == params->items[i].key) return params->items[i].value;
-    }
-    return nullptr;
-}
-
 int32_t medusa_create(const troupe_plugin_params* params, troupe_plugin_instance** out) {
     std::string error;
     *out = nullptr;
     const int32_t rc = guarded(error, [&]() -> int32_t {
         param_reader reader(params);
         // params.heads: a path (param_reader has no string read: take it as the one valid choice of itself).
-        const char* heads_raw = params != nullptr ? raw_param(params, "heads") : nullptr;
+        const char* heads_raw = raw_param(params, "heads");
         const std::string heads_path = heads_raw != nullptr ? reader.choice("heads", {heads_raw}, "") : "";
         std::vector<int32_t> topk;
-        for (int32_t i = 0, n = count_list(params, "topk"); i < n; ++i)
+        for (int32_t i = 0, n = list_length(params, "topk"); i < n; ++i)
             topk.push_back(static_cast<int32_t>(reader.integer("topk." + std::to_string(i), 1, 64, 1)));
         std::vector<std::vector<int32_t>> choices;
-        for (int32_t i = 0, n = count_list(params, "choices"); i < n; ++i) {
+        for (int32_t i = 0, n = list_length(params, "choices"); i < n; ++i) {
             const std::string key = "choices." + std::to_string(i);
             std::vector<int32_t> path;
-            for (int32_t j = 0, m = count_list(params, key); j < m; ++j)
+            for (int32_t j = 0, m = list_length(params, key); j < m; ++j)
                 path.push_back(static_cast<int32_t>(reader.integer(key + "." + std::to_string(j), 0, 63, 0)));
             choices.push_back(path);
         }
