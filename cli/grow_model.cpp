@@ -75,10 +75,10 @@ private:
         const std::string b = "blk." + std::to_string(l) + ".";
         const int32_t sl = g_.source_layer[static_cast<size_t>(l)];
         const llama_layer_weights* lw = sl >= 0 ? &src_.layers[static_cast<size_t>(sl)] : nullptr;
-        // Each placement is used only for a source layer (lw != null); identity layers get placement{}.
-        auto place = [&](const weight_view* v, std::vector<std::pair<int32_t, int32_t>> rows, std::vector<int32_t> cols,
-                         float scale = 1.0f) {
-            return lw ? placement{v, std::move(rows), std::move(cols), scale} : placement{};
+        // Source layer: matrix m of it at its places; identity layer: every element new.
+        auto place = [&](weight_view llama_layer_weights::*m, std::vector<std::pair<int32_t, int32_t>> rows,
+                         std::vector<int32_t> cols, float scale = 1.0f) {
+            return lw ? placement{&(lw->*m), std::move(rows), std::move(cols), scale} : placement{};
         };
         std::vector<std::pair<int32_t, int32_t>> q_rows, kv_rows;
         std::vector<int32_t> q_cols(static_cast<size_t>(s.q_width()));
@@ -93,18 +93,16 @@ private:
                 kv_rows.emplace_back(h * t.head_dim + g_.head_dim_of[static_cast<size_t>(e)], j * s.head_dim + e);
             }
         }
+        using w = llama_layer_weights;
         norm(b + "attn_norm.weight", lw ? &lw->attn_norm : nullptr);
-        matrix(b + "attn_q.weight", t.dim, t.q_width(), place(lw ? &lw->wq : nullptr, q_rows, iota(s.dim), g_.q_scale));
-        matrix(b + "attn_k.weight", t.dim, t.kv_width(), place(lw ? &lw->wk : nullptr, kv_rows, iota(s.dim)));
-        matrix(b + "attn_v.weight", t.dim, t.kv_width(), place(lw ? &lw->wv : nullptr, kv_rows, iota(s.dim)));
-        matrix(b + "attn_output.weight", t.q_width(), t.dim, place(lw ? &lw->wo : nullptr, same_rows(s.dim), q_cols));
+        matrix(b + "attn_q.weight", t.dim, t.q_width(), place(&w::wq, q_rows, iota(s.dim), g_.q_scale));
+        matrix(b + "attn_k.weight", t.dim, t.kv_width(), place(&w::wk, kv_rows, iota(s.dim)));
+        matrix(b + "attn_v.weight", t.dim, t.kv_width(), place(&w::wv, kv_rows, iota(s.dim)));
+        matrix(b + "attn_output.weight", t.q_width(), t.dim, place(&w::wo, same_rows(s.dim), q_cols));
         norm(b + "ffn_norm.weight", lw ? &lw->ffn_norm : nullptr);
-        matrix(b + "ffn_gate.weight", t.dim, t.ffn_dim,
-               place(lw ? &lw->w_gate : nullptr, same_rows(s.ffn_dim), iota(s.dim)));
-        matrix(b + "ffn_up.weight", t.dim, t.ffn_dim,
-               place(lw ? &lw->w_up : nullptr, same_rows(s.ffn_dim), iota(s.dim)));
-        matrix(b + "ffn_down.weight", t.ffn_dim, t.dim,
-               place(lw ? &lw->w_down : nullptr, same_rows(s.dim), iota(s.ffn_dim)));
+        matrix(b + "ffn_gate.weight", t.dim, t.ffn_dim, place(&w::w_gate, same_rows(s.ffn_dim), iota(s.dim)));
+        matrix(b + "ffn_up.weight", t.dim, t.ffn_dim, place(&w::w_up, same_rows(s.ffn_dim), iota(s.dim)));
+        matrix(b + "ffn_down.weight", t.ffn_dim, t.dim, place(&w::w_down, same_rows(s.dim), iota(s.ffn_dim)));
     }
 
     // A norm vector [target dim]: the source's weights times norm_scale, norm_scale on new channels.
