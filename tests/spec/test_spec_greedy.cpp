@@ -75,6 +75,10 @@ struct greedy_case {
     const char* model;
 };
 
+void PrintTo(const greedy_case& c, std::ostream* os) {
+    *os << spec_plugin_rows()[c.row].label << " on " << c.model;
+}
+
 class spec_greedy : public ::testing::TestWithParam<greedy_case> {};
 
 TEST_P(spec_greedy, generates_the_same_tokens_with_and_without_the_plugin) {
