@@ -10,6 +10,7 @@
 //    target's greedy token, before and after training, goes to stdout.
 #include <chrono>
 #include <cstdio>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -214,6 +215,22 @@ int distill(const distill_inputs& in) {
     auto target = read_float_llama(*file, layers_wanted::last);
     if (!target) return fail(target.message());
 
+    // --draft-from: read and checked before the (slow) data set is made.
+    std::optional<float_llama> draft_init;
+    if (!in.draft_from.empty()) {
+        auto from_file = gguf::gguf_file::open(in.draft_from);
+        if (!from_file) return fail(from_file.message());
+        auto from = read_float_llama(*from_file, layers_wanted::all);
+        if (!from) return fail(from.message());
+        auto from_tokens = (*from_file)->get_string_array("tokenizer.ggml.tokens");
+        auto target_tokens = (*file)->get_string_array("tokenizer.ggml.tokens");
+        if (!from_tokens || !target_tokens || *from_tokens != *target_tokens) {
+            return fail(in.draft_from + ": another vocabulary than the target " + in.target + " (" +
+                        std::to_string(from->hp.n_vocab) + " vs " + std::to_string(target->hp.n_vocab) +
+                        " tokens, or different tokens): a drafter must share the target's tokenizer");
+        }
+        draft_init = std::move(*from);
+    }
     auto model = load_model(target_config(in.target, in.threads, in.gen.parallel));
     if (!model) return fail(model.message());
     data_params gen = in.gen;
@@ -264,16 +281,8 @@ int distill(const distill_inputs& in) {
     } else {
         kind_name = "draft";
         std::optional<tiny_llama> student;
-        if (!in.draft_from.empty()) {
-            auto from_file = gguf::gguf_file::open(in.draft_from);
-            if (!from_file) return fail(from_file.message());
-            auto from = read_float_llama(*from_file, layers_wanted::all);
-            if (!from) return fail(from.message());
-            if (from->hp.n_vocab != target->hp.n_vocab) {
-                return fail(in.draft_from + ": a vocabulary of " + std::to_string(from->hp.n_vocab) +
-                            " tokens, the target " + in.target + " has " + std::to_string(target->hp.n_vocab));
-            }
-            student.emplace(*from);
+        if (draft_init) {
+            student.emplace(*draft_init);
         } else {
             llama_hparams hp = target->hp;
             hp.dim = in.draft_shape[0];
