@@ -11,7 +11,9 @@ result<std::vector<int32_t>> argmax_of_every_row(model_runner& model, std::span<
     const auto n_blocks =
         static_cast<int32_t>((static_cast<int64_t>(tokens.size()) + kv.block_size - 1) / kv.block_size);
     if (n_blocks > kv.n_blocks) return make_error("argmax_of_every_row: the KV pool is too small for the tokens");
-    sequence_step step{0, std::vector<int32_t>(tokens.begin(), tokens.end()), 0, {}, true};
+    sequence_step step{};
+    step.tokens.assign(tokens.begin(), tokens.end());
+    step.all_logits = true;
     for (int32_t b = 0; b < n_blocks; ++b) step.block_table.push_back(b);
     forward_batch batch{{step}};
     forward_output out;
