@@ -26,18 +26,24 @@ spec_params draft_params(const std::string& model_path) {
     return fixed("{model: \"" + path.string() + "\"}");
 }
 
-// spec/medusa and spec/eagle: heads distilled for this target, $TROUPE_SPEC_HEADS_DIR/<model stem>.<kind>.gguf.
-spec_params heads_params(const std::string& model_path, const std::string& kind) {
+// spec/medusa and spec/eagle: heads distilled for this target, $TROUPE_SPEC_HEADS_DIR/<model stem>.<kind>.gguf, or
+// those of its family's float model (stories260K.<kind>.gguf for stories260K-Q8_0: quantized copies have the same
+// fingerprint), named by the plugin's params.<key>.
+spec_params heads_params(const std::string& model_path, const std::string& kind, const std::string& key) {
     const std::string stem = fs::path(model_path).stem().string();
     const char* dir = std::getenv("TROUPE_SPEC_HEADS_DIR");
     const std::string file = stem + "." + kind + ".gguf";
     const std::string how = "make one with `troupe distill --target " + model_path + " --kind " + kind +
                             " --data ../shared/text/stories.txt -o DIR/" + file + "` and set TROUPE_SPEC_HEADS_DIR=DIR";
-    if (dir == nullptr)
+    if (dir == nullptr) {
         return spec_params{false, {}, "TROUPE_SPEC_HEADS_DIR is not set: no " + file + " (" + how + ")"};
-    const fs::path path = fs::path(dir) / file;
-    if (!fs::exists(path)) return spec_params{false, {}, "no " + path.string() + " (" + how + ")"};
-    return fixed("{heads: \"" + path.string() + "\"}");
+    }
+    const fs::path own = fs::path(dir) / file;
+    const fs::path family = fs::path(dir) / (stem.substr(0, stem.find('-')) + "." + kind + ".gguf");
+    for (const fs::path& path : {own, family}) {
+        if (fs::exists(path)) return fixed("{" + key + ": \"" + path.string() + "\"}");
+    }
+    return spec_params{false, {}, "no " + own.string() + " (" + how + ")"};
 }
 
 }  // namespace
@@ -50,8 +56,8 @@ const std::vector<spec_plugin_row>& spec_plugin_rows() {
         // Up to 2 guesses of 2 tokens and a window of 3 nodes: the whole tree fits the sampling test's steps.
         {"lookahead_small", "lookahead", [](const std::string&) { return fixed("{window: 2, ngram: 3, guesses: 2}"); }},
         {"draft", "draft", draft_params, true, 4},
-        {"medusa", "medusa", [](const std::string& m) { return heads_params(m, "medusa"); }},
-        {"eagle", "eagle", [](const std::string& m) { return heads_params(m, "eagle"); }},
+        {"medusa", "medusa", [](const std::string& m) { return heads_params(m, "medusa", "heads"); }, true, 6},
+        {"eagle", "eagle", [](const std::string& m) { return heads_params(m, "eagle", "layer"); }, true, 6},
     };
     return rows;
 }
