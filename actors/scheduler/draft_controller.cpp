@@ -15,8 +15,10 @@ draft_controller::draft_controller(draft_controller_params p) : params_(p) {
 }
 
 int32_t draft_controller::bucket_of(int32_t n_running) {
+    // floor(log2(4n / 3)): the largest b with 3 * 2^b <= 4n.
+    const int64_t four_n = 4 * static_cast<int64_t>(std::max(1, n_running));
     int32_t b = 0;
-    for (int32_t n = std::max(1, n_running); n > 1; n >>= 1) ++b;
+    while (3 * (int64_t{2} << b) <= four_n) ++b;
     return b;
 }
 

@@ -27,7 +27,9 @@
 // two windows.
 //
 // Each batch size is its own case (speculation that pays at batch 1 often does not at 16, where the step is
-// compute-bound): the state is kept per bucket of running sequences, 1, 2-3, 4-7, 8-15, 16-31, ... .
+// compute-bound): the state is kept per bucket of running sequences, 1, 2, 3-5, 6-11, 12-23, 24-47, ...: each
+// power of two sits inside its bucket, so a load of 4 or 16 streams that dips by one while a request is replaced
+// stays in one bucket.
 #pragma once
 
 #include <cstdint>
@@ -40,7 +42,7 @@ struct draft_controller_params {
     bool adaptive = true;             // false: always max_draft (the controller only counts)
     int32_t window_steps = 8;         // decode steps per measured window, at least
     double min_window_s = 0.05;       // and seconds per window, at least
-    int32_t min_probe_interval = 8;   // time in the chosen mode between probes, in probe windows' durations
+    int32_t min_probe_interval = 16;  // time in the chosen mode between probes, in probe windows' durations
     int32_t max_probe_interval = 64;  // ... after probes keep confirming the decision
     double smoothing = 0.5;           // EMA weight of the newest window's rate
     double hysteresis = 0.03;         // relative margin before the decision changes
