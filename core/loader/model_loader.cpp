@@ -123,6 +123,7 @@ result<loaded_model> load_model(const engine_config& config, const load_options&
     // Speculation only changes speed: with options.spec_optional a spec plugin that cannot run is reported
     // (m.spec_error) and the model runs without it.
     size_t n_taps_before_spec = 0;
+    std::shared_ptr<plugin_speculator> spec_plugin;  // m.spec's plugin, for its worker pool below
     auto spec_failed = [&](const error& e) -> status {
         if (!options.spec_optional) return e;
         m.spec = nullptr;
@@ -139,6 +140,7 @@ result<loaded_model> load_model(const engine_config& config, const load_options&
         } else {
             spec->spec->set_n_vocab(weights->hp.n_vocab);
             m.spec = spec->spec;
+            spec_plugin = spec->spec;
             if (status st = observe_taps(*spec); !st.ok()) {
                 if (status again = spec_failed(st.err()); !again.ok()) return again.err();
             } else {
@@ -229,6 +231,8 @@ result<loaded_model> load_model(const engine_config& config, const load_options&
     }
     if (!runner.ok()) return runner.err();
     m.runner = std::move(*runner);
+    // The spec plugin drafts on the executor's lane between target steps: on the target's workers.
+    if (m.spec && spec_plugin && m.cpu != nullptr) spec_plugin->use_pool(m.cpu->pool());
     if (second_models->size() > 0) {
         // On the CPU a second model shares the target's thread pool (the same lane: no two pools spinning on the
         // same cores); on the GPU it runs on the CPU with an own pool.

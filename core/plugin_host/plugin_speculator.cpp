@@ -12,6 +12,11 @@ plugin_speculator::plugin_speculator(std::shared_ptr<plugin_instance> instance)
     }
 }
 
+void plugin_speculator::use_pool(cpu::thread_pool& pool) {
+    parallel_for_ = pool.as_parallel_for();
+    bridge_ = std::make_unique<parallel_bridge>(parallel_for_, &pool);
+}
+
 bool plugin_speculator::has(size_t offset) const {
     return ops_->struct_size >= offset + sizeof(void*);
 }
@@ -128,7 +133,7 @@ status plugin_speculator::propose(std::span<const draft_request> requests, std::
             p.n_vocab = n_vocab_;
         }
         const int32_t rc = ops_->propose_batch(instance_->handle(), c_requests_.data(), static_cast<int32_t>(n),
-                                               c_proposals_.data(), parallel_);
+                                               c_proposals_.data(), bridge_ ? bridge_->c() : nullptr);
         if (rc != TROUPE_OK) {
             st = instance_->op_error("propose_batch", rc);
         } else {

@@ -9,6 +9,7 @@
 #include <memory>
 #include <vector>
 
+#include "core/plugin_host/parallel_bridge.h"
 #include "core/plugin_host/plugin_instance.h"
 #include "core/plugin_host/speculator.h"
 
@@ -24,8 +25,9 @@ public:
     // The target's vocabulary: proposals are checked against it, and draft distributions ([max_nodes, n_vocab]
     // rows) are offered to the plugin once it is known (0: deterministic drafts only).
     void set_n_vocab(int32_t n_vocab) { n_vocab_ = n_vocab; }
-    // The parallel context ops get (the executor's pool); unset: the plugin runs single-threaded.
-    void set_parallel(const troupe_parallel* parallel) { parallel_ = parallel; }
+    // propose_batch runs on the executor's workers (the target's pool, idle while the plugin drafts); unset: the
+    // plugin gets no parallel_for and runs single-threaded.
+    void use_pool(cpu::thread_pool& pool);
 
     std::string name() const override;
     int32_t max_nodes() const override { return max_nodes_; }
@@ -43,7 +45,8 @@ private:
     const troupe_spec_ops* ops_;
     int32_t max_nodes_ = max_draft_v1;
     int32_t n_vocab_ = 0;
-    const troupe_parallel* parallel_ = nullptr;
+    parallel_for_fn parallel_for_;             // over the pool of use_pool()
+    std::unique_ptr<parallel_bridge> bridge_;  // its troupe_parallel
     std::vector<troupe_spec_request> c_requests_;
     std::vector<troupe_spec_proposal> c_proposals_;
 };
