@@ -5,9 +5,9 @@
 //
 // Parameters:
 //   layer: PATH (required)   a file written by `troupe distill --kind eagle` for this target
-//   max_nodes: 1..256        the most nodes a proposal holds (default 48)
-//   depth: 1..16             the deepest draft (default 6)
-//   topk: 1..16              children per expanded node, and nodes expanded per level (default 6)
+//   max_nodes: 1..256        the most nodes a proposal holds (default 2: CPU figures in eagle_drafter.h)
+//   depth: 1..16             the deepest draft (default 2)
+//   topk: 1..16              children per expanded node, and nodes expanded per level (default 1)
 //   weights: f32 | f16 | q8  how the layer's matrices (and the target's output matrix) are kept for drafting
 //                            (default q8: drafting is bound by their bytes; packed_matrix.h)
 #include <troupe/plugin.h>
