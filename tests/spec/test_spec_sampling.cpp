@@ -9,6 +9,7 @@
 #include <yaml-cpp/yaml.h>
 
 #include <chrono>
+#include <cstdlib>
 
 #include "core/gguf/gguf_file.h"
 #include "core/loader/model_loader.h"
@@ -25,7 +26,11 @@ namespace {
 using testing::driven_sequence;
 using testing::spec_plugin_rows;
 
-constexpr int64_t n_draws = 100000;
+// 100,000 draws; TROUPE_SPEC_DRAWS asks for more (a stronger check, or a second look at a low p-value).
+int64_t draws_wanted() {
+    const char* env = std::getenv("TROUPE_SPEC_DRAWS");
+    return std::max<int64_t>(100000, env != nullptr ? std::atoll(env) : 0);
+}
 constexpr int32_t max_running = 64;
 // Repeats itself with two endings, so that text n-grams propose trees of what the target often samples.
 constexpr const char* prompt_text =
@@ -122,6 +127,7 @@ TEST_P(spec_sampling, the_first_two_tokens_follow_the_target_distribution_over_1
     auto joint = exact_joint(*runner, prompt, n_shared, **shared, scratch);
     ASSERT_TRUE(joint.ok()) << joint.message();
 
+    const int64_t n_draws = draws_wanted();
     std::vector<driven_sequence> draws(static_cast<size_t>(n_draws));
     for (int64_t d = 0; d < n_draws; ++d) {
         driven_sequence& s = draws[static_cast<size_t>(d)];
