@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "plugins/common/plugin_support.h"
+#include "plugins/common/spec_plugin_support.h"
 #include "plugins/spec/draft/draft_proposer.h"
 
 namespace {
@@ -72,9 +73,7 @@ std::vector<troupe_param> other_params(const troupe_plugin_params* params) {
 }
 
 int32_t draft_create(const troupe_plugin_params* params, troupe_plugin_instance** out) {
-    std::string error;
-    *out = nullptr;
-    const int32_t rc = guarded(error, [&]() -> int32_t {
+    return create_instance(out, [&](std::string& error) -> int32_t {
         std::vector<troupe_param> items = other_params(params);
         troupe_plugin_params rest{};
         if (params != nullptr) rest = *params;
@@ -86,11 +85,8 @@ int32_t draft_create(const troupe_plugin_params* params, troupe_plugin_instance*
         options.adaptive = reader.boolean("adaptive", true);
         options.seed = static_cast<uint64_t>(reader.integer("seed", 0, 2147483647, 0));
         options.branch = static_cast<int32_t>(reader.integer("branch", 1, 4, 1));
-        if (const std::string& errors = reader.finish({"model", "max_draft", "adaptive", "seed", "branch"});
-            !errors.empty()) {
-            error = errors;
+        if (!finish_params(reader, {"model", "max_draft", "adaptive", "seed", "branch"}, error))
             return TROUPE_ERR_INVALID_PARAMS;
-        }
         std::string path;
         if (!read_model_path(params, path, error)) return TROUPE_ERR_INVALID_PARAMS;
         const troupe_model_services* services =
@@ -120,16 +116,6 @@ int32_t draft_create(const troupe_plugin_params* params, troupe_plugin_instance*
         *out = inst.release();
         return TROUPE_OK;
     });
-    set_create_error(error);
-    return rc;
-}
-
-void draft_destroy(troupe_plugin_instance* inst) {
-    delete inst;
-}
-
-const char* draft_error_message(const troupe_plugin_instance* inst) {
-    return inst != nullptr ? inst->error.c_str() : create_error_buffer();
 }
 
 int32_t draft_score(int32_t backend) {
@@ -159,8 +145,7 @@ void draft_end(troupe_plugin_instance* inst, int64_t seq_id, int32_t reason) {
 
 int32_t draft_propose_batch(troupe_plugin_instance* inst, const troupe_spec_request* requests, int32_t n,
                             troupe_spec_proposal* out, const troupe_parallel* parallel) {
-    inst->error.clear();
-    return guarded(inst->error, [&]() -> int32_t {
+    return instance_op(inst, [&]() -> int32_t {
         const int32_t rc = inst->proposer->propose(requests, n, out);
         if (rc != TROUPE_OK) inst->error = inst->proposer->error();
         return rc;
@@ -171,34 +156,20 @@ int32_t draft_max_nodes(troupe_plugin_instance* inst) {
     return inst->proposer->max_nodes();
 }
 
-const troupe_spec_ops draft_ops = {sizeof(troupe_spec_ops),
-                                   TROUPE_SPEC_OPS_VERSION,
-                                   nullptr,  // propose (version 1): the drafter needs the sequences' blocks
-                                   draft_begin,
-                                   draft_accepted,
-                                   draft_end,
-                                   draft_propose_batch,
-                                   draft_max_nodes};
+// No version-1 propose: the drafter needs the sequences' blocks.
+constexpr troupe_spec_ops draft_ops =
+    spec_ops(draft_begin, draft_accepted, draft_end, draft_propose_batch, draft_max_nodes);
 
-const troupe_plugin_descriptor draft_descriptor = {
-    sizeof(troupe_plugin_descriptor),
-    TROUPE_PLUGIN_DESCRIPTOR_VERSION,
-    TROUPE_PLUGIN_ABI_VERSION,
-    TROUPE_PLUGIN_KIND_SPEC,
-    "draft",
-    "1.0.0",
-    "a draft model with the target's vocabulary, run by the host beside the target, proposes a chain per sequence",
-    draft_score,
-    draft_create,
-    draft_destroy,
-    draft_error_message,
-    nullptr,
-    nullptr,
-    &draft_ops,
-    nullptr,  // kv
-    nullptr,  // quantize
-    nullptr,  // taps
-};
+constexpr troupe_plugin_descriptor draft_descriptor = spec_descriptor({
+    .name = "draft",
+    .version = "1.0.0",
+    .description =
+        "a draft model with the target's vocabulary, run by the host beside the target, proposes a chain per sequence",
+    .score = draft_score,
+    .create = draft_create,
+    .ops = &draft_ops,
+    .taps = nullptr,
+});
 
 }  // namespace
 

@@ -19,8 +19,8 @@
 #include "eagle_drafter.h"
 #include "plugins/common/dense_ops.h"
 #include "plugins/common/packed_matrix.h"
-#include "plugins/common/param_lists.h"
 #include "plugins/common/plugin_support.h"
+#include "plugins/common/spec_plugin_support.h"
 #include "plugins/common/target_model.h"
 
 namespace {
@@ -86,13 +86,9 @@ eagle_matrices read_matrices(const troupe_model_services& s, const side_file& f,
 }
 
 int32_t eagle_create(const troupe_plugin_params* params, troupe_plugin_instance** out) {
-    std::string error;
-    *out = nullptr;
-    const int32_t rc = guarded(error, [&]() -> int32_t {
+    return create_instance(out, [&](std::string& error) -> int32_t {
         param_reader reader(params);
-        // params.layer: a path (param_reader has no string read: take it as the one valid choice of itself).
-        const char* layer_raw = raw_param(params, "layer");
-        const std::string layer_path = layer_raw != nullptr ? reader.choice("layer", {layer_raw}, "") : "";
+        const std::string layer_path = path_param(reader, params, "layer");
         troupe::eagle::drafter_params dp;
         dp.max_nodes = static_cast<int32_t>(reader.integer("max_nodes", 1, 256, dp.max_nodes));
         dp.depth = static_cast<int32_t>(reader.integer("depth", 1, 16, dp.depth));
@@ -101,11 +97,8 @@ int32_t eagle_create(const troupe_plugin_params* params, troupe_plugin_instance*
         if (layer_path.empty()) {
             reader.fail("layer", "required: the path of a file written by troupe distill --kind eagle for this model");
         }
-        if (const std::string& errors = reader.finish({"layer", "max_nodes", "depth", "topk", "weights"});
-            !errors.empty()) {
-            error = errors;
+        if (!finish_params(reader, {"layer", "max_nodes", "depth", "topk", "weights"}, error))
             return TROUPE_ERR_INVALID_PARAMS;
-        }
         auto inst = std::make_unique<troupe_plugin_instance>();
         try {
             const troupe_model_services& s = model_services(params, source);
@@ -157,16 +150,6 @@ int32_t eagle_create(const troupe_plugin_params* params, troupe_plugin_instance*
         *out = inst.release();
         return TROUPE_OK;
     });
-    set_create_error(error);
-    return rc;
-}
-
-void eagle_destroy(troupe_plugin_instance* inst) {
-    delete inst;
-}
-
-const char* eagle_error_message(const troupe_plugin_instance* inst) {
-    return inst != nullptr ? inst->error.c_str() : create_error_buffer();
 }
 
 int32_t eagle_begin(troupe_plugin_instance* inst, int64_t seq_id, const int32_t*, int64_t) {
@@ -185,54 +168,33 @@ int32_t eagle_accepted(troupe_plugin_instance* inst, int64_t seq_id, const int32
 
 int32_t eagle_propose_batch(troupe_plugin_instance* inst, const troupe_spec_request* requests, int32_t n,
                             troupe_spec_proposal* out, const troupe_parallel* parallel) {
-    inst->error.clear();
-    return guarded(inst->error, [&]() -> int32_t { return inst->drafter->propose(requests, n, out, parallel); });
+    return instance_op(inst, [&]() -> int32_t { return inst->drafter->propose(requests, n, out, parallel); });
 }
 
 int32_t eagle_max_nodes(troupe_plugin_instance* inst) {
     return inst->drafter->params().max_nodes;
 }
 
-uint64_t eagle_wanted(troupe_plugin_instance*) {
-    return TROUPE_TAP_BIT(TROUPE_TAP_LAYER_OUT);
-}
-
 int32_t eagle_observe(troupe_plugin_instance* inst, const troupe_tap_data* d) {
-    if (d->tap == TROUPE_TAP_LAYER_OUT && d->layer == inst->target.n_layers - 1 && d->backend == TROUPE_BACKEND_CPU)
-        inst->drafter->taps().observe(*d);
+    if (is_last_layer_out(*d, inst->target.n_layers)) inst->drafter->taps().observe(*d);
     return TROUPE_OK;
 }
 
-// The layer runs on the host on the CPU's copy of the features; the CUDA graph gives no taps yet.
-int32_t eagle_score(int32_t backend) {
-    return backend == TROUPE_BACKEND_CPU ? 50 : -1;
-}
+constexpr troupe_spec_ops eagle_ops =
+    spec_ops(eagle_begin, eagle_accepted, eagle_end, eagle_propose_batch, eagle_max_nodes);
 
-const troupe_spec_ops eagle_ops = {
-    sizeof(troupe_spec_ops), TROUPE_SPEC_OPS_VERSION, nullptr, eagle_begin, eagle_accepted, eagle_end,
-    eagle_propose_batch,     eagle_max_nodes};
+constexpr troupe_tap_ops eagle_taps = last_layer_taps(eagle_observe);
 
-const troupe_tap_ops eagle_taps = {sizeof(troupe_tap_ops), TROUPE_TAP_OPS_VERSION, eagle_wanted, eagle_observe};
-
-const troupe_plugin_descriptor eagle_descriptor = {
-    sizeof(troupe_plugin_descriptor),
-    TROUPE_PLUGIN_DESCRIPTOR_VERSION,
-    TROUPE_PLUGIN_ABI_VERSION,
-    TROUPE_PLUGIN_KIND_SPEC,
-    "eagle",
-    "1.0.0",
-    "an EAGLE layer over the target's features drafts in feature space and proposes a dynamic tree (EAGLE-2)",
-    eagle_score,
-    eagle_create,
-    eagle_destroy,
-    eagle_error_message,
-    nullptr,
-    nullptr,
-    &eagle_ops,
-    nullptr,  // kv
-    nullptr,  // quantize
-    &eagle_taps,
-};
+constexpr troupe_plugin_descriptor eagle_descriptor = spec_descriptor({
+    .name = "eagle",
+    .version = "1.0.0",
+    .description =
+        "an EAGLE layer over the target's features drafts in feature space and proposes a dynamic tree (EAGLE-2)",
+    .score = cpu_only_score,
+    .create = eagle_create,
+    .ops = &eagle_ops,
+    .taps = &eagle_taps,
+});
 
 }  // namespace
 

@@ -35,6 +35,7 @@
 #include "plugins/common/packed_matrix.h"
 #include "plugins/common/param_lists.h"
 #include "plugins/common/plugin_support.h"
+#include "plugins/common/spec_plugin_support.h"
 #include "plugins/common/tap_features.h"
 #include "plugins/common/target_model.h"
 
@@ -75,13 +76,9 @@ struct troupe_plugin_instance {
 namespace {
 
 int32_t medusa_create(const troupe_plugin_params* params, troupe_plugin_instance** out) {
-    std::string error;
-    *out = nullptr;
-    const int32_t rc = guarded(error, [&]() -> int32_t {
+    return create_instance(out, [&](std::string& error) -> int32_t {
         param_reader reader(params);
-        // params.heads: a path (param_reader has no string read: take it as the one valid choice of itself).
-        const char* heads_raw = raw_param(params, "heads");
-        const std::string heads_path = heads_raw != nullptr ? reader.choice("heads", {heads_raw}, "") : "";
+        const std::string heads_path = path_param(reader, params, "heads");
         std::vector<int32_t> topk;
         for (int32_t i = 0, n = list_length(params, "topk"); i < n; ++i)
             topk.push_back(static_cast<int32_t>(reader.integer("topk." + std::to_string(i), 1, 64, 1)));
@@ -100,11 +97,8 @@ int32_t medusa_create(const troupe_plugin_params* params, troupe_plugin_instance
                         "required: the path of a file written by troupe distill --kind "
                         "medusa for this model");
         if (!topk.empty() && !choices.empty()) reader.fail("choices", "give either topk or choices, not both");
-        if (const std::string& errors = reader.finish({"heads", "topk", "choices", "max_nodes", "weights"});
-            !errors.empty()) {
-            error = errors;
+        if (!finish_params(reader, {"heads", "topk", "choices", "max_nodes", "weights"}, error))
             return TROUPE_ERR_INVALID_PARAMS;
-        }
         auto inst = std::make_unique<troupe_plugin_instance>();
         try {
             inst->tree = !choices.empty()
@@ -153,16 +147,6 @@ int32_t medusa_create(const troupe_plugin_params* params, troupe_plugin_instance
         *out = inst.release();
         return TROUPE_OK;
     });
-    set_create_error(error);
-    return rc;
-}
-
-void medusa_destroy(troupe_plugin_instance* inst) {
-    delete inst;
-}
-
-const char* medusa_error_message(const troupe_plugin_instance* inst) {
-    return inst != nullptr ? inst->error.c_str() : create_error_buffer();
 }
 
 int32_t medusa_begin(troupe_plugin_instance* inst, int64_t seq_id, const int32_t*, int64_t) {
@@ -194,8 +178,7 @@ int32_t medusa_accepted(troupe_plugin_instance* inst, int64_t seq_id, const int3
 
 int32_t medusa_propose_batch(troupe_plugin_instance* inst, const troupe_spec_request* requests, int32_t n,
                              troupe_spec_proposal* out, const troupe_parallel* parallel) {
-    inst->error.clear();
-    return guarded(inst->error, [&]() -> int32_t {
+    return instance_op(inst, [&]() -> int32_t {
         const int64_t dim = inst->target.dim, nv = inst->target.n_vocab;
         // The requests whose feature is the one before the context's last token.
         std::vector<int32_t> which;
@@ -250,46 +233,25 @@ int32_t medusa_max_nodes(troupe_plugin_instance* inst) {
     return static_cast<int32_t>(inst->tree.nodes.size());
 }
 
-uint64_t medusa_wanted(troupe_plugin_instance*) {
-    return TROUPE_TAP_BIT(TROUPE_TAP_LAYER_OUT);
-}
-
 int32_t medusa_observe(troupe_plugin_instance* inst, const troupe_tap_data* d) {
-    if (d->tap == TROUPE_TAP_LAYER_OUT && d->layer == inst->target.n_layers - 1 && d->backend == TROUPE_BACKEND_CPU)
-        inst->taps.observe(*d);
+    if (is_last_layer_out(*d, inst->target.n_layers)) inst->taps.observe(*d);
     return TROUPE_OK;
 }
 
-// The heads run on the host on the CPU's copy of the features; the CUDA graph gives no taps yet.
-int32_t medusa_score(int32_t backend) {
-    return backend == TROUPE_BACKEND_CPU ? 50 : -1;
-}
+constexpr troupe_spec_ops medusa_ops =
+    spec_ops(medusa_begin, medusa_accepted, medusa_end, medusa_propose_batch, medusa_max_nodes);
 
-const troupe_spec_ops medusa_ops = {
-    sizeof(troupe_spec_ops), TROUPE_SPEC_OPS_VERSION, nullptr, medusa_begin, medusa_accepted, medusa_end,
-    medusa_propose_batch,    medusa_max_nodes};
+constexpr troupe_tap_ops medusa_taps = last_layer_taps(medusa_observe);
 
-const troupe_tap_ops medusa_taps = {sizeof(troupe_tap_ops), TROUPE_TAP_OPS_VERSION, medusa_wanted, medusa_observe};
-
-const troupe_plugin_descriptor medusa_descriptor = {
-    sizeof(troupe_plugin_descriptor),
-    TROUPE_PLUGIN_DESCRIPTOR_VERSION,
-    TROUPE_PLUGIN_ABI_VERSION,
-    TROUPE_PLUGIN_KIND_SPEC,
-    "medusa",
-    "1.0.0",
-    "Medusa heads on the target's last hidden state propose a tree of each head's top-k tokens",
-    medusa_score,
-    medusa_create,
-    medusa_destroy,
-    medusa_error_message,
-    nullptr,
-    nullptr,
-    &medusa_ops,
-    nullptr,  // kv
-    nullptr,  // quantize
-    &medusa_taps,
-};
+constexpr troupe_plugin_descriptor medusa_descriptor = spec_descriptor({
+    .name = "medusa",
+    .version = "1.0.0",
+    .description = "Medusa heads on the target's last hidden state propose a tree of each head's top-k tokens",
+    .score = cpu_only_score,
+    .create = medusa_create,
+    .ops = &medusa_ops,
+    .taps = &medusa_taps,
+});
 
 }  // namespace
 
