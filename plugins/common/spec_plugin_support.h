@@ -12,6 +12,7 @@
 //   (kind SPEC), with destroy and error_message over the instance.
 // - last_layer_taps / is_last_layer_out / cpu_only_score: for the plugins that draft from the target's last-layer
 //   features (LAYER_OUT of layer n_layers - 1), which the host taps on the CPU only.
+// - TROUPE_SPEC_PLUGIN_ENTRY(descriptor): the exported troupe_plugin_query returning it.
 #pragma once
 
 #include <troupe/plugin.h>
@@ -137,3 +138,12 @@ inline int32_t cpu_only_score(int32_t backend) {
 }
 
 }  // namespace troupe::plugin_support
+
+// Defines the plugin's one exported symbol, troupe_plugin_query (plugin.h): it keeps the host's log callback
+// (host_log) and returns `descriptor` whatever ABI range the host asks for (the host reports a mismatch itself).
+#define TROUPE_SPEC_PLUGIN_ENTRY(descriptor)                                                      \
+    extern "C" TROUPE_PLUGIN_EXPORT const troupe_plugin_descriptor* troupe_plugin_query(          \
+        uint32_t /*host_abi_min*/, uint32_t /*host_abi_max*/, const troupe_host_services* host) { \
+        troupe::plugin_support::host_log::attach(host);                                           \
+        return &(descriptor);                                                                     \
+    }

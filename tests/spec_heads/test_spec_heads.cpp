@@ -281,34 +281,14 @@ TEST(spec_heads, the_plugins_eagle_forward_equals_the_training_forward_on_the_sa
     cpu::thread_pool pool(2);
     layer.forward(b, g_train.data(), logits_train.data(), pool);
 
-    eagle::eagle_shape sh;
-    sh.dim = hp.dim;
-    sh.n_heads = hp.n_heads;
-    sh.n_kv_heads = hp.n_kv_heads;
-    sh.head_dim = hp.head_dim;
-    sh.ffn_dim = hp.ffn_dim;
-    sh.n_vocab = hp.n_vocab;
-    sh.rms_eps = hp.rms_eps;
-    sh.rope_dims = hp.rope_dims;
-    sh.rope_base = hp.rope_base;
-    sh.rope_scale = hp.rope_scale;
+    const eagle::eagle_shape sh = eagle::shape_of(hp);
     using spec_common::packed_matrix;
     using spec_common::weight_format;
     const auto f32 = [](const param& p) {
         return packed_matrix(p.v(), p.dims.size() > 1 ? p.dims[1] : 1, p.dims[0], weight_format::f32);
     };
-    eagle::eagle_weights w;
-    w.fc_w = f32(layer.fc_w);
-    w.wq = f32(layer.wq);
-    w.wk = f32(layer.wk);
-    w.wv = f32(layer.wv);
-    w.wo = f32(layer.wo);
-    w.w_gate = f32(layer.w_gate);
-    w.w_up = f32(layer.w_up);
-    w.w_down = f32(layer.w_down);
+    eagle::eagle_weights w = eagle::layer_weights(layer, f32, [](const param& p) { return p.v(); });
     w.output = packed_matrix(d.target.output.data(), nv, dim, weight_format::f32);
-    w.fc_b = layer.fc_b.v();
-    w.ffn_norm = layer.ffn_norm.v();
     w.token_embd = d.target.token_embd.data();
     w.output_norm = d.target.output_norm.data();
     eagle::eagle_forward fwd(sh, std::move(w));
@@ -377,7 +357,9 @@ TEST(spec_heads, packed_weights_multiply_within_the_rounding_of_their_format) {
                     if (quantized_x) bound += 0.5 / 127 * x_max * (std::abs(w[r * cols + i]) + c.step * amax);
                 }
                 EXPECT_NEAR(y[r], exact, bound + 1e-4) << "row " << r;
-                if (!quantized_x) EXPECT_FLOAT_EQ(m.row_dot(r, x.data()), y[r]);
+                if (!quantized_x) {
+                    EXPECT_FLOAT_EQ(m.row_dot(r, x.data()), y[r]);
+                }
             }
         }
     }

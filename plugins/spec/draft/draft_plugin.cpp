@@ -173,9 +173,4 @@ constexpr troupe_plugin_descriptor draft_descriptor = spec_descriptor({
 
 }  // namespace
 
-extern "C" TROUPE_PLUGIN_EXPORT const troupe_plugin_descriptor* troupe_plugin_query(uint32_t host_abi_min,
-                                                                                    uint32_t host_abi_max,
-                                                                                    const troupe_host_services* host) {
-    host_log::attach(host);
-    return &draft_descriptor;
-}
+TROUPE_SPEC_PLUGIN_ENTRY(draft_descriptor)

@@ -57,6 +57,43 @@ struct eagle_weights {
     size_t n_bytes() const;              // of the matrices: what one forward reads
 };
 
+// The layer's shape from the target's hparams (it reuses them all), from any type with these member names: the
+// plugin's target_model, the trainer's hparams.
+template <class Hparams>
+eagle_shape shape_of(const Hparams& hp) {
+    eagle_shape sh;
+    sh.dim = hp.dim;
+    sh.n_heads = hp.n_heads;
+    sh.n_kv_heads = hp.n_kv_heads;
+    sh.head_dim = hp.head_dim;
+    sh.ffn_dim = hp.ffn_dim;
+    sh.n_vocab = hp.n_vocab;
+    sh.rms_eps = hp.rms_eps;
+    sh.rope_dims = hp.rope_dims;
+    sh.rope_base = hp.rope_base;
+    sh.rope_scale = hp.rope_scale;
+    return sh;
+}
+
+// The layer's own weights from any type with the file's member names (the plugin's matrices, the trainer's params):
+// matrices through pack(m) -> packed_matrix, vectors borrowed through data(v) -> const float*. The target's tables
+// (output, token_embd, output_norm) are left for the caller.
+template <class Layer, class Pack, class Data>
+eagle_weights layer_weights(const Layer& l, Pack&& pack, Data&& data) {
+    eagle_weights w;
+    w.fc_w = pack(l.fc_w);
+    w.wq = pack(l.wq);
+    w.wk = pack(l.wk);
+    w.wv = pack(l.wv);
+    w.wo = pack(l.wo);
+    w.w_gate = pack(l.w_gate);
+    w.w_up = pack(l.w_up);
+    w.w_down = pack(l.w_down);
+    w.fc_b = data(l.fc_b);
+    w.ffn_norm = data(l.ffn_norm);
+    return w;
+}
+
 struct eagle_cache {
     std::vector<float> k, v;  // [capacity, kv_width] rotated keys, values
     int32_t n_rows = 0;       // rows in use

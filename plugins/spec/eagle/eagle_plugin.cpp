@@ -111,34 +111,14 @@ int32_t eagle_create(const troupe_plugin_params* params, troupe_plugin_instance*
             error = e.what();
             return TROUPE_ERR_INVALID_PARAMS;
         }
-        const target_model& t = inst->target;
-        troupe::eagle::eagle_shape sh;
-        sh.dim = t.dim;
-        sh.n_heads = t.n_heads;
-        sh.n_kv_heads = t.n_kv_heads;
-        sh.head_dim = t.head_dim;
-        sh.ffn_dim = t.ffn_dim;
-        sh.n_vocab = t.n_vocab;
-        sh.rms_eps = t.rms_eps;
-        sh.rope_dims = t.rope_dims;
-        sh.rope_base = t.rope_base;
-        sh.rope_scale = t.rope_scale;
+        const troupe::eagle::eagle_shape sh = troupe::eagle::shape_of(inst->target);
         const eagle_matrices& m = inst->m;
         const auto pack = [&](const float_matrix& f) {
             return packed_matrix(f.data(), f.n_rows(), f.n_cols(), format);
         };
-        troupe::eagle::eagle_weights w;
-        w.fc_w = pack(m.fc_w);
-        w.wq = pack(m.wq);
-        w.wk = pack(m.wk);
-        w.wv = pack(m.wv);
-        w.wo = pack(m.wo);
-        w.w_gate = pack(m.w_gate);
-        w.w_up = pack(m.w_up);
-        w.w_down = pack(m.w_down);
+        troupe::eagle::eagle_weights w =
+            troupe::eagle::layer_weights(m, pack, [](const float_matrix& f) { return f.data(); });
         w.output = pack(m.output);
-        w.fc_b = m.fc_b.data();
-        w.ffn_norm = m.ffn_norm.data();
         w.token_embd = m.token_embd.data();
         w.output_norm = m.output_norm.data();
         inst->drafter = std::make_unique<troupe::eagle::eagle_drafter>(sh, std::move(w), dp);
@@ -198,9 +178,4 @@ constexpr troupe_plugin_descriptor eagle_descriptor = spec_descriptor({
 
 }  // namespace
 
-extern "C" TROUPE_PLUGIN_EXPORT const troupe_plugin_descriptor* troupe_plugin_query(uint32_t host_abi_min,
-                                                                                    uint32_t host_abi_max,
-                                                                                    const troupe_host_services* host) {
-    host_log::attach(host);
-    return &eagle_descriptor;
-}
+TROUPE_SPEC_PLUGIN_ENTRY(eagle_descriptor)
