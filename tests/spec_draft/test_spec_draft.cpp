@@ -75,6 +75,30 @@ protected:
         target_ = *model;
         run_ = testing::load_golden_runs(*golden).front();
     }
+    // Submits n greedy requests for the golden run's length at once to an engine of `config` and waits for them;
+    // `expected`: the golden continuation's text. Call through ASSERT_NO_FATAL_FAILURE.
+    void run_greedy(const engine_config& config, int n, std::vector<std::unique_ptr<collected>>& outs,
+                    std::string& expected) {
+        auto m = load_model(config);
+        ASSERT_TRUE(m.ok()) << m.message();
+        engine_params params = engine_params_from(config);
+        auto tok = m->tok;
+        engine eng(engine_parts_from(*m, params), params);
+        ASSERT_TRUE(eng.start().ok());
+        sampling_params greedy;
+        greedy.temperature = 0.0f;
+        greedy.max_tokens = static_cast<int32_t>(run_.generated_ids.size());
+        greedy.ignore_eos = true;
+        for (int i = 0; i < n; ++i) {
+            outs.push_back(std::make_unique<collected>());
+            ASSERT_TRUE(eng.submit(request{run_.prompt, greedy, std::nullopt}, outs.back()->sink()).ok());
+        }
+        for (auto& o : outs) o->wait();
+        auto detok = make_tokenizer_codec(tok)->make_decoder();
+        for (int32_t id : run_.generated_ids) expected += detok->push(id);
+        expected += detok->flush();
+        EXPECT_TRUE(eng.stop(std::chrono::milliseconds(1000)).ok());
+    }
     std::string shared(const std::string& name) {
         auto f = testing::shared_file("models/" + name);
         return f ? *f : "";
@@ -87,28 +111,11 @@ TEST_F(spec_draft, greedy_text_with_a_drafter_is_the_golden_continuation_and_dra
     for (const std::string drafter : {"stories260K-Q8_0.gguf", "stories260K.gguf"}) {
         SCOPED_TRACE(drafter);
         ASSERT_FALSE(shared(drafter).empty()) << testing::missing_shared_message("models/" + drafter);
-        engine_config config = draft_config(target_, shared(drafter));
-        auto m = load_model(config);
-        ASSERT_TRUE(m.ok()) << m.message();
-        engine_params params = engine_params_from(config);
-        auto tok = m->tok;
-        engine eng(engine_parts_from(*m, params), params);
-        ASSERT_TRUE(eng.start().ok());
-        sampling_params greedy;
-        greedy.temperature = 0.0f;
-        greedy.max_tokens = static_cast<int32_t>(run_.generated_ids.size());
-        greedy.ignore_eos = true;
         std::vector<std::unique_ptr<collected>> outs;
-        for (int i = 0; i < 3; ++i) {  // three at once: the drafter runs them batched
-            outs.push_back(std::make_unique<collected>());
-            ASSERT_TRUE(eng.submit(request{run_.prompt, greedy, std::nullopt}, outs.back()->sink()).ok());
-        }
-        auto detok = make_tokenizer_codec(tok)->make_decoder();
         std::string expected;
-        for (int32_t id : run_.generated_ids) expected += detok->push(id);
-        expected += detok->flush();
+        // Three at once: the drafter runs them batched.
+        ASSERT_NO_FATAL_FAILURE(run_greedy(draft_config(target_, shared(drafter)), 3, outs, expected));
         for (auto& o : outs) {
-            o->wait();
             EXPECT_EQ(o->error, "");
             EXPECT_EQ(o->text, expected);
             EXPECT_GT(o->use.n_draft_tokens, 0);
@@ -118,7 +125,6 @@ TEST_F(spec_draft, greedy_text_with_a_drafter_is_the_golden_continuation_and_dra
                     << o->use.n_draft_accepted << " of " << o->use.n_draft_tokens;
             }
         }
-        EXPECT_TRUE(eng.stop(std::chrono::milliseconds(1000)).ok());
     }
 }
 
@@ -221,27 +227,13 @@ TEST_F(spec_draft, with_branch_the_first_draft_gets_sibling_roots_and_greedy_tex
         EXPECT_TRUE(std::equal(t.q.begin(), t.q.begin() + 512, t.q.begin() + 2 * 512));
         EXPECT_TRUE(std::equal(t.q.begin(), t.q.begin() + 512, t.q.begin() + 3 * 512));
     }
-    auto m = load_model(config);
-    ASSERT_TRUE(m.ok()) << m.message();
-    engine_params params = engine_params_from(config);
-    auto tok = m->tok;
-    engine eng(engine_parts_from(*m, params), params);
-    ASSERT_TRUE(eng.start().ok());
-    sampling_params greedy;
-    greedy.temperature = 0.0f;
-    greedy.max_tokens = static_cast<int32_t>(run_.generated_ids.size());
-    greedy.ignore_eos = true;
-    collected out;
-    ASSERT_TRUE(eng.submit(request{run_.prompt, greedy, std::nullopt}, out.sink()).ok());
-    out.wait();
-    auto detok = make_tokenizer_codec(tok)->make_decoder();
+    std::vector<std::unique_ptr<collected>> outs;
     std::string expected;
-    for (int32_t id : run_.generated_ids) expected += detok->push(id);
-    expected += detok->flush();
+    ASSERT_NO_FATAL_FAILURE(run_greedy(config, 1, outs, expected));
+    const collected& out = *outs.front();
     EXPECT_EQ(out.error, "");
     EXPECT_EQ(out.text, expected);
     EXPECT_GT(out.use.n_draft_accepted, 0);
-    EXPECT_TRUE(eng.stop(std::chrono::milliseconds(1000)).ok());
 }
 
 TEST_F(spec_draft, a_missing_model_a_path_that_is_not_a_file_and_another_vocabulary_each_give_one_clear_error) {

@@ -173,6 +173,15 @@ greedy_run run_greedy(const std::string& model, const std::string& golden, const
     return out;
 }
 
+// The run kept the golden text and the target accepted some of the plugin's drafts. Call through
+// ASSERT_NO_FATAL_FAILURE.
+void expect_golden_text_and_accepted_drafts(const greedy_run& r) {
+    ASSERT_EQ(r.error, "");
+    EXPECT_EQ(r.text, r.expected);
+    EXPECT_GT(r.use.n_draft_tokens, 0);
+    EXPECT_GT(r.use.n_draft_accepted, 0);
+}
+
 YAML::Node params_of(const std::string& text) {
     return YAML::Load(text);
 }
@@ -182,10 +191,7 @@ TEST(spec_heads, distilled_medusa_heads_keep_the_golden_greedy_text_and_their_dr
     YAML::Node p;
     p["heads"] = data().medusa_path;
     const greedy_run r = run_greedy(model_path_, golden_path_, "medusa", p);
-    ASSERT_EQ(r.error, "");
-    EXPECT_EQ(r.text, r.expected);
-    EXPECT_GT(r.use.n_draft_tokens, 0);
-    EXPECT_GT(r.use.n_draft_accepted, 0);
+    ASSERT_NO_FATAL_FAILURE(expect_golden_text_and_accepted_drafts(r));
     std::printf("medusa: %d of %d draft tokens accepted over 48 tokens (held-out head-0 agreement %.2f)\n",
                 r.use.n_draft_accepted, r.use.n_draft_tokens, data().medusa_head0_accuracy);
 }
@@ -195,9 +201,7 @@ TEST(spec_heads, a_medusa_tree_given_by_explicit_choices_keeps_the_golden_greedy
     YAML::Node p = params_of("{choices: [[0], [1], [0, 0], [0, 1], [1, 0], [0, 0, 0]]}");
     p["heads"] = data().medusa_path;
     const greedy_run r = run_greedy(model_path_, golden_path_, "medusa", p);
-    ASSERT_EQ(r.error, "");
-    EXPECT_EQ(r.text, r.expected);
-    EXPECT_GT(r.use.n_draft_accepted, 0);
+    ASSERT_NO_FATAL_FAILURE(expect_golden_text_and_accepted_drafts(r));
 }
 
 TEST(spec_heads, a_distilled_eagle_layer_keeps_the_golden_greedy_text_and_its_drafts_are_accepted) {
@@ -207,10 +211,7 @@ TEST(spec_heads, a_distilled_eagle_layer_keeps_the_golden_greedy_text_and_its_dr
         YAML::Node p = params_of(shape);
         p["layer"] = data().eagle_path;
         const greedy_run r = run_greedy(model_path_, golden_path_, "eagle", p);
-        ASSERT_EQ(r.error, "");
-        EXPECT_EQ(r.text, r.expected);
-        EXPECT_GT(r.use.n_draft_tokens, 0);
-        EXPECT_GT(r.use.n_draft_accepted, 0);
+        ASSERT_NO_FATAL_FAILURE(expect_golden_text_and_accepted_drafts(r));
         std::printf("eagle %s: %d of %d draft tokens accepted over 48 tokens\n", shape, r.use.n_draft_accepted,
                     r.use.n_draft_tokens);
     }
