@@ -57,19 +57,10 @@ float dot(const float* a, const float* b, int64_t n) {
 
 int32_t matmul(const troupe_parallel* parallel, const float* x, int64_t n, const float* w, const float* b, float* y,
                int64_t in, int64_t out) {
-    if (n <= 0 || out <= 0) return TROUPE_OK;
-    // Below about a million multiply-adds, waking the workers costs more than the product.
-    const troupe_parallel* where = n * in * out < (int64_t{1} << 20) ? nullptr : parallel;
-    // Pieces of about 16 KiB of weights, so that a small product stays on one thread and a large one spreads.
-    const int64_t rows_per_piece = std::max<int64_t>(1, (int64_t{16} << 10) / std::max<int64_t>(1, in * 4));
-    const int64_t n_pieces = (out + rows_per_piece - 1) / rows_per_piece;
-    return plugin_support::run_parallel(where, n_pieces, [&](int64_t begin, int64_t end) {
-        const int64_t o_end = std::min(out, end * rows_per_piece);
-        for (int64_t o = begin * rows_per_piece; o < o_end; ++o) {
-            const float* wr = w + o * in;
-            const float bias = b != nullptr ? b[o] : 0.0f;
-            for (int64_t r = 0; r < n; ++r) y[r * out + o] = dot(x + r * in, wr, in) + bias;
-        }
+    return for_each_output(parallel, n, in, out, [&](int64_t o) {
+        const float* wr = w + o * in;
+        const float bias = b != nullptr ? b[o] : 0.0f;
+        for (int64_t r = 0; r < n; ++r) y[r * out + o] = dot(x + r * in, wr, in) + bias;
     });
 }
 

@@ -195,19 +195,12 @@ int32_t matmul(const troupe_parallel* parallel, const float* x, int64_t n, const
         for (int64_t r = 0; r < n; ++r)
             quantize_activations(x + r * in, in, xq.data() + r * in, xd.data() + r * (in / 32));
     }
-    // Below about a million multiply-adds, waking the workers costs more than the product.
-    const troupe_parallel* where = n * in * out < (int64_t{1} << 20) ? nullptr : parallel;
-    const int64_t rows_per_piece = std::max<int64_t>(1, (int64_t{16} << 10) / std::max<int64_t>(1, in * 4));
-    const int64_t n_pieces = (out + rows_per_piece - 1) / rows_per_piece;
-    return plugin_support::run_parallel(where, n_pieces, [&](int64_t begin, int64_t end) {
-        const int64_t o_end = std::min(out, end * rows_per_piece);
-        for (int64_t o = begin * rows_per_piece; o < o_end; ++o) {
-            const float bias = b != nullptr ? b[o] : 0.0f;
-            for (int64_t r = 0; r < n; ++r) {
-                y[r * out + o] = (integer ? w.row_dot_q8(o, xq.data() + r * in, xd.data() + r * (in / 32))
-                                          : w.row_dot(o, x + r * in)) +
-                                 bias;
-            }
+    return for_each_output(parallel, n, in, out, [&](int64_t o) {
+        const float bias = b != nullptr ? b[o] : 0.0f;
+        for (int64_t r = 0; r < n; ++r) {
+            y[r * out + o] =
+                (integer ? w.row_dot_q8(o, xq.data() + r * in, xd.data() + r * (in / 32)) : w.row_dot(o, x + r * in)) +
+                bias;
         }
     });
 }
