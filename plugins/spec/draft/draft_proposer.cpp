@@ -15,6 +15,20 @@ uint64_t mix(uint64_t x) {
     return x ^ (x >> 31);
 }
 
+// The drafter's step for request q: n tokens from `tokens` at positions pos0.., written in q's blocks.
+troupe_model_step step_of(const troupe_spec_request& q, const int32_t* tokens, int64_t n, int64_t pos0) {
+    troupe_model_step step{};
+    step.struct_size = sizeof step;
+    step.version = TROUPE_MODEL_STEP_VERSION;
+    step.seq_id = q.seq_id;
+    step.tokens = tokens;
+    step.n_tokens = static_cast<int32_t>(n);
+    step.pos0 = static_cast<int32_t>(pos0);
+    step.block_table = q.block_table;
+    step.n_blocks = q.n_blocks;
+    return step;
+}
+
 }  // namespace
 
 draft_proposer::draft_proposer(const troupe_model_services* services, troupe_model* model,
@@ -148,16 +162,7 @@ int32_t draft_proposer::propose_chains(const troupe_spec_request* requests, int3
                                q.max_depth > 0 ? q.max_depth : q.max_nodes, options_.max_draft, room - len + 1});
         if (k <= 0) continue;
         s.cached = std::clamp<int64_t>(s.cached, 0, len - 1);
-        troupe_model_step step{};
-        step.struct_size = sizeof step;
-        step.version = TROUPE_MODEL_STEP_VERSION;
-        step.seq_id = q.seq_id;
-        step.tokens = q.tokens + s.cached;
-        step.n_tokens = static_cast<int32_t>(len - s.cached);
-        step.pos0 = static_cast<int32_t>(s.cached);
-        step.block_table = q.block_table;
-        step.n_blocks = q.n_blocks;
-        steps_.push_back(step);
+        steps_.push_back(step_of(q, q.tokens + s.cached, len - s.cached, s.cached));
         step_req_.push_back(r);
         k_of_[static_cast<size_t>(r)] = static_cast<int32_t>(k);
         extra_of_[static_cast<size_t>(r)] =
@@ -192,16 +197,7 @@ int32_t draft_proposer::propose_chains(const troupe_spec_request* requests, int3
         for (int32_t r = 0; r < n; ++r) {
             if (k_of_[static_cast<size_t>(r)] < j) continue;
             const troupe_spec_request& q = requests[r];
-            troupe_model_step step{};
-            step.struct_size = sizeof step;
-            step.version = TROUPE_MODEL_STEP_VERSION;
-            step.seq_id = q.seq_id;
-            step.tokens = out[r].tokens + (j - 2);
-            step.n_tokens = 1;
-            step.pos0 = static_cast<int32_t>(q.n_tokens + j - 2);
-            step.block_table = q.block_table;
-            step.n_blocks = q.n_blocks;
-            steps_.push_back(step);
+            steps_.push_back(step_of(q, out[r].tokens + (j - 2), 1, q.n_tokens + j - 2));
             step_req_.push_back(r);
         }
         if (int32_t rc = forward(static_cast<int32_t>(steps_.size())); rc != TROUPE_OK) {
