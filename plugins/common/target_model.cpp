@@ -40,6 +40,30 @@ std::string dims_text(int64_t n_vocab, int64_t dim, int64_t n_layers) {
            std::to_string(n_layers);
 }
 
+// Q6_K (what k-quant files keep the output matrix in): per block of 256, weight = d * scales[i] * (q - 32) with a
+// 6-bit q, its low 4 bits in ql and high 2 in qh, in the reference dequantizer's order.
+void decode_q6_k(const troupe_block_q6_k* b, float* y, int64_t count) {
+    for (int64_t i = 0; i < count / TROUPE_QK_K; ++i, ++b) {
+        const float d = quant_common::fp16_to_fp32(b->d);
+        const uint8_t* ql = b->ql;
+        const uint8_t* qh = b->qh;
+        const int8_t* sc = b->scales;
+        for (int half = 0; half < 2; ++half, y += 128, ql += 64, qh += 32, sc += 8) {
+            for (int l = 0; l < 32; ++l) {
+                const int is = l / 16;
+                const int q1 = ((ql[l] & 0xF) | (((qh[l] >> 0) & 3) << 4)) - 32;
+                const int q2 = ((ql[l + 32] & 0xF) | (((qh[l] >> 2) & 3) << 4)) - 32;
+                const int q3 = ((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) - 32;
+                const int q4 = ((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) - 32;
+                y[l] = d * static_cast<float>(sc[is]) * static_cast<float>(q1);
+                y[l + 32] = d * static_cast<float>(sc[is + 2]) * static_cast<float>(q2);
+                y[l + 64] = d * static_cast<float>(sc[is + 4]) * static_cast<float>(q3);
+                y[l + 96] = d * static_cast<float>(sc[is + 6]) * static_cast<float>(q4);
+            }
+        }
+    }
+}
+
 // Decodes `count` elements of type `type` at src into y.
 void decode(uint32_t type, const void* src, float* y, int64_t count, const std::string& where) {
     switch (type) {
@@ -56,13 +80,20 @@ void decode(uint32_t type, const void* src, float* y, int64_t count, const std::
             for (int64_t i = 0; i < count; ++i) y[i] = quant_common::fp32_from_bits(static_cast<uint32_t>(h[i]) << 16);
             return;
         }
+        case TROUPE_TYPE_Q6_K:
+            if (count % TROUPE_QK_K == 0) {
+                decode_q6_k(static_cast<const troupe_block_q6_k*>(src), y, count);
+                return;
+            }
+            break;
         default:
             break;
     }
     const quant_common::codec* c = quant_common::codec::of(type);
     if (c == nullptr || count % c->block_size() != 0) {
-        throw plugin_error(where + ": stored as type " + std::to_string(type) +
-                           ", which this plugin does not read (F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q4_K, W4_G64/128)");
+        throw plugin_error(
+            where + ": stored as type " + std::to_string(type) +
+            ", which this plugin does not read (F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q4_K, Q6_K, W4_G64/128)");
     }
     c->decode(src, y, count);
 }

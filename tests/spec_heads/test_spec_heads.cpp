@@ -19,8 +19,11 @@
 #include "actors/tokenizer/tokenizer_codec.h"
 #include "core/gguf/gguf_file.h"
 #include "core/loader/model_loader.h"
+#include "core/plugin_host/plugin_model_services.h"
 #include "core/train/distill.h"
 #include "core/train/side_files.h"
+#include "kernels/ref/quants.h"
+#include "plugins/common/target_model.h"
 #include "plugins/spec/eagle/eagle_forward.h"
 #include "tests/common/shared_data.h"
 #include "tests/golden/golden_runs.h"
@@ -363,6 +366,29 @@ TEST(spec_heads, packed_weights_multiply_within_the_rounding_of_their_format) {
                 }
             }
         }
+    }
+}
+
+// The plugins read the target's output matrix and embeddings through the SDK in the types k-quant files keep them in:
+// Q6_K decoded by plugins/common equals the reference dequantizer on rand10M-Q6_K's output.weight.
+TEST(spec_heads, the_targets_q6_k_output_matrix_decodes_as_the_reference_does) {
+    TROUPE_REQUIRE_SHARED(path, "models/rand10M-Q6_K.gguf");
+    auto file = gguf::gguf_file::open(path);
+    ASSERT_TRUE(file.ok()) << file.message();
+    const gguf::tensor_info* t = (*file)->find_tensor("output.weight");
+    ASSERT_NE(t, nullptr);
+    ASSERT_EQ(t->type, ggml_type::q6_k);
+    const int64_t n_in = t->dims[0], n_out = t->dims[1];
+    auto services = make_model_services(*file);
+    auto m =
+        spec_common::float_matrix::read(*services, services->model, "rand10M-Q6_K", "output.weight", {n_in, n_out});
+    std::vector<float> ref(static_cast<size_t>(n_in));
+    const size_t row_bytes = t->n_bytes / static_cast<size_t>(n_out);
+    for (int64_t r : {int64_t{0}, n_out / 2, n_out - 1}) {
+        ref::dequantize_row_q6_k(reinterpret_cast<const block_q6_k*>(t->data + static_cast<size_t>(r) * row_bytes),
+                                 ref.data(), n_in);
+        for (int64_t i = 0; i < n_in; ++i)
+            ASSERT_EQ(m.row(r)[i], ref[static_cast<size_t>(i)]) << "row " << r << ", " << i;
     }
 }
 
