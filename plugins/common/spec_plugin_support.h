@@ -1,15 +1,17 @@
-// The ABI glue every spec plugin written in C++ repeats (spec/draft, spec/medusa, spec/eagle), kept once. Header-only,
-// like plugin_support.h, so each plugin gets its own hidden copy. The plugin defines `struct troupe_plugin_instance`
-// with a member `std::string error` (the last failure of an op, what error_message(instance) returns) and writes its
-// create body and its ops; this gives:
+// The ABI glue every spec plugin written in C++ repeats (spec/draft, spec/medusa, spec/eagle, spec/ngram,
+// spec/lookahead), kept once. Header-only, like plugin_support.h, so each plugin gets its own hidden copy. The plugin
+// defines `struct troupe_plugin_instance` with a member `std::string error` (the last failure of an op, what
+// error_message(instance) returns) and writes its create body and its ops; this gives:
 //
 // - create_instance: runs a create() body with *out null until it succeeds, any exception turned into a status, and
 //   the message kept for error_message(NULL) on this thread.
 // - finish_params: the end of a create()'s parameter reads: unknown keys and all failed reads as one message.
 // - instance_op: runs an op body on an instance, its last error cleared first, exceptions caught into it.
 // - path_param: a string parameter taken as written (a file's path), empty when absent.
-// - spec_ops / spec_descriptor: the op table (ops version 2: propose_batch, no version-1 propose) and the descriptor
-//   (kind SPEC), with destroy and error_message over the instance.
+// - batch_args_valid / start_proposal: propose_batch's checks of its arguments and of each request (the token
+//   plugins, spec/ngram and spec/lookahead, read the requests' buffers themselves).
+// - spec_ops / spec_descriptor: the op table (ops version 2: propose_batch, with or without a version-1 propose) and
+//   the descriptor (kind SPEC), with destroy and error_message over the instance.
 // - last_layer_taps / is_last_layer_out / cpu_only_score: for the plugins that draft from the target's last-layer
 //   features (LAYER_OUT of layer n_layers - 1), which the host taps on the CPU only.
 // - TROUPE_SPEC_PLUGIN_ENTRY(descriptor): the exported troupe_plugin_query returning it.
@@ -74,13 +76,46 @@ const char* instance_error_message(const Instance* inst) {
     return inst != nullptr ? inst->error.c_str() : create_error_buffer();
 }
 
+// propose_batch's arguments: false with `error` set unless n >= 0 with both arrays.
+inline bool batch_args_valid(const troupe_spec_request* requests, int32_t n, const troupe_spec_proposal* out,
+                             std::string& error) {
+    if (n < 0 || (n > 0 && (requests == nullptr || out == nullptr))) {
+        error = "propose_batch got " + std::to_string(n) + " requests (must be >= 0, with buffers for them)";
+        return false;
+    }
+    return true;
+}
+
+// Request i of a batch: its proposal p starts empty (no nodes, no q rows); false with `error` set when the request's
+// tokens or, with capacity, p's tokens and parents have no buffer.
+inline bool start_proposal(int32_t i, const troupe_spec_request& r, troupe_spec_proposal& p, std::string& error) {
+    p.n_nodes = 0;
+    p.has_q = 0;
+    if (r.n_tokens < 0 || (r.n_tokens > 0 && r.tokens == nullptr) ||
+        (r.max_nodes > 0 && (p.tokens == nullptr || p.parents == nullptr))) {
+        error = "propose_batch: request " + std::to_string(i) + " (sequence " + std::to_string(r.seq_id) + ") has " +
+                std::to_string(r.n_tokens) + " tokens and capacity " + std::to_string(r.max_nodes) +
+                " without the buffers for them";
+        return false;
+    }
+    return true;
+}
+
+// The spec op table with a version-1 `propose` beside propose_batch (a plugin that also serves version-1 hosts).
+constexpr troupe_spec_ops spec_ops(decltype(troupe_spec_ops::propose) propose, decltype(troupe_spec_ops::begin) begin,
+                                   decltype(troupe_spec_ops::accepted) accepted, decltype(troupe_spec_ops::end) end,
+                                   decltype(troupe_spec_ops::propose_batch) propose_batch,
+                                   decltype(troupe_spec_ops::max_nodes) max_nodes) {
+    return troupe_spec_ops{
+        sizeof(troupe_spec_ops), TROUPE_SPEC_OPS_VERSION, propose, begin, accepted, end, propose_batch, max_nodes};
+}
+
 // The spec op table without the version-1 `propose` (a plugin that drafts per batch, spec.h).
 constexpr troupe_spec_ops spec_ops(decltype(troupe_spec_ops::begin) begin, decltype(troupe_spec_ops::accepted) accepted,
                                    decltype(troupe_spec_ops::end) end,
                                    decltype(troupe_spec_ops::propose_batch) propose_batch,
                                    decltype(troupe_spec_ops::max_nodes) max_nodes) {
-    return troupe_spec_ops{
-        sizeof(troupe_spec_ops), TROUPE_SPEC_OPS_VERSION, nullptr, begin, accepted, end, propose_batch, max_nodes};
+    return spec_ops(nullptr, begin, accepted, end, propose_batch, max_nodes);
 }
 
 struct spec_plugin_info {

@@ -42,6 +42,7 @@
 #include <vector>
 
 #include "plugins/common/plugin_support.h"
+#include "plugins/common/spec_plugin_support.h"
 #include "plugins/spec/lookahead/jacobi_window.h"
 #include "plugins/spec/lookahead/ngram_pool.h"
 #include "plugins/spec/ngram/draft_trie.h"
@@ -115,13 +116,12 @@ struct troupe_plugin_instance {
 namespace {
 
 int32_t lookahead_begin(troupe_plugin_instance* inst, int64_t seq_id, const int32_t* prompt, int64_t n) {
-    inst->error.clear();
-    if (n < 0 || (n > 0 && prompt == nullptr)) {
-        inst->error = "begin: sequence " + std::to_string(seq_id) + " has " + std::to_string(n) +
-                      " prompt tokens without a buffer";
-        return TROUPE_ERR_INVALID_ARGUMENT;
-    }
-    return guarded(inst->error, [&] {
+    return instance_op(inst, [&]() -> int32_t {
+        if (n < 0 || (n > 0 && prompt == nullptr)) {
+            inst->error = "begin: sequence " + std::to_string(seq_id) + " has " + std::to_string(n) +
+                          " prompt tokens without a buffer";
+            return TROUPE_ERR_INVALID_ARGUMENT;
+        }
         inst->seqs.erase(seq_id);
         inst->state(seq_id, std::span<const int32_t>(prompt, static_cast<size_t>(n)));
         return TROUPE_OK;
@@ -173,24 +173,11 @@ void propose_one(troupe_plugin_instance* inst, const troupe_spec_request& r, tro
 
 int32_t lookahead_propose_batch(troupe_plugin_instance* inst, const troupe_spec_request* requests, int32_t n,
                                 troupe_spec_proposal* out, const troupe_parallel* /*parallel*/) {
-    inst->error.clear();
-    if (n < 0 || (n > 0 && (requests == nullptr || out == nullptr))) {
-        inst->error = "propose_batch got " + std::to_string(n) + " requests (must be >= 0, with buffers for them)";
-        return TROUPE_ERR_INVALID_ARGUMENT;
-    }
-    for (int32_t i = 0; i < n; ++i) {
-        const troupe_spec_request& r = requests[i];
-        out[i].n_nodes = 0;
-        out[i].has_q = 0;
-        if (r.n_tokens < 0 || (r.n_tokens > 0 && r.tokens == nullptr) ||
-            (r.max_nodes > 0 && (out[i].tokens == nullptr || out[i].parents == nullptr))) {
-            inst->error = "propose_batch: request " + std::to_string(i) + " (sequence " + std::to_string(r.seq_id) +
-                          ") has " + std::to_string(r.n_tokens) + " tokens and capacity " +
-                          std::to_string(r.max_nodes) + " without the buffers for them";
-            return TROUPE_ERR_INVALID_ARGUMENT;
+    return instance_op(inst, [&]() -> int32_t {
+        if (!batch_args_valid(requests, n, out, inst->error)) return TROUPE_ERR_INVALID_ARGUMENT;
+        for (int32_t i = 0; i < n; ++i) {
+            if (!start_proposal(i, requests[i], out[i], inst->error)) return TROUPE_ERR_INVALID_ARGUMENT;
         }
-    }
-    return guarded(inst->error, [&] {
         for (int32_t i = 0; i < n; ++i) propose_one(inst, requests[i], out[i]);
         return TROUPE_OK;
     });
@@ -264,9 +251,7 @@ int32_t lookahead_observe(troupe_plugin_instance* inst, const troupe_tap_data* d
 // ----------------------------------------------------------------------------------------------------------
 
 int32_t lookahead_create(const troupe_plugin_params* params, troupe_plugin_instance** out) {
-    std::string error;
-    *out = nullptr;
-    const int32_t rc = guarded(error, [&]() -> int32_t {
+    return create_instance(out, [&](std::string& error) -> int32_t {
         param_reader reader(params);
         lookahead_params p;
         p.window = static_cast<int32_t>(reader.integer("window", 1, 64, p.window));
@@ -276,12 +261,8 @@ int32_t lookahead_create(const troupe_plugin_params* params, troupe_plugin_insta
         p.pool_from_prompt = reader.boolean("pool_from_prompt", p.pool_from_prompt);
         p.seed = static_cast<uint64_t>(reader.integer("seed", 0, 2147483647, 0));
         if (!p.lookahead && p.guesses == 0) reader.fail("guesses", "must be at least 1 when lookahead is false, got 0");
-        const std::string& errors =
-            reader.finish({"window", "ngram", "guesses", "lookahead", "pool_from_prompt", "seed"});
-        if (!errors.empty()) {
-            error = errors;
+        if (!finish_params(reader, {"window", "ngram", "guesses", "lookahead", "pool_from_prompt", "seed"}, error))
             return TROUPE_ERR_INVALID_PARAMS;
-        }
         auto* inst = new troupe_plugin_instance;
         inst->params = p;
         inst->max_nodes = inst->verification_nodes() + (p.lookahead ? jacobi_window::max_nodes(p.window, p.ngram) : 0);
@@ -292,16 +273,6 @@ int32_t lookahead_create(const troupe_plugin_params* params, troupe_plugin_insta
         *out = inst;
         return TROUPE_OK;
     });
-    set_create_error(error);
-    return rc;
-}
-
-void lookahead_destroy(troupe_plugin_instance* inst) {
-    delete inst;
-}
-
-const char* lookahead_error_message(const troupe_plugin_instance* inst) {
-    return inst != nullptr ? inst->error.c_str() : create_error_buffer();
 }
 
 // Token bookkeeping on the host; the window needs the LOGITS tap, which only the CPU graph delivers yet (on CUDA it
@@ -310,43 +281,24 @@ int32_t lookahead_score(int32_t backend) {
     return backend == TROUPE_BACKEND_CPU ? 50 : 10;
 }
 
-const troupe_spec_ops lookahead_ops = {sizeof(troupe_spec_ops),
-                                       TROUPE_SPEC_OPS_VERSION,
-                                       nullptr,  // propose (version 1): propose_batch instead
-                                       lookahead_begin,
-                                       lookahead_accepted,
-                                       lookahead_end,
-                                       lookahead_propose_batch,
-                                       lookahead_max_nodes};
+constexpr troupe_spec_ops lookahead_ops =
+    spec_ops(lookahead_begin, lookahead_accepted, lookahead_end, lookahead_propose_batch, lookahead_max_nodes);
 
-const troupe_tap_ops lookahead_taps = {sizeof(troupe_tap_ops), TROUPE_TAP_OPS_VERSION, lookahead_wanted,
-                                       lookahead_observe};
+// LOGITS wanted only with the window on (lookahead_wanted), unlike last_layer_taps.
+constexpr troupe_tap_ops lookahead_taps = {sizeof(troupe_tap_ops), TROUPE_TAP_OPS_VERSION, lookahead_wanted,
+                                           lookahead_observe};
 
-const troupe_plugin_descriptor lookahead_descriptor = {
-    sizeof(troupe_plugin_descriptor),
-    TROUPE_PLUGIN_DESCRIPTOR_VERSION,
-    TROUPE_PLUGIN_ABI_VERSION,
-    TROUPE_PLUGIN_KIND_SPEC,
-    "lookahead",
-    "1.0.0",
-    "lookahead decoding: a Jacobi window of the target's own guesses feeds an n-gram pool verified as a tree",
-    lookahead_score,
-    lookahead_create,
-    lookahead_destroy,
-    lookahead_error_message,
-    nullptr,
-    nullptr,
-    &lookahead_ops,
-    nullptr,  // kv
-    nullptr,  // quantize
-    &lookahead_taps,
-};
+constexpr troupe_plugin_descriptor lookahead_descriptor = spec_descriptor({
+    .name = "lookahead",
+    .version = "1.0.0",
+    .description =
+        "lookahead decoding: a Jacobi window of the target's own guesses feeds an n-gram pool verified as a tree",
+    .score = lookahead_score,
+    .create = lookahead_create,
+    .ops = &lookahead_ops,
+    .taps = &lookahead_taps,
+});
 
 }  // namespace
 
-extern "C" TROUPE_PLUGIN_EXPORT const troupe_plugin_descriptor* troupe_plugin_query(uint32_t host_abi_min,
-                                                                                    uint32_t host_abi_max,
-                                                                                    const troupe_host_services* host) {
-    host_log::attach(host);
-    return &lookahead_descriptor;
-}
+TROUPE_SPEC_PLUGIN_ENTRY(lookahead_descriptor)

@@ -21,6 +21,7 @@
 #include <string>
 
 #include "plugins/common/plugin_support.h"
+#include "plugins/common/spec_plugin_support.h"
 #include "plugins/spec/ngram/draft_trie.h"
 
 namespace {
@@ -97,27 +98,14 @@ int32_t propose_tree(const troupe_plugin_instance* inst, const troupe_spec_reque
 
 int32_t ngram_propose_batch(troupe_plugin_instance* inst, const troupe_spec_request* requests, int32_t n,
                             troupe_spec_proposal* out, const troupe_parallel* /*parallel*/) {
-    inst->error.clear();
-    if (n < 0 || (n > 0 && (requests == nullptr || out == nullptr))) {
-        inst->error = "propose_batch got " + std::to_string(n) + " requests (must be >= 0, with buffers for them)";
-        return TROUPE_ERR_INVALID_ARGUMENT;
-    }
-    for (int32_t i = 0; i < n; ++i) {
-        const troupe_spec_request& r = requests[i];
-        troupe_spec_proposal& p = out[i];
-        p.n_nodes = 0;
-        p.has_q = 0;
-        if (r.n_tokens < 0 || (r.n_tokens > 0 && r.tokens == nullptr) ||
-            (r.max_nodes > 0 && (p.tokens == nullptr || p.parents == nullptr))) {
-            inst->error = "propose_batch: request " + std::to_string(i) + " (sequence " + std::to_string(r.seq_id) +
-                          ") has " + std::to_string(r.n_tokens) + " tokens and capacity " +
-                          std::to_string(r.max_nodes) + " without the buffers for them";
-            return TROUPE_ERR_INVALID_ARGUMENT;
+    return instance_op(inst, [&]() -> int32_t {
+        if (!batch_args_valid(requests, n, out, inst->error)) return TROUPE_ERR_INVALID_ARGUMENT;
+        for (int32_t i = 0; i < n; ++i) {
+            if (!start_proposal(i, requests[i], out[i], inst->error)) return TROUPE_ERR_INVALID_ARGUMENT;
+            if (requests[i].max_nodes > 0) propose_tree(inst, requests[i], out[i]);
         }
-        if (r.max_nodes <= 0) continue;
-        propose_tree(inst, r, p);
-    }
-    return TROUPE_OK;
+        return TROUPE_OK;
+    });
 }
 
 int32_t ngram_max_nodes(troupe_plugin_instance* inst) {
@@ -125,9 +113,7 @@ int32_t ngram_max_nodes(troupe_plugin_instance* inst) {
 }
 
 int32_t ngram_create(const troupe_plugin_params* params, troupe_plugin_instance** out) {
-    std::string error;
-    *out = nullptr;
-    const int32_t rc = guarded(error, [&]() -> int32_t {
+    return create_instance(out, [&](std::string& error) -> int32_t {
         param_reader reader(params);
         const auto ngram_min = static_cast<int32_t>(reader.integer("ngram_min", 1, 16, 1));
         const auto ngram_max = static_cast<int32_t>(reader.integer("ngram_max", 1, 16, 3));
@@ -137,27 +123,14 @@ int32_t ngram_create(const troupe_plugin_params* params, troupe_plugin_instance*
             reader.fail("ngram_min", "must be at most ngram_max (" + std::to_string(ngram_max) + "), got " +
                                          std::to_string(ngram_min));
         }
-        if (const std::string& errors = reader.finish({"ngram_min", "ngram_max", "max_draft", "branches"});
-            !errors.empty()) {
-            error = errors;
+        if (!finish_params(reader, {"ngram_min", "ngram_max", "max_draft", "branches"}, error))
             return TROUPE_ERR_INVALID_PARAMS;
-        }
         auto* inst = new troupe_plugin_instance{ngram_min, ngram_max, max_draft, branches, {}};
         host_log::write(TROUPE_LOG_LEVEL_INFO, source, "n-grams %d..%d, up to %d draft tokens in %d branch(es)",
                         ngram_min, ngram_max, max_draft, branches);
         *out = inst;
         return TROUPE_OK;
     });
-    set_create_error(error);
-    return rc;
-}
-
-void ngram_destroy(troupe_plugin_instance* inst) {
-    delete inst;
-}
-
-const char* ngram_error_message(const troupe_plugin_instance* inst) {
-    return inst != nullptr ? inst->error.c_str() : create_error_buffer();
 }
 
 // Pure token bookkeeping: runs wherever the host does.
@@ -165,41 +138,21 @@ int32_t ngram_score(int32_t backend) {
     return 50;
 }
 
-// Stateless: no lifecycle; the context in each request is all it looks at.
-const troupe_spec_ops ngram_ops = {sizeof(troupe_spec_ops),
-                                   TROUPE_SPEC_OPS_VERSION,
-                                   ngram_propose,
-                                   nullptr,  // begin
-                                   nullptr,  // accepted
-                                   nullptr,  // end
-                                   ngram_propose_batch,
-                                   ngram_max_nodes};
+// Stateless: no lifecycle; the context in each request is all it looks at. Version-1 hosts get propose.
+constexpr troupe_spec_ops ngram_ops =
+    spec_ops(ngram_propose, nullptr, nullptr, nullptr, ngram_propose_batch, ngram_max_nodes);
 
-const troupe_plugin_descriptor ngram_descriptor = {
-    sizeof(troupe_plugin_descriptor),
-    TROUPE_PLUGIN_DESCRIPTOR_VERSION,
-    TROUPE_PLUGIN_ABI_VERSION,
-    TROUPE_PLUGIN_KIND_SPEC,
-    "ngram",
-    "2.0.0",
-    "prompt-lookup drafts: the tokens that followed the latest earlier occurrence of the context's last n-gram",
-    ngram_score,
-    ngram_create,
-    ngram_destroy,
-    ngram_error_message,
-    nullptr,
-    nullptr,
-    &ngram_ops,
-    nullptr,  // kv
-    nullptr,  // quantize
-    nullptr,  // taps
-};
+constexpr troupe_plugin_descriptor ngram_descriptor = spec_descriptor({
+    .name = "ngram",
+    .version = "2.0.0",
+    .description =
+        "prompt-lookup drafts: the tokens that followed the latest earlier occurrence of the context's last n-gram",
+    .score = ngram_score,
+    .create = ngram_create,
+    .ops = &ngram_ops,
+    .taps = nullptr,
+});
 
 }  // namespace
 
-extern "C" TROUPE_PLUGIN_EXPORT const troupe_plugin_descriptor* troupe_plugin_query(uint32_t host_abi_min,
-                                                                                    uint32_t host_abi_max,
-                                                                                    const troupe_host_services* host) {
-    host_log::attach(host);
-    return &ngram_descriptor;
-}
+TROUPE_SPEC_PLUGIN_ENTRY(ngram_descriptor)
