@@ -52,9 +52,13 @@ const std::vector<spec_plugin_row>& spec_plugin_rows() {
     static const std::vector<spec_plugin_row> rows = {
         {"ngram", "ngram", [](const std::string&) { return fixed("{}"); }, true, 4},
         {"ngram_tree", "ngram", [](const std::string&) { return fixed("{max_draft: 2, branches: 3}"); }},
-        {"lookahead", "lookahead", [](const std::string&) { return fixed("{}"); }, false},
+        // The paper's tree (29 nodes, greedy only for time) and the plugin's defaults (the pool alone, no window).
+        {"lookahead", "lookahead",
+         [](const std::string&) { return fixed("{lookahead: true, window: 5, ngram: 4, guesses: 5}"); }, false},
+        {"lookahead_pool", "lookahead", [](const std::string&) { return fixed("{}"); }},
         // Up to 2 guesses of 2 tokens and a window of 3 nodes: the whole tree fits the sampling test's steps.
-        {"lookahead_small", "lookahead", [](const std::string&) { return fixed("{window: 2, ngram: 3, guesses: 2}"); }},
+        {"lookahead_small", "lookahead",
+         [](const std::string&) { return fixed("{lookahead: true, window: 2, ngram: 3, guesses: 2}"); }},
         {"draft", "draft", draft_params, true, 4},
         {"medusa", "medusa", [](const std::string& m) { return heads_params(m, "medusa", "heads"); }, true, 6},
         {"eagle", "eagle", [](const std::string& m) { return heads_params(m, "eagle", "layer"); }, true, 6},

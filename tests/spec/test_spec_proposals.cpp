@@ -56,7 +56,7 @@ TEST(ngram_v2, merges_continuations_that_share_a_prefix) {
 
 TEST(lookahead_plugin, proposes_the_pool_n_grams_of_the_last_token_then_its_window_within_the_capacity) {
     plugin_host host = built_plugins();
-    auto spec = host.load_spec("lookahead", YAML::Load("{window: 3, ngram: 3, guesses: 2}"));
+    auto spec = host.load_spec("lookahead", YAML::Load("{lookahead: true, window: 3, ngram: 3, guesses: 2}"));
     ASSERT_TRUE(spec.ok()) << spec.message();
     // 2 guesses of 2 tokens, and a window of (W-1) + (N-2) W = 5 nodes (W+N-3 = 3 in its first step).
     EXPECT_EQ((*spec)->max_nodes(), 4 + 5);
