@@ -102,13 +102,19 @@ status plugin_speculator::propose(std::span<const draft_request> requests, std::
         const size_t n = requests.size();
         c_requests_.resize(n);
         c_proposals_.resize(n);
+        if (q_scratch_.size() < n) q_scratch_.resize(n);
         for (size_t r = 0; r < n; ++r) {
             const draft_request& q = requests[r];
             draft_tree& t = out[r];
             const auto cap = static_cast<size_t>(std::max(0, q.max_nodes));
             t.tokens.assign(cap, 0);
             t.parents.assign(cap, -1);
-            t.q.resize(n_vocab_ > 0 ? cap * static_cast<size_t>(n_vocab_) : 0);
+            // The plugin writes draft distributions into a buffer kept across steps (grown, never cleared: most
+            // plugins leave it unused, and zeroing [max_nodes, n_vocab] floats per sequence per step is not free);
+            // only the rows of a proposal that has them are copied into the tree.
+            std::vector<float>& q_rows = q_scratch_[r];
+            const size_t q_size = n_vocab_ > 0 ? cap * static_cast<size_t>(n_vocab_) : 0;
+            if (q_rows.size() < q_size) q_rows.resize(q_size);
             troupe_spec_request& c = c_requests_[r];
             c = troupe_spec_request{};
             c.struct_size = sizeof c;
@@ -129,7 +135,7 @@ status plugin_speculator::propose(std::span<const draft_request> requests, std::
             p.version = TROUPE_SPEC_PROPOSAL_VERSION;
             p.tokens = t.tokens.data();
             p.parents = t.parents.data();
-            p.q = t.q.empty() ? nullptr : t.q.data();
+            p.q = q_size == 0 ? nullptr : q_rows.data();
             p.n_vocab = n_vocab_;
         }
         const int32_t rc = ops_->propose_batch(instance_->handle(), c_requests_.data(), static_cast<int32_t>(n),
@@ -149,10 +155,9 @@ status plugin_speculator::propose(std::span<const draft_request> requests, std::
                 const auto k = static_cast<size_t>(p.n_nodes);
                 t.tokens.resize(k);
                 t.parents.resize(k);
-                if (p.has_q != 0 && !t.q.empty()) {
-                    t.q.resize(k * static_cast<size_t>(n_vocab_));
-                } else {
-                    t.q.clear();
+                if (p.has_q != 0 && p.q != nullptr) {
+                    t.q.assign(q_scratch_[r].begin(),
+                               q_scratch_[r].begin() + static_cast<std::ptrdiff_t>(k * static_cast<size_t>(n_vocab_)));
                 }
             }
         }

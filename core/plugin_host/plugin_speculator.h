@@ -49,6 +49,7 @@ private:
     std::unique_ptr<parallel_bridge> bridge_;  // its troupe_parallel
     std::vector<troupe_spec_request> c_requests_;
     std::vector<troupe_spec_proposal> c_proposals_;
+    std::vector<std::vector<float>> q_scratch_;  // [n_requests][max_nodes, n_vocab] the plugins' q rows
 };
 
 }  // namespace troupe
