@@ -18,50 +18,14 @@
 #include "actors/engine/engine_params_from.h"
 #include "actors/tokenizer/tokenizer_codec.h"
 #include "core/loader/model_loader.h"
+#include "tests/common/collected_sink.h"
 #include "tests/common/shared_data.h"
 #include "tests/golden/golden_runs.h"
 
 namespace troupe {
 namespace {
 
-// Collects one request's output; wait() blocks until it ended.
-struct collected {
-    std::mutex mutex;
-    std::condition_variable cv;
-    std::string text;
-    std::string error;
-    bool ended = false;
-    usage use;
-    timings time;
-    std::vector<steady_clock::time_point> delta_times;  // when each text delta arrived
-
-    request_sink sink() {
-        request_sink s;
-        s.on_text = [this](std::string_view d) {
-            std::lock_guard lock(mutex);
-            text += d;
-            delta_times.push_back(steady_clock::now());
-        };
-        s.on_done = [this](finish_reason, const usage& u, const timings& t) {
-            std::lock_guard lock(mutex);
-            use = u;
-            time = t;
-            ended = true;
-            cv.notify_all();
-        };
-        s.on_error = [this](const std::string& m) {
-            std::lock_guard lock(mutex);
-            error = m;
-            ended = true;
-            cv.notify_all();
-        };
-        return s;
-    }
-    void wait() {
-        std::unique_lock lock(mutex);
-        cv.wait(lock, [&] { return ended; });
-    }
-};
+using testing::collected;
 
 struct running_engine {
     loaded_model model;

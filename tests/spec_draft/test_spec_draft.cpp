@@ -14,43 +14,14 @@
 #include "actors/engine/engine_params_from.h"
 #include "actors/tokenizer/tokenizer_codec.h"
 #include "core/loader/model_loader.h"
+#include "tests/common/collected_sink.h"
 #include "tests/common/shared_data.h"
 #include "tests/golden/golden_runs.h"
 
 namespace troupe {
 namespace {
 
-struct collected {
-    std::mutex mutex;
-    std::condition_variable cv;
-    std::string text, error;
-    usage use;
-    bool ended = false;
-    request_sink sink() {
-        request_sink s;
-        s.on_text = [this](std::string_view d) {
-            std::lock_guard lock(mutex);
-            text += d;
-        };
-        s.on_done = [this](finish_reason, const usage& u, const timings&) {
-            std::lock_guard lock(mutex);
-            use = u;
-            ended = true;
-            cv.notify_all();
-        };
-        s.on_error = [this](const std::string& m) {
-            std::lock_guard lock(mutex);
-            error = m;
-            ended = true;
-            cv.notify_all();
-        };
-        return s;
-    }
-    void wait() {
-        std::unique_lock lock(mutex);
-        cv.wait(lock, [&] { return ended; });
-    }
-};
+using testing::collected;
 
 engine_config draft_config(const std::string& target, const std::string& drafter, bool adaptive = true) {
     engine_config config;
