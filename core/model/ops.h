@@ -70,6 +70,25 @@ struct attention_call {
     const int32_t* mask_base = nullptr;  // [n_tokens]
     const uint64_t* mask = nullptr;      // [n_tokens, mask_words]
     int32_t mask_words = 0;
+
+    // Architectures beyond Llama (plugin.h, troupe_attention_call version 4); each used only with an op whose
+    // features() has it.
+    int32_t layer = 0;
+    float softcap = 0.0f;  // scores s -> softcap * tanh(s / softcap) before masking; 0: none (Gemma 2)
+    int32_t window = 0;    // attend only to positions > p - window; 0: all (sliding-window layers)
+    // MLA (kv_lora_rank > 0): n_kv_heads 1, head_dim = qk_nope + rope_dim; k is the latent [n_tokens, kv_lora_rank +
+    // rope_dim] (normed c_kv, then the roped shared key), v and v_pool null, k_pool holds latent rows, out is
+    // [n_tokens, n_heads, v_head_dim]. The op expands K and V with blk.<layer>.attn_kv_b.weight.
+    int32_t kv_lora_rank = 0;
+    int32_t rope_dim = 0;
+    int32_t v_head_dim = 0;
+};
+
+// Bits of attention_op::features(): the same values as plugin.h's TROUPE_ATTENTION_FEATURE_*.
+enum attention_feature : uint32_t {
+    attention_softcap = 1u << 0,
+    attention_window = 1u << 1,
+    attention_mla = 1u << 2,
 };
 
 class attention_op {
@@ -81,6 +100,8 @@ public:
     virtual bool supports(kv_dtype t) const { return t == kv_dtype::f32; }
     // Whether forward() takes tree calls (attention_call::rows and mask).
     virtual bool supports_trees() const { return false; }
+    // The attention_feature bits forward() honours (softcap, window, MLA).
+    virtual uint32_t features() const { return 0; }
 };
 
 // A weight matrix as stored: n_out rows of n_in elements of type `type`.

@@ -22,6 +22,11 @@ bool plugin_attention_op::supports_trees() const {
     return TROUPE_HAS_FIELD(ops, troupe_attention_ops, trees) && ops->trees == 1;
 }
 
+uint32_t plugin_attention_op::features() const {
+    const troupe_attention_ops* ops = instance_->descriptor().attention;
+    return TROUPE_HAS_FIELD(ops, troupe_attention_ops, features) ? ops->features : 0u;
+}
+
 status plugin_attention_op::forward(const attention_call& call, const parallel_for_fn& parallel_for) {
     troupe_attention_call c{};
     c.struct_size = sizeof(troupe_attention_call);
@@ -53,6 +58,19 @@ status plugin_attention_op::forward(const attention_call& call, const parallel_f
         c.mask = call.mask;
         c.mask_words = call.mask_words;
     }
+    c.layer = call.layer;
+    const uint32_t needed = (call.softcap != 0.0f ? attention_softcap : 0u) |
+                            (call.window > 0 ? attention_window : 0u) | (call.kv_lora_rank > 0 ? attention_mla : 0u);
+    if ((needed & ~features()) != 0) {
+        return make_error("plugin " + name() +
+                          " does not take this model's attention (soft-capping, sliding window or MLA; "
+                          "troupe_attention_ops.features)");
+    }
+    c.softcap = call.softcap;
+    c.window = call.window;
+    c.kv_lora_rank = call.kv_lora_rank;
+    c.rope_dim = call.rope_dim;
+    c.v_head_dim = call.v_head_dim;
     const parallel_bridge bridge(parallel_for);
     const int32_t rc = instance_->descriptor().attention->forward(instance_->handle(), &c, bridge.c());
     if (rc != TROUPE_OK) return instance_->op_error("attention forward", rc);

@@ -221,9 +221,33 @@ typedef struct troupe_attention_call {
     const int32_t* mask_base; /* [n_tokens] */
     const uint64_t* mask;     /* [n_tokens, mask_words] */
     int32_t mask_words;
+    /* Version 4: what architectures beyond Llama ask of attention. A field the host sets only for ops whose
+     * troupe_attention_ops.features has its bit (the host refuses at load a model that needs a feature the op
+     * lacks); 0 means "not used". */
+    int32_t layer;  /* the layer this call is for (0-based) */
+    float softcap;  /* TROUPE_ATTENTION_FEATURE_SOFTCAP: score s -> softcap * tanh(s / softcap), after scaling, before
+                       masking and softmax (Gemma 2); 0: none */
+    int32_t window; /* TROUPE_ATTENTION_FEATURE_WINDOW: a token at position p attends only to positions > p - window
+                       (sliding-window layers of Gemma 2, Mistral, Phi-3); 0: the whole causal past */
+    /* TROUPE_ATTENTION_FEATURE_MLA (multi-head latent attention, DeepSeek-V2): with kv_lora_rank > 0 the call is
+     * MLA. n_kv_heads is 1 and head_dim is qk_nope_dim + rope_dim:
+     *   q:      [n_tokens, n_heads, head_dim]: per head the no-RoPE part, then the RoPE part (RoPE applied)
+     *   k:      [n_tokens, kv_lora_rank + rope_dim]: the normalised latent c_kv, then the shared RoPE key (applied)
+     *   v:      null; k_pool holds the latent rows [n_blocks, block_size, kv_lora_rank + rope_dim]; v_pool null
+     *   out:    [n_tokens, n_heads, v_head_dim]
+     * The op expands keys and values from the latent with blk.<layer>.attn_kv_b.weight (per head qk_nope_dim key
+     * rows, then v_head_dim value rows), which it reads through the model services (tensors.h). */
+    int32_t kv_lora_rank;
+    int32_t rope_dim;
+    int32_t v_head_dim;
 } troupe_attention_call;
 
-#define TROUPE_ATTENTION_CALL_VERSION 3u
+#define TROUPE_ATTENTION_CALL_VERSION 4u
+
+/* Bits of troupe_attention_ops.features (version 4). */
+#define TROUPE_ATTENTION_FEATURE_SOFTCAP (1u << 0)
+#define TROUPE_ATTENTION_FEATURE_WINDOW (1u << 1)
+#define TROUPE_ATTENTION_FEATURE_MLA (1u << 2)
 
 /* Element types of the KV pools. */
 typedef enum troupe_kv_type {
@@ -245,9 +269,11 @@ typedef struct troupe_attention_ops {
     /* Version 3: 1 when forward() takes tree calls (troupe_attention_call.rows / mask); else the host verifies
      * only chains of drafts with this plugin. */
     int32_t trees;
+    /* Version 4: the TROUPE_ATTENTION_FEATURE_* bits forward() honours; 0 or absent: none. */
+    uint32_t features;
 } troupe_attention_ops;
 
-#define TROUPE_ATTENTION_OPS_VERSION 3u
+#define TROUPE_ATTENTION_OPS_VERSION 4u
 
 /* ---- quant ------------------------------------------------------------------------------------- */
 
