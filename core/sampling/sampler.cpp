@@ -94,9 +94,26 @@ void apply_penalties(const sampling_params& p, std::span<const int32_t> history,
     }
 }
 
+void apply_bias(const sampling_params& p, std::span<float> logits) {
+    for (const auto& [token, bias] : p.logit_bias) {
+        if (token >= 0 && static_cast<size_t>(token) < logits.size()) logits[static_cast<size_t>(token)] += bias;
+    }
+}
+
 }  // namespace
 
-sampler::sampler(const sampling_params& params) : params_(params), rng_(params.seed) {}
+sampler::sampler(const sampling_params& params) : params_(params), rng_(params.seed) {
+    if (params_.constraint) state_ = params_.constraint->start();
+}
+
+void sampler::adjust(std::span<float> logits, std::span<const int32_t> history) const {
+    apply_penalties(params_, history, logits);
+    apply_bias(params_, logits);
+    if (params_.constraint) {
+        const auto mask = next_mask_ ? next_mask_ : params_.constraint->mask_for(state_);
+        mask->apply(logits);
+    }
+}
 
 void sampler::candidates(std::span<const float> logits, std::vector<std::pair<float, int32_t>>& cand) const {
     TROUPE_ASSERT(!logits.empty(), "sampler: empty logits");
@@ -174,7 +191,7 @@ void sampler::distribution(std::span<const float> logits, std::span<const int32_
                            std::vector<float>& probs) const {
     TROUPE_ASSERT(!logits.empty(), "sampler: empty logits");
     probs.assign(logits.begin(), logits.end());
-    apply_penalties(params_, history, probs);
+    adjust(probs, history);
     if (greedy()) {
         const int32_t best = argmax(probs);
         std::fill(probs.begin(), probs.end(), 0.0f);
@@ -191,14 +208,22 @@ void sampler::penalized(std::span<const float> logits, std::span<const int32_t> 
                         std::vector<float>& out) const {
     out.assign(logits.begin(), logits.end());
     apply_penalties(params_, history, out);
+    apply_bias(params_, out);
 }
 
 int32_t sampler::sample(std::span<const float> logits, std::span<const int32_t> history) {
     TROUPE_ASSERT(!logits.empty(), "sampler: empty logits");
     scratch_logits_.assign(logits.begin(), logits.end());
-    apply_penalties(params_, history, scratch_logits_);
-    if (greedy()) return argmax(scratch_logits_);
-    candidates(scratch_logits_, scratch_candidates_);
+    adjust(scratch_logits_, history);
+    next_mask_.reset();
+    const int32_t token = pick(scratch_logits_);
+    if (params_.constraint) state_ = params_.constraint->after(state_, token);
+    return token;
+}
+
+int32_t sampler::pick(std::span<const float> logits) {
+    if (greedy()) return argmax(logits);
+    candidates(logits, scratch_candidates_);
     double total = 0.0;
     for (const auto& c : scratch_candidates_) total += c.first;
     const double u = uniform_double() * (total > 0.0 ? total : 1.0);

@@ -1,0 +1,36 @@
+// json_schema_grammar: the byte grammar of the JSON texts a JSON schema accepts (OpenAI's
+// response_format json_schema), and of any JSON object (response_format json_object).
+//
+// Supported: type (string, number, integer, boolean, null, object, array, or a list of them), properties
+// (in the schema's order; required ones always present, optional ones may be left out),
+// additionalProperties (false or absent: no other keys; true or a schema: other keys after the named
+// ones), items, minItems / maxItems, minLength / maxLength (in characters), enum, const, anyOf, oneOf,
+// allOf of one schema, $ref into #/$defs or #/definitions (recursion allowed); descriptive keywords
+// (title, description, default, examples, $schema, $id, $comment) are ignored. Other keywords (pattern,
+// format, minimum, ...) are refused with the schema path, never silently ignored.
+//
+// Text shape: strings are valid UTF-8 with JSON's escapes; numbers are JSON numbers with at most
+// max_digits digits in each part; whitespace is bounded: between tokens nothing, one space, or a
+// newline and at most max_indent spaces or tabs, so a sampler cannot pad forever. The root value may
+// be preceded by such whitespace and nothing may follow it (generation ends with the value).
+#pragma once
+
+#include <boost/json/value.hpp>
+
+#include <cstdint>
+
+#include "core/result.h"
+#include "core/sampling/grammar/grammar.h"
+
+namespace troupe::grammar {
+
+struct json_grammar_options {
+    int32_t max_indent = 20;        // spaces / tabs after a newline between tokens
+    int32_t max_digits = 16;        // per number part (integer, fraction); exponents take at most 3
+    int32_t max_repetition = 4096;  // the largest maxLength / maxItems accepted
+};
+
+result<grammar> json_schema_grammar(const boost::json::value& schema, const json_grammar_options& options = {});
+grammar json_object_grammar(const json_grammar_options& options = {});
+
+}  // namespace troupe::grammar

@@ -1,0 +1,269 @@
+// JSON schema grammars: tables of texts each must accept or refuse, the token masks over a small
+// vocabulary, and sampling under a constraint from random logits, whose every output must parse as JSON
+// and match the schema.
+#include <gtest/gtest.h>
+
+#include <boost/json.hpp>
+
+#include <random>
+#include <string>
+#include <vector>
+
+#include "core/sampling/grammar/json_schema_grammar.h"
+#include "core/sampling/grammar/token_constraint.h"
+#include "core/sampling/sampler.h"
+
+namespace troupe::grammar {
+namespace {
+namespace json = boost::json;
+
+bool accepts(const grammar& g, std::string_view text) {
+    matcher m(g);
+    grammar_state s = m.start();
+    return m.advance(s, text) && matcher::complete(s);
+}
+
+grammar schema_grammar(std::string_view schema) {
+    auto g = json_schema_grammar(json::parse(schema));
+    EXPECT_TRUE(g.ok()) << g.message();
+    return std::move(g.value());
+}
+
+constexpr std::string_view person_schema = R"({
+  "type": "object",
+  "properties": {
+    "name": {"type": "string", "maxLength": 8},
+    "age": {"type": "integer"},
+    "mood": {"enum": ["happy", "sad"]},
+    "tags": {"type": "array", "items": {"type": "string", "maxLength": 4}, "maxItems": 2},
+    "score": {"type": ["number", "null"]},
+    "pet": {"type": "boolean"}
+  },
+  "required": ["name", "age", "mood", "tags"],
+  "additionalProperties": false
+})";
+
+TEST(json_schema_grammar, any_json_object_accepts_json_objects_and_refuses_everything_else) {
+    const grammar g = json_object_grammar();
+    for (std::string_view ok : {R"({})", R"( {"a": 1})", R"({"a":[1,2.5e-3,{"b":null}],"c":"x\n\u00e9 \u2603"})",
+                                "{\n  \"k\": true,\n  \"l\": false\n}", "{\"\xc3\xa9\": -0}"}) {
+        EXPECT_TRUE(accepts(g, ok)) << ok;
+    }
+    for (std::string_view bad : {"[1]", R"({"a":})", R"({"a":1,})", R"({"a" 1})", R"({} x)", R"({"a":01})",
+                                 R"({"a":"\x"})", "{\"a\":\"\x01\"}", "{\"a\":\"\xc3\"}", "{\"a\":\"\xed\xa0\x80\"}",
+                                 "{\"a\":\"\xe0\x80\x80\"}", R"({"a":1}})", "{          \"a\":1}", R"({"a":.5})"}) {
+        EXPECT_FALSE(accepts(g, bad)) << bad;
+    }
+}
+
+TEST(json_schema_grammar, a_schema_with_required_optional_enum_and_array_fields_accepts_exactly_its_objects) {
+    const grammar g = schema_grammar(person_schema);
+    for (std::string_view ok : {
+             R"({"name": "Tom", "age": 3, "mood": "sad", "tags": []})",
+             R"({"name":"","age":-12,"mood":"happy","tags":["a","bcde"],"score":1.5,"pet":true})",
+             R"({"name": "Lily", "age": 0, "mood": "happy", "tags": ["x"], "score": null})",
+             R"({"name": "Lily", "age": 0, "mood": "happy", "tags": ["x"], "pet": false})",
+         }) {
+        EXPECT_TRUE(accepts(g, ok)) << ok;
+    }
+    for (std::string_view bad : {
+             R"({"name": "Tom", "age": 3, "mood": "sad"})",                           // tags required
+             R"({"age": 3, "name": "Tom", "mood": "sad", "tags": []})",               // order
+             R"({"name": "Tom", "age": 3.5, "mood": "sad", "tags": []})",             // integer
+             R"({"name": "Tom", "age": 3, "mood": "angry", "tags": []})",             // enum
+             R"({"name": "Tom", "age": 3, "mood": "sad", "tags": ["a", "b", "c"]})",  // maxItems
+             R"({"name": "Tommy Lee", "age": 3, "mood": "sad", "tags": []})",         // maxLength
+             R"({"name": "Tom", "age": 3, "mood": "sad", "tags": [], "x": 1})",       // additional
+             R"({"name": "Tom", "age": 3, "mood": "sad", "tags": [], "pet": 1})",     // boolean
+         }) {
+        EXPECT_FALSE(accepts(g, bad)) << bad;
+    }
+}
+
+TEST(json_schema_grammar, any_of_const_refs_and_additional_properties_follow_the_schema) {
+    struct row {
+        std::string_view schema;
+        std::vector<std::string_view> ok, bad;
+    };
+    const std::vector<row> rows = {
+        {R"({"anyOf": [{"type": "integer"}, {"const": "none"}]})", {"7", R"("none")"}, {R"("some")", "7.5"}},
+        {R"({"$defs": {"node": {"type": "object", "properties": {"v": {"type": "integer"},
+             "next": {"anyOf": [{"$ref": "#/$defs/node"}, {"type": "null"}]}}, "required": ["v", "next"]}},
+             "$ref": "#/$defs/node"})",
+         {R"({"v": 1, "next": {"v": 2, "next": null}})"},
+         {R"({"v": 1, "next": {"v": 2}})"}},
+        {R"({"type": "object", "properties": {"a": {"type": "integer"}}, "additionalProperties": {"type": "string"}})",
+         {R"({"a": 1, "b": "x", "c": "y"})", R"({"b": "x"})", "{}"},
+         {R"({"a": 1, "b": 2})"}},
+        {R"({"type": "array", "items": {"type": "boolean"}, "minItems": 2})",
+         {"[true, false]", "[true,true,true]"},
+         {"[]", "[true]"}},
+        {R"({"type": "string", "minLength": 2, "maxLength": 3})",
+         {R"("ab")", "\"\xc3\xa9\xc3\xa9\xc3\xa9\""},
+         {R"("a")", R"("abcd")"}},
+    };
+    for (const auto& r : rows) {
+        const grammar g = schema_grammar(r.schema);
+        for (auto ok : r.ok) EXPECT_TRUE(accepts(g, ok)) << r.schema << "\n" << ok;
+        for (auto bad : r.bad) EXPECT_FALSE(accepts(g, bad)) << r.schema << "\n" << bad;
+    }
+}
+
+TEST(json_schema_grammar, unsupported_or_malformed_schemas_are_refused_with_their_path) {
+    const std::vector<std::pair<std::string_view, std::string_view>> rows = {
+        {R"({"type": "object", "properties": {"a": {"type": "string", "pattern": "x+"}}})",
+         "#/properties/a: the keyword 'pattern' is not supported"},
+        {R"({"type": "strin"})", "#/type: unknown type 'strin'"},
+        {R"({"$ref": "#/$defs/missing"})", "'#/$defs/missing' names no definition"},
+        {R"({"type": "object", "properties": {"a": {}}, "required": ["b"]})", "names 'b'"},
+        {R"({"enum": []})", "#/enum: must be a non-empty array"},
+        {R"({"type": "string", "maxLength": 100000})", "maxLength: must be an integer between 0 and 4096"},
+    };
+    for (const auto& [schema, message] : rows) {
+        auto g = json_schema_grammar(json::parse(schema));
+        ASSERT_FALSE(g.ok()) << schema;
+        EXPECT_NE(g.message().find(message), std::string::npos) << g.message();
+    }
+}
+
+// A vocabulary of single bytes (ids 0..255), some longer pieces, a control token and EOS.
+struct test_vocab {
+    std::vector<std::string> pieces;
+    int32_t eos = 0;
+    int32_t control = 0;
+    std::shared_ptr<const vocab_index> index;
+
+    test_vocab() {
+        for (int c = 0; c < 256; ++c) pieces.emplace_back(1, static_cast<char>(c));
+        for (const char* p : {"{\"", "\":", "\"}", "}\n", " {", "name", "age", "happy", "sad", "Tom", "12", "\", \"",
+                              "true", "null", "]}", "[\"", "\"]"}) {
+            pieces.emplace_back(p);
+        }
+        control = static_cast<int32_t>(pieces.size());
+        pieces.emplace_back();
+        eos = static_cast<int32_t>(pieces.size());
+        pieces.emplace_back();
+        index = std::make_shared<vocab_index>(pieces, std::vector<int32_t>{eos});
+    }
+    int32_t id(std::string_view p) const {
+        for (size_t i = 256; i < pieces.size(); ++i) {
+            if (pieces[i] == p) return static_cast<int32_t>(i);
+        }
+        return static_cast<unsigned char>(p[0]);
+    }
+};
+
+TEST(token_constraint, the_mask_allows_exactly_the_tokens_whose_bytes_the_grammar_accepts) {
+    const test_vocab v;
+    const token_constraint c(schema_grammar(person_schema), v.index);
+    grammar_state s = c.start();
+    const token_mask m0 = c.compute(s);
+    // The root: whitespace or '{'.
+    std::vector<int32_t> allowed;
+    for (int32_t id = 0; id < v.index->n_vocab(); ++id) {
+        if (m0.allowed(id)) allowed.push_back(id);
+    }
+    EXPECT_EQ(allowed, (std::vector<int32_t>{'\n', ' ', '{', v.id("{\""), v.id(" {")}));
+    s = c.after(s, v.id("{\""));
+    EXPECT_TRUE(c.compute(s).allowed('n'));
+    EXPECT_FALSE(c.compute(s).allowed('a'));
+    EXPECT_TRUE(c.compute(s).allowed(v.id("name")));
+    EXPECT_FALSE(c.compute(s).allowed(v.id("age")));
+    EXPECT_FALSE(c.compute(s).allowed(v.control));
+    EXPECT_FALSE(c.compute(s).allowed(v.eos));
+    for (std::string_view p : {"name", "\":", "\"", "Tom", "\", \"", "age", "\":", "12", ",", "\"", "mood", "\":", "\"",
+                               "sad", "\", \"", "tags", "\":", "[\"", "\"]"}) {
+        if (p == "mood" || p == "tags") {
+            for (char ch : p) s = c.after(s, static_cast<unsigned char>(ch));
+            continue;
+        }
+        const int32_t id = v.id(p);
+        ASSERT_TRUE(c.compute(s).allowed(id)) << p;
+        s = c.after(s, id);
+    }
+    // After the last required field: more fields or the end; '}' then nothing but EOS.
+    EXPECT_FALSE(c.compute(s).allowed(v.id("}\n")));
+    s = c.after(s, '}');
+    const token_mask end = c.compute(s);
+    EXPECT_EQ(end.count(), 1);
+    EXPECT_TRUE(end.allowed(v.eos));
+}
+
+TEST(token_constraint, masks_are_cached_by_state_and_a_batch_computes_each_missing_state_once) {
+    const test_vocab v;
+    const token_constraint c(json_object_grammar(), v.index);
+    const grammar_state a = c.start();
+    const grammar_state b = c.after(a, '{');
+    const grammar_state* batch[] = {&a, &b, &a, &b};
+    const auto masks = c.masks_for(batch);
+    EXPECT_EQ(c.stats().n_computed, 2);
+    EXPECT_EQ(masks[0], masks[2]);
+    EXPECT_EQ(masks[1], masks[3]);
+    (void)c.mask_for(c.after(c.after(b, '}'), v.eos));
+    EXPECT_EQ(c.stats().n_computed, 3);
+    EXPECT_EQ(c.stats().n_lookups, 5);
+}
+
+TEST(token_constraint, sampling_random_logits_under_a_schema_always_yields_a_valid_document) {
+    const test_vocab v;
+    auto c = std::make_shared<const token_constraint>(schema_grammar(person_schema), v.index);
+    std::mt19937 gen(7);
+    std::normal_distribution<float> nd(0.0f, 2.0f);
+    int n_with_optional = 0;
+    for (uint64_t seed = 1; seed <= 60; ++seed) {
+        sampling_params p;
+        p.temperature = 1.0f;
+        p.top_k = 0;
+        p.top_p = 1.0f;
+        p.min_p = 0.0f;
+        p.seed = seed;
+        p.constraint = c;
+        sampler smp(p);
+        std::string text;
+        bool ended = false;
+        for (int step = 0; step < 400 && !ended; ++step) {
+            std::vector<float> logits(static_cast<size_t>(v.index->n_vocab()));
+            for (auto& l : logits) l = nd(gen);
+            logits[static_cast<size_t>(v.eos)] += 4.0f;  // a model that would stop early if it could
+            const int32_t t = smp.sample(logits, {});
+            if (t == v.eos) {
+                ended = true;
+            } else {
+                text += v.pieces[static_cast<size_t>(t)];
+            }
+        }
+        ASSERT_TRUE(ended) << text;
+        boost::system::error_code ec;
+        const json::value doc = json::parse(text, ec);
+        ASSERT_FALSE(ec) << text;
+        const json::object& o = doc.as_object();
+        EXPECT_TRUE(o.contains("name") && o.contains("age") && o.contains("mood") && o.contains("tags")) << text;
+        EXPECT_LE(o.at("name").as_string().size(), 8u * 4) << text;
+        EXPECT_TRUE(o.at("age").is_int64()) << text;
+        EXPECT_TRUE(o.at("mood") == "happy" || o.at("mood") == "sad") << text;
+        EXPECT_LE(o.at("tags").as_array().size(), 2u) << text;
+        n_with_optional += o.contains("score") || o.contains("pet");
+    }
+    EXPECT_GT(n_with_optional, 0);
+}
+
+TEST(sampler, logit_bias_moves_the_choice_and_minus_one_hundred_bans_a_token) {
+    sampling_params p;
+    p.temperature = 0.0f;
+    p.logit_bias = {{1, -100.0f}, {2, 5.0f}};
+    sampler s(p);
+    EXPECT_EQ(s.sample(std::vector<float>{0.0f, 10.0f, 0.0f, 4.0f}, {}), 2);
+    p.logit_bias = {{1, -100.0f}};
+    p.temperature = 1.0f;
+    p.top_k = 0;
+    p.top_p = 1.0f;
+    p.min_p = 0.0f;
+    for (uint64_t seed = 0; seed < 200; ++seed) {
+        p.seed = seed;
+        sampler r(p);
+        EXPECT_NE(r.sample(std::vector<float>{0.0f, 60.0f, 0.0f}, {}), 1);
+    }
+}
+
+}  // namespace
+}  // namespace troupe::grammar
