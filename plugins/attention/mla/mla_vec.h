@@ -1,0 +1,31 @@
+// The vector primitives of the MLA kernels (mla_absorbed.cpp, mla_naive.cpp): dot products, y += a x, scaling, and
+// the latent cache's row conversions (float32 or IEEE halves). One table per instruction set, each built in its own
+// file with that set's flags (mla_vec_scalar.cpp, mla_vec_avx2.cpp); the paths call through the table, so no code
+// built with AVX flags is ever shared with the code other CPUs run.
+#pragma once
+
+#include <cstdint>
+
+namespace troupe::mla {
+
+struct vec_ops {
+    const char* name;  // "scalar", "avx2"
+    // Σ a[i] b[i]
+    float (*dot)(const float* a, const float* b, int64_t n);
+    // out[i] = Σ_j rows[i * stride + j] x[j] for i < n_rows: a row-major matrix times a vector (the rows read once,
+    // x kept in registers or L1 across them)
+    void (*gemv)(const float* rows, int64_t stride, int64_t n_rows, const float* x, int64_t n, float* out);
+    // y[i] += a x[i]
+    void (*axpy)(float* y, float a, const float* x, int64_t n);
+    // y[i] *= a
+    void (*scale)(float* y, float a, int64_t n);
+    // dst[i] = src[i] as float: src float32, or halves (f16)
+    void (*load)(const void* src, bool f16, float* dst, int64_t n);
+    // dst[i] = src[i] as float32 or as halves rounded to nearest even (f16)
+    void (*store)(const float* src, bool f16, void* dst, int64_t n);
+};
+
+const vec_ops& scalar_vec_ops();
+const vec_ops& avx2_vec_ops();  // call only where the CPU has AVX2, FMA and F16C
+
+}  // namespace troupe::mla

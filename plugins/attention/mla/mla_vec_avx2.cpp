@@ -1,0 +1,113 @@
+// The AVX2 vector primitives (mla_vec.h), built with -mavx2 -mfma -mf16c: 8-float FMA lanes, F16C half conversions
+// (round to nearest even, as the scalar twin). Everything here has internal linkage and includes no shared inline code
+// (not even plugins/common/half.h): a copy built with these flags must never be the one the linker keeps for others.
+#include <immintrin.h>
+
+#include <cstring>
+
+#include "mla_vec.h"
+
+namespace troupe::mla {
+namespace {
+
+float hsum(__m256 v) {
+    const __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    const __m128 t = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    return _mm_cvtss_f32(_mm_add_ss(t, _mm_movehdup_ps(t)));
+}
+
+float dot(const float* a, const float* b, int64_t n) {
+    __m256 s0 = _mm256_setzero_ps(), s1 = _mm256_setzero_ps();
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), s0);
+        s1 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 8), _mm256_loadu_ps(b + i + 8), s1);
+    }
+    if (i + 8 <= n) {
+        s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), s0);
+        i += 8;
+    }
+    float s = hsum(_mm256_add_ps(s0, s1));
+    for (; i < n; ++i) s += a[i] * b[i];
+    return s;
+}
+
+// Four rows against x at once: x is loaded once per four dot products.
+void gemv(const float* rows, int64_t stride, int64_t n_rows, const float* x, int64_t n, float* out) {
+    int64_t r = 0;
+    const int64_t n8 = n / 8 * 8;
+    for (; r + 4 <= n_rows; r += 4) {
+        const float* r0 = rows + r * stride;
+        const float* r1 = r0 + stride;
+        const float* r2 = r1 + stride;
+        const float* r3 = r2 + stride;
+        __m256 s0 = _mm256_setzero_ps(), s1 = _mm256_setzero_ps(), s2 = _mm256_setzero_ps(), s3 = _mm256_setzero_ps();
+        for (int64_t i = 0; i < n8; i += 8) {
+            const __m256 xv = _mm256_loadu_ps(x + i);
+            s0 = _mm256_fmadd_ps(_mm256_loadu_ps(r0 + i), xv, s0);
+            s1 = _mm256_fmadd_ps(_mm256_loadu_ps(r1 + i), xv, s1);
+            s2 = _mm256_fmadd_ps(_mm256_loadu_ps(r2 + i), xv, s2);
+            s3 = _mm256_fmadd_ps(_mm256_loadu_ps(r3 + i), xv, s3);
+        }
+        float o0 = hsum(s0), o1 = hsum(s1), o2 = hsum(s2), o3 = hsum(s3);
+        for (int64_t i = n8; i < n; ++i) {
+            o0 += r0[i] * x[i];
+            o1 += r1[i] * x[i];
+            o2 += r2[i] * x[i];
+            o3 += r3[i] * x[i];
+        }
+        out[r] = o0, out[r + 1] = o1, out[r + 2] = o2, out[r + 3] = o3;
+    }
+    for (; r < n_rows; ++r) out[r] = dot(rows + r * stride, x, n);
+}
+
+void axpy(float* y, float a, const float* x, int64_t n) {
+    const __m256 av = _mm256_set1_ps(a);
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(y + i, _mm256_fmadd_ps(av, _mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i)));
+    for (; i < n; ++i) y[i] += a * x[i];
+}
+
+void scale(float* y, float a, int64_t n) {
+    const __m256 av = _mm256_set1_ps(a);
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, _mm256_mul_ps(av, _mm256_loadu_ps(y + i)));
+    for (; i < n; ++i) y[i] *= a;
+}
+
+void load(const void* src, bool f16, float* dst, int64_t n) {
+    if (!f16) {
+        std::memcpy(dst, src, static_cast<size_t>(n) * sizeof(float));
+        return;
+    }
+    const auto* h = static_cast<const uint16_t*>(src);
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(h + i))));
+    }
+    for (; i < n; ++i) dst[i] = _cvtsh_ss(h[i]);
+}
+
+void store(const float* src, bool f16, void* dst, int64_t n) {
+    if (!f16) {
+        std::memcpy(dst, src, static_cast<size_t>(n) * sizeof(float));
+        return;
+    }
+    auto* h = static_cast<uint16_t*>(dst);
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(h + i),
+                         _mm256_cvtps_ph(_mm256_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+    }
+    for (; i < n; ++i) h[i] = _cvtss_sh(src[i], _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+}
+
+}  // namespace
+
+const vec_ops& avx2_vec_ops() {
+    static const vec_ops ops{"avx2", dot, gemv, axpy, scale, load, store};
+    return ops;
+}
+
+}  // namespace troupe::mla
