@@ -29,6 +29,7 @@ void cpu_llama::scratch::reserve(size_t n_tokens, const llama_hparams& hp) {
     kv_rows.resize(t);
     mask_base.resize(t);
     rows.resize(t * hp.dim);
+    rows_scratch.resize(t * hp.dim);
     const size_t fused = std::min(t, k_max_fused_tokens);
     qkv.resize(fused * (hp.q_width() + 2 * hp.kv_width()));
     gate_up.resize(fused * 2 * hp.ffn_dim);
@@ -61,6 +62,21 @@ result<std::unique_ptr<cpu_llama>> cpu_llama::create(llama_weights weights, cpu_
         out = std::move(*l);
         return {};
     };
+    // Soft-capping and sliding windows are the attention op's to do: refuse at load what it cannot.
+    if (const uint32_t needed = m->needed_attention_features(); needed != 0) {
+        const std::string what = std::string((needed & attention_softcap) ? "attention soft-capping" : "") +
+                                 ((needed & attention_softcap) && (needed & attention_window) ? " and " : "") +
+                                 ((needed & attention_window) ? "sliding-window attention" : "");
+        if (params.kv_cache) {
+            return make_error(path + ": " + hp.architecture + " needs " + what + ", which the KV plugin " +
+                              params.kv_cache->name() +
+                              " does not do (kv_cache_call has neither); use the built-in KV pools (no kv.plugin)");
+        }
+        if ((needed & ~params.attention->features()) != 0) {
+            return make_error(path + ": " + hp.architecture + " needs " + what + ", which attention plugin " +
+                              params.attention->name() + " does not declare (troupe_attention_ops.features)");
+        }
+    }
     if (!params.kv_cache && !params.attention->supports(params.kv_type)) {
         return make_error("attention plugin " + params.attention->name() + " does not take " +
                           (params.kv_type == kv_dtype::f16 ? "F16" : "F32") + " KV pools (kv.dtype)");
@@ -97,6 +113,12 @@ result<std::unique_ptr<cpu_llama>> cpu_llama::create(llama_weights weights, cpu_
         const std::string p = "blk." + std::to_string(i) + ".";
         l.attn_norm = static_cast<const float*>(lw.attn_norm.data);
         l.ffn_norm = static_cast<const float*>(lw.ffn_norm.data);
+        l.bq = static_cast<const float*>(lw.bq.data);
+        l.bk = static_cast<const float*>(lw.bk.data);
+        l.bv = static_cast<const float*>(lw.bv.data);
+        l.post_attn_norm = static_cast<const float*>(lw.post_attn_norm.data);
+        l.post_ffn_norm = static_cast<const float*>(lw.post_ffn_norm.data);
+        l.window = hp.window_of(i);
         for (auto [w, name, dst] : {std::tuple{&lw.wq, "attn_q", &l.wq},
                                     {&lw.wk, "attn_k", &l.wk},
                                     {&lw.wv, "attn_v", &l.wv},
@@ -248,20 +270,24 @@ status cpu_llama::project_qkv(const layer& l, size_t n, float*& q, float*& k, fl
         q = s_.q.data(), k = s_.k.data(), v = s_.v.data();
         if (status st = l.wq.forward(s_.h.data(), q, n, ctx_); !st.ok()) return st;
         if (status st = l.wk.forward(s_.h.data(), k, n, ctx_); !st.ok()) return st;
-        return l.wv.forward(s_.h.data(), v, n, ctx_);
-    }
-    float* qkv = s_.qkv.data();  // [n, qw + 2 kvw]
-    if (status st = l.w_qkv->forward(s_.h.data(), qkv, n, ctx_); !st.ok()) return st;
-    if (n == 1) {  // already the layout of three separate products
+        if (status st = l.wv.forward(s_.h.data(), v, n, ctx_); !st.ok()) return st;
+    } else if (float* qkv = s_.qkv.data(); n == 1) {  // [1, qw + 2 kvw]: the layout of three separate products
+        if (status st = l.w_qkv->forward(s_.h.data(), qkv, n, ctx_); !st.ok()) return st;
         q = qkv, k = qkv + qw, v = qkv + qw + kvw;
-        return {};
+    } else {  // [n, qw + 2 kvw]
+        if (status st = l.w_qkv->forward(s_.h.data(), qkv, n, ctx_); !st.ok()) return st;
+        q = s_.q.data(), k = s_.k.data(), v = s_.v.data();
+        for (size_t t = 0; t < n; ++t) {
+            const float* row = qkv + t * (qw + 2 * kvw);
+            std::copy_n(row, qw, q + t * qw);
+            std::copy_n(row + qw, kvw, k + t * kvw);
+            std::copy_n(row + qw + kvw, kvw, v + t * kvw);
+        }
     }
-    q = s_.q.data(), k = s_.k.data(), v = s_.v.data();
-    for (size_t t = 0; t < n; ++t) {
-        const float* row = qkv + t * (qw + 2 * kvw);
-        std::copy_n(row, qw, q + t * qw);
-        std::copy_n(row + qw, kvw, k + t * kvw);
-        std::copy_n(row + qw + kvw, kvw, v + t * kvw);
+    if (l.bq != nullptr) {
+        add_bias_rows(q, l.bq, n, qw);
+        add_bias_rows(k, l.bk, n, kvw);
+        add_bias_rows(v, l.bv, n, kvw);
     }
     return {};
 }
@@ -271,13 +297,13 @@ status cpu_llama::ffn_hidden(const layer& l, size_t n, const float*& hidden) {
     if (!l.w_gate_up || n > k_max_fused_tokens) {
         if (status st = l.w_gate.forward(s_.h.data(), s_.gate.data(), n, ctx_); !st.ok()) return st;
         if (status st = l.w_up.forward(s_.h.data(), s_.up.data(), n, ctx_); !st.ok()) return st;
-        swiglu_rows(s_.gate.data(), s_.up.data(), n * f);
+        gated_rows(w_.hp.arch->activation, s_.gate.data(), s_.up.data(), n * f);
         hidden = s_.gate.data();
         return {};
     }
     float* gate_up = s_.gate_up.data();  // [n, 2 f]: each token's gate row, then its up row
     if (status st = l.w_gate_up->forward(s_.h.data(), gate_up, n, ctx_); !st.ok()) return st;
-    for (size_t t = 0; t < n; ++t) swiglu_rows(gate_up + t * 2 * f, gate_up + t * 2 * f + f, f);
+    for (size_t t = 0; t < n; ++t) gated_rows(w_.hp.arch->activation, gate_up + t * 2 * f, gate_up + t * 2 * f + f, f);
     if (n == 1) {
         hidden = gate_up;
         return {};
@@ -299,7 +325,7 @@ call_type step_attention_call(const llama_hparams& hp, size_t n, const float* q,
     call.n_heads = hp.n_heads;
     call.n_kv_heads = hp.n_kv_heads;
     call.head_dim = hp.head_dim;
-    call.scale = 1.0f / std::sqrt(static_cast<float>(hp.head_dim));
+    call.scale = hp.attention_scale();
     call.q = q;
     call.k = k;
     call.v = v;
@@ -330,6 +356,9 @@ status cpu_llama::attend(int32_t il, size_t n, const float* q, const float* k, c
     auto call = step_attention_call<attention_call>(w_.hp, n, q, k, v, s_.attn.data(), s_.positions.data(),
                                                     s_.seq_of.data(), tables, kv_.block_size);
     call.kv_type = params_.kv_type;
+    call.layer = il;
+    call.softcap = w_.hp.attn_softcap;
+    call.window = l.window;
     call.k_pool = l.k_pool;
     call.v_pool = l.v_pool;
     if (s_.tree) {
@@ -341,12 +370,23 @@ status cpu_llama::attend(int32_t il, size_t n, const float* q, const float* k, c
     return params_.attention->forward(call, ctx_.parallel_for);
 }
 
-status cpu_llama::run_layer(int32_t il, size_t n, const std::vector<const int32_t*>& tables) {
+uint32_t cpu_llama::needed_attention_features() const {
+    return (w_.hp.attn_softcap > 0.0f ? attention_softcap : 0u) | (w_.hp.any_window() ? attention_window : 0u);
+}
+
+void cpu_llama::add_branch(const float* post_norm, size_t n) {
+    const int32_t dim = w_.hp.dim;
+    if (post_norm != nullptr) {
+        rmsnorm_rows(s_.h.data(), post_norm, s_.rows_scratch.data(), n, dim, w_.hp.rms_eps);
+        add_rows(s_.x.data(), s_.rows_scratch.data(), n * dim);
+        return;
+    }
+    add_rows(s_.x.data(), s_.h.data(), n * dim);
+}
+
+status cpu_llama::standard_attention(int32_t il, size_t n, const std::vector<const int32_t*>& tables) {
     const llama_hparams& hp = w_.hp;
-    const int32_t dim = hp.dim;
-    layer& l = layers_[il];
-    rmsnorm_rows(s_.x.data(), l.attn_norm, s_.h.data(), n, dim, hp.rms_eps);
-    if (status st = tap(tap_point::attn_norm, il, s_.h.data(), n, dim); !st.ok()) return st;
+    const layer& l = layers_[il];
     float *q = nullptr, *k = nullptr, *v = nullptr;
     if (status st = project_qkv(l, n, q, k, v); !st.ok()) return st;
     if (status st = tap(tap_point::q, il, q, n, hp.q_width()); !st.ok()) return st;
@@ -357,16 +397,42 @@ status cpu_llama::run_layer(int32_t il, size_t n, const std::vector<const int32_
 
     if (status st = attend(il, n, q, k, v, tables); !st.ok()) return st;
     if (status st = tap(tap_point::attn_out, il, s_.attn.data(), n, hp.q_width()); !st.ok()) return st;
+    return l.wo.forward(s_.attn.data(), s_.h.data(), n, ctx_);
+}
 
-    if (status st = l.wo.forward(s_.attn.data(), s_.h.data(), n, ctx_); !st.ok()) return st;
-    add_rows(s_.x.data(), s_.h.data(), n * dim);
-    rmsnorm_rows(s_.x.data(), l.ffn_norm, s_.h.data(), n, dim, hp.rms_eps);
-    if (status st = tap(tap_point::ffn_norm, il, s_.h.data(), n, dim); !st.ok()) return st;
+status cpu_llama::dense_ffn(int32_t il, size_t n) {
+    const layer& l = layers_[il];
     const float* hidden = nullptr;
     if (status st = ffn_hidden(l, n, hidden); !st.ok()) return st;
-    if (status st = tap(tap_point::ffn_hidden, il, hidden, n, hp.ffn_dim); !st.ok()) return st;
-    if (status st = l.w_down.forward(hidden, s_.h.data(), n, ctx_); !st.ok()) return st;
-    add_rows(s_.x.data(), s_.h.data(), n * dim);
+    if (status st = tap(tap_point::ffn_hidden, il, hidden, n, w_.hp.ffn_dim); !st.ok()) return st;
+    return l.w_down.forward(hidden, s_.h.data(), n, ctx_);
+}
+
+status cpu_llama::run_layer(int32_t il, size_t n, const std::vector<const int32_t*>& tables) {
+    const llama_hparams& hp = w_.hp;
+    const int32_t dim = hp.dim;
+    const layer& l = layers_[il];
+    rmsnorm_rows(s_.x.data(), l.attn_norm, s_.h.data(), n, dim, hp.rms_eps);
+    if (status st = tap(tap_point::attn_norm, il, s_.h.data(), n, dim); !st.ok()) return st;
+    switch (hp.attention_of(il)) {
+        case attention_block::standard:
+            if (status st = standard_attention(il, n, tables); !st.ok()) return st;
+            break;
+        case attention_block::mla:
+            return make_error("layer " + std::to_string(il) + ": MLA attention is not wired into the graph yet");
+    }
+    add_branch(l.post_attn_norm, n);
+
+    rmsnorm_rows(s_.x.data(), l.ffn_norm, s_.h.data(), n, dim, hp.rms_eps);
+    if (status st = tap(tap_point::ffn_norm, il, s_.h.data(), n, dim); !st.ok()) return st;
+    switch (hp.ffn_of(il)) {
+        case ffn_block::dense:
+            if (status st = dense_ffn(il, n); !st.ok()) return st;
+            break;
+        case ffn_block::moe:
+            return make_error("layer " + std::to_string(il) + ": MoE FFN is not wired into the graph yet");
+    }
+    add_branch(l.post_ffn_norm, n);
     if (status st = tap(tap_point::layer_out, il, s_.x.data(), n, dim); !st.ok()) return st;
     return {};
 }
@@ -406,6 +472,7 @@ status cpu_llama::forward(const forward_batch& batch, forward_output& out) {
     }
     rope_angles_rows(s_.positions.data(), n, hp, s_.rope_cs.data());  // the same for every layer
     embed_rows(w_.token_embd, ids.data(), n, s_.x.data());
+    if (hp.embed_scale != 1.0f) scale_rows(s_.x.data(), hp.embed_scale, n * hp.dim);
     for (int32_t il = 0; il < hp.n_layers; ++il) {
         if (status st = run_layer(il, n, tables); !st.ok()) return st;
     }
@@ -419,6 +486,7 @@ status cpu_llama::forward(const forward_batch& batch, forward_output& out) {
     if (status st = output_.forward(s_.h.data(), out.logits.data(), static_cast<int64_t>(r), ctx_); !st.ok()) {
         return st;
     }
+    if (hp.final_softcap > 0.0f) softcap_rows(out.logits.data(), hp.final_softcap, r * hp.n_vocab);
     return tap(tap_point::logits, -1, out.logits.data(), r, hp.n_vocab);
 }
 

@@ -1,15 +1,21 @@
-// cpu_llama: the Llama graph on the CPU, batched over several sequences at their own positions.
+// cpu_llama: troupe's model graph on the CPU, for every architecture it runs (llama, mistral, qwen2, phi3, gemma2;
+// each one's differences are its description, core/model/arch/arch_description.h), batched over several sequences
+// at their own positions.
 //
 // One forward() over T tokens of S sequences (prefill chunks and decodes mixed):
 //
-//   x = embed(tokens)                                   [T, dim]
+//   x = embed(tokens) · embed_scale                     [T, dim]
 //   per layer:  h = rmsnorm(x) · attn_norm
-//               q, k, v = h·Wqᵀ, h·Wkᵀ, h·Wvᵀ; RoPE(q, k) at each token's position
-//               a = attention(q, k, v, KV cache via block tables)   (attention plugin)
-//               x += a·Woᵀ
+//               attention block (standard):
+//                 q, k, v = h·Wqᵀ + bq, h·Wkᵀ + bk, h·Wvᵀ + bv; RoPE(q, k) at each token's position
+//                 a = attention(q, k, v, KV cache via block tables; the layer's window, soft-capping)  (plugin)
+//                 a = a·Woᵀ
+//               x += post_attn_norm ? rmsnorm(a) · post_attn_norm : a
 //               h = rmsnorm(x) · ffn_norm
-//               x += (silu(h·W_gateᵀ) ⊙ h·W_upᵀ)·W_downᵀ
+//               FFN block (dense): f = (act(h·W_gateᵀ) ⊙ h·W_upᵀ)·W_downᵀ        act: silu | gelu_tanh
+//               x += post_ffn_norm ? rmsnorm(f) · post_ffn_norm : f
 //   logits = rmsnorm(x[rows]) · output_norm · W_outᵀ     rows: each sequence's last token, or all
+//   logits = final_softcap · tanh(logits / final_softcap)    where the architecture caps them
 //
 // All scratch is sized at construction for max_batch_tokens and reused; nothing allocates per step
 // except when a step brings more tokens than any before.
@@ -96,8 +102,14 @@ public:
 
 private:
     struct layer {
-        const float* attn_norm;  // [dim]
-        const float* ffn_norm;   // [dim]
+        const float* attn_norm;                 // [dim]
+        const float* ffn_norm;                  // [dim]
+        const float* bq = nullptr;              // [q_width] or null (qkv_bias)
+        const float* bk = nullptr;              // [kv_width] or null
+        const float* bv = nullptr;              // [kv_width] or null
+        const float* post_attn_norm = nullptr;  // [dim] or null (post_norms)
+        const float* post_ffn_norm = nullptr;   // [dim] or null
+        int32_t window = 0;                     // tokens the layer attends to at most; 0: all before
         linear wq, wk, wv, wo, w_gate, w_up, w_down;
         // q/k/v and gate/up as one matrix each (linear::concatenated) where the parts are alike: steps of few
         // tokens (decode) run them as one job. When the weights are copied, the group is what is placed and its
@@ -128,6 +140,7 @@ private:
         std::vector<int32_t> seq_of;         // [T]
         std::vector<int32_t> out_rows;       // [R] token index of each logits row
         std::vector<float> rows;             // [R, dim]
+        std::vector<float> rows_scratch;     // [T, dim] a normed branch output (post norms)
         std::vector<int64_t> out_seq_ids;    // [R] sequence id of each logits row (taps)
         std::vector<int32_t> out_positions;  // [R] position of each logits row (taps)
         std::vector<int32_t> nodes;          // [T] draft node of each token, -1 for a sequence's own (taps)
@@ -162,10 +175,19 @@ private:
     // Hands rows [n, width] of tap t to the sink when it wants them: the step's tokens, or its logits rows (layer
     // -1). One branch when nobody does.
     status tap(tap_point t, int32_t layer, const float* data, size_t n, size_t width);
-    // h·Wqᵀ, h·Wkᵀ, h·Wvᵀ for n tokens; q, k, v point at them ([n, q_width], [n, kv_width] each) afterwards.
+    // h·Wqᵀ + bq, h·Wkᵀ + bk, h·Wvᵀ + bv for n tokens; q, k, v point at them ([n, q_width], [n, kv_width] each)
+    // afterwards.
     status project_qkv(const layer& l, size_t n, float*& q, float*& k, float*& v);
-    // silu(h·W_gateᵀ) ⊙ h·W_upᵀ for n tokens; hidden points at it ([n, ffn_dim]) afterwards.
+    // act(h·W_gateᵀ) ⊙ h·W_upᵀ for n tokens; hidden points at it ([n, ffn_dim]) afterwards.
     status ffn_hidden(const layer& l, size_t n, const float*& hidden);
+    // The layer's standard attention block: from h (normed x) to a·Woᵀ in s_.h. (An MLA block branches here.)
+    status standard_attention(int32_t il, size_t n, const std::vector<const int32_t*>& tables);
+    // The layer's dense FFN block: from h (normed x) to f in s_.h. (A MoE block branches here.)
+    status dense_ffn(int32_t il, size_t n);
+    // x += the branch output in s_.h, through the post norm first where the architecture has one.
+    void add_branch(const float* post_norm, size_t n);
+    // The attention features (attention_feature bits) this model's layers need of the attention op.
+    uint32_t needed_attention_features() const;
     void fuse_projections();
 
     llama_weights w_;

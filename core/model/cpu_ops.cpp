@@ -1,9 +1,11 @@
 #include "core/model/cpu_ops.h"
 
+#include <cmath>
 #include <string>
 
 #include "core/result.h"
 #include "kernels/cpu/row_ops.h"
+#include "kernels/fp16.h"
 #include "kernels/ref/ops.h"
 #include "kernels/ref/quants.h"
 
@@ -46,6 +48,39 @@ void rope_rows(float* x, const float* cs, size_t n, int32_t n_heads, const llama
 
 void swiglu_rows(float* gate, const float* up, size_t n) {
     cpu::swiglu(gate, up, gate, static_cast<int64_t>(n));
+}
+
+void geglu_rows(float* gate, const float* up, size_t n) {
+    constexpr float sqrt_2_over_pi = 0.7978845608028654f;
+    for (size_t i = 0; i < n; ++i) {
+        const float x = fp16_to_fp32(fp32_to_fp16(gate[i]));
+        const float g = 0.5f * x * (1.0f + std::tanh(sqrt_2_over_pi * x * (1.0f + 0.044715f * x * x)));
+        gate[i] = g * up[i];
+    }
+}
+
+void gated_rows(ffn_activation act, float* gate, const float* up, size_t n) {
+    switch (act) {
+        case ffn_activation::silu:
+            swiglu_rows(gate, up, n);
+            return;
+        case ffn_activation::gelu_tanh:
+            geglu_rows(gate, up, n);
+            return;
+    }
+}
+
+void add_bias_rows(float* x, const float* b, size_t n, size_t width) {
+    for (size_t t = 0; t < n; ++t) cpu::add(x + t * width, b, x + t * width, static_cast<int64_t>(width));
+}
+
+void scale_rows(float* x, float s, size_t n) {
+    for (size_t i = 0; i < n; ++i) x[i] *= s;
+}
+
+void softcap_rows(float* x, float cap, size_t n) {
+    const float inv = 1.0f / cap;
+    for (size_t i = 0; i < n; ++i) x[i] = cap * std::tanh(x[i] * inv);
 }
 
 void add_rows(float* x, const float* y, size_t n) {

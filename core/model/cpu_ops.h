@@ -21,6 +21,17 @@ void rope_angles_rows(const int32_t* positions, size_t n, const llama_hparams& h
 void rope_rows(float* x, const float* cs, size_t n, int32_t n_heads, const llama_hparams& hp);
 // gate[i] = silu(gate[i]) * up[i]
 void swiglu_rows(float* gate, const float* up, size_t n);
+// gate[i] = gelu_tanh(half(gate[i])) * up[i]: GELU (tanh approximation) on the gate rounded to F16, as llama.cpp's
+// CPU GELU (a table over halves) and the golden reference evaluate it, in both activation recipes.
+void geglu_rows(float* gate, const float* up, size_t n);
+// The gated activation of a dense FFN: swiglu_rows or geglu_rows.
+void gated_rows(ffn_activation act, float* gate, const float* up, size_t n);
+// x[t, i] += b[i]   x: [n, width], b: [width]
+void add_bias_rows(float* x, const float* b, size_t n, size_t width);
+// x[i] *= s
+void scale_rows(float* x, float s, size_t n);
+// x[i] = cap * tanh(x[i] / cap)
+void softcap_rows(float* x, float cap, size_t n);
 // x[i] += y[i]
 void add_rows(float* x, const float* y, size_t n);
 

@@ -2,6 +2,8 @@
 
 #include <cmath>
 
+#include "core/model/arch/arch_registry.h"
+
 namespace troupe {
 namespace {
 
@@ -19,17 +21,64 @@ int32_t positive_int(const gguf::gguf_file& f, const std::string& key, std::stri
     return static_cast<int32_t>(*v);
 }
 
+// A soft-capping value: absent or 0 means none; otherwise positive and finite.
+status read_softcap(const gguf::gguf_file& f, const std::string& key, float& out) {
+    const double c = f.float_or(key, 0.0);
+    if (!std::isfinite(c) || c < 0.0) return make_error(f.path() + ": " + key + " must be a positive number");
+    out = static_cast<float>(c);
+    return {};
+}
+
+// The error for a block kind whose code has not been wired into the graph yet.
+error not_wired(const gguf::gguf_file& f, const llama_hparams& hp, const std::string& what, const std::string& where) {
+    return error{f.path() + ": " + hp.architecture + " needs " + what +
+                 ", which is not wired into troupe's graph yet (" + where + ")"};
+}
+
+// The architecture's own keys beyond llama's: head size, windows, soft-capping, scales.
+status read_architecture_keys(const gguf::gguf_file& f, llama_hparams& hp) {
+    const std::string a = hp.architecture + ".";
+    const arch_description& d = *hp.arch;
+    if (hp.arch->window != window_layers::none) {
+        const uint64_t w = f.uint_or(a + "attention.sliding_window", 0);
+        if (w > (1u << 30)) return make_error(f.path() + ": " + a + "attention.sliding_window is out of range");
+        // A window that covers the training context never takes effect: the layers are plain causal ones.
+        hp.sliding_window = w < static_cast<uint64_t>(hp.n_ctx) ? static_cast<int32_t>(w) : 0;
+    }
+    if (status st = read_softcap(f, a + "attn_logit_softcapping", hp.attn_softcap); !st.ok()) return st;
+    if (status st = read_softcap(f, a + "final_logit_softcapping", hp.final_softcap); !st.ok()) return st;
+    if (d.embed_scale_sqrt_dim) hp.embed_scale = std::sqrt(static_cast<float>(hp.dim));
+    // Gemma 2 27B (46 layers) scales queries by 1 / sqrt(dim / n_heads) (its query_pre_attn_scalar, 144), not by
+    // the head size (128), as llama.cpp does; the other sizes use the head size.
+    if (d.name == "gemma2" && hp.n_layers == 46) {
+        hp.query_scale = 1.0f / std::sqrt(static_cast<float>(hp.dim / hp.n_heads));
+    }
+    // Block kinds whose code lives outside the dense graph (branch points: llama_hparams::attention_of, ffn_of).
+    if (d.attention == attention_block::mla) {
+        return not_wired(f, hp, "multi-head latent attention (MLA)", "core/model/mla_block.h");
+    }
+    if (d.experts_required || f.uint_or(a + "expert_count", 0) > 0) {
+        return not_wired(f, hp, "mixture-of-experts FFN layers (" + a + "expert_count)", "core/model/moe_ffn.h");
+    }
+    return {};
+}
+
 }  // namespace
+
+bool llama_hparams::any_window() const {
+    for (int32_t il = 0; il < n_layers; ++il) {
+        if (window_of(il) > 0) return true;
+    }
+    return false;
+}
 
 result<llama_hparams> read_llama_hparams(const gguf::gguf_file& f) {
     llama_hparams hp;
-    auto arch = f.get_string("general.architecture");
-    if (!arch.ok()) return make_error(arch.message());
-    hp.architecture = *arch;
-    if (hp.architecture != "llama" && hp.architecture != "mistral") {
-        return make_error(f.path() + ": general.architecture is '" + hp.architecture +
-                          "', which troupe does not run (supported: " + supported_architectures + ")");
-    }
+    auto arch = architecture_of(f);
+    if (!arch.ok()) return arch.err();
+    hp.arch = *arch;
+    hp.architecture = std::string(hp.arch->name);
+    hp.rope = hp.arch->rope;
     const std::string a = hp.architecture + ".";
     std::string errors;
     hp.dim = positive_int(f, a + "embedding_length", errors);
@@ -39,23 +88,27 @@ result<llama_hparams> read_llama_hparams(const gguf::gguf_file& f) {
     hp.n_ctx = positive_int(f, a + "context_length", errors);
     hp.n_kv_heads =
         f.find(a + "attention.head_count_kv") ? positive_int(f, a + "attention.head_count_kv", errors) : hp.n_heads;
+    if (f.find(a + "attention.key_length")) hp.head_dim = positive_int(f, a + "attention.key_length", errors);
     if (!errors.empty()) return make_error(f.path() + ": missing or bad model metadata:" + errors);
 
-    if (hp.dim % hp.n_heads != 0) {
-        return make_error(f.path() + ": " + a + "embedding_length " + std::to_string(hp.dim) +
-                          " is not a multiple of " + a + "attention.head_count " + std::to_string(hp.n_heads));
+    if (hp.head_dim == 0) {  // no key_length: the heads split the embedding
+        if (hp.dim % hp.n_heads != 0) {
+            return make_error(f.path() + ": " + a + "embedding_length " + std::to_string(hp.dim) +
+                              " is not a multiple of " + a + "attention.head_count " + std::to_string(hp.n_heads) +
+                              " (and no " + a + "attention.key_length gives the head size)");
+        }
+        hp.head_dim = hp.dim / hp.n_heads;
     }
     if (hp.n_heads % hp.n_kv_heads != 0) {
         return make_error(f.path() + ": " + a + "attention.head_count " + std::to_string(hp.n_heads) +
                           " is not a multiple of " + a + "attention.head_count_kv " + std::to_string(hp.n_kv_heads));
     }
-    hp.head_dim = hp.dim / hp.n_heads;
-    if (f.find(a + "attention.key_length")) {
-        auto kl = f.get_uint(a + "attention.key_length");
-        if (!kl.ok() || *kl != static_cast<uint64_t>(hp.head_dim)) {
-            return make_error(f.path() + ": " + a +
-                              "attention.key_length differs from embedding_length / head_count (" +
-                              std::to_string(hp.head_dim) + "), which troupe does not support");
+    if (hp.arch->attention == attention_block::standard && f.find(a + "attention.value_length")) {
+        const uint64_t vl = f.uint_or(a + "attention.value_length", 0);
+        if (vl != static_cast<uint64_t>(hp.head_dim)) {
+            return make_error(f.path() + ": " + a + "attention.value_length " + std::to_string(vl) +
+                              " differs from the key length " + std::to_string(hp.head_dim) +
+                              ", which standard attention does not support");
         }
     }
     hp.rms_eps = static_cast<float>(f.float_or(a + "attention.layer_norm_rms_epsilon", 1e-5));
@@ -77,6 +130,7 @@ result<llama_hparams> read_llama_hparams(const gguf::gguf_file& f) {
     if (!std::isfinite(hp.rope_base) || hp.rope_base <= 0.0f) {
         return make_error(f.path() + ": " + a + "rope.freq_base must be a positive number");
     }
+    if (status st = read_architecture_keys(f, hp); !st.ok()) return st.err();
     // Vocabulary size: the tokenizer's token list, else the embedding matrix.
     if (auto tokens = f.find("tokenizer.ggml.tokens"); tokens) {
         hp.n_vocab = static_cast<int32_t>(tokens->elements.size());
