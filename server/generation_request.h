@@ -9,6 +9,7 @@
 
 #include "core/chat/chat_template.h"
 #include "core/sampling/sampler.h"
+#include "server/response_format.h"
 
 namespace troupe::server {
 
@@ -21,6 +22,7 @@ struct generation_request {
     std::optional<std::vector<int32_t>> prompt_ids;  // completion: a prompt given as token ids
     std::vector<chat_message> messages;              // chat: the conversation
     sampling_params sampling;                        // the config's defaults with the request's fields applied
+    response_format format;                          // chat: response_format (sampling.constraint made from it)
     bool stream = false;
     bool include_usage = false;  // stream_options.include_usage: a last chunk with usage
     int32_t logprobs = -1;       // -1: off; else top-k alternatives per token (0: the sampled token's only)

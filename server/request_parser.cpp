@@ -151,6 +151,36 @@ field stop_field(std::vector<std::string>& out) {
             }};
 }
 
+// logit_bias: {"token id": bias in [-100, 100]}, at most 1024 entries (ids are checked against the
+// vocabulary when the request is prepared).
+std::optional<api_error> read_logit_bias(const json::value& v, std::vector<std::pair<int32_t, float>>& out) {
+    if (!v.is_object()) return wrong_type("logit_bias", "an object of token id -> bias", v);
+    const json::object& o = v.get_object();
+    if (o.size() > 1024) {
+        return bad_request("logit_bias: at most 1024 entries, got " + std::to_string(o.size()), "logit_bias");
+    }
+    out.clear();
+    for (const auto& kv : o) {
+        const std::string_view key = kv.key();
+        int64_t id = -1;
+        const auto r = std::from_chars(key.data(), key.data() + key.size(), id);
+        if (r.ec != std::errc{} || r.ptr != key.data() + key.size() || id < 0 ||
+            id > std::numeric_limits<int32_t>::max()) {
+            return bad_request("logit_bias: key '" + std::string(key) + "' is not a token id (a non-negative integer)",
+                               "logit_bias");
+        }
+        auto bias = number_of(kv.value());
+        if (!bias) return wrong_type("logit_bias[" + std::string(key) + "]", "a number", kv.value());
+        if (!(*bias >= -100.0 && *bias <= 100.0)) {
+            return bad_request(
+                "logit_bias[" + std::string(key) + "]: must be between -100 and 100, got " + num_text(*bias),
+                "logit_bias");
+        }
+        out.emplace_back(static_cast<int32_t>(id), static_cast<float>(*bias));
+    }
+    return std::nullopt;
+}
+
 // The sampling and streaming fields every generation request has.
 struct common_fields {
     generation_request& r;
@@ -206,12 +236,7 @@ struct common_fields {
                  return std::nullopt;
              }},
             ignored_string("user"),
-            {"logit_bias",
-             [](const json::value& v) -> std::optional<api_error> {
-                 if (!v.is_object()) return wrong_type("logit_bias", "an object", v);
-                 if (!v.get_object().empty()) return bad_request("logit_bias: not supported by troupe", "logit_bias");
-                 return std::nullopt;
-             }},
+            {"logit_bias", [&s](const json::value& v) { return read_logit_bias(v, s.logit_bias); }},
         };
     }
 };
@@ -396,15 +421,7 @@ parsed_request parse_chat_request(std::string_view body, const sampling_params& 
     fields.push_back(int_field("max_completion_tokens", r.sampling.max_tokens, 1, 1 << 30));
     fields.push_back(bool_field("logprobs", logprobs));
     fields.push_back(int_field("top_logprobs", top_logprobs, 0, 20));
-    fields.push_back({"response_format", [](const json::value& v) -> std::optional<api_error> {
-                          const json::object* f = v.if_object();
-                          const json::value* t = f ? f->if_contains("type") : nullptr;
-                          if (!t || !t->is_string() || t->get_string() != "text") {
-                              return bad_request("response_format: only {\"type\": \"text\"} is supported",
-                                                 "response_format");
-                          }
-                          return std::nullopt;
-                      }});
+    fields.push_back({"response_format", [&](const json::value& v) { return read_response_format(v, r.format); }});
     for (const char* name : {"tools", "tool_choice", "functions", "function_call", "parallel_tool_calls"}) {
         fields.push_back(unsupported(name, "tool calling is not supported by troupe"));
     }

@@ -2,8 +2,8 @@
 //
 // Bodies are parsed with Boost.JSON without exceptions (invalid UTF-8, depth past 32 and trailing
 // garbage are errors). Every field is checked for its type and range; unknown fields are rejected as
-// OpenAI does ("Unrecognized request argument supplied: x"); features troupe does not have (n > 1,
-// tools, echo, logit_bias) are rejected with a message naming the field, never silently ignored.
+// OpenAI does ("Unrecognized request argument supplied: x"); features troupe does not have (tools) are
+// rejected with a message naming the field, never silently ignored.
 // Sampling extensions that vLLM also accepts: top_k, min_p, repetition_penalty, ignore_eos.
 #pragma once
 

@@ -49,6 +49,22 @@ prepared prepare_request(const serving_model& m, const server_config& config, ge
                          "invalid_request_error", r.kind == api_kind::chat ? "messages" : "prompt",
                          "context_length_exceeded"};
     }
+    for (const auto& [id, bias] : r.sampling.logit_bias) {
+        if (id >= m.tok->n_vocab()) {
+            return bad_request("logit_bias: token id " + std::to_string(id) + " is outside the vocabulary (0.." +
+                                   std::to_string(m.tok->n_vocab() - 1) + ")",
+                               "logit_bias");
+        }
+    }
+    if (r.format.what != response_format::kind::text) {
+        if (r.sampling.ignore_eos) {
+            return bad_request("ignore_eos: cannot be used with response_format (the output ends with the JSON value)",
+                               "ignore_eos");
+        }
+        auto c = m.formats->constraint(r.format, *m.tok);
+        if (auto* e = std::get_if<api_error>(&c)) return *e;
+        r.sampling.constraint = std::get<response_formats::constraint_ptr>(std::move(c));
+    }
     p.n_prompt_tokens = static_cast<int32_t>(n);
     p.req.sampling = r.sampling;
     p.req.prompt_ids = std::move(ids);

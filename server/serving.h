@@ -14,6 +14,7 @@
 #include "server/api_error.h"
 #include "server/generation_request.h"
 #include "server/metrics_text.h"
+#include "server/response_format.h"
 #include "server/server_stats.h"
 
 namespace troupe {
@@ -30,6 +31,8 @@ struct serving_model {
     chat_template_kind chat = chat_template_kind::plain;
     chat_special_tokens special;
     int32_t n_ctx = 0;
+    // response_format's compiled grammars for this model's vocabulary (shared by requests, thread-safe).
+    std::shared_ptr<response_formats> formats = std::make_shared<response_formats>();
 };
 
 // Fills chat, special tokens and facts.chat_template from the GGUF's tokenizer.chat_template text.

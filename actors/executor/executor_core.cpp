@@ -72,6 +72,7 @@ void executor_core::propose(const step_plan& plan) {
         const step_sequence& q = plan.seqs[i];
         if (q.max_draft <= 0 || !q.sample || max_nodes <= 0) continue;
         const sequence_state& s = seqs_.at(q.seq_id);
+        if (s.smp.constrained()) continue;  // the grammar's state follows sampled tokens only, not drafts
         draft_request r;
         r.seq_id = q.seq_id;
         r.tokens = s.history;
@@ -171,6 +172,7 @@ step_done executor_core::run(const step_plan& plan) {
     }
     TROUPE_ASSERT(output_.n_rows.size() == plan.seqs.size(), "forward returned rows for a different batch");
 
+    fetch_masks(plan);
     done.results.resize(plan.seqs.size());
     for (size_t i = 0; i < plan.seqs.size(); ++i) {
         const step_sequence& q = plan.seqs[i];
@@ -187,6 +189,27 @@ step_done executor_core::run(const step_plan& plan) {
     done.t_end = steady_clock::now();
     done.step_s = std::chrono::duration<double>(done.t_end - t_start).count();
     return done;
+}
+
+void executor_core::fetch_masks(const step_plan& plan) {
+    // Grouped by constraint (one per schema), so each group's missing masks are computed once per step.
+    std::vector<std::pair<const grammar::token_constraint*, std::vector<sampler*>>> groups;
+    for (const step_sequence& q : plan.seqs) {
+        if (!q.sample) continue;
+        sampler& smp = seqs_.at(q.seq_id).smp;
+        if (!smp.constrained()) continue;
+        const grammar::token_constraint* c = smp.params().constraint.get();
+        auto it = std::find_if(groups.begin(), groups.end(), [&](const auto& g) { return g.first == c; });
+        if (it == groups.end()) it = groups.insert(groups.end(), {c, {}});
+        it->second.push_back(&smp);
+    }
+    std::vector<const grammar::grammar_state*> states;
+    for (auto& [c, samplers] : groups) {
+        states.clear();
+        for (sampler* smp : samplers) states.push_back(&smp->constraint_state());
+        auto masks = c->masks_for(states);
+        for (size_t k = 0; k < samplers.size(); ++k) samplers[k]->set_next_mask(std::move(masks[k]));
+    }
 }
 
 token_logprobs executor_core::logprobs_of(std::span<const float> row, const sequence_state& s, int32_t token,

@@ -54,6 +54,8 @@ private:
 
     // Asks the speculator for this step's proposals (drafts_) and puts them into the batch.
     void propose(const step_plan& plan);
+    // The grammar masks of the step's constrained samplers, looked up (or computed) in one batch per constraint.
+    void fetch_masks(const step_plan& plan);
     // Samples the sequence's next token(s) from its rows (verifying its drafts); fills r.
     status sample_sequence(size_t index, sequence_state& s, const step_sequence& q, sequence_result& r);
     void end_speculation(int64_t seq_id, sequence_state& s, sequence_end why);
