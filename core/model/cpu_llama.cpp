@@ -18,7 +18,7 @@ void cpu_llama::scratch::reserve(size_t n_tokens, const llama_hparams& hp) {
     q.resize(t * hp.q_width());
     k.resize(t * hp.kv_width());
     v.resize(t * hp.kv_width());
-    attn.resize(t * hp.q_width());
+    attn.resize(t * std::max(hp.q_width(), hp.mla ? hp.mla->out_width() : 0));
     gate.resize(t * hp.ffn_dim);
     up.resize(t * hp.ffn_dim);
     positions.resize(t);
@@ -64,9 +64,12 @@ result<std::unique_ptr<cpu_llama>> cpu_llama::create(llama_weights weights, cpu_
     };
     // Soft-capping and sliding windows are the attention op's to do: refuse at load what it cannot.
     if (const uint32_t needed = m->needed_attention_features(); needed != 0) {
-        const std::string what = std::string((needed & attention_softcap) ? "attention soft-capping" : "") +
-                                 ((needed & attention_softcap) && (needed & attention_window) ? " and " : "") +
-                                 ((needed & attention_window) ? "sliding-window attention" : "");
+        std::string what;
+        for (const auto& [bit, name] : {std::pair{attention_softcap, "attention soft-capping"},
+                                        {attention_window, "sliding-window attention"},
+                                        {attention_mla, "multi-head latent attention"}}) {
+            if ((needed & bit) != 0) what += (what.empty() ? "" : " and ") + std::string(name);
+        }
         if (params.kv_cache) {
             return make_error(path + ": " + hp.architecture + " needs " + what + ", which the KV plugin " +
                               params.kv_cache->name() +
@@ -74,7 +77,8 @@ result<std::unique_ptr<cpu_llama>> cpu_llama::create(llama_weights weights, cpu_
         }
         if ((needed & ~params.attention->features()) != 0) {
             return make_error(path + ": " + hp.architecture + " needs " + what + ", which attention plugin " +
-                              params.attention->name() + " does not declare (troupe_attention_ops.features)");
+                              params.attention->name() + " does not declare (troupe_attention_ops.features)" +
+                              (hp.mla ? "; use plugins.attention: mla" : ""));
         }
     }
     if (!params.kv_cache && !params.attention->supports(params.kv_type)) {
@@ -92,16 +96,21 @@ result<std::unique_ptr<cpu_llama>> cpu_llama::create(llama_weights weights, cpu_
         }
         if (m->kv_layout_.window_tokens > 0) m->window_slots_.emplace(std::max(1, params.max_seqs));
     } else {
-        m->kv_layout_ = builtin_kv_layout(hp.kv_width(), params.kv_type);
+        m->kv_layout_ =
+            hp.mla ? mla_kv_layout(*hp.mla, params.kv_type) : builtin_kv_layout(hp.kv_width(), params.kv_type);
     }
     // Built-in: a K and a V pool of [n_blocks, block_size, n_kv_heads, head_dim] elements of params.kv_type per
     // layer. KV plugin: [n_blocks][block_bytes] blocks, then the window slots, per layer.
     const size_t pool_bytes = static_cast<size_t>(m->kv_.n_blocks) * m->kv_.block_size *
-                              static_cast<size_t>(hp.kv_width()) * kv_element_bytes(params.kv_type);
+                              static_cast<size_t>(hp.mla ? hp.mla->latent_width() : hp.kv_width()) *
+                              kv_element_bytes(params.kv_type);
     const size_t blocks_bytes = static_cast<size_t>(m->kv_.n_blocks) * m->kv_layout_.block_bytes(m->kv_.block_size);
     const size_t windows_bytes =
         m->window_slots_ ? static_cast<size_t>(m->window_slots_->n_slots()) * m->kv_layout_.window_slot_bytes() : 0;
-    const size_t layer_bytes = params.kv_cache ? (blocks_bytes + windows_bytes + 63) / 64 * 64 : 2 * pool_bytes;
+    // MLA: one latent pool per layer, no V pool.
+    const size_t layer_bytes =
+        params.kv_cache ? (blocks_bytes + windows_bytes + 63) / 64 * 64 : (hp.mla ? 1 : 2) * pool_bytes;
+    if (hp.mla) m->mla_ws_ = std::make_shared<mla_workspace>();
     m->layers_.resize(hp.n_layers);
     if (!m->kv_memory_.allocate(layer_bytes * hp.n_layers)) {
         return make_error(path + ": cannot allocate " + std::to_string((layer_bytes * hp.n_layers) >> 20) +
@@ -126,14 +135,21 @@ result<std::unique_ptr<cpu_llama>> cpu_llama::create(llama_weights weights, cpu_
                                     {&lw.w_gate, "ffn_gate", &l.w_gate},
                                     {&lw.w_up, "ffn_up", &l.w_up},
                                     {&lw.w_down, "ffn_down", &l.w_down}}) {
+            if (w->data == nullptr) continue;  // a part this layer's block kind does not have (MLA: q, k, v)
             if (status st = make(*w, p + name + ".weight", *dst); !st.ok()) return st.err();
+        }
+        if (hp.attention_of(i) == attention_block::mla) {
+            auto block = mla_block::make(*hp.mla, lw.mla, i, p, make, m->mla_ws_);
+            if (!block.ok()) return block.err();
+            l.mla = std::move(*block);
         }
         if (params.kv_cache) {
             l.kv_blocks = m->kv_memory_.data() + static_cast<size_t>(i) * layer_bytes;
             l.kv_window = m->window_slots_ ? l.kv_blocks + blocks_bytes : nullptr;
         } else {
-            l.k_pool = reinterpret_cast<float*>(m->kv_memory_.data() + 2 * static_cast<size_t>(i) * pool_bytes);
-            l.v_pool = reinterpret_cast<float*>(m->kv_memory_.data() + (2 * static_cast<size_t>(i) + 1) * pool_bytes);
+            uint8_t* at = m->kv_memory_.data() + static_cast<size_t>(i) * layer_bytes;
+            l.k_pool = reinterpret_cast<float*>(at);
+            l.v_pool = hp.mla ? nullptr : reinterpret_cast<float*>(at + pool_bytes);
         }
     }
     m->output_norm_ = static_cast<const float*>(m->w_.output_norm.data);
@@ -181,11 +197,12 @@ status cpu_llama::tap(tap_point t, int32_t layer, const float* data, size_t n, s
 std::string cpu_llama::description() const {
     const llama_hparams& hp = w_.hp;
     std::string types;
-    const ggml_type t = layers_.empty() ? w_.output.type : layers_[0].wq.stored_type();
+    const ggml_type t = layers_.empty() ? w_.output.type : layers_[0].wo.stored_type();
     types = std::string(traits(t).name);
     return w_.file->path() + ": " + hp.architecture + ", " + std::to_string(hp.n_layers) + " layers, dim " +
            std::to_string(hp.dim) + ", " + std::to_string(hp.n_heads) + " heads / " + std::to_string(hp.n_kv_heads) +
-           " kv heads, vocab " + std::to_string(hp.n_vocab) + ", " + types + " weights" +
+           " kv heads" + (hp.mla ? " (MLA, latent " + std::to_string(hp.mla->latent_width()) + ")" : std::string()) +
+           ", vocab " + std::to_string(hp.n_vocab) + ", " + types + " weights" +
            (params_.activations == cpu::activation_recipe::float32 ? ", float activations" : "") + ", cpu (" +
            std::to_string(pool_->n_threads()) + " threads)";
 }
@@ -219,6 +236,7 @@ size_t cpu_llama::weight_bytes_per_token() const {
     size_t bytes = output_.n_bytes() + row_bytes(w_.token_embd.type, w_.hp.dim);
     for (const layer& l : layers_) {
         for (const linear* m : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down}) bytes += m->n_bytes();
+        if (l.mla) bytes += l.mla->weight_bytes();
         bytes += 2 * w_.hp.dim * sizeof(float);
     }
     return bytes + w_.hp.dim * sizeof(float);
@@ -229,6 +247,27 @@ int64_t cpu_llama::matmul_macs_per_token() const {
     for (const layer& l : layers_) {
         for (const linear* m : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down})
             macs += m->n_in() * m->n_out();
+        if (l.mla) macs += l.mla->macs_per_token();
+    }
+    return macs;
+}
+
+int64_t cpu_llama::int8_macs_per_token() const {
+    const auto int8_macs = [](const linear& m) -> int64_t {
+        if (m.by_plugin() || m.recipe() != cpu::activation_recipe::quantized) return 0;
+        switch (m.stored_type()) {
+            case ggml_type::q8_0:
+            case ggml_type::q4_0:
+            case ggml_type::q4_k:
+            case ggml_type::q6_k:
+                return m.n_in() * m.n_out();
+            default:
+                return 0;
+        }
+    };
+    int64_t macs = int8_macs(output_);
+    for (const layer& l : layers_) {
+        for (const linear* m : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down}) macs += int8_macs(*m);
     }
     return macs;
 }
@@ -371,7 +410,8 @@ status cpu_llama::attend(int32_t il, size_t n, const float* q, const float* k, c
 }
 
 uint32_t cpu_llama::needed_attention_features() const {
-    return (w_.hp.attn_softcap > 0.0f ? attention_softcap : 0u) | (w_.hp.any_window() ? attention_window : 0u);
+    return (w_.hp.attn_softcap > 0.0f ? attention_softcap : 0u) | (w_.hp.any_window() ? attention_window : 0u) |
+           (w_.hp.mla ? attention_mla : 0u);
 }
 
 void cpu_llama::add_branch(const float* post_norm, size_t n) {
@@ -400,6 +440,27 @@ status cpu_llama::standard_attention(int32_t il, size_t n, const std::vector<con
     return l.wo.forward(s_.attn.data(), s_.h.data(), n, ctx_);
 }
 
+status cpu_llama::mla_attention(int32_t il, size_t n, const std::vector<const int32_t*>& tables) {
+    layer& l = layers_[il];
+    attention_call step{};  // the step's fields; the block fills the MLA call's own
+    step.positions = s_.positions.data();
+    step.seq_of = s_.seq_of.data();
+    step.n_seqs = static_cast<int32_t>(tables.size());
+    step.block_tables = tables.data();
+    step.block_size = kv_.block_size;
+    step.k_pool = l.k_pool;
+    step.kv_type = params_.kv_type;
+    if (s_.tree) {
+        step.rows = s_.kv_rows.data();
+        step.mask_base = s_.mask_base.data();
+        step.mask = s_.mask.data();
+        step.mask_words = s_.mask_words;
+    }
+    if (status st = l.mla->forward(s_.h.data(), n, step, *params_.attention, ctx_, s_.attn.data()); !st.ok()) return st;
+    if (status st = tap(tap_point::attn_out, il, s_.attn.data(), n, w_.hp.mla->out_width()); !st.ok()) return st;
+    return l.wo.forward(s_.attn.data(), s_.h.data(), n, ctx_);
+}
+
 status cpu_llama::dense_ffn(int32_t il, size_t n) {
     const layer& l = layers_[il];
     const float* hidden = nullptr;
@@ -419,7 +480,8 @@ status cpu_llama::run_layer(int32_t il, size_t n, const std::vector<const int32_
             if (status st = standard_attention(il, n, tables); !st.ok()) return st;
             break;
         case attention_block::mla:
-            return make_error("layer " + std::to_string(il) + ": MLA attention is not wired into the graph yet");
+            if (status st = mla_attention(il, n, tables); !st.ok()) return st;
+            break;
     }
     add_branch(l.post_attn_norm, n);
 
@@ -471,6 +533,7 @@ status cpu_llama::forward(const forward_batch& batch, forward_output& out) {
         if (status st = assign_window_slots(batch); !st.ok()) return st;
     }
     rope_angles_rows(s_.positions.data(), n, hp, s_.rope_cs.data());  // the same for every layer
+    if (mla_ws_) mla_ws_->begin_step(*hp.mla, s_.positions.data(), n);
     embed_rows(w_.token_embd, ids.data(), n, s_.x.data());
     if (hp.embed_scale != 1.0f) scale_rows(s_.x.data(), hp.embed_scale, n * hp.dim);
     for (int32_t il = 0; il < hp.n_layers; ++il) {

@@ -39,6 +39,7 @@
 #include "core/model/kv_window_slots.h"
 #include "core/model/linear.h"
 #include "core/model/llama_weights.h"
+#include "core/model/mla_block.h"
 #include "core/model/model_runner.h"
 #include "core/model/tap_sink.h"
 #include "kernels/cpu/huge_page_buffer.h"
@@ -92,6 +93,9 @@ public:
     std::shared_ptr<cpu::thread_pool> shared_pool() const { return pool_; }
     // Multiply-adds of the weight matrices per token (attention over the context not included).
     int64_t matmul_macs_per_token() const;
+    // Of those, the ones the builtin kernels compute with int8 dot products (the quantized recipe with Q8_0, Q4_0,
+    // Q4_K or Q6_K weights); the rest are float arithmetic (or a quant plugin's): bench sets each against its peak.
+    int64_t int8_macs_per_token() const;
     // Groups (a layer's q/k/v, a layer's gate/up) that run as one matrix (linear::concatenated) in steps of at most
     // k_max_fused_tokens tokens; larger steps (prefill: GEMMs, compute-bound, where one job gains nothing) run the
     // parts one by one rather than copy the fused outputs apart.
@@ -115,6 +119,7 @@ private:
         // tokens (decode) run them as one job. When the weights are copied, the group is what is placed and its
         // parts are views of its rows (linear::rows).
         std::optional<linear> w_qkv, w_gate_up;
+        std::optional<mla_block> mla;  // attention_block::mla layers: the MLA block (wq, wk, wv unused)
         // Left uninitialized (pages are touched only where the cache is written): attention reads only
         // rows written before.
         // With a KV plugin instead: [n_blocks][block_bytes] and [max_seqs][window slot bytes], in kv_memory_.
@@ -122,6 +127,8 @@ private:
         uint8_t* kv_window = nullptr;
         float* k_pool = nullptr;  // [n_blocks, block_size, n_kv_heads, head_dim] of params.kv_type, in kv_memory_
         float* v_pool = nullptr;  // (uint16_t halves behind the pointer for F16)
+                                  // MLA: k_pool holds the latent rows [n_blocks, block_size, kv_lora_rank +
+                                  // rope_dim], v_pool is null
     };
     struct scratch {
         std::vector<float> x;                // [T, dim] residual stream
@@ -184,6 +191,8 @@ private:
     status standard_attention(int32_t il, size_t n, const std::vector<const int32_t*>& tables);
     // The layer's dense FFN block: from h (normed x) to f in s_.h. (A MoE block branches here.)
     status dense_ffn(int32_t il, size_t n);
+    // The layer's MLA attention block (mla_block.h): from h (normed x) to a·Woᵀ in s_.h.
+    status mla_attention(int32_t il, size_t n, const std::vector<const int32_t*>& tables);
     // x += the branch output in s_.h, through the post norm first where the architecture has one.
     void add_branch(const float* post_norm, size_t n);
     // The attention features (attention_feature bits) this model's layers need of the attention op.
@@ -198,6 +207,8 @@ private:
     const float* output_norm_ = nullptr;
     linear output_;
     std::vector<layer> layers_;
+    // The MLA blocks' scratch and the step's RoPE rotations (MLA models).
+    std::shared_ptr<mla_workspace> mla_ws_;
     cpu::huge_page_buffer arena_;  // the builtin kernels' weights when params.copy_weights: one region per
                                    // thread (place_weights)
     kv_layout kv_layout_;
