@@ -42,7 +42,9 @@ int64_t gemm_threshold(const detail::matmul_kernels& k, ggml_type type, cpu::act
             return k.gemm_min_tokens_q8;
         case ggml_type::q4_k:
         case ggml_type::q6_k:
-            return k.gemm_min_tokens_k;
+            // The dot kernels at every token count: they are ggml's k-quant arithmetic bit for bit
+            // (kernels/ref/kquant_dot.h), which a float GEMM on dequantized panels is not.
+            return INT64_MAX;
         default:
             return k.gemm_min_tokens_float;
     }

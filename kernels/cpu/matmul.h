@@ -6,10 +6,10 @@
 //     (integer dot products for Q8_0/Q4_0 against Q8_0 activations, Q4_K/Q6_K against Q8_K, VNNI on
 //     AVX-512);
 //   - many tokens (prefill): a register-blocked GEMM. Q8_0 / Q4_0 on AVX-512: an integer GEMM (VNNI) on
-//     panels of 16 rows' bytes against the Q8_0 activations. Other types: weights unpacked into float
-//     panels of 32 rows (the quantized types exactly dequantized), activations are the float values of the
-//     recipe's quantized / rounded activations, so the result equals the integer recipe up to float
-//     rounding.
+//     panels of 16 rows' bytes against the Q8_0 activations. Float types: weights unpacked into float
+//     panels of 32 rows, activations rounded as the recipe says. Q4_K / Q6_K keep the dot kernels (ggml's
+//     k-quant arithmetic bit for bit, kernels/ref/kquant_dot.h), blocks of rows reused from cache by every
+//     tile of tokens.
 // The float-activation recipe (activation_recipe::float32, ref::matmul_float_act the scalar twin) leaves the
 // activations in float32 and dequantizes the weights exactly: decode dequantizes each weight block in
 // registers and multiplies it with the float activations by FMA (matmul_float_act_avx512.cpp / _avx2.cpp);
@@ -46,8 +46,8 @@ void matmul(const matmul_weight& w, const float* x, float* y, int64_t n_tokens, 
             const parallel_ranges_fn& parallel_ranges, activation_recipe recipe);
 
 // Below this many tokens the dot-product kernels run, from here on the GEMM (at the active level, for
-// weights of this type). Measured crossovers on Zen 5: float weights 6, Q8_0/Q4_0 24, Q4_K/Q6_K 32; with float
-// activations (recipe float32) quantized weights 5.
+// weights of this type). Measured crossovers on Zen 5: float weights 6, Q8_0/Q4_0 24; with float activations
+// (recipe float32) quantized weights 5. Q4_K / Q6_K in the quantized recipe: never (INT64_MAX).
 int64_t gemm_min_tokens(ggml_type type, activation_recipe recipe = activation_recipe::quantized);
 
 }  // namespace troupe::cpu

@@ -133,17 +133,18 @@ void q8_tile(const uint8_t* w, size_t ws, const uint8_t* x, size_t xs, int64_t n
     }
 }
 
-// Q4_K / Q6_K against Q8_K (one row, T tokens): vpmaddubsw of unsigned weights with the activation
-// bytes, vpmaddwd with the sub-block scale, int32 sums per super-block; mins (Q4_K) and the -32 offset
-// (Q6_K) from the activation block sums.
+// Q4_K / Q6_K against Q8_K (one row, T tokens): ggml's AVX2 recipe bit for bit (kernels/ref/kquant_dot.h):
+// vpmaddubsw of unsigned weights with the activation bytes, vpmaddwd with the sub-block scale, 8 int32 lane sums
+// per super-block accumulated by FMA with d_x * d_w; Q4_K's mins in a 4-lane chain over pairs of sub-blocks;
+// Q6_K's -32 offset subtracted per pair of products (q x - 32 x), as ggml does.
 template <int T>
 void q4_k_row(const block_q4_k* w, const uint8_t* x, size_t xs, int64_t nb, float* y, int64_t ldy) {
     const __m256i low4 = _mm256_set1_epi8(0x0f);
     __m256 acc[T];
-    float mins_acc[T];
+    __m128 acc_m[T];  // [4 lanes] -d_x * dmin * (mins . bsums) per pair of sub-blocks
     for (int t = 0; t < T; ++t) {
         acc[t] = _mm256_setzero_ps();
-        mins_acc[t] = 0.0f;
+        acc_m[t] = _mm_setzero_ps();
     }
     for (int64_t b = 0; b < nb; ++b) {
         const block_q4_k& wb = w[b];
@@ -153,7 +154,8 @@ void q4_k_row(const block_q4_k* w, const uint8_t* x, size_t xs, int64_t nb, floa
                                    s[1] & 0x3f3f3f3fu, ((s[2] >> 4) & 0x0f0f0f0fu) | ((s[1] >> 2) & 0x30303030u)};
         uint8_t sm[16];  // sc0..sc7, m0..m7
         std::memcpy(sm, words, 16);
-        const float dw = fp16(wb.d), dmin = fp16(wb.dmin);
+        const float dw = fp16(wb.d), dminw = fp16(wb.dmin);
+        const __m128i mins = _mm_cvtepu8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(sm + 8)));
         __m256i sum[T];
         for (int t = 0; t < T; ++t) sum[t] = _mm256_setzero_si256();
 #pragma GCC unroll 4
@@ -175,13 +177,17 @@ void q4_k_row(const block_q4_k* w, const uint8_t* x, size_t xs, int64_t nb, floa
 #pragma GCC unroll 4
         for (int t = 0; t < T; ++t) {
             const block_q8_k& xb = reinterpret_cast<const block_q8_k*>(x + t * xs)[b];
-            int32_t msum = 0;
-            for (int j = 0; j < 8; ++j) msum += sm[8 + j] * (xb.bsums[2 * j] + xb.bsums[2 * j + 1]);
-            acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum[t]), _mm256_set1_ps(dw * xb.d), acc[t]);
-            mins_acc[t] += dmin * xb.d * static_cast<float>(msum);
+            const __m256i bs = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xb.bsums));
+            const __m128i bsum32 = _mm_hadd_epi16(_mm256_castsi256_si128(bs), _mm256_extracti128_si256(bs, 1));
+            const __m128i msum = _mm_madd_epi16(mins, bsum32);
+            acc_m[t] = _mm_fmadd_ps(_mm_set1_ps(-xb.d * dminw), _mm_cvtepi32_ps(msum), acc_m[t]);
+            acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(xb.d * dw), _mm256_cvtepi32_ps(sum[t]), acc[t]);
         }
     }
-    for (int t = 0; t < T; ++t) y[t * ldy] = hsum(acc[t]) - mins_acc[t];
+    for (int t = 0; t < T; ++t) {
+        const __m128 m = _mm_add_ps(acc_m[t], _mm_movehl_ps(acc_m[t], acc_m[t]));
+        y[t * ldy] = hsum(acc[t]) + _mm_cvtss_f32(_mm_add_ss(m, _mm_movehdup_ps(m)));
+    }
 }
 
 template <int T>
@@ -192,14 +198,9 @@ void q6_k_row(const block_q6_k* w, const uint8_t* x, size_t xs, int64_t nb, floa
     for (int64_t b = 0; b < nb; ++b) {
         const block_q6_k& wb = w[b];
         const float dw = fp16(wb.d);
+        const __m256i k32 = _mm256_set1_epi8(32);
         __m256i sum[T];
-#pragma GCC unroll 4
-        for (int t = 0; t < T; ++t) {
-            const block_q8_k& xb = reinterpret_cast<const block_q8_k*>(x + t * xs)[b];
-            int32_t corr = 0;  // sum_j scale_j * bsum_j: the -32 offset of the values
-            for (int j = 0; j < 16; ++j) corr += wb.scales[j] * xb.bsums[j];
-            sum[t] = _mm256_setr_epi32(-32 * corr, 0, 0, 0, 0, 0, 0, 0);
-        }
+        for (int t = 0; t < T; ++t) sum[t] = _mm256_setzero_si256();
 #pragma GCC unroll 2
         for (int half = 0; half < 2; ++half) {
             const __m256i l0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wb.ql + 64 * half));
@@ -220,8 +221,8 @@ void q6_k_row(const block_q6_k* w, const uint8_t* x, size_t xs, int64_t nb, floa
 #pragma GCC unroll 4
                 for (int t = 0; t < T; ++t) {
                     const int8_t* xq = reinterpret_cast<const block_q8_k*>(x + t * xs)[b].qs + 128 * half + 32 * k;
-                    const __m256i p =
-                        _mm256_maddubs_epi16(q[k], _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq)));
+                    const __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq));
+                    const __m256i p = _mm256_sub_epi16(_mm256_maddubs_epi16(q[k], xv), _mm256_maddubs_epi16(k32, xv));
                     sum[t] = _mm256_add_epi32(sum[t], _mm256_madd_epi16(p, sc));
                 }
             }
@@ -229,7 +230,7 @@ void q6_k_row(const block_q6_k* w, const uint8_t* x, size_t xs, int64_t nb, floa
 #pragma GCC unroll 4
         for (int t = 0; t < T; ++t) {
             const float dx = reinterpret_cast<const block_q8_k*>(x + t * xs)[b].d;
-            acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum[t]), _mm256_set1_ps(dw * dx), acc[t]);
+            acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(dx * dw), _mm256_cvtepi32_ps(sum[t]), acc[t]);
         }
     }
     for (int t = 0; t < T; ++t) y[t * ldy] = hsum(acc[t]);
@@ -402,7 +403,6 @@ const matmul_kernels& avx2_kernels() {
         .gemm = gemm_avx2,
         .gemm_min_tokens_float = 6,
         .gemm_min_tokens_q8 = 24,
-        .gemm_min_tokens_k = 32,
         .gemm_rows = k_nr,
         .gemm_mr = k_mr,
         .gemm_kc = k_kc,

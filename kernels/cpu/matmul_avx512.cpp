@@ -6,9 +6,9 @@
 //   Q8_0: vpdpbusd on (w + 128) as unsigned bytes; the 128 * sum(x) it adds is removed by starting the
 //         accumulator at -128 * sum(x).
 //   Q4_0: nibbles are unsigned 0..15; the -8 offset is folded the same way.
-//   Q4_K/Q6_K: 64 weights per vector in element order, vpmaddubsw with the Q8_K bytes, then vpdpwssd
-//         with the sub-block scales broadcast per lane; mins (Q4_K) and the -32 offset (Q6_K) come from
-//         the Q8_K block sums.
+//   Q4_K/Q6_K: ggml's x86 recipe bit for bit (kernels/ref/kquant_dot.h): 64 weights per vector in element
+//         order, vpmaddubsw with the Q8_K bytes (Q6_K: minus 32 x, per pair), then vpdpwssd with the sub-block
+//         scales broadcast per lane; lane sums folded to ggml's 8 lanes; Q4_K's mins from the Q8_K block sums.
 //
 // GEMM (prefill): C tile of 14 tokens x 32 rows in 28 zmm accumulators; weights packed as float panels
 // [kc][32] (dequantized), activations packed as [kc][14]; k blocked by 256 so a panel stays in L1 and the
@@ -266,18 +266,32 @@ inline void q6_k_unpack(const block_q6_k& wb, int8_t* q) {
     }
 }
 
+// ggml's reduction of 4 float lanes: (a0 + a2) + (a1 + a3).
+inline float hsum128(__m128 v) {
+    const __m128 s = _mm_add_ps(v, _mm_movehl_ps(v, v));
+    return _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)));
+}
+
+// The 16 int32 lanes of a 64-element step folded to ggml's 8 (lane k + lane k + 8: elements 4k..4k+3 of both
+// 32-element chunks), exactly.
+inline __m256i fold_lanes(__m512i v) {
+    return _mm256_add_epi32(_mm512_castsi512_si256(v), _mm512_extracti64x4_epi64(v, 1));
+}
+
+// Q4_K and Q6_K compute ggml's x86 recipe bit for bit (kernels/ref/kquant_dot.h): exact integer lane sums per
+// super-block, folded to ggml's 8 lanes, each converted and accumulated by FMA with d = d_x * d_w; Q4_K's mins in a
+// 4-lane chain over pairs of sub-blocks.
 template <int T>
 void q4_k_row(const block_q4_k* w, const uint8_t* x, size_t xs, int64_t nb, float* y, int64_t ldy) {
-    // Scale words [sc(2c) x16, sc(2c+1) x16] for chunk c of 64 elements; mins duplicated [m0 m0 m1 m1 ...].
+    // Scale words [sc(2c) x16, sc(2c+1) x16] for chunk c of 64 elements.
     static const index_vectors scale_idx = {
         {repeat_words(0, 1), repeat_words(2, 3), repeat_words(4, 5), repeat_words(6, 7)}};
-    static const __m256i min_idx = _mm256_setr_epi16(8, 8, 9, 9, 10, 10, 11, 11, 12, 12, 13, 13, 14, 14, 15, 15);
     const __m512i low4 = _mm512_set1_epi8(0x0f);
-    __m512 acc[T];
-    __m256 acc_min[T];  // dmin * d_x * sum_j m_j * bsum_j, a separate chain
+    __m256 acc[T];    // [8 lanes] sum of d * lane sums
+    __m128 acc_m[T];  // [4 lanes] sum of -d_x * dmin * (mins . bsums) per pair of sub-blocks
     for (int t = 0; t < T; ++t) {
-        acc[t] = _mm512_setzero_ps();
-        acc_min[t] = _mm256_setzero_ps();
+        acc[t] = _mm256_setzero_ps();
+        acc_m[t] = _mm_setzero_ps();
     }
     for (int64_t b = 0; b < nb; ++b) {
         const block_q4_k& wb = w[b];
@@ -293,10 +307,8 @@ void q4_k_row(const block_q4_k* w, const uint8_t* x, size_t xs, int64_t nb, floa
         const __m128i hi = _mm_and_si128(_mm_srli_epi32(q, 2), _mm_setr_epi32(0, 0x30303030, 0, 0x30303030));
         const __m256i words = _mm256_cvtepu8_epi16(_mm_or_si128(lo, hi));
         const __m512i words512 = _mm512_castsi256_si512(words);
-        const __m256i mins = _mm256_permutexvar_epi16(min_idx, words);
-        uint32_t d_dmin;
-        std::memcpy(&d_dmin, &wb.d, 4);
-        const __m128 dd = _mm_cvtph_ps(_mm_cvtsi32_si128(static_cast<int>(d_dmin)));  // [d, dmin, 0, 0]
+        const __m128i mins = _mm256_extracti128_si256(words, 1);  // m0..m7
+        const float dw = fp16(wb.d), dminw = fp16(wb.dmin);
         __m512i sum[T];
         for (int t = 0; t < T; ++t) sum[t] = _mm512_setzero_si512();
 #pragma GCC unroll 4
@@ -309,22 +321,22 @@ void q4_k_row(const block_q4_k* w, const uint8_t* x, size_t xs, int64_t nb, floa
 #pragma GCC unroll 4
             for (int t = 0; t < T; ++t) {
                 const block_q8_k& xb = reinterpret_cast<const block_q8_k*>(x + t * xs)[b];
-                const __m512i p = _mm512_maddubs_epi16(v, _mm512_loadu_si512(xb.qs + 64 * c));
-                sum[t] = _mm512_dpwssd_epi32(sum[t], p, sc);
+                const __m512i prod = _mm512_maddubs_epi16(v, _mm512_loadu_si512(xb.qs + 64 * c));
+                sum[t] = _mm512_dpwssd_epi32(sum[t], prod, sc);
             }
         }
 #pragma GCC unroll 4
         for (int t = 0; t < T; ++t) {
             const block_q8_k& xb = reinterpret_cast<const block_q8_k*>(x + t * xs)[b];
-            const __m128 scale = _mm_mul_ps(dd, _mm_set1_ps(xb.d));  // [d * d_x, dmin * d_x]
-            const __m256i msum =
-                _mm256_madd_epi16(mins, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xb.bsums)));
-            acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum[t]), _mm512_broadcastss_ps(scale), acc[t]);
-            acc_min[t] =
-                _mm256_fmadd_ps(_mm256_cvtepi32_ps(msum), _mm256_broadcastss_ps(_mm_movehdup_ps(scale)), acc_min[t]);
+            const float d = xb.d * dw, dmin = -xb.d * dminw;
+            const __m256i bs = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xb.bsums));
+            const __m128i bsum32 = _mm_hadd_epi16(_mm256_castsi256_si128(bs), _mm256_extracti128_si256(bs, 1));
+            const __m128i msum = _mm_madd_epi16(mins, bsum32);
+            acc_m[t] = _mm_fmadd_ps(_mm_set1_ps(dmin), _mm_cvtepi32_ps(msum), acc_m[t]);
+            acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(fold_lanes(sum[t])), acc[t]);
         }
     }
-    for (int t = 0; t < T; ++t) y[t * ldy] = _mm512_reduce_add_ps(acc[t]) - hsum256(acc_min[t]);
+    for (int t = 0; t < T; ++t) y[t * ldy] = hsum256(acc[t]) + hsum128(acc_m[t]);
 }
 
 template <int T>
@@ -339,8 +351,9 @@ void q6_k_row(const block_q6_k* w, const uint8_t* x, size_t xs, int64_t nb, floa
         }
         return idx;
     }();
-    __m512 acc[T];
-    for (int t = 0; t < T; ++t) acc[t] = _mm512_setzero_ps();
+    const __m512i k32 = _mm512_set1_epi8(32);
+    __m256 acc[T];  // [8 lanes] sum of d * lane sums
+    for (int t = 0; t < T; ++t) acc[t] = _mm256_setzero_ps();
     for (int64_t b = 0; b < nb; ++b) {
         const block_q6_k& wb = w[b];
         prefetch_ahead(&wb, sizeof wb);
@@ -348,34 +361,31 @@ void q6_k_row(const block_q6_k* w, const uint8_t* x, size_t xs, int64_t nb, floa
         const __m512i scales512 = _mm512_castsi256_si512(scales);
         const float dw = fp16(wb.d);
         __m512i sum[T];
-#pragma GCC unroll 4
-        for (int t = 0; t < T; ++t) {
-            // -32 * sum_j scale_j * bsum_j: the offset of q - 32, from the activation block sums.
-            const block_q8_k& xb = reinterpret_cast<const block_q8_k*>(x + t * xs)[b];
-            const __m256i c = _mm256_madd_epi16(scales, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xb.bsums)));
-            sum[t] = _mm512_zextsi256_si512(_mm256_slli_epi32(_mm256_sub_epi32(_mm256_setzero_si256(), c), 5));
-        }
+        for (int t = 0; t < T; ++t) sum[t] = _mm512_setzero_si512();
 #pragma GCC unroll 2
         for (int half = 0; half < 2; ++half) {
-            __m512i qa, qb;  // elements 128 half + 0..63 and + 64..127
+            __m512i qa, qb;  // elements 128 half + 0..63 and + 64..127, unsigned 0..63
             q6_k_values(wb, half, qa, qb);
             const __m512i sa = _mm512_permutexvar_epi16(scale_idx.v[2 * half], scales512);
             const __m512i sb = _mm512_permutexvar_epi16(scale_idx.v[2 * half + 1], scales512);
 #pragma GCC unroll 4
             for (int t = 0; t < T; ++t) {
+                // Pairs of (q - 32) * x as q * x - 32 * x in 16 bits (no overflow: |q x| <= 63 * 127 * 2).
                 const block_q8_k& xb = reinterpret_cast<const block_q8_k*>(x + t * xs)[b];
-                const __m512i pa = _mm512_maddubs_epi16(qa, _mm512_loadu_si512(xb.qs + 128 * half));
-                const __m512i pb = _mm512_maddubs_epi16(qb, _mm512_loadu_si512(xb.qs + 128 * half + 64));
+                const __m512i xa = _mm512_loadu_si512(xb.qs + 128 * half);
+                const __m512i xb2 = _mm512_loadu_si512(xb.qs + 128 * half + 64);
+                const __m512i pa = _mm512_sub_epi16(_mm512_maddubs_epi16(qa, xa), _mm512_maddubs_epi16(k32, xa));
+                const __m512i pb = _mm512_sub_epi16(_mm512_maddubs_epi16(qb, xb2), _mm512_maddubs_epi16(k32, xb2));
                 sum[t] = _mm512_dpwssd_epi32(_mm512_dpwssd_epi32(sum[t], pa, sa), pb, sb);
             }
         }
 #pragma GCC unroll 4
         for (int t = 0; t < T; ++t) {
-            const float dx = reinterpret_cast<const block_q8_k*>(x + t * xs)[b].d;
-            acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum[t]), _mm512_set1_ps(dw * dx), acc[t]);
+            const float d = reinterpret_cast<const block_q8_k*>(x + t * xs)[b].d * dw;
+            acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(fold_lanes(sum[t])), acc[t]);
         }
     }
-    for (int t = 0; t < T; ++t) y[t * ldy] = _mm512_reduce_add_ps(acc[t]);
+    for (int t = 0; t < T; ++t) y[t * ldy] = hsum256(acc[t]);
 }
 
 // ---------------------------------------------------------------------------------------------------------
@@ -916,7 +926,6 @@ const matmul_kernels& avx512_kernels() {
         .gemm = gemm_avx512,
         .gemm_min_tokens_float = 6,
         .gemm_min_tokens_q8 = 24,
-        .gemm_min_tokens_k = 32,
         .gemm_rows = k_nr,
         .gemm_mr = k_mr,
         .gemm_kc = k_kc,

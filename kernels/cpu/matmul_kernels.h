@@ -26,11 +26,11 @@ struct matmul_kernels {
     // level has none.
     void (*gemm)(const matmul_weight& w, const float* xp, float* y, int64_t ldy, int64_t n_tokens, int64_t r0,
                  int64_t r1);
-    // Use gemm from this many tokens on, for float weights / Q8_0-Q4_0 / Q4_K-Q6_K: below, the dot kernels
-    // stream each row once for all tokens and (for the quantized types) skip the dequantization to panels.
+    // Use gemm from this many tokens on, for float weights / Q8_0-Q4_0: below, the dot kernels stream each row
+    // once for all tokens and (for the quantized types) skip the dequantization to panels. Q4_K / Q6_K in the
+    // quantized recipe always take the dot kernels (ggml's arithmetic exactly).
     int64_t gemm_min_tokens_float;
     int64_t gemm_min_tokens_q8;
-    int64_t gemm_min_tokens_k;
     int64_t gemm_rows;  // row granularity of gemm work items
     int gemm_mr;        // tokens per micro-tile
     int gemm_kc;        // k block

@@ -6,6 +6,7 @@
 #include "core/result.h"
 #include "kernels/cpu/matmul_kernels.h"
 #include "kernels/fp16.h"
+#include "kernels/ref/kquant_dot.h"
 #include "kernels/ref/quants.h"
 
 namespace troupe::cpu::detail {
@@ -33,54 +34,6 @@ float dot_q4_0(const block_q4_0* w, const block_q8_0* x, int64_t nb) {
             sumi += ((w[b].qs[i] & 0x0f) - 8) * x[b].qs[i] + ((w[b].qs[i] >> 4) - 8) * x[b].qs[i + qk4_0 / 2];
         }
         sum += static_cast<float>(sumi) * (fp16_to_fp32(w[b].d) * fp16_to_fp32(x[b].d));
-    }
-    return sum;
-}
-
-float dot_q4_k(const block_q4_k* w, const block_q8_k* x, int64_t nb) {
-    float sum = 0;
-    for (int64_t b = 0; b < nb; ++b) {
-        const uint8_t* s = w[b].scales;
-        int32_t sum_scaled = 0, sum_mins = 0;
-        for (int j = 0; j < qk_k / 32; ++j) {
-            const int sc = j < 4 ? (s[j] & 63) : ((s[j + 4] & 0x0f) | ((s[j - 4] >> 6) << 4));
-            const int m = j < 4 ? (s[j + 4] & 63) : ((s[j + 4] >> 4) | ((s[j] >> 6) << 4));
-            const uint8_t* q = w[b].qs + 32 * (j / 2);
-            const int shift = 4 * (j % 2);
-            int32_t dot = 0;
-            for (int l = 0; l < 32; ++l) dot += ((q[l] >> shift) & 0x0f) * x[b].qs[32 * j + l];
-            sum_scaled += sc * dot;
-            sum_mins += m * (x[b].bsums[2 * j] + x[b].bsums[2 * j + 1]);
-        }
-        sum += x[b].d * (fp16_to_fp32(w[b].d) * static_cast<float>(sum_scaled) -
-                         fp16_to_fp32(w[b].dmin) * static_cast<float>(sum_mins));
-    }
-    return sum;
-}
-
-float dot_q6_k(const block_q6_k* w, const block_q8_k* x, int64_t nb) {
-    float sum = 0;
-    for (int64_t b = 0; b < nb; ++b) {
-        int32_t sub[qk_k / 16] = {};  // per sub-block int dot of (q - 32) with x
-        for (int half = 0; half < 2; ++half) {
-            const uint8_t* ql = w[b].ql + 64 * half;
-            const uint8_t* qh = w[b].qh + 32 * half;
-            const int8_t* xq = x[b].qs + 128 * half;
-            for (int l = 0; l < 32; ++l) {
-                const int q0 = (ql[l] & 0x0f) | (((qh[l] >> 0) & 3) << 4);
-                const int q1 = (ql[l + 32] & 0x0f) | (((qh[l] >> 2) & 3) << 4);
-                const int q2 = (ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4);
-                const int q3 = (ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4);
-                const int s = 8 * half + l / 16;
-                sub[s + 0] += (q0 - 32) * xq[l];
-                sub[s + 2] += (q1 - 32) * xq[l + 32];
-                sub[s + 4] += (q2 - 32) * xq[l + 64];
-                sub[s + 6] += (q3 - 32) * xq[l + 96];
-            }
-        }
-        int32_t sumi = 0;
-        for (int j = 0; j < qk_k / 16; ++j) sumi += w[b].scales[j] * sub[j];
-        sum += x[b].d * fp16_to_fp32(w[b].d) * static_cast<float>(sumi);
     }
     return sum;
 }
@@ -123,12 +76,12 @@ void rows_scalar(const matmul_weight& w, prepared_x x, float* y, int64_t ldy, in
                                  n / qk4_0);
                     break;
                 case ggml_type::q4_k:
-                    v = dot_q4_k(reinterpret_cast<const block_q4_k*>(row), static_cast<const block_q8_k*>(xt),
-                                 n / qk_k);
+                    v = ref::dot_q4_k_q8_k(reinterpret_cast<const block_q4_k*>(row), static_cast<const block_q8_k*>(xt),
+                                           n / qk_k);
                     break;
                 case ggml_type::q6_k:
-                    v = dot_q6_k(reinterpret_cast<const block_q6_k*>(row), static_cast<const block_q8_k*>(xt),
-                                 n / qk_k);
+                    v = ref::dot_q6_k_q8_k(reinterpret_cast<const block_q6_k*>(row), static_cast<const block_q8_k*>(xt),
+                                           n / qk_k);
                     break;
                 default:
                     TROUPE_ASSERT(false, "matmul: unsupported weight type");
@@ -209,7 +162,6 @@ const matmul_kernels& scalar_kernels() {
         .gemm = nullptr,
         .gemm_min_tokens_float = 0,
         .gemm_min_tokens_q8 = 0,
-        .gemm_min_tokens_k = 0,
         .gemm_rows = 0,
         .gemm_mr = 0,
         .gemm_kc = 0,

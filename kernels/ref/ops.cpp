@@ -5,6 +5,7 @@
 
 #include "core/result.h"
 #include "kernels/fp16.h"
+#include "kernels/ref/kquant_dot.h"
 #include "kernels/ref/quants.h"
 
 namespace troupe {
@@ -73,53 +74,6 @@ float dot_q4_0(const block_q4_0* w, const block_q8_0* x, int64_t nb) {
     return sum;
 }
 
-float dot_q4_k(const block_q4_k* w, const block_q8_k* x, int64_t nb) {
-    float sum = 0;
-    for (int64_t b = 0; b < nb; ++b) {
-        int32_t sum_scaled = 0;  // sum_j sc_j * dot_j
-        int32_t sum_mins = 0;    // sum_j m_j * (sum of x over sub-block j)
-        for (int j = 0; j < qk_k / 32; ++j) {
-            uint8_t sc = 0, m = 0;
-            q4_k_scale_min(j, w[b].scales, &sc, &m);
-            // Sub-block j: 32 elements from the low (j even) or high (j odd) nibbles of qs[32 (j / 2) ..].
-            const uint8_t* q = w[b].qs + 32 * (j / 2);
-            int32_t dot = 0;
-            for (int l = 0; l < 32; ++l) {
-                const int v = (j % 2 == 0) ? (q[l] & 0x0f) : (q[l] >> 4);
-                dot += v * x[b].qs[32 * j + l];
-            }
-            sum_scaled += sc * dot;
-            sum_mins += m * (x[b].bsums[2 * j] + x[b].bsums[2 * j + 1]);
-        }
-        sum += x[b].d * (fp16_to_fp32(w[b].d) * static_cast<float>(sum_scaled) -
-                         fp16_to_fp32(w[b].dmin) * static_cast<float>(sum_mins));
-    }
-    return sum;
-}
-
-// Element e (0..255) of a Q6_K block as the unsigned 6-bit value q (x = d * scale * (q - 32)).
-int q6_k_value(const block_q6_k& b, int e) {
-    const int half = e / 128, k = (e % 128) / 32, l = e % 32;
-    const uint8_t ql = b.ql[64 * half + 32 * (k % 2) + l];
-    const uint8_t qh = b.qh[32 * half + l];
-    const int low = (k < 2) ? (ql & 0x0f) : (ql >> 4);
-    return low | (((qh >> (2 * k)) & 3) << 4);
-}
-
-float dot_q6_k(const block_q6_k* w, const block_q8_k* x, int64_t nb) {
-    float sum = 0;
-    for (int64_t b = 0; b < nb; ++b) {
-        int32_t sumi = 0;
-        for (int j = 0; j < qk_k / 16; ++j) {
-            int32_t dot = 0;
-            for (int l = 0; l < 16; ++l) dot += (q6_k_value(w[b], 16 * j + l) - 32) * x[b].qs[16 * j + l];
-            sumi += w[b].scales[j] * dot;
-        }
-        sum += x[b].d * fp16_to_fp32(w[b].d) * static_cast<float>(sumi);
-    }
-    return sum;
-}
-
 }  // namespace
 
 void matmul(const matmul_weight& w, const float* x, float* y, int64_t n_tokens) {
@@ -170,10 +124,10 @@ void matmul(const matmul_weight& w, const float* x, float* y, int64_t n_tokens) 
                     yt[r] = dot_q4_0(static_cast<const block_q4_0*>(row), x8.data(), n / qk4_0);
                     break;
                 case ggml_type::q4_k:
-                    yt[r] = dot_q4_k(static_cast<const block_q4_k*>(row), xk.data(), n / qk_k);
+                    yt[r] = dot_q4_k_q8_k(static_cast<const block_q4_k*>(row), xk.data(), n / qk_k);
                     break;
                 case ggml_type::q6_k:
-                    yt[r] = dot_q6_k(static_cast<const block_q6_k*>(row), xk.data(), n / qk_k);
+                    yt[r] = dot_q6_k_q8_k(static_cast<const block_q6_k*>(row), xk.data(), n / qk_k);
                     break;
                 default:
                     TROUPE_ASSERT(false, "unsupported weight type");
