@@ -25,6 +25,12 @@
 //        rows   0 1 2 3 | 4 5 6 7        mask_base = 4, drafts are rows 4..7, node 3 (row 7) the child of node 1
 //        row 7 sees 0 1 2 3 .  5 . 7     mask word of row 7: 0b1010
 //
+// Sliding window and soft-capping (troupe_attention_call version 4, ops.features): with window w a token at position
+// p attends only to positions > p - w: in a causal call the rows first_key(t) .. p; in a tree call the prefix rows
+// from first_key(t) on and the extra rows past skipped_extra(t) (the extra rows, ascending, are the token's ancestors
+// and itself by depth: the k-th is at position mask_base + k). With softcap c every score s (after scaling) becomes
+// c * tanh(s / c) before the softmax.
+//
 // Kernels: attend_ref is the scalar two-pass reference (scores, max, exp, sum, weighted sum).
 // attend_tiles_avx2 and attend_tiles_avx512 use a one-pass online softmax with running max and sum per
 // query row: with the query rows of a tile in vector lanes (attention_tiled.h), or, for tiles too small
@@ -75,6 +81,21 @@ static inline int32_t extra_rows(const troupe_attention_call& call, int64_t t, i
         }
     }
     return n;
+}
+
+// The first prefix row token t attends to: 0, or the oldest position inside its window.
+static inline int32_t first_key(const troupe_attention_call& call, int64_t t) {
+    if (call.window <= 0) return 0;
+    const int32_t first = call.positions[t] - call.window + 1;
+    const int32_t n_prefix = prefix_rows(call, t);
+    return first <= 0 ? 0 : (first < n_prefix ? first : n_prefix);
+}
+
+// How many of token t's extra rows (extra_rows, ascending) lie outside its window (0 in a causal call).
+static inline int32_t skipped_extra(const troupe_attention_call& call, int64_t t) {
+    if (call.window <= 0 || call.rows == nullptr) return 0;
+    const int32_t skip = call.positions[t] - call.window + 1 - call.mask_base[t];
+    return skip > 0 ? skip : 0;
 }
 
 // Whether token t attends exactly as in a causal call (always, outside tree calls): it writes the row of its

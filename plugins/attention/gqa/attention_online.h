@@ -122,6 +122,9 @@ void attend_rows(const troupe_attention_call& call, int64_t t, int32_t r0, int32
             }
         }
         for (int32_t r = 0; r < n_rows; ++r) {
+            if (call.softcap > 0.0f) {  // soft-capping (Gemma 2): before the max, as the scores' own values
+                for (int32_t jj = 0; jj < n; ++jj) sc[r][jj] = call.softcap * tanhf(sc[r][jj] / call.softcap);
+            }
             float cm = sc[r][0];
             for (int32_t jj = 1; jj < n; ++jj) cm = sc[r][jj] > cm ? sc[r][jj] : cm;
             if (cm > m[r]) {
@@ -154,11 +157,16 @@ void attend_token(const troupe_attention_call& call, int32_t t, int32_t h0, int3
     const int32_t group = call.n_heads / call.n_kv_heads;
     const int32_t max_rows = pass_rows(call.head_dim);
     alignas(64) float acc[acc_floats];  // [rows, head_dim]
+    // The keys: prefix rows first_key.. (a sliding window's start), then the extra rows inside the window.
+    const int32_t first = first_key(call, t);
     const position_cursor rows{call.block_tables[call.seq_of[t]], call.block_size,
-                               static_cast<size_t>(call.n_kv_heads) * call.head_dim};
-    int32_t extra[max_extra_rows];
-    const int32_t n_prefix = prefix_rows(call, t);
-    const int32_t n_extra = extra_rows(call, t, extra);
+                               static_cast<size_t>(call.n_kv_heads) * call.head_dim, first / call.block_size,
+                               first % call.block_size};
+    int32_t all_extra[max_extra_rows];
+    const int32_t skip = skipped_extra(call, t);
+    const int32_t* extra = all_extra + skip;
+    const int32_t n_prefix = prefix_rows(call, t) - first;
+    const int32_t n_extra = extra_rows(call, t, all_extra) - skip;
     for (int32_t r0 = h0 * group; r0 < h1 * group; r0 += max_rows) {
         const int32_t n_rows = h1 * group - r0 < max_rows ? h1 * group - r0 : max_rows;
         if (n_extra == 0) {

@@ -53,9 +53,10 @@ void attend_ref(const troupe_attention_call& call, int64_t begin, int64_t end) {
         const int64_t t = item / call.n_kv_heads;
         const int32_t kv_head = static_cast<int32_t>(item % call.n_kv_heads);
         const int32_t* table = call.block_tables[call.seq_of[t]];
-        keys.resize(static_cast<size_t>(prefix_rows(call, t)));
-        for (size_t j = 0; j < keys.size(); ++j) keys[j] = static_cast<int32_t>(j);
-        keys.insert(keys.end(), extra.begin(), extra.begin() + extra_rows(call, t, extra.data()));
+        keys.clear();
+        for (int32_t j = first_key(call, t); j < prefix_rows(call, t); ++j) keys.push_back(j);
+        const int32_t n_extra = extra_rows(call, t, extra.data());
+        for (int32_t j = skipped_extra(call, t); j < n_extra; ++j) keys.push_back(extra[j]);
         const int32_t n_keys = static_cast<int32_t>(keys.size());
         scores.resize(keys.size());
         for (int32_t g = 0; g < group; ++g) {
@@ -68,6 +69,7 @@ void attend_ref(const troupe_attention_call& call, int64_t begin, int64_t end) {
                 float s = 0.0f;
                 for (int32_t d = 0; d < hd; ++d) s += q[d] * pool_value(call, call.k_pool, k + d);
                 scores[j] = s * call.scale;
+                if (call.softcap > 0.0f) scores[j] = call.softcap * std::tanh(scores[j] / call.softcap);
                 if (scores[j] > max_score) max_score = scores[j];
             }
             float sum = 0.0f;

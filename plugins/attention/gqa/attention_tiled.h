@@ -118,14 +118,22 @@ void attend_rows(const troupe_attention_call& call, const int32_t* table, int32_
     const typename isa::ivec vpos = isa::load_positions(row_pos);
     const int32_t first = rows.pos[0];
     const int32_t last = rows.pos[rows.n_rows - 1];
+    // A sliding window (attention_kernels.h): keys from the first row's window start on; row r sees keys >=
+    // pos[r] - window + 1, masked as -key > -(that start) with the causal mask's compare. The first chunk holds a key
+    // of every row's window (the rows' positions are consecutive and fewer than the lanes).
+    const int32_t w = call.window;
+    const int32_t key0 = w > 0 && first - w + 1 > 0 ? first - w + 1 : 0;
+    alignas(64) int32_t row_neg_start[lanes];
+    for (int32_t r = 0; r < lanes; ++r) row_neg_start[r] = -(row_pos[r] - w + 1);
+    const typename isa::ivec vneg_start = isa::load_positions(row_neg_start);
     vec m = isa::set1(-INFINITY);
     vec l = isa::zero();
 
-    kv_cursor cursor = kv_cursor::at(call, table, kv_head, 0);
+    kv_cursor cursor = kv_cursor::at(call, table, kv_head, key0);
     size_t off[lanes];  // pool offsets of the next chunk's rows
-    int32_t n = last + 1 < lanes ? last + 1 : lanes;
+    int32_t n = last + 1 - key0 < lanes ? last + 1 - key0 : lanes;
     for (int32_t jj = 0; jj < n; ++jj) off[jj] = cursor.next();
-    for (int32_t j0 = 0;;) {
+    for (int32_t j0 = key0;;) {
         for (int32_t jj = 0; jj < n; ++jj) {
             isa::copy(kc + jj * stride, k_pool + off[jj], hd);
             isa::copy(vc + jj * stride, v_pool + off[jj], hd);
@@ -149,14 +157,26 @@ void attend_rows(const troupe_attention_call& call, const int32_t* table, int32_
 
         vec s[lanes];
         chunk_scores<isa>(qt, kc, hd, s);
+        if (call.softcap > 0.0f) {  // soft-capping (Gemma 2), lane by lane
+            alignas(64) float sl[lanes];
+            for (int32_t jj = 0; jj < lanes; ++jj) {
+                isa::store(sl, s[jj]);
+                for (int32_t r = 0; r < lanes; ++r) sl[r] = call.softcap * tanhf(sl[r] / call.softcap);
+                s[jj] = isa::load(sl);
+            }
+        }
         if (j0 + lanes - 1 > first) {  // some key of the chunk is past some row's position
 #pragma GCC unroll 16
             for (int32_t jj = 0; jj < lanes; ++jj) s[jj] = isa::before(s[jj], j0 + jj, vpos);
         }
+        if (w > 0 && j0 < last - w + 1) {  // some key of the chunk is before some row's window
+            for (int32_t jj = 0; jj < lanes; ++jj) s[jj] = isa::before(s[jj], -(j0 + jj), vneg_start);
+        }
         vec mx = s[0];
 #pragma GCC unroll 16
         for (int32_t jj = 1; jj < lanes; ++jj) mx = isa::max(mx, s[jj]);
-        // Every row sees key 0, so m is finite from the first chunk on and m - m_new is never -inf - -inf.
+        // Every row sees a key of the first chunk (key 0, or its window's first), so m is finite from the first chunk
+        // on and m - m_new is never -inf - -inf.
         const vec m_new = isa::max(m, mx);
         const vec c = exp_nonpositive<isa>(isa::sub(m, m_new));
         m = m_new;

@@ -1,6 +1,7 @@
 // attention/gqa: causal attention over a paged KV cache (float32 or F16 pools: kv.dtype) for MHA, MQA and GQA
 // (the group size is n_heads / n_kv_heads of each call, i.e. of the model), and tree attention for verifying a
-// tree of draft tokens (troupe_attention_call version 3; attention_kernels.h). CPU only.
+// tree of draft tokens (troupe_attention_call version 3; attention_kernels.h), with attention soft-capping and
+// sliding windows (version 4: ops.features SOFTCAP | WINDOW; Gemma 2, Mistral, Phi-3). CPU only.
 //
 // Parameters:
 //   kernel: auto | scalar | avx2 | avx512   (default auto: the widest the CPU has)
@@ -119,6 +120,16 @@ int32_t check_call(troupe_plugin_instance* inst, const troupe_attention_call* c)
                         std::to_string(max_mask_words) + " mask words (trees of up to " +
                         std::to_string(max_extra_rows) + " nodes) and a mask when there are words");
     }
+    if (c->window < 0 || !(c->softcap >= 0.0f) || c->softcap > 1e30f) {
+        return fail(inst, TROUPE_ERR_INVALID_ARGUMENT,
+                    "attention call has window " + std::to_string(c->window) + " and softcap " +
+                        std::to_string(c->softcap) + "; expected a window >= 0 and a finite softcap >= 0 (0: none)");
+    }
+    if (c->kv_lora_rank != 0) {
+        return fail(inst, TROUPE_ERR_UNSUPPORTED,
+                    "attention call is MLA (kv_lora_rank " + std::to_string(c->kv_lora_rank) +
+                        "), which attention/gqa does not do (attention/mla does)");
+    }
     if (c->n_tokens == 0) return TROUPE_OK;
     if (!c->q || !c->k || !c->v || !c->out || !c->positions || !c->seq_of || !c->block_tables || !c->k_pool ||
         !c->v_pool) {
@@ -141,8 +152,9 @@ int32_t check_call(troupe_plugin_instance* inst, const troupe_attention_call* c)
         if (c->rows != nullptr) {
             if (const int32_t rc = check_tree_token(inst, c, t, last); rc != TROUPE_OK) return rc;
         }
-        // Every block the token reads or writes must be a real block.
-        for (int32_t b = 0; b <= last / c->block_size; ++b) {
+        // Every block the token reads or writes must be a real block (with a sliding window, from its window's
+        // first row on: blocks wholly before it may have been released).
+        for (int32_t b = troupe::gqa::first_key(*c, t) / c->block_size; b <= last / c->block_size; ++b) {
             const int32_t block = c->block_tables[s][b];
             if (block < 0) {
                 return fail(inst, TROUPE_ERR_INVALID_ARGUMENT,
@@ -277,6 +289,7 @@ const troupe_attention_ops gqa_ops = {
     gqa_forward,
     TROUPE_KV_TYPE_BIT(TROUPE_KV_F32) | TROUPE_KV_TYPE_BIT(TROUPE_KV_F16),
     1,  // trees
+    TROUPE_ATTENTION_FEATURE_SOFTCAP | TROUPE_ATTENTION_FEATURE_WINDOW,
 };
 
 const troupe_plugin_descriptor gqa_descriptor = {
