@@ -1,5 +1,5 @@
-// troupe synth --shape NAME --vocab V.gguf --type TYPE -o OUT.gguf: a Llama-shaped GGUF with seeded
-// random weights (synth_model.h), for benchmarks without downloading a model.
+// troupe synth --shape NAME [--arch ARCH] --vocab V.gguf --type TYPE -o OUT.gguf: a GGUF of that shape and architecture
+// with seeded random weights (synth_model.h, synth_arch.h), for tests and benchmarks without downloading a model.
 // troupe synth --grow-from M.gguf --shape NAME [--noise X] -o OUT.gguf: M grown into the shape, computing M's function
 // plus seeded noise on the new weights (grow_model.h): a target that M drafts for.
 #include <chrono>
@@ -54,15 +54,19 @@ int grow_command(const synth_params& sp, const std::string& source, float noise,
 const command_spec& synth_spec() {
     static const command_spec spec{
         .name = "synth",
-        .summary = "write a GGUF model in a named Llama shape: seeded random weights, or a real model grown",
+        .summary = "write a GGUF model in a named shape and architecture: seeded random weights, or a real model grown",
         .usage =
-            "troupe synth --shape NAME (--vocab V.gguf | --grow-from M.gguf [--noise X]) "
+            "troupe synth --shape NAME [--arch ARCH] (--vocab V.gguf | --grow-from M.gguf [--noise X]) "
             "[--type f32|f16|q8_0|q4_0|q4_k|q4_1|w4_g64|w4_g128] -o OUT.gguf [--seed N]",
         .flags =
             {
                 {"--shape", "", "NAME",
                  "tiny (dim 256, 2 layers, GQA 8/4), 110M (dim 768, 12 layers), "
-                 "1B (dim 2048, 22 layers, GQA 32/4)"},
+                 "1B (dim 2048, 22 layers, GQA 32/4), moe-1B (dim 1024, 16 layers, GQA 16/4, 8 experts of 2816 "
+                 "units, top 2: 1.2B parameters, 0.38B active; mixtral or deepseek2 only)"},
+                {"--arch", "", "ARCH",
+                 "llama (default; mixtral for moe-1B), qwen2, phi3, gemma2, mixtral (llama with 8 experts, top 2) "
+                 "or deepseek2 (MLA with q LoRA, a leading dense layer, then 8 experts top 2 and 1 shared)"},
                 {"--vocab", "", "FILE", "GGUF file whose tokenizer (and vocabulary size) the model gets"},
                 {"--grow-from", "", "FILE",
                  "a dense Llama GGUF to grow into the shape: the model computes its function (new heads, channels, "
@@ -96,6 +100,17 @@ int synth_command(const cli_args& args) {
         problems.push_back("--shape is required (valid: " + shape_list() + ")");
     else if (!shape)
         problems.push_back("--shape: unknown shape '" + *shape_name + "' (valid: " + shape_list() + ")");
+    const std::optional<std::string> arch_name = args.value("--arch");
+    std::optional<synth_arch> arch = shape && shape->experts_only ? synth_arch::mixtral : synth_arch::llama;
+    if (arch_name) {
+        arch = parse_synth_arch(*arch_name);
+        if (!arch) {
+            problems.push_back("--arch: unknown architecture '" + *arch_name + "' (valid: " + synth_arch_list() + ")");
+        } else if (shape && shape->experts_only && !synth_arch_has_experts(*arch)) {
+            problems.push_back("--arch: shape " + std::string(shape->name) +
+                               " is a mixture of experts; it takes --arch mixtral or deepseek2, not " + *arch_name);
+        }
+    }
     const std::string type_name = args.value_or("--type", "f16");
     const auto type = parse_synth_type(type_name);
     if (!type)
@@ -106,6 +121,14 @@ int synth_command(const cli_args& args) {
     if (!vocab_path && !grow_path) {
         problems.push_back(
             "--vocab (a GGUF file with tokenizer metadata) or --grow-from (a model to grow) is required");
+    }
+    if (grow_path && shape && shape->experts_only) {
+        problems.push_back("--grow-from grows into a dense shape, not the mixture-of-experts " +
+                           std::string(shape->name));
+    }
+    if (grow_path && arch_name && arch != synth_arch::llama) {
+        problems.push_back("--grow-from grows a dense llama model; --arch " + *arch_name +
+                           " applies to random weights");
     }
     if (vocab_path && grow_path) {
         problems.push_back("--vocab and --grow-from exclude each other (a grown model keeps its source's tokenizer)");
@@ -141,6 +164,7 @@ int synth_command(const cli_args& args) {
     }
     p.shape = *shape;
     p.type = *type;
+    p.arch = *arch;
     if (grow_path) return grow_command(p, *grow_path, noise, type_name, *out_path);
 
     auto vocab = gguf::gguf_file::open(*vocab_path);
@@ -155,11 +179,16 @@ int synth_command(const cli_args& args) {
         return exit_failure;
     }
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    std::fprintf(stderr,
-                 "troupe synth: wrote %s: shape %s, %s, %.1fM parameters, vocabulary %lld, %.1f MiB in %.1f s\n",
-                 out_path->c_str(), std::string(shape->name).c_str(), type_name.c_str(),
-                 static_cast<double>(summary->n_params) / 1e6, static_cast<long long>(summary->n_vocab),
-                 static_cast<double>(summary->n_bytes) / (1024.0 * 1024.0), seconds);
+    char active_buf[64] = "";
+    if (summary->n_active_params != summary->n_params) {
+        std::snprintf(active_buf, sizeof active_buf, " (%.1fM active per token)",
+                      static_cast<double>(summary->n_active_params) / 1e6);
+    }
+    std::fprintf(
+        stderr, "troupe synth: wrote %s: %s, shape %s, %s, %.1fM parameters%s, vocabulary %lld, %.1f MiB in %.1f s\n",
+        out_path->c_str(), std::string(synth_arch_name(p.arch)).c_str(), std::string(shape->name).c_str(),
+        type_name.c_str(), static_cast<double>(summary->n_params) / 1e6, active_buf,
+        static_cast<long long>(summary->n_vocab), static_cast<double>(summary->n_bytes) / (1024.0 * 1024.0), seconds);
     return exit_ok;
 }
 

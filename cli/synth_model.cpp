@@ -1,4 +1,4 @@
-// synth_model: seeded random Llama weights (see synth_model.h).
+// synth_model: seeded random weights of a shape and architecture (see synth_model.h, synth_arch.h).
 #include "cli/synth_model.h"
 
 #include <algorithm>
@@ -12,10 +12,13 @@
 namespace troupe::cli {
 namespace {
 
+// The MoE architectures at a dense shape get 8 experts (top 2) of a quarter to a third of its FFN. moe-1B is a
+// Mixtral-like shape of ~1.2B parameters of which ~0.38B run per token (8 experts of 2816 units, top 2).
 constexpr synth_shape shapes[] = {
-    {"tiny", 256, 2, 8, 4, 768, 512},
-    {"110M", 768, 12, 12, 12, 2048, 1024},
-    {"1B", 2048, 22, 32, 4, 5632, 2048},
+    {"tiny", 256, 2, 8, 4, 768, 512, {8, 2, 256}},
+    {"110M", 768, 12, 12, 12, 2048, 1024, {8, 2, 512}},
+    {"1B", 2048, 22, 32, 4, 5632, 2048, {8, 2, 1408}},
+    {"moe-1B", 1024, 16, 16, 4, 2816, 2048, {8, 2, 2816}, true},
 };
 
 uint64_t splitmix64(uint64_t& state) {
@@ -24,12 +27,6 @@ uint64_t splitmix64(uint64_t& state) {
     z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
     return z ^ (z >> 31);
 }
-
-struct tensor_plan {
-    std::string name;
-    std::vector<int64_t> dims;  // [row length, n_rows] or [n]
-    bool norm;
-};
 
 }  // namespace
 
@@ -126,62 +123,41 @@ result<synth_summary> write_synth_model(const synth_params& p, const gguf::gguf_
     auto tokens = vocab.get_string_array("tokenizer.ggml.tokens");
     if (!tokens) return make_error(vocab.path() + ": no vocabulary to copy (" + tokens.message() + ")");
     const auto n_vocab = static_cast<int64_t>(tokens->size());
-    const int32_t head_dim = s.dim / s.n_heads;
-    const int64_t kv_dim = static_cast<int64_t>(s.n_kv_heads) * head_dim;
     const int n_threads = p.n_threads > 0 ? p.n_threads : std::max(1u, std::thread::hardware_concurrency());
 
     gguf::gguf_writer w;
-    w.set_string("general.architecture", "llama");
-    w.set_string("general.name", "troupe-synth-" + std::string(s.name));
+    const std::vector<synth_tensor> plan = plan_synth_arch(p.arch, s, n_vocab, w);
+    w.set_string("general.name", "troupe-synth-" + std::string(synth_arch_name(p.arch)) + "-" + std::string(s.name));
     // troupe's own W4_G64 / W4_G128 have no llama.cpp file type: the key is left out for them.
     if (p.type != ggml_type::w4_g64 && p.type != ggml_type::w4_g128)
         w.set_u32("general.file_type", gguf_file_type(p.type));
     if (p.type != ggml_type::f32 && p.type != ggml_type::f16) w.set_u32("general.quantization_version", 2);
-    w.set_u32("llama.context_length", static_cast<uint32_t>(s.n_ctx));
-    w.set_u32("llama.embedding_length", static_cast<uint32_t>(s.dim));
-    w.set_u32("llama.block_count", static_cast<uint32_t>(s.n_layers));
-    w.set_u32("llama.feed_forward_length", static_cast<uint32_t>(s.ffn));
-    w.set_u32("llama.attention.head_count", static_cast<uint32_t>(s.n_heads));
-    w.set_u32("llama.attention.head_count_kv", static_cast<uint32_t>(s.n_kv_heads));
-    w.set_u32("llama.rope.dimension_count", static_cast<uint32_t>(head_dim));
-    w.set_f32("llama.attention.layer_norm_rms_epsilon", 1e-5f);
-    w.set_f32("llama.rope.freq_base", 10000.0f);
-    w.set_u32("llama.vocab_size", static_cast<uint32_t>(n_vocab));
     w.set_scalar("troupe.synth.seed", p.seed);
     w.copy_metadata(vocab, "tokenizer.");
-
-    std::vector<tensor_plan> plan;
-    plan.push_back({"token_embd.weight", {s.dim, n_vocab}, false});
-    for (int32_t l = 0; l < s.n_layers; ++l) {
-        const std::string b = "blk." + std::to_string(l) + ".";
-        plan.push_back({b + "attn_norm.weight", {s.dim}, true});
-        plan.push_back({b + "attn_q.weight", {s.dim, s.dim}, false});
-        plan.push_back({b + "attn_k.weight", {s.dim, kv_dim}, false});
-        plan.push_back({b + "attn_v.weight", {s.dim, kv_dim}, false});
-        plan.push_back({b + "attn_output.weight", {s.dim, s.dim}, false});
-        plan.push_back({b + "ffn_norm.weight", {s.dim}, true});
-        plan.push_back({b + "ffn_gate.weight", {s.dim, s.ffn}, false});
-        plan.push_back({b + "ffn_up.weight", {s.dim, s.ffn}, false});
-        plan.push_back({b + "ffn_down.weight", {s.ffn, s.dim}, false});
-    }
-    plan.push_back({"output_norm.weight", {s.dim}, true});
-    plan.push_back({"output.weight", {s.dim, n_vocab}, false});
 
     synth_summary summary;
     summary.n_vocab = n_vocab;
     for (size_t t = 0; t < plan.size(); ++t) {
-        const tensor_plan& tp = plan[t];
-        if (tp.dims.size() == 1) {
-            const std::vector<float> ones(static_cast<size_t>(tp.dims[0]), 1.0f);
-            w.add_tensor_f32(tp.name, tp.dims, ones);
+        const synth_tensor& tp = plan[t];
+        if (tp.what == synth_tensor::kind::norm || tp.what == synth_tensor::kind::bias) {  // 1, small random values
+            std::vector<float> values(static_cast<size_t>(tp.dims[0]), 1.0f);
+            if (tp.what == synth_tensor::kind::bias) random_row(p.seed, t, 0, 0.02f, values.data(), tp.dims[0]);
+            w.add_tensor_f32(tp.name, tp.dims, values);
             summary.n_params += tp.dims[0];
+            summary.n_active_params += tp.dims[0];
             continue;
         }
         ggml_type type = p.type;
         if (tp.dims[0] % traits(type).block_size != 0) type = ggml_type::f16;
-        const auto bytes = make_matrix(p.seed, t, tp.dims[0], tp.dims[1], type, n_threads);
-        w.add_tensor(tp.name, type, tp.dims, bytes);
-        summary.n_params += tp.dims[0] * tp.dims[1];
+        if (tp.what == synth_tensor::kind::router && type != ggml_type::f32) type = ggml_type::f16;
+        int64_t n_rows = 1;  // a 3-D tensor of stacked experts is their rows one after another
+        for (size_t d = 1; d < tp.dims.size(); ++d) n_rows *= tp.dims[d];
+        auto bytes = make_matrix(p.seed, t, tp.dims[0], n_rows, type, n_threads);
+        w.add_tensor(tp.name, type, tp.dims, std::move(bytes));
+        summary.n_params += tp.dims[0] * n_rows;
+        // Of stacked experts, a token runs n_used.
+        const int64_t idle = tp.dims.size() == 3 ? tp.dims[0] * tp.dims[1] * (tp.dims[2] - s.moe.n_used) : 0;
+        summary.n_active_params += tp.dims[0] * n_rows - idle;
     }
     if (auto st = w.write(out_path); !st) return st.err();
     auto written = gguf::gguf_file::open(out_path);
