@@ -280,6 +280,13 @@ result<std::unique_ptr<model_runner>> make_cuda_runner_or_cpu(const llama_weight
             if (status s = check_on_gpu(); !s.ok()) return s.err();
         }
     }
+    // Likewise a model the CUDA graph does not implement, where a GPU is there (without one the CPU runs it).
+    if (!weights.beyond_llama.empty()) {
+        auto devices = cuda_devices(params.backend_dir);
+        if (devices.ok() && !devices.value().empty()) {
+            if (status s = check_llama_view(weights); !s.ok()) return s.err();
+        }
+    }
     auto gpu = make_cuda_runner(weights, params);
     if (gpu.ok()) return gpu;
     log_cuda_fallback(gpu.message());

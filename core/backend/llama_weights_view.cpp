@@ -29,6 +29,10 @@ status check_weight(const weight_view& w, const std::string& what, int64_t n_in,
 }  // namespace
 
 status check_llama_view(const llama_weights_view& v) {
+    if (!v.beyond_llama.empty()) {
+        return make_error(v.name + ": the CUDA runner implements the llama graph only, and this model needs " +
+                          v.beyond_llama + "; run it on the CPU (device: cpu)");
+    }
     const llama_view_hparams& hp = v.hp;
     if (hp.n_vocab <= 0 || hp.dim <= 0 || hp.n_layers <= 0 || hp.n_heads <= 0 || hp.n_kv_heads <= 0 ||
         hp.head_dim <= 0 || hp.ffn_dim <= 0 || hp.n_ctx <= 0) {

@@ -43,6 +43,10 @@ struct llama_layer_view {
 
 struct llama_weights_view {
     std::string name;  // for description(): the model file's name
+    // What the model needs beyond the Llama graph the CUDA runner implements (its architecture and the features the
+    // CPU graph runs for it: biases, GeGLU, post norms, soft-capping, sliding windows, ...); empty for llama. The
+    // runner refuses a model that needs any (check_llama_view).
+    std::string beyond_llama;
     llama_view_hparams hp;
     weight_view token_embd;                // [n_vocab rows, dim]
     weight_view output_norm;               // [dim]

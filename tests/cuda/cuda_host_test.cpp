@@ -8,9 +8,11 @@
 #include "core/backend/cuda_batch.h"
 #include "core/backend/cuda_runner.h"
 #include "core/backend/cuda_upload.h"
+#include "core/backend/llama_view_of.h"
 #include "core/log/log.h"
 #include "kernels/fp16.h"
 #include "kernels/ref/quants.h"
+#include "tests/common/shared_data.h"
 #include "tests/cuda/cuda_test_support.h"
 
 namespace troupe {
@@ -76,6 +78,28 @@ TEST(cuda_model_view, a_wrong_weight_shape_is_reported_with_layer_weight_and_bot
     const status s = check_llama_view(m->view);
     ASSERT_FALSE(s.ok());
     EXPECT_EQ(s.message(), "tiny.gguf: layer 1 wq has shape [30, 32] (rows, row length), expected [32, 32]");
+}
+
+// The CUDA graph is llama's: a model of another architecture (or with features llama lacks) is refused with one error
+// naming them, never computed wrongly.
+TEST(cuda_model_view, a_model_beyond_the_llama_graph_is_refused_naming_its_architecture_and_features) {
+    TROUPE_REQUIRE_SHARED(path, "models/arch/tiny-gemma2.gguf");
+    auto file = gguf::gguf_file::open(path);
+    ASSERT_TRUE(file.ok()) << file.message();
+    auto w = bind_llama_weights(*file);
+    ASSERT_TRUE(w.ok()) << w.message();
+    const status s = check_llama_view(llama_view_of(*w));
+    ASSERT_FALSE(s.ok());
+    EXPECT_EQ(s.message(),
+              "tiny-gemma2.gguf: the CUDA runner implements the llama graph only, and this model needs architecture "
+              "gemma2 (a GeGLU FFN, post-attention and post-FFN norms, scaled embeddings, attention soft-capping, "
+              "final logit soft-capping, sliding-window attention); run it on the CPU (device: cpu)");
+    TROUPE_REQUIRE_SHARED(llama_path, "models/stories260K.gguf");
+    auto llama = gguf::gguf_file::open(llama_path);
+    ASSERT_TRUE(llama.ok()) << llama.message();
+    auto lw = bind_llama_weights(*llama);
+    ASSERT_TRUE(lw.ok()) << lw.message();
+    EXPECT_EQ(llama_view_of(*lw).beyond_llama, "");
 }
 
 TEST(cuda_model_view, hyper_parameters_that_no_kernel_can_run_are_refused) {
