@@ -26,10 +26,11 @@ if ((${#missing[@]})); then
 fi
 
 # What the end-to-end tests (tests/e2e) use besides the build, only for `test`: Debian's chromium (driven by
-# playwright-core), python3-websockets, Node.js and npm (only when node or npm is missing: a newer one may be
-# installed already), then `npm ci` in tests/e2e (the openai and playwright-core packages from its lock file).
+# playwright-core), python3-websockets, python3-jinja2 (tests/chat compares the Jinja interpreter with it),
+# Node.js and npm (only when node or npm is missing: a newer one may be installed already), then `npm ci` in
+# tests/e2e (the openai and playwright-core packages from its lock file).
 install_e2e_dependencies() {
-    local e2e_packages=(chromium fonts-liberation python3-websockets) e2e_missing=()
+    local e2e_packages=(chromium fonts-liberation python3-websockets python3-jinja2) e2e_missing=()
     command -v node >/dev/null && command -v npm >/dev/null || e2e_packages+=(nodejs npm)
     for p in "${e2e_packages[@]}"; do
         dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || e2e_missing+=("$p")

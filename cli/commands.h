@@ -34,6 +34,9 @@ int perplexity_command(const cli_args& args);  // troupe perplexity: llama-perpl
 const command_spec& quantize_spec();
 int quantize_command(const cli_args& args);  // troupe quantize: offline quantization by a method plugin
 
+const command_spec& template_spec();
+int template_command(const cli_args& args);  // troupe template: the prompt a chat template renders
+
 const command_spec& distill_spec();
 int distill_command(const cli_args& args);  // troupe distill: train a drafter (Medusa, EAGLE, draft) from a target
 

@@ -1,0 +1,129 @@
+#include "core/chat/chat_formatter.h"
+
+#include <boost/json.hpp>
+
+#include "core/log/log.h"
+#include "core/tokenizer/tokenizer.h"
+
+namespace troupe {
+
+std::string_view chat_template_tokens::find(std::string_view name) const {
+    for (const auto& [k, v] : named) {
+        if (k == name) return v;
+    }
+    return {};
+}
+
+chat_template_tokens chat_tokens_from(const tokenizer& tok) {
+    chat_template_tokens t;
+    const auto& v = tok.vocab();
+    auto add = [&](const char* name, int32_t id) {
+        if (id >= 0 && id < tok.n_vocab()) t.named.emplace_back(name, tok.token_to_piece(id));
+    };
+    add("bos_token", v.bos_id);
+    add("eos_token", v.eos_id);
+    add("unk_token", v.unk_id);
+    add("pad_token", v.pad_id);
+    t.bos = std::string(t.find("bos_token"));
+    t.add_bos = v.add_bos && v.bos_id >= 0;
+    return t;
+}
+
+chat_formatter chat_formatter::builtin(chat_template_kind kind, chat_template_tokens tokens, std::string why) {
+    chat_formatter f;
+    f.builtin_ = kind;
+    f.tokens_ = std::move(tokens);
+    f.why_ = std::move(why);
+    return f;
+}
+
+result<chat_formatter> chat_formatter::from_jinja(std::string_view jinja_text, chat_template_tokens tokens) {
+    auto parsed = jinja::parse_template(jinja_text);
+    if (!parsed) return parsed.err();
+    chat_formatter f;
+    f.jinja_ = std::make_shared<const jinja::chat_jinja_template>(std::move(*parsed));
+    f.tokens_ = std::move(tokens);
+    f.why_ = "the model's own chat template (tokenizer.chat_template, " + std::to_string(jinja_text.size()) +
+             " bytes of Jinja)";
+    return f;
+}
+
+chat_formatter chat_formatter::from_model(std::string_view jinja_text, chat_template_tokens tokens) {
+    if (jinja_text.empty()) {
+        return builtin(chat_template_kind::plain, std::move(tokens),
+                       "built-in plain template: the model has no tokenizer.chat_template");
+    }
+    auto f = from_jinja(jinja_text, tokens);
+    if (f) return std::move(*f);
+    const chat_template_kind kind = detect_chat_template(jinja_text);
+    return builtin(kind, std::move(tokens),
+                   "built-in " + std::string(chat_template_name(kind)) +
+                       " template (chosen by the markers in the model's template): the model's "
+                       "tokenizer.chat_template does not parse: " +
+                       f.message());
+}
+
+std::string chat_formatter::name() const {
+    return jinja_ ? std::string("jinja") : std::string(chat_template_name(builtin_));
+}
+
+namespace {
+
+// The built-in templates take role and text: a message's content string, or its text parts joined.
+std::vector<chat_message> simple_messages(const boost::json::array& messages) {
+    std::vector<chat_message> out;
+    for (const auto& m : messages) {
+        const auto* o = m.if_object();
+        if (!o) continue;
+        chat_message cm;
+        if (const auto* r = o->if_contains("role"); r && r->is_string()) cm.role = std::string(r->get_string());
+        if (const auto* c = o->if_contains("content")) {
+            if (c->is_string()) {
+                cm.content = std::string(c->get_string());
+            } else if (c->is_array()) {
+                for (const auto& part : c->get_array()) {
+                    const auto* p = part.if_object();
+                    const auto* text = p ? p->if_contains("text") : nullptr;
+                    if (text && text->is_string()) cm.content += std::string(text->get_string());
+                }
+            }
+        }
+        out.push_back(std::move(cm));
+    }
+    return out;
+}
+
+}  // namespace
+
+result<std::string> chat_formatter::render(const chat_render_request& request) const {
+    if (!request.messages) return make_error("chat template: no messages");
+    if (!jinja_) {
+        const auto messages = simple_messages(*request.messages);
+        chat_special_tokens special{std::string(tokens_.find("bos_token")), std::string(tokens_.find("eos_token"))};
+        return render_chat(builtin_, messages, special);
+    }
+    jinja::dict vars;
+    vars.set("messages", jinja::value_from_json(*request.messages));
+    vars.set("tools", request.tools ? jinja::value_from_json(*request.tools) : jinja::value::none());
+    vars.set("documents", jinja::value::none());
+    vars.set("add_generation_prompt", jinja::value::boolean(request.add_generation_prompt));
+    for (const auto& [name, text] : tokens_.named) vars.set(name, jinja::value::string(text));
+    return jinja_->render(vars);
+}
+
+result<std::string> chat_formatter::prompt_for_tokenizer(const chat_render_request& request) const {
+    auto text = render(request);
+    if (!text) return text;
+    if (jinja_ && tokens_.add_bos && !tokens_.bos.empty() && text->starts_with(tokens_.bos)) {
+        text->erase(0, tokens_.bos.size());
+    }
+    return text;
+}
+
+boost::json::array messages_to_json(std::span<const chat_message> messages) {
+    boost::json::array out;
+    for (const auto& m : messages) out.push_back(boost::json::object{{"role", m.role}, {"content", m.content}});
+    return out;
+}
+
+}  // namespace troupe

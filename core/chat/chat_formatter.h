@@ -1,0 +1,79 @@
+// chat_formatter: the prompt text of a conversation, from the model's own chat template (the Jinja in the
+// GGUF's tokenizer.chat_template, run by core/chat/jinja as transformers' apply_chat_template runs it), or
+// from a built-in template (chat_template.h) when the model has none or its template does not parse.
+//
+// Rendering follows apply_chat_template: the variables are messages (the request's message objects as
+// JSON, every field kept: role, content, tool_calls, tool_call_id, name, ...), tools (the tool schemas, or
+// None when the request has none), add_generation_prompt, and the special tokens (bos_token, eos_token,
+// unk_token, pad_token) as their texts.
+//
+// Most templates begin with {{ bos_token }} while the tokenizer adds BOS itself: prompt_for_tokenizer()
+// removes that one leading BOS text so the model sees one BOS, as llama.cpp does.
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include <boost/json/array.hpp>
+
+#include "core/chat/chat_template.h"
+#include "core/chat/jinja/template.h"
+#include "core/result.h"
+
+namespace troupe {
+
+class tokenizer;
+
+// The special tokens a template may use, by their transformers names ("bos_token" -> "<s>").
+struct chat_template_tokens {
+    std::vector<std::pair<std::string, std::string>> named;
+    std::string bos;       // "" where the model has none
+    bool add_bos = false;  // the tokenizer adds BOS to an encoded prompt
+
+    std::string_view find(std::string_view name) const;
+};
+
+// bos_token, eos_token, unk_token and pad_token as the tokenizer writes them, and whether it adds BOS.
+chat_template_tokens chat_tokens_from(const tokenizer& tok);
+
+struct chat_render_request {
+    const boost::json::array* messages = nullptr;  // required
+    const boost::json::array* tools = nullptr;     // null: tools is None
+    bool add_generation_prompt = true;
+};
+
+class chat_formatter {
+public:
+    // The model's template when `jinja_text` parses; else the built-in family its markers show (plain
+    // when none). `why()` says which and why, for the log.
+    static chat_formatter from_model(std::string_view jinja_text, chat_template_tokens tokens);
+    // Only the given template; a syntax error is an error naming its line and column.
+    static result<chat_formatter> from_jinja(std::string_view jinja_text, chat_template_tokens tokens);
+    static chat_formatter builtin(chat_template_kind kind, chat_template_tokens tokens, std::string why);
+
+    bool uses_jinja() const { return jinja_ != nullptr; }
+    // "jinja" for the model's own template, else the built-in family's name.
+    std::string name() const;
+    const std::string& why() const { return why_; }
+
+    // The rendered text, exactly as the template writes it. A template error (a raise_exception in the
+    // template, or a failure while rendering) is an error with the template's message.
+    result<std::string> render(const chat_render_request& request) const;
+    // render() less one leading BOS text when the tokenizer adds BOS itself.
+    result<std::string> prompt_for_tokenizer(const chat_render_request& request) const;
+
+private:
+    std::shared_ptr<const jinja::chat_jinja_template> jinja_;
+    chat_template_kind builtin_ = chat_template_kind::plain;
+    chat_template_tokens tokens_;
+    std::string why_;
+};
+
+// The API's simple messages (role and text content) as the JSON the templates see.
+boost::json::array messages_to_json(std::span<const chat_message> messages);
+
+}  // namespace troupe

@@ -1,0 +1,227 @@
+// Methods called on values, as Python's str, list and dict have them: 'x'.strip(), text.split(','),
+// message.get('content'), d.items(), list.append(x) ... A method name on an object that has no such method
+// is not a method: the caller then looks the name up as an item.
+#include "core/chat/jinja/evaluator.h"
+#include "core/chat/jinja/string_ops.h"
+
+namespace troupe::jinja {
+namespace {
+
+std::optional<std::string> optional_string(const value& v, const std::string& what) {
+    if (v.is_undefined() || v.is_none()) return std::nullopt;
+    if (!v.is_string()) throw render_error(what + " must be a string or None, not " + type_name(v));
+    return v.s;
+}
+
+std::string string_arg(const value& v, const std::string& what) {
+    if (!v.is_string()) throw render_error(what + " must be a string, not " + type_name(v));
+    return v.s;
+}
+
+int64_t int_arg(const value& v, int64_t fallback, const std::string& what) {
+    if (v.is_undefined()) return fallback;
+    if (v.kind == value_kind::boolean) return v.b;
+    if (v.kind != value_kind::integer) throw render_error(what + " must be an integer, not " + type_name(v));
+    return v.i;
+}
+
+value string_list(std::vector<std::string> parts) {
+    std::vector<value> items;
+    items.reserve(parts.size());
+    for (auto& p : parts) items.push_back(value::string(std::move(p)));
+    return value::list(std::move(items));
+}
+
+// startswith / endswith take a string or a tuple of strings.
+bool affix(const std::string& s, const value& arg, bool prefix, const std::string& what) {
+    auto one = [&](const value& a) {
+        const std::string x = string_arg(a, what);
+        return prefix ? s.starts_with(x) : s.ends_with(x);
+    };
+    if (arg.is_sequence()) {
+        for (const auto& a : *arg.l) {
+            if (one(a)) return true;
+        }
+        return false;
+    }
+    return one(arg);
+}
+
+value string_method(const std::string& s, const std::string& name, const call_args& a) {
+    const std::string what = "str." + name + "()";
+    if (name == "strip" || name == "lstrip" || name == "rstrip") {
+        a.expect_at_most(what, 1, {});
+        return value::string(
+            py_strip(s, optional_string(a.get(0, ""), what + " chars"), name != "rstrip", name != "lstrip"));
+    }
+    if (name == "split" || name == "rsplit") {
+        a.expect_at_most(what, 2, {"sep", "maxsplit"});
+        const auto sep = optional_string(a.get(0, "sep"), what + " sep");
+        if (sep && sep->empty()) throw render_error("empty separator in " + what);
+        return string_list(py_split(s, sep, int_arg(a.get(1, "maxsplit"), -1, what + " maxsplit"), name == "rsplit"));
+    }
+    if (name == "splitlines") return string_list(py_splitlines(s));
+    if (name == "startswith" || name == "endswith") {
+        a.expect_at_most(what, 1, {});
+        return value::boolean(affix(s, a.get(0, ""), name == "startswith", what + " argument"));
+    }
+    if (name == "upper") return value::string(py_upper(s));
+    if (name == "lower") return value::string(py_lower(s));
+    if (name == "title") return value::string(py_title(s));
+    if (name == "capitalize") return value::string(py_capitalize(s));
+    if (name == "replace") {
+        a.expect_at_most(what, 3, {"count"});
+        return value::string(py_replace(s, string_arg(a.get(0, ""), what + " old"),
+                                        string_arg(a.get(1, ""), what + " new"),
+                                        int_arg(a.get(2, "count"), -1, what + " count")));
+    }
+    if (name == "find" || name == "rfind" || name == "index") {
+        a.expect_at_most(what, 1, {});
+        const std::string sub = string_arg(a.get(0, ""), what + " argument");
+        const size_t k = name == "rfind" ? s.rfind(sub) : s.find(sub);
+        if (k == std::string::npos && name == "index") throw render_error("substring not found");
+        if (k == std::string::npos) return value::integer(-1);
+        return value::integer(static_cast<int64_t>(code_point_offsets(std::string_view(s).substr(0, k)).size()));
+    }
+    if (name == "count") return value::integer(py_count(s, string_arg(a.get(0, ""), what + " argument")));
+    if (name == "join") {
+        std::string out;
+        bool first = true;
+        for (const auto& item : iterate(a.get(0, ""))) {
+            if (!item.is_string()) throw render_error(what + ": sequence item must be a str, not " + type_name(item));
+            if (!first) out += s;
+            out += item.s;
+            first = false;
+        }
+        return value::string(std::move(out));
+    }
+    auto all_of = [&](auto pred) {
+        if (s.empty()) return value::boolean(false);
+        for (char c : s) {
+            if (!pred(static_cast<unsigned char>(c))) return value::boolean(false);
+        }
+        return value::boolean(true);
+    };
+    if (name == "isdigit") return all_of([](unsigned char c) { return std::isdigit(c) != 0; });
+    if (name == "isalpha") return all_of([](unsigned char c) { return std::isalpha(c) != 0; });
+    if (name == "isalnum") return all_of([](unsigned char c) { return std::isalnum(c) != 0; });
+    if (name == "isspace") return all_of([](unsigned char c) { return std::isspace(c) != 0; });
+    if (name == "islower") return value::boolean(py_lower(s) == s && py_upper(s) != s);
+    if (name == "isupper") return value::boolean(py_upper(s) == s && py_lower(s) != s);
+    throw render_error("'str object' has no method '" + name + "'");
+}
+
+value dict_method(const value& d, const std::string& name, const call_args& a) {
+    const std::string what = "dict." + name + "()";
+    if (name == "items" || name == "keys" || name == "values") {
+        a.expect_at_most(what, 0, {});
+        std::vector<value> out;
+        for (const auto& [k, v] : d.d->items) {
+            if (name == "items") out.push_back(value::tuple({value::string(k), v}));
+            if (name == "keys") out.push_back(value::string(k));
+            if (name == "values") out.push_back(v);
+        }
+        return value::list(std::move(out));
+    }
+    if (name == "get") {
+        a.expect_at_most(what, 2, {});
+        const value key = a.get(0, "");
+        if (key.is_string()) {
+            if (const value* v = d.d->find(key.s)) return *v;
+        }
+        return a.has(1, "") ? a.pos[1] : value::none();
+    }
+    if (name == "copy") return value::dict(*d.d);
+    if (name == "update") {
+        a.expect_at_most(what, 1, {});
+        if (!a.pos.empty()) {
+            if (!a.pos[0].is_mapping()) throw render_error(what + " needs a dict");
+            for (const auto& [k, v] : a.pos[0].d->items) d.d->set(k, v);
+        }
+        for (const auto& [k, v] : a.kw) d.d->set(k, v);
+        return value::none();
+    }
+    throw render_error("'dict object' has no method '" + name + "'");
+}
+
+value list_method(const value& l, const std::string& name, const call_args& a) {
+    const std::string what = type_name(l) + "." + name + "()";
+    if (name == "append" && l.kind == value_kind::list) {
+        a.expect_at_most(what, 1, {});
+        l.l->push_back(a.get(0, ""));
+        return value::none();
+    }
+    if (name == "extend" && l.kind == value_kind::list) {
+        for (auto& v : iterate(a.get(0, ""))) l.l->push_back(std::move(v));
+        return value::none();
+    }
+    if (name == "pop" && l.kind == value_kind::list) {
+        if (l.l->empty()) throw render_error("pop from empty list");
+        int64_t k = int_arg(a.get(0, ""), -1, what + " index");
+        if (k < 0) k += static_cast<int64_t>(l.l->size());
+        if (k < 0 || k >= static_cast<int64_t>(l.l->size())) throw render_error("pop index out of range");
+        value v = (*l.l)[static_cast<size_t>(k)];
+        l.l->erase(l.l->begin() + k);
+        return v;
+    }
+    if (name == "index" || name == "count") {
+        const value x = a.get(0, "");
+        int64_t n = 0;
+        for (size_t k = 0; k < l.l->size(); ++k) {
+            if (!equal((*l.l)[k], x)) continue;
+            if (name == "index") return value::integer(static_cast<int64_t>(k));
+            ++n;
+        }
+        if (name == "index") throw render_error(repr(x) + " is not in list");
+        return value::integer(n);
+    }
+    if (name == "copy") return value::list(*l.l);
+    throw render_error("'" + type_name(l) + " object' has no method '" + name + "'");
+}
+
+bool is_method(const value& object, const std::string& name) {
+    static const char* string_methods[] = {"strip",      "lstrip",   "rstrip",  "split",   "rsplit",  "splitlines",
+                                           "startswith", "endswith", "upper",   "lower",   "title",   "capitalize",
+                                           "replace",    "find",     "rfind",   "index",   "count",   "join",
+                                           "isdigit",    "isalpha",  "isalnum", "isspace", "islower", "isupper"};
+    static const char* dict_methods[] = {"items", "keys", "values", "get", "copy", "update"};
+    static const char* list_methods[] = {"append", "extend", "pop", "index", "count", "copy"};
+    auto in = [&](const auto& names) {
+        for (const char* n : names) {
+            if (name == n) return true;
+        }
+        return false;
+    };
+    switch (object.kind) {
+        case value_kind::string:
+            return in(string_methods);
+        case value_kind::dict:
+            return in(dict_methods);
+        case value_kind::list:
+            return in(list_methods);
+        case value_kind::tuple:
+            return name == "index" || name == "count";
+        case value_kind::undefined:
+        case value_kind::none:
+        case value_kind::boolean:
+        case value_kind::integer:
+        case value_kind::floating:
+        case value_kind::ns:
+        case value_kind::callable:
+            return false;
+    }
+    return false;
+}
+
+}  // namespace
+
+value bound_method(const value& object, const std::string& name) {
+    if (!is_method(object, name)) return value::undefined("");
+    return make_function(name, [object, name](const call_args& args, evaluator&) {
+        if (object.is_string()) return string_method(object.s, name, args);
+        if (object.is_mapping()) return dict_method(object, name, args);
+        return list_method(object, name, args);
+    });
+}
+
+}  // namespace troupe::jinja

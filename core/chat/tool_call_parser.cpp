@@ -1,0 +1,215 @@
+#include "core/chat/tool_call_parser.h"
+
+#include <boost/json.hpp>
+
+namespace troupe {
+namespace {
+
+bool contains(std::string_view text, std::string_view marker) {
+    return text.find(marker) != std::string_view::npos;
+}
+
+std::string trim(std::string_view s) {
+    size_t b = 0;
+    size_t e = s.size();
+    while (b < e && (s[b] == ' ' || s[b] == '\n' || s[b] == '\t' || s[b] == '\r')) ++b;
+    while (e > b && (s[e - 1] == ' ' || s[e - 1] == '\n' || s[e - 1] == '\t' || s[e - 1] == '\r')) --e;
+    return std::string(s.substr(b, e - b));
+}
+
+std::optional<boost::json::value> parse_json(std::string_view text) {
+    boost::system::error_code ec;
+    boost::json::value v = boost::json::parse(text, ec);
+    if (ec) return std::nullopt;
+    return v;
+}
+
+// {"name": ..., "arguments" | "parameters": {...} or "...", "id"?: ...} as a call; nullopt if it is not one.
+std::optional<parsed_tool_call> call_of(const boost::json::value& v) {
+    const auto* o = v.if_object();
+    if (!o) return std::nullopt;
+    const auto* name = o->if_contains("name");
+    if (!name || !name->is_string()) return std::nullopt;
+    parsed_tool_call call;
+    call.name = std::string(name->get_string());
+    const boost::json::value* args = o->if_contains("arguments");
+    if (!args) args = o->if_contains("parameters");
+    if (!args || args->is_null()) {
+        call.arguments = "{}";
+    } else if (args->is_string()) {
+        call.arguments = std::string(args->get_string());  // already JSON text, as some models write it
+    } else {
+        call.arguments = boost::json::serialize(*args);
+    }
+    if (const auto* id = o->if_contains("id"); id && id->is_string()) call.id = std::string(id->get_string());
+    return call;
+}
+
+// One JSON object or array at the start of `text` (after spaces): the value and the bytes it took. The
+// end is found by bracket depth outside strings, then that span is parsed.
+std::optional<std::pair<boost::json::value, size_t>> leading_json(std::string_view text) {
+    size_t start = 0;
+    while (start < text.size() && (text[start] == ' ' || text[start] == '\n' || text[start] == '\t')) ++start;
+    if (start >= text.size() || (text[start] != '{' && text[start] != '[')) return std::nullopt;
+    int depth = 0;
+    bool in_string = false;
+    for (size_t k = start; k < text.size(); ++k) {
+        const char c = text[k];
+        if (in_string) {
+            if (c == '\\') {
+                ++k;
+            } else if (c == '"') {
+                in_string = false;
+            }
+            continue;
+        }
+        if (c == '"') {
+            in_string = true;
+        } else if (c == '{' || c == '[') {
+            ++depth;
+        } else if ((c == '}' || c == ']') && --depth == 0) {
+            auto v = parse_json(text.substr(start, k + 1 - start));
+            if (!v) return std::nullopt;
+            return std::make_pair(std::move(*v), k + 1);
+        }
+    }
+    return std::nullopt;
+}
+
+parsed_reply parse_hermes(std::string_view text) {
+    parsed_reply out;
+    std::string content;
+    size_t pos = 0;
+    while (true) {
+        const size_t open = text.find("<tool_call>", pos);
+        if (open == std::string_view::npos) break;
+        const size_t body = open + std::string_view("<tool_call>").size();
+        size_t close = text.find("</tool_call>", body);
+        const bool closed = close != std::string_view::npos;
+        if (!closed) close = text.size();  // a reply cut at the stop token may lack the closing tag
+        auto v = parse_json(trim(text.substr(body, close - body)));
+        auto call = v ? call_of(*v) : std::nullopt;
+        if (!call) return parsed_reply{std::string(text), {}};
+        content += text.substr(pos, open - pos);
+        out.tool_calls.push_back(std::move(*call));
+        pos = closed ? close + std::string_view("</tool_call>").size() : text.size();
+    }
+    if (out.tool_calls.empty()) return parsed_reply{std::string(text), {}};
+    content += text.substr(pos);
+    out.content = trim(content);
+    return out;
+}
+
+parsed_reply parse_llama3(std::string_view text) {
+    std::string_view body = text;
+    std::string prefix;
+    if (const size_t tag = text.find("<|python_tag|>"); tag != std::string_view::npos) {
+        prefix = trim(text.substr(0, tag));
+        body = text.substr(tag + std::string_view("<|python_tag|>").size());
+    }
+    parsed_reply out;
+    const std::string trimmed = trim(body);
+    if (trimmed.empty() || trimmed.front() != '{') return parsed_reply{std::string(text), {}};
+    std::string_view rest = trimmed;
+    while (!rest.empty()) {
+        auto v = leading_json(rest);
+        auto call = v ? call_of(v->first) : std::nullopt;
+        if (!call) return parsed_reply{std::string(text), {}};
+        out.tool_calls.push_back(std::move(*call));
+        rest = rest.substr(v->second);
+        const std::string after = trim(rest);
+        if (after.empty()) break;
+        if (after.front() != ';') return parsed_reply{std::string(text), {}};
+        rest = rest.substr(rest.find(';') + 1);
+    }
+    out.content = prefix;
+    return out;
+}
+
+parsed_reply parse_mistral(std::string_view text) {
+    const size_t tag = text.find("[TOOL_CALLS]");
+    if (tag == std::string_view::npos) return parsed_reply{std::string(text), {}};
+    parsed_reply out;
+    out.content = trim(text.substr(0, tag));
+    std::string_view rest = text.substr(tag + std::string_view("[TOOL_CALLS]").size());
+    const std::string trimmed = trim(rest);
+    if (!trimmed.empty() && trimmed.front() == '[') {  // v3: a JSON array of calls
+        auto v = leading_json(trimmed);
+        if (!v || !v->first.is_array()) return parsed_reply{std::string(text), {}};
+        for (const auto& item : v->first.get_array()) {
+            auto call = call_of(item);
+            if (!call) return parsed_reply{std::string(text), {}};
+            out.tool_calls.push_back(std::move(*call));
+        }
+        return out;
+    }
+    // v7 / v11: name[ARGS]{json}, repeated, each optionally after another [TOOL_CALLS].
+    while (true) {
+        const size_t args = rest.find("[ARGS]");
+        if (args == std::string_view::npos) break;
+        parsed_tool_call call;
+        call.name = trim(rest.substr(0, args));
+        auto v = leading_json(rest.substr(args + std::string_view("[ARGS]").size()));
+        if (call.name.empty() || !v || !v->first.is_object()) return parsed_reply{std::string(text), {}};
+        call.arguments = boost::json::serialize(v->first);
+        out.tool_calls.push_back(std::move(call));
+        rest = rest.substr(args + std::string_view("[ARGS]").size() + v->second);
+        const std::string after = trim(rest);
+        if (after.starts_with("[TOOL_CALLS]")) {
+            rest = rest.substr(rest.find("[TOOL_CALLS]") + std::string_view("[TOOL_CALLS]").size());
+        } else if (!after.empty()) {
+            return parsed_reply{std::string(text), {}};
+        }
+    }
+    if (out.tool_calls.empty()) return parsed_reply{std::string(text), {}};
+    return out;
+}
+
+}  // namespace
+
+std::string_view tool_call_format_name(tool_call_format format) {
+    switch (format) {
+        case tool_call_format::none:
+            return "none";
+        case tool_call_format::hermes:
+            return "hermes";
+        case tool_call_format::llama3:
+            return "llama3";
+        case tool_call_format::mistral:
+            return "mistral";
+    }
+    return "?";
+}
+
+std::optional<tool_call_format> parse_tool_call_format_name(std::string_view name) {
+    for (auto f :
+         {tool_call_format::none, tool_call_format::hermes, tool_call_format::llama3, tool_call_format::mistral}) {
+        if (tool_call_format_name(f) == name) return f;
+    }
+    return std::nullopt;
+}
+
+tool_call_format detect_tool_call_format(std::string_view t) {
+    if (contains(t, "<tool_call>")) return tool_call_format::hermes;
+    if (contains(t, "[TOOL_CALLS]")) return tool_call_format::mistral;
+    if (contains(t, "<|python_tag|>") || (contains(t, "<|start_header_id|>") && contains(t, "\"parameters\""))) {
+        return tool_call_format::llama3;
+    }
+    return tool_call_format::none;
+}
+
+parsed_reply parse_tool_calls(tool_call_format format, std::string_view text) {
+    switch (format) {
+        case tool_call_format::none:
+            return parsed_reply{std::string(text), {}};
+        case tool_call_format::hermes:
+            return parse_hermes(text);
+        case tool_call_format::llama3:
+            return parse_llama3(text);
+        case tool_call_format::mistral:
+            return parse_mistral(text);
+    }
+    return parsed_reply{std::string(text), {}};
+}
+
+}  // namespace troupe

@@ -1,0 +1,103 @@
+// chat_formatter: the model's own Jinja template by default, the built-ins as fallback (and why), the
+// variables apply_chat_template passes, and one BOS for the tokenizer.
+#include <gtest/gtest.h>
+
+#include <boost/json.hpp>
+
+#include "core/chat/chat_formatter.h"
+#include "core/gguf/gguf_file.h"
+#include "core/tokenizer/tokenizer.h"
+#include "tests/common/shared_data.h"
+
+namespace troupe {
+namespace {
+
+const char* chatml_jinja =
+    "{{ bos_token }}{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
+    "{% if tools %}[{{ tools | length }} tools]{% endif %}{% if add_generation_prompt %}<|im_start|>assistant\n"
+    "{% endif %}";
+
+chat_template_tokens test_tokens(bool add_bos) {
+    chat_template_tokens t;
+    t.named = {{"bos_token", "<s>"}, {"eos_token", "</s>"}};
+    t.bos = "<s>";
+    t.add_bos = add_bos;
+    return t;
+}
+
+boost::json::array conversation() {
+    return boost::json::parse(R"([{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"}])")
+        .as_array();
+}
+
+TEST(chat_formatter, the_models_own_template_renders_with_messages_tools_and_the_generation_prompt) {
+    const auto f = chat_formatter::from_model(chatml_jinja, test_tokens(true));
+    ASSERT_TRUE(f.uses_jinja()) << f.why();
+    EXPECT_EQ(f.name(), "jinja");
+    const auto messages = conversation();
+    const auto tools = boost::json::parse(R"([{"type": "function"}, {"type": "function"}])").as_array();
+    auto text = f.render({&messages, &tools, true});
+    ASSERT_TRUE(text) << text.message();
+    EXPECT_EQ(*text,
+              "<s><|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n[2 tools]"
+              "<|im_start|>assistant\n");
+    auto no_prompt = f.render({&messages, nullptr, false});
+    ASSERT_TRUE(no_prompt) << no_prompt.message();
+    EXPECT_EQ(*no_prompt, "<s><|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n");
+}
+
+TEST(chat_formatter, the_tokenizer_gets_one_bos_when_it_adds_bos_itself) {
+    const auto messages = conversation();
+    const auto adds = chat_formatter::from_model(chatml_jinja, test_tokens(true));
+    auto text = adds.prompt_for_tokenizer({&messages, nullptr, true});
+    ASSERT_TRUE(text) << text.message();
+    EXPECT_TRUE(text->starts_with("<|im_start|>system")) << *text;
+    const auto keeps = chat_formatter::from_model(chatml_jinja, test_tokens(false));
+    auto kept = keeps.prompt_for_tokenizer({&messages, nullptr, true});
+    ASSERT_TRUE(kept) << kept.message();
+    EXPECT_TRUE(kept->starts_with("<s><|im_start|>system")) << *kept;
+}
+
+TEST(chat_formatter, a_template_that_does_not_parse_falls_back_to_the_builtin_its_markers_show_and_says_why) {
+    const auto f = chat_formatter::from_model("{% for m in messages %}<|im_start|>{{ m.role }}", test_tokens(true));
+    EXPECT_FALSE(f.uses_jinja());
+    EXPECT_EQ(f.name(), "chatml");
+    EXPECT_NE(f.why().find("does not parse"), std::string::npos) << f.why();
+    EXPECT_NE(f.why().find("line 1"), std::string::npos) << f.why();
+    const auto messages = conversation();
+    auto text = f.render({&messages, nullptr, true});
+    ASSERT_TRUE(text) << text.message();
+    EXPECT_EQ(*text,
+              "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n");
+
+    const auto none = chat_formatter::from_model("", test_tokens(true));
+    EXPECT_EQ(none.name(), "plain");
+    EXPECT_NE(none.why().find("no tokenizer.chat_template"), std::string::npos) << none.why();
+}
+
+TEST(chat_formatter, a_template_that_raises_is_an_error_with_its_message) {
+    const auto f = chat_formatter::from_model(
+        "{% if messages[0].role != 'user' %}{{ raise_exception('The first message must be from the user') }}"
+        "{% endif %}",
+        test_tokens(true));
+    const auto messages = conversation();
+    auto text = f.render({&messages, nullptr, true});
+    ASSERT_FALSE(text);
+    EXPECT_EQ(text.message(), "The first message must be from the user");
+}
+
+TEST(chat_formatter, special_tokens_come_from_the_models_vocabulary) {
+    TROUPE_REQUIRE_SHARED(path, "models/llama-2-tiny-random.gguf");
+    auto file = gguf::gguf_file::open(path);
+    ASSERT_TRUE(file) << file.message();
+    auto tok = tokenizer::from_gguf(**file);
+    ASSERT_TRUE(tok) << tok.message();
+    const chat_template_tokens t = chat_tokens_from(**tok);
+    EXPECT_EQ(t.find("bos_token"), "<s>");
+    EXPECT_EQ(t.find("eos_token"), "</s>");
+    EXPECT_EQ(t.find("unk_token"), "<unk>");
+    EXPECT_TRUE(t.add_bos);
+}
+
+}  // namespace
+}  // namespace troupe
