@@ -244,6 +244,18 @@ void read_sampling(const YAML::Node& node, const std::string& path, const diagno
         });
 }
 
+// A list of non-empty strings (host names, origins).
+void read_string_list(const YAML::Node& node, const std::string& path, const diagnostics& d,
+                      std::vector<std::string>& out) {
+    std::vector<std::string> strings;
+    read_list(node, path, d, [&](const YAML::Node& item, const std::string& ip) {
+        if (!item.IsScalar()) return d.add(item, ip, "expected a string, got " + describe(item));
+        if (item.Scalar().empty()) return d.add(item, ip, "expected a name, got an empty string");
+        strings.push_back(item.Scalar());
+    });
+    out = std::move(strings);
+}
+
 void read_server(const YAML::Node& node, const std::string& path, const diagnostics& d, server_config& s) {
     read_map(
         node, path, d,
@@ -273,6 +285,11 @@ void read_server(const YAML::Node& node, const std::string& path, const diagnost
                  read_int(n, p, d, s.max_send_queue_bytes, between<int64_t>(4096, int64_t{1} << 32));
              }},
             {"served_model_name", [&](auto& n, auto& p) { read_string(n, p, d, s.served_model_name); }},
+            {"api_key", [&](auto& n, auto& p) { read_string(n, p, d, s.api_key); }},
+            {"allow_insecure", [&](auto& n, auto& p) { read_bool(n, p, d, s.allow_insecure); }},
+            {"allowed_hosts", [&](auto& n, auto& p) { read_string_list(n, p, d, s.allowed_hosts); }},
+            {"allowed_origins", [&](auto& n, auto& p) { read_string_list(n, p, d, s.allowed_origins); }},
+            {"cors_origins", [&](auto& n, auto& p) { read_string_list(n, p, d, s.cors_origins); }},
         });
 }
 

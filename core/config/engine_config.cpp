@@ -349,6 +349,16 @@ std::string to_yaml(const engine_config& c) {
     out << YAML::Key << "max_queue_tokens" << YAML::Value << sv.max_queue_tokens;
     out << YAML::Key << "max_send_queue_bytes" << YAML::Value << sv.max_send_queue_bytes;
     out << YAML::Key << "served_model_name" << YAML::Value << YAML::DoubleQuoted << sv.served_model_name;
+    out << YAML::Key << "api_key" << YAML::Value << YAML::DoubleQuoted << sv.api_key;
+    out << YAML::Key << "allow_insecure" << YAML::Value << sv.allow_insecure;
+    for (const auto& [key, list] :
+         {std::pair<const char*, const std::vector<std::string>*>{"allowed_hosts", &sv.allowed_hosts},
+          {"allowed_origins", &sv.allowed_origins},
+          {"cors_origins", &sv.cors_origins}}) {
+        out << YAML::Key << key << YAML::Value << YAML::Flow << YAML::BeginSeq;
+        for (const auto& str : *list) out << YAML::DoubleQuoted << str;
+        out << YAML::EndSeq;
+    }
     out << YAML::EndMap;
 
     out << YAML::EndMap;

@@ -150,6 +150,13 @@ struct server_config {
     int64_t max_queue_tokens = 262144;       // their prompt tokens together beyond which 429
     int64_t max_send_queue_bytes = 4 << 20;  // per connection: unsent output beyond it cancels and closes
     std::string served_model_name;           // the `model` name in the API; empty: the GGUF file's stem
+    // Security (README "Security"): the API key /v1, /tokenize, /detokenize, /ws and /metrics require
+    // (Authorization: Bearer <key>); empty: none, and then only a loopback host may be bound.
+    std::string api_key;
+    bool allow_insecure = false;               // true: a non-loopback host starts without api_key (a warning)
+    std::vector<std::string> allowed_hosts;    // Host names accepted besides localhost and IP addresses; "*": any
+    std::vector<std::string> allowed_origins;  // Origins /ws accepts besides the page's own; "*": any
+    std::vector<std::string> cors_origins;     // Origins the API answers with CORS headers; "*": any
 };
 
 struct engine_config {
