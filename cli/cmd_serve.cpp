@@ -29,12 +29,23 @@
 namespace troupe::cli {
 namespace {
 
+// A YAML double-quoted scalar: any key (quotes and backslashes too) reads back as given.
+std::string yaml_quoted(std::string_view s) {
+    std::string out = "\"";
+    for (char ch : s) {
+        if (ch == '"' || ch == '\\') out += '\\';
+        out += ch;
+    }
+    return out + "\"";
+}
+
 result<engine_config> serve_config(const cli_args& args) {
     auto config = resolve_cli_config(args);
     if (!config) return config.err();
     std::vector<config_override> extra;
     if (auto h = args.value("--host")) extra.push_back({"server.host", "\"" + *h + "\"", "--host"});
     if (auto p = args.value("--port")) extra.push_back({"server.port", *p, "--port"});
+    if (auto k = args.value("--api-key")) extra.push_back({"server.api_key", yaml_quoted(*k), "--api-key"});
     if (auto s = apply_overrides(*config, extra); !s) return s.err();
     return config;
 }
@@ -80,8 +91,9 @@ int serve(engine_config config) {
         return exit_failure;
     }
     const std::string base = "http://" + config.server.host + ":" + std::to_string(*port);
-    std::printf("troupe serve: listening on %s/\n  chat page      %s/\n  OpenAI API     %s/v1\n", base.c_str(),
-                base.c_str(), base.c_str());
+    std::printf("troupe serve: listening on %s/\n  chat page      %s/\n  OpenAI API     %s/v1%s\n", base.c_str(),
+                base.c_str(), base.c_str(),
+                config.server.api_key.empty() ? "" : "   (API key: server.api_key, as Authorization: Bearer <key>)");
     if (config.server.admin_token.empty()) {
         std::printf("  admin console  disabled (server.admin_console: false)\n");
     } else if (generated_token) {
@@ -113,6 +125,7 @@ int serve(engine_config config) {
     if (!model->spec_error.empty()) sm.facts.plugins.push_back("spec off: " + model->spec_error);
     engine_config shown = config;
     if (!shown.server.admin_token.empty()) shown.server.admin_token = "<redacted>";
+    if (!shown.server.api_key.empty()) shown.server.api_key = "<redacted>";
     sm.facts.config_yaml = to_yaml(shown);
     server::set_chat_template(sm, model->file->string_or("tokenizer.chat_template", ""));
 
@@ -159,11 +172,15 @@ const command_spec& serve_spec() {
         };
         s.flags.push_back({"--host", "", "ADDR", "address to listen on (server.host, default 127.0.0.1)"});
         s.flags.push_back({"--port", "", "PORT", "TCP port (server.port, default 8080; 0 = any free port)"});
+        s.flags.push_back({"--api-key", "", "KEY",
+                           "require this key on /v1, /tokenize, /detokenize, /ws and /metrics (server.api_key; "
+                           "needed to listen beyond loopback)"});
         s.flags.push_back({"--print-config", "", "", "print the effective config as YAML and exit"});
         for (auto& f : engine_flags()) s.flags.push_back(f);
         for (auto& f : sampling_flags()) s.flags.push_back(f);
         s.details =
             "Routes: / (chat page), /ws (WebSocket chat), /v1/completions, /v1/chat/completions, /v1/models, "
+            "/v1/models/{id}, /tokenize, /detokenize, "
             "/admin (console; its token is printed at start unless server.admin_token sets one), /metrics, /health. "
             "SIGTERM or SIGINT drains and exits 0.";
         return s;

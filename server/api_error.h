@@ -1,8 +1,9 @@
 // api_error: an expected failure of an API request, in OpenAI's shape:
 //   HTTP <status>  {"error": {"message": "...", "type": "invalid_request_error", "param": "top_p", "code": null}}
-// Statuses: 400 malformed / invalid, 401 no or wrong admin token, 403 admin disabled, 404 unknown route or
-// model, 413 body too large, 422 well-formed but unprocessable (prompt longer than the context),
-// 429 overloaded, 503 loading or draining.
+// Statuses: 400 malformed / invalid (and, as OpenAI answers it, code context_length_exceeded: a prompt, or
+// prompt plus max_tokens, longer than the context), 401 no or wrong API key or admin token, 403 admin
+// disabled, a Host or Origin not allowed, 404 unknown route or model, 405 wrong method, 413 body too
+// large, 429 overloaded, 503 loading or draining.
 #pragma once
 
 #include <string>
@@ -19,6 +20,10 @@ struct api_error {
 
 inline api_error bad_request(std::string message, std::string param = {}) {
     return api_error{400, std::move(message), "invalid_request_error", std::move(param), {}};
+}
+
+inline api_error context_exceeded(std::string message, std::string param) {
+    return api_error{400, std::move(message), "invalid_request_error", std::move(param), "context_length_exceeded"};
 }
 
 inline api_error overloaded(std::string message) {

@@ -24,8 +24,10 @@ struct generation_request {
     sampling_params sampling;                        // the config's defaults with the request's fields applied
     response_format format;                          // chat: response_format (sampling.constraint made from it)
     bool stream = false;
-    bool include_usage = false;  // stream_options.include_usage: a last chunk with usage
-    int32_t logprobs = -1;       // -1: off; else top-k alternatives per token (0: the sampled token's only)
+    bool include_usage = false;        // stream_options.include_usage: a last chunk with usage
+    int32_t logprobs = -1;             // -1: off; else top-k alternatives per token (0: the sampled token's only)
+    bool max_tokens_given = false;     // max_tokens (max_completion_tokens) was in the request
+    bool truncate_to_context = false;  // troupe's opt-in: a max_tokens past the context stops there, not 400
 };
 
 }  // namespace troupe::server

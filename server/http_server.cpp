@@ -27,11 +27,13 @@
 #include "core/log/log.h"
 #include "core/tokenizer/tokenizer.h"
 #include "server/metrics_text.h"
+#include "server/request_guard.h"
 #include "server/request_parser.h"
 #include "server/request_stream.h"
 #include "server/response_builder.h"
 #include "server/routes.h"
 #include "server/static_files.h"
+#include "server/tokenize_api.h"
 
 namespace troupe::server {
 namespace net = boost::asio;
@@ -61,6 +63,7 @@ struct http_conn {
     beast::tcp_stream stream;
     net::steady_timer wake;
     bool disconnected = false;
+    header_pairs cors;  // the current request's Access-Control-* headers (request_guard.h), on every answer
 
     explicit http_conn(tcp::socket s) : stream(std::move(s)), wake(stream.get_executor()) {}
 };
@@ -68,6 +71,7 @@ struct http_conn {
 struct ws_request {
     request_id id = 0;
     std::shared_ptr<request_stream> stream;
+    bool client_cancelled = false;  // a cancel from this client: "done" with "cancelled"; any other, an error
 };
 
 struct ws_conn {
@@ -85,17 +89,55 @@ int64_t unix_now() {
     return static_cast<int64_t>(std::time(nullptr));
 }
 
+// What request_guard checks, from a request's header (views into it).
+template <class Header>
+request_head head_of(const Header& h) {
+    request_head r;
+    r.method = h.method_string();
+    const split_target t = split(h.target());
+    r.path = t.path;
+    r.query = t.query;
+    if (auto it = h.find(http::field::host); it != h.end()) r.host = it->value();
+    if (auto it = h.find(http::field::origin); it != h.end()) r.origin = it->value();
+    r.authorization = h[http::field::authorization];
+    r.ws_protocols = h[http::field::sec_websocket_protocol];
+    r.http10 = h.version() < 11;
+    r.websocket = websocket::is_upgrade(h);
+    return r;
+}
+
+// The engine ended a request as cancelled though its HTTP client is still there: the operator (admin
+// console) cancelled it, or the server stopped. Not a 429/5xx that SDKs retry at once: 503 without
+// Retry-After.
+api_error cancelled_error(request_id id, int32_t n_generated) {
+    return api_error{503,
+                     "Request " + std::to_string(id) + " was cancelled by the server (an operator's cancel, or a " +
+                         "shutdown) after " + std::to_string(n_generated) + " generated tokens",
+                     "server_error",
+                     {},
+                     "request_cancelled"};
+}
+
+// Past an over-limit body the server reads (and drops) at most this much, for at most this long, before
+// it closes, so the client can finish sending and read the 413 instead of a connection reset.
+constexpr uint64_t max_drain_bytes = 32u << 20;
+constexpr auto max_drain_time = std::chrono::seconds(5);
+
 }  // namespace
 
 class http_server::impl {
 public:
     explicit impl(engine_config config)
-        : config_(std::move(config)), sc_(config_.server), target_(std::make_shared<post_target>()) {
+        : config_(std::move(config)),
+          sc_(config_.server),
+          guard_(make_guard_policy(sc_)),
+          target_(std::make_shared<post_target>()) {
         target_->ioc = &ioc_;
     }
 
     engine_config config_;
     const server_config& sc_;
+    const guard_policy guard_;
     net::io_context ioc_{1};
     tcp::acceptor acceptor_{ioc_};
     net::steady_timer sampler_{ioc_};
@@ -191,13 +233,16 @@ public:
     static response error_response(const api_error& e, bool keep_alive) {
         auto res = make_response(static_cast<unsigned>(e.status), json_type, error_json(e), keep_alive);
         if (e.status == 401) res.set(http::field::www_authenticate, "Bearer");
-        if (e.status == 429 || e.status == 503) res.set(http::field::retry_after, "1");
+        if (e.status == 429 || (e.status == 503 && e.code != "request_cancelled")) {
+            res.set(http::field::retry_after, "1");
+        }
         return res;
     }
 
     // Writes a whole response; false when the connection is no longer usable.
     net::awaitable<bool> send(http_conn& c, response& res) {
         count_status(res.result_int());
+        for (const auto& [name, value] : c.cors) res.set(name, value);
         const bool keep = res.keep_alive();
         auto [ec, n] = co_await http::async_write(c.stream, res, nothrow);
         co_return !ec && keep;
@@ -209,25 +254,43 @@ public:
         co_return ok;
     }
 
+    api_error too_large() const {
+        return api_error{
+            413,
+            "The request body is larger than server.max_body_bytes (" + std::to_string(sc_.max_body_bytes) + " bytes)",
+            "invalid_request_error",
+            {},
+            "request_too_large"};
+    }
+
+    // After an early answer to a request whose body is still coming: half-close (the answer and a FIN
+    // reach the client), then read and drop what it still sends, bounded in bytes and time, so the close
+    // does not reset the connection under the client's feet and take the answer with it.
+    static net::awaitable<void> drain(http_conn& c, beast::flat_buffer& buffer) {
+        beast::error_code ignored;
+        c.stream.socket().shutdown(tcp::socket::shutdown_send, ignored);
+        uint64_t n_read = buffer.size();
+        buffer.consume(buffer.size());
+        c.stream.expires_after(max_drain_time);
+        std::vector<char> sink(64 * 1024);
+        while (n_read < max_drain_bytes) {
+            auto [ec, n] = co_await c.stream.async_read_some(net::buffer(sink), nothrow);
+            if (ec) break;
+            n_read += n;
+        }
+    }
+
     net::awaitable<void> http_session(std::shared_ptr<http_conn> c) {
         stats_.n_connections.fetch_add(1);
         beast::flat_buffer buffer;
         for (;;) {
+            // The header first: Host, Origin, the API key and the body's size are checked before any body is
+            // read, and Expect: 100-continue is answered (a final status instead, when the request fails).
             http::request_parser<http::string_body> parser;
-            parser.body_limit(static_cast<uint64_t>(sc_.max_body_bytes));
+            parser.body_limit(boost::none);  // checked below, from Content-Length or while chunks arrive
             parser.header_limit(16 * 1024);
             c->stream.expires_after(std::chrono::seconds(60));
-            auto [ec, n] = co_await http::async_read(c->stream, buffer, parser, nothrow);
-            if (ec == http::error::body_limit) {
-                const api_error e{413,
-                                  "The request body is larger than server.max_body_bytes (" +
-                                      std::to_string(sc_.max_body_bytes) + " bytes)",
-                                  "invalid_request_error",
-                                  {},
-                                  "request_too_large"};
-                (void)co_await send_error(*c, e, false);
-                break;
-            }
+            auto [ec, n] = co_await http::async_read_header(c->stream, buffer, parser, nothrow);
             if (ec) {
                 if (ec.category() == http::make_error_code(http::error::bad_target).category() &&
                     ec != http::error::end_of_stream && ec != http::error::partial_message) {
@@ -236,8 +299,45 @@ public:
                 }
                 break;
             }
+            std::optional<api_error> refused;
+            bool expect_continue = false;
+            {
+                const auto& h = parser.get();
+                const request_head rh = head_of(h);
+                c->cors = cors_headers(rh, guard_, false);
+                refused = check_request(rh, guard_);
+                expect_continue = beast::iequals(h[http::field::expect], "100-continue");
+            }
+            const auto length = parser.content_length();
+            const bool over_limit = length && *length > static_cast<uint64_t>(sc_.max_body_bytes);
+            if (over_limit && !refused) refused = too_large();
+            if (refused && !parser.is_done() && (expect_continue || over_limit)) {
+                // Answered before the body: a client that sent Expect sends none after a final status; any
+                // other gets its body drained.
+                (void)co_await send_error(*c, *refused, false);
+                if (!expect_continue) co_await drain(*c, buffer);
+                break;
+            }
+            if (expect_continue && !parser.is_done()) {
+                static constexpr std::string_view go_on = "HTTP/1.1 100 Continue\r\n\r\n";
+                auto [ec2, n2] = co_await net::async_write(c->stream, net::buffer(go_on.data(), go_on.size()), nothrow);
+                if (ec2) break;
+            }
+            parser.body_limit(static_cast<uint64_t>(sc_.max_body_bytes));
+            auto [ec3, n3] = co_await http::async_read(c->stream, buffer, parser, nothrow);
+            if (ec3 == http::error::body_limit) {  // a chunked body past the limit
+                const api_error e = too_large();
+                (void)co_await send_error(*c, e, false);
+                co_await drain(*c, buffer);
+                break;
+            }
+            if (ec3) break;
             c->stream.expires_never();
             http::request<http::string_body> req = parser.release();
+            if (refused) {  // the body was small and read: the connection stays usable
+                if (!co_await send_error(*c, *refused, req.keep_alive())) break;
+                continue;
+            }
             if (websocket::is_upgrade(req)) {
                 if (split(req.target()).path == "/ws") {
                     stats_.n_connections.fetch_sub(1);
@@ -277,6 +377,19 @@ public:
         co_return again;
     }
 
+    static response method_not_allowed(const http::request<http::string_body>& req, std::string_view path,
+                                       std::string_view allowed) {
+        response res = error_response(api_error{405,
+                                                "Method " + std::string(req.method_string()) + " is not allowed on " +
+                                                    std::string(path) + " (allowed: " + std::string(allowed) + ")",
+                                                "invalid_request_error",
+                                                {},
+                                                "method_not_allowed"},
+                                      req.keep_alive());
+        res.set(http::field::allow, allowed);
+        return res;
+    }
+
     // Everything but generation: answered at once.
     response route(http::request<http::string_body>& req) {
         const bool keep = req.keep_alive();
@@ -284,15 +397,8 @@ public:
         const std::string path(t.path);
         const auto method = req.method();
         const bool get = method == http::verb::get || method == http::verb::head;
-        auto wrong_method = [&](std::string_view allowed) {
-            return error_response(api_error{405,
-                                            "Method " + std::string(req.method_string()) + " is not allowed on " +
-                                                path + " (allowed: " + std::string(allowed) + ")",
-                                            "invalid_request_error",
-                                            {},
-                                            "method_not_allowed"},
-                                  keep);
-        };
+        auto wrong_method = [&](std::string_view allowed) { return method_not_allowed(req, path, allowed); };
+        if (method == http::verb::options) return preflight(req);
         if (path == "/health") {
             if (!get) return wrong_method("GET");
             const bool ok = ready_.load() && !draining_.load();
@@ -312,6 +418,31 @@ public:
                 models_json(model_.facts.name, unix_now(), model_.facts.context_length, model_.facts.chat_template),
                 keep);
         }
+        if (path.starts_with("/v1/models/")) {
+            if (!get) return wrong_method("GET");
+            if (!ready_.load()) return error_response(unavailable("The model is loading"), keep);
+            // A name may hold '/' ("org/model"), sent as is or percent-encoded.
+            const std::string id = percent_decoded(path.substr(std::string_view("/v1/models/").size()));
+            if (id != model_.facts.name) {
+                return error_response(
+                    api_error{404,
+                              "The model '" + id + "' does not exist; this server serves '" + model_.facts.name + "'",
+                              "invalid_request_error", "model", "model_not_found"},
+                    keep);
+            }
+            return make_response(
+                200, json_type,
+                model_json(model_.facts.name, unix_now(), model_.facts.context_length, model_.facts.chat_template),
+                keep);
+        }
+        if (path == "/tokenize" || path == "/detokenize") {
+            if (method != http::verb::post) return wrong_method("POST");
+            if (!ready_.load()) return error_response(unavailable("The model is loading"), keep);
+            const api_answer a = path == "/tokenize" ? tokenize_answer(req.body(), *model_.tok)
+                                                     : detokenize_answer(req.body(), *model_.tok);
+            if (const auto* e = std::get_if<api_error>(&a)) return error_response(*e, keep);
+            return make_response(200, json_type, std::get<std::string>(a), keep);
+        }
         if (path == "/v1/completions" || path == "/v1/chat/completions") return wrong_method("POST");
         if (path.starts_with("/admin/api/")) return admin(req, path, t.query);
         if (get) {
@@ -327,6 +458,19 @@ public:
                                         {},
                                         "not_found"},
                               keep);
+    }
+
+    // OPTIONS: the CORS preflight of a listed origin (request_guard refused the others), or the methods.
+    response preflight(http::request<http::string_body>& req) {
+        response res = make_response(204, "text/plain", {}, req.keep_alive());
+        res.erase(http::field::content_type);
+        res.set(http::field::allow, "GET, HEAD, POST, OPTIONS");
+        const request_head h = head_of(req);
+        for (const auto& [name, value] :
+             cors_headers(h, guard_, true, req[http::field::access_control_request_headers])) {
+            res.set(name, value);
+        }
+        return res;
     }
 
     response admin(http::request<http::string_body>& req, const std::string& path, std::string_view query) {
@@ -349,12 +493,13 @@ public:
                                             "invalid_admin_token"},
                                   keep);
         }
+        auto wrong_method = [&](std::string_view allowed) { return method_not_allowed(req, path, allowed); };
         if (path == "/admin/api/state") {
-            if (req.method() != http::verb::get) return error_response(bad_request("use GET"), keep);
+            if (req.method() != http::verb::get) return wrong_method("GET");
             return make_response(200, json_type,
                                  admin_state_json(snapshot(), figures(), model_.facts, history_.samples()), keep);
         }
-        if (req.method() != http::verb::post) return error_response(bad_request("use POST"), keep);
+        if (req.method() != http::verb::post) return wrong_method("POST");
         if (path == "/admin/api/drain") {
             begin_drain();
             return make_response(200, json_type, "{\"draining\":true}", keep);
@@ -495,6 +640,7 @@ public:
 
         if (!r.stream) {
             std::optional<std::string> error;
+            bool cancelled = false;
             for (bool ended = false; !ended;) {
                 for (auto& e : rs->take()) {
                     switch (e.what) {
@@ -507,6 +653,7 @@ public:
                         case stream_event::kind::done:
                             res.finish_reason = std::string(openai_finish_reason(e.reason));
                             res.use = e.use;
+                            cancelled = e.reason == finish_reason::cancelled;
                             ended = true;
                             break;
                         case stream_event::kind::error:
@@ -528,13 +675,19 @@ public:
                 if (e.status == 429) stats_.n_overloaded.fetch_add(1);
                 co_return co_await send_error(*c, e, keep);
             }
+            if (cancelled) {
+                const api_error e = cancelled_error(id, res.use.n_completion_tokens);
+                co_return co_await send_error(*c, e, keep);
+            }
             response whole = make_response(
                 200, json_type, kind == api_kind::chat ? chat_completion_json(res) : completion_json(res), keep);
             const bool again = co_await send(*c, whole);
             co_return again;
         }
 
-        // Streaming: the header waits for the first event, so an engine refusal can still be a 429.
+        // Streaming: the header waits for the first event, so an engine refusal can still be a 429. An
+        // HTTP/1.0 client cannot read chunks: its stream is close-delimited (no length, Connection: close).
+        const bool close_delimited = req.version() < 11;
         bool header_sent = false;
         bool first_chunk = true;
         std::vector<token_logprob> pending_lps;
@@ -542,8 +695,9 @@ public:
         head.set(http::field::server, "troupe");
         head.set(http::field::content_type, "text/event-stream");
         head.set(http::field::cache_control, "no-cache");
-        head.keep_alive(keep);
-        head.chunked(true);
+        head.keep_alive(keep && !close_delimited);
+        head.chunked(!close_delimited);
+        for (const auto& [name, value] : c->cors) head.set(name, value);
         http::response_serializer<http::empty_body> serializer{head};
         for (;;) {
             std::string out;
@@ -571,6 +725,11 @@ public:
                                              ? chat_chunk_json(res, "", first_chunk, reason, lps, r.include_usage)
                                              : completion_chunk_json(res, "", reason, lps, r.include_usage));
                         if (r.include_usage) out += sse_event(usage_chunk_json(res, kind == api_kind::chat));
+                        if (e.reason == finish_reason::cancelled) {
+                            // OpenAI's SDKs raise on an error object in the stream: the client learns it
+                            // was cut short, after the chunk with its finish_reason.
+                            out += sse_event(error_json(cancelled_error(id, e.use.n_completion_tokens)));
+                        }
                         out += sse_done;
                         ended = true;
                         break;
@@ -600,7 +759,13 @@ public:
                 }
                 header_sent = true;
             }
-            if (!out.empty()) {
+            if (!out.empty() && close_delimited) {
+                auto [ec, n] = co_await net::async_write(c->stream, net::buffer(out), nothrow);
+                if (ec) {
+                    if (!ended) client_gone();
+                    co_return false;
+                }
+            } else if (!out.empty()) {
                 const auto chunk = http::make_chunk(net::buffer(out));
                 auto [ec, n] = co_await net::async_write(c->stream, chunk, nothrow);
                 if (ec) {
@@ -616,6 +781,7 @@ public:
             if (!rs->pending()) co_await wait_wake(c->wake);
         }
         stop_watch();
+        if (close_delimited) co_return false;  // the close ends the body
         const auto last = http::make_chunk_last();
         auto [ec, n] = co_await net::async_write(c->stream, last, nothrow);
         co_return !ec && keep;
@@ -665,7 +831,13 @@ public:
                     case stream_event::kind::logprobs:
                         break;
                     case stream_event::kind::done:
-                        ws_send(c, ws_done_json(it->first, e.reason, e.use, e.time));
+                        if (e.reason == finish_reason::cancelled && !it->second.client_cancelled) {
+                            ws_send(c,
+                                    ws_error_json(it->first,
+                                                  cancelled_error(it->second.id, e.use.n_completion_tokens).message));
+                        } else {
+                            ws_send(c, ws_done_json(it->first, e.reason, e.use, e.time));
+                        }
                         ended = true;
                         break;
                     case stream_event::kind::error:
@@ -736,6 +908,12 @@ public:
         ws_conns_.push_back(c);
         c->ws.set_option(websocket::stream_base::timeout::suggested(beast::role_type::server));
         c->ws.read_message_max(static_cast<uint64_t>(sc_.max_body_bytes));
+        // A browser that offered subprotocols (the chat page: troupe and troupe.key.<key>) needs one back.
+        const std::string protocol(ws_subprotocol(req[http::field::sec_websocket_protocol]));
+        if (!protocol.empty()) {
+            c->ws.set_option(websocket::stream_base::decorator(
+                [protocol](websocket::response_type& res) { res.set(http::field::sec_websocket_protocol, protocol); }));
+        }
         auto [ec] = co_await c->ws.async_accept(req, nothrow);
         if (ec) co_return;
         count_status(101);
@@ -756,7 +934,10 @@ public:
                 start_ws_request(c, *s);
             } else if (auto* x = std::get_if<ws_cancel>(&m)) {
                 auto it = c->active.find(x->id);
-                if (it != c->active.end()) model_.eng->cancel(it->second.id);
+                if (it != c->active.end()) {
+                    it->second.client_cancelled = true;
+                    model_.eng->cancel(it->second.id);
+                }
             } else {
                 const auto& bad = std::get<ws_bad>(m);
                 ws_send(*c, ws_error_json(bad.id, bad.message));
@@ -776,6 +957,9 @@ http_server::~http_server() {
 
 result<uint16_t> http_server::listen() {
     impl& m = *impl_;
+    const exposure_check exposure = check_exposure(m.sc_);
+    if (exposure.error) return make_error(*exposure.error);
+    if (exposure.warning) TROUPE_LOG_WARN("server", "%s", exposure.warning->c_str());
     beast::error_code ec;
     const auto address = net::ip::make_address(m.sc_.host, ec);
     if (ec) return make_error("server.host: '" + m.sc_.host + "' is not an IP address (like 127.0.0.1 or 0.0.0.0)");

@@ -195,6 +195,16 @@ std::string prometheus_text(const engine_snapshot& s, const server_figures& f, c
     p.one("troupe_batch_tokens", "gauge", "Tokens in the last step.", s.steps.last_batch_tokens);
     p.one("troupe_batch_size_mean", "gauge", "Mean sequences per step over the last minute.", s.steps.mean_batch_size);
     p.one("troupe_batch_tokens_mean", "gauge", "Mean tokens per step over the last minute.", s.steps.mean_batch_tokens);
+    p.one("troupe_steps_planned_ahead_total", "counter", "Steps planned while the previous step ran.",
+          static_cast<double>(s.steps.n_steps_ahead));
+    p.one("troupe_executor_idle_seconds_total", "counter",
+          "Executor time between a step's end and the next step's start while sequences were running.",
+          s.steps.executor_idle_s);
+    p.one("troupe_executor_busy_seconds_total", "counter", "Executor time in the steps that followed those gaps.",
+          s.steps.executor_busy_s);
+    p.one("troupe_executor_idle_gaps_total", "counter", "Gaps counted in troupe_executor_idle_seconds_total.",
+          static_cast<double>(s.steps.n_idle_gaps));
+    p.one("troupe_executor_idle_max_seconds", "gauge", "Longest of those gaps.", s.steps.executor_idle_max_s);
     p.one("troupe_generation_tokens_per_second", "gauge", "Generated tokens per second over the last minute.",
           s.tokens_per_s);
     p.one("troupe_requests_per_second", "gauge", "Finished requests per second over the last minute.",

@@ -104,6 +104,16 @@ field int_field(std::string_view name, T& out, int64_t lo, int64_t hi) {
             }};
 }
 
+// max_tokens / max_completion_tokens: also notes that the client chose it (a choice past the context is
+// refused unless truncate_to_context; the config's default is only capped).
+field max_tokens_field(std::string_view name, generation_request& r) {
+    field f = int_field(name, r.sampling.max_tokens, 1, 1 << 30);
+    return {name, [read = std::move(f.read), &r](const json::value& v) -> std::optional<api_error> {
+                r.max_tokens_given = true;
+                return read(v);
+            }};
+}
+
 field bool_field(std::string_view name, bool& out) {
     return {name, [name, &out](const json::value& v) -> std::optional<api_error> {
                 if (!v.is_bool()) return wrong_type(name, "a boolean", v);
@@ -196,7 +206,8 @@ struct common_fields {
                  r.model = v.get_string();
                  return std::nullopt;
              }},
-            int_field("max_tokens", s.max_tokens, 1, 1 << 30),
+            max_tokens_field("max_tokens", r),
+            bool_field("truncate_to_context", r.truncate_to_context),
             float_field("temperature", s.temperature, 0.0, 2.0),
             float_field("top_p", s.top_p, 0.0, 1.0),
             int_field("top_k", s.top_k, 0, 1 << 30),

@@ -102,7 +102,7 @@ std::string_view openai_finish_reason(finish_reason r) {
         case finish_reason::context_full:
             return "length";
         case finish_reason::cancelled:
-            return "stop";
+            return "content_filter";
     }
     return "stop";
 }
@@ -195,15 +195,27 @@ std::string sse_event(std::string_view json_text) {
     return s;
 }
 
+namespace {
+json::object model_object(std::string_view model, int64_t created, int32_t context_length,
+                          std::string_view chat_template) {
+    return json::object{{"id", model},
+                        {"object", "model"},
+                        {"created", created},
+                        {"owned_by", "troupe"},
+                        {"context_length", context_length},
+                        {"chat_template", chat_template}};
+}
+}  // namespace
+
 std::string models_json(std::string_view model, int64_t created, int32_t context_length,
                         std::string_view chat_template) {
-    json::object m{{"id", model},
-                   {"object", "model"},
-                   {"created", created},
-                   {"owned_by", "troupe"},
-                   {"context_length", context_length},
-                   {"chat_template", chat_template}};
-    return json::serialize(json::object{{"object", "list"}, {"data", json::array{std::move(m)}}});
+    return json::serialize(json::object{
+        {"object", "list"}, {"data", json::array{model_object(model, created, context_length, chat_template)}}});
+}
+
+std::string model_json(std::string_view model, int64_t created, int32_t context_length,
+                       std::string_view chat_template) {
+    return json::serialize(model_object(model, created, context_length, chat_template));
 }
 
 std::string ws_hello_json(std::string_view model, std::string_view chat_template, int32_t context_length) {

@@ -34,8 +34,9 @@ struct generation_result {
     bool with_logprobs = false;
 };
 
-// OpenAI's finish_reason: context_full reads as "length"; cancelled as "stop" (only WebSocket clients see it
-// as "cancelled").
+// OpenAI's finish_reason: context_full reads as "length"; cancelled (by the operator, or a server that stops)
+// as "content_filter", the one value of OpenAI's set that says the server, not the model, ended the output
+// (an SSE error event follows it; WebSocket clients that cancelled themselves see "cancelled").
 std::string_view openai_finish_reason(finish_reason r);
 
 std::string error_json(const api_error& e);
@@ -60,6 +61,8 @@ inline constexpr std::string_view sse_done = "data: [DONE]\n\n";
 
 std::string models_json(std::string_view model, int64_t created, int32_t context_length,
                         std::string_view chat_template);
+// GET /v1/models/{id}: the one model object.
+std::string model_json(std::string_view model, int64_t created, int32_t context_length, std::string_view chat_template);
 
 // WebSocket server messages (README.md, "Serving").
 std::string ws_hello_json(std::string_view model, std::string_view chat_template, int32_t context_length);

@@ -12,10 +12,10 @@ int hex_value(char c) {
     return -1;
 }
 
-std::string percent_decode(std::string_view s) {
+std::string percent_decode(std::string_view s, bool plus_is_space) {
     std::string out;
     for (size_t i = 0; i < s.size(); ++i) {
-        if (s[i] == '+') {
+        if (s[i] == '+' && plus_is_space) {
             out += ' ';
         } else if (s[i] == '%' && i + 2 < s.size() && hex_value(s[i + 1]) >= 0 && hex_value(s[i + 2]) >= 0) {
             out += static_cast<char>(hex_value(s[i + 1]) * 16 + hex_value(s[i + 2]));
@@ -36,6 +36,10 @@ bool equal_constant_time(std::string_view a, std::string_view b) {
 
 }  // namespace
 
+std::string percent_decoded(std::string_view path) {
+    return percent_decode(path, false);
+}
+
 split_target split(std::string_view target) {
     const auto q = target.find('?');
     if (q == std::string_view::npos) return {target, {}};
@@ -48,7 +52,7 @@ std::optional<std::string> query_param(std::string_view query, std::string_view 
         std::string_view pair = query.substr(0, amp);
         const auto eq = pair.find('=');
         if (pair.substr(0, eq) == name) {
-            return eq == std::string_view::npos ? std::string() : percent_decode(pair.substr(eq + 1));
+            return eq == std::string_view::npos ? std::string() : percent_decode(pair.substr(eq + 1), true);
         }
         if (amp == std::string_view::npos) break;
         query.remove_prefix(amp + 1);

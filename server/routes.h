@@ -14,6 +14,9 @@ struct split_target {
 };
 split_target split(std::string_view target);
 
+// A path segment percent-decoded ('+' stays '+': that is the query's rule only).
+std::string percent_decoded(std::string_view path);
+
 // The value of `name` in a query string ("a=1&token=x"), percent-decoded; nullopt when absent.
 std::optional<std::string> query_param(std::string_view query, std::string_view name);
 

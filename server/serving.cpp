@@ -2,13 +2,19 @@
 
 #include <atomic>
 
+#include <boost/json.hpp>
+
+#include "core/log/log.h"
 #include "core/tokenizer/tokenizer.h"
 
 namespace troupe::server {
 
 void set_chat_template(serving_model& m, std::string_view jinja) {
+    m.chat_format = std::make_shared<const chat_formatter>(
+        chat_formatter::from_model(jinja, m.tok ? chat_tokens_from(*m.tok) : chat_template_tokens{}));
+    TROUPE_LOG_INFO("serve", "chat template: %s", m.chat_format->why().c_str());
     m.chat = detect_chat_template(jinja);
-    m.facts.chat_template = std::string(chat_template_name(m.chat));
+    m.facts.chat_template = m.chat_format->name();
     if (m.tok) {
         const int32_t bos = m.tok->bos_id();
         const int32_t eos = m.tok->eos_id();
@@ -25,7 +31,18 @@ prepared prepare_request(const serving_model& m, const server_config& config, ge
     prepared_request p;
     std::vector<int32_t> ids;
     if (r.kind == api_kind::chat) {
-        ids = m.tok->encode(render_chat(m.chat, r.messages, m.special), true, true);
+        std::string text;
+        if (m.chat_format) {
+            const boost::json::array messages = messages_to_json(r.messages);
+            auto rendered = m.chat_format->prompt_for_tokenizer({&messages, nullptr, true});
+            if (!rendered) {
+                return bad_request("messages: the model's chat template failed: " + rendered.message(), "messages");
+            }
+            text = std::move(*rendered);
+        } else {
+            text = render_chat(m.chat, r.messages, m.special);
+        }
+        ids = m.tok->encode(text, true, true);
     } else if (r.prompt_ids) {
         for (int32_t id : *r.prompt_ids) {
             if (id < 0 || id >= m.tok->n_vocab()) {

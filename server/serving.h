@@ -9,6 +9,7 @@
 #include <variant>
 
 #include "actors/engine/engine.h"
+#include "core/chat/chat_formatter.h"
 #include "core/chat/chat_template.h"
 #include "core/config/engine_config.h"
 #include "server/api_error.h"
@@ -30,12 +31,18 @@ struct serving_model {
     model_facts facts;
     chat_template_kind chat = chat_template_kind::plain;
     chat_special_tokens special;
+    // The model's own chat template (tokenizer.chat_template as Jinja), or the built-in fallback; when null,
+    // `chat` and `special` render.
+    std::shared_ptr<const chat_formatter> chat_format;
     int32_t n_ctx = 0;
     // response_format's compiled grammars for this model's vocabulary (shared by requests, thread-safe).
     std::shared_ptr<response_formats> formats = std::make_shared<response_formats>();
 };
 
-// Fills chat, special tokens and facts.chat_template from the GGUF's tokenizer.chat_template text.
+// Fills chat_format (the model's Jinja template, or the built-in its markers show when it has none or it does
+// not parse: logged with the reason), chat, special tokens and facts.chat_template ("jinja" or the built-in's
+// name) from the GGUF's tokenizer.chat_template text. A chat request whose rendering fails (the template
+// raises) is a 400 with the template's message.
 void set_chat_template(serving_model& m, std::string_view jinja);
 
 struct prepared_request {

@@ -66,6 +66,7 @@ void engine::build(engine_parts parts, const engine_params& params, lane* tok, l
     sc.kv = parts.runner->kv();
     sc.prefix_caching = params.prefix_caching;
     sc.policy = params.policy;
+    sc.plan_ahead = params.plan_ahead;
     sc.preemption = params.preemption;
     sc.can_swap = parts.runner->separate_kv_memory();
     auto codec = parts.codec;

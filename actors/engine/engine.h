@@ -61,6 +61,7 @@ struct engine_params {
     bool prefix_caching = true;                               // share KV blocks of identical prompt prefixes
     int32_t max_draft = 0;              // draft tokens (tree nodes) per sequence and step with a speculator (0: off)
     bool adaptive_draft = true;         // turn drafting off per batch size where it does not pay (draft_controller)
+    bool plan_ahead = true;             // plan step N+1 while step N runs (scheduler_core.h, "Planning ahead")
     int32_t submit_capacity = 1024;     // tokenizer mailbox: submissions not yet tokenized
     int32_t scheduler_capacity = 1024;  // scheduler mailbox: tokenized prompts not yet queued
     int32_t streamer_capacity = 1024;   // streamer mailbox: token deliveries not yet sent

@@ -25,6 +25,7 @@ engine_params engine_params_from(const engine_config& config) {
     }
     p.prefix_caching = config.kv.prefix_caching;
     p.adaptive_draft = config.scheduler.adaptive_draft;
+    p.plan_ahead = config.scheduler.plan_ahead;
     return p;
 }
 

@@ -139,6 +139,16 @@ step_done executor_core::run(const step_plan& plan) {
         if (static_cast<int32_t>(history.size()) > q.pos0) end_speculation(q.seq_id, s, sequence_end::preempted);
         history.resize(q.pos0);
         history.insert(history.end(), q.tokens.begin(), q.tokens.end());
+        if (q.n_sampled_inputs > 0) {
+            // Planned while the previous step ran: its last input is the token sampled there.
+            if (q.n_sampled_inputs != 1 || q.tokens.empty() || s.last_sampled < 0) {
+                done.error = "sequence " + std::to_string(q.seq_id) + ": a plan made ahead asks for " +
+                             std::to_string(q.n_sampled_inputs) + " sampled inputs; the executor has " +
+                             (s.last_sampled < 0 ? "none" : "one");
+                return done;
+            }
+            history.back() = s.last_sampled;
+        }
         if (spec_ && !s.speculating) {
             if (status st = spec_->begin(q.seq_id, history); st.ok()) {
                 s.speculating = true;
@@ -150,7 +160,7 @@ step_done executor_core::run(const step_plan& plan) {
         drafts_[i].clear();
         sequence_step& step = batch_.seqs[i];
         step.seq_id = q.seq_id;
-        step.tokens.assign(q.tokens.begin(), q.tokens.end());
+        step.tokens.assign(history.end() - static_cast<std::ptrdiff_t>(q.tokens.size()), history.end());
         step.pos0 = q.pos0;
         step.block_table.assign(q.block_table->begin(), q.block_table->end());
         step.all_logits = false;
@@ -272,6 +282,7 @@ status executor_core::sample_sequence(size_t index, sequence_state& s, const ste
             if (status st = runner_->keep_tree_path(batch_.seqs[index], v.path); !st.ok()) return st;
         }
     }
+    s.last_sampled = r.tokens.back();
     nodes_.push_back(-1);
     if (spec_ && s.speculating) {
         if (status st = spec_->accepted(q.seq_id, r.tokens, nodes_); !st.ok()) {

@@ -50,6 +50,7 @@ private:
         sampler smp;
         std::vector<int32_t> history;  // [n_positions] token at each position known to the cache
         bool speculating = false;      // the speculator heard begin() and not yet end()
+        int32_t last_sampled = -1;     // the last token sampled for it (a plan made ahead takes it as input)
     };
 
     // Asks the speculator for this step's proposals (drafts_) and puts them into the batch.

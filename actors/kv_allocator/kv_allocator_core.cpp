@@ -29,8 +29,15 @@ int32_t kv_allocator_core::pending(const running_seq& s) const {
     return static_cast<int32_t>(tokens_.at(s.id).size()) - s.n_computed;
 }
 
+std::span<const int32_t> kv_allocator_core::known(int64_t seq_id) const {
+    const std::vector<int32_t>& toks = tokens_.at(seq_id);
+    const auto it = n_unknown_.find(seq_id);
+    const size_t n_unknown = it == n_unknown_.end() ? 0 : static_cast<size_t>(it->second);
+    return std::span<const int32_t>(toks).first(toks.size() - n_unknown);
+}
+
 void kv_allocator_core::add(running_seq& s, int32_t n_tokens, int32_t max_draft, kv_step_grant& g) {
-    pool_.commit(s.id, tokens_.at(s.id), s.n_computed + n_tokens);
+    pool_.commit(s.id, known(s.id), s.n_computed + n_tokens);
     g.seqs.push_back({s.id, n_tokens, max_draft, std::make_shared<const std::vector<int32_t>>(pool_.table(s.id))});
 }
 
@@ -48,7 +55,8 @@ void kv_allocator_core::preempt_last(std::vector<running_seq>& running, std::deq
     pool_.release(s.id);
     kv_admit again;
     again.seq_id = s.id;
-    again.tokens = std::make_shared<const std::vector<int32_t>>(tokens_.at(s.id));
+    const std::span<const int32_t> toks = known(s.id);
+    again.tokens = std::make_shared<const std::vector<int32_t>>(toks.begin(), toks.end());
     again.n_computed = p.swapped ? s.n_computed : 0;
     again.swapped = p.swapped;
     candidates.push_front(std::move(again));
@@ -83,6 +91,7 @@ bool kv_allocator_core::pass(const kv_step_request& r, std::vector<running_seq>&
                 g.failed.push_back({s.id, s.n_computed + 1});
                 pool_.release(s.id);
                 tokens_.erase(s.id);
+                n_unknown_.erase(s.id);
                 running.erase(running.begin() + static_cast<std::ptrdiff_t>(i));
                 --i;
                 break;
@@ -148,6 +157,7 @@ bool kv_allocator_core::pass(const kv_step_request& r, std::vector<running_seq>&
                 a.n_cached = m.n_tokens;
             }
             tokens_[c.seq_id].assign(toks.begin(), toks.end());
+            n_unknown_.erase(c.seq_id);
             candidates.pop_front();
             running.push_back(s);
             const int32_t chunk = std::min(n_known - s.n_computed, std::max(0, budget));
@@ -176,12 +186,21 @@ kv_step_grant kv_allocator_core::grant(const kv_step_request& r) {
     for (int64_t id : r.frees) {
         pool_.release(id);
         tokens_.erase(id);
+        n_unknown_.erase(id);
     }
     std::vector<running_seq> running;
     running.reserve(r.grows.size());
     for (const kv_grow& w : r.grows) {
+        // The places of tokens unknown at the last request first take the values now appended.
         auto& toks = tokens_[w.seq_id];
+        toks.resize(known(w.seq_id).size());
         toks.insert(toks.end(), w.append.begin(), w.append.end());
+        toks.insert(toks.end(), static_cast<size_t>(w.n_unknown), -1);
+        if (w.n_unknown > 0) {
+            n_unknown_[w.seq_id] = w.n_unknown;
+        } else {
+            n_unknown_.erase(w.seq_id);
+        }
         running.push_back({w.seq_id, w.n_computed, w.draft_cap});
     }
     std::deque<kv_admit> candidates(r.admits.begin(), r.admits.end());

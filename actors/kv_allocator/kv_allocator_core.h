@@ -16,10 +16,13 @@
 // because what fits depends on the blocks.
 //
 // The allocator keeps each running sequence's tokens (sent whole at admission, appended by grows) to
-// register its full blocks in the prefix cache as soon as they are planned.
+// register its full blocks in the prefix cache as soon as they are planned. When the scheduler plans a
+// step while the previous one runs, a sequence's last tokens may not be known yet (kv_grow::n_unknown):
+// they hold places at the end of its list and the next grow's append replaces them.
 #pragma once
 
 #include <deque>
+#include <span>
 #include <unordered_map>
 #include <vector>
 
@@ -61,6 +64,9 @@ private:
     kv_allocator_params params_;
     block_pool pool_;
     std::unordered_map<int64_t, std::vector<int32_t>> tokens_;  // per sequence with blocks
+    std::unordered_map<int64_t, int32_t> n_unknown_;            // of which the last are places (kv_grow)
+    // The leading tokens of seq whose values are known.
+    std::span<const int32_t> known(int64_t seq_id) const;
 };
 
 }  // namespace troupe

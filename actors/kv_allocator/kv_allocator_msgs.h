@@ -32,6 +32,10 @@ struct kv_grow {
     int32_t n_computed = 0;
     int32_t draft_cap = 0;        // most draft tokens the scheduler allows it this step (0: none)
     std::vector<int32_t> append;  // its tokens the allocator has not been sent yet (sampled since)
+    // Planning ahead (a step in flight samples it): tokens after append that exist but are not known yet.
+    // They count as pending; the allocator holds their places, registers prefix blocks over known tokens
+    // only, and takes the next request's append as their values.
+    int32_t n_unknown = 0;
 };
 
 // A waiting request, in FCFS order. tokens: every known token (the prompt, then what it generated

@@ -24,7 +24,8 @@ void scheduler_actor::handle(scheduler_msg& m) {
     out_.clear();
     const bool tick = std::holds_alternative<plan_tick>(m);
     if (tick) tick_pending_ = false;
-    // A grant answers a plan: it makes the step (or finds none possible now) and asks for no other.
+    // A grant answers a plan: it makes the step (or finds none possible now) and asks for no other, except
+    // the next step's, planned ahead while this one runs (through a tick, so queued inputs join it).
     const bool grant = std::holds_alternative<kv_step_grant>(m);
     std::visit(overloaded{
                    [&](enqueue_request& r) { core_.enqueue(r, out_); },
@@ -36,8 +37,10 @@ void scheduler_actor::handle(scheduler_msg& m) {
                    [&](kv_step_grant& g) { core_.granted(g, out_); },
                },
                m);
+    const bool stepped = out_.step.has_value();
     send(out_);
-    if (!tick && !grant && !tick_pending_ && core_.wants_step()) {
+    const bool ahead = grant && stepped && core_.can_plan_ahead();
+    if (!tick && (!grant || ahead) && !tick_pending_ && core_.wants_step()) {
         tick_pending_ = true;
         inbox_.post(plan_tick{});
     }
@@ -134,6 +137,11 @@ void scheduler_actor::publish() {
     const double n = static_cast<double>(recent_steps_.size());
     step_view_.mean_batch_size = n > 0 ? seqs / n : 0;
     step_view_.mean_batch_tokens = n > 0 ? toks / n : 0;
+    step_view_.n_steps_ahead = c.n_steps_ahead;
+    step_view_.n_idle_gaps = c.n_idle_gaps;
+    step_view_.executor_idle_s = c.executor_idle_s;
+    step_view_.executor_busy_s = c.executor_busy_s;
+    step_view_.executor_idle_max_s = c.executor_idle_max_s;
 
     const draft_controller& dc = core_.drafts();
     spec_view& sp = spec_view_;

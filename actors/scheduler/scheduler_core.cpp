@@ -120,7 +120,17 @@ void scheduler_core::fail(const std::vector<request_id>& ids, const std::string&
 }
 
 void scheduler_core::abandon_step(int64_t step_id) {
-    if (in_flight_ && in_flight_->step_id == step_id) in_flight_.reset();
+    for (const step_record& r : in_flight_) {
+        if (r.step_id != step_id) continue;
+        // Its sequences are as before it was planned: what it would have computed is pending again.
+        for (size_t i = 0; i < r.ids.size(); ++i) {
+            auto it = seqs_.find(r.ids[i]);
+            if (it == seqs_.end() || it->second.epoch != r.epochs[i]) continue;
+            it->second.n_ahead -= r.n_inputs[i];
+            if (r.samples[i]) it->second.n_unknown--;
+        }
+    }
+    std::erase_if(in_flight_, [&](const step_record& r) { return r.step_id == step_id; });
 }
 
 void scheduler_core::abandon_request(int64_t step_id) {
@@ -128,11 +138,12 @@ void scheduler_core::abandon_request(int64_t step_id) {
 }
 
 void scheduler_core::step_finished(const step_done& d, scheduler_output& out) {
-    TROUPE_ASSERT(in_flight_ && in_flight_->step_id == d.step_id,
-                  "step " + std::to_string(d.step_id) + " finished but was not in flight");
-    step_record record = std::move(*in_flight_);
-    in_flight_.reset();
+    TROUPE_ASSERT(!in_flight_.empty() && in_flight_.front().step_id == d.step_id,
+                  "step " + std::to_string(d.step_id) + " finished but was not the oldest in flight");
+    step_record record = std::move(in_flight_.front());
+    in_flight_.pop_front();
     counters_.n_steps++;
+    count_idle(d);
     if (!d.error.empty()) {
         fail(record.ids, "step " + std::to_string(d.step_id) + " failed: " + d.error, out);
         return;
@@ -148,21 +159,44 @@ void scheduler_core::step_finished(const step_done& d, scheduler_output& out) {
     if (d.t_end != time_point{}) last_step_end_ = d.t_end;
     for (const sequence_result& r : d.results) o.n_tokens += static_cast<int64_t>(r.tokens.size());
     controller_.observe(o);
-    for (const sequence_result& r : d.results) {
+    TROUPE_ASSERT(d.results.size() == record.ids.size(), "step " + std::to_string(d.step_id) + " has " +
+                                                             std::to_string(d.results.size()) + " results for " +
+                                                             std::to_string(record.ids.size()) + " sequences");
+    for (size_t i = 0; i < d.results.size(); ++i) {
+        const sequence_result& r = d.results[i];
+        TROUPE_ASSERT(r.seq_id == record.ids[i], "step results are not in plan order");
         auto it = seqs_.find(r.seq_id);
-        if (it == seqs_.end()) continue;  // cancelled or finished while the step ran
-        consume(it->second, r, out);
+        if (it == seqs_.end()) continue;                     // cancelled or finished while the step ran
+        if (it->second.epoch != record.epochs[i]) continue;  // preempted since: recomputed from its tokens
+        consume(it->second, r, record.n_inputs[i], record.samples[i] != 0, out);
     }
-    plan(out);  // always at once: the executor is waiting for the next step
+    running_after_last_step_ = !running_.empty();
+    plan(out);  // always at once: the executor is waiting for the next step (or runs the one planned ahead)
 }
 
-void scheduler_core::consume(sequence_state& s, const sequence_result& r, scheduler_output& out) {
+void scheduler_core::count_idle(const step_done& d) {
+    if (d.t_end == time_point{}) return;
+    const time_point start =
+        d.t_end - std::chrono::duration_cast<steady_clock::duration>(std::chrono::duration<double>(d.step_s));
+    if (running_after_last_step_ && last_step_end_ != time_point{}) {
+        const double idle = std::max(0.0, std::chrono::duration<double>(start - last_step_end_).count());
+        counters_.n_idle_gaps++;
+        counters_.executor_idle_s += idle;
+        counters_.executor_busy_s += d.step_s;
+        counters_.executor_idle_max_s = std::max(counters_.executor_idle_max_s, idle);
+    }
+    running_after_last_step_ = false;
+}
+
+void scheduler_core::consume(sequence_state& s, const sequence_result& r, int32_t n_inputs, bool samples,
+                             scheduler_output& out) {
     const auto& p = *s.params;
     // KV now holds the step's inputs and the accepted drafts.
-    s.n_computed += s.n_step_inputs + r.n_accepted;
+    s.n_computed += n_inputs + r.n_accepted;
+    s.n_ahead -= n_inputs;
     computed_.push_back({s.id, s.n_computed});
-    s.fresh = false;
-    if (!s.step_samples) return;  // a prefill chunk: nothing sampled
+    if (!samples) return;  // a prefill chunk: nothing sampled
+    s.n_unknown--;
     counters_.n_drafted += r.n_drafted;
     counters_.n_draft_nodes += r.n_draft_nodes;
     counters_.n_accepted += r.n_accepted;
@@ -252,13 +286,15 @@ kv_step_request scheduler_core::make_request() {
     frees_.clear();
     requested_.clear();
     r.grows.reserve(running_.size());
-    planned_draft_cap_ = controller_.cap_for(static_cast<int32_t>(running_.size()));
+    // Planned ahead: no drafts (can_plan_ahead() found the cap 0), and the step in flight's outcome assumed.
+    planned_draft_cap_ = in_flight_.empty() ? controller_.cap_for(static_cast<int32_t>(running_.size())) : 0;
     for (request_id id : running_) {
         sequence_state& s = seqs_.at(id);
         kv_grow g;
         g.seq_id = id;
-        g.n_computed = s.n_computed;
-        if (config_.max_draft > 0 && s.n_generated > 0) {
+        g.n_computed = s.n_computed + s.n_ahead;
+        g.n_unknown = s.n_unknown;
+        if (planned_draft_cap_ > 0 && s.n_generated > 0) {
             const int32_t left = s.params->max_tokens - s.n_generated - 1;  // the verified step adds one more
             const int32_t room = config_.n_ctx - (s.n_computed + 1);
             g.draft_cap = std::min({planned_draft_cap_, left, room});
@@ -294,25 +330,38 @@ kv_step_request scheduler_core::make_request() {
 
 void scheduler_core::add_to_plan(sequence_state& s, const kv_step_seq& g, step_plan& plan, step_record& record) {
     const int32_t n_tokens = g.n_tokens;
+    const auto n_known = static_cast<int32_t>(s.tokens.size());
     step_sequence q;
     q.seq_id = s.id;
-    q.pos0 = s.n_computed;
-    q.tokens.assign(s.tokens.begin() + s.n_computed, s.tokens.begin() + s.n_computed + n_tokens);
+    q.pos0 = s.n_computed + s.n_ahead;  // after the steps in flight
+    // Tokens a step in flight samples are not known yet: the executor puts them in (planned ahead).
+    const int32_t n_known_inputs = std::clamp(n_known - q.pos0, 0, n_tokens);
+    q.tokens.assign(s.tokens.begin() + q.pos0, s.tokens.begin() + q.pos0 + n_known_inputs);
+    q.n_sampled_inputs = n_tokens - n_known_inputs;
+    TROUPE_ASSERT(q.n_sampled_inputs <= std::min(s.n_unknown, 1),
+                  "sequence " + std::to_string(s.id) + ": " + std::to_string(q.n_sampled_inputs) +
+                      " inputs of a step are not known yet, " + std::to_string(s.n_unknown) + " tokens are coming");
+    q.tokens.resize(static_cast<size_t>(n_tokens), -1);
     q.block_table = g.block_table;
     q.params = s.params;
-    q.sample = s.n_computed + n_tokens == static_cast<int32_t>(s.tokens.size());
+    q.sample = q.pos0 + n_tokens == n_known + s.n_unknown;
     q.max_draft = q.sample ? g.max_draft : 0;
     q.logprobs = s.logprobs;
-    if (s.fresh && s.n_computed > 0) {
-        q.context = std::make_shared<const std::vector<int32_t>>(s.tokens.begin(), s.tokens.begin() + s.n_computed);
+    if (s.fresh && q.pos0 > 0) {
+        q.context = std::make_shared<const std::vector<int32_t>>(s.tokens.begin(), s.tokens.begin() + q.pos0);
     }
+    s.fresh = false;
     s.n_blocks = static_cast<int32_t>(g.block_table->size());
-    s.n_step_inputs = n_tokens;
-    s.step_samples = q.sample;
+    s.n_ahead += n_tokens;
+    if (q.sample) s.n_unknown++;
     counters_.last_batch_tokens += n_tokens + q.max_draft;
     record.decode_only = record.decode_only && n_tokens == 1 && q.sample;
-    plan.seqs.push_back(std::move(q));
+    record.drafts = record.drafts || q.max_draft > 0;
     record.ids.push_back(s.id);
+    record.n_inputs.push_back(n_tokens);
+    record.samples.push_back(q.sample ? 1 : 0);
+    record.epochs.push_back(s.epoch);
+    plan.seqs.push_back(std::move(q));
 }
 
 void scheduler_core::granted(const kv_step_grant& g, scheduler_output& out) {
@@ -343,12 +392,18 @@ void scheduler_core::granted(const kv_step_grant& g, scheduler_output& out) {
         if (it == seqs_.end()) continue;  // ended while the request was out
         sequence_state& s = it->second;
         running_.erase(std::find(running_.begin(), running_.end(), s.id));
+        TROUPE_ASSERT(!p.swapped || s.n_ahead == 0,
+                      "sequence " + std::to_string(s.id) + " was swapped out while a step of it is in flight");
         if (p.swapped) {
             out.swaps.push_back({s.id, true, p.blocks, p.n_computed});
             s.swapped = true;
         } else {
             s.n_computed = 0;  // recompute: every known token is pending again
         }
+        // A step of it still in flight (planned ahead) computes for nothing: its result is dropped.
+        s.epoch++;
+        s.n_ahead = 0;
+        s.n_unknown = 0;
         s.where = phase::waiting;
         s.fresh = true;
         s.n_sent = 0;
@@ -401,7 +456,8 @@ void scheduler_core::granted(const kv_step_grant& g, scheduler_output& out) {
     record.draft_cap = planned_draft_cap_;
     counters_.draft_cap = planned_draft_cap_;
     counters_.last_batch_size = static_cast<int32_t>(next.seqs.size());
-    in_flight_ = std::move(record);
+    if (!in_flight_.empty()) counters_.n_steps_ahead++;
+    in_flight_.push_back(std::move(record));
     out.step = std::move(next);
 }
 
@@ -409,9 +465,32 @@ void scheduler_core::schedule(scheduler_output& out) {
     if (config_.plan_on_events) plan(out);
 }
 
+bool scheduler_core::can_plan_ahead() const {
+    if (!config_.plan_ahead || in_flight_.size() != 1 || awaiting_ || stopping_ || running_.empty()) return false;
+    const step_record& r = in_flight_.front();
+    if (r.ahead_requested || r.drafts || config_.policy != batching_policy::continuous) return false;
+    if (config_.preemption == preemption_mode::swap && config_.can_swap) return false;
+    if (config_.max_draft > 0 && controller_.cap_for(static_cast<int32_t>(running_.size())) > 0) return false;
+    // Every decode of the next step may need a block: all of them must be free, so nothing is preempted.
+    if (pool_view_.n_free + pool_view_.n_cached < static_cast<int32_t>(running_.size())) return false;
+    for (size_t i = 0; i < r.ids.size(); ++i) {
+        auto it = seqs_.find(r.ids[i]);
+        if (it == seqs_.end() || it->second.epoch != r.epochs[i] || !r.samples[i]) continue;
+        const sequence_state& s = it->second;
+        // The token in flight ends it by length, or leaves no position for the next: nothing to plan for it.
+        if (s.n_generated + s.n_unknown >= s.params->max_tokens) return false;
+        if (s.n_computed + s.n_ahead + 1 >= config_.n_ctx) return false;
+    }
+    return true;
+}
+
 void scheduler_core::plan(scheduler_output& out) {
     if (awaiting_ || out.kv_request) return;
-    if (in_flight_) {
+    if (!in_flight_.empty() && can_plan_ahead()) {
+        out.kv_request = make_request();
+        release_only_ = false;
+        in_flight_.front().ahead_requested = true;
+    } else if (!in_flight_.empty()) {
         // Blocks of requests that ended while the step runs go back at once (nothing else is asked).
         if (frees_.empty()) return;
         kv_step_request r;

@@ -22,6 +22,20 @@
 //   static policy (the baseline): admission only when nothing runs; the admitted batch runs to its end.
 // (The block-dependent parts, 1-3 as far as blocks decide them, run in the KV allocator.)
 //
+// Planning ahead (params.plan_ahead; the engine's default): while step N runs, step N+1 is planned and
+// sent, so the executor finds it in its mailbox when N ends instead of waiting for the result to travel
+// to the scheduler, the KV round trip and the plan to travel back. The plan assumes N's outcome: each
+// sequence N samples has one more token, whose value only the executor knows yet (step_sequence::
+// n_sampled_inputs: it puts in the token it sampled), and N's inputs are computed. Only where that
+// outcome is sure enough: no drafts in N (their accepted count is unknown) and none planned (drafting
+// wins where the controller turns it on), recompute preemption, no sequence of N ending by length or
+// context with N's token, and enough free KV blocks for every decode (so planning ahead never preempts a
+// sequence whose step is in flight). At most one step runs ahead. A sequence that N ends (a stop token, a
+// cancel) wastes its row in N+1; its result is dropped. The step_done of N then plans N+2.
+//
+// Executor idle time: from a step's end to the next one's start while a sequence was running, summed in
+// the counters (and on /metrics): what planning ahead removes.
+//
 // Each step result is checked token by token for the stop conditions, in this order: an
 // end-of-generation or stop token (unless ignore_eos; counted but not detokenized), max_tokens
 // (finish length), then the context (finish context_full when no position is left).
@@ -60,11 +74,12 @@ struct scheduler_params {
     bool prefix_caching = true;
     batching_policy policy = batching_policy::continuous;
     preemption_mode preemption = preemption_mode::recompute;
-    bool can_swap = false;
+    bool can_swap = false;  // the runner has separate device memory (swap falls back to recompute otherwise)
     // true: every input that may allow a step plans it at once (the tables in the tests); false: a
     // step result plans the next at once, other inputs leave it to plan() (the actor posts itself a
     // plan_tick, so the arrivals and cancels already queued are handled first).
-    bool plan_on_events = true;  // the runner has separate device memory (swap falls back to recompute otherwise)
+    bool plan_on_events = true;
+    bool plan_ahead = false;  // plan step N+1 while step N runs (see above)
 };
 
 // What the scheduler sends after handling one input; the actor shell posts each part.
@@ -92,6 +107,11 @@ struct scheduler_counters {
     int64_t n_cached_prompt_tokens = 0;  // of which served from the prefix cache
     int32_t last_batch_size = 0;
     int32_t last_batch_tokens = 0;
+    int64_t n_steps_ahead = 0;       // steps planned while the previous one ran
+    int64_t n_idle_gaps = 0;         // step starts measured after a step that left sequences running
+    double executor_idle_s = 0;      // those steps' starts minus the previous steps' ends
+    double executor_busy_s = 0;      // those steps' own times (step_done::step_s)
+    double executor_idle_max_s = 0;  // the longest such gap
 };
 
 // The KV allocator's parameters for this scheduler's config (block_size 0: contiguous).
@@ -122,13 +142,15 @@ public:
     // running), or blocks to free.
     bool wants_step() const {
         if (awaiting_) return false;
-        if (in_flight_) return !frees_.empty();
+        if (!in_flight_.empty()) return can_plan_ahead() || !frees_.empty();
         return !running_.empty() || !waiting_.empty() || !frees_.empty() || !computed_.empty();
     }
+    // One step is in flight and the next may be planned now (see "Planning ahead").
+    bool can_plan_ahead() const;
 
     size_t n_waiting() const { return waiting_.size(); }
     size_t n_running() const { return running_.size(); }
-    bool step_in_flight() const { return in_flight_.has_value(); }
+    bool step_in_flight() const { return !in_flight_.empty(); }
     bool grant_awaited() const { return awaiting_.has_value(); }
     bool knows(request_id id) const { return seqs_.contains(id); }
     const scheduler_counters& counters() const { return counters_; }
@@ -153,10 +175,11 @@ private:
         int32_t n_computed = 0;
         int32_t n_cached = 0;  // prompt tokens shared from the prefix cache at the last admission
         int32_t n_generated = 0;
-        int32_t n_step_inputs = 0;  // tokens (without drafts) in the step in flight
-        bool step_samples = false;
-        bool swapped = false;  // its KV rows are in host memory (swap preemption)
-        bool fresh = true;     // the executor has not seen it since (re)admission
+        int32_t n_ahead = 0;    // inputs of its steps in flight (not yet in n_computed)
+        int32_t n_unknown = 0;  // tokens those steps sample (not yet in tokens)
+        int32_t epoch = 0;      // preemptions so far: results of steps planned before the last are stale
+        bool swapped = false;   // its KV rows are in host memory (swap preemption)
+        bool fresh = true;      // the executor has not seen it since (re)admission
         bool ever_admitted = false;
         int32_t n_preemptions = 0;
         int32_t logprobs = -1;
@@ -169,14 +192,20 @@ private:
     struct step_record {
         int64_t step_id = 0;
         std::vector<request_id> ids;
-        int32_t draft_cap = 0;    // the cap it was planned with
-        bool decode_only = true;  // every sequence ran one token and sampled
+        std::vector<int32_t> n_inputs;  // [ids] tokens each runs (without drafts)
+        std::vector<uint8_t> samples;   // [ids] whether it samples
+        std::vector<int32_t> epochs;    // [ids] its epoch when planned
+        int32_t draft_cap = 0;          // the cap it was planned with
+        bool decode_only = true;        // every sequence ran one token and sampled
+        bool drafts = false;            // some sequence may add draft tokens
+        bool ahead_requested = false;   // the next step was asked for while this one is in flight
     };
 
     void schedule(scheduler_output& out);
     kv_step_request make_request();
     void add_to_plan(sequence_state& s, const kv_step_seq& q, step_plan& plan, step_record& record);
-    void consume(sequence_state& s, const sequence_result& r, scheduler_output& out);
+    void consume(sequence_state& s, const sequence_result& r, int32_t n_inputs, bool samples, scheduler_output& out);
+    void count_idle(const step_done& d);
     bool is_stop_token(const sequence_state& s, int32_t token) const;
     // Removes the sequence; frees its blocks and executor state.
     void drop(request_id id, scheduler_output& out);
@@ -197,12 +226,13 @@ private:
     std::vector<request_id> running_;  // admission order
     bool stopping_ = false;
     std::string stop_reason_;
-    std::optional<step_record> in_flight_;
+    std::deque<step_record> in_flight_;  // sent to the executor, oldest first; two when planned ahead
     int64_t next_step_id_ = 1;
     scheduler_counters counters_;
     draft_controller controller_;
-    int32_t planned_draft_cap_ = 0;  // the cap make_request() gave the step being planned
-    time_point last_step_end_{};     // the executor's end of the last step (step_done::t_end)
+    int32_t planned_draft_cap_ = 0;         // the cap make_request() gave the step being planned
+    time_point last_step_end_{};            // the executor's end of the last step (step_done::t_end)
+    bool running_after_last_step_ = false;  // sequences were running when the last step ended
 };
 
 }  // namespace troupe

@@ -336,6 +336,8 @@ void read_config(const YAML::Node& root, const diagnostics& d, engine_config& c)
                                }},
                               {"adaptive_draft",
                                [&](auto& n2, auto& p2) { read_bool(n2, p2, d, c.scheduler.adaptive_draft); }},
+                              {"plan_ahead",
+                               [&](auto& n2, auto& p2) { read_bool(n2, p2, d, c.scheduler.plan_ahead); }},
                           });
              }},
             {"kv",

@@ -304,6 +304,7 @@ std::string to_yaml(const engine_config& c) {
     out << YAML::Key << "policy" << YAML::Value << std::string(schedule_policy_name(c.scheduler.policy));
     out << YAML::Key << "preemption" << YAML::Value << std::string(preemption_policy_name(c.scheduler.preemption));
     out << YAML::Key << "adaptive_draft" << YAML::Value << c.scheduler.adaptive_draft;
+    out << YAML::Key << "plan_ahead" << YAML::Value << c.scheduler.plan_ahead;
     out << YAML::EndMap;
 
     out << YAML::Key << "kv" << YAML::Value << YAML::BeginMap;

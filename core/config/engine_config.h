@@ -61,6 +61,7 @@ struct scheduler_config {
     schedule_policy policy = schedule_policy::continuous;
     preemption_policy preemption = preemption_policy::recompute;
     bool adaptive_draft = true;  // with a spec plugin: draft only where it measurably pays (draft_controller)
+    bool plan_ahead = true;      // plan step N+1 while step N runs, so the executor does not wait between steps
 };
 
 // kv.dtype: the element type of the KV cache.

@@ -76,6 +76,31 @@ result<llama_hparams> read_llama_hparams(const gguf::gguf_file& f) {
     llama_hparams hp;
     auto arch = architecture_of(f);
     if (!arch.ok()) return arch.err();
+std::string beyond_llama_graph(const llama_hparams& hp) {
+    const arch_description& d = *hp.arch;
+    std::string features;
+    auto add = [&features](bool needed, const char* what) {
+        if (needed) features += std::string(features.empty() ? "" : ", ") + what;
+    };
+    add(d.qkv_bias, "q/k/v biases");
+    add(d.activation == ffn_activation::gelu_tanh, "a GeGLU FFN");
+    add(d.post_norms, "post-attention and post-FFN norms");
+    add(hp.embed_scale != 1.0f, "scaled embeddings");
+    add(hp.attn_softcap > 0.0f, "attention soft-capping");
+    add(hp.final_softcap > 0.0f, "final logit soft-capping");
+    add(hp.any_window(), "sliding-window attention");
+    add(hp.query_scale > 0.0f, "a query scale other than 1 / sqrt(head_dim)");
+    bool mla = false, moe = false;
+    for (int32_t il = 0; il < hp.n_layers; ++il) {
+        mla = mla || hp.attention_of(il) == attention_block::mla;
+        moe = moe || hp.ffn_of(il) == ffn_block::moe;
+    }
+    add(mla, "multi-head latent attention");
+    add(moe, "mixture-of-experts layers");
+    if (features.empty()) return {};
+    return "architecture " + hp.architecture + " (" + features + ")";
+}
+
     hp.arch = *arch;
     hp.architecture = std::string(hp.arch->name);
     hp.rope = hp.arch->rope;

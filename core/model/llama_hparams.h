@@ -60,3 +60,7 @@ struct llama_hparams {
 result<llama_hparams> read_llama_hparams(const gguf::gguf_file& file);
 
 }  // namespace troupe
+// What a model needs beyond the plain llama graph (for graphs that implement only that one: the CUDA runner,
+// distillation's float graph): "architecture qwen2 (q/k/v biases)", or empty for a llama or mistral model.
+std::string beyond_llama_graph(const llama_hparams& hp);
+

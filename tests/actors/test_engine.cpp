@@ -59,9 +59,12 @@ TEST(engine, a_request_flows_through_the_actors_in_the_expected_message_order) {
         "kv_allocator <- kv_step_request",
         "scheduler <- kv_step_grant",
         "executor <- step_plan",
+        // The decode is planned ahead while the prefill runs (on this one lane: after it), its token
+        // left to the executor; the prefill's result arrives before that plan's grant.
+        "scheduler <- plan_tick",
         "scheduler <- step_done",
-        "streamer <- deliver_tokens",
         "kv_allocator <- kv_step_request",  // one more block row for the decode
+        "streamer <- deliver_tokens",
         "scheduler <- kv_step_grant",
         "executor <- step_plan",
         "scheduler <- step_done",

@@ -145,7 +145,7 @@ sampling:
               "  c.yaml:2: threads: must be between 0 and 4096, got -1\n"
               "  c.yaml:4: scheduler.max_batched_tokens: must be >= 1, got 0\n"
               "  c.yaml:5: scheduler.max_queue: unknown key (valid: max_running_seqs, max_batched_tokens, max_waiting, "
-              "policy, preemption, adaptive_draft)\n"
+              "policy, preemption, adaptive_draft, plan_ahead)\n"
               "  c.yaml:7: sampling.top_k: expected an integer, got 'x'");
 }
 

@@ -121,6 +121,61 @@ std::string post_then_hang_up(uint16_t port, std::string_view target, std::strin
     return out;
 }
 
+struct raw_connection::impl {
+    net::io_context ioc;
+    tcp::socket s{ioc};
+    std::string got;
+    std::string error;
+    bool closed = false;
+};
+
+raw_connection::raw_connection() : impl_(std::make_unique<impl>()) {}
+raw_connection::~raw_connection() = default;
+
+bool raw_connection::connect(uint16_t port, int timeout_ms) {
+    return connect_to(impl_->ioc, impl_->s, port, timeout_ms);
+}
+
+bool raw_connection::write(std::string_view bytes) {
+    beast::error_code ec;
+    net::write(impl_->s, net::buffer(bytes.data(), bytes.size()), ec);
+    if (ec) impl_->error = "write: " + ec.message();
+    return !ec;
+}
+
+std::string raw_connection::read_until(std::string_view until, int timeout_ms) {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+    char buf[65536];
+    while (!impl_->closed && (until.empty() || impl_->got.find(until) == std::string::npos) &&
+           std::chrono::steady_clock::now() < deadline) {
+        const auto left =
+            std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+        set_timeouts(impl_->s, static_cast<int>(std::max<int64_t>(1, left.count())));
+        beast::error_code ec;
+        const size_t n = impl_->s.read_some(net::buffer(buf), ec);
+        if (ec == net::error::would_block || ec == net::error::try_again) continue;  // SO_RCVTIMEO passed
+        if (ec) {
+            if (ec != net::error::eof) impl_->error = "read: " + ec.message();
+            impl_->closed = true;
+            break;
+        }
+        impl_->got.append(buf, n);
+    }
+    return impl_->got;
+}
+
+std::string raw_connection::read_to_close(int timeout_ms) {
+    return read_until({}, timeout_ms);
+}
+
+bool raw_connection::closed_by_server() const {
+    return impl_->closed;
+}
+
+const std::string& raw_connection::error() const {
+    return impl_->error;
+}
+
 struct ws_client::impl {
     net::io_context ioc;
     websocket::stream<tcp::socket> ws{ioc};
@@ -146,6 +201,38 @@ bool ws_client::connect(uint16_t port, int timeout_ms) {
     set_timeouts(s, timeout_ms);
     impl_->ws.handshake("127.0.0.1", "/ws", ec);
     return !ec;
+}
+
+ws_handshake ws_client::connect_with(uint16_t port, std::string_view target, const header_list& headers,
+                                     int timeout_ms) {
+    ws_handshake out;
+    auto& s = impl_->ws.next_layer();
+    beast::error_code ec;
+    s.connect(tcp::endpoint(net::ip::make_address("127.0.0.1"), port), ec);
+    if (ec) {
+        out.error = "connect: " + ec.message();
+        return out;
+    }
+    set_timeouts(s, timeout_ms);
+    std::string host = "127.0.0.1";
+    header_list extra;
+    for (const auto& [k, v] : headers) {
+        if (beast::iequals(k, "host")) {
+            host = v;
+        } else {
+            extra.emplace_back(k, v);
+        }
+    }
+    impl_->ws.set_option(websocket::stream_base::decorator([extra](websocket::request_type& req) {
+        for (const auto& [k, v] : extra) req.set(k, v);
+    }));
+    websocket::response_type res;
+    impl_->ws.handshake(res, host, target, ec);
+    out.status = res.result_int();
+    out.body = res.body();
+    out.protocol = std::string(res[http::field::sec_websocket_protocol]);
+    if (ec) out.error = "handshake: " + ec.message();
+    return out;
 }
 
 bool ws_client::send(std::string_view text) {

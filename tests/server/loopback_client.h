@@ -33,12 +33,45 @@ std::string raw_exchange(uint16_t port, std::string_view data, int timeout_ms);
 std::string post_then_hang_up(uint16_t port, std::string_view target, std::string_view body, size_t n_bytes,
                               int timeout_ms);
 
+// A raw TCP connection for requests a normal client would not send (Expect, HTTP/1.0, huge bodies).
+class raw_connection {
+public:
+    raw_connection();
+    ~raw_connection();
+    bool connect(uint16_t port, int timeout_ms = 5000);
+    // Writes everything; false on an error (the server may have closed or reset: error() says which).
+    bool write(std::string_view bytes);
+    // Reads until `until` appears in what was read so far, the server closes, or timeout_ms passes;
+    // returns everything read so far.
+    std::string read_until(std::string_view until, int timeout_ms);
+    // Reads until the server closes (or timeout_ms); everything read so far.
+    std::string read_to_close(int timeout_ms);
+    bool closed_by_server() const;
+    const std::string& error() const;
+
+private:
+    struct impl;
+    std::unique_ptr<impl> impl_;
+};
+
+// What a WebSocket handshake got: 101 and the chosen subprotocol, or the refusal's status and body.
+struct ws_handshake {
+    int status = 0;  // 0: no answer
+    std::string protocol;
+    std::string body;
+    std::string error;
+};
+
 // A blocking WebSocket client to /ws.
 class ws_client {
 public:
     ws_client();
     ~ws_client();
     bool connect(uint16_t port, int timeout_ms = 5000);
+    // Connects to `target` ("/ws?api_key=k") with extra handshake headers (Host, Origin,
+    // Sec-WebSocket-Protocol, Authorization); status 101 on success.
+    ws_handshake connect_with(uint16_t port, std::string_view target, const header_list& headers,
+                              int timeout_ms = 5000);
     bool send(std::string_view text);
     // The next text message, or nullopt on timeout / close.
     std::optional<std::string> read(int timeout_ms = 30000);

@@ -218,7 +218,7 @@ TEST_F(server_loopback, bad_requests_get_openai_errors_with_the_right_status) {
         {"POST", "/v1/completions", R"({"prompt":"a","bogus":true})", 400, "bogus"},
         {"POST", "/v1/completions", R"({"prompt":"a","n":2})", 400, "n"},
         {"POST", "/v1/completions", R"({"prompt":"a","model":"gpt-4"})", 404, "model_not_found"},
-        {"POST", "/v1/completions", R"({"prompt":")" + long_prompt + R"("})", 422, "context_length_exceeded"},
+        {"POST", "/v1/completions", R"({"prompt":")" + long_prompt + R"("})", 400, "context_length_exceeded"},
         {"POST", "/v1/completions", R"({"prompt":")" + std::string(100000, 'x') + R"("})", 413, "request_too_large"},
         {"POST", "/v1/completions", "{\"prompt\":\"\xff\xfe\"}", 400, ""},
         {"POST", "/v1/chat/completions", R"({"messages":[]})", 400, "messages"},
@@ -531,7 +531,7 @@ TEST_F(server_manual, admin_cancel_and_drain_act_on_the_engine) {
     EXPECT_EQ(c.status, 200) << c.body;
     ASSERT_TRUE(drive_until([&] { return live_->srv->stats().n_active.load() == 0; }));
     client.join();
-    EXPECT_EQ(pending.status, 200) << pending.body;
+    EXPECT_EQ(pending.status, 503) << pending.body;  // an operator's cancel is an error to the client
 
     auto d = http_call(port_, "POST", "/admin/api/drain", {}, auth);
     EXPECT_EQ(d.status, 200);
