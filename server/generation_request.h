@@ -15,6 +15,12 @@ namespace troupe::server {
 
 enum class api_kind { completion, chat };
 
+// One prompt of a completions request that sent several (a string, or token ids).
+struct generation_prompt {
+    std::string text;
+    std::optional<std::vector<int32_t>> ids;
+};
+
 struct generation_request {
     api_kind kind = api_kind::completion;
     std::string model;                               // as the client named it; empty: the served model
@@ -25,6 +31,10 @@ struct generation_request {
     response_format format;                          // chat: response_format (sampling.constraint made from it)
     bool stream = false;
     bool include_usage = false;        // stream_options.include_usage: a last chunk with usage
+    int32_t n = 1;        // choices per prompt
+    int32_t best_of = 1;  // completions: choices sampled per prompt (>= n); the n most likely are returned
+    bool echo = false;    // completions: each choice's text starts with its prompt
+    std::vector<generation_prompt> prompts;  // completions with several prompts: all of them, in order
     int32_t logprobs = -1;             // -1: off; else top-k alternatives per token (0: the sampled token's only)
     bool max_tokens_given = false;     // max_tokens (max_completion_tokens) was in the request
     bool truncate_to_context = false;  // troupe's opt-in: a max_tokens past the context stops there, not 400

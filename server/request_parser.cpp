@@ -280,7 +280,8 @@ std::variant<json::object, api_error> parse_object(std::string_view body) {
 }
 
 std::optional<api_error> finish_common(common_fields& c) {
-    if (c.n != 1) return bad_request("n: only n=1 is supported, got " + std::to_string(c.n), "n");
+    c.r.n = static_cast<int32_t>(c.n);
+    c.r.best_of = c.r.n;
     if (c.include_usage.has_value()) {
         if (!c.r.stream) return bad_request("stream_options: only allowed when stream is true", "stream_options");
         c.r.include_usage = *c.include_usage;
@@ -288,19 +289,15 @@ std::optional<api_error> finish_common(common_fields& c) {
     return std::nullopt;
 }
 
-std::optional<api_error> read_prompt(const json::value& v, generation_request& r) {
+// One prompt: a string or an array of token ids.
+std::optional<api_error> read_one_prompt(const json::value& v, generation_prompt& out) {
     if (v.is_string()) {
-        r.prompt = v.get_string();
+        out.text = v.get_string();
         return std::nullopt;
     }
-    if (!v.is_array()) return wrong_type("prompt", "a string, an array of token ids or an array of one string", v);
+    if (!v.is_array()) return wrong_type("prompt", "a string, an array of token ids or an array of prompts", v);
     const auto& a = v.get_array();
     if (a.empty()) return bad_request("prompt: cannot be an empty array", "prompt");
-    if (a[0].is_string() || a[0].is_array()) {
-        if (a.size() != 1) return bad_request("prompt: only one prompt per request is supported", "prompt");
-        if (a[0].is_string()) return read_prompt(a[0], r);
-        return read_prompt(a[0], r);
-    }
     std::vector<int32_t> ids;
     ids.reserve(a.size());
     for (const auto& t : a) {
@@ -311,7 +308,33 @@ std::optional<api_error> read_prompt(const json::value& v, generation_request& r
         }
         ids.push_back(static_cast<int32_t>(*x));
     }
-    r.prompt_ids = std::move(ids);
+    out.ids = std::move(ids);
+    return std::nullopt;
+}
+
+// prompt: a string, token ids, or an array of either (several prompts: r.prompts holds them all, and
+// prompt / prompt_ids the first).
+std::optional<api_error> read_prompt(const json::value& v, generation_request& r) {
+    r.prompts.clear();
+    const json::array* a = v.if_array();
+    if (a && !a->empty() && ((*a)[0].is_string() || (*a)[0].is_array())) {
+        if (a->size() > 64) return bad_request("prompt: at most 64 prompts, got " + std::to_string(a->size()), "prompt");
+        for (const auto& one : *a) {
+            if (!one.is_string() && !one.is_array()) {
+                return wrong_type("prompt", "an array of prompts (strings or arrays of token ids)", one);
+            }
+            generation_prompt p;
+            if (auto e = read_one_prompt(one, p)) return e;
+            r.prompts.push_back(std::move(p));
+        }
+    } else {
+        generation_prompt p;
+        if (auto e = read_one_prompt(v, p)) return e;
+        r.prompts.push_back(std::move(p));
+    }
+    r.prompt = r.prompts[0].text;
+    r.prompt_ids = r.prompts[0].ids;
+    if (r.prompts.size() == 1) r.prompts.clear();
     return std::nullopt;
 }
 
@@ -395,21 +418,25 @@ parsed_request parse_completion_request(std::string_view body, const sampling_pa
                           r.logprobs = static_cast<int32_t>(*x);
                           return std::nullopt;
                       }});
-    fields.push_back({"echo", [](const json::value& v) -> std::optional<api_error> {
-                          if (!v.is_bool()) return wrong_type("echo", "a boolean", v);
-                          if (v.get_bool()) return bad_request("echo: not supported by troupe", "echo");
-                          return std::nullopt;
-                      }});
-    fields.push_back({"best_of", [](const json::value& v) -> std::optional<api_error> {
-                          auto x = integer_of(v);
-                          if (!x) return wrong_type("best_of", "an integer", v);
-                          if (*x != 1) return bad_request("best_of: only best_of=1 is supported", "best_of");
-                          return std::nullopt;
-                      }});
+    fields.push_back(bool_field("echo", r.echo));
+    int64_t best_of = 0;
+    fields.push_back(int_field("best_of", best_of, 1, 128));
     fields.push_back(unsupported("suffix", "not supported by troupe"));
     if (auto e = read_fields(o, fields)) return *e;
     if (!has_prompt) return bad_request("prompt: required", "prompt");
     if (auto e = finish_common(c)) return *e;
+    r.best_of = best_of > 0 ? static_cast<int32_t>(best_of) : r.n;
+    if (r.best_of < r.n) {
+        return bad_request("best_of: must be at least n (" + std::to_string(r.n) + "), got " + std::to_string(r.best_of),
+                           "best_of");
+    }
+    if (r.best_of > r.n && r.stream) return bad_request("best_of: cannot be used with stream", "best_of");
+    const size_t n_prompts = std::max<size_t>(r.prompts.size(), 1);
+    if (n_prompts * static_cast<size_t>(r.best_of) > 128) {
+        return bad_request("prompt: " + std::to_string(n_prompts) + " prompts x best_of " + std::to_string(r.best_of) +
+                               " make more than 128 choices",
+                           "prompt");
+    }
     return r;
 }
 

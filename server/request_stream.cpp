@@ -41,7 +41,7 @@ void request_stream::push(stream_event e, size_t bytes) {
     const bool releases = e.what != stream_event::kind::logprobs;
     {
         std::lock_guard lock(mutex_);
-        if (e.what == stream_event::kind::done || e.what == stream_event::kind::error) ended_ = true;
+        if (e.what == stream_event::kind::done || e.what == stream_event::kind::error) ++n_ended_;
         if (overflowed_) {
             // The client is gone or stuck: keep only the end, so memory stays bounded.
             if (e.what != stream_event::kind::done && e.what != stream_event::kind::error) return;
@@ -62,18 +62,20 @@ void request_stream::push(stream_event e, size_t bytes) {
     if (notify) notify();
 }
 
-request_sink request_stream::make_sink() {
+request_sink request_stream::make_sink(int32_t index) {
     auto self = shared_from_this();
     request_sink sink;
-    sink.on_text = [self](std::string_view delta) {
+    sink.on_text = [self, index](std::string_view delta) {
         stream_event e;
+        e.index = index;
         e.what = stream_event::kind::text;
         e.text = std::string(delta);
         const size_t n = e.text.size() + 64;
         self->push(std::move(e), n);
     };
-    sink.on_logprobs = [self](const token_logprobs& lp) {
+    sink.on_logprobs = [self, index](const token_logprobs& lp) {
         stream_event e;
+        e.index = index;
         e.what = stream_event::kind::logprobs;
         e.logprob.token = lp.piece;
         e.logprob.logprob = lp.logprob;
@@ -85,16 +87,18 @@ request_sink request_stream::make_sink() {
         }
         self->push(std::move(e), n);
     };
-    sink.on_done = [self](finish_reason r, const usage& u, const timings& t) {
+    sink.on_done = [self, index](finish_reason r, const usage& u, const timings& t) {
         stream_event e;
+        e.index = index;
         e.what = stream_event::kind::done;
         e.reason = r;
         e.use = u;
         e.time = t;
         self->push(std::move(e), 0);
     };
-    sink.on_error = [self](const std::string& message) {
+    sink.on_error = [self, index](const std::string& message) {
         stream_event e;
+        e.index = index;
         e.what = stream_event::kind::error;
         e.text = message;
         self->push(std::move(e), 0);
@@ -118,7 +122,7 @@ bool request_stream::pending() const {
 
 bool request_stream::ended() const {
     std::lock_guard lock(mutex_);
-    return ended_;
+    return n_ended_ >= params_.n_sinks;
 }
 
 bool request_stream::overflowed() const {

@@ -28,7 +28,8 @@ namespace troupe::server {
 struct stream_event {
     enum class kind { text, logprobs, done, error };
     kind what = kind::text;
-    std::string text;  // text: the delta; error: the message
+    int32_t index = 0;  // the sink it came from (a request with several choices has one sink per choice)
+    std::string text;   // text: the delta; error: the message
     token_logprob logprob;
     finish_reason reason = finish_reason::stop;
     usage use;
@@ -42,6 +43,7 @@ public:
         int32_t n_prompt_tokens = 0;                // held in server_stats.n_queued_tokens until the first text
         server_stats* stats = nullptr;              // may be null (tests)
         std::function<std::string(int32_t)> piece;  // token id -> its text, for logprob alternatives
+        int32_t n_sinks = 1;                        // engine requests feeding it: ended once each has ended
     };
     explicit request_stream(params p);
     ~request_stream();
@@ -50,13 +52,13 @@ public:
     void set_notify(std::function<void()> notify);
     void set_on_overflow(std::function<void()> on_overflow);
 
-    // The engine sink that feeds this stream (holds a shared_ptr to it).
-    request_sink make_sink();
+    // The engine sink that feeds this stream (holds a shared_ptr to it); its events carry `index`.
+    request_sink make_sink(int32_t index = 0);
 
     // Everything pushed since the last take(); re-arms notify.
     std::vector<stream_event> take();
     bool pending() const;     // events wait to be taken
-    bool ended() const;       // done or error was pushed
+    bool ended() const;       // done or error was pushed by every sink
     bool overflowed() const;  // pending bytes passed the bound
 
     // Releases queue admission now (submit failed, or the request never started).
@@ -70,7 +72,7 @@ private:
     std::vector<stream_event> events_;
     int64_t pending_bytes_ = 0;
     bool notified_ = false;
-    bool ended_ = false;
+    int32_t n_ended_ = 0;  // sinks that pushed done or error
     bool overflowed_ = false;
     bool admitted_ = true;  // still counted in the queue
     std::function<void()> notify_;

@@ -114,38 +114,45 @@ std::string error_json(const api_error& e) {
 }
 
 std::string completion_json(const generation_result& r) {
-    json::object choice{{"text", valid_utf8(r.text)},
-                        {"index", 0},
-                        {"logprobs", r.with_logprobs ? completion_logprobs(r.logprobs, 0) : json::value(nullptr)},
-                        {"finish_reason", r.finish_reason}};
-    json::object o{{"id", r.id},
-                   {"object", "text_completion"},
-                   {"created", r.created},
-                   {"model", r.model},
-                   {"choices", json::array{std::move(choice)}},
-                   {"usage", usage_value(r.use)}};
+    return completion_json(r, {r});
+}
+
+std::string completion_json(const generation_result& head, const std::vector<generation_result>& choices) {
+    json::array cs;
+    for (const auto& r : choices) {
+        cs.emplace_back(
+            json::object{{"text", valid_utf8(r.text)},
+                         {"index", r.index},
+                         {"logprobs", r.with_logprobs ? completion_logprobs(r.logprobs, 0) : json::value(nullptr)},
+                         {"finish_reason", r.finish_reason}});
+    }
+    json::object o{{"id", head.id},       {"object", "text_completion"}, {"created", head.created},
+                   {"model", head.model}, {"choices", std::move(cs)},    {"usage", usage_value(head.use)}};
     return json::serialize(o);
 }
 
 std::string chat_completion_json(const generation_result& r) {
-    json::object message{{"role", "assistant"}, {"content", valid_utf8(r.text)}};
-    json::object choice{{"index", 0},
-                        {"message", std::move(message)},
-                        {"logprobs", r.with_logprobs ? chat_logprobs(r.logprobs) : json::value(nullptr)},
-                        {"finish_reason", r.finish_reason}};
-    json::object o{{"id", r.id},
-                   {"object", "chat.completion"},
-                   {"created", r.created},
-                   {"model", r.model},
-                   {"choices", json::array{std::move(choice)}},
-                   {"usage", usage_value(r.use)}};
+    return chat_completion_json(r, {r});
+}
+
+std::string chat_completion_json(const generation_result& head, const std::vector<generation_result>& choices) {
+    json::array cs;
+    for (const auto& r : choices) {
+        json::object message{{"role", "assistant"}, {"content", valid_utf8(r.text)}};
+        cs.emplace_back(json::object{{"index", r.index},
+                                     {"message", std::move(message)},
+                                     {"logprobs", r.with_logprobs ? chat_logprobs(r.logprobs) : json::value(nullptr)},
+                                     {"finish_reason", r.finish_reason}});
+    }
+    json::object o{{"id", head.id},       {"object", "chat.completion"}, {"created", head.created},
+                   {"model", head.model}, {"choices", std::move(cs)},    {"usage", usage_value(head.use)}};
     return json::serialize(o);
 }
 
 std::string completion_chunk_json(const generation_result& r, std::string_view text, std::string_view finish_reason,
                                   const std::vector<token_logprob>* logprobs, bool with_usage_null) {
     json::object choice{{"text", valid_utf8(text)},
-                        {"index", 0},
+                        {"index", r.index},
                         {"logprobs", logprobs ? completion_logprobs(*logprobs, 0) : json::value(nullptr)},
                         {"finish_reason", nullable(finish_reason)}};
     json::object o{{"id", r.id},
@@ -163,7 +170,7 @@ std::string chat_chunk_json(const generation_result& r, std::string_view text, b
     json::object delta;
     if (first) delta["role"] = "assistant";
     if (!text.empty() || (first && finish_reason.empty())) delta["content"] = valid_utf8(text);
-    json::object choice{{"index", 0},
+    json::object choice{{"index", r.index},
                         {"delta", std::move(delta)},
                         {"logprobs", logprobs ? chat_logprobs(*logprobs) : json::value(nullptr)},
                         {"finish_reason", nullable(finish_reason)}};

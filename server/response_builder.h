@@ -32,6 +32,7 @@ struct generation_result {
     usage use;
     std::vector<token_logprob> logprobs;  // when asked for
     bool with_logprobs = false;
+    int32_t index = 0;  // the choice's index (n > 1, several prompts)
 };
 
 // OpenAI's finish_reason: context_full reads as "length"; cancelled (by the operator, or a server that stops)
@@ -43,6 +44,9 @@ std::string error_json(const api_error& e);
 
 std::string completion_json(const generation_result& r);
 std::string chat_completion_json(const generation_result& r);
+// Several choices: id, created, model and usage from `head`; text, logprobs, finish_reason and index per choice.
+std::string completion_json(const generation_result& head, const std::vector<generation_result>& choices);
+std::string chat_completion_json(const generation_result& head, const std::vector<generation_result>& choices);
 
 // Streaming chunks. `text` is the delta; finish_reason empty while streaming. with_usage_null: the
 // client asked for include_usage, so every chunk but the last carries "usage": null.

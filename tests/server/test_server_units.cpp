@@ -73,7 +73,10 @@ TEST(request_parser, invalid_requests_are_400_naming_the_field) {
         const char* message_part;
     };
     const row rows[] = {
-        {R"({"prompt":"a","n":2})", "n", "only n=1"},
+        {R"({"prompt":"a","n":0})", "n", "between 1 and 128"},
+        {R"({"prompt":"a","n":3,"best_of":2})", "best_of", "at least n (3)"},
+        {R"({"prompt":"a","best_of":2,"stream":true})", "best_of", "cannot be used with stream"},
+        {R"({"prompt":["a","b"],"best_of":65})", "prompt", "more than 128 choices"},
         {R"({"prompt":"a","temperature":"hot"})", "temperature", "expected a number, got a string"},
         {R"({"prompt":"a","temperature":3})", "temperature", "between 0 and 2"},
         {R"({"prompt":"a","max_tokens":0})", "max_tokens", "between 1"},
@@ -84,10 +87,12 @@ TEST(request_parser, invalid_requests_are_400_naming_the_field) {
         {R"({"prompt":"a","stop":[1]})", "stop", "expected a string"},
         {R"({"prompt":"a","frobnicate":1})", "frobnicate", "Unrecognized request argument supplied: frobnicate"},
         {R"({"prompt":"a","stream_options":{"include_usage":true}})", "stream_options", "only allowed when stream"},
-        {R"({"prompt":"a","echo":true})", "echo", "not supported"},
+        {R"({"prompt":"a","echo":1})", "echo", "expected a boolean"},
         {R"({"prompt":"a","logprobs":21})", "logprobs", "between 0 and 20"},
-        {R"({"prompt":"a","logit_bias":{"1":5}})", "logit_bias", "not supported"},
-        {R"({"prompt":["a","b"]})", "prompt", "only one prompt"},
+        {R"({"prompt":"a","logit_bias":{"x":5}})", "logit_bias", "not a token id"},
+        {R"({"prompt":"a","logit_bias":{"1":101}})", "logit_bias", "between -100 and 100"},
+        {R"({"prompt":"a","logit_bias":[1]})", "logit_bias", "expected an object"},
+        {R"({"prompt":["a",1]})", "prompt", "an array of prompts"},
         {R"({"prompt":[]})", "prompt", "empty array"},
         {R"({"prompt":{"x":1}})", "prompt", "expected a string"},
         {R"({"max_tokens":5})", "prompt", "required"},
@@ -140,7 +145,8 @@ TEST(request_parser, chat_requests_read_messages_logprobs_and_max_completion_tok
         {R"({"messages":[{"role":"user","content":[{"type":"image_url"}]}]})", "only parts"},
         {R"({"messages":[{"role":"user","content":"x"}],"top_logprobs":2})", "requires logprobs"},
         {R"({"messages":[{"role":"user","content":"x"}],"tools":[]})", "tool calling"},
-        {R"({"messages":[{"role":"user","content":"x"}],"response_format":{"type":"json_object"}})", "response_format"},
+        {R"({"messages":[{"role":"user","content":"x"}],"response_format":{"type":"xml"}})", "unknown type 'xml'"},
+        {R"({"messages":[{"role":"user","content":"x"}],"response_format":{"type":"json_schema"}})", "json_schema: required"},
         {R"({"model":"m"})", "messages: required"},
     };
     for (const auto& r : rows) {
