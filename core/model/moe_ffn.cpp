@@ -158,8 +158,8 @@ size_t moe_ffn::active_bytes_per_token() const {
     return bytes;
 }
 
-int64_t moe_ffn::active_macs_per_token() const {
-    auto macs = [](const linear& l) { return l.n_in() * l.n_out(); };
+int64_t moe_ffn::active_macs_per_token(const std::function<int64_t(const linear&)>& macs_of) const {
+    auto macs = [&](const linear& l) { return macs_of ? macs_of(l) : l.n_in() * l.n_out(); };
     int64_t m = macs(router_);
     if (!experts_.empty()) {
         const expert& e = experts_.front();

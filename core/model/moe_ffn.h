@@ -60,8 +60,9 @@ public:
 
     // Weight bytes one token reads: the router, n_used experts and the shared experts (for the bandwidth bound).
     size_t active_bytes_per_token() const;
-    // Multiply-adds of the weights one token runs through (the same matrices).
-    int64_t active_macs_per_token() const;
+    // Multiply-adds of the weights one token runs through (the same matrices), or of those macs_of counts: its
+    // count for each linear (default: all of its n_in * n_out).
+    int64_t active_macs_per_token(const std::function<int64_t(const linear&)>& macs_of = {}) const;
     // Every weight in the order a step multiplies them (router; per expert gate/up, fused where it is, and down;
     // shared gate/up, down): what kernels.weights: copy places. Call parts_from_groups() after placing them.
     std::vector<linear*> weights_in_step_order();
