@@ -4,7 +4,8 @@ stops it with SIGTERM and requires a clean exit.
 
     run_e2e.py --troupe build/troupe --clients openai,ws,browser [--out build/e2e]
 
-Clients: openai (openai_client.mjs, the official npm package), ws (ws_client.py, python3-websockets),
+Clients: openai (openai_client.mjs, the official npm package), features (openai_features.mjs, the same package:
+n, best_of, echo, several prompts, logit_bias, response_format), ws (ws_client.py, python3-websockets),
 browser (browser.mjs, playwright-core driving /usr/bin/chromium; screenshots chat.png and admin.png in --out).
 What a client needs but the machine lacks (node, tests/e2e/node_modules from `npm ci`, chromium,
 python3-websockets, ../shared) makes the test SKIP (exit 77) with a message, or FAIL when CI=true.
@@ -59,12 +60,12 @@ def check_prerequisites(clients, troupe):
         unavailable(f"shared test data '{MODEL}' not found",
                     "put the shared folder beside the repository (../shared) or set TROUPE_SHARED_DIR")
     tools = {}
-    if {"openai", "browser"} & set(clients):
+    if {"openai", "features", "browser"} & set(clients):
         node = shutil.which("node")
         if not node:
             unavailable("node is not installed", "apt-get install nodejs npm (./setup.sh test does it)")
         tools["node"] = node
-        needed = ["openai"] if "openai" in clients else []
+        needed = ["openai"] if {"openai", "features"} & set(clients) else []
         needed += ["playwright-core"] if "browser" in clients else []
         for mod in needed:
             if not os.path.isfile(os.path.join(HERE, "node_modules", mod, "package.json")):
@@ -116,14 +117,14 @@ def tail(path, n=60):
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--troupe", required=True, help="the troupe executable")
-    ap.add_argument("--clients", default="openai,ws,browser", help="comma-separated: openai, ws, browser")
+    ap.add_argument("--clients", default="openai,ws,browser", help="comma-separated: openai, features, ws, browser")
     ap.add_argument("--out", default=os.path.join(os.getcwd(), "e2e"), help="screenshots and logs")
     ap.add_argument("--timeout", type=int, default=180, help="seconds per client")
     args = ap.parse_args()
     clients = [c for c in args.clients.split(",") if c]
     for c in clients:
-        if c not in ("openai", "ws", "browser"):
-            ap.error(f"unknown client '{c}' (valid: openai, ws, browser)")
+        if c not in ("openai", "features", "ws", "browser"):
+            ap.error(f"unknown client '{c}' (valid: openai, features, ws, browser)")
 
     args.out = os.path.abspath(args.out)
     args.troupe = os.path.abspath(args.troupe)
@@ -153,6 +154,7 @@ def main():
         env = dict(os.environ, TROUPE_BASE_URL=base, TROUPE_ADMIN_TOKEN=token, TROUPE_E2E_OUT=args.out)
         commands = {
             "openai": [tools.get("node"), os.path.join(HERE, "openai_client.mjs")],
+            "features": [tools.get("node"), os.path.join(HERE, "openai_features.mjs")],
             "ws": [tools.get("python"), os.path.join(HERE, "ws_client.py")],
             "browser": [tools.get("node"), os.path.join(HERE, "browser.mjs")],
         }
