@@ -8,38 +8,11 @@
 
 namespace troupe {
 
-// What a model needs beyond the llama graph of the CUDA runner, for its refusal: "architecture qwen2 (q/k/v
-// biases)", or empty.
-inline std::string beyond_llama_graph(const llama_hparams& hp) {
-    const arch_description& d = *hp.arch;
-    std::string features;
-    auto add = [&features](bool needed, const char* what) {
-        if (needed) features += std::string(features.empty() ? "" : ", ") + what;
-    };
-    add(d.qkv_bias, "q/k/v biases");
-    add(d.activation == ffn_activation::gelu_tanh, "a GeGLU FFN");
-    add(d.post_norms, "post-attention and post-FFN norms");
-    add(hp.embed_scale != 1.0f, "scaled embeddings");
-    add(hp.attn_softcap > 0.0f, "attention soft-capping");
-    add(hp.final_softcap > 0.0f, "final logit soft-capping");
-    add(hp.any_window(), "sliding-window attention");
-    add(hp.query_scale > 0.0f, "a query scale other than 1 / sqrt(head_dim)");
-    add(d.attention == attention_block::mla, "multi-head latent attention");
-    for (int32_t il = 0; il < hp.n_layers; ++il) {
-        if (hp.ffn_of(il) == ffn_block::moe) {
-            add(true, "mixture-of-experts layers");
-            break;
-        }
-    }
-    if (features.empty()) return {};
-    return "architecture " + hp.architecture + " (" + features + ")";
-}
-
 inline llama_weights_view llama_view_of(const llama_weights& w) {
     llama_weights_view v;
     v.name = w.file ? std::filesystem::path(w.file->path()).filename().string() : std::string("model");
     const llama_hparams& hp = w.hp;
-    v.beyond_llama = beyond_llama_graph(hp);
+    v.beyond_llama = beyond_llama_graph(hp);  // the CUDA graph is llama's
     v.hp.n_vocab = hp.n_vocab;
     v.hp.dim = hp.dim;
     v.hp.n_layers = hp.n_layers;

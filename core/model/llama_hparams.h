@@ -55,12 +55,12 @@ struct llama_hparams {
     ffn_block ffn_of(int32_t /*il*/) const { return ffn_block::dense; }
 };
 
+// What a model needs beyond the plain llama graph (for graphs that implement only that one: the CUDA runner,
+// distillation's float graph): "architecture qwen2 (q/k/v biases)", or empty for a llama or mistral model.
+std::string beyond_llama_graph(const llama_hparams& hp);
+
 // Reads and checks the hyper-parameters; errors name the file and the key. An architecture troupe does not know is
 // one error naming it and the ones it knows.
 result<llama_hparams> read_llama_hparams(const gguf::gguf_file& file);
 
 }  // namespace troupe
-// What a model needs beyond the plain llama graph (for graphs that implement only that one: the CUDA runner,
-// distillation's float graph): "architecture qwen2 (q/k/v biases)", or empty for a llama or mistral model.
-std::string beyond_llama_graph(const llama_hparams& hp);
-

@@ -25,6 +25,10 @@ float_layer to_float(const llama_layer_weights& l) {
 result<float_llama> read_float_llama(std::shared_ptr<const gguf::gguf_file> file, layers_wanted which) {
     auto w = bind_llama_weights(file);
     if (!w) return w.err();
+    if (const std::string beyond = beyond_llama_graph(w->hp); !beyond.empty()) {
+        return make_error(file->path() + ": distillation computes the llama graph only, and this model needs " +
+                          beyond);
+    }
     float_llama m;
     m.file = file;
     m.hp = w->hp;

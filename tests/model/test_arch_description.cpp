@@ -199,5 +199,21 @@ TEST(arch_hparams, a_window_that_covers_the_training_context_takes_no_effect) {
     EXPECT_EQ(m->hp.window_of(1), 16);
 }
 
+// Graphs that implement llama's only (the CUDA runner, distillation's float graph) refuse with this description.
+TEST(arch_hparams, what_a_model_needs_beyond_the_llama_graph_is_named_per_architecture) {
+    auto llama = bind_tiny({"mistral", {}, {}});
+    ASSERT_TRUE(llama.ok()) << llama.message();
+    EXPECT_EQ(beyond_llama_graph(llama->hp), "");
+    auto qwen2 = bind_tiny({"qwen2", {}, {}});
+    ASSERT_TRUE(qwen2.ok()) << qwen2.message();
+    EXPECT_EQ(beyond_llama_graph(qwen2->hp), "architecture qwen2 (q/k/v biases)");
+    auto gemma2 =
+        bind_tiny({"gemma2", {}, [](gguf::gguf_writer& g) { g.set_u32("gemma2.attention.sliding_window", 4); }});
+    ASSERT_TRUE(gemma2.ok()) << gemma2.message();
+    EXPECT_EQ(beyond_llama_graph(gemma2->hp),
+              "architecture gemma2 (a GeGLU FFN, post-attention and post-FFN norms, scaled embeddings, sliding-window "
+              "attention)");
+}
+
 }  // namespace
 }  // namespace troupe
