@@ -72,10 +72,6 @@ bool llama_hparams::any_window() const {
     return false;
 }
 
-result<llama_hparams> read_llama_hparams(const gguf::gguf_file& f) {
-    llama_hparams hp;
-    auto arch = architecture_of(f);
-    if (!arch.ok()) return arch.err();
 std::string beyond_llama_graph(const llama_hparams& hp) {
     const arch_description& d = *hp.arch;
     std::string features;
@@ -101,6 +97,10 @@ std::string beyond_llama_graph(const llama_hparams& hp) {
     return "architecture " + hp.architecture + " (" + features + ")";
 }
 
+result<llama_hparams> read_llama_hparams(const gguf::gguf_file& f) {
+    llama_hparams hp;
+    auto arch = architecture_of(f);
+    if (!arch.ok()) return arch.err();
     hp.arch = *arch;
     hp.architecture = std::string(hp.arch->name);
     hp.rope = hp.arch->rope;
