@@ -33,6 +33,14 @@ enum class ffn_activation { silu, gelu_tanh };
 
 // Which layers attend within <arch>.attention.sliding_window (when the file sets it): every layer (Mistral v0.1,
 // Phi-3), the even layers (Gemma 2: 0, 2, ...; the odd ones are global), or none (the key is ignored).
+//
+// KV blocks: a sequence's block table serves every layer, so a block can be released only when no layer reads it.
+// With a window on every layer, blocks wholly before the window (positions <= p - window) are read by none, and
+// attention/gqa already reads no block before a token's window (it accepts -1 entries there); the allocator does not
+// release them yet (the table's entries, the prefix cache and swap would need to know holes). With Gemma 2's
+// alternating layers the global layers read every position, so every block stays: releasing the windowed layers'
+// part would need a block table per layer group (a pool for the windowed layers sized by the window, one for the
+// global ones by the context), which troupe does not have.
 enum class window_layers { none, all, even };
 
 // The attention block of a layer (standard q/k/v heads, or DeepSeek-V2's multi-head latent attention) and its FFN
