@@ -99,11 +99,19 @@ result<loaded_model> load_model(const engine_config& config, const load_options&
         if ((*sink)->wanted() != 0) taps.push_back(std::move(*sink));
         return {};
     };
-    auto attention = load_plugin(host, plugin_kind::attention, config.plugins.attention);
+    // A model with multi-head latent attention (deepseek2) needs attention/mla: the default attention (gqa, by name)
+    // becomes mla, with mla's default parameters; any other plugin must declare MLA (checked by cpu_llama).
+    plugin_config attention_config = config.plugins.attention;
+    if (weights->hp.mla && attention_config.name == "gqa" && attention_config.path.empty()) {
+        TROUPE_LOG_INFO("loader", "%s uses multi-head latent attention: plugins.attention gqa -> mla",
+                        weights->hp.architecture.c_str());
+        attention_config = plugin_config("mla");
+    }
+    auto attention = load_plugin(host, plugin_kind::attention, attention_config);
     if (!attention.ok()) return attention.err();
     if (status st = observe_taps(*attention); !st.ok()) return st.err();
     params.attention = attention->attention;
-    m.plugins.push_back("attention/" + config.plugins.attention.name);
+    m.plugins.push_back("attention/" + attention_config.name);
     // plugins.quant: one plugin, or a chain in which each weight goes to the first that claims its type.
     std::vector<std::shared_ptr<quant_op>> quant_ops;
     for (const plugin_config& q : config.plugins.quant_plugins()) {
@@ -155,7 +163,7 @@ result<loaded_model> load_model(const engine_config& config, const load_options&
     const llama_hparams& hp = weights->hp;
     const int32_t block_size = config.kv.block_size;
     params.max_seqs = config.scheduler.max_running_seqs;
-    kv_layout layout = builtin_kv_layout(hp.kv_width(), kv_type);
+    kv_layout layout = hp.mla ? mla_kv_layout(*hp.mla, kv_type) : builtin_kv_layout(hp.kv_width(), kv_type);
     if (config.kv.plugin.enabled()) {
         if (config.device == device_kind::cuda) {
             return make_error("kv.plugin " + config.kv.plugin.name +

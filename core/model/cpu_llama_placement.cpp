@@ -16,7 +16,7 @@ void cpu_llama::fuse_projections() {
     for (layer& l : layers_) {
         const linear* qkv[] = {&l.wq, &l.wk, &l.wv};
         const linear* gate_up[] = {&l.w_gate, &l.w_up};
-        l.w_qkv = linear::concatenated(qkv);
+        if (!l.mla) l.w_qkv = linear::concatenated(qkv);  // MLA layers have no q, k, v
         l.w_gate_up = linear::concatenated(gate_up);
         n_fused_groups_ += (l.w_qkv ? 1 : 0) + (l.w_gate_up ? 1 : 0);
     }
@@ -45,7 +45,10 @@ status cpu_llama::place_weights() {
     // What each step multiplies, in order: fused groups as one matrix (their parts become views of it).
     std::vector<linear*> order;
     for (layer& l : layers_) {
-        if (l.w_qkv) {
+        if (l.mla) {
+            const std::vector<linear*> mla = l.mla->weights_in_step_order();
+            order.insert(order.end(), mla.begin(), mla.end());
+        } else if (l.w_qkv) {
             order.push_back(&*l.w_qkv);
         } else {
             order.insert(order.end(), {&l.wq, &l.wk, &l.wv});

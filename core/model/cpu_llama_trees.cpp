@@ -54,13 +54,15 @@ status cpu_llama::keep_tree_path(const sequence_step& step, std::span<const int3
                               std::to_string(step.block_table.size()) + " blocks");
         }
     }
-    const size_t row_bytes = static_cast<size_t>(w_.hp.kv_width()) * kv_element_bytes(params_.kv_type);
+    const size_t row_bytes = static_cast<size_t>(w_.hp.mla ? w_.hp.mla->latent_width() : w_.hp.kv_width()) *
+                             kv_element_bytes(params_.kv_type);
     const auto at = [&](int32_t row) {  // byte offset of a cache row in a layer's pool
         return (static_cast<size_t>(step.block_table[row / bs]) * bs + row % bs) * row_bytes;
     };
     for (const auto& [from, to] : *moves) {
         for (const layer& l : layers_) {
             for (float* pool : {l.k_pool, l.v_pool}) {
+                if (pool == nullptr) continue;  // MLA: no V pool
                 auto* bytes = reinterpret_cast<uint8_t*>(pool);
                 std::memcpy(bytes + at(to), bytes + at(from), row_bytes);
             }

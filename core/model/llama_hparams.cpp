@@ -55,7 +55,13 @@ status read_architecture_keys(const gguf::gguf_file& f, llama_hparams& hp) {
     }
     // Block kinds whose code lives outside the dense graph (branch points: llama_hparams::attention_of, ffn_of).
     if (d.attention == attention_block::mla) {
-        return not_wired(f, hp, "multi-head latent attention (MLA)", "core/model/mla_block.h");
+        auto mla = read_mla_params(f, hp.architecture);
+        if (!mla.ok()) return mla.err();
+        if (!mla->has_value()) {
+            return make_error(f.path() + ": " + hp.architecture + " uses multi-head latent attention, but " + a +
+                              "attention.kv_lora_rank (the latent's width) is missing");
+        }
+        hp.mla = **mla;
     }
     if (d.experts_required || f.uint_or(a + "expert_count", 0) > 0) {
         return not_wired(f, hp, "mixture-of-experts FFN layers (" + a + "expert_count)", "core/model/moe_ffn.h");
@@ -148,9 +154,9 @@ result<llama_hparams> read_llama_hparams(const gguf::gguf_file& f) {
         const double factor = f.float_or(a + "rope.scaling.factor", 1.0);
         if (!(factor > 0.0)) return make_error(f.path() + ": " + a + "rope.scaling.factor must be > 0");
         hp.rope_scale = static_cast<float>(1.0 / factor);
-    } else if (scaling != "none") {
+    } else if (scaling != "none" && !(scaling == "yarn" && hp.arch->attention == attention_block::mla)) {
         return make_error(f.path() + ": " + a + "rope.scaling.type '" + scaling +
-                          "' is not supported (supported: none, linear)");
+                          "' is not supported (supported: none, linear; yarn with multi-head latent attention)");
     }
     if (!std::isfinite(hp.rope_base) || hp.rope_base <= 0.0f) {
         return make_error(f.path() + ": " + a + "rope.freq_base must be a positive number");

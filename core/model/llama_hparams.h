@@ -4,11 +4,13 @@
 
 #include <cmath>
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "core/gguf/gguf_file.h"
 #include "core/model/arch/arch_description.h"
 #include "core/model/arch/arch_families.h"
+#include "core/model/mla_params.h"
 #include "core/result.h"
 
 namespace troupe {
@@ -34,6 +36,7 @@ struct llama_hparams {
     float final_softcap = 0.0f;  // logits x -> c·tanh(x / c) (<arch>.final_logit_softcapping); 0: none
     float embed_scale = 1.0f;    // embeddings are multiplied by this (sqrt(dim) for Gemma)
     int32_t sliding_window = 0;  // <arch>.attention.sliding_window for the layers the description names; 0: none
+    std::optional<mla_params> mla;  // multi-head latent attention's shape (attention_block::mla: deepseek2)
 
     int32_t q_width() const { return n_heads * head_dim; }
     int32_t kv_width() const { return n_kv_heads * head_dim; }

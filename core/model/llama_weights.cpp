@@ -142,6 +142,7 @@ result<llama_weights> bind_llama_weights(std::shared_ptr<const gguf::gguf_file> 
         w.output = w.token_embd;
         w.tied_output = true;
     }
+    std::string mla_errors;  // bind_mla_layer's lines
     for (int32_t l = 0; l < h.n_layers; ++l) {
         const std::string p = "blk." + std::to_string(l) + ".";
         llama_layer_weights lw{};
@@ -150,7 +151,10 @@ result<llama_weights> bind_llama_weights(std::shared_ptr<const gguf::gguf_file> 
                 bind_attention(b, h, p, lw);
                 break;
             case attention_block::mla:
-                break;  // refused by read_llama_hparams until mla_block is wired
+                lw.attn_norm = b.vector(p + "attn_norm.weight", h.dim);
+                lw.wo = b.matrix(p + "attn_output.weight", h.mla->out_width(), h.dim);
+                lw.mla = bind_mla_layer(*file, *h.mla, l, h.dim, mla_errors);
+                break;
         }
         switch (h.ffn_of(l)) {
             case ffn_block::dense:
@@ -162,6 +166,7 @@ result<llama_weights> bind_llama_weights(std::shared_ptr<const gguf::gguf_file> 
         w.layers.push_back(lw);
     }
     if (const std::string e = b.error(); !e.empty()) return make_error(e);
+    if (!mla_errors.empty()) return make_error(file->path() + ": the model's MLA tensors do not fit:" + mla_errors);
     return w;
 }
 

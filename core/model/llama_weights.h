@@ -27,6 +27,7 @@ struct llama_layer_weights {
     weight_view w_up;              // [ffn_dim rows, dim]
     weight_view w_down;            // [dim rows, ffn_dim]
     weight_view post_ffn_norm{};   // [dim] F32; data null without post norms
+    mla_layer_weights mla{};       // attention_block::mla: the MLA block's tensors (wq, wk, wv unused)
 };
 
 struct llama_weights {
