@@ -4,7 +4,10 @@
 // bench_inputs, bench_command() runs the measurement like llama-bench: pp (one forward over n_prompt
 // tokens per sequence) and tg (n_gen decode steps), tokens/s as the best of reps, each printed beside
 // the limit measured in the same run: decode against memory read bandwidth (weight bytes per token ÷
-// bandwidth gives the bound), prefill against the FMA peak (2 flops per weight multiply-add).
+// bandwidth gives the bound), prefill against the peak of the arithmetic it uses (2 operations per weight
+// multiply-add): the int8 dot-product peak for the products the builtin kernels compute in int8 (the quantized
+// recipe with Q8_0 / Q4_0 / Q4_K / Q6_K weights), the FMA peak for the float ones; a model with both is set against
+// the time the two peaks allow its mix.
 // With a spec plugin (--spec NAME, or plugins.spec in the config) it measures speculative decoding instead:
 // batch-1 generation over real prompts with and without the plugin (cli/bench_spec/spec_bench.h).
 #include <algorithm>
@@ -185,13 +188,16 @@ int measure(const bench_inputs& in) {
         for (auto& t : p) t = token(rng);
     }
     forward_output out;
-    std::vector<double> pp, tg, bandwidth_runs, fma_peak_runs;
+    std::vector<double> pp, tg, bandwidth_runs, fma_peak_runs, int8_peak_runs;
     cpu_llama* cpu = model->cpu;
     // The limits are measured between the phases of every rep, so a busy moment on a shared machine
     // lowers a figure and its limit alike; each is reported as the best of the reps (the bandwidth as the best
     // of the reads before and after every decode run).
     for (int32_t r = 0; r < in.reps; ++r) {
-        if (cpu) fma_peak_runs.push_back(cpu::measure_fma_peak(cpu->pool()));
+        if (cpu) {
+            fma_peak_runs.push_back(cpu::measure_fma_peak(cpu->pool()));
+            int8_peak_runs.push_back(cpu::measure_int8_peak(cpu->pool()));
+        }
         const forward_batch prefill = run.batch_at(0, prompt);
         const auto t0 = bench_clock::now();
         if (auto st = runner.forward(prefill, out); !st) {
@@ -225,18 +231,41 @@ int measure(const bench_inputs& in) {
     if (cpu) {
         const double bandwidth = best(bandwidth_runs);
         const double fma_peak = best(fma_peak_runs);
+        const double int8_peak = best(int8_peak_runs);
         const double bytes_per_token = static_cast<double>(cpu->weight_bytes_per_token());
         // A decode step of n_seqs sequences reads the weights once.
         const double tg_bound = bandwidth * 1e9 / bytes_per_token * in.n_seqs;
-        const double gflops = 2.0 * static_cast<double>(cpu->matmul_macs_per_token()) * pp_tps / 1e9;
-        std::printf("pp%-6d %12.1f %8.1f GFLOP/s  %5.1f%% of the FMA peak %.1f GFLOP/s (%s, %d threads)\n", in.n_prompt,
-                    pp_tps, gflops, 100.0 * gflops / fma_peak, fma_peak,
-                    std::string(cpu::name(cpu::active_level())).c_str(), cpu->n_threads());
+        const auto macs = static_cast<double>(cpu->matmul_macs_per_token());
+        const auto int8_macs = static_cast<double>(cpu->int8_macs_per_token());
+        const double float_macs = macs - int8_macs;
+        const double gops = 2.0 * macs * pp_tps / 1e9;
+        // Seconds per token at the peaks (int8 peak 0: no int8 arithmetic at this level, none counted as such).
+        const double int8_seconds = int8_macs > 0 && int8_peak > 0 ? 2.0 * int8_macs / (int8_peak * 1e9) : 0;
+        const double pp_bound = 1.0 / (int8_seconds + 2.0 * float_macs / (fma_peak * 1e9));
+        char peak[200];
+        if (int8_macs == 0) {
+            std::snprintf(peak, sizeof peak, "of the FMA peak %.1f GFLOP/s", fma_peak);
+        } else if (float_macs == 0) {
+            std::snprintf(peak, sizeof peak, "of the int8 dot-product peak %.1f GOP/s", int8_peak);
+        } else {
+            std::snprintf(peak, sizeof peak,
+                          "of the bound %.1f tokens/s (%.0f%% of the multiply-adds at the int8 dot-product peak "
+                          "%.1f GOP/s, the rest at the FMA peak %.1f GFLOP/s)",
+                          pp_bound, 100.0 * int8_macs / macs, int8_peak, fma_peak);
+        }
+        std::printf("pp%-6d %12.1f %8.1f GOP/s    %5.1f%% %s (%s, %d threads)\n", in.n_prompt, pp_tps, gops,
+                    100.0 * pp_tps / pp_bound, peak, std::string(cpu::name(cpu::active_level())).c_str(),
+                    cpu->n_threads());
         std::printf(
             "tg%-6d %12.1f %8.1f GB/s     %5.1f%% of the bandwidth bound %.1f tokens/s "
             "(%.1f MB of weights per step, %.1f GB/s read bandwidth)\n",
             in.n_gen, tg_tps, tg_tps / in.n_seqs * bytes_per_token / 1e9, 100.0 * tg_tps / tg_bound, tg_bound,
             bytes_per_token / 1e6, bandwidth);
+        std::printf("limits: read bandwidth %.1f GB/s, FMA peak %.1f GFLOP/s, int8 dot-product peak %.1f GOP/s (%s)\n",
+                    bandwidth, fma_peak, int8_peak,
+                    cpu::active_level() == cpu::dispatch_level::avx512 ? "AVX-512 VNNI vpdpbusd"
+                    : cpu::active_level() == cpu::dispatch_level::avx2 ? "AVX2 vpmaddubsw + vpmaddwd"
+                                                                       : "scalar: none");
     } else {
         std::printf("pp%-6d %12.1f\ntg%-6d %12.1f\n", in.n_prompt, pp_tps, in.n_gen, tg_tps);
     }

@@ -1,5 +1,6 @@
 // Machine limits measured in the same run as a benchmark, so figures can be printed as a fraction of what
-// this machine can do: memory read bandwidth (weights streamed by a decode step) and FMA peak (prefill).
+// this machine can do: memory read bandwidth (weights streamed by a decode step), the FMA peak (prefill with
+// float arithmetic) and the int8 dot-product peak (prefill with integer arithmetic: the quantized recipe).
 #pragma once
 
 #include "kernels/cpu/thread_pool.h"
@@ -13,5 +14,10 @@ double measure_read_bandwidth(thread_pool& pool, size_t buffer_bytes = size_t{25
 // GFLOP/s of independent FMA chains kept in registers on all of the pool's threads, with the widest
 // vectors of the best available level (an FMA counts 2 flops), the best of a few runs.
 double measure_fma_peak(thread_pool& pool);
+
+// GOP/s of independent int8 dot-product chains on all of the pool's threads (a byte multiply-add counts 2):
+// AVX-512 VNNI vpdpbusd (64 per instruction) at the avx512 level, vpmaddubsw + vpmaddwd at avx2; 0 at the
+// scalar level (no int8 arithmetic to speak of). The best of a few runs.
+double measure_int8_peak(thread_pool& pool);
 
 }  // namespace troupe::cpu

@@ -37,6 +37,25 @@ double fma_chains_avx2(int64_t iterations) {
     return static_cast<double>(iterations) * k_chains * 8 * 2;
 }
 
+double int8_dot_chains_avx2(int64_t iterations) {
+    constexpr int k_chains = 12;  // each chain's bytes feed its next product, so nothing is loop-invariant
+    __m256i acc[k_chains];
+    for (int c = 0; c < k_chains; ++c) acc[c] = _mm256_set1_epi32(c);
+    const __m256i a = _mm256_set1_epi8(3), ones = _mm256_set1_epi16(1);
+    for (int64_t i = 0; i < iterations; ++i) {
+#pragma GCC unroll 12
+        for (int c = 0; c < k_chains; ++c)
+            acc[c] = _mm256_add_epi32(acc[c], _mm256_madd_epi16(_mm256_maddubs_epi16(a, acc[c]), ones));
+    }
+    __m256i s = acc[0];
+    for (int c = 1; c < k_chains; ++c) s = _mm256_add_epi32(s, acc[c]);
+    alignas(32) int v[8];
+    _mm256_store_si256(reinterpret_cast<__m256i*>(v), s);
+    volatile int sink = v[0];
+    (void)sink;
+    return static_cast<double>(iterations) * k_chains * 32 * 2;
+}
+
 }  // namespace troupe::cpu::detail
 #else
 namespace troupe::cpu::detail {
@@ -44,6 +63,9 @@ float read_stream_avx2(const float*, size_t) {
     return 0;
 }
 double fma_chains_avx2(int64_t) {
+    return 0;
+}
+double int8_dot_chains_avx2(int64_t) {
     return 0;
 }
 }  // namespace troupe::cpu::detail

@@ -38,6 +38,22 @@ double fma_chains_avx512(int64_t iterations) {
     return static_cast<double>(iterations) * k_chains * 16 * 2;
 }
 
+double int8_dot_chains_avx512(int64_t iterations) {
+    constexpr int k_chains = 16;  // > latency x pipes: every VNNI pipe busy every cycle
+    __m512i acc[k_chains];
+    for (int c = 0; c < k_chains; ++c) acc[c] = _mm512_set1_epi32(c);
+    const __m512i a = _mm512_set1_epi8(3), b = _mm512_set1_epi8(-5);
+    for (int64_t i = 0; i < iterations; ++i) {
+#pragma GCC unroll 16
+        for (int c = 0; c < k_chains; ++c) acc[c] = _mm512_dpbusd_epi32(acc[c], a, b);
+    }
+    __m512i s = acc[0];
+    for (int c = 1; c < k_chains; ++c) s = _mm512_add_epi32(s, acc[c]);
+    volatile int sink = _mm512_reduce_add_epi32(s);
+    (void)sink;
+    return static_cast<double>(iterations) * k_chains * 64 * 2;
+}
+
 }  // namespace troupe::cpu::detail
 #else
 namespace troupe::cpu::detail {
@@ -45,6 +61,9 @@ float read_stream_avx512(const float*, size_t) {
     return 0;
 }
 double fma_chains_avx512(int64_t) {
+    return 0;
+}
+double int8_dot_chains_avx512(int64_t) {
     return 0;
 }
 }  // namespace troupe::cpu::detail

@@ -12,5 +12,10 @@ float read_stream_avx2(const float* p, size_t n);
 // Runs `iterations` rounds of independent FMA chains; returns the flops done (and keeps a result alive).
 double fma_chains_avx512(int64_t iterations);
 double fma_chains_avx2(int64_t iterations);
+// Runs `iterations` rounds of independent int8 dot-product chains (AVX-512: vpdpbusd; AVX2: vpmaddubsw +
+// vpmaddwd + vpaddd, the int8 arithmetic of that level's kernels); returns the int8 operations done (a
+// multiply-add of two bytes counts 2).
+double int8_dot_chains_avx512(int64_t iterations);
+double int8_dot_chains_avx2(int64_t iterations);
 
 }  // namespace troupe::cpu::detail
