@@ -29,6 +29,24 @@ vocab_index::vocab_index(std::vector<std::string> pieces, std::vector<int32_t> e
         while (n < a.size() && n < b.size() && a[n] == b[n]) ++n;
         sorted_[i].lcp = n;
     }
+    // Each piece adds nodes for its bytes past the common prefix; a piece equal to the one before adds none.
+    std::vector<uint32_t> open;  // [depth - 1] the node of each byte of the current piece
+    for (size_t i = 0; i < sorted_.size(); ++i) {
+        const std::string& p = pieces_[static_cast<size_t>(sorted_[i].id)];
+        const size_t lcp = i == 0 ? 0 : sorted_[i].lcp;
+        TROUPE_ASSERT(p.size() < 65536, "vocab_index: a token of " + std::to_string(p.size()) + " bytes");
+        for (size_t d = lcp; d < open.size(); ++d) trie_[open[d]].end = static_cast<uint32_t>(trie_.size());
+        open.resize(lcp);
+        for (size_t d = lcp; d < p.size(); ++d) {
+            open.push_back(static_cast<uint32_t>(trie_.size()));
+            trie_.push_back({static_cast<uint8_t>(p[d]), static_cast<uint16_t>(d + 1), 0, 0, 0});
+        }
+        node& last = trie_[open.back()];
+        if (last.token_end == 0) last.token_begin = static_cast<uint32_t>(i);
+        last.token_end = static_cast<uint32_t>(i + 1);
+        max_depth_ = std::max(max_depth_, p.size());
+    }
+    for (uint32_t n : open) trie_[n].end = static_cast<uint32_t>(trie_.size());
 }
 
 void token_mask::apply(std::span<float> logits) const {
@@ -72,7 +90,44 @@ grammar_state token_constraint::after(const grammar_state& s, int32_t token) con
     return next;
 }
 
+int32_t token_constraint::intern(const grammar_state& s) const {
+    if (auto it = dfa_.ids.find(s); it != dfa_.ids.end()) return it->second;
+    if (dfa_.states.size() >= 200000) {  // a bound on memory (256 transitions per state): start over
+        dfa_ = dfa{};
+    }
+    const auto id = static_cast<int32_t>(dfa_.states.size());
+    auto [it, inserted] = dfa_.ids.emplace(s, id);
+    dfa_.states.push_back(&it->first);
+    std::array<int32_t, 256> unknown;
+    unknown.fill(-2);
+    dfa_.next.push_back(unknown);
+    dfa_.complete.push_back(matcher::complete(s) ? 1 : 0);
+    return id;
+}
+
+int32_t token_constraint::step(const matcher& m, int32_t id, unsigned char c) const {
+    int32_t n = dfa_.next[static_cast<size_t>(id)][c];
+    if (n != -2) return n;
+    grammar_state out;
+    m.advance(*dfa_.states[static_cast<size_t>(id)], c, out);
+    if (out.dead()) {
+        n = -1;
+    } else {
+        m.canonicalize(out);
+        const size_t before = dfa_.states.size();
+        n = intern(out);
+        if (dfa_.states.size() < before) return n;  // the DFA started over: id is gone
+    }
+    dfa_.next[static_cast<size_t>(id)][c] = n;
+    return n;
+}
+
 token_mask token_constraint::compute(const grammar_state& s) const {
+    std::lock_guard lock(mutex_);
+    return compute_locked(s);
+}
+
+token_mask token_constraint::compute_locked(const grammar_state& s) const {
     const matcher m(g_);
     token_mask mask;
     mask.bits.assign((static_cast<size_t>(vocab_->n_vocab()) + 63) / 64, 0);
@@ -83,30 +138,26 @@ token_mask token_constraint::compute(const grammar_state& s) const {
         }
     }
     if (s.dead()) return mask;
-    // depth[k]: the state after the first k bytes of the current piece, valid for k <= valid.
-    thread_local std::vector<grammar_state> depth;
-    if (depth.size() < 2) depth.resize(2);
-    depth[0] = s;
-    size_t valid = 0;
-    size_t dead_at = std::numeric_limits<size_t>::max();  // a prefix of this length is refused
-    for (const auto& e : vocab_->sorted()) {
-        if (e.lcp >= dead_at) continue;  // under a refused prefix
-        dead_at = std::numeric_limits<size_t>::max();
-        const std::string& p = vocab_->piece(e.id);
-        if (depth.size() < p.size() + 1) depth.resize(p.size() + 1);
-        valid = std::min<size_t>(valid, e.lcp);
-        bool ok = true;
-        for (size_t k = valid; k < p.size(); ++k) {
-            m.advance(depth[k], static_cast<unsigned char>(p[k]), depth[k + 1]);
-            if (depth[k + 1].dead()) {
-                dead_at = k + 1;
-                valid = k;
-                ok = false;
-                break;
-            }
-            valid = k + 1;
+    grammar_state start = s;
+    m.canonicalize(start);
+    // A depth-first walk of the trie: at[d] is the state after the current node's first d bytes; a refused
+    // byte skips the node's whole subtree.
+    std::vector<int32_t> at(vocab_->max_depth() + 1);
+    at[0] = intern(start);
+    const size_t n_states = dfa_.states.size();
+    const auto& nodes = vocab_->trie();
+    const auto& sorted = vocab_->sorted();
+    for (size_t i = 0; i < nodes.size();) {
+        const vocab_index::node& n = nodes[i];
+        const int32_t next = step(m, at[n.depth - 1u], n.byte);
+        if (dfa_.states.size() < n_states) return compute_locked(s);  // the DFA started over: again
+        if (next < 0) {
+            i = n.end;
+            continue;
         }
-        if (ok) allow(e.id);
+        at[n.depth] = next;
+        for (uint32_t t = n.token_begin; t < n.token_end; ++t) allow(sorted[t].id);
+        ++i;
     }
     return mask;
 }
@@ -127,7 +178,7 @@ std::vector<std::shared_ptr<const token_mask>> token_constraint::masks_for(
             continue;
         }
         const auto t0 = std::chrono::steady_clock::now();
-        auto mask = std::make_shared<const token_mask>(compute(*states[i]));
+        auto mask = std::make_shared<const token_mask>(compute_locked(*states[i]));
         stats_.compute_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
         ++stats_.n_computed;
         const size_t bytes = mask->bits.size() * 8 + states[i]->words.size() * 4 + 128;

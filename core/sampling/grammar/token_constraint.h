@@ -6,6 +6,11 @@
 // Tokens with no bytes (control tokens) are never allowed, except the end-of-generation tokens once
 // the grammar is complete (then generation can end; when nothing can follow, only they are allowed).
 //
+// The walk runs on a lazily built DFA: each distinct grammar state met is interned once, and its
+// transition on a byte is computed by the matcher the first time and read from a table afterwards, so a
+// mask costs about one table read per trie edge (a JSON string's body is one state, or one per
+// remaining character under maxLength, whatever the bytes).
+//
 // Masks are cached by grammar state (canonical, so equal states share one mask): a JSON string's
 // body, a number's digits, the same key at the same place reach the same states again, so after the
 // first few requests of one schema nearly every step is a cache hit. The cache is bounded
@@ -13,6 +18,7 @@
 // requests of one schema; masks_for computes a step's missing masks once each, whatever the batch).
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -41,10 +47,24 @@ public:
     };
     const std::vector<entry>& sorted() const { return sorted_; }  // non-empty pieces, in byte order
 
+    // The trie of the sorted pieces in depth-first order: a node's subtree is [its index + 1, end), and the
+    // tokens whose piece ends at it are sorted()[token_begin, token_end).
+    struct node {
+        uint8_t byte = 0;
+        uint16_t depth = 0;  // 1 for a first byte
+        uint32_t end = 0;
+        uint32_t token_begin = 0;
+        uint32_t token_end = 0;
+    };
+    const std::vector<node>& trie() const { return trie_; }
+    size_t max_depth() const { return max_depth_; }
+
 private:
     std::vector<std::string> pieces_;  // [n_vocab]
     std::vector<int32_t> eog_;
     std::vector<entry> sorted_;
+    std::vector<node> trie_;  // [n_nodes]
+    size_t max_depth_ = 0;
 };
 
 // One bit per token: allowed.
@@ -84,6 +104,16 @@ private:
     struct state_hash {
         size_t operator()(const grammar_state& s) const;
     };
+    // The interned states and their byte transitions (-2: not computed yet, -1: refused).
+    struct dfa {
+        std::unordered_map<grammar_state, int32_t, state_hash> ids;
+        std::vector<const grammar_state*> states;    // [n_states] keys of ids
+        std::vector<std::array<int32_t, 256>> next;  // [n_states]
+        std::vector<uint8_t> complete;               // [n_states]
+    };
+    int32_t intern(const grammar_state& s) const;
+    int32_t step(const matcher& m, int32_t id, unsigned char c) const;
+    token_mask compute_locked(const grammar_state& s) const;
 
     grammar g_;
     std::shared_ptr<const vocab_index> vocab_;
@@ -92,6 +122,7 @@ private:
     mutable std::unordered_map<grammar_state, std::shared_ptr<const token_mask>, state_hash> cache_;
     mutable size_t cache_bytes_ = 0;
     mutable constraint_stats stats_;
+    mutable dfa dfa_;
 };
 
 }  // namespace troupe::grammar
