@@ -4,10 +4,15 @@
 //   server -> {type:"delta", id, text} ... then {type:"done", id, finish_reason, usage, timings}
 //             or {type:"error", id, message}; on connect {type:"hello", model, context_length, chat_template}
 // The conversation lives in localStorage, so a reload keeps it; every start sends the whole history.
+// A server with server.api_key wants the key on /ws: the page offers it as the subprotocol
+// "troupe.key.<key>" beside "troupe" (a browser's WebSocket cannot set Authorization), or, for a key with
+// characters a subprotocol cannot carry, as ?api_key=. The key comes from ?key=... in the address (then
+// removed from it) or the Settings field, and is kept in sessionStorage (this tab) only.
 "use strict";
 
 (function () {
     const STORE_KEY = "troupe.chat.v1";
+    const API_KEY = "troupe.api_key";
     const $ = (id) => document.getElementById(id);
     const log = $("log"), input = $("input"), send_btn = $("send"), stop_btn = $("stop");
     const conn = $("conn"), speed = $("speed"), empty = $("empty");
@@ -211,11 +216,65 @@
         }, 3000);
     }
 
+    // --- API key ----------------------------------------------------------------------------------
+    function api_key() {
+        try {
+            return sessionStorage.getItem(API_KEY) || "";
+        } catch (e) {
+            return "";
+        }
+    }
+
+    function set_api_key(k) {
+        try {
+            if (k) sessionStorage.setItem(API_KEY, k);
+            else sessionStorage.removeItem(API_KEY);
+        } catch (e) {
+            // storage disabled: the key lasts until the page reloads
+        }
+    }
+
+    function take_key_from_url() {
+        const url = new URL(location.href);
+        const k = url.searchParams.get("key");
+        if (!k) return;
+        set_api_key(k);
+        url.searchParams.delete("key");
+        try {
+            window.history.replaceState(null, "", url.pathname + url.search + url.hash);
+        } catch (e) {
+            // not fatal: the key stays visible in the address bar
+        }
+    }
+
+    // A socket that closed before it opened: a refused key (401) or a server that is down? Ask /v1/models.
+    function needs_key() {
+        const k = api_key();
+        return fetch("/v1/models", { headers: k ? { Authorization: "Bearer " + k } : {} })
+            .then((r) => r.status === 401)
+            .catch(() => false);
+    }
+
+    function ask_for_key(had_one) {
+        set_conn("off", had_one ? "wrong API key" : "API key needed");
+        speed.textContent = "This server needs an API key: enter it under Settings (or open the page with ?key=...).";
+        document.querySelector("details.settings").open = true;
+        $("api-key").focus();
+    }
+
     function connect() {
         const proto = location.protocol === "https:" ? "wss:" : "ws:";
+        const k = api_key();
+        const token_chars = /^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$/;
         set_conn("off", "connecting…");
-        ws = new WebSocket(proto + "//" + location.host + "/ws");
+        let url = proto + "//" + location.host + "/ws";
+        let protocols = [];
+        if (k && token_chars.test(k)) protocols = ["troupe", "troupe.key." + k];
+        else if (k) url += "?api_key=" + encodeURIComponent(k);
+        let opened = false;
+        ws = new WebSocket(url, protocols);
         ws.onopen = () => {
+            opened = true;
             reconnect_ms = 250;
             set_conn("on", "connected");
         };
@@ -234,8 +293,13 @@
         ws.onclose = () => {
             set_conn("off", "disconnected");
             if (current) finish("connection lost", true);
-            setTimeout(connect, reconnect_ms);
-            reconnect_ms = Math.min(reconnect_ms * 2, 5000);
+            const retry = () => {
+                setTimeout(connect, reconnect_ms);
+                reconnect_ms = Math.min(reconnect_ms * 2, 5000);
+            };
+            if (opened) return retry();
+            // Refused at the handshake: a missing or wrong key waits for a new one (no retry loop).
+            needs_key().then((yes) => (yes ? ask_for_key(k !== "") : retry()));
         };
     }
 
@@ -267,6 +331,22 @@
     });
     setInterval(live_speed, 250);
 
+    const key_input = $("api-key");
+    key_input.value = "";
+    key_input.addEventListener("change", () => {
+        set_api_key(key_input.value.trim());
+        key_input.value = "";
+        key_input.placeholder = api_key() ? "(set for this tab)" : "(none)";
+        if (ws) {
+            ws.onclose = null;
+            ws.close();
+        }
+        reconnect_ms = 250;
+        connect();
+    });
+
+    take_key_from_url();
+    key_input.placeholder = api_key() ? "(set for this tab)" : "(none)";
     render_all();
     set_generating(false);
     connect();

@@ -7,6 +7,10 @@ stops it with SIGTERM and requires a clean exit.
 Clients: openai (openai_client.mjs, the official npm package), features (openai_features.mjs, the same package:
 n, best_of, echo, several prompts, logit_bias, response_format), ws (ws_client.py, python3-websockets),
 browser (browser.mjs, playwright-core driving /usr/bin/chromium; screenshots chat.png and admin.png in --out).
+With an API key (the server started with --api-key <random>, given to the clients as TROUPE_API_KEY):
+secure (openai_client.mjs and openai_api_key.mjs through the key, ws_client.py with it as a subprotocol) and
+browser_key (browser_key.mjs: the chat page asks for the key, takes it, streams). A run mixing keyed and
+unkeyed clients is refused.
 What a client needs but the machine lacks (node, tests/e2e/node_modules from `npm ci`, chromium,
 python3-websockets, ../shared) makes the test SKIP (exit 77) with a message, or FAIL when CI=true.
 """
@@ -60,22 +64,22 @@ def check_prerequisites(clients, troupe):
         unavailable(f"shared test data '{MODEL}' not found",
                     "put the shared folder beside the repository (../shared) or set TROUPE_SHARED_DIR")
     tools = {}
-    if {"openai", "features", "browser"} & set(clients):
+    if {"openai", "features", "browser", "secure", "browser_key"} & set(clients):
         node = shutil.which("node")
         if not node:
             unavailable("node is not installed", "apt-get install nodejs npm (./setup.sh test does it)")
         tools["node"] = node
-        needed = ["openai"] if {"openai", "features"} & set(clients) else []
-        needed += ["playwright-core"] if "browser" in clients else []
+        needed = ["openai"] if {"openai", "features", "secure"} & set(clients) else []
+        needed += ["playwright-core"] if {"browser", "browser_key"} & set(clients) else []
         for mod in needed:
             if not os.path.isfile(os.path.join(HERE, "node_modules", mod, "package.json")):
                 unavailable(f"the npm package {mod} is not installed in tests/e2e",
                             "run `npm ci` in tests/e2e (./setup.sh test does it)")
-    if "browser" in clients:
+    if {"browser", "browser_key"} & set(clients):
         chromium = os.environ.get("TROUPE_CHROMIUM", "/usr/bin/chromium")
         if not os.access(chromium, os.X_OK):
             unavailable(f"{chromium} is missing", "apt-get install chromium (./setup.sh test does it)")
-    if "ws" in clients:
+    if {"ws", "secure"} & set(clients):
         py = python_with_websockets()
         if not py:
             unavailable("no python3 with the websockets module", "apt-get install python3-websockets")
@@ -117,14 +121,19 @@ def tail(path, n=60):
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--troupe", required=True, help="the troupe executable")
-    ap.add_argument("--clients", default="openai,ws,browser", help="comma-separated: openai, features, ws, browser")
+    ap.add_argument("--clients", default="openai,ws,browser",
+                    help="comma-separated: openai, features, ws, browser, or with an API key: secure, browser_key")
     ap.add_argument("--out", default=os.path.join(os.getcwd(), "e2e"), help="screenshots and logs")
     ap.add_argument("--timeout", type=int, default=180, help="seconds per client")
     args = ap.parse_args()
     clients = [c for c in args.clients.split(",") if c]
+    keyed_clients = ("secure", "browser_key")
     for c in clients:
-        if c not in ("openai", "features", "ws", "browser"):
-            ap.error(f"unknown client '{c}' (valid: openai, features, ws, browser)")
+        if c not in ("openai", "features", "ws", "browser") + keyed_clients:
+            ap.error(f"unknown client '{c}' (valid: openai, features, ws, browser, secure, browser_key)")
+    keyed = any(c in keyed_clients for c in clients)
+    if keyed and not all(c in keyed_clients for c in clients):
+        ap.error("secure and browser_key run against a server with an API key: run them apart from the others")
 
     args.out = os.path.abspath(args.out)
     args.troupe = os.path.abspath(args.troupe)
@@ -132,15 +141,19 @@ def main():
     os.makedirs(args.out, exist_ok=True)
     port = free_port()
     token = secrets.token_hex(16)
+    api_key = "sk-" + secrets.token_hex(16) if keyed else None
     base = f"http://127.0.0.1:{port}"
     log_path = os.path.join(args.out, f"serve-{'-'.join(clients)}.log")
     cmd = [args.troupe, "serve", "--model", model, "--host", "127.0.0.1", "--port", str(port),
            "--set", f"server.admin_token={token}"]
+    if api_key:
+        cmd += ["--api-key", api_key]
     if "browser" in clients:
         # Two sequences per step: the browser's load of 16 long requests queues long enough for the console
         # (polled once a second) to list them and cancel one.
         cmd += ["--set", "scheduler.max_running_seqs=2"]
-    print("starting:", " ".join(cmd).replace(token, "<token>"), flush=True)
+    shown = " ".join(cmd).replace(token, "<token>")
+    print("starting:", shown.replace(api_key, "<api key>") if api_key else shown, flush=True)
     log = open(log_path, "w", encoding="utf-8")
     proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=SOURCE_DIR)
     failed = []
@@ -152,19 +165,30 @@ def main():
             failed.append("banner")
             print(f"FAIL: troupe serve did not print its URLs (with port {port}) on stdout", flush=True)
         env = dict(os.environ, TROUPE_BASE_URL=base, TROUPE_ADMIN_TOKEN=token, TROUPE_E2E_OUT=args.out)
+        if api_key:
+            env["TROUPE_API_KEY"] = api_key
         commands = {
             "openai": [tools.get("node"), os.path.join(HERE, "openai_client.mjs")],
             "features": [tools.get("node"), os.path.join(HERE, "openai_features.mjs")],
             "ws": [tools.get("python"), os.path.join(HERE, "ws_client.py")],
             "browser": [tools.get("node"), os.path.join(HERE, "browser.mjs")],
+            "secure": [tools.get("node"), os.path.join(HERE, "openai_client.mjs")],
+            "browser_key": [tools.get("node"), os.path.join(HERE, "browser_key.mjs")],
         }
+        # The secure client is three programs through the one key.
+        then = {"secure": [[tools.get("node"), os.path.join(HERE, "openai_api_key.mjs")],
+                           [tools.get("python"), os.path.join(HERE, "ws_client.py")]]}
         for c in clients:
             print(f"--- {c} client", flush=True)
             t0 = time.monotonic()
-            try:
-                rc = subprocess.run(commands[c], env=env, cwd=HERE, timeout=args.timeout).returncode
-            except subprocess.TimeoutExpired:
-                rc = "timeout"
+            rc = 0
+            for program in [commands[c]] + then.get(c, []):
+                try:
+                    rc = subprocess.run(program, env=env, cwd=HERE, timeout=args.timeout).returncode
+                except subprocess.TimeoutExpired:
+                    rc = "timeout"
+                if rc != 0:
+                    break
             print(f"--- {c} client: {'PASS' if rc == 0 else f'FAIL ({rc})'} in {time.monotonic() - t0:.1f} s", flush=True)
             if rc != 0:
                 failed.append(c)

@@ -76,7 +76,19 @@ def check_done(done, n_deltas, max_tokens, what):
 async def main():
     base = os.environ["TROUPE_BASE_URL"]
     url = base.replace("http://", "ws://", 1) + "/ws"
-    async with websockets.connect(url, max_size=1 << 22) as ws:
+    # A server with an API key takes it as a subprotocol, the way the chat page sends it.
+    key = os.environ.get("TROUPE_API_KEY")
+    protocols = ["troupe", "troupe.key." + key] if key else None
+    if key:
+        try:
+            async with websockets.connect(url, max_size=1 << 22):
+                raise AssertionError("the server let a WebSocket in without its API key")
+        except websockets.exceptions.InvalidStatusCode as e:
+            check(e.status_code == 401, f"no key: HTTP {e.status_code}, expected 401")
+            print("no key: the handshake is refused with 401")
+    async with websockets.connect(url, max_size=1 << 22, subprotocols=protocols) as ws:
+        if key:
+            check(ws.subprotocol == "troupe", f"the server chose subprotocol {ws.subprotocol!r}, expected 'troupe'")
         # 1. greedy start: streamed deltas, then done; the same text again.
         res = await collect_one(ws, "greedy-1", "Once upon a time", 32)
         text, n_deltas, done = res
