@@ -53,10 +53,10 @@ void attend_item(const mla_step& s, const int32_t* tokens, const absorbed_scratc
                 p[0] = block_max;
             }
             for (int32_t j = 0; j < nb; ++j) {
-                const float w = std::exp(scores[j] - p[0]);
-                p[1] += w;
-                v.axpy(p + 2, w, rows.data() + static_cast<size_t>(j) * lw, rank);
+                scores[j] = std::exp(scores[j] - p[0]);
+                p[1] += scores[j];
             }
+            v.axpy_rows(p + 2, scores, rows.data(), lw, nb, rank);
         }
     }
 }

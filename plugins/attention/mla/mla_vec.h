@@ -17,6 +17,8 @@ struct vec_ops {
     void (*gemv)(const float* rows, int64_t stride, int64_t n_rows, const float* x, int64_t n, float* out);
     // y[i] += a x[i]
     void (*axpy)(float* y, float a, const float* x, int64_t n);
+    // y[i] += Σ_j w[j] rows[j * stride + i] for j < n_rows <= 16: several axpys with y loaded and stored once
+    void (*axpy_rows)(float* y, const float* w, const float* rows, int64_t stride, int64_t n_rows, int64_t n);
     // y[i] *= a
     void (*scale)(float* y, float a, int64_t n);
     // dst[i] = src[i] as float: src float32, or halves (f16)

@@ -69,6 +69,20 @@ void axpy(float* y, float a, const float* x, int64_t n) {
     for (; i < n; ++i) y[i] += a * x[i];
 }
 
+void axpy_rows(float* y, const float* w, const float* rows, int64_t stride, int64_t n_rows, int64_t n) {
+    __m256 wv[16];
+    for (int64_t j = 0; j < n_rows; ++j) wv[j] = _mm256_set1_ps(w[j]);
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m256 acc = _mm256_loadu_ps(y + i);
+        for (int64_t j = 0; j < n_rows; ++j) acc = _mm256_fmadd_ps(wv[j], _mm256_loadu_ps(rows + j * stride + i), acc);
+        _mm256_storeu_ps(y + i, acc);
+    }
+    for (; i < n; ++i) {
+        for (int64_t j = 0; j < n_rows; ++j) y[i] += w[j] * rows[j * stride + i];
+    }
+}
+
 void scale(float* y, float a, int64_t n) {
     const __m256 av = _mm256_set1_ps(a);
     int64_t i = 0;
@@ -106,7 +120,7 @@ void store(const float* src, bool f16, void* dst, int64_t n) {
 }  // namespace
 
 const vec_ops& avx2_vec_ops() {
-    static const vec_ops ops{"avx2", dot, gemv, axpy, scale, load, store};
+    static const vec_ops ops{"avx2", dot, gemv, axpy, axpy_rows, scale, load, store};
     return ops;
 }
 

@@ -28,6 +28,10 @@ void axpy(float* y, float a, const float* x, int64_t n) {
     for (int64_t i = 0; i < n; ++i) y[i] += a * x[i];
 }
 
+void axpy_rows(float* y, const float* w, const float* rows, int64_t stride, int64_t n_rows, int64_t n) {
+    for (int64_t j = 0; j < n_rows; ++j) axpy(y, w[j], rows + j * stride, n);
+}
+
 void scale(float* y, float a, int64_t n) {
     for (int64_t i = 0; i < n; ++i) y[i] *= a;
 }
@@ -53,7 +57,7 @@ void store(const float* src, bool f16, void* dst, int64_t n) {
 }  // namespace
 
 const vec_ops& scalar_vec_ops() {
-    static const vec_ops ops{"scalar", dot, gemv, axpy, scale, load, store};
+    static const vec_ops ops{"scalar", dot, gemv, axpy, axpy_rows, scale, load, store};
     return ops;
 }
 
