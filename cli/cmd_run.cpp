@@ -1,5 +1,7 @@
 // troupe run --model M.gguf --prompt "..." [sampling flags] [--config C.yaml]: generate and stream the text
-// to stdout.
+// to stdout. With --chat the prompt is the user's message (after an optional --system message), rendered by
+// the model's own chat template (the built-ins as fallback; which one and why goes to stderr), and only the
+// reply is printed.
 //
 // Structure: run_spec() declares the flags; prepare_run() turns them into a validated run_inputs (the
 // effective config and the prompt), with every problem reported at once; run_command() then drives the
@@ -10,9 +12,12 @@
 #include <mutex>
 #include <string>
 
+#include <boost/json.hpp>
+
 #include "actors/engine/engine.h"
 #include "actors/engine/engine_from_model.h"
 #include "actors/engine/engine_params_from.h"
+#include "core/chat/chat_formatter.h"
 #include "core/loader/model_loader.h"
 
 #include "cli/commands.h"
@@ -25,13 +30,17 @@ namespace {
 struct run_inputs {
     engine_config config;  // defaults < --config < $TROUPE_MODEL < flags; config.sampling is the request's
     std::string prompt;    // backslash escapes already applied
+    bool chat = false;     // --chat: the prompt is a user message for the model's chat template
+    std::string system;    // --system: the chat's system message, if any
 };
 
 // Exit code on failure; the message is printed here.
 result<run_inputs> prepare_run(const cli_args& args) {
     auto config = resolve_cli_config(args);
     if (!config) return config.err();
-    run_inputs in{std::move(*config), unescape(args.value_or("--prompt", ""))};
+    run_inputs in{std::move(*config), unescape(args.value_or("--prompt", "")), args.has("--chat"),
+                  unescape(args.value_or("--system", ""))};
+    if (args.has("--system") && !in.chat) return make_error("--system needs --chat");
     if (args.has("--print-config")) return in;
     auto model = resolve_model_path(in.config);
     if (!model) return model.err();
@@ -51,12 +60,32 @@ struct run_outcome {
     timings time;
 };
 
-int generate(const engine_config& config, const std::string& prompt) {
+// --chat: the conversation (system?, user) as the model's chat template renders it, BOS left to the tokenizer.
+result<std::string> chat_prompt(const loaded_model& model, const run_inputs& in) {
+    const chat_formatter f =
+        chat_formatter::from_model(model.file->string_or("tokenizer.chat_template", ""), chat_tokens_from(*model.tok));
+    std::fprintf(stderr, "troupe run: chat template: %s\n", f.why().c_str());
+    boost::json::array messages;
+    if (!in.system.empty()) messages.push_back(boost::json::object{{"role", "system"}, {"content", in.system}});
+    messages.push_back(boost::json::object{{"role", "user"}, {"content", in.prompt}});
+    return f.prompt_for_tokenizer({&messages, nullptr, true});
+}
+
+int generate(const engine_config& config, const run_inputs& in) {
     set_log_level(config.log_level);
     auto model = load_model(config);
     if (!model) {
         std::fprintf(stderr, "troupe run: %s\n", model.message().c_str());
         return exit_failure;
+    }
+    std::string prompt = in.prompt;
+    if (in.chat) {
+        auto rendered = chat_prompt(*model, in);
+        if (!rendered) {
+            std::fprintf(stderr, "troupe run: the chat template failed: %s\n", rendered.message().c_str());
+            return exit_failure;
+        }
+        prompt = std::move(*rendered);
     }
     engine_params params = engine_params_from(config);
     engine_parts parts = engine_parts_from(*model, params);
@@ -86,8 +115,10 @@ int generate(const engine_config& config, const std::string& prompt) {
         out.ended = true;
         out.cv.notify_all();
     };
-    std::fputs(prompt.c_str(), stdout);
-    std::fflush(stdout);
+    if (!in.chat) {
+        std::fputs(prompt.c_str(), stdout);
+        std::fflush(stdout);
+    }
     auto id = eng.submit(request{prompt, config.sampling, std::nullopt}, sink);
     if (!id) {
         std::fprintf(stderr, "\ntroupe run: %s\n", id.message().c_str());
@@ -127,9 +158,13 @@ const command_spec& run_spec() {
         command_spec s{
             .name = "run",
             .summary = "generate text from a prompt, streamed to stdout",
-            .usage = "troupe run --model M.gguf --prompt TEXT [sampling flags] [--config C.yaml] [--set KEY=VALUE]",
+            .usage =
+                "troupe run --model M.gguf --prompt TEXT [--chat [--system TEXT]] [sampling flags] [--config C.yaml] "
+                "[--set KEY=VALUE]",
         };
         s.flags.push_back({"--prompt", "-p", "TEXT", "the prompt (backslash escapes like \\n work)"});
+        s.flags.push_back({"--chat", "", "", "the prompt is a user message, rendered by the model's chat template"});
+        s.flags.push_back({"--system", "", "TEXT", "with --chat: a system message before the user's"});
         s.flags.push_back({"--print-config", "", "", "print the effective config as YAML and exit"});
         for (auto& f : engine_flags()) s.flags.push_back(f);
         for (auto& f : sampling_flags()) s.flags.push_back(f);
@@ -149,7 +184,7 @@ int run_command(const cli_args& args) {
         std::fputs(to_yaml(in->config).c_str(), stdout);
         return exit_ok;
     }
-    return generate(in->config, in->prompt);
+    return generate(in->config, *in);
 }
 
 }  // namespace troupe::cli
