@@ -111,6 +111,7 @@ result<std::unique_ptr<cpu_llama>> cpu_llama::create(llama_weights weights, cpu_
     const size_t layer_bytes =
         params.kv_cache ? (blocks_bytes + windows_bytes + 63) / 64 * 64 : (hp.mla ? 1 : 2) * pool_bytes;
     if (hp.mla) m->mla_ws_ = std::make_shared<mla_workspace>();
+    if (hp.moe) m->moe_ws_ = std::make_shared<moe_workspace>();
     m->layers_.resize(hp.n_layers);
     if (!m->kv_memory_.allocate(layer_bytes * hp.n_layers)) {
         return make_error(path + ": cannot allocate " + std::to_string((layer_bytes * hp.n_layers) >> 20) +
@@ -142,6 +143,11 @@ result<std::unique_ptr<cpu_llama>> cpu_llama::create(llama_weights weights, cpu_
             auto block = mla_block::make(*hp.mla, lw.mla, i, p, make, m->mla_ws_);
             if (!block.ok()) return block.err();
             l.mla = std::move(*block);
+        }
+        if (hp.ffn_of(i) == ffn_block::moe) {
+            auto moe = moe_ffn::make(*hp.moe, lw.moe, hp.dim, p, make, m->moe_ws_);
+            if (!moe.ok()) return moe.err();
+            l.moe = std::move(*moe);
         }
         if (params.kv_cache) {
             l.kv_blocks = m->kv_memory_.data() + static_cast<size_t>(i) * layer_bytes;
@@ -237,6 +243,7 @@ size_t cpu_llama::weight_bytes_per_token() const {
     for (const layer& l : layers_) {
         for (const linear* m : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down}) bytes += m->n_bytes();
         if (l.mla) bytes += l.mla->weight_bytes();
+        if (l.moe) bytes += l.moe->active_bytes_per_token();
         bytes += 2 * w_.hp.dim * sizeof(float);
     }
     return bytes + w_.hp.dim * sizeof(float);
@@ -248,6 +255,7 @@ int64_t cpu_llama::matmul_macs_per_token() const {
         for (const linear* m : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down})
             macs += m->n_in() * m->n_out();
         if (l.mla) macs += l.mla->macs_per_token();
+        if (l.moe) macs += l.moe->active_macs_per_token();
     }
     return macs;
 }
@@ -268,6 +276,7 @@ int64_t cpu_llama::int8_macs_per_token() const {
     int64_t macs = int8_macs(output_);
     for (const layer& l : layers_) {
         for (const linear* m : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down}) macs += int8_macs(*m);
+        if (l.moe) macs += l.moe->active_macs_per_token(int8_macs);
     }
     return macs;
 }
@@ -469,6 +478,13 @@ status cpu_llama::dense_ffn(int32_t il, size_t n) {
     return l.w_down.forward(hidden, s_.h.data(), n, ctx_);
 }
 
+status cpu_llama::moe_block(int32_t il, size_t n) {
+    float* f = s_.rows_scratch.data();  // [n, dim]: the experts read h until they are done
+    if (status st = layers_[il].moe->forward(s_.h.data(), f, n, ctx_); !st.ok()) return st;
+    std::copy_n(f, n * w_.hp.dim, s_.h.data());
+    return {};
+}
+
 status cpu_llama::run_layer(int32_t il, size_t n, const std::vector<const int32_t*>& tables) {
     const llama_hparams& hp = w_.hp;
     const int32_t dim = hp.dim;
@@ -492,7 +508,8 @@ status cpu_llama::run_layer(int32_t il, size_t n, const std::vector<const int32_
             if (status st = dense_ffn(il, n); !st.ok()) return st;
             break;
         case ffn_block::moe:
-            return make_error("layer " + std::to_string(il) + ": MoE FFN is not wired into the graph yet");
+            if (status st = moe_block(il, n); !st.ok()) return st;
+            break;
     }
     add_branch(l.post_ffn_norm, n);
     if (status st = tap(tap_point::layer_out, il, s_.x.data(), n, dim); !st.ok()) return st;

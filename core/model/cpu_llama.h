@@ -41,6 +41,7 @@
 #include "core/model/llama_weights.h"
 #include "core/model/mla_block.h"
 #include "core/model/model_runner.h"
+#include "core/model/moe_ffn.h"
 #include "core/model/tap_sink.h"
 #include "kernels/cpu/huge_page_buffer.h"
 
@@ -120,6 +121,7 @@ private:
         // parts are views of its rows (linear::rows).
         std::optional<linear> w_qkv, w_gate_up;
         std::optional<mla_block> mla;  // attention_block::mla layers: the MLA block (wq, wk, wv unused)
+        std::optional<moe_ffn> moe;    // ffn_block::moe layers: the experts (w_gate, w_up, w_down unused)
         // Left uninitialized (pages are touched only where the cache is written): attention reads only
         // rows written before.
         // With a KV plugin instead: [n_blocks][block_bytes] and [max_seqs][window slot bytes], in kv_memory_.
@@ -189,8 +191,10 @@ private:
     status ffn_hidden(const layer& l, size_t n, const float*& hidden);
     // The layer's standard attention block: from h (normed x) to a·Woᵀ in s_.h. (An MLA block branches here.)
     status standard_attention(int32_t il, size_t n, const std::vector<const int32_t*>& tables);
-    // The layer's dense FFN block: from h (normed x) to f in s_.h. (A MoE block branches here.)
+    // The layer's dense FFN block: from h (normed x) to f in s_.h.
     status dense_ffn(int32_t il, size_t n);
+    // The layer's MoE FFN block (moe_ffn.h): from h (normed x) to f in s_.h.
+    status moe_block(int32_t il, size_t n);
     // The layer's MLA attention block (mla_block.h): from h (normed x) to a·Woᵀ in s_.h.
     status mla_attention(int32_t il, size_t n, const std::vector<const int32_t*>& tables);
     // x += the branch output in s_.h, through the post norm first where the architecture has one.
@@ -209,8 +213,9 @@ private:
     std::vector<layer> layers_;
     // The MLA blocks' scratch and the step's RoPE rotations (MLA models).
     std::shared_ptr<mla_workspace> mla_ws_;
-    cpu::huge_page_buffer arena_;  // the builtin kernels' weights when params.copy_weights: one region per
-                                   // thread (place_weights)
+    std::shared_ptr<moe_workspace> moe_ws_;  // the MoE layers' scratch (MoE models)
+    cpu::huge_page_buffer arena_;            // the builtin kernels' weights when params.copy_weights: one region per
+                                             // thread (place_weights)
     kv_layout kv_layout_;
     std::optional<kv_window_slots> window_slots_;  // with a KV plugin that declares a window
     std::vector<int32_t> step_slots_;              // [sequences of the step] their window slots

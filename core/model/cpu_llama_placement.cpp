@@ -16,8 +16,8 @@ void cpu_llama::fuse_projections() {
     for (layer& l : layers_) {
         const linear* qkv[] = {&l.wq, &l.wk, &l.wv};
         const linear* gate_up[] = {&l.w_gate, &l.w_up};
-        if (!l.mla) l.w_qkv = linear::concatenated(qkv);  // MLA layers have no q, k, v
-        l.w_gate_up = linear::concatenated(gate_up);
+        if (!l.mla) l.w_qkv = linear::concatenated(qkv);          // MLA layers have no q, k, v
+        if (!l.moe) l.w_gate_up = linear::concatenated(gate_up);  // MoE layers fuse each expert's (moe_ffn)
         n_fused_groups_ += (l.w_qkv ? 1 : 0) + (l.w_gate_up ? 1 : 0);
     }
     TROUPE_LOG_DEBUG("model", "%d of %zu q/k/v and gate/up groups run as one matrix in steps of <= %zu tokens",
@@ -54,12 +54,15 @@ status cpu_llama::place_weights() {
             order.insert(order.end(), {&l.wq, &l.wk, &l.wv});
         }
         order.push_back(&l.wo);
-        if (l.w_gate_up) {
+        if (l.moe) {
+            const std::vector<linear*> moe = l.moe->weights_in_step_order();
+            order.insert(order.end(), moe.begin(), moe.end());
+        } else if (l.w_gate_up) {
             order.push_back(&*l.w_gate_up);
+            order.push_back(&l.w_down);
         } else {
-            order.insert(order.end(), {&l.w_gate, &l.w_up});
+            order.insert(order.end(), {&l.w_gate, &l.w_up, &l.w_down});
         }
-        order.push_back(&l.w_down);
     }
     order.push_back(&output_);
     const int n_shards = pool_->n_threads();
@@ -105,6 +108,7 @@ status cpu_llama::place_weights() {
             l.w_gate = l.w_gate_up->rows(0, hp.ffn_dim);
             l.w_up = l.w_gate_up->rows(hp.ffn_dim, 2 * hp.ffn_dim);
         }
+        if (l.moe) l.moe->parts_from_groups();
     }
     TROUPE_LOG_INFO("model",
                     "weights: %.1f MiB copied into anonymous memory%s, one region per thread (%d), %d of %d matrices "

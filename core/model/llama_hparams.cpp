@@ -29,12 +29,6 @@ status read_softcap(const gguf::gguf_file& f, const std::string& key, float& out
     return {};
 }
 
-// The error for a block kind whose code has not been wired into the graph yet.
-error not_wired(const gguf::gguf_file& f, const llama_hparams& hp, const std::string& what, const std::string& where) {
-    return error{f.path() + ": " + hp.architecture + " needs " + what +
-                 ", which is not wired into troupe's graph yet (" + where + ")"};
-}
-
 // The architecture's own keys beyond llama's: head size, windows, soft-capping, scales.
 status read_architecture_keys(const gguf::gguf_file& f, llama_hparams& hp) {
     const std::string a = hp.architecture + ".";
@@ -63,8 +57,12 @@ status read_architecture_keys(const gguf::gguf_file& f, llama_hparams& hp) {
         }
         hp.mla = **mla;
     }
-    if (d.experts_required || f.uint_or(a + "expert_count", 0) > 0) {
-        return not_wired(f, hp, "mixture-of-experts FFN layers (" + a + "expert_count)", "core/model/moe_ffn.h");
+    auto moe = read_moe_params(f, hp.architecture, hp.n_layers, hp.ffn_dim);
+    if (!moe.ok()) return moe.err();
+    hp.moe = *moe;
+    if (d.experts_required && !hp.moe) {
+        return make_error(f.path() + ": " + hp.architecture + " has mixture-of-experts FFN layers, but " + a +
+                          "expert_count is missing or 0");
     }
     return {};
 }

@@ -11,6 +11,7 @@
 #include "core/model/arch/arch_description.h"
 #include "core/model/arch/arch_families.h"
 #include "core/model/mla_params.h"
+#include "core/model/moe_params.h"
 #include "core/result.h"
 
 namespace troupe {
@@ -37,6 +38,7 @@ struct llama_hparams {
     float embed_scale = 1.0f;    // embeddings are multiplied by this (sqrt(dim) for Gemma)
     int32_t sliding_window = 0;  // <arch>.attention.sliding_window for the layers the description names; 0: none
     std::optional<mla_params> mla;  // multi-head latent attention's shape (attention_block::mla: deepseek2)
+    std::optional<moe_params> moe;  // the mixture of experts ("<arch>.expert_count" > 0): Mixtral, DeepSeek-V2
 
     int32_t q_width() const { return n_heads * head_dim; }
     int32_t kv_width() const { return n_kv_heads * head_dim; }
@@ -55,7 +57,7 @@ struct llama_hparams {
     }
     bool any_window() const;  // some layer attends within a window
     attention_block attention_of(int32_t /*il*/) const { return arch->attention; }
-    ffn_block ffn_of(int32_t /*il*/) const { return ffn_block::dense; }
+    ffn_block ffn_of(int32_t il) const { return moe && moe->is_moe_layer(il) ? ffn_block::moe : ffn_block::dense; }
 };
 
 // What a model needs beyond the plain llama graph (for graphs that implement only that one: the CUDA runner,

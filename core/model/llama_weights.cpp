@@ -143,6 +143,7 @@ result<llama_weights> bind_llama_weights(std::shared_ptr<const gguf::gguf_file> 
         w.tied_output = true;
     }
     std::string mla_errors;  // bind_mla_layer's lines
+    std::string moe_errors;  // bind_moe_layer's lines
     for (int32_t l = 0; l < h.n_layers; ++l) {
         const std::string p = "blk." + std::to_string(l) + ".";
         llama_layer_weights lw{};
@@ -161,12 +162,16 @@ result<llama_weights> bind_llama_weights(std::shared_ptr<const gguf::gguf_file> 
                 bind_dense_ffn(b, h, p, lw);
                 break;
             case ffn_block::moe:
-                break;  // refused by read_llama_hparams until moe_ffn is wired
+                lw.ffn_norm = b.vector(p + "ffn_norm.weight", h.dim);
+                lw.moe = bind_moe_layer(*file, *h.moe, l, h.dim, moe_errors);
+                if (h.arch->post_norms) lw.post_ffn_norm = b.vector(p + "post_ffw_norm.weight", h.dim);
+                break;
         }
         w.layers.push_back(lw);
     }
     if (const std::string e = b.error(); !e.empty()) return make_error(e);
     if (!mla_errors.empty()) return make_error(file->path() + ": the model's MLA tensors do not fit:" + mla_errors);
+    if (!moe_errors.empty()) return make_error(file->path() + ": the model's expert tensors do not fit:" + moe_errors);
     return w;
 }
 

@@ -28,6 +28,7 @@ struct llama_layer_weights {
     weight_view w_down;            // [dim rows, ffn_dim]
     weight_view post_ffn_norm{};   // [dim] F32; data null without post norms
     mla_layer_weights mla{};       // attention_block::mla: the MLA block's tensors (wq, wk, wv unused)
+    moe_layer_weights moe{};       // ffn_block::moe: the experts' tensors (w_gate, w_up, w_down unused)
 };
 
 struct llama_weights {
