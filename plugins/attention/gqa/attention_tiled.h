@@ -95,6 +95,17 @@ inline void chunk_accumulate(float* acc, const float* vc, const typename isa::ve
     }
 }
 
+// Soft-capping of a chunk's scores, lane by lane: s -> cap * tanh(s / cap). Out of line like cap_scores.
+template <class isa>
+__attribute__((noinline)) void cap_lanes(typename isa::vec* s, float cap) {
+    alignas(64) float lane[isa::lanes];
+    for (int32_t jj = 0; jj < isa::lanes; ++jj) {
+        isa::store(lane, s[jj]);
+        for (int32_t r = 0; r < isa::lanes; ++r) lane[r] = cap * tanhf(lane[r] / cap);
+        s[jj] = isa::load(lane);
+    }
+}
+
 // T: the pools' element type (float, or uint16_t halves), converted to float when a chunk is copied out.
 template <class isa, class T>
 void attend_rows(const troupe_attention_call& call, const int32_t* table, int32_t kv_head, const row_block<isa>& rows) {
@@ -122,6 +133,7 @@ void attend_rows(const troupe_attention_call& call, const int32_t* table, int32_
     // pos[r] - window + 1, masked as -key > -(that start) with the causal mask's compare. The first chunk holds a key
     // of every row's window (the rows' positions are consecutive and fewer than the lanes).
     const int32_t w = call.window;
+    const float softcap = call.softcap;
     const int32_t key0 = w > 0 && first - w + 1 > 0 ? first - w + 1 : 0;
     alignas(64) int32_t row_neg_start[lanes];
     for (int32_t r = 0; r < lanes; ++r) row_neg_start[r] = -(row_pos[r] - w + 1);
@@ -157,15 +169,8 @@ void attend_rows(const troupe_attention_call& call, const int32_t* table, int32_
 
         vec s[lanes];
         chunk_scores<isa>(qt, kc, hd, s);
-        if (call.softcap > 0.0f) {  // soft-capping (Gemma 2), lane by lane
-            alignas(64) float sl[lanes];
-            for (int32_t jj = 0; jj < lanes; ++jj) {
-                isa::store(sl, s[jj]);
-                for (int32_t r = 0; r < lanes; ++r) sl[r] = call.softcap * tanhf(sl[r] / call.softcap);
-                s[jj] = isa::load(sl);
-            }
-        }
-        if (j0 + lanes - 1 > first) {  // some key of the chunk is past some row's position
+        if (softcap > 0.0f) cap_lanes<isa>(s, softcap);  // Gemma 2: before masking
+        if (j0 + lanes - 1 > first) {                    // some key of the chunk is past some row's position
 #pragma GCC unroll 16
             for (int32_t jj = 0; jj < lanes; ++jj) s[jj] = isa::before(s[jj], j0 + jj, vpos);
         }
