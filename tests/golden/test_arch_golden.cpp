@@ -87,7 +87,12 @@ INSTANTIATE_TEST_SUITE_P(arch_models, arch_golden,
                                            arch_case{"tiny-gemma2.gguf", golden_setup::builtin_quantized, 0.02f},
                                            arch_case{"tiny-gemma2.gguf", golden_setup::builtin_float, 0.02f},
                                            arch_case{"tiny-mixtral.gguf", golden_setup::builtin_quantized, 0.02f},
-                                           arch_case{"tiny-mixtral.gguf", golden_setup::builtin_float, 0.02f}),
+                                           arch_case{"tiny-mixtral.gguf", golden_setup::builtin_float, 0.02f},
+                                           arch_case{"tiny-deepseek2.gguf", golden_setup::builtin_quantized, 0.02f},
+                                           arch_case{"tiny-deepseek2.gguf", golden_setup::builtin_float, 0.02f},
+                                           arch_case{"tiny-deepseek2-lite.gguf", golden_setup::builtin_quantized,
+                                                     0.02f},
+                                           arch_case{"tiny-deepseek2-lite.gguf", golden_setup::builtin_float, 0.02f}),
                          case_name);
 
 }  // namespace
