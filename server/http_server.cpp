@@ -7,10 +7,20 @@
 // Before waiting it checks pending(): a wake-up that arrived while it was writing is not repeated, and
 // with one I/O thread nothing can slip in between that check and the wait, so no wake-up is lost.
 //
+// Off the I/O thread: request bodies are parsed, chat templates rendered and prompts tokenized on the
+// prep pool (prep_threads threads), never on the I/O thread, which only moves bytes: a 1 MB prompt takes
+// hundreds of milliseconds to tokenize, and /health, the pages and the running streams must not wait for
+// it. The coroutine that read the body awaits the pool's answer and goes on (admission, submit) on the
+// I/O thread. Bodies arrive in reads of at most 64 KiB (Beast's read size), each its own handler.
+//
 // Disconnects: while an HTTP request generates, a watcher waits for the socket to become readable; EOF
 // or an error there (or a failed write) cancels the request at once. WebSocket: the read loop ending
 // cancels the connection's requests.
 #include "server/http_server.h"
+
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include <boost/asio.hpp>
 #include <boost/beast/core.hpp>
@@ -45,6 +55,19 @@ namespace {
 
 constexpr auto nothrow = net::as_tuple(net::use_awaitable);
 constexpr std::string_view json_type = "application/json";
+// Threads that parse and tokenize request bodies. Two: a huge prompt does not hold up every small one
+// behind it, and the executor's threads keep most of the cores. Their nice value: tokenizing is batch work,
+// so where cores are short the I/O thread and the executor (the running streams) go first.
+constexpr int prep_threads = 2;
+constexpr int prep_nice = 10;
+
+// Lowers the calling prep thread's priority, once per thread (Linux: nice is per thread).
+void lower_prep_priority() {
+    thread_local bool lowered = false;
+    if (lowered) return;
+    lowered = true;
+    (void)::setpriority(PRIO_PROCESS, static_cast<id_t>(::syscall(SYS_gettid)), prep_nice);
+}
 
 // Where engine-lane callbacks post their wake-ups; nulled when the server stops so that late callbacks
 // from an engine that outlives the server do nothing.
@@ -153,6 +176,8 @@ public:
     uint16_t port_ = 0;
     std::list<std::weak_ptr<http_conn>> http_conns_;
     std::list<std::weak_ptr<ws_conn>> ws_conns_;
+    // After ioc_: joined (by stop(), or when destroyed) before the I/O context whose coroutines await it.
+    net::thread_pool prep_{prep_threads};
 
     double uptime_s() const { return std::chrono::duration<double>(steady_clock::now() - t_start_).count(); }
 
@@ -165,6 +190,23 @@ public:
     }
 
     engine_snapshot snapshot() const { return ready_.load() ? model_.eng->snapshot() : engine_snapshot{}; }
+
+    // Runs f (a request's parse, render and tokenization) on the prep pool and resumes the calling
+    // coroutine on the I/O thread with its value. f may read only what does not change: the config, and
+    // model_ once ready_ was seen true. /metrics counts the requests in there (troupe_requests_preparing).
+    template <class F>
+    net::awaitable<std::invoke_result_t<F&>> off_io(F f) {
+        using value = std::invoke_result_t<F&>;
+        auto task = [f = std::move(f)]() mutable -> net::awaitable<value> {
+            lower_prep_priority();
+            co_return f();
+        };
+        stats_.n_preparing.fetch_add(1);
+        net::awaitable<value> done = net::co_spawn(prep_, std::move(task), net::use_awaitable);
+        value v = co_await std::move(done);
+        stats_.n_preparing.fetch_sub(1);
+        co_return v;
+    }
 
     // ---- listener -------------------------------------------------------------------------------
 
@@ -577,13 +619,23 @@ public:
                                   api_kind kind) {
         const bool keep = req.keep_alive();
         if (auto e = refuse_now()) co_return co_await send_error(*c, *e, keep);
-        parsed_request parsed = kind == api_kind::chat ? parse_chat_request(req.body(), config_.sampling)
-                                                       : parse_completion_request(req.body(), config_.sampling);
-        if (auto* e = std::get_if<api_error>(&parsed)) co_return co_await send_error(*c, *e, keep);
-        generation_request& r = std::get<generation_request>(parsed);
-        prepared prep = prepare_request(model_, sc_, r);
-        if (auto* e = std::get_if<api_error>(&prep)) co_return co_await send_error(*c, *e, keep);
-        prepared_request& p = std::get<prepared_request>(prep);
+        // Parse, render and tokenize on the prep pool (ready_ is true: model_ is set).
+        struct parsed_and_prepared {
+            parsed_request parsed;
+            std::optional<prepared> prep;
+        };
+        auto work = [this, kind, body = std::move(req.body())] {
+            parsed_and_prepared out{kind == api_kind::chat ? parse_chat_request(body, config_.sampling)
+                                                           : parse_completion_request(body, config_.sampling),
+                                    std::nullopt};
+            if (auto* r = std::get_if<generation_request>(&out.parsed)) out.prep = prepare_request(model_, sc_, *r);
+            return out;
+        };
+        parsed_and_prepared pp = co_await off_io(std::move(work));
+        if (auto* e = std::get_if<api_error>(&pp.parsed)) co_return co_await send_error(*c, *e, keep);
+        generation_request& r = std::get<generation_request>(pp.parsed);
+        if (auto* e = std::get_if<api_error>(&*pp.prep)) co_return co_await send_error(*c, *e, keep);
+        prepared_request& p = std::get<prepared_request>(*pp.prep);
         if (auto e = check_admission(sc_, stats_, p.n_prompt_tokens)) {
             stats_.n_overloaded.fetch_add(1);
             co_return co_await send_error(*c, *e, keep);
@@ -869,10 +921,13 @@ public:
         }
     }
 
-    void start_ws_request(const std::shared_ptr<ws_conn>& c, ws_start& s) {
+    // prep_or_none: the request rendered and tokenized on the prep pool; nullopt when the model was not
+    // ready then.
+    void start_ws_request(const std::shared_ptr<ws_conn>& c, ws_start& s, std::optional<prepared>& prep_or_none) {
         if (c->active.count(s.id)) return ws_send(*c, ws_error_json(s.id, "a request with this id is running"));
         if (auto e = refuse_now()) return ws_send(*c, ws_error_json(s.id, e->message));
-        prepared prep = prepare_request(model_, sc_, s.request);
+        if (!prep_or_none) return ws_send(*c, ws_error_json(s.id, "The model is loading; retry shortly"));
+        prepared& prep = *prep_or_none;
         if (auto* e = std::get_if<api_error>(&prep)) return ws_send(*c, ws_error_json(s.id, e->message));
         prepared_request& p = std::get<prepared_request>(prep);
         if (auto e = check_admission(sc_, stats_, p.n_prompt_tokens)) {
@@ -927,11 +982,23 @@ public:
         while (!c->closed) {
             auto [rec, n] = co_await c->ws.async_read(buffer, nothrow);
             if (rec) break;
-            const std::string text = beast::buffers_to_string(buffer.data());
+            std::string text = beast::buffers_to_string(buffer.data());
             buffer.consume(buffer.size());
-            ws_client_message m = parse_ws_message(text, config_.sampling);
+            // Parse, render and tokenize on the prep pool; one connection's messages stay in order.
+            struct parsed_and_prepared {
+                ws_client_message m;
+                std::optional<prepared> prep;
+            };
+            auto work = [this, text = std::move(text)] {
+                parsed_and_prepared out{parse_ws_message(text, config_.sampling), std::nullopt};
+                auto* s = std::get_if<ws_start>(&out.m);
+                if (s && ready_.load()) out.prep = prepare_request(model_, sc_, s->request);
+                return out;
+            };
+            parsed_and_prepared pp = co_await off_io(std::move(work));
+            ws_client_message& m = pp.m;
             if (auto* s = std::get_if<ws_start>(&m)) {
-                start_ws_request(c, *s);
+                start_ws_request(c, *s, pp.prep);
             } else if (auto* x = std::get_if<ws_cancel>(&m)) {
                 auto it = c->active.find(x->id);
                 if (it != c->active.end()) {
@@ -1050,6 +1117,7 @@ void http_server::stop() {
         m.ioc_.stop();
         m.thread_.join();
     }
+    m.prep_.join();  // a prep task still running finishes; its answer goes to the stopped I/O context
     std::lock_guard lock(m.target_->mutex);
     m.target_->ioc = nullptr;
 }

@@ -233,6 +233,9 @@ std::string prometheus_text(const engine_snapshot& s, const server_figures& f, c
     p.one("troupe_connections", "gauge", "Open connections (HTTP and WebSocket).",
           static_cast<double>(f.n_connections));
     p.one("troupe_websockets", "gauge", "Open WebSocket connections.", static_cast<double>(f.n_websockets));
+    p.one("troupe_requests_preparing", "gauge",
+          "Requests whose bodies are being parsed and prompts tokenized (off the I/O thread).",
+          static_cast<double>(f.n_preparing));
     p.one("troupe_server_queue_requests", "gauge", "Server requests submitted that have no token yet.",
           static_cast<double>(f.n_queued));
     p.one("troupe_server_queue_tokens", "gauge", "Prompt tokens of those requests.",

@@ -20,6 +20,7 @@ struct server_stats {
     std::atomic<int64_t> n_queued{0};              // server requests submitted, no token yet
     std::atomic<int64_t> n_queued_tokens{0};       // their prompt tokens
     std::atomic<int64_t> n_active{0};              // server requests submitted and not ended
+    std::atomic<int64_t> n_preparing{0};           // bodies being parsed and prompts tokenized (off the I/O thread)
 };
 
 // A copy for the text builders.
@@ -27,6 +28,7 @@ struct server_figures {
     int64_t n_http_requests = 0, n_http_2xx = 0, n_http_4xx = 0, n_http_5xx = 0;
     int64_t n_overloaded = 0, n_disconnect_cancels = 0, n_slow_client_closes = 0;
     int64_t n_connections = 0, n_websockets = 0, n_queued = 0, n_queued_tokens = 0, n_active = 0;
+    int64_t n_preparing = 0;
     bool ready = false;     // the model is loaded
     bool draining = false;  // new requests are refused
     double uptime_s = 0;
@@ -46,6 +48,7 @@ inline server_figures figures_of(const server_stats& s) {
     f.n_queued = s.n_queued.load();
     f.n_queued_tokens = s.n_queued_tokens.load();
     f.n_active = s.n_active.load();
+    f.n_preparing = s.n_preparing.load();
     return f;
 }
 
