@@ -10,16 +10,15 @@
 //     layers accumulate the difference); troupe evaluates GELU on F16-rounded gates in both recipes (as llama.cpp's
 //     CPU GELU does), which keeps tiny-gemma2 within 0.02 too.
 //
-// Also: an unknown architecture and a missing tensor each give one error naming what and where.
+// Also: a KV plugin, or an attention op without the features, is refused for gemma2 at load.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
-#include <filesystem>
-#include <fstream>
 
-#include "core/gguf/gguf_writer.h"
+#include "core/gguf/gguf_file.h"
 #include "core/loader/model_loader.h"
+#include "core/model/cpu_llama.h"
 #include "core/model/greedy.h"
 #include "core/tokenizer/tokenizer.h"
 #include "tests/common/shared_data.h"
@@ -94,6 +93,48 @@ INSTANTIATE_TEST_SUITE_P(arch_models, arch_golden,
                                                      0.02f},
                                            arch_case{"tiny-deepseek2-lite.gguf", golden_setup::builtin_float, 0.02f}),
                          case_name);
+
+// Gemma 2's soft-capping and windows are the attention op's: a KV plugin (which owns its attention and has neither) is
+// refused at load naming what the model needs, and so is an attention plugin without the features.
+TEST(arch_refusals, a_kv_plugin_or_an_attention_plugin_without_softcap_and_window_is_refused_for_gemma2) {
+    TROUPE_REQUIRE_SHARED(model_path, "models/arch/tiny-gemma2.gguf");
+    engine_config c = testing::golden_config(model_path, golden_setup::builtin_float);
+    c.kv.plugin = plugin_config("int8");
+    auto m = load_model(c);
+    ASSERT_FALSE(m.ok());
+    EXPECT_NE(m.message().find("tiny-gemma2.gguf: gemma2 needs attention soft-capping and sliding-window attention, "
+                               "which the KV plugin kv/int8 does not do"),
+              std::string::npos)
+        << m.message();
+
+    // An attention op that declares no features (a plugin built before version 4 reads as one).
+    class plain_attention final : public attention_op {
+    public:
+        std::string name() const override { return "attention/plain"; }
+        status forward(const attention_call&, const parallel_for_fn&) override {
+            return make_error("attention/plain: not for running");
+        }
+    };
+    auto file = gguf::gguf_file::open(model_path);
+    ASSERT_TRUE(file.ok()) << file.message();
+    auto w = bind_llama_weights(*file);
+    ASSERT_TRUE(w.ok()) << w.message();
+    cpu_llama_params params;
+    params.attention = std::make_shared<plain_attention>();
+    params.n_threads = 1;
+    auto runner = cpu_llama::create(std::move(*w), params);
+    ASSERT_FALSE(runner.ok());
+    EXPECT_NE(runner.message().find("gemma2 needs attention soft-capping and sliding-window attention, which attention "
+                                    "plugin attention/plain does not declare (troupe_attention_ops.features)"),
+              std::string::npos)
+        << runner.message();
+
+    TROUPE_REQUIRE_SHARED(qwen2_path, "models/arch/tiny-qwen2.gguf");
+    engine_config q = testing::golden_config(qwen2_path, golden_setup::builtin_float);
+    q.kv.plugin = plugin_config("int8");
+    auto qwen2 = load_model(q);  // no soft-capping, no window: a KV plugin runs it
+    EXPECT_TRUE(qwen2.ok()) << qwen2.message();
+}
 
 }  // namespace
 }  // namespace troupe
