@@ -208,6 +208,10 @@ std::string cpu_llama::description() const {
     return w_.file->path() + ": " + hp.architecture + ", " + std::to_string(hp.n_layers) + " layers, dim " +
            std::to_string(hp.dim) + ", " + std::to_string(hp.n_heads) + " heads / " + std::to_string(hp.n_kv_heads) +
            " kv heads" + (hp.mla ? " (MLA, latent " + std::to_string(hp.mla->latent_width()) + ")" : std::string()) +
+           (hp.moe
+                ? ", " + std::to_string(hp.moe->n_experts) + " experts (top " + std::to_string(hp.moe->n_used) +
+                      (hp.moe->n_shared > 0 ? ", " + std::to_string(hp.moe->n_shared) + " shared" : std::string()) + ")"
+                : std::string()) +
            ", vocab " + std::to_string(hp.n_vocab) + ", " + types + " weights" +
            (params_.activations == cpu::activation_recipe::float32 ? ", float activations" : "") + ", cpu (" +
            std::to_string(pool_->n_threads()) + " threads)";
