@@ -318,7 +318,8 @@ std::optional<api_error> read_prompt(const json::value& v, generation_request& r
     r.prompts.clear();
     const json::array* a = v.if_array();
     if (a && !a->empty() && ((*a)[0].is_string() || (*a)[0].is_array())) {
-        if (a->size() > 64) return bad_request("prompt: at most 64 prompts, got " + std::to_string(a->size()), "prompt");
+        if (a->size() > 64)
+            return bad_request("prompt: at most 64 prompts, got " + std::to_string(a->size()), "prompt");
         for (const auto& one : *a) {
             if (!one.is_string() && !one.is_array()) {
                 return wrong_type("prompt", "an array of prompts (strings or arrays of token ids)", one);
@@ -427,10 +428,14 @@ parsed_request parse_completion_request(std::string_view body, const sampling_pa
     if (auto e = finish_common(c)) return *e;
     r.best_of = best_of > 0 ? static_cast<int32_t>(best_of) : r.n;
     if (r.best_of < r.n) {
-        return bad_request("best_of: must be at least n (" + std::to_string(r.n) + "), got " + std::to_string(r.best_of),
-                           "best_of");
+        return bad_request(
+            "best_of: must be at least n (" + std::to_string(r.n) + "), got " + std::to_string(r.best_of), "best_of");
     }
     if (r.best_of > r.n && r.stream) return bad_request("best_of: cannot be used with stream", "best_of");
+    if (r.echo && r.logprobs >= 0) {
+        return bad_request(
+            "echo: with logprobs it needs the prompt tokens' logprobs, which troupe does not compute yet", "echo");
+    }
     const size_t n_prompts = std::max<size_t>(r.prompts.size(), 1);
     if (n_prompts * static_cast<size_t>(r.best_of) > 128) {
         return bad_request("prompt: " + std::to_string(n_prompts) + " prompts x best_of " + std::to_string(r.best_of) +

@@ -6,6 +6,9 @@
 
 #include "server/choices.h"
 #include "server/request_parser.h"
+#include "tests/common/shared_data.h"
+#include "tests/server/live_server.h"
+#include "tests/server/loopback_client.h"
 
 namespace troupe::server {
 namespace {
@@ -126,6 +129,40 @@ TEST(choices, streamed_choices_carry_their_index_and_each_ends_with_its_own_fini
     EXPECT_TRUE(chunks[3].at("choices").as_array().empty());
     EXPECT_EQ(chunks[3].at("usage").at("completion_tokens"), 2);
     EXPECT_EQ(chunks[3].at("usage").at("prompt_tokens"), 3);
+}
+
+// On the real model: the choices of one prompt are prefilled once (the others find its whole blocks in the
+// prefix cache), and two prompts with n = 2 and echo come back prompt-major, each choice starting with its prompt.
+TEST(choices, the_choices_of_one_prompt_share_its_whole_kv_blocks_and_come_back_in_order) {
+    TROUPE_REQUIRE_SHARED(model, "models/stories260K.gguf");
+    std::string error;
+    auto live = testing::start_live_server(testing::test_config(model), false, error);
+    ASSERT_TRUE(live) << error;
+    const std::string prompt =
+        "Once upon a time there was a little girl named Lily who loved to play in the park with her friends and "
+        "her dog every day after school";
+    const int64_t hits_before = live->eng->snapshot().kv.n_prefix_hits;
+    const auto reply =
+        testing::http_call(live->port, "POST", "/v1/completions",
+                           R"({"prompt":")" + prompt + R"(","n":4,"max_tokens":4,"temperature":1,"seed":7})");
+    ASSERT_EQ(reply.status, 200) << reply.body;
+    const json::value v = json::parse(reply.body);
+    ASSERT_EQ(v.at("choices").as_array().size(), 4u);
+    const int64_t n_blocks = v.at("usage").at("prompt_tokens").as_int64() / live->eng->snapshot().kv.block_size;
+    ASSERT_GT(n_blocks, 0);
+    // The first choice computes the prompt's whole blocks; the three others reuse every one of them.
+    EXPECT_EQ(live->eng->snapshot().kv.n_prefix_hits - hits_before, 3 * n_blocks);
+
+    const auto two = testing::http_call(live->port, "POST", "/v1/completions",
+                                        R"({"prompt":["Tom","The cat"],"n":2,"echo":true,"max_tokens":3,"seed":1})");
+    ASSERT_EQ(two.status, 200) << two.body;
+    const json::value answer = json::parse(two.body);
+    const auto& cs = answer.at("choices").as_array();
+    ASSERT_EQ(cs.size(), 4u);
+    for (size_t i = 0; i < 4; ++i) {
+        EXPECT_EQ(cs[i].at("index"), static_cast<int64_t>(i));
+        EXPECT_TRUE(std::string(cs[i].at("text").as_string()).starts_with(i < 2 ? "Tom" : "The cat")) << two.body;
+    }
 }
 
 }  // namespace
