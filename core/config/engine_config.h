@@ -129,8 +129,10 @@ struct plugins_config {
     plugin_config attention{"gqa"};
     // plugins.quant: one plugin, or a list tried in order: each weight goes to the first that claims its type.
     // quant is the first (what the single form and --set plugins.quant.* edit), more_quant the rest of the list.
-    plugin_config quant{"q8"};
-    std::vector<plugin_config> more_quant{plugin_config("w4a16")};
+    // Default [w4a16]: Q8_0 and the other GGUF types run on the builtin kernels (the int8 recipe), their fastest
+    // path; quant/q8 (W8A16, online quantization) is opt-in.
+    plugin_config quant{"w4a16"};
+    std::vector<plugin_config> more_quant;
     plugin_config spec{"none"};
     std::string plugin_dir;  // "": $TROUPE_PLUGIN_DIR, else the build's plugin folder (the host decides)
 

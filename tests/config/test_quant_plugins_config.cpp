@@ -26,8 +26,8 @@ std::string params_of(const plugin_config& p) {
     return e.c_str();
 }
 
-TEST(quant_plugins_config, the_default_is_q8_then_w4a16) {
-    EXPECT_EQ(names(engine_config{}), (std::vector<std::string>{"q8", "w4a16"}));
+TEST(quant_plugins_config, the_default_is_w4a16_alone_so_q8_0_runs_on_the_builtin_int8_recipe) {
+    EXPECT_EQ(names(engine_config{}), (std::vector<std::string>{"w4a16"}));
 }
 
 TEST(quant_plugins_config, each_form_gives_its_list_of_plugins) {
@@ -41,8 +41,8 @@ TEST(quant_plugins_config, each_form_gives_its_list_of_plugins) {
         {"plugins: {quant: [{name: q8, params: {online: true}}, w4a16]}", {"q8", "w4a16"}, {"{online: true}", "{}"}},
         {"plugins: {quant: [w4a16, {name: q8, path: /x/libq.so}]}", {"w4a16", "q8"}, {"{}", "{}"}},
         // The single map form edits the first plugin of the (default) list and keeps the others.
-        {"plugins: {quant: {params: {activations: int8}}}", {"q8", "w4a16"}, {"{activations: int8}", "{}"}},
-        {"plugins: {quant: {name: w4a16, params: {kernel: avx2}}}", {"w4a16", "w4a16"}, {"{kernel: avx2}", "{}"}},
+        {"plugins: {quant: {params: {kernel: avx2}}}", {"w4a16"}, {"{kernel: avx2}"}},
+        {"plugins: {quant: {name: q8, params: {activations: int8}}}", {"q8"}, {"{activations: int8}"}},
         {"plugins: {quant: {name: none}}", {}, {}},
     };
     for (const auto& c : cases) {
@@ -58,9 +58,10 @@ TEST(quant_plugins_config, each_form_gives_its_list_of_plugins) {
 
 TEST(quant_plugins_config, set_overrides_edit_the_first_plugin) {
     engine_config c;
-    const std::vector<config_override> online{{"plugins.quant.params.online", "true", "--set"}};
+    const std::vector<config_override> online{{"plugins.quant.name", "q8", "--set"},
+                                              {"plugins.quant.params.online", "true", "--set"}};
     ASSERT_TRUE(apply_overrides(c, online).ok());
-    EXPECT_EQ(names(c), (std::vector<std::string>{"q8", "w4a16"}));
+    EXPECT_EQ(names(c), (std::vector<std::string>{"q8"}));
     EXPECT_EQ(c.plugins.quant.params["online"].as<std::string>(), "true");
     const std::vector<config_override> none{{"plugins.quant.name", "none", "--set"}};
     ASSERT_TRUE(apply_overrides(c, none).ok());

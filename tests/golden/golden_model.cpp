@@ -26,7 +26,6 @@ engine_config golden_config(const std::string& path, golden_setup setup) {
     engine_config config;
     config.model = path;
     config.plugins.attention = plugin_config("gqa");
-    config.plugins.quant = plugin_config("q8");
     config.scheduler.max_running_seqs = 4;
     switch (setup) {
         case golden_setup::default_config:
@@ -40,10 +39,12 @@ engine_config golden_config(const std::string& path, golden_setup setup) {
             config.kernels.activations = kernel_activations::float32;
             break;
         case golden_setup::float_recipe:
+            config.plugins.quant = plugin_config("q8");
             config.plugins.quant.params = YAML::Load("{activations: float}");
             config.kernels.activations = kernel_activations::float32;
             break;
         case golden_setup::int8_recipe:
+            config.plugins.quant = plugin_config("q8");
             config.plugins.quant.params = YAML::Load("{activations: int8}");
             config.kernels.activations = kernel_activations::quantized;
             break;

@@ -12,8 +12,8 @@
 namespace troupe::testing {
 
 // Which recipe each weight type's products follow:
-//   default_config    : the default config: quant/q8 takes the Q8_0 tensors (W8A16: float activations), the builtin
-//                       kernels (kernels.activations: quantized) the rest;
+//   default_config    : the default config: the builtin kernels (kernels.activations: quantized) take every GGUF type,
+//                       quant/w4a16 the 4-bit group types;
 //   builtin_quantized : no quant plugin, kernels.activations: quantized (llama.cpp's recipe for every type);
 //   builtin_float     : no quant plugin, kernels.activations: float (float activations for every type);
 //   float_recipe      : quant/q8 in float mode for Q8_0 tensors and kernels.activations: float for the rest;

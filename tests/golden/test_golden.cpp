@@ -11,8 +11,8 @@
 //     kernels.activations: float)   |   (float32 activations)         |   stories260K F32, F16, Q8_0, Q4_0
 //   builtin_float (quant: none,     | rand10M-greedy-floatact.json    | rand10M Q8_0 (the builtin float kernels
 //     kernels.activations: float)   |                                 |   instead of the plugin)
-//   default_config (quant/q8 W8A16  | stories260K-greedy.json         | stories260K F32, F16, Q8_0, Q4_0
-//     for Q8_0, builtin quantized)  |                                 |
+//   default_config (builtin         | stories260K-greedy.json         | stories260K F32, F16, Q8_0, Q4_0
+//     quantized, w4a16 for W4)      |                                 |
 //
 // Each golden is matched by the path that computes its recipe: an integer dot-product path (quantized
 // activations) the 8-bit one, a dequantize-then-multiply path (float activations) the float one. On the random

@@ -102,12 +102,12 @@ TEST_P(w4a16_stories, the_default_engine_runs_the_quantized_file_as_its_dequanti
     auto want = greedy_generate(*f32->runner, prompt, n_new);
     ASSERT_TRUE(want.ok()) << want.message();
 
-    engine_config config;  // the defaults: plugins.quant [q8, w4a16], kernels.activations: quantized
+    engine_config config;  // the defaults: plugins.quant [w4a16], kernels.activations: quantized
     config.model = quantized;
     config.scheduler.max_running_seqs = 4;
-    ASSERT_EQ(config.plugins.quant_plugins().size(), 2u);
-    ASSERT_EQ(config.plugins.more_quant.at(0).name, "w4a16");
-    config.plugins.more_quant.at(0).params[std::string("activations")] = std::string(c.activations);
+    ASSERT_EQ(config.plugins.quant_plugins().size(), 1u);
+    ASSERT_EQ(config.plugins.quant.name, "w4a16");
+    config.plugins.quant.params[std::string("activations")] = std::string(c.activations);
     auto w4 = load_model(config);
     ASSERT_TRUE(w4.ok()) << w4.message();
     auto got = greedy_generate(*w4->runner, prompt, n_new);
