@@ -183,6 +183,14 @@ TEST(jinja, syntax_errors_name_line_and_column) {
 
 TEST(jinja, limits_stop_a_runaway_template_with_a_clear_error) {
     const dict vars;
+    const std::string deep_expression = "{{ " + std::string(5000, '(') + "1" + std::string(5000, ')') + " }}";
+    EXPECT_NE(render(deep_expression.c_str(), vars).find("PARSE ERROR: template syntax error at line 1, column "),
+              std::string::npos);
+    EXPECT_NE(render(deep_expression.c_str(), vars).find("nests deeper than 256 levels"), std::string::npos);
+    std::string deep_blocks;
+    for (int k = 0; k < 2000; ++k) deep_blocks += "{% if true %}";
+    EXPECT_NE(render(deep_blocks.c_str(), vars).find("nests deeper than 256 levels"), std::string::npos);
+    EXPECT_EQ(render("{{ ((((1)))) + [[[2]]][0][0][0] }}", vars), "3");
     EXPECT_EQ(render("{% for i in range(100000000) %}{% endfor %}", vars),
               "RENDER ERROR: template error at line 1, column 13: range() of 100000000 items passes the limit of "
               "1000000");

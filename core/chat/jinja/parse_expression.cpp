@@ -6,6 +6,7 @@
 namespace troupe::jinja {
 
 expr_ptr parser::parse_expression(bool with_conditional) {
+    const depth_guard guard(*this);
     const token& at = current();
     expr_ptr node = parse_or();
     if (!with_conditional) return node;
@@ -108,6 +109,7 @@ expr_ptr parser::parse_pow() {
 }
 
 expr_ptr parser::parse_unary(bool with_filter) {
+    const depth_guard guard(*this);
     const token& at = current();
     expr_ptr node;
     if (skip_op("-")) {

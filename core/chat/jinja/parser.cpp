@@ -100,6 +100,7 @@ body parser::parse_template() {
 // Statements up to a block tag named in `ends` (left unread at its name), or to the end of the template
 // when `ends` is empty.
 body parser::parse_body(std::initializer_list<std::string_view> ends, std::string_view block) {
+    const depth_guard guard(*this);
     body out;
     while (true) {
         const token& t = current();

@@ -34,6 +34,21 @@ private:
     const std::vector<token>& tokens_;
     size_t pos_ = 0;
     std::vector<std::string> open_blocks_;  // for the "innermost block" in end-of-template errors
+    int depth_ = 0;                         // nesting of expressions and blocks being parsed
+
+    // Counts one level of nesting for its lifetime; past max_depth the template is refused rather than
+    // exhausting the stack (the parser and the evaluator recurse as deep as the template nests).
+    static constexpr int max_depth = 256;
+    struct depth_guard {
+        parser& p;
+        explicit depth_guard(parser& owner) : p(owner) {
+            if (++p.depth_ > max_depth)
+                p.fail("the template nests deeper than " + std::to_string(max_depth) + " levels");
+        }
+        ~depth_guard() { --p.depth_; }
+        depth_guard(const depth_guard&) = delete;
+        depth_guard& operator=(const depth_guard&) = delete;
+    };
 
     const token& current() const { return tokens_[pos_]; }
     const token& peek(size_t ahead = 1) const;
