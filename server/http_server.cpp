@@ -191,6 +191,21 @@ public:
 
     engine_snapshot snapshot() const { return ready_.load() ? model_.eng->snapshot() : engine_snapshot{}; }
 
+    // POST /tokenize and /detokenize (llama-server's bodies), tokenized on the prep pool as prompts are: a
+    // megabyte of text must not stall /health and the running streams.
+    net::awaitable<bool> tokenize_route(const std::shared_ptr<http_conn>& c, http::request<http::string_body>& req,
+                                        bool tokenize) {
+        const bool keep = req.keep_alive();
+        auto work = [this, tokenize, body = std::move(req.body())] {
+            return tokenize ? tokenize_answer(body, *model_.tok) : detokenize_answer(body, *model_.tok);
+        };
+        api_answer a = co_await off_io(std::move(work));
+        if (const auto* e = std::get_if<api_error>(&a)) co_return co_await send_error(*c, *e, keep);
+        response res = make_response(200, json_type, std::move(std::get<std::string>(a)), keep);
+        const bool again = co_await send(*c, res);
+        co_return again;
+    }
+
     // Runs f (a request's parse, render and tokenization) on the prep pool and resumes the calling
     // coroutine on the I/O thread with its value. f may read only what does not change: the config, and
     // model_ once ready_ was seen true. /metrics counts the requests in there (troupe_requests_preparing).
@@ -409,6 +424,10 @@ public:
                 co_return again;
             }
         }
+        if ((path == "/tokenize" || path == "/detokenize") && req.method() == http::verb::post && ready_.load()) {
+            const bool again = co_await tokenize_route(c, req, path == "/tokenize");
+            co_return again;
+        }
         response res = route(req);
         if (req.method() == http::verb::head) {  // the headers of the GET, no body
             const std::string length = std::to_string(res.body().size());
@@ -477,13 +496,9 @@ public:
                 model_json(model_.facts.name, unix_now(), model_.facts.context_length, model_.facts.chat_template),
                 keep);
         }
-        if (path == "/tokenize" || path == "/detokenize") {
+        if (path == "/tokenize" || path == "/detokenize") {  // a POST to a ready server went to tokenize_route
             if (method != http::verb::post) return wrong_method("POST");
-            if (!ready_.load()) return error_response(unavailable("The model is loading"), keep);
-            const api_answer a = path == "/tokenize" ? tokenize_answer(req.body(), *model_.tok)
-                                                     : detokenize_answer(req.body(), *model_.tok);
-            if (const auto* e = std::get_if<api_error>(&a)) return error_response(*e, keep);
-            return make_response(200, json_type, std::get<std::string>(a), keep);
+            return error_response(unavailable("The model is loading"), keep);
         }
         if (path == "/v1/completions" || path == "/v1/chat/completions") return wrong_method("POST");
         if (path.starts_with("/admin/api/")) return admin(req, path, t.query);
