@@ -102,7 +102,8 @@ result<loaded_model> load_model(const engine_config& config, const load_options&
     // A model with multi-head latent attention (deepseek2) needs attention/mla: the default attention (gqa, by name)
     // becomes mla, with mla's default parameters; any other plugin must declare MLA (checked by cpu_llama).
     plugin_config attention_config = config.plugins.attention;
-    if (weights->hp.mla && attention_config.name == "gqa" && attention_config.path.empty()) {
+    const bool target_mla = weights->hp.mla.has_value();
+    if (target_mla && attention_config.name == "gqa" && attention_config.path.empty()) {
         TROUPE_LOG_INFO("loader", "%s uses multi-head latent attention: plugins.attention gqa -> mla",
                         weights->hp.architecture.c_str());
         attention_config = plugin_config("mla");
@@ -246,6 +247,13 @@ result<loaded_model> load_model(const engine_config& config, const load_options&
         // same cores); on the GPU it runs on the CPU with an own pool.
         cpu_llama_params second = params;
         second.pool = m.cpu != nullptr ? m.cpu->shared_pool() : nullptr;
+        // Beside an MLA target's attention/mla a second model attends with gqa (a drafter of its own architecture;
+        // an MLA drafter is refused by its runner, naming mla).
+        if (target_mla) {
+            auto gqa = load_plugin(host, plugin_kind::attention, plugin_config("gqa"));
+            if (!gqa.ok()) return gqa.err();
+            second.attention = gqa->attention;
+        }
         if (status st = second_models->start(second); !st.ok()) return st.err();
     }
     TROUPE_LOG_INFO("loader", "%s", m.runner->description().c_str());
