@@ -212,4 +212,17 @@ parsed_reply parse_tool_calls(tool_call_format format, std::string_view text) {
     return parsed_reply{std::string(text), {}};
 }
 
+boost::json::array tool_calls_json(const std::vector<parsed_tool_call>& calls, std::string_view id_prefix) {
+    boost::json::array out;
+    for (size_t k = 0; k < calls.size(); ++k) {
+        const auto& c = calls[k];
+        const std::string id = c.id.empty() ? std::string(id_prefix) + std::to_string(k) : c.id;
+        out.push_back(
+            boost::json::object{{"id", id},
+                                {"type", "function"},
+                                {"function", boost::json::object{{"name", c.name}, {"arguments", c.arguments}}}});
+    }
+    return out;
+}
+
 }  // namespace troupe

@@ -14,6 +14,7 @@
 // Pure functions on finished text; the server parses when the reply is complete.
 #pragma once
 
+#include <boost/json/array.hpp>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -42,5 +43,9 @@ struct parsed_reply {
 };
 
 parsed_reply parse_tool_calls(tool_call_format format, std::string_view text);
+
+// The calls as OpenAI's message.tool_calls: [{"id", "type": "function", "function": {"name", "arguments"}}],
+// a call without an id named id_prefix + its index ("call_<response id>_0", ...).
+boost::json::array tool_calls_json(const std::vector<parsed_tool_call>& calls, std::string_view id_prefix);
 
 }  // namespace troupe

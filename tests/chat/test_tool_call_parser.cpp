@@ -5,6 +5,8 @@
 #include <fstream>
 #include <sstream>
 
+#include <boost/json.hpp>
+
 #include "core/chat/tool_call_parser.h"
 
 namespace troupe {
@@ -117,6 +119,16 @@ TEST(tool_call_parser, the_format_is_detected_from_each_familys_template) {
          {tool_call_format::none, tool_call_format::hermes, tool_call_format::llama3, tool_call_format::mistral}) {
         EXPECT_EQ(parse_tool_call_format_name(tool_call_format_name(f)), f);
     }
+}
+
+TEST(tool_call_parser, calls_become_openai_tool_calls_with_ids_kept_or_made) {
+    const parsed_reply p = parse_tool_calls(
+        tool_call_format::mistral,
+        "[TOOL_CALLS] [{\"name\": \"a\", \"arguments\": {\"x\": 1}, \"id\": \"abc123xyz\"}, {\"name\": \"b\", "
+        "\"arguments\": {}}]");
+    EXPECT_EQ(boost::json::serialize(tool_calls_json(p.tool_calls, "call_7_")),
+              R"([{"id":"abc123xyz","type":"function","function":{"name":"a","arguments":"{\"x\":1}"}},)"
+              R"({"id":"call_7_1","type":"function","function":{"name":"b","arguments":"{}"}}])");
 }
 
 }  // namespace
