@@ -1,9 +1,11 @@
 // troupe synth --arch: each architecture's random model has the tensors and keys of the independent reference's
 // model of that architecture (../shared/models/arch/tiny-*.gguf): the same tensor names in every layer (ranks and
 // F32 vectors alike) and every "<arch>.*" key the reference file sets (but the RoPE scaling keys it stores with no
-// effect). (llama's own layout: test_cli's synth tests.)
+// effect). (llama's own layout: test_cli's synth tests.) And troupe runs each one: it loads as `troupe run` loads
+// it and decodes greedily with finite logits.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdio>
 #include <map>
 #include <regex>
@@ -11,7 +13,9 @@
 #include <string>
 
 #include "cli/synth_model.h"
+#include "core/model/greedy.h"
 #include "tests/common/shared_data.h"
+#include "tests/golden/golden_model.h"
 
 namespace troupe {
 namespace {
@@ -33,7 +37,7 @@ struct arch_case {
 
 class synth_arch_vs_reference : public ::testing::TestWithParam<arch_case> {};
 
-TEST_P(synth_arch_vs_reference, the_random_model_has_the_reference_models_tensors_and_keys) {
+TEST_P(synth_arch_vs_reference, the_random_model_has_the_reference_models_tensors_and_keys_and_runs) {
     const arch_case& c = GetParam();
     TROUPE_REQUIRE_SHARED(ref_path, std::string("models/arch/") + c.reference);
     auto ref = gguf::gguf_file::open(ref_path);
@@ -48,7 +52,6 @@ TEST_P(synth_arch_vs_reference, the_random_model_has_the_reference_models_tensor
     auto f = gguf::gguf_file::open(out);
     ASSERT_TRUE(f.ok()) << f.message();
     const gguf::gguf_file& g = **f;
-    std::remove(out.c_str());
 
     const std::string arch = g.string_or("general.architecture", "");
     EXPECT_EQ(arch, (*ref)->string_or("general.architecture", "?"));
@@ -69,6 +72,15 @@ TEST_P(synth_arch_vs_reference, the_random_model_has_the_reference_models_tensor
     } else {
         EXPECT_EQ(summary->n_active_params, summary->n_params);
     }
+
+    auto model = testing::load_golden_model(out, testing::golden_setup::builtin_quantized);
+    ASSERT_TRUE(model.ok()) << model.message();
+    const std::vector<int32_t> prompt{1, 403, 407, 261, 378};
+    auto res = greedy_generate(*model->runner, prompt, 4);
+    ASSERT_TRUE(res.ok()) << res.message();
+    EXPECT_EQ(res->tokens.size(), 4u);
+    for (float l : res->first_logits) ASSERT_TRUE(std::isfinite(l));
+    std::remove(out.c_str());
 }
 
 INSTANTIATE_TEST_SUITE_P(architectures, synth_arch_vs_reference,
