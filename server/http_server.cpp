@@ -36,6 +36,7 @@
 
 #include "core/log/log.h"
 #include "core/tokenizer/tokenizer.h"
+#include "server/choices.h"
 #include "server/metrics_text.h"
 #include "server/request_guard.h"
 #include "server/request_parser.h"
@@ -601,8 +602,9 @@ public:
         };
     }
 
-    std::shared_ptr<request_stream> make_stream(int32_t n_prompt_tokens) {
+    std::shared_ptr<request_stream> make_stream(int32_t n_prompt_tokens, int32_t n_sinks = 1) {
         request_stream::params p;
+        p.n_sinks = n_sinks;
         p.max_pending_bytes = sc_.max_send_queue_bytes;
         p.n_prompt_tokens = n_prompt_tokens;
         p.stats = &stats_;
@@ -637,59 +639,63 @@ public:
         // Parse, render and tokenize on the prep pool (ready_ is true: model_ is set).
         struct parsed_and_prepared {
             parsed_request parsed;
-            std::optional<prepared> prep;
+            std::optional<std::variant<prepared_choices, api_error>> prep;
         };
         auto work = [this, kind, body = std::move(req.body())] {
             parsed_and_prepared out{kind == api_kind::chat ? parse_chat_request(body, config_.sampling)
                                                            : parse_completion_request(body, config_.sampling),
                                     std::nullopt};
-            if (auto* r = std::get_if<generation_request>(&out.parsed)) out.prep = prepare_request(model_, sc_, *r);
+            if (auto* r = std::get_if<generation_request>(&out.parsed)) out.prep = prepare_choices(model_, sc_, *r);
             return out;
         };
         parsed_and_prepared pp = co_await off_io(std::move(work));
         if (auto* e = std::get_if<api_error>(&pp.parsed)) co_return co_await send_error(*c, *e, keep);
         generation_request& r = std::get<generation_request>(pp.parsed);
         if (auto* e = std::get_if<api_error>(&*pp.prep)) co_return co_await send_error(*c, *e, keep);
-        prepared_request& p = std::get<prepared_request>(*pp.prep);
+        prepared_choices& p = std::get<prepared_choices>(*pp.prep);
         if (auto e = check_admission(sc_, stats_, p.n_prompt_tokens)) {
             stats_.n_overloaded.fetch_add(1);
             co_return co_await send_error(*c, *e, keep);
         }
 
-        auto rs = make_stream(p.n_prompt_tokens);
-        auto id_holder = std::make_shared<std::atomic<request_id>>(0);
+        auto rs = make_stream(p.n_prompt_tokens, p.layout.n_requests());
+        auto ids = std::make_shared<request_ids>();
         rs->set_notify(waker(c));
-        rs->set_on_overflow(
-            [eng = model_.eng, id_holder, target = target_, weak = std::weak_ptr<http_conn>(c), stats = &stats_] {
-                if (const request_id id = id_holder->load(); id > 0) eng->cancel(id);
-                stats->n_slow_client_closes.fetch_add(1);
-                target->post([weak] {
-                    if (auto conn = weak.lock()) {
-                        conn->disconnected = true;
-                        beast::error_code ignored;
-                        conn->stream.socket().close(ignored);
-                        conn->wake.cancel();
-                    }
-                });
+        rs->set_on_overflow([eng = model_.eng, ids, target = target_, weak = std::weak_ptr<http_conn>(c),
+                             stats = &stats_] {
+            for (const request_id id : ids->all()) eng->cancel(id);
+            stats->n_slow_client_closes.fetch_add(1);
+            target->post([weak] {
+                if (auto conn = weak.lock()) {
+                    conn->disconnected = true;
+                    beast::error_code ignored;
+                    conn->stream.socket().close(ignored);
+                    conn->wake.cancel();
+                }
             });
-        auto submitted = model_.eng->submit(std::move(p.req), rs->make_sink());
-        if (!submitted) {
-            rs->release_admission();
-            api_error e = engine_error(submitted.message());
-            if (e.status == 429) stats_.n_overloaded.fetch_add(1);
-            co_return co_await send_error(*c, e, keep);
+        });
+        for (size_t i = 0; i < p.requests.size(); ++i) {
+            auto submitted = model_.eng->submit(std::move(p.requests[i]), rs->make_sink(static_cast<int32_t>(i)));
+            if (!submitted) {
+                for (const request_id id : ids->all()) model_.eng->cancel(id);
+                rs->release_admission();
+                api_error e = engine_error(submitted.message());
+                if (e.status == 429) stats_.n_overloaded.fetch_add(1);
+                co_return co_await send_error(*c, e, keep);
+            }
+            ids->add(*submitted);
         }
-        const request_id id = *submitted;
-        id_holder->store(id);
-        TROUPE_LOG_DEBUG("server", "request %lld: %s, %d prompt tokens, max_tokens %d%s", static_cast<long long>(id),
-                         kind == api_kind::chat ? "chat" : "completion", p.n_prompt_tokens, r.sampling.max_tokens,
-                         r.stream ? ", streamed" : "");
+        const request_id id = ids->all().front();
+        TROUPE_LOG_DEBUG("server", "request %lld: %s, %zu engine requests, %d prompt tokens, max_tokens %d%s",
+                         static_cast<long long>(id), kind == api_kind::chat ? "chat" : "completion",
+                         p.requests.size(), p.n_prompt_tokens, r.sampling.max_tokens, r.stream ? ", streamed" : "");
 
         generation_result res;
         res.id = next_response_id(kind);
         res.created = unix_now();
         res.model = model_.facts.name;
         res.with_logprobs = r.logprobs >= 0;
+        choice_collector choices(res, kind, p.layout, r.include_usage);
 
         auto done = std::make_shared<bool>(false);
         net::co_spawn(ioc_, watch_disconnect(c, done), net::detached);
@@ -700,36 +706,15 @@ public:
         };
         auto client_gone = [&] {
             *done = true;
-            model_.eng->cancel(id);
+            for (const request_id one : ids->all()) model_.eng->cancel(one);
             stats_.n_disconnect_cancels.fetch_add(1);
             TROUPE_LOG_INFO("server", "request %lld: the client went away; cancelled", static_cast<long long>(id));
         };
 
         if (!r.stream) {
-            std::optional<std::string> error;
-            bool cancelled = false;
-            for (bool ended = false; !ended;) {
-                for (auto& e : rs->take()) {
-                    switch (e.what) {
-                        case stream_event::kind::text:
-                            res.text += e.text;
-                            break;
-                        case stream_event::kind::logprobs:
-                            res.logprobs.push_back(std::move(e.logprob));
-                            break;
-                        case stream_event::kind::done:
-                            res.finish_reason = std::string(openai_finish_reason(e.reason));
-                            res.use = e.use;
-                            cancelled = e.reason == finish_reason::cancelled;
-                            ended = true;
-                            break;
-                        case stream_event::kind::error:
-                            error = e.text;
-                            ended = true;
-                            break;
-                    }
-                }
-                if (ended) break;
+            while (!choices.ended()) {
+                (void)choices.add(rs->take(), false);
+                if (choices.ended()) break;
                 if (c->disconnected) {
                     client_gone();
                     co_return false;
@@ -737,17 +722,17 @@ public:
                 if (!rs->pending()) co_await wait_wake(c->wake);
             }
             stop_watch();
-            if (error) {
-                api_error e = engine_error(*error);
+            if (choices.error()) {
+                for (const request_id one : ids->all()) model_.eng->cancel(one);
+                api_error e = engine_error(*choices.error());
                 if (e.status == 429) stats_.n_overloaded.fetch_add(1);
                 co_return co_await send_error(*c, e, keep);
             }
-            if (cancelled) {
-                const api_error e = cancelled_error(id, res.use.n_completion_tokens);
+            if (choices.cancelled()) {
+                const api_error e = cancelled_error(id, choices.total_usage().n_completion_tokens);
                 co_return co_await send_error(*c, e, keep);
             }
-            response whole = make_response(
-                200, json_type, kind == api_kind::chat ? chat_completion_json(res) : completion_json(res), keep);
+            response whole = make_response(200, json_type, choices.whole(), keep);
             const bool again = co_await send(*c, whole);
             co_return again;
         }
@@ -756,8 +741,6 @@ public:
         // HTTP/1.0 client cannot read chunks: its stream is close-delimited (no length, Connection: close).
         const bool close_delimited = req.version() < 11;
         bool header_sent = false;
-        bool first_chunk = true;
-        std::vector<token_logprob> pending_lps;
         http::response<http::empty_body> head{http::status::ok, 11};
         head.set(http::field::server, "troupe");
         head.set(http::field::content_type, "text/event-stream");
@@ -767,54 +750,25 @@ public:
         for (const auto& [name, value] : c->cors) head.set(name, value);
         http::response_serializer<http::empty_body> serializer{head};
         for (;;) {
-            std::string out;
-            bool ended = false;
-            std::optional<std::string> error;
-            for (auto& e : rs->take()) {
-                switch (e.what) {
-                    case stream_event::kind::logprobs:
-                        pending_lps.push_back(std::move(e.logprob));
-                        break;
-                    case stream_event::kind::text: {
-                        const auto* lps = res.with_logprobs ? &pending_lps : nullptr;
-                        out += sse_event(kind == api_kind::chat
-                                             ? chat_chunk_json(res, e.text, first_chunk, {}, lps, r.include_usage)
-                                             : completion_chunk_json(res, e.text, {}, lps, r.include_usage));
-                        first_chunk = false;
-                        pending_lps.clear();
-                        break;
-                    }
-                    case stream_event::kind::done: {
-                        res.use = e.use;
-                        const auto* lps = res.with_logprobs && !pending_lps.empty() ? &pending_lps : nullptr;
-                        const std::string_view reason = openai_finish_reason(e.reason);
-                        out += sse_event(kind == api_kind::chat
-                                             ? chat_chunk_json(res, "", first_chunk, reason, lps, r.include_usage)
-                                             : completion_chunk_json(res, "", reason, lps, r.include_usage));
-                        if (r.include_usage) out += sse_event(usage_chunk_json(res, kind == api_kind::chat));
-                        if (e.reason == finish_reason::cancelled) {
-                            // OpenAI's SDKs raise on an error object in the stream: the client learns it
-                            // was cut short, after the chunk with its finish_reason.
-                            out += sse_event(error_json(cancelled_error(id, e.use.n_completion_tokens)));
-                        }
-                        out += sse_done;
-                        ended = true;
-                        break;
-                    }
-                    case stream_event::kind::error:
-                        error = e.text;
-                        ended = true;
-                        break;
-                }
-            }
-            if (error) {
-                api_error e = engine_error(*error);
+            std::string out = choices.add(rs->take(), true);
+            const bool ended = choices.ended();
+            if (choices.error()) {
+                for (const request_id one : ids->all()) model_.eng->cancel(one);
+                api_error e = engine_error(*choices.error());
                 if (e.status == 429) stats_.n_overloaded.fetch_add(1);
                 if (!header_sent) {
                     stop_watch();
                     co_return co_await send_error(*c, e, keep);
                 }
                 out += sse_event(error_json(e));
+                out += sse_done;
+            } else if (ended) {
+                out += choices.stream_end();
+                if (choices.cancelled()) {
+                    // OpenAI's SDKs raise on an error object in the stream: the client learns it was cut
+                    // short, after the chunks with their finish_reason.
+                    out += sse_event(error_json(cancelled_error(id, choices.total_usage().n_completion_tokens)));
+                }
                 out += sse_done;
             }
             if (!out.empty() && !header_sent) {
