@@ -83,17 +83,32 @@ result<quantize_plan> make_quantize_plan(const llama_hparams& hp, bool tied_outp
         plan.groups.push_back(planned_group{layer, input, n_in, std::move(names), std::move(n_out), fold,
                                             std::move(fold_into), t, t, true, layer < 0 && !output_type});
     };
+    // The architecture's tensors (core/model/arch): fused ones (phi3's attn_qkv, its ffn_up of gate then up rows) are
+    // one group each, and input scales fold into rows only where the rows are a tensor of their own and no bias
+    // (qwen2's attn_v.bias) would need the same scale.
+    const arch_description& d = *hp.arch;
     for (int32_t l = 0; l < hp.n_layers; ++l) {
         const std::string p = "blk." + std::to_string(l) + ".";
-        add(l, tap_point::ffn_hidden, hp.ffn_dim, {p + "ffn_down.weight"}, {hp.dim}, fold_kind::rows,
-            p + "ffn_up.weight");
-        const bool v_feeds_one_channel = hp.n_heads == hp.n_kv_heads;
+        const bool up_rows = !d.fused_gate_up;
+        add(l, tap_point::ffn_hidden, hp.ffn_dim, {p + "ffn_down.weight"}, {hp.dim},
+            up_rows ? fold_kind::rows : fold_kind::none, up_rows ? p + "ffn_up.weight" : "");
+        const bool v_feeds_one_channel = hp.n_heads == hp.n_kv_heads && !d.fused_qkv && !d.qkv_bias;
         add(l, tap_point::attn_out, hp.q_width(), {p + "attn_output.weight"}, {hp.dim},
             v_feeds_one_channel ? fold_kind::rows : fold_kind::none, v_feeds_one_channel ? p + "attn_v.weight" : "");
-        add(l, tap_point::ffn_norm, hp.dim, {p + "ffn_gate.weight", p + "ffn_up.weight"}, {hp.ffn_dim, hp.ffn_dim},
-            fold_kind::norm, p + "ffn_norm.weight");
-        add(l, tap_point::attn_norm, hp.dim, {p + "attn_q.weight", p + "attn_k.weight", p + "attn_v.weight"},
-            {hp.q_width(), hp.kv_width(), hp.kv_width()}, fold_kind::norm, p + "attn_norm.weight");
+        if (d.fused_gate_up) {
+            add(l, tap_point::ffn_norm, hp.dim, {p + "ffn_up.weight"}, {2 * static_cast<int64_t>(hp.ffn_dim)},
+                fold_kind::norm, p + "ffn_norm.weight");
+        } else {
+            add(l, tap_point::ffn_norm, hp.dim, {p + "ffn_gate.weight", p + "ffn_up.weight"}, {hp.ffn_dim, hp.ffn_dim},
+                fold_kind::norm, p + "ffn_norm.weight");
+        }
+        if (d.fused_qkv) {
+            add(l, tap_point::attn_norm, hp.dim, {p + "attn_qkv.weight"},
+                {static_cast<int64_t>(hp.q_width()) + 2 * hp.kv_width()}, fold_kind::norm, p + "attn_norm.weight");
+        } else {
+            add(l, tap_point::attn_norm, hp.dim, {p + "attn_q.weight", p + "attn_k.weight", p + "attn_v.weight"},
+                {hp.q_width(), hp.kv_width(), hp.kv_width()}, fold_kind::norm, p + "attn_norm.weight");
+        }
     }
     if (!tied_output) {
         add(-1, tap_point::output_norm, hp.dim, {"output.weight"}, {hp.n_vocab}, fold_kind::norm, "output_norm.weight");

@@ -17,6 +17,40 @@ llama_hparams stories260k_shape() {  // dim 64, 8 heads / 4 kv heads of 8, ffn 1
 
 const auto writes_all = [](ggml_type, int64_t) { return true; };
 
+// Architectures whose tensors differ from llama's (core/model/arch): phi3's fused attn_qkv and gate/up are one group
+// each, and input scales fold into a linear's rows only where those rows are a tensor of their own without a bias.
+TEST(quantize_plan, fused_tensors_are_one_group_and_scales_fold_only_into_whole_unbiased_rows) {
+    llama_hparams phi3 = stories260k_shape();
+    phi3.arch = &phi3_description();
+    phi3.n_kv_heads = phi3.n_heads;  // MHA, as tiny-phi3: attn_output's input channels are v's rows
+    auto plan = make_quantize_plan(phi3, false, ggml_type::q8_0, "rtn", writes_all);
+    ASSERT_TRUE(plan.ok()) << plan.message();
+    const planned_group* qkv = plan->group_of("blk.2.attn_qkv.weight");
+    ASSERT_NE(qkv, nullptr);
+    EXPECT_EQ(qkv->n_out, (std::vector<int64_t>{3 * 64}));
+    EXPECT_EQ(qkv->fold_into, "blk.2.attn_norm.weight");
+    const planned_group* gate_up = plan->group_of("blk.2.ffn_up.weight");
+    ASSERT_NE(gate_up, nullptr);
+    EXPECT_EQ(gate_up->n_out, (std::vector<int64_t>{2 * 172}));
+    EXPECT_EQ(plan->group_of("blk.2.attn_q.weight"), nullptr);
+    EXPECT_EQ(plan->group_of("blk.2.ffn_gate.weight"), nullptr);
+    EXPECT_EQ(plan->group_of("blk.2.ffn_down.weight")->fold, fold_kind::none);     // up is half of a fused tensor
+    EXPECT_EQ(plan->group_of("blk.2.attn_output.weight")->fold, fold_kind::none);  // v is a third of one
+
+    llama_hparams qwen2 = stories260k_shape();
+    qwen2.arch = &qwen2_description();
+    qwen2.n_kv_heads = qwen2.n_heads;
+    auto biased = make_quantize_plan(qwen2, true, ggml_type::q8_0, "rtn", writes_all);
+    ASSERT_TRUE(biased.ok()) << biased.message();
+    EXPECT_EQ(biased->group_of("blk.0.attn_output.weight")->fold, fold_kind::none);  // attn_v.bias would need it too
+    EXPECT_EQ(biased->group_of("blk.0.ffn_down.weight")->fold, fold_kind::rows);
+    llama_hparams llama_mha = qwen2;
+    llama_mha.arch = &llama_description();
+    auto plain = make_quantize_plan(llama_mha, true, ggml_type::q8_0, "rtn", writes_all);
+    ASSERT_TRUE(plain.ok()) << plain.message();
+    EXPECT_EQ(plain->group_of("blk.0.attn_output.weight")->fold, fold_kind::rows);
+}
+
 TEST(quantize_plan, types_are_named_as_the_command_takes_them) {
     struct tcase {
         const char* name;
