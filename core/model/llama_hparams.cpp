@@ -39,6 +39,13 @@ status read_architecture_keys(const gguf::gguf_file& f, llama_hparams& hp) {
         // A window that covers the training context never takes effect: the layers are plain causal ones.
         hp.sliding_window = w < static_cast<uint64_t>(hp.n_ctx) ? static_cast<int32_t>(w) : 0;
     }
+    // LongRoPE (Phi-3 128k, Phi-3.5): per-frequency factors in tensors, which the rotations here do not apply.
+    for (const char* factors : {"rope_factors_long.weight", "rope_factors_short.weight"}) {
+        if (f.find_tensor(factors) != nullptr) {
+            return make_error(f.path() + ": tensor " + factors + " asks for LongRoPE frequency factors (" +
+                              hp.architecture + " with a long context), which troupe does not apply yet");
+        }
+    }
     if (status st = read_softcap(f, a + "attn_logit_softcapping", hp.attn_softcap); !st.ok()) return st;
     if (status st = read_softcap(f, a + "final_logit_softcapping", hp.final_softcap); !st.ok()) return st;
     if (d.embed_scale_sqrt_dim) hp.embed_scale = std::sqrt(static_cast<float>(hp.dim));

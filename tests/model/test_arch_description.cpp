@@ -188,6 +188,19 @@ TEST(arch_hparams, gemma2_reads_its_windows_soft_caps_and_embedding_scale_from_i
     EXPECT_NE(g->layers[1].post_ffn_norm.data, nullptr);
 }
 
+TEST(arch_hparams, longrope_factors_are_refused_naming_the_tensor) {
+    auto w = bind_tiny({"phi3", {}, [](gguf::gguf_writer& g) {
+                            const std::vector<float> ones(2, 1.0f);
+                            g.add_tensor_f32("rope_factors_long.weight", {2}, ones);
+                        }});
+    ASSERT_FALSE(w.ok());
+    EXPECT_NE(
+        w.message().find(".gguf: tensor rope_factors_long.weight asks for LongRoPE frequency factors (phi3 with a "
+                         "long context), which troupe does not apply yet"),
+        std::string::npos)
+        << w.message();
+}
+
 TEST(arch_hparams, a_window_that_covers_the_training_context_takes_no_effect) {
     auto w = bind_tiny({"phi3", {}, [](gguf::gguf_writer& g) { g.set_u32("phi3.attention.sliding_window", 64); }});
     ASSERT_TRUE(w.ok()) << w.message();
