@@ -94,6 +94,24 @@ INSTANTIATE_TEST_SUITE_P(arch_models, arch_golden,
                                            arch_case{"tiny-deepseek2-lite.gguf", golden_setup::builtin_float, 0.02f}),
                          case_name);
 
+// kv.dtype: f16 rounds every cached K/V value to a half; the golden's description says every run keeps its 48 ids.
+TEST(arch_golden_kv_f16, the_dense_families_with_an_f16_kv_cache_give_the_golden_tokens) {
+    TROUPE_REQUIRE_SHARED(golden_path, "golden/arch-greedy.json");
+    const auto runs = testing::load_golden_runs(golden_path);
+    for (const char* model : {"tiny-qwen2.gguf", "tiny-phi3.gguf", "tiny-gemma2.gguf"}) {
+        TROUPE_REQUIRE_SHARED(model_path, std::string("models/arch/") + model);
+        const auto run = std::find_if(runs.begin(), runs.end(), [&](const auto& r) { return r.model == model; });
+        ASSERT_NE(run, runs.end()) << model;
+        engine_config c = testing::golden_config(model_path, golden_setup::builtin_quantized);
+        c.kv.dtype = kv_cache_type::f16;
+        auto m = load_model(c);
+        ASSERT_TRUE(m.ok()) << m.message();
+        auto res = greedy_generate(*m->runner, run->prompt_ids, static_cast<int32_t>(run->generated_ids.size()));
+        ASSERT_TRUE(res.ok()) << res.message();
+        EXPECT_EQ(res->tokens, run->generated_ids) << model;
+    }
+}
+
 // Gemma 2's soft-capping and windows are the attention op's: a KV plugin (which owns its attention and has neither) is
 // refused at load naming what the model needs, and so is an attention plugin without the features.
 TEST(arch_refusals, a_kv_plugin_or_an_attention_plugin_without_softcap_and_window_is_refused_for_gemma2) {
