@@ -43,6 +43,8 @@ result<chat_formatter> chat_formatter::from_jinja(std::string_view jinja_text, c
     chat_formatter f;
     f.jinja_ = std::make_shared<const jinja::chat_jinja_template>(std::move(*parsed));
     f.tokens_ = std::move(tokens);
+    f.reads_tools_ = jinja_text.find("tools") != std::string_view::npos;
+    f.tool_format_ = detect_tool_call_format(jinja_text);
     f.why_ = "the model's own chat template (tokenizer.chat_template, " + std::to_string(jinja_text.size()) +
              " bytes of Jinja)";
     return f;

@@ -22,6 +22,7 @@
 
 #include "core/chat/chat_template.h"
 #include "core/chat/jinja/template.h"
+#include "core/chat/tool_call_parser.h"
 #include "core/result.h"
 
 namespace troupe {
@@ -59,6 +60,10 @@ public:
     // "jinja" for the model's own template, else the built-in family's name.
     std::string name() const;
     const std::string& why() const { return why_; }
+    // The model's template reads the `tools` variable (it can show the model tools); false for built-ins.
+    bool reads_tools() const { return reads_tools_; }
+    // The tool-call format the model's template shows (detect_tool_call_format); none for built-ins.
+    tool_call_format tool_format() const { return tool_format_; }
 
     // The rendered text, exactly as the template writes it. A template error (a raise_exception in the
     // template, or a failure while rendering) is an error with the template's message.
@@ -71,6 +76,8 @@ private:
     chat_template_kind builtin_ = chat_template_kind::plain;
     chat_template_tokens tokens_;
     std::string why_;
+    bool reads_tools_ = false;
+    tool_call_format tool_format_ = tool_call_format::none;
 };
 
 // The API's simple messages (role and text content) as the JSON the templates see.
