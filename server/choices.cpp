@@ -35,6 +35,7 @@ std::variant<prepared_choices, api_error> prepare_choices(const serving_model& m
             out.n_prompt_tokens += one.n_prompt_tokens;
         }
     }
+    out.layout.tools = r.tools.format;  // set by prepare_request from the model's template
     return out;
 }
 
@@ -49,7 +50,42 @@ choice_collector::choice_collector(generation_result head, api_kind kind, choice
         r.with_logprobs = head_.with_logprobs;
         r.index = client_index(static_cast<int32_t>(i));
         if (!layout_.echo.empty()) r.text = layout_.echo[i / static_cast<size_t>(layout_.best_of)];
+        if (layout_.tools != tool_call_format::none) choices_[i].calls.emplace(layout_.tools);
     }
+}
+
+std::string choice_collector::call_id_prefix(int32_t i) const {
+    const size_t dash = head_.id.find('-');
+    return (dash == std::string::npos ? head_.id : head_.id.substr(dash + 1)) + "_" + std::to_string(i);
+}
+
+void choice_collector::parse_calls(int32_t i) {
+    generation_result& r = choices_[static_cast<size_t>(i)].r;
+    tool_reply reply = parse_tool_reply(layout_.tools, r.text, r.finish_reason, call_id_prefix(i));
+    r.text = std::move(reply.content);
+    r.tool_calls = std::move(reply.tool_calls);
+    r.finish_reason = std::move(reply.finish_reason);
+}
+
+std::string choice_collector::stream_calls(int32_t i) {
+    choice& c = choices_[static_cast<size_t>(i)];
+    std::string rest;
+    const std::vector<parsed_tool_call> calls = c.calls->finish(rest);
+    std::string out;
+    if (!rest.empty()) {
+        const auto* lps = c.r.with_logprobs ? &c.pending : nullptr;
+        out += sse_event(chat_chunk_json(c.r, rest, c.first, {}, lps, include_usage_));
+        c.first = false;
+        c.pending.clear();
+    }
+    if (!calls.empty()) {
+        const boost::json::array json_calls = tool_calls_json(calls, "call_" + call_id_prefix(i) + "_");
+        out += sse_event(
+            chat_tool_calls_chunk_json(c.r.id, c.r.created, c.r.model, c.r.index, json_calls, c.first, include_usage_));
+        c.first = false;
+        if (c.r.finish_reason == "stop") c.r.finish_reason = "tool_calls";
+    }
+    return out;
 }
 
 int32_t choice_collector::client_index(int32_t i) const {
@@ -78,7 +114,11 @@ std::string choice_collector::add(std::vector<stream_event> events, bool stream)
                 }
                 {
                     // The first chunk of an echoed choice carries its prompt too.
-                    const std::string text = c.first ? c.r.text + e.text : e.text;
+                    std::string text = c.first ? c.r.text + e.text : e.text;
+                    if (c.calls) {
+                        text = c.calls->push(text);
+                        if (text.empty()) break;  // held back: it may start a tool call
+                    }
                     const auto* lps = c.r.with_logprobs ? &c.pending : nullptr;
                     out += sse_event(chat ? chat_chunk_json(c.r, text, c.first, {}, lps, include_usage_)
                                           : completion_chunk_json(c.r, text, {}, lps, include_usage_));
@@ -93,8 +133,12 @@ std::string choice_collector::add(std::vector<stream_event> events, bool stream)
                 c.r.finish_reason = std::string(openai_finish_reason(e.reason));
                 c.r.use = e.use;
                 cancelled_ = cancelled_ || e.reason == finish_reason::cancelled;
-                if (!stream) break;
-                const std::string text = c.first ? c.r.text : std::string();
+                if (!stream) {
+                    if (layout_.tools != tool_call_format::none) parse_calls(e.index);
+                    break;
+                }
+                if (c.calls) out += stream_calls(e.index);
+                const std::string text = c.first && !c.calls ? c.r.text : std::string();
                 const auto* lps = c.r.with_logprobs && !c.pending.empty() ? &c.pending : nullptr;
                 out += sse_event(chat ? chat_chunk_json(c.r, text, c.first, c.r.finish_reason, lps, include_usage_)
                                       : completion_chunk_json(c.r, text, c.r.finish_reason, lps, include_usage_));

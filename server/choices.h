@@ -28,6 +28,7 @@ struct choice_layout {
     int32_t n = 1;
     int32_t best_of = 1;
     std::vector<std::string> echo;  // [n_prompts] text each choice of the prompt starts with (empty: none)
+    tool_call_format tools = tool_call_format::none;  // chat with tools: each reply parsed for tool calls
     int32_t n_requests() const { return n_prompts * best_of; }
 };
 
@@ -79,7 +80,13 @@ private:
         bool first = true;
         bool done = false;
         double sum_logprob = 0;
+        std::optional<tool_call_stream> calls;  // streaming with tools: holds back what may start a call
     };
+    // Non-streamed with tools: the choice's text split into content and tool_calls.
+    void parse_calls(int32_t i);
+    // Streaming with tools, at the choice's end: the held text as content, or the calls' chunk.
+    std::string stream_calls(int32_t i);
+    std::string call_id_prefix(int32_t i) const;
     // The client's index of engine request i while streaming (best_of == n then).
     int32_t client_index(int32_t i) const;
 

@@ -10,6 +10,7 @@
 #include "core/chat/chat_template.h"
 #include "core/sampling/sampler.h"
 #include "server/response_format.h"
+#include "server/tool_calls.h"
 
 namespace troupe::server {
 
@@ -27,6 +28,10 @@ struct generation_request {
     std::string prompt;                              // completion: the prompt text
     std::optional<std::vector<int32_t>> prompt_ids;  // completion: a prompt given as token ids
     std::vector<chat_message> messages;              // chat: the conversation
+
+    boost::json::array messages_json;  // chat: the conversation as the template sees it (tool turns kept)
+    tool_request tools;                // chat: tools and tool_choice
+
     sampling_params sampling;                        // the config's defaults with the request's fields applied
     response_format format;                          // chat: response_format (sampling.constraint made from it)
     bool stream = false;

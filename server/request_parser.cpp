@@ -339,7 +339,10 @@ std::optional<api_error> read_prompt(const json::value& v, generation_request& r
     return std::nullopt;
 }
 
-std::optional<api_error> read_messages(const json::value& v, std::vector<chat_message>& out) {
+// `tools` null (WebSocket): text turns only; else role "tool" and assistant tool_calls are read too, and
+// `template_out` gets each message as the chat template sees it.
+std::optional<api_error> read_messages(const json::value& v, std::vector<chat_message>& out,
+                                       json::array* template_out = nullptr, tool_request* tools = nullptr) {
     if (!v.is_array()) return wrong_type("messages", "an array of messages", v);
     const auto& a = v.get_array();
     if (a.empty()) return bad_request("messages: at least one message is required", "messages");
@@ -348,15 +351,16 @@ std::optional<api_error> read_messages(const json::value& v, std::vector<chat_me
         if (!a[i].is_object()) return wrong_type(where, "an object with role and content", a[i]);
         chat_message m;
         bool has_role = false;
+        json::object for_template;
         for (const auto& kv : a[i].get_object()) {
             const json::value& f = kv.value();
             if (kv.key() == "role") {
                 if (!f.is_string()) return wrong_type(where + ".role", "a string", f);
                 m.role = f.get_string();
-                if (!valid_chat_role(m.role)) {
-                    return bad_request(
-                        where + ".role: unknown role '" + m.role + "' (valid: system, developer, user, assistant)",
-                        "messages");
+                if (!valid_chat_role(m.role) && !(tools && m.role == "tool")) {
+                    return bad_request(where + ".role: unknown role '" + m.role +
+                                           "' (valid: system, developer, user, assistant" + (tools ? ", tool)" : ")"),
+                                       "messages");
                 }
                 has_role = true;
             } else if (kv.key() == "content") {
@@ -382,12 +386,36 @@ std::optional<api_error> read_messages(const json::value& v, std::vector<chat_me
                 }
             } else if (kv.key() == "name") {
                 if (!f.is_string() && !f.is_null()) return wrong_type(where + ".name", "a string", f);
+                if (f.is_string()) for_template["name"] = f;
+            } else if (tools && kv.key() == "tool_calls") {
+                if (f.is_null()) continue;
+                json::array calls;
+                if (auto e = read_message_tool_calls(f, where + ".tool_calls", calls)) return e;
+                if (!calls.empty()) for_template["tool_calls"] = std::move(calls);
+            } else if (tools && kv.key() == "tool_call_id") {
+                if (!f.is_string()) return wrong_type(where + ".tool_call_id", "a string", f);
+                for_template["tool_call_id"] = f;
             } else {
-                return bad_request(
-                    where + ": unknown field '" + std::string(kv.key()) + "' (valid: role, content, name)", "messages");
+                return bad_request(where + ": unknown field '" + std::string(kv.key()) +
+                                       "' (valid: role, content, name" + (tools ? ", tool_calls, tool_call_id)" : ")"),
+                                   "messages");
             }
         }
         if (!has_role) return bad_request(where + ": role is required", "messages");
+        if (for_template.contains("tool_calls") && m.role != "assistant") {
+            return bad_request(where + ".tool_calls: only assistant messages carry tool calls", "messages");
+        }
+        if (m.role == "tool" && !for_template.contains("tool_call_id")) {
+            return bad_request(where + ".tool_call_id: required in a tool message (the id of the call it answers)",
+                               "messages");
+        }
+        if (template_out) {
+            const bool calls = for_template.contains("tool_calls");
+            if (tools && (calls || m.role == "tool")) tools->conversation_has_tools = true;
+            for_template["role"] = m.role;
+            for_template["content"] = calls && m.content.empty() ? json::value(nullptr) : json::value(m.content);
+            template_out->push_back(std::move(for_template));
+        }
         out.push_back(std::move(m));
     }
     return std::nullopt;
@@ -459,17 +487,26 @@ parsed_request parse_chat_request(std::string_view body, const sampling_params& 
     int32_t top_logprobs = -1;
     fields.push_back({"messages", [&](const json::value& v) -> std::optional<api_error> {
                           has_messages = true;
-                          return read_messages(v, r.messages);
+                          return read_messages(v, r.messages, &r.messages_json, &r.tools);
                       }});
     fields.push_back(int_field("max_completion_tokens", r.sampling.max_tokens, 1, 1 << 30));
     fields.push_back(bool_field("logprobs", logprobs));
     fields.push_back(int_field("top_logprobs", top_logprobs, 0, 20));
     fields.push_back({"response_format", [&](const json::value& v) { return read_response_format(v, r.format); }});
-    for (const char* name : {"tools", "tool_choice", "functions", "function_call", "parallel_tool_calls"}) {
-        fields.push_back(unsupported(name, "tool calling is not supported by troupe"));
+    fields.push_back({"tools", [&](const json::value& v) { return read_tools(v, r.tools); }});
+    fields.push_back({"tool_choice", [&](const json::value& v) { return read_tool_choice(v, r.tools); }});
+    fields.push_back({"parallel_tool_calls", [&](const json::value& v) -> std::optional<api_error> {
+                          if (v.is_bool() && v.get_bool()) return std::nullopt;
+                          return bad_request(
+                              "parallel_tool_calls: only true is supported (the reply's calls are all returned)",
+                              "parallel_tool_calls");
+                      }});
+    for (const char* name : {"functions", "function_call"}) {
+        fields.push_back(unsupported(name, "the deprecated functions API is not supported by troupe; use tools"));
     }
     if (auto e = read_fields(o, fields)) return *e;
     if (!has_messages) return bad_request("messages: required", "messages");
+    if (auto e = finish_tools(r.tools)) return *e;
     if (top_logprobs >= 0 && !logprobs) {
         return bad_request("top_logprobs: requires logprobs to be true", "top_logprobs");
     }

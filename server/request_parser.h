@@ -2,8 +2,9 @@
 //
 // Bodies are parsed with Boost.JSON without exceptions (invalid UTF-8, depth past 32 and trailing
 // garbage are errors). Every field is checked for its type and range; unknown fields are rejected as
-// OpenAI does ("Unrecognized request argument supplied: x"); features troupe does not have (tools) are
-// rejected with a message naming the field, never silently ignored.
+// OpenAI does ("Unrecognized request argument supplied: x"); features troupe does not have (the deprecated
+// functions API) are rejected with a message naming the field, never silently ignored. tools, tool_choice and
+// the messages' tool turns are read by server/tool_calls.
 // Sampling extensions that vLLM also accepts: top_k, min_p, repetition_penalty, ignore_eos.
 #pragma once
 

@@ -2,6 +2,8 @@
 
 #include <boost/json.hpp>
 
+#include "server/tool_calls.h"
+
 namespace troupe::server {
 namespace json = boost::json;
 namespace {
@@ -138,7 +140,7 @@ std::string chat_completion_json(const generation_result& r) {
 std::string chat_completion_json(const generation_result& head, const std::vector<generation_result>& choices) {
     json::array cs;
     for (const auto& r : choices) {
-        json::object message{{"role", "assistant"}, {"content", valid_utf8(r.text)}};
+        json::object message = assistant_message(valid_utf8(r.text), r.tool_calls);
         cs.emplace_back(json::object{{"index", r.index},
                                      {"message", std::move(message)},
                                      {"logprobs", r.with_logprobs ? chat_logprobs(r.logprobs) : json::value(nullptr)},

@@ -32,7 +32,8 @@ struct generation_result {
     usage use;
     std::vector<token_logprob> logprobs;  // when asked for
     bool with_logprobs = false;
-    int32_t index = 0;  // the choice's index (n > 1, several prompts)
+    int32_t index = 0;              // the choice's index (n > 1, several prompts)
+    boost::json::array tool_calls;  // chat with tools: the calls parsed from the reply (text: what is left)
 };
 
 // OpenAI's finish_reason: context_full reads as "length"; cancelled (by the operator, or a server that stops)

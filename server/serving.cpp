@@ -32,9 +32,11 @@ prepared prepare_request(const serving_model& m, const server_config& config, ge
     std::vector<int32_t> ids;
     if (r.kind == api_kind::chat) {
         std::string text;
+        if (auto e = resolve_tools(m.chat_format.get(), r.tools)) return *e;
         if (m.chat_format) {
-            const boost::json::array messages = messages_to_json(r.messages);
-            auto rendered = m.chat_format->prompt_for_tokenizer({&messages, nullptr, true});
+            const boost::json::array messages =
+                r.messages_json.empty() ? messages_to_json(r.messages) : r.messages_json;
+            auto rendered = m.chat_format->prompt_for_tokenizer({&messages, template_tools(r.tools), true});
             if (!rendered) {
                 return bad_request("messages: the model's chat template failed: " + rendered.message(), "messages");
             }

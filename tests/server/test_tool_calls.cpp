@@ -1,0 +1,290 @@
+// Function calling on /v1/chat/completions without sockets: the request's tools, tool_choice and tool turns
+// (server::parse_chat_request), their rendering by real tool-capable templates (Qwen2.5, Llama 3.1,
+// Mistral v3 from tests/chat/templates) through server::prepare_request on stories260K's tokenizer, and a
+// model's reply text parsed per family into OpenAI's message and stream chunks (server::tool_calls and the
+// choice collector). The model's text here is written by the test: this is the seam the server runs every
+// reply through (a tiny model's own replies are random text).
+#include <gtest/gtest.h>
+
+#include <boost/json.hpp>
+
+#include <fstream>
+#include <sstream>
+#include <variant>
+
+#include "core/chat/chat_formatter.h"
+#include "core/gguf/gguf_file.h"
+#include "core/tokenizer/tokenizer.h"
+#include "server/choices.h"
+#include "server/request_parser.h"
+#include "server/serving.h"
+#include "server/tool_calls.h"
+#include "tests/common/shared_data.h"
+
+namespace troupe {
+namespace {
+
+namespace json = boost::json;
+
+std::string read_template(const std::string& name) {
+    std::ifstream in(std::string(TROUPE_CHAT_TEMPLATES_DIR) + "/" + name, std::ios::binary);
+    std::stringstream s;
+    s << in.rdbuf();
+    return s.str();
+}
+
+const char* weather_tools =
+    R"("tools": [{"type": "function", "function": {"name": "get_weather", "description": "Weather of a city",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}])";
+
+server::generation_request parse_ok(const std::string& body) {
+    auto p = server::parse_chat_request(body, sampling_params{});
+    if (auto* e = std::get_if<server::api_error>(&p)) {
+        ADD_FAILURE() << e->message;
+        return {};
+    }
+    return std::get<server::generation_request>(p);
+}
+
+server::api_error parse_error(const std::string& body) {
+    auto p = server::parse_chat_request(body, sampling_params{});
+    if (auto* e = std::get_if<server::api_error>(&p)) return *e;
+    ADD_FAILURE() << "accepted: " << body;
+    return {};
+}
+
+TEST(tool_request, tools_and_a_conversation_with_tool_turns_are_read_for_the_template) {
+    auto r = parse_ok(std::string(R"({"messages": [{"role": "user", "content": "Weather in Paris?"},
+        {"role": "assistant", "content": null, "tool_calls": [{"id": "call_1", "type": "function",
+         "function": {"name": "get_weather", "arguments": "{\"city\": \"Paris\"}"}}]},
+        {"role": "tool", "tool_call_id": "call_1", "content": "18 C"}], "tool_choice": "auto", )") +
+                      weather_tools + "}");
+    EXPECT_TRUE(r.tools.given);
+    EXPECT_TRUE(r.tools.conversation_has_tools);
+    ASSERT_EQ(r.messages_json.size(), 3u);
+    const json::object& call = r.messages_json[1].at("tool_calls").at(0).as_object();
+    // arguments arrive as JSON text and reach the template as an object (transformers' convention)
+    EXPECT_EQ(call.at("function").at("arguments"), (json::object{{"city", "Paris"}}));
+    EXPECT_EQ(call.at("id"), "call_1");
+    EXPECT_TRUE(r.messages_json[1].at("content").is_null());
+    EXPECT_EQ(r.messages_json[2].at("tool_call_id"), "call_1");
+    EXPECT_EQ(r.messages_json[2].at("content"), "18 C");
+}
+
+TEST(tool_request, malformed_tools_and_unsupported_choices_are_400s_naming_the_field) {
+    auto e = parse_error(R"({"messages": [{"role": "user", "content": "x"}], "tools": [{"type": "retrieval"}]})");
+    EXPECT_EQ(e.param, "tools");
+    EXPECT_NE(e.message.find("tools[0].type"), std::string::npos) << e.message;
+    e = parse_error(
+        R"({"messages": [{"role": "user", "content": "x"}], "tools": [{"type": "function", "function": {"name": "a b"}}]})");
+    EXPECT_NE(e.message.find("tools[0].function.name"), std::string::npos) << e.message;
+    e = parse_error(std::string(R"({"messages": [{"role": "user", "content": "x"}], "tool_choice": "required", )") +
+                    weather_tools + "}");
+    EXPECT_EQ(e.param, "tool_choice");
+    EXPECT_NE(e.message.find("\"required\" is not supported"), std::string::npos) << e.message;
+    e = parse_error(R"({"messages": [{"role": "user", "content": "x"}], "tool_choice": "auto"})");
+    EXPECT_NE(e.message.find("only allowed when tools are specified"), std::string::npos) << e.message;
+    e = parse_error(R"({"messages": [{"role": "tool", "content": "18 C"}]})");
+    EXPECT_NE(e.message.find("messages[0].tool_call_id: required"), std::string::npos) << e.message;
+    e = parse_error(
+        R"({"messages": [{"role": "assistant", "tool_calls": [{"function": {"name": "f", "arguments": "{oops"}}]}]})");
+    EXPECT_NE(e.message.find("messages[0].tool_calls[0].function.arguments"), std::string::npos) << e.message;
+}
+
+class tool_serving : public ::testing::Test {
+protected:
+    server::serving_model model_;
+    server_config config_;
+
+    void load(std::string_view jinja) {
+        TROUPE_REQUIRE_SHARED(path, "models/stories260K.gguf");
+        auto file = gguf::gguf_file::open(path);
+        ASSERT_TRUE(file) << file.message();
+        auto tok = tokenizer::from_gguf(**file);
+        ASSERT_TRUE(tok) << tok.message();
+        model_.tok = *tok;
+        model_.facts.name = "stories260K";
+        model_.n_ctx = 4096;
+        server::set_chat_template(model_, jinja);
+    }
+
+    std::variant<std::string, server::api_error> rendered(server::generation_request& r) {
+        auto p = server::prepare_request(model_, config_, r);
+        if (auto* e = std::get_if<server::api_error>(&p)) return *e;
+        return model_.tok->decode(*std::get<server::prepared_request>(p).req.prompt_ids);
+    }
+};
+
+TEST_F(tool_serving, a_qwen_template_shows_the_tools_and_the_tool_turns_and_its_replies_parse_as_hermes) {
+    load(read_template("qwen25_tools.jinja"));
+    if (HasFatalFailure() || IsSkipped()) return;
+    auto r = parse_ok(std::string(R"({"messages": [{"role": "user", "content": "Weather in Paris?"},
+        {"role": "assistant", "tool_calls": [{"id": "call_1", "type": "function",
+         "function": {"name": "get_weather", "arguments": "{\"city\": \"Paris\"}"}}]},
+        {"role": "tool", "tool_call_id": "call_1", "content": "18 C"}], )") +
+                      weather_tools + "}");
+    auto text = rendered(r);
+    auto* s = std::get_if<std::string>(&text);
+    ASSERT_NE(s, nullptr) << std::get<server::api_error>(text).message;
+    EXPECT_NE(s->find("<tools>\n{\"type\": \"function\", \"function\": {\"name\": \"get_weather\""), std::string::npos)
+        << *s;
+    EXPECT_NE(s->find("<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>"),
+              std::string::npos)
+        << *s;
+    EXPECT_NE(s->find("<tool_response>\n18 C\n</tool_response>"), std::string::npos) << *s;
+    EXPECT_EQ(r.tools.format, tool_call_format::hermes);
+
+    // tool_choice none: the tools are not shown and the reply is text
+    auto none = parse_ok(std::string(R"({"messages": [{"role": "user", "content": "Hi"}], "tool_choice": "none", )") +
+                         weather_tools + "}");
+    text = rendered(none);
+    ASSERT_TRUE(std::holds_alternative<std::string>(text));
+    EXPECT_EQ(std::get<std::string>(text).find("<tools>"), std::string::npos);
+    EXPECT_EQ(none.tools.format, tool_call_format::none);
+}
+
+TEST_F(tool_serving, each_family_template_picks_its_reply_format) {
+    const std::pair<const char*, tool_call_format> cases[] = {{"hermes_tool_use.jinja", tool_call_format::hermes},
+                                                              {"llama3_tools.jinja", tool_call_format::llama3},
+                                                              {"mistral_v3_tools.jinja", tool_call_format::mistral}};
+    for (const auto& [file, format] : cases) {
+        load(read_template(file));
+        if (HasFatalFailure() || IsSkipped()) return;
+        auto r = parse_ok(std::string(R"({"messages": [{"role": "user", "content": "Weather in Paris?"}], )") +
+                          weather_tools + "}");
+        auto text = rendered(r);
+        ASSERT_TRUE(std::holds_alternative<std::string>(text))
+            << file << ": " << std::get<server::api_error>(text).message;
+        EXPECT_NE(std::get<std::string>(text).find("get_weather"), std::string::npos) << file;
+        EXPECT_EQ(r.tools.format, format) << file;
+    }
+}
+
+TEST_F(tool_serving, tools_for_a_template_without_them_are_a_400_saying_so) {
+    load("{% for m in messages %}{{ m.role }}: {{ m.content }}\n{% endfor %}");
+    if (HasFatalFailure() || IsSkipped()) return;
+    auto r = parse_ok(std::string(R"({"messages": [{"role": "user", "content": "Hi"}], )") + weather_tools + "}");
+    auto text = rendered(r);
+    auto* e = std::get_if<server::api_error>(&text);
+    ASSERT_NE(e, nullptr);
+    EXPECT_EQ(e->status, 400);
+    EXPECT_EQ(e->param, "tools");
+    EXPECT_NE(e->message.find("does not define tools"), std::string::npos) << e->message;
+
+    load("");  // no template: built-in plain, which cannot show a tool result either
+    auto turns = parse_ok(R"({"messages": [{"role": "tool", "tool_call_id": "c", "content": "18 C"}]})");
+    text = rendered(turns);
+    e = std::get_if<server::api_error>(&text);
+    ASSERT_NE(e, nullptr);
+    EXPECT_NE(e->message.find("need the model's own chat template"), std::string::npos) << e->message;
+}
+
+TEST(tool_reply, a_hermes_reply_becomes_an_assistant_message_with_tool_calls) {
+    const auto reply = server::parse_tool_reply(
+        tool_call_format::hermes,
+        "Let me look.\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>",
+        "stop", "7_0");
+    EXPECT_EQ(reply.finish_reason, "tool_calls");
+    EXPECT_EQ(reply.content, "Let me look.");
+    const json::object msg = server::assistant_message(reply.content, reply.tool_calls);
+    EXPECT_EQ(msg, json::parse(R"({"role": "assistant", "content": "Let me look.", "tool_calls": [{"id": "call_7_0_0",
+        "type": "function", "function": {"name": "get_weather", "arguments": "{\"city\":\"Paris\"}"}}]})"));
+}
+
+TEST(tool_reply, text_that_is_not_a_call_stays_content_and_a_cut_reply_keeps_its_finish_reason) {
+    auto reply = server::parse_tool_reply(tool_call_format::llama3, "It is sunny.", "stop", "1_0");
+    EXPECT_TRUE(reply.tool_calls.empty());
+    EXPECT_EQ(reply.content, "It is sunny.");
+    EXPECT_EQ(reply.finish_reason, "stop");
+    EXPECT_EQ(server::assistant_message(reply.content, reply.tool_calls),
+              json::parse(R"({"role": "assistant", "content": "It is sunny."})"));
+    reply =
+        server::parse_tool_reply(tool_call_format::hermes, "<tool_call>\n{\"name\": \"f\", \"argu", "length", "1_0");
+    EXPECT_TRUE(reply.tool_calls.empty());
+    EXPECT_EQ(reply.finish_reason, "length");
+    reply = server::parse_tool_reply(tool_call_format::mistral,
+                                     "[TOOL_CALLS] [{\"name\": \"f\", \"arguments\": {}, \"id\": \"abc123xyz\"}]",
+                                     "stop", "1_0");
+    ASSERT_EQ(reply.tool_calls.size(), 1u);
+    EXPECT_EQ(reply.tool_calls[0].at("id"), "abc123xyz");
+    EXPECT_TRUE(server::assistant_message(reply.content, reply.tool_calls).at("content").is_null());
+}
+
+TEST(tool_call_stream, text_is_sent_until_a_marker_and_what_may_start_one_is_held_back) {
+    server::tool_call_stream s(tool_call_format::hermes);
+    EXPECT_EQ(s.push("Let me <to"), "Let me ");  // "<to" may open <tool_call>
+    EXPECT_EQ(s.push("day>"), "<today>");        // it did not
+    EXPECT_EQ(s.push(" ok <tool_"), " ok ");
+    EXPECT_EQ(s.push("call>\n{\"name\": \"f\", \"arguments\": {\"a\": 1}}\n</tool_call>"), "");
+    std::string rest;
+    const auto calls = s.finish(rest);
+    ASSERT_EQ(calls.size(), 1u);
+    EXPECT_EQ(calls[0].name, "f");
+    EXPECT_EQ(calls[0].arguments, "{\"a\":1}");
+    EXPECT_EQ(rest, "");
+}
+
+TEST(tool_call_stream, a_llama3_reply_opening_with_a_brace_is_held_and_given_back_when_it_is_no_call) {
+    server::tool_call_stream s(tool_call_format::llama3);
+    EXPECT_EQ(s.push("  "), "");
+    EXPECT_EQ(s.push("{oops"), "");
+    EXPECT_EQ(s.push(" not json"), "");
+    std::string rest;
+    EXPECT_TRUE(s.finish(rest).empty());
+    EXPECT_EQ(rest, "  {oops not json");
+
+    server::tool_call_stream text(tool_call_format::llama3);
+    EXPECT_EQ(text.push("Sunny"), "Sunny");
+    EXPECT_EQ(text.push(" {x}"), " {x}");  // a brace later in a text reply is text
+}
+
+// The collector's stream for a choice whose reply is a call: content first, then one chunk with the calls,
+// then finish_reason "tool_calls".
+TEST(tool_call_stream, a_streamed_choice_ends_with_the_calls_chunk_and_finish_reason_tool_calls) {
+    server::generation_result head;
+    head.id = "chatcmpl-42";
+    head.model = "m";
+    server::choice_layout layout;
+    layout.tools = tool_call_format::hermes;
+    server::choice_collector c(head, server::api_kind::chat, layout, false);
+    std::vector<server::stream_event> events(3);
+    events[0].text = "Checking. <tool";
+    events[1].text = "_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>";
+    events[2].what = server::stream_event::kind::done;
+    events[2].reason = finish_reason::stop;
+    const std::string sse = c.add(events, true);
+    std::vector<json::value> chunks;
+    for (size_t at = sse.find("data: "); at != std::string::npos; at = sse.find("data: ", at + 1)) {
+        chunks.push_back(json::parse(sse.substr(at + 6, sse.find("\n\n", at) - at - 6)));
+    }
+    ASSERT_EQ(chunks.size(), 3u) << sse;
+    EXPECT_EQ(chunks[0].at("choices").at(0).at("delta").at("content"), "Checking. ");
+    EXPECT_EQ(chunks[1].at("choices").at(0).at("delta"),
+              json::parse(R"({"tool_calls": [{"id": "call_42_0_0", "type": "function", "function":
+                  {"name": "get_weather", "arguments": "{\"city\":\"Paris\"}"}, "index": 0}]})"));
+    EXPECT_EQ(chunks[2].at("choices").at(0).at("finish_reason"), "tool_calls");
+    EXPECT_TRUE(c.ended());
+}
+
+TEST(tool_reply, a_whole_chat_completion_carries_the_calls_and_finish_reason_tool_calls) {
+    server::generation_result head;
+    head.id = "chatcmpl-9";
+    server::choice_layout layout;
+    layout.tools = tool_call_format::hermes;
+    server::choice_collector c(head, server::api_kind::chat, layout, false);
+    std::vector<server::stream_event> events(2);
+    events[0].text = "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>";
+    events[1].what = server::stream_event::kind::done;
+    events[1].reason = finish_reason::stop;
+    c.add(events, false);
+    ASSERT_TRUE(c.ended());
+    const json::value whole = json::parse(c.whole());
+    const json::value& choice = whole.at("choices").at(0);
+    EXPECT_EQ(choice.at("finish_reason"), "tool_calls");
+    EXPECT_TRUE(choice.at("message").at("content").is_null());
+    EXPECT_EQ(choice.at("message").at("tool_calls").at(0).at("function").at("name"), "get_weather");
+    EXPECT_EQ(choice.at("message").at("tool_calls").at(0).at("id"), "call_9_0_0");
+}
+
+}  // namespace
+}  // namespace troupe
