@@ -2,6 +2,7 @@
 // the host-buffer kernel entry points the tests compare against CPU references.
 #include <cuda_runtime_api.h>
 
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 
@@ -109,10 +110,18 @@ const char* test_matmul(troupe_cuda_context* ctx, int32_t impl, const troupe_cud
 
 const char* test_attention(troupe_cuda_context* ctx, const troupe_cuda_attention_args* args) {
     const troupe_cuda_attention_args& a = *args;
-    if (a.struct_size != sizeof a && a.struct_size != TROUPE_CUDA_ATTENTION_ARGS_V2_SIZE)
-        return fail("attention arguments of %u bytes, expected %zu (or %zu without trees)", a.struct_size, sizeof a,
-                    TROUPE_CUDA_ATTENTION_ARGS_V2_SIZE);
-    const bool tree = a.struct_size == sizeof a && a.rows != nullptr;
+    if (a.struct_size != sizeof a && a.struct_size != TROUPE_CUDA_ATTENTION_ARGS_V3_SIZE &&
+        a.struct_size != TROUPE_CUDA_ATTENTION_ARGS_V2_SIZE)
+        return fail(
+            "attention arguments of %u bytes, expected %zu (or %zu without soft-capping and windows, %zu "
+            "without trees)",
+            a.struct_size, sizeof a, TROUPE_CUDA_ATTENTION_ARGS_V3_SIZE, TROUPE_CUDA_ATTENTION_ARGS_V2_SIZE);
+    const bool tree = a.struct_size >= TROUPE_CUDA_ATTENTION_ARGS_V3_SIZE && a.rows != nullptr;
+    attention_features features{};
+    if (a.struct_size == sizeof a) features = attention_features{a.softcap, a.window};
+    if (!(features.softcap >= 0.0f) || !std::isfinite(features.softcap) || features.window < 0)
+        return fail("attention softcap %g and window %d: expected a finite softcap >= 0 and a window >= 0 (0: none)",
+                    features.softcap, features.window);
     if (tree) {
         TROUPE_CUDA_TRY_STATUS(check_tree_call({a.rows, a.mask_base, a.mask, a.mask_words}, a.n_tokens, a.seq_of,
                                                a.block_table_offsets, a.block_size));
@@ -163,8 +172,8 @@ const char* test_attention(troupe_cuda_context* ctx, const troupe_cuda_attention
     }
     launch_store_kv(dk.as<float>(), dv.as<float>(), a.n_tokens, static_cast<int32_t>(kv_width), tables, kv_f16,
                     dkp.data(), dvp.data(), st);
-    launch_attention(dq.as<float>(), dout.as<float>(), a.n_tokens, a.n_heads, a.n_kv_heads, a.head_dim, a.scale, tables,
-                     kv_f16, dkp.data(), dvp.data(), st);
+    launch_attention(dq.as<float>(), dout.as<float>(), a.n_tokens, a.n_heads, a.n_kv_heads, a.head_dim, a.scale,
+                     features, tables, kv_f16, dkp.data(), dvp.data(), st);
     TROUPE_CUDA_TRY_STATUS(download(a.out, dout, q_bytes, st));
     TROUPE_CUDA_TRY_STATUS(download(a.k_pool, dkp, pool_bytes, st));
     TROUPE_CUDA_TRY_STATUS(download(a.v_pool, dvp, pool_bytes, st));
@@ -181,6 +190,44 @@ const char* test_swiglu(troupe_cuda_context* ctx, const float* gate, const float
     TROUPE_CUDA_TRY_STATUS(dout.allocate(bytes, "out"));
     launch_swiglu(dg.as<float>(), du.as<float>(), dout.as<float>(), n, s);
     TROUPE_CUDA_TRY_STATUS(download(out, dout, bytes, s));
+    return finish(*ctx);
+}
+
+const char* test_geglu(troupe_cuda_context* ctx, const float* gate, const float* up, float* out, int64_t n) {
+    TROUPE_CUDA_TRY_STATUS(begin_lane(*ctx, 0));
+    cudaStream_t s = ctx->streams[0];
+    const size_t bytes = static_cast<size_t>(n) * sizeof(float);
+    device_buffer dg, du, dout;
+    TROUPE_CUDA_TRY_STATUS(upload(gate, bytes, dg, "gate", s));
+    TROUPE_CUDA_TRY_STATUS(upload(up, bytes, du, "up", s));
+    TROUPE_CUDA_TRY_STATUS(dout.allocate(bytes, "out"));
+    launch_geglu(dg.as<float>(), du.as<float>(), dout.as<float>(), n, s);
+    TROUPE_CUDA_TRY_STATUS(download(out, dout, bytes, s));
+    return finish(*ctx);
+}
+
+const char* test_add_bias(troupe_cuda_context* ctx, float* x, const float* bias, int32_t n_rows, int32_t width) {
+    if (n_rows < 0 || width <= 0) return fail("bias add of %d rows of width %d", n_rows, width);
+    TROUPE_CUDA_TRY_STATUS(begin_lane(*ctx, 0));
+    cudaStream_t s = ctx->streams[0];
+    const size_t bytes = static_cast<size_t>(n_rows) * width * sizeof(float);
+    device_buffer dx, db;
+    TROUPE_CUDA_TRY_STATUS(upload(x, bytes, dx, "x", s));
+    TROUPE_CUDA_TRY_STATUS(upload(bias, static_cast<size_t>(width) * sizeof(float), db, "bias", s));
+    launch_add_bias(dx.as<float>(), db.as<float>(), n_rows, width, s);
+    TROUPE_CUDA_TRY_STATUS(download(x, dx, bytes, s));
+    return finish(*ctx);
+}
+
+const char* test_softcap(troupe_cuda_context* ctx, float* x, int64_t n, float cap) {
+    if (!(cap > 0.0f) || !std::isfinite(cap)) return fail("soft-capping at %g: expected a finite cap > 0", cap);
+    TROUPE_CUDA_TRY_STATUS(begin_lane(*ctx, 0));
+    cudaStream_t s = ctx->streams[0];
+    const size_t bytes = static_cast<size_t>(n) * sizeof(float);
+    device_buffer dx;
+    TROUPE_CUDA_TRY_STATUS(upload(x, bytes, dx, "x", s));
+    launch_softcap(dx.as<float>(), cap, n, s);
+    TROUPE_CUDA_TRY_STATUS(download(x, dx, bytes, s));
     return finish(*ctx);
 }
 
@@ -280,6 +327,16 @@ const char* abi_test_embed(troupe_cuda_context* ctx, const troupe_cuda_matrix* t
     return guarded([&] { return test_embed(ctx, table, tokens, n_tokens, out); });
 }
 
+const char* abi_test_geglu(troupe_cuda_context* ctx, const float* gate, const float* up, float* out, int64_t n) {
+    return guarded([&] { return test_geglu(ctx, gate, up, out, n); });
+}
+const char* abi_test_add_bias(troupe_cuda_context* ctx, float* x, const float* bias, int32_t n_rows, int32_t width) {
+    return guarded([&] { return test_add_bias(ctx, x, bias, n_rows, width); });
+}
+const char* abi_test_softcap(troupe_cuda_context* ctx, float* x, int64_t n, float cap) {
+    return guarded([&] { return test_softcap(ctx, x, n, cap); });
+}
+
 char build_info_text[160];
 
 troupe_cuda_ops make_ops() {
@@ -310,6 +367,9 @@ troupe_cuda_ops make_ops() {
     ops.model_read_blocks = abi_model_read_blocks;
     ops.model_write_blocks = abi_model_write_blocks;
     ops.model_copy_rows = abi_model_copy_rows;
+    ops.test_geglu = abi_test_geglu;
+    ops.test_add_bias = abi_test_add_bias;
+    ops.test_softcap = abi_test_softcap;
     return ops;
 }
 

@@ -14,6 +14,10 @@
  *   revision 2: model_read_blocks, model_write_blocks (swap preemption)
  *   revision 3: model_copy_rows, and tree attention fields appended to troupe_cuda_batch and
  *               troupe_cuda_attention_args (speculative verification of a tree of drafts in one step)
+ *   revision 4: the architecture's features (core/model/arch/arch_description.h) appended to
+ *               troupe_cuda_model_desc (q/k/v biases, GeGLU, post norms, embedding scale, query scale,
+ *               attention and final soft-capping, per-layer sliding windows) and to
+ *               troupe_cuda_attention_args (softcap, window); test_geglu, test_add_bias, test_softcap
  *
  * Errors: every function that can fail returns NULL on success, else a message owned by the library
  * ("cudaMalloc of 2.0 GiB for the KV pools failed: out of memory"), valid until the next call from
@@ -23,7 +27,8 @@
  *   context  one device, N CUDA streams ("lanes": 0 = executor compute, 1 = KV copies, ...), one
  *            cuBLASLt handle and workspace. Work on a lane waits for work issued earlier on the
  *            other lanes, so lanes never race on shared memory.
- *   model    a Llama model's weights and its KV pools on the context's device; forward() runs a
+ *   model    a model's weights (the llama graph with the dense families' features: qwen2, phi3, gemma2,
+ *            mistral; not MLA or experts) and its KV pools on the context's device; forward() runs a
  *            whole step on lane 0 and copies the requested logits rows back to the host.
  *
  * Weights arrive as F32, F16 or BF16 matrices in host memory (quantized GGUF types are dequantized by
@@ -47,7 +52,7 @@ extern "C" {
 #endif
 
 #define TROUPE_CUDA_ABI_VERSION 1u
-#define TROUPE_CUDA_ABI_REVISION 3u
+#define TROUPE_CUDA_ABI_REVISION 4u
 #define TROUPE_CUDA_LIBRARY_NAME "libtroupe_cuda.so"
 #define TROUPE_CUDA_ENTRY_NAME "troupe_cuda_backend"
 
@@ -92,6 +97,20 @@ typedef struct troupe_cuda_layer {
     troupe_cuda_matrix w_down;    /* [dim, ffn_dim] */
 } troupe_cuda_layer;
 
+/* Revision 4: what a layer has beyond llama's. A matrix whose data is null is absent. Biases and norms are
+ * F32 vectors (one row: n_out == 1, n_in == width). */
+typedef struct troupe_cuda_layer_features {
+    troupe_cuda_matrix bq;             /* [n_heads * head_dim], added after the product (qwen2) */
+    troupe_cuda_matrix bk;             /* [n_kv_heads * head_dim] */
+    troupe_cuda_matrix bv;             /* [n_kv_heads * head_dim] */
+    troupe_cuda_matrix post_attn_norm; /* [dim]: x += rmsnorm(attn out) * post_attn_norm (gemma2) */
+    troupe_cuda_matrix post_ffn_norm;  /* [dim]: x += rmsnorm(ffn out) * post_ffn_norm */
+    int32_t window;                    /* attends to positions > p - window; 0: the whole causal past */
+} troupe_cuda_layer_features;
+
+#define TROUPE_CUDA_ACT_SILU 0      /* SwiGLU: silu(gate) * up */
+#define TROUPE_CUDA_ACT_GELU_TANH 1 /* GeGLU: gelu_tanh(gate rounded to f16) * up, as ggml */
+
 typedef struct troupe_cuda_model_desc {
     uint32_t struct_size;
     int32_t n_vocab;
@@ -117,7 +136,21 @@ typedef struct troupe_cuda_model_desc {
     int32_t n_blocks; /* 0: min(max_kv_tokens, kv_memory_fraction of the free memory after weights) / block_size */
     int64_t max_kv_tokens;
     float kv_memory_fraction;
+    /* Revision 4, read only where struct_size covers them (a revision-3 description has none: llama):
+     *   x = embed(tokens) * embed_scale; scores = (q . k) * attn_scale, then attn_softcap * tanh(s / attn_softcap);
+     *   logits = final_softcap * tanh(logits / final_softcap). Zeros mean "none" (attn_scale 0: 1 / sqrt(head_dim)). */
+    const troupe_cuda_layer_features* layer_features; /* [n_layers] or null: no layer has any */
+    int32_t ffn_activation;                           /* TROUPE_CUDA_ACT_SILU or TROUPE_CUDA_ACT_GELU_TANH */
+    float embed_scale;                                /* 0 or 1: none (gemma2: sqrt(dim)) */
+    float attn_scale;                                 /* 0: 1 / sqrt(head_dim) */
+    float attn_softcap;                               /* 0: none */
+    float final_softcap;                              /* 0: none */
 } troupe_cuda_model_desc;
+
+/* The size of a revision-3 model description (no architecture features: the llama graph). */
+/* The size of a revision-3 model description (no architecture features: the llama graph); it ended with the float
+ * kv_memory_fraction after an int64_t, padded to 8 bytes, where the pointer layer_features now starts. */
+#define TROUPE_CUDA_MODEL_DESC_V3_SIZE offsetof(troupe_cuda_model_desc, layer_features)
 
 typedef struct troupe_cuda_model_info {
     uint32_t struct_size;
@@ -184,9 +217,18 @@ typedef struct troupe_cuda_attention_args {
     const int32_t* mask_base;
     const uint64_t* mask;
     int32_t mask_words;
+    /* Revision 4: soft-capping (scores s -> softcap * tanh(s / softcap) after scaling; 0: none) and a sliding
+     * window (a token at position p sees positions > p - window; 0: all). In a tree call the k-th row of a token's
+     * mask (ascending) is at position mask_base + k, as core/model/ops.h says. */
+    float softcap;
+    int32_t window;
 } troupe_cuda_attention_args;
 
 #define TROUPE_CUDA_ATTENTION_ARGS_V2_SIZE offsetof(troupe_cuda_attention_args, rows)
+/* A revision-3 struct's size: through mask_words and the padding after it to the struct's 8-byte alignment, where
+ * softcap now sits (so a revision-3 caller's struct_size covers softcap but not window: neither is read from it). */
+#define TROUPE_CUDA_ATTENTION_ARGS_V3_SIZE \
+    ((offsetof(troupe_cuda_attention_args, mask_words) + sizeof(int32_t) + 7) / 8 * 8)
 
 #define TROUPE_CUDA_MATMUL_CUBLASLT 0
 #define TROUPE_CUDA_MATMUL_SIMPLE 1
@@ -252,6 +294,14 @@ typedef struct troupe_cuda_ops {
      * the work issued earlier on the other lanes. Rows are checked against the pool first. */
     const char* (*model_copy_rows)(troupe_cuda_model* model, int32_t lane, const int32_t* src, const int32_t* dst,
                                    int32_t n);
+
+    /* Revision 4: the architecture features' kernels on host buffers, synchronous on lane 0. */
+    const char* (*test_geglu)(troupe_cuda_context* ctx, const float* gate, const float* up, float* out,
+                              int64_t n); /* out = gelu_tanh(f16(gate)) * up */
+    const char* (*test_add_bias)(troupe_cuda_context* ctx, float* x, const float* bias, int32_t n_rows,
+                                 int32_t width); /* x[r, i] += bias[i] in place */
+    const char* (*test_softcap)(troupe_cuda_context* ctx, float* x, int64_t n,
+                                float cap); /* x = cap * tanh(x / cap) in place */
 } troupe_cuda_ops;
 
 /* The size of a revision-1 table: the smallest the host accepts. */

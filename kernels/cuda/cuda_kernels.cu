@@ -56,14 +56,23 @@ __device__ __forceinline__ size_t cache_row(const kv_tables& tb, int32_t seq, in
     return (static_cast<size_t>(block) * tb.block_size + pos % tb.block_size) * kv_width;
 }
 
-// Whether token t sees cache row j, for j <= its last row (tree calls; causal calls see every such row).
-__device__ __forceinline__ bool sees(const kv_tables& tb, int32_t t, int32_t j) {
-    if (tb.rows == nullptr) return true;
+// Whether token t sees cache row j, for j <= its last row. `first` is the oldest position inside its window (0
+// without one). Causal calls: rows are positions, so row j is seen from `first` on. Tree calls: the prefix rows
+// (j < mask_base) are positions too; the rows its mask names are its ancestors and itself by depth, the k-th of
+// them (ascending) at position mask_base + k (core/model/ops.h), seen when that position is inside the window.
+__device__ __forceinline__ bool sees(const kv_tables& tb, int32_t t, int32_t j, int32_t first) {
+    if (tb.rows == nullptr) return j >= first;
     const int32_t base = tb.mask_base[t];
-    if (j < base) return true;
+    if (j < base) return j >= first;
     const int32_t bit = j - base;
-    return bit < 64 * tb.mask_words &&
-           ((tb.mask[static_cast<size_t>(t) * tb.mask_words + bit / 64] >> (bit % 64)) & 1u) != 0;
+    if (bit >= 64 * tb.mask_words) return false;
+    const uint64_t* words = tb.mask + static_cast<size_t>(t) * tb.mask_words;
+    if (((words[bit / 64] >> (bit % 64)) & 1u) == 0) return false;
+    if (first <= base) return true;  // every masked row's position (>= mask_base) is inside the window
+    int32_t rank = 0;                // masked rows below j
+    for (int32_t w = 0; w < bit / 64; ++w) rank += __popcll(words[w]);
+    if (bit % 64 != 0) rank += __popcll(words[bit / 64] & ((uint64_t{1} << (bit % 64)) - 1));
+    return base + rank >= first;
 }
 
 // The highest cache row token t sees: its position, or in a tree call the last of its prefix and mask.
@@ -143,9 +152,12 @@ constexpr int dims_per_lane = max_head_dim / warp_size;
 // accumulates its head dimensions d = l + 32 i over the chunk's probabilities (online softmax: the
 // running max m and sum l rescale the accumulator when a larger score arrives). In a tree call the keys
 // are rows 0..last_row and those the token does not see score -inf (a chunk may have none it sees).
+// With a window the rows start at the oldest position inside it (a tree call: that, or mask_base if lower);
+// with softcap c each scaled score s becomes c tanh(s / c) before the softmax.
 template <class kv_t>
 __global__ void attention_kernel(const float* q, float* out, int32_t n_tokens, int32_t n_heads, int32_t n_kv_heads,
-                                 int32_t head_dim, float scale, kv_tables tb, const kv_t* k_pool, const kv_t* v_pool) {
+                                 int32_t head_dim, float scale, float softcap, int32_t window, kv_tables tb,
+                                 const kv_t* k_pool, const kv_t* v_pool) {
     __shared__ float q_sh[attention_warps][max_head_dim];
     const int warp = threadIdx.x / warp_size;
     const int lane = threadIdx.x % warp_size;
@@ -161,21 +173,23 @@ __global__ void attention_kernel(const float* q, float* out, int32_t n_tokens, i
 
     const int32_t seq = tb.seq_of[t];
     const int32_t pos = last_row(tb, t);
+    const int32_t first = window > 0 ? max(0, tb.positions[t] - window + 1) : 0;
+    const int32_t start = tb.rows == nullptr ? first : min(first, tb.mask_base[t]);
     float m = -INFINITY;
     float l = 0.0f;
     float acc[dims_per_lane];
 #pragma unroll
     for (int i = 0; i < dims_per_lane; ++i) acc[i] = 0.0f;
 
-    for (int32_t j0 = 0; j0 <= pos; j0 += warp_size) {
+    for (int32_t j0 = start; j0 <= pos; j0 += warp_size) {
         const int32_t j = j0 + lane;
-        const bool seen = j <= pos && sees(tb, t, j);
+        const bool seen = j <= pos && sees(tb, t, j, first);
         float score = -INFINITY;
         if (seen) {
             const kv_t* kr = k_pool + cache_row(tb, seq, j, kv_width) + static_cast<size_t>(kv_head) * head_dim;
             float dot = 0.0f;
             for (int32_t d = 0; d < head_dim; ++d) dot += q_sh[warp][d] * load_kv(kr, d);
-            score = dot;
+            score = softcap > 0.0f ? softcap * tanhf(dot / softcap) : dot;
         }
         const unsigned seen_lanes = __ballot_sync(full_mask, seen);
         if (seen_lanes == 0) continue;                  // a tree call's chunk of rows the token does not see
@@ -210,6 +224,41 @@ __global__ void swiglu_kernel(const float* gate, const float* up, float* out, in
     if (i >= n) return;
     const float g = gate[i];
     out[i] = g / (1.0f + expf(-g)) * up[i];
+}
+
+// GELU (tanh approximation) of the gate rounded to f16 first, as ggml's table (core/model/cpu_ops.cpp geglu_rows).
+__global__ void geglu_kernel(const float* gate, const float* up, float* out, int64_t n) {
+    const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    constexpr float sqrt_2_over_pi = 0.7978845608028654f;
+    const float x = __half2float(__float2half_rn(gate[i]));
+    const float g = 0.5f * x * (1.0f + tanhf(sqrt_2_over_pi * x * (1.0f + 0.044715f * x * x)));
+    out[i] = g * up[i];
+}
+
+// x [n_rows, width] += bias [width], one thread per element.
+__global__ void add_bias_kernel(float* x, const float* bias, int64_t n, int32_t width) {
+    const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    x[i] += bias[i % width];
+}
+
+__global__ void add_kernel(float* x, const float* y, int64_t n) {
+    const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    x[i] += y[i];
+}
+
+__global__ void scale_kernel(float* x, float s, int64_t n) {
+    const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    x[i] *= s;
+}
+
+__global__ void softcap_kernel(float* x, float cap, int64_t n) {
+    const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    x[i] = cap * tanhf(x[i] / cap);
 }
 
 __global__ void convert_kernel(const float* x, dtype to, void* y, int64_t n) {
@@ -276,26 +325,52 @@ void launch_store_kv(const float* k, const float* v, int32_t n_tokens, int32_t k
 }
 
 void launch_attention(const float* q, float* out, int32_t n_tokens, int32_t n_heads, int32_t n_kv_heads,
-                      int32_t head_dim, float scale, const kv_tables& tables, bool kv_f16, const void* k_pool,
-                      const void* v_pool, cudaStream_t stream) {
+                      int32_t head_dim, float scale, const attention_features& f, const kv_tables& tables, bool kv_f16,
+                      const void* k_pool, const void* v_pool, cudaStream_t stream) {
     const int64_t n_items = static_cast<int64_t>(n_tokens) * n_heads;
     if (n_items == 0) return;
     const int32_t grid = blocks_for(n_items, attention_warps);
     const int32_t threads = attention_warps * warp_size;
     if (kv_f16) {
-        attention_kernel<__half><<<grid, threads, 0, stream>>>(q, out, n_tokens, n_heads, n_kv_heads, head_dim, scale,
-                                                               tables, static_cast<const __half*>(k_pool),
-                                                               static_cast<const __half*>(v_pool));
+        attention_kernel<__half><<<grid, threads, 0, stream>>>(
+            q, out, n_tokens, n_heads, n_kv_heads, head_dim, scale, f.softcap, f.window, tables,
+            static_cast<const __half*>(k_pool), static_cast<const __half*>(v_pool));
     } else {
-        attention_kernel<float><<<grid, threads, 0, stream>>>(q, out, n_tokens, n_heads, n_kv_heads, head_dim, scale,
-                                                              tables, static_cast<const float*>(k_pool),
-                                                              static_cast<const float*>(v_pool));
+        attention_kernel<float><<<grid, threads, 0, stream>>>(
+            q, out, n_tokens, n_heads, n_kv_heads, head_dim, scale, f.softcap, f.window, tables,
+            static_cast<const float*>(k_pool), static_cast<const float*>(v_pool));
     }
 }
 
 void launch_swiglu(const float* gate, const float* up, float* out, int64_t n, cudaStream_t stream) {
     if (n == 0) return;
     swiglu_kernel<<<blocks_for(n, 256), 256, 0, stream>>>(gate, up, out, n);
+}
+
+void launch_geglu(const float* gate, const float* up, float* out, int64_t n, cudaStream_t stream) {
+    if (n == 0) return;
+    geglu_kernel<<<blocks_for(n, 256), 256, 0, stream>>>(gate, up, out, n);
+}
+
+void launch_add_bias(float* x, const float* bias, int32_t n_rows, int32_t width, cudaStream_t stream) {
+    const int64_t n = static_cast<int64_t>(n_rows) * width;
+    if (n == 0) return;
+    add_bias_kernel<<<blocks_for(n, 256), 256, 0, stream>>>(x, bias, n, width);
+}
+
+void launch_add(float* x, const float* y, int64_t n, cudaStream_t stream) {
+    if (n == 0) return;
+    add_kernel<<<blocks_for(n, 256), 256, 0, stream>>>(x, y, n);
+}
+
+void launch_scale(float* x, float s, int64_t n, cudaStream_t stream) {
+    if (n == 0) return;
+    scale_kernel<<<blocks_for(n, 256), 256, 0, stream>>>(x, s, n);
+}
+
+void launch_softcap(float* x, float cap, int64_t n, cudaStream_t stream) {
+    if (n == 0) return;
+    softcap_kernel<<<blocks_for(n, 256), 256, 0, stream>>>(x, cap, n);
 }
 
 void launch_convert(const float* x, dtype to, void* y, int64_t n, cudaStream_t stream) {

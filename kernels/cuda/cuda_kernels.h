@@ -55,16 +55,35 @@ struct kv_tables {
 void launch_store_kv(const float* k, const float* v, int32_t n_tokens, int32_t kv_width, const kv_tables& tables,
                      bool kv_f16, void* k_pool, void* v_pool, cudaStream_t stream);
 
+// A layer's attention beyond plain causal softmax (core/model/ops.h attention_call): soft-capping of the scaled
+// scores (s -> softcap * tanh(s / softcap); 0: none) and a sliding window (positions > p - window; 0: all).
+struct attention_features {
+    float softcap = 0.0f;
+    int32_t window = 0;
+};
+
 // Causal GQA attention over the pools (which already hold this step's rows): for token t at position p of
-// sequence s and head h, out[t, h] = softmax(scale * q[t, h] . k[s, 0..p, h / group]) . v[s, 0..p, h / group].
+// sequence s and head h, out[t, h] = softmax(cap(scale * q[t, h] . k[s, f..p, h / group])) . v[s, f..p, h / group]
+// with f = max(0, p - window + 1) (0 without a window) and cap the soft-capping (identity without).
 // q, out [n_tokens, n_heads, head_dim]; head_dim <= max_head_dim. In a tree call (tables.rows) over the rows
-// the token sees instead of 0..p.
+// the token sees instead of f..p (its masked rows by their positions mask_base + k, cuda_kernels.cu sees()).
 void launch_attention(const float* q, float* out, int32_t n_tokens, int32_t n_heads, int32_t n_kv_heads,
-                      int32_t head_dim, float scale, const kv_tables& tables, bool kv_f16, const void* k_pool,
-                      const void* v_pool, cudaStream_t stream);
+                      int32_t head_dim, float scale, const attention_features& features, const kv_tables& tables,
+                      bool kv_f16, const void* k_pool, const void* v_pool, cudaStream_t stream);
 
 // out[i] = silu(gate[i]) * up[i]; out may alias gate.  [n]
 void launch_swiglu(const float* gate, const float* up, float* out, int64_t n, cudaStream_t stream);
+
+// out[i] = gelu_tanh(gate[i] rounded to f16) * up[i] (GeGLU, as core/model/cpu_ops.cpp); out may alias gate.  [n]
+void launch_geglu(const float* gate, const float* up, float* out, int64_t n, cudaStream_t stream);
+
+// x[r, i] += bias[i].  x [n_rows, width], bias [width]
+void launch_add_bias(float* x, const float* bias, int32_t n_rows, int32_t width, cudaStream_t stream);
+
+// x[i] += y[i]; x[i] *= s; x[i] = cap * tanh(x[i] / cap).  [n]
+void launch_add(float* x, const float* y, int64_t n, cudaStream_t stream);
+void launch_scale(float* x, float s, int64_t n, cudaStream_t stream);
+void launch_softcap(float* x, float cap, int64_t n, cudaStream_t stream);
 
 // y[i] = x[i] rounded to `to` (f16 or bf16).  [n]
 void launch_convert(const float* x, dtype to, void* y, int64_t n, cudaStream_t stream);

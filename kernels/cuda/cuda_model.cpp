@@ -52,10 +52,42 @@ const char* check_shape(const troupe_cuda_matrix& m, const char* what, int64_t n
     return nullptr;
 }
 
+// The description's revision-4 fields (architecture features) where it has them, else the llama graph's zeros.
+troupe_cuda_model_desc copy_desc(const troupe_cuda_model_desc& d) {
+    troupe_cuda_model_desc c{};
+    std::memcpy(&c, &d, std::min<size_t>(d.struct_size, sizeof c));
+    c.struct_size = sizeof c;
+    return c;
+}
+
+const char* check_features(const troupe_cuda_model_desc& d) {
+    if (d.ffn_activation != TROUPE_CUDA_ACT_SILU && d.ffn_activation != TROUPE_CUDA_ACT_GELU_TANH)
+        return fail("ffn_activation %d: the CUDA backend runs %d (SwiGLU) or %d (GeGLU)", d.ffn_activation,
+                    TROUPE_CUDA_ACT_SILU, TROUPE_CUDA_ACT_GELU_TANH);
+    const struct {
+        float v;
+        const char* name;
+    } reals[] = {{d.embed_scale, "embed_scale"},
+                 {d.attn_scale, "attn_scale"},
+                 {d.attn_softcap, "attn_softcap"},
+                 {d.final_softcap, "final_softcap"}};
+    for (const auto& r : reals) {
+        if (!(r.v >= 0.0f) || !std::isfinite(r.v))
+            return fail("%s is %g: expected a finite value >= 0 (0: none)", r.name, r.v);
+    }
+    if (d.layer_features) {
+        for (int32_t il = 0; il < d.n_layers; ++il) {
+            if (d.layer_features[il].window < 0)
+                return fail("layer %d has window %d: expected >= 0 (0: none)", il, d.layer_features[il].window);
+        }
+    }
+    return nullptr;
+}
+
 const char* check_desc(const troupe_cuda_model_desc& d) {
-    if (d.struct_size != sizeof(troupe_cuda_model_desc))
-        return fail("model description of %u bytes, this library takes %zu", d.struct_size,
-                    sizeof(troupe_cuda_model_desc));
+    if (d.struct_size != sizeof(troupe_cuda_model_desc) && d.struct_size != TROUPE_CUDA_MODEL_DESC_V3_SIZE)
+        return fail("model description of %u bytes, this library takes %zu (or %zu without architecture features)",
+                    d.struct_size, sizeof(troupe_cuda_model_desc), TROUPE_CUDA_MODEL_DESC_V3_SIZE);
     if (d.n_vocab <= 0 || d.dim <= 0 || d.n_layers <= 0 || d.n_heads <= 0 || d.n_kv_heads <= 0 || d.ffn_dim <= 0 ||
         d.n_ctx <= 0 || !d.layers)
         return fail(
@@ -73,18 +105,51 @@ const char* check_desc(const troupe_cuda_model_desc& d) {
         return fail("rope_base %g and rope_freq_scale %g must be positive", d.rope_base, d.rope_freq_scale);
     if (d.rope_n_rot <= 0 || d.rope_n_rot % 2 != 0 || d.rope_n_rot > d.head_dim)
         return fail("rope_n_rot %d: rotated dimensions must be even and at most head_dim %d", d.rope_n_rot, d.head_dim);
-    return nullptr;
+    return check_features(copy_desc(d));
 }
 
-const char* upload_norm(troupe_cuda_model& m, const troupe_cuda_matrix& src, const char* what, const float*& out) {
+// An F32 vector of `width` (a norm weight or a bias).
+const char* upload_vector(troupe_cuda_model& m, const troupe_cuda_matrix& src, const char* what, int64_t width,
+                          const float*& out) {
     if (src.type != TROUPE_CUDA_F32)
-        return fail("%s is %s, the backend takes F32 norm weights", what, type_name(src.type));
-    TROUPE_CUDA_TRY_STATUS(check_shape(src, what, m.hp.dim, 1));
+        return fail("%s is %s, the backend takes F32 norm weights and biases", what, type_name(src.type));
+    TROUPE_CUDA_TRY_STATUS(check_shape(src, what, width, 1));
     device_matrix dm;
     m.weights.emplace_back();
     TROUPE_CUDA_TRY_STATUS(upload_matrix(src, what, m.weights.back(), dm, m.ctx->streams[0]));
     m.weight_bytes += m.weights.back().size();
     out = static_cast<const float*>(dm.data);
+    return nullptr;
+}
+
+const char* upload_norm(troupe_cuda_model& m, const troupe_cuda_matrix& src, const char* what, const float*& out) {
+    return upload_vector(m, src, what, m.hp.dim, out);
+}
+
+// An optional vector: absent (data null) leaves `out` null.
+const char* upload_optional(troupe_cuda_model& m, const troupe_cuda_matrix& src, int32_t il, const char* name,
+                            int64_t width, const float*& out) {
+    out = nullptr;
+    if (!src.data) return nullptr;
+    char what[64];
+    std::snprintf(what, sizeof what, "layer %d %s", il, name);
+    return upload_vector(m, src, what, width, out);
+}
+
+const char* upload_features(troupe_cuda_model& m, int32_t il, const troupe_cuda_layer_features& src,
+                            device_layer& dst) {
+    const auto& hp = m.hp;
+    const int64_t q_width = static_cast<int64_t>(hp.n_heads) * hp.head_dim;
+    const int64_t kv_width = static_cast<int64_t>(hp.n_kv_heads) * hp.head_dim;
+    if ((src.bq.data != nullptr) != (src.bk.data != nullptr) || (src.bq.data != nullptr) != (src.bv.data != nullptr))
+        return fail("layer %d has biases for only some of q, k, v (bq %s, bk %s, bv %s)", il,
+                    src.bq.data ? "set" : "null", src.bk.data ? "set" : "null", src.bv.data ? "set" : "null");
+    TROUPE_CUDA_TRY_STATUS(upload_optional(m, src.bq, il, "bq", q_width, dst.bq));
+    TROUPE_CUDA_TRY_STATUS(upload_optional(m, src.bk, il, "bk", kv_width, dst.bk));
+    TROUPE_CUDA_TRY_STATUS(upload_optional(m, src.bv, il, "bv", kv_width, dst.bv));
+    TROUPE_CUDA_TRY_STATUS(upload_optional(m, src.post_attn_norm, il, "post_attn_norm", hp.dim, dst.post_attn_norm));
+    TROUPE_CUDA_TRY_STATUS(upload_optional(m, src.post_ffn_norm, il, "post_ffn_norm", hp.dim, dst.post_ffn_norm));
+    dst.window = src.window;
     return nullptr;
 }
 
@@ -228,13 +293,17 @@ const char* model_create(troupe_cuda_context* ctx, const troupe_cuda_model_desc*
     TROUPE_CUDA_TRY(cudaSetDevice(ctx->device));
     auto m = std::make_unique<troupe_cuda_model>();
     m->ctx = ctx;
-    m->hp = *desc;
+    m->hp = copy_desc(*desc);
+    const troupe_cuda_layer_features* features = m->hp.layer_features;
     m->hp.layers = nullptr;
+    m->hp.layer_features = nullptr;
     m->hp.token_embd = m->hp.output_norm = m->hp.output = troupe_cuda_matrix{};
-    m->weights.reserve(static_cast<size_t>(desc->n_layers) * 9 + 3);
+    m->weights.reserve(static_cast<size_t>(desc->n_layers) * 14 + 3);
     m->layers.resize(desc->n_layers);
-    for (int32_t il = 0; il < desc->n_layers; ++il)
+    for (int32_t il = 0; il < desc->n_layers; ++il) {
         TROUPE_CUDA_TRY_STATUS(upload_layer(*m, il, desc->layers[il], m->layers[il]));
+        if (features) TROUPE_CUDA_TRY_STATUS(upload_features(*m, il, features[il], m->layers[il]));
+    }
     TROUPE_CUDA_TRY_STATUS(upload_weight(*m, desc->token_embd, "token_embd", desc->dim, desc->n_vocab, m->token_embd));
     TROUPE_CUDA_TRY_STATUS(upload_norm(*m, desc->output_norm, "output_norm", m->output_norm));
     if (desc->output.data == desc->token_embd.data && desc->output.type == desc->token_embd.type) {
@@ -333,10 +402,13 @@ const char* model_forward(troupe_cuda_model* model, const troupe_cuda_batch* bat
     const int32_t n = b.n_tokens;
     const int32_t kv_width = hp.n_kv_heads * hp.head_dim;
     const bool kv_f16 = hp.kv_type == TROUPE_CUDA_F16;
-    const float scale = 1.0f / std::sqrt(static_cast<float>(hp.head_dim));
+    const int32_t q_width = hp.n_heads * hp.head_dim;
+    const float scale = hp.attn_scale > 0.0f ? hp.attn_scale : 1.0f / std::sqrt(static_cast<float>(hp.head_dim));
     const rope_settings rope{hp.head_dim, hp.rope_n_rot, hp.rope_base, hp.rope_freq_scale, hp.rope_neox != 0};
 
+    const int64_t n_x = static_cast<int64_t>(n) * hp.dim;
     launch_embed(static_cast<dtype>(m.token_embd.type), m.token_embd.data, hp.dim, d_tokens, n, x, stream);
+    if (hp.embed_scale > 0.0f && hp.embed_scale != 1.0f) launch_scale(x, hp.embed_scale, n_x, stream);
     for (int32_t il = 0; il < hp.n_layers; ++il) {
         const device_layer& L = m.layers[il];
         char* k_pool = m.kv.as<char>(m.pool_bytes * (2 * il));
@@ -345,23 +417,48 @@ const char* model_forward(troupe_cuda_model* model, const troupe_cuda_batch* bat
         TROUPE_CUDA_TRY_STATUS(matmul(ctx, L.wq, xn, q, n, false));
         TROUPE_CUDA_TRY_STATUS(matmul(ctx, L.wk, xn, k, n, false));
         TROUPE_CUDA_TRY_STATUS(matmul(ctx, L.wv, xn, v, n, false));
+        if (L.bq) {  // qwen2: biases after the products, before RoPE
+            launch_add_bias(q, L.bq, n, q_width, stream);
+            launch_add_bias(k, L.bk, n, kv_width, stream);
+            launch_add_bias(v, L.bv, n, kv_width, stream);
+        }
         launch_rope(q, tables.positions, n, hp.n_heads, rope, stream);
         launch_rope(k, tables.positions, n, hp.n_kv_heads, rope, stream);
         launch_store_kv(k, v, n, kv_width, tables, kv_f16, k_pool, v_pool, stream);
-        launch_attention(q, att, n, hp.n_heads, hp.n_kv_heads, hp.head_dim, scale, tables, kv_f16, k_pool, v_pool,
-                         stream);
-        TROUPE_CUDA_TRY_STATUS(matmul(ctx, L.wo, att, x, n, true));
+        launch_attention(q, att, n, hp.n_heads, hp.n_kv_heads, hp.head_dim, scale,
+                         attention_features{hp.attn_softcap, L.window}, tables, kv_f16, k_pool, v_pool, stream);
+        // The branch's output goes into xn (free once q, k, v are made) where a post norm follows it.
+        if (L.post_attn_norm) {
+            TROUPE_CUDA_TRY_STATUS(matmul(ctx, L.wo, att, xn, n, false));
+            launch_rms_norm(xn, L.post_attn_norm, xn, n, hp.dim, hp.rms_eps, stream);
+            launch_add(x, xn, n_x, stream);
+        } else {
+            TROUPE_CUDA_TRY_STATUS(matmul(ctx, L.wo, att, x, n, true));
+        }
         launch_rms_norm(x, L.ffn_norm, xn, n, hp.dim, hp.rms_eps, stream);
         TROUPE_CUDA_TRY_STATUS(matmul(ctx, L.w_gate, xn, gate, n, false));
         TROUPE_CUDA_TRY_STATUS(matmul(ctx, L.w_up, xn, up, n, false));
-        launch_swiglu(gate, up, gate, static_cast<int64_t>(n) * hp.ffn_dim, stream);
-        TROUPE_CUDA_TRY_STATUS(matmul(ctx, L.w_down, gate, x, n, true));
+        const int64_t n_ffn = static_cast<int64_t>(n) * hp.ffn_dim;
+        if (hp.ffn_activation == TROUPE_CUDA_ACT_GELU_TANH) {
+            launch_geglu(gate, up, gate, n_ffn, stream);
+        } else {
+            launch_swiglu(gate, up, gate, n_ffn, stream);
+        }
+        if (L.post_ffn_norm) {
+            TROUPE_CUDA_TRY_STATUS(matmul(ctx, L.w_down, gate, xn, n, false));
+            launch_rms_norm(xn, L.post_ffn_norm, xn, n, hp.dim, hp.rms_eps, stream);
+            launch_add(x, xn, n_x, stream);
+        } else {
+            TROUPE_CUDA_TRY_STATUS(matmul(ctx, L.w_down, gate, x, n, true));
+        }
         TROUPE_CUDA_TRY(cudaGetLastError());
     }
     if (b.n_out_rows > 0) {
         launch_gather_rows(x, d_out_tokens, b.n_out_rows, hp.dim, xn, stream);
         launch_rms_norm(xn, m.output_norm, xn, b.n_out_rows, hp.dim, hp.rms_eps, stream);
         TROUPE_CUDA_TRY_STATUS(matmul(ctx, m.output, xn, logits, b.n_out_rows, false));
+        if (hp.final_softcap > 0.0f)
+            launch_softcap(logits, hp.final_softcap, static_cast<int64_t>(b.n_out_rows) * hp.n_vocab, stream);
         TROUPE_CUDA_TRY(cudaMemcpyAsync(b.logits, logits,
                                         static_cast<size_t>(b.n_out_rows) * hp.n_vocab * sizeof(float),
                                         cudaMemcpyDeviceToHost, stream));

@@ -1,16 +1,19 @@
-// A Llama model on the device: packed weights, the per-layer KV pools and the step's scratch buffers,
-// and the whole forward on lane 0 (cuda_model.cpp).
+// A model on the device (the llama graph and the dense families' features: cuda_backend_abi.h revision 4): packed
+// weights, the per-layer KV pools and the step's scratch buffers, and the whole forward on lane 0 (cuda_model.cpp).
 //
 // One step, for the n_tokens of all sequences together:
 //
-//   x = embed(tokens)                                           [n_tokens, dim]
+//   x = embed(tokens) [* embed_scale]                           [n_tokens, dim]
 //   per layer:  xn = rms_norm(x) * attn_norm
-//               q, k, v = xn wq^T, xn wk^T, xn wv^T; rope(q, k)  [n_tokens, n_(kv_)heads * head_dim]
-//               store k, v at each token's (block, row); att = attention(q, pools)
-//               x += att wo^T
+//               q, k, v = xn wq^T [+ bq], xn wk^T [+ bk], xn wv^T [+ bv]; rope(q, k)
+//                                                                [n_tokens, n_(kv_)heads * head_dim]
+//               store k, v at each token's (block, row); att = attention(q, pools) [soft-capped, windowed]
+//               a = att wo^T; x += a, or rms_norm(a) * post_attn_norm where the layer has one
 //               xn = rms_norm(x) * ffn_norm
-//               x += (silu(xn w_gate^T) * (xn w_up^T)) w_down^T
+//               f = (act(xn w_gate^T) * (xn w_up^T)) w_down^T    act: silu, or gelu_tanh (GeGLU)
+//               x += f, or rms_norm(f) * post_ffn_norm
 //   rows = x[out_tokens]; logits = (rms_norm(rows) * output_norm) output^T   [n_out_rows, n_vocab]
+//   [logits = final_softcap * tanh(logits / final_softcap)]
 #pragma once
 
 #include "kernels/cuda/cuda_context.h"
@@ -23,6 +26,13 @@ struct device_layer {
     device_matrix wq, wk, wv, wo;
     const float* ffn_norm;  // [dim]
     device_matrix w_gate, w_up, w_down;
+    // Architecture features (troupe_cuda_layer_features); null / 0 where the layer has none.
+    const float* bq = nullptr;              // [n_heads * head_dim]
+    const float* bk = nullptr;              // [n_kv_heads * head_dim]
+    const float* bv = nullptr;              // [n_kv_heads * head_dim]
+    const float* post_attn_norm = nullptr;  // [dim]
+    const float* post_ffn_norm = nullptr;   // [dim]
+    int32_t window = 0;                     // positions > p - window; 0: all
 };
 
 const char* model_create(troupe_cuda_context* ctx, const troupe_cuda_model_desc* desc, troupe_cuda_model** out);
