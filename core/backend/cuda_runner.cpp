@@ -64,6 +64,15 @@ result<std::unique_ptr<cuda_runner>> cuda_runner::create(const llama_weights_vie
 
     auto upload = prepare_cuda_upload(weights, params);
     if (!upload.ok()) return upload.err();
+    if (!TROUPE_CUDA_OPS_HAS(&ops, test_softcap)) {
+        // A library before revision 4 runs the llama graph only, and takes the description without its features.
+        if (needs_arch_features(weights)) {
+            return make_error(weights.name + ": architecture " + weights.hp.architecture +
+                              " needs the CUDA backend's architecture features (ABI revision 4), and " +
+                              lib.value()->path() + " is older (" + ops.build_info + "); rebuild troupe_cuda");
+        }
+        upload.value()->desc.struct_size = TROUPE_CUDA_MODEL_DESC_V3_SIZE;
+    }
 
     std::unique_ptr<cuda_runner> r(new cuda_runner());
     r->lib_ = lib.value();
@@ -78,6 +87,7 @@ result<std::unique_ptr<cuda_runner>> cuda_runner::create(const llama_weights_vie
 
     const llama_view_hparams& hp = weights.hp;
     r->name_ = weights.name;
+    r->architecture_ = hp.architecture;
     r->weight_types_ = weight_types(weights, params.dequantize_to);
     r->n_layers_ = hp.n_layers;
     r->dim_ = hp.dim;
@@ -115,8 +125,8 @@ cuda_runner::~cuda_runner() {
 }
 
 std::string cuda_runner::description() const {
-    return name_ + ": llama, " + std::to_string(n_layers_) + " layers, dim " + std::to_string(dim_) + ", " +
-           std::to_string(n_heads_) + " heads / " + std::to_string(n_kv_heads_) + " kv heads, vocab " +
+    return name_ + ": " + architecture_ + ", " + std::to_string(n_layers_) + " layers, dim " + std::to_string(dim_) +
+           ", " + std::to_string(n_heads_) + " heads / " + std::to_string(n_kv_heads_) + " kv heads, vocab " +
            std::to_string(n_vocab_) + ", " + weight_types_ + " weights, cuda:" + std::to_string(device_.index) + " (" +
            device_.name + ")";
 }
@@ -281,7 +291,7 @@ result<std::unique_ptr<model_runner>> make_cuda_runner_or_cpu(const llama_weight
         }
     }
     // Likewise a model the CUDA graph does not implement, where a GPU is there (without one the CPU runs it).
-    if (!weights.beyond_llama.empty()) {
+    if (!weights.beyond_cuda_graph.empty()) {
         auto devices = cuda_devices(params.backend_dir);
         if (devices.ok() && !devices.value().empty()) {
             if (status s = check_llama_view(weights); !s.ok()) return s.err();

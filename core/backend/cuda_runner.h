@@ -101,6 +101,7 @@ private:
     troupe_cuda_model* model_ = nullptr;
     cuda_device device_;
     std::string name_;
+    std::string architecture_;  // general.architecture, for description()
     std::string weight_types_;  // "F32", "Q4_0 (dequantized to F16)"
     int32_t n_layers_ = 0, dim_ = 0, n_heads_ = 0, n_kv_heads_ = 0, n_vocab_ = 0, n_ctx_ = 0, n_lanes_ = 0;
     kv_geometry kv_{0, 0};

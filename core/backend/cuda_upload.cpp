@@ -114,6 +114,34 @@ result<std::unique_ptr<cuda_upload>> prepare_cuda_upload(const llama_weights_vie
         }
     }
     d.layers = up->layers.data();
+    d.ffn_activation = hp.gelu ? TROUPE_CUDA_ACT_GELU_TANH : TROUPE_CUDA_ACT_SILU;
+    d.embed_scale = hp.embed_scale;
+    d.attn_scale = hp.attn_scale;
+    d.attn_softcap = hp.attn_softcap;
+    d.final_softcap = hp.final_softcap;
+    if (needs_arch_features(view)) {
+        up->layer_features.resize(hp.n_layers);
+        for (int32_t il = 0; il < hp.n_layers; ++il) {
+            const llama_layer_view& l = view.layers[il];
+            troupe_cuda_layer_features& o = up->layer_features[il];
+            const std::string lp = p + "layer " + std::to_string(il) + " ";
+            const struct {
+                const weight_view& w;
+                const char* name;
+                troupe_cuda_matrix& dst;
+            } vectors[] = {{l.bq, "bq", o.bq},
+                           {l.bk, "bk", o.bk},
+                           {l.bv, "bv", o.bv},
+                           {l.post_attn_norm, "post_attn_norm", o.post_attn_norm},
+                           {l.post_ffn_norm, "post_ffn_norm", o.post_ffn_norm}};
+            for (const auto& e : vectors) {
+                if (!e.w.data) continue;  // absent: data stays null
+                if (status s = put(prep.vector(e.w, lp + e.name), e.dst); !s.ok()) return s.err();
+            }
+            o.window = l.window;
+        }
+        d.layer_features = up->layer_features.data();
+    }
     if (status s = put(prep.matrix(view.token_embd, p + "token_embd"), d.token_embd); !s.ok()) return s.err();
     if (status s = put(prep.vector(view.output_norm, p + "output_norm"), d.output_norm); !s.ok()) return s.err();
     if (view.output.data == view.token_embd.data && view.output.type == view.token_embd.type) {

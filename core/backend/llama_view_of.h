@@ -8,11 +8,25 @@
 
 namespace troupe {
 
+// The blocks of the model that only the CPU graph runs (multi-head latent attention, experts), as the error names
+// them: "architecture deepseek2 (multi-head latent attention, mixture-of-experts layers)"; empty when none.
+inline std::string beyond_cuda_graph(const llama_hparams& hp) {
+    bool mla = false, moe = false;
+    for (int32_t il = 0; il < hp.n_layers; ++il) {
+        mla = mla || hp.attention_of(il) == attention_block::mla;
+        moe = moe || hp.ffn_of(il) == ffn_block::moe;
+    }
+    if (!mla && !moe) return {};
+    std::string what = mla ? "multi-head latent attention" : "";
+    if (moe) what += std::string(mla ? ", " : "") + "mixture-of-experts layers";
+    return "architecture " + hp.architecture + " (" + what + ")";
+}
+
 inline llama_weights_view llama_view_of(const llama_weights& w) {
     llama_weights_view v;
     v.name = w.file ? std::filesystem::path(w.file->path()).filename().string() : std::string("model");
     const llama_hparams& hp = w.hp;
-    v.beyond_llama = beyond_llama_graph(hp);  // the CUDA graph is llama's
+    v.beyond_cuda_graph = beyond_cuda_graph(hp);
     v.hp.n_vocab = hp.n_vocab;
     v.hp.dim = hp.dim;
     v.hp.n_layers = hp.n_layers;
@@ -26,11 +40,25 @@ inline llama_weights_view llama_view_of(const llama_weights& w) {
     v.hp.rope_dims = hp.rope_dims;
     v.hp.rope_neox = hp.rope == rope_mode::neox;
     v.hp.n_ctx = hp.n_ctx;
+    v.hp.architecture = hp.architecture;
+    v.hp.gelu = hp.arch->activation == ffn_activation::gelu_tanh;
+    v.hp.embed_scale = hp.embed_scale;
+    v.hp.attn_scale = hp.query_scale;
+    v.hp.attn_softcap = hp.attn_softcap;
+    v.hp.final_softcap = hp.final_softcap;
     v.token_embd = w.token_embd;
     v.output_norm = w.output_norm;
     v.output = w.output;
-    for (const llama_layer_weights& l : w.layers) {
-        v.layers.push_back({l.attn_norm, l.wq, l.wk, l.wv, l.wo, l.ffn_norm, l.w_gate, l.w_up, l.w_down});
+    for (size_t il = 0; il < w.layers.size(); ++il) {
+        const llama_layer_weights& l = w.layers[il];
+        llama_layer_view& o = v.layers.emplace_back();
+        o = {l.attn_norm, l.wq, l.wk, l.wv, l.wo, l.ffn_norm, l.w_gate, l.w_up, l.w_down};
+        o.bq = l.bq;
+        o.bk = l.bk;
+        o.bv = l.bv;
+        o.post_attn_norm = l.post_attn_norm;
+        o.post_ffn_norm = l.post_ffn_norm;
+        o.window = hp.window_of(static_cast<int32_t>(il));
     }
     return v;
 }

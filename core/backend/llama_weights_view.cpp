@@ -26,12 +26,31 @@ status check_weight(const weight_view& w, const std::string& what, int64_t n_in,
     return {};
 }
 
+// An optional vector (a bias or a post norm): absent is fine, present must have its shape.
+status check_optional(const weight_view& w, const std::string& what, int64_t width) {
+    if (!w.data) return {};
+    return check_weight(w, what, width, 1);
+}
+
 }  // namespace
 
+bool needs_arch_features(const llama_weights_view& v) {
+    const llama_view_hparams& hp = v.hp;
+    if (hp.gelu || hp.embed_scale != 1.0f || hp.attn_scale > 0.0f || hp.attn_softcap > 0.0f || hp.final_softcap > 0.0f)
+        return true;
+    for (const llama_layer_view& l : v.layers) {
+        if (l.bq.data || l.bk.data || l.bv.data || l.post_attn_norm.data || l.post_ffn_norm.data || l.window != 0)
+            return true;
+    }
+    return false;
+}
+
 status check_llama_view(const llama_weights_view& v) {
-    if (!v.beyond_llama.empty()) {
-        return make_error(v.name + ": the CUDA runner implements the llama graph only, and this model needs " +
-                          v.beyond_llama + "; run it on the CPU (device: cpu)");
+    if (!v.beyond_cuda_graph.empty()) {
+        return make_error(v.name +
+                          ": the CUDA runner runs the dense families (llama, mistral, qwen2, phi3, gemma2), and this "
+                          "model needs " +
+                          v.beyond_cuda_graph + ", which only the CPU graph runs; run it on the CPU (device: cpu)");
     }
     const llama_view_hparams& hp = v.hp;
     if (hp.n_vocab <= 0 || hp.dim <= 0 || hp.n_layers <= 0 || hp.n_heads <= 0 || hp.n_kv_heads <= 0 ||
@@ -82,6 +101,22 @@ status check_llama_view(const llama_weights_view& v) {
         for (const auto& e : table) {
             if (status s = check_weight(e.w, lp + e.name, e.n_in, e.n_out); !s.ok()) return s;
         }
+        if ((l.bq.data != nullptr) != (l.bk.data != nullptr) || (l.bq.data != nullptr) != (l.bv.data != nullptr)) {
+            return make_error(lp + "has biases for only some of q, k and v: the graph adds all three or none");
+        }
+        const struct {
+            const weight_view& w;
+            const char* name;
+            int64_t width;
+        } optional[] = {{l.bq, "bq", q_width},
+                        {l.bk, "bk", kv_width},
+                        {l.bv, "bv", kv_width},
+                        {l.post_attn_norm, "post_attn_norm", hp.dim},
+                        {l.post_ffn_norm, "post_ffn_norm", hp.dim}};
+        for (const auto& e : optional) {
+            if (status s = check_optional(e.w, lp + e.name, e.width); !s.ok()) return s;
+        }
+        if (l.window < 0) return make_error(lp + "has window " + std::to_string(l.window) + ", expected >= 0");
     }
     return {};
 }

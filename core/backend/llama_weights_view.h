@@ -1,4 +1,5 @@
-// llama_weights_view: what a backend needs of a loaded Llama model: its hyper-parameters and views of
+// llama_weights_view: what a backend needs of a loaded model of the llama graph and its dense families (qwen2,
+// phi3, gemma2, mistral: core/model/arch/arch_description.h): its hyper-parameters and views of
 // its weight matrices as stored (GGUF types, host memory, usually the memory-mapped file). The model
 // loader fills it (core/backend/llama_view_of.h does so from core/model's llama_weights); the backend
 // copies what it needs at creation, so the views need only outlive make_cuda_runner().
@@ -27,6 +28,13 @@ struct llama_view_hparams {
     int32_t rope_dims = 0;    // leading dimensions of each head that rotate; 0: head_dim
     bool rope_neox = false;   // false: rotate adjacent pairs (llama.cpp's normal mode); true: halves
     int32_t n_ctx = 0;        // training context
+    // The architecture's features (core/model/llama_hparams.h); the defaults are llama's.
+    std::string architecture = "llama";  // general.architecture, for descriptions
+    bool gelu = false;                   // GeGLU FFN (gelu_tanh on the gate), else SwiGLU
+    float embed_scale = 1.0f;            // embeddings are multiplied by this
+    float attn_scale = 0.0f;             // scores are q.k times this; 0: 1 / sqrt(head_dim)
+    float attn_softcap = 0.0f;           // scores s -> c tanh(s / c); 0: none
+    float final_softcap = 0.0f;          // logits x -> c tanh(x / c); 0: none
 };
 
 struct llama_layer_view {
@@ -39,20 +47,29 @@ struct llama_layer_view {
     weight_view w_gate;     // [ffn_dim rows, dim]
     weight_view w_up;       // [ffn_dim rows, dim]
     weight_view w_down;     // [dim rows, ffn_dim]
+    // Features; data null where the layer has none. Fused q/k/v or gate/up arrive as row views of the fused tensor.
+    weight_view bq{}, bk{}, bv{};  // [q_width], [kv_width], [kv_width] (one row each), added after the products
+    weight_view post_attn_norm{};  // [dim]
+    weight_view post_ffn_norm{};   // [dim]
+    int32_t window = 0;            // attends to positions > p - window; 0: the whole causal past
 };
 
 struct llama_weights_view {
     std::string name;  // for description(): the model file's name
-    // What the model needs beyond the Llama graph the CUDA runner implements (its architecture and the features the
-    // CPU graph runs for it: biases, GeGLU, post norms, soft-capping, sliding windows, ...); empty for llama. The
-    // runner refuses a model that needs any (check_llama_view).
-    std::string beyond_llama;
+    // What the model needs beyond the graph the CUDA runner implements (its architecture and the blocks only the CPU
+    // graph runs: multi-head latent attention, mixture-of-experts layers); empty for llama, mistral, qwen2, phi3 and
+    // gemma2. The runner refuses a model that needs any (check_llama_view).
+    std::string beyond_cuda_graph;
     llama_view_hparams hp;
     weight_view token_embd;                // [n_vocab rows, dim]
     weight_view output_norm;               // [dim]
     weight_view output;                    // [n_vocab rows, dim]; token_embd itself when tied
     std::vector<llama_layer_view> layers;  // [n_layers]
 };
+
+// Whether any layer has a feature beyond llama's or the model does (biases, post norms, windows, GeGLU, scales,
+// soft-capping): a backend that predates them must refuse such a model.
+bool needs_arch_features(const llama_weights_view& view);
 
 // Checks the hyper-parameters and every weight's shape; errors name the weight:
 // "layer 3 wq has shape [60, 64] (rows, row length), expected [64, 64]".
