@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # The CUDA backend's checks for a session that has a GPU (CI has none, so there these tests skip):
 # configure and build (Release, -j16) with nvcc, run the CUDA tests (test_cuda, with tree verification in
-# cuda_tree_test.cpp; test_cuda_quant_plugins: the quant plugins' CUDA kernels vs their CPU path), bench_cuda_quant
+# cuda_tree_test.cpp and the dense architecture families in cuda_arch_test.cpp: qwen2, phi3, gemma2 against
+# arch-greedy.json and the CPU graph, plus the soft-capping / window / GeGLU / bias kernels in cuda_kernels_test.cpp;
+# test_cuda_quant_plugins: the quant plugins' CUDA kernels vs their CPU path), bench_cuda_quant
 # (GEMV GB/s vs copy), then `troupe bench --device cuda`.
 #
 #   kernels/cuda/gpu_check.sh            build into build-gpu/ beside this checkout's root
@@ -58,7 +60,8 @@ echo "== bench_cuda_quant (GEMV GB/s vs the device's copy bandwidth)"
 
 if [ -x "$build/troupe" ]; then
     echo "== troupe bench --device cuda"
-    for model in stories260K.gguf rand10M-F16.gguf rand10M-Q4_K_M.gguf; do
+    for model in stories260K.gguf rand10M-F16.gguf rand10M-Q4_K_M.gguf arch/tiny-qwen2.gguf arch/tiny-phi3.gguf \
+        arch/tiny-gemma2.gguf; do
         [ -f "$shared/models/$model" ] || continue
         "$build/troupe" bench --model "$shared/models/$model" --device cuda
         "$build/troupe" bench --model "$shared/models/$model" --device cpu

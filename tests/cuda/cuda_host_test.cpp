@@ -80,10 +80,10 @@ TEST(cuda_model_view, a_wrong_weight_shape_is_reported_with_layer_weight_and_bot
     EXPECT_EQ(s.message(), "tiny.gguf: layer 1 wq has shape [30, 32] (rows, row length), expected [32, 32]");
 }
 
-// The CUDA graph is llama's: a model of another architecture (or with features llama lacks) is refused with one error
-// naming them, never computed wrongly.
-TEST(cuda_model_view, a_model_beyond_the_llama_graph_is_refused_naming_its_architecture_and_features) {
-    TROUPE_REQUIRE_SHARED(path, "models/arch/tiny-gemma2.gguf");
+// The CUDA graph runs the dense families; a model with blocks only the CPU graph runs (MLA, experts) is refused with
+// one error naming its architecture and those blocks, never computed wrongly.
+TEST(cuda_model_view, a_model_with_latent_attention_or_experts_is_refused_naming_its_architecture_and_blocks) {
+    TROUPE_REQUIRE_SHARED(path, "models/arch/tiny-deepseek2.gguf");
     auto file = gguf::gguf_file::open(path);
     ASSERT_TRUE(file.ok()) << file.message();
     auto w = bind_llama_weights(*file);
@@ -91,15 +91,21 @@ TEST(cuda_model_view, a_model_beyond_the_llama_graph_is_refused_naming_its_archi
     const status s = check_llama_view(llama_view_of(*w));
     ASSERT_FALSE(s.ok());
     EXPECT_EQ(s.message(),
-              "tiny-gemma2.gguf: the CUDA runner implements the llama graph only, and this model needs architecture "
-              "gemma2 (a GeGLU FFN, post-attention and post-FFN norms, scaled embeddings, attention soft-capping, "
-              "final logit soft-capping, sliding-window attention); run it on the CPU (device: cpu)");
+              "tiny-deepseek2.gguf: the CUDA runner runs the dense families (llama, mistral, qwen2, phi3, gemma2), and "
+              "this model needs architecture deepseek2 (multi-head latent attention, mixture-of-experts layers), which "
+              "only the CPU graph runs; run it on the CPU (device: cpu)");
+    TROUPE_REQUIRE_SHARED(mixtral_path, "models/arch/tiny-mixtral.gguf");
+    auto mixtral = gguf::gguf_file::open(mixtral_path);
+    ASSERT_TRUE(mixtral.ok()) << mixtral.message();
+    auto mw = bind_llama_weights(*mixtral);
+    ASSERT_TRUE(mw.ok()) << mw.message();
+    EXPECT_EQ(llama_view_of(*mw).beyond_cuda_graph, "architecture llama (mixture-of-experts layers)");
     TROUPE_REQUIRE_SHARED(llama_path, "models/stories260K.gguf");
     auto llama = gguf::gguf_file::open(llama_path);
     ASSERT_TRUE(llama.ok()) << llama.message();
     auto lw = bind_llama_weights(*llama);
     ASSERT_TRUE(lw.ok()) << lw.message();
-    EXPECT_EQ(llama_view_of(*lw).beyond_llama, "");
+    EXPECT_EQ(llama_view_of(*lw).beyond_cuda_graph, "");
 }
 
 TEST(cuda_model_view, hyper_parameters_that_no_kernel_can_run_are_refused) {

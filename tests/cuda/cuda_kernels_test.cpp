@@ -1,5 +1,5 @@
-// Every CUDA kernel against its scalar twin in kernels/ref, on odd shapes, through the backend's
-// host-buffer entry points. Skips without a GPU.
+// Every CUDA kernel against its scalar twin in kernels/ref (or written out here, for the architecture features'
+// elementwise kernels), on odd shapes, through the backend's host-buffer entry points. Skips without a GPU.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -144,7 +144,7 @@ TEST_F(cuda_kernels, swiglu_matches_the_reference) {
     std::vector<float> out(gate.size()), expected(gate.size());
     EXPECT_OK(cuda_ops().test_swiglu(ctx_, gate.data(), up.data(), out.data(), static_cast<int64_t>(gate.size())));
     ref::swiglu(gate.data(), up.data(), expected.data(), static_cast<int64_t>(gate.size()));
-    EXPECT_LT(max_rel_error(out, expected), 1e-6f);
+    EXPECT_LT(max_rel_error(out, expected), 1e-5f);
 }
 
 TEST_F(cuda_kernels, embedding_rows_match_the_reference_for_each_table_type) {
@@ -167,6 +167,8 @@ struct attention_case {
     std::vector<int32_t> pos0;   // per sequence: first new position
     std::vector<int32_t> n_new;  // per sequence: new tokens
     bool kv_f16;
+    float softcap = 0.0f;  // scores s -> softcap * tanh(s / softcap); 0: none (Gemma 2)
+    int32_t window = 0;    // positions > p - window; 0: all (sliding-window layers)
 };
 
 void run_attention_case(troupe_cuda_context* ctx, const attention_case& c) {
@@ -221,6 +223,8 @@ void run_attention_case(troupe_cuda_context* ctx, const attention_case& c) {
     a.kv_type = c.kv_f16 ? TROUPE_CUDA_F16 : TROUPE_CUDA_F32;
     a.k_pool = c.kv_f16 ? static_cast<void*>(k_half.data()) : k_gpu.data();
     a.v_pool = c.kv_f16 ? static_cast<void*>(v_half.data()) : v_gpu.data();
+    a.softcap = c.softcap;
+    a.window = c.window;
     EXPECT_OK(cuda_ops().test_attention(ctx, &a));
 
     std::vector<const int32_t*> table_ptrs;
@@ -242,9 +246,12 @@ void run_attention_case(troupe_cuda_context* ctx, const attention_case& c) {
     call.block_size = c.block_size;
     call.k_pool = k_pool.data();
     call.v_pool = v_pool.data();
+    call.softcap = c.softcap;
+    call.window = c.window;
     ref::attention(call);
 
-    EXPECT_LT(max_rel_error(out, expected), 1e-5f) << "head_dim " << c.head_dim << " f16 " << c.kv_f16;
+    EXPECT_LT(max_rel_error(out, expected), 1e-5f)
+        << "head_dim " << c.head_dim << " f16 " << c.kv_f16 << " softcap " << c.softcap << " window " << c.window;
     if (c.kv_f16) {
         for (size_t i = 0; i < pool_elems; ++i) k_gpu[i] = fp16_to_fp32(k_half[i]), v_gpu[i] = fp16_to_fp32(v_half[i]);
     }
@@ -261,6 +268,57 @@ TEST_F(cuda_kernels, attention_over_scattered_blocks_matches_the_reference) {
         {6, 3, 40, 5, {0, 9}, {9, 1}, true},            // head size not a multiple of 32
     };
     for (const attention_case& c : cases) run_attention_case(ctx_, c);
+}
+
+// Gemma 2's soft-capping and the sliding windows of Mistral / Phi-3 / Gemma 2's even layers: windows shorter than a
+// chunk of 32 keys, starting inside a block, longer than the context (no effect), and a window of 1 (itself only).
+TEST_F(cuda_kernels, attention_with_soft_capping_and_sliding_windows_matches_the_reference) {
+    const attention_case cases[] = {
+        {8, 4, 8, 16, {0, 30}, {5, 3}, false, 50.0f, 0},          // capping only (Gemma 2's 50)
+        {8, 4, 8, 16, {0, 30}, {5, 3}, false, 0.0f, 4},           // a prefill and a chunk across a window of 4
+        {4, 1, 64, 4, {100, 0, 37}, {1, 1, 6}, false, 0.0f, 33},  // decodes past the window, one inside it
+        {8, 2, 128, 16, {1000}, {2}, true, 1.5f, 100},            // a long context, small cap, F16 pools
+        {6, 3, 40, 5, {0, 9}, {9, 1}, false, 0.0f, 1},            // each token sees itself only
+        {2, 2, 256, 8, {33}, {3}, false, 30.0f, 4096},            // a window wider than the context
+    };
+    for (const attention_case& c : cases) run_attention_case(ctx_, c);
+}
+
+// GeGLU as the CPU graph computes it (core/model/cpu_ops.cpp geglu_rows): tanh GELU of the gate rounded to F16.
+TEST_F(cuda_kernels, geglu_matches_the_scalar_twin_on_f16_rounded_gates) {
+    const auto gate = random_floats(1001, 41, -6.0f, 6.0f);
+    const auto up = random_floats(1001, 42);
+    std::vector<float> out(gate.size()), expected(gate.size());
+    EXPECT_OK(cuda_ops().test_geglu(ctx_, gate.data(), up.data(), out.data(), static_cast<int64_t>(gate.size())));
+    constexpr float sqrt_2_over_pi = 0.7978845608028654f;
+    for (size_t i = 0; i < gate.size(); ++i) {
+        const float x = fp16_to_fp32(fp32_to_fp16(gate[i]));
+        expected[i] = 0.5f * x * (1.0f + std::tanh(sqrt_2_over_pi * x * (1.0f + 0.044715f * x * x))) * up[i];
+    }
+    EXPECT_LT(max_rel_error(out, expected), 1e-5f);
+}
+
+// qwen2's q/k/v biases: added to every row after the product.
+TEST_F(cuda_kernels, bias_add_adds_the_bias_to_every_row) {
+    const int32_t n_rows = 7, width = 96;
+    auto x = random_floats(static_cast<size_t>(n_rows) * width, 43);
+    const auto bias = random_floats(width, 44);
+    std::vector<float> expected = x;
+    for (int32_t r = 0; r < n_rows; ++r) {
+        for (int32_t i = 0; i < width; ++i) expected[static_cast<size_t>(r) * width + i] += bias[i];
+    }
+    EXPECT_OK(cuda_ops().test_add_bias(ctx_, x.data(), bias.data(), n_rows, width));
+    EXPECT_EQ(x, expected);  // one float add each: exact
+}
+
+// Final logit soft-capping (Gemma 2's 30): x -> c tanh(x / c), odd in x and bounded by c.
+TEST_F(cuda_kernels, soft_capping_matches_the_scalar_twin) {
+    auto x = random_floats(777, 45, -200.0f, 200.0f);
+    std::vector<float> expected(x.size());
+    for (size_t i = 0; i < x.size(); ++i) expected[i] = 30.0f * std::tanh(x[i] / 30.0f);
+    EXPECT_OK(cuda_ops().test_softcap(ctx_, x.data(), static_cast<int64_t>(x.size()), 30.0f));
+    EXPECT_LT(max_rel_error(x, expected), 1e-5f);
+    for (float v : x) EXPECT_LE(std::fabs(v), 30.0f);
 }
 
 }  // namespace

@@ -1,8 +1,9 @@
 // Tree verification on the CUDA runner (sequence_step::tree_parents, keep_tree_path; core/model/draft_layout.h).
 // Host side, on any machine: a tree step flattens into the revision 3 batch (positions by depth, rows, masks), a
 // step without one into the revision 2 batch an older backend takes, and a backend without trees refuses a tree.
-// On a GPU (stories260K, F32 and F16 KV): every node of a tree batched with a decode gets the logits of its path
-// run as a chain on the GPU, and after keep_tree_path decoding goes on as if the path had run as a chain.
+// On a GPU (stories260K, F32 and F16 KV; tiny-gemma2, whose even layers attend within a window of 4, shorter than the
+// tree's paths, and whose scores are soft-capped): every node of a tree batched with a decode gets the logits of its
+// path run as a chain on the GPU, and after keep_tree_path decoding goes on as if the path had run as a chain.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -77,24 +78,31 @@ std::vector<float> chain_logits(model_runner& r, const std::vector<int32_t>& tok
     return logits_row(out, 0);
 }
 
-class cuda_tree : public ::testing::TestWithParam<bool> {};  // KV in F16
+struct tree_case {
+    const char* model;  // under models/
+    bool kv_f16;
+    // F16 KV, or F16 weights (whose products round the activations to F16): a value may round to the neighbouring
+    // half in another batching (as on the CPU), so those compare within 1e-2; F32 throughout within 1e-4.
+    float tolerance;
+};
+
+class cuda_tree : public ::testing::TestWithParam<tree_case> {};
 
 TEST_P(cuda_tree, tree_nodes_get_their_paths_logits_and_a_kept_path_decodes_as_a_chain) {
     TROUPE_REQUIRE_GPU();
-    TROUPE_REQUIRE_SHARED(model_path, "models/stories260K.gguf");
+    TROUPE_REQUIRE_SHARED(model_path, std::string("models/") + GetParam().model);
     auto weights = testing::load_llama_weights(model_path);
     ASSERT_TRUE(weights.ok()) << weights.message();
     cuda_runner_params p;
     p.block_size = 16;
     p.n_blocks = 256;
     p.dequantize_to = cuda_weight_type::f32;
-    p.kv_f16 = GetParam();
+    p.kv_f16 = GetParam().kv_f16;
     auto made = cuda_runner::create(llama_view_of(weights.value()), p);
     ASSERT_TRUE(made.ok()) << made.message();
     cuda_runner& gpu = *made.value();
     ASSERT_TRUE(gpu.supports_trees());
-    // F16 KV: one token's K/V may round to the neighbouring half in another batching (as on the CPU).
-    const float tolerance = GetParam() ? 1e-2f : 1e-4f;
+    const float tolerance = GetParam().tolerance;
 
     const std::vector<int32_t> context = some_tokens(14, 1), other = some_tokens(6, 2), drafts = some_tokens(70, 3);
     std::vector<int32_t> parents(70);
@@ -141,8 +149,19 @@ TEST_P(cuda_tree, tree_nodes_get_their_paths_logits_and_a_kept_path_decodes_as_a
     }
 }
 
-INSTANTIATE_TEST_SUITE_P(kv, cuda_tree, ::testing::Values(false, true),
-                         [](const ::testing::TestParamInfo<bool>& info) { return info.param ? "f16" : "f32"; });
+INSTANTIATE_TEST_SUITE_P(kv, cuda_tree,
+                         ::testing::Values(tree_case{"stories260K.gguf", false, 1e-4f},
+                                           tree_case{"stories260K.gguf", true, 1e-2f},
+                                           tree_case{"arch/tiny-gemma2.gguf", false, 1e-2f}),
+                         [](const ::testing::TestParamInfo<tree_case>& info) {
+                             std::string name = info.param.model;
+                             name = name.substr(name.rfind('/') + 1);
+                             name = name.substr(0, name.find('.'));
+                             for (char& ch : name) {
+                                 if (ch == '-') ch = '_';
+                             }
+                             return name + (info.param.kv_f16 ? "_f16" : "_f32");
+                         });
 
 }  // namespace
 }  // namespace troupe

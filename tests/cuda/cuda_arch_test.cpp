@@ -1,0 +1,204 @@
+// The dense architecture families on the CUDA runner: qwen2 (q/k/v biases, tied output), phi3 (fused qkv and gate/up
+// as row views) and gemma2 (GeGLU, post norms, scaled embeddings, attention and final
+// soft-capping, a window of 4 on the even layers) reach the backend with their features (host side: runs
+// everywhere), and on a GPU give ../shared/golden/arch-greedy.json's 48 ids with first-step logits within 0.02 of it
+// and of the CPU graph (skips without a GPU).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <optional>
+
+#include "core/backend/cuda_runner.h"
+#include "core/backend/cuda_upload.h"
+#include "core/backend/llama_view_of.h"
+#include "core/model/cpu_llama.h"
+#include "core/model/greedy.h"
+#include "kernels/ref/attention.h"
+#include "tests/common/shared_data.h"
+#include "tests/cuda/cuda_test_support.h"
+#include "tests/golden/golden_runs.h"
+
+namespace troupe {
+namespace {
+
+constexpr float kLogitTolerance = 0.02f;  // first-step logits against the golden and against the CPU graph
+
+const uint8_t* bytes_of(const void* p) {
+    return static_cast<const uint8_t*>(p);
+}
+
+// The upload of one arch file, with the weights it views kept alive.
+struct arch_upload {
+    llama_weights weights;
+    std::unique_ptr<cuda_upload> up;
+};
+
+result<arch_upload> upload_of(const std::string& path) {
+    auto w = testing::load_llama_weights(path);
+    if (!w.ok()) return w.err();
+    arch_upload a{std::move(w.value()), nullptr};
+    auto up = prepare_cuda_upload(llama_view_of(a.weights), cuda_runner_params{});
+    if (!up.ok()) return up.err();
+    a.up = std::move(up.value());
+    return a;
+}
+
+TEST(cuda_arch_upload, qwen2_sends_its_biases_and_one_tied_output_matrix) {
+    TROUPE_REQUIRE_SHARED(path, "models/arch/tiny-qwen2.gguf");
+    auto a = upload_of(path);
+    ASSERT_TRUE(a.ok()) << a.message();
+    const troupe_cuda_model_desc& d = a->up->desc;
+    EXPECT_EQ(d.struct_size, sizeof d);
+    ASSERT_NE(d.layer_features, nullptr);
+    for (int32_t il = 0; il < d.n_layers; ++il) {
+        const troupe_cuda_layer_features& f = d.layer_features[il];
+        EXPECT_EQ(f.bq.data, a->weights.layers[il].bq.data) << il;
+        EXPECT_EQ(f.bk.data, a->weights.layers[il].bk.data) << il;
+        EXPECT_EQ(f.bv.data, a->weights.layers[il].bv.data) << il;
+        EXPECT_EQ(f.bq.n_in, 128);  // 4 heads of 32
+        EXPECT_EQ(f.bk.n_in, 64);   // 2 KV heads of 32
+        EXPECT_EQ(f.bq.type, TROUPE_CUDA_F32);
+        EXPECT_EQ(f.post_attn_norm.data, nullptr);
+        EXPECT_EQ(f.window, 0);
+    }
+    EXPECT_EQ(d.output.data, d.token_embd.data);  // no output.weight: the embedding matrix, uploaded once
+    EXPECT_EQ(d.rope_neox, 1);
+    EXPECT_EQ(d.ffn_activation, TROUPE_CUDA_ACT_SILU);
+    EXPECT_EQ(d.attn_softcap, 0.0f);
+}
+
+// tiny-phi3's sliding_window of 2048 is not below its context, so it changes nothing (llama_hparams reads it as none)
+// and phi3 needs no feature of revision 4: its fused matrices arrive as row views.
+TEST(cuda_arch_upload, phi3_sends_row_views_of_its_fused_matrices) {
+    TROUPE_REQUIRE_SHARED(path, "models/arch/tiny-phi3.gguf");
+    auto a = upload_of(path);
+    ASSERT_TRUE(a.ok()) << a.message();
+    const troupe_cuda_model_desc& d = a->up->desc;
+    for (int32_t il = 0; il < d.n_layers; ++il) {
+        const troupe_cuda_layer& l = d.layers[il];
+        // attn_qkv: rows 0..127 q, 128..255 k, 256..383 v; ffn_up: 256 gate rows, then 256 up rows.
+        EXPECT_EQ(bytes_of(l.wk.data), bytes_of(l.wq.data) + 128 * l.wq.row_stride) << il;
+        EXPECT_EQ(bytes_of(l.wv.data), bytes_of(l.wq.data) + 256 * l.wq.row_stride) << il;
+        EXPECT_EQ(bytes_of(l.w_up.data), bytes_of(l.w_gate.data) + 256 * l.w_gate.row_stride) << il;
+    }
+    EXPECT_EQ(a->weights.hp.sliding_window, 0);
+    EXPECT_EQ(d.layer_features, nullptr);
+    EXPECT_EQ(d.rope_neox, 1);
+    EXPECT_NE(d.output.data, d.token_embd.data);
+}
+
+TEST(cuda_arch_upload, gemma2_sends_geglu_post_norms_scales_soft_caps_and_windows_on_even_layers) {
+    TROUPE_REQUIRE_SHARED(path, "models/arch/tiny-gemma2.gguf");
+    auto a = upload_of(path);
+    ASSERT_TRUE(a.ok()) << a.message();
+    const troupe_cuda_model_desc& d = a->up->desc;
+    EXPECT_EQ(d.ffn_activation, TROUPE_CUDA_ACT_GELU_TANH);
+    EXPECT_FLOAT_EQ(d.embed_scale, std::sqrt(128.0f));
+    EXPECT_EQ(d.attn_softcap, 50.0f);
+    EXPECT_EQ(d.final_softcap, 30.0f);
+    EXPECT_EQ(d.output.data, d.token_embd.data);
+    ASSERT_NE(d.layer_features, nullptr);
+    ASSERT_EQ(d.n_layers, 26);
+    for (int32_t il = 0; il < d.n_layers; ++il) {
+        const troupe_cuda_layer_features& f = d.layer_features[il];
+        EXPECT_EQ(f.window, il % 2 == 0 ? 4 : 0) << il;
+        EXPECT_EQ(f.post_attn_norm.data, a->weights.layers[il].post_attn_norm.data) << il;
+        EXPECT_EQ(f.post_ffn_norm.data, a->weights.layers[il].post_ffn_norm.data) << il;
+        EXPECT_NE(f.post_ffn_norm.data, nullptr) << il;
+    }
+}
+
+TEST(cuda_arch_upload, a_llama_model_sends_no_features_so_an_older_backend_still_takes_it) {
+    TROUPE_REQUIRE_SHARED(path, "models/stories260K.gguf");
+    auto a = upload_of(path);
+    ASSERT_TRUE(a.ok()) << a.message();
+    EXPECT_FALSE(needs_arch_features(llama_view_of(a->weights)));
+    EXPECT_EQ(a->up->desc.layer_features, nullptr);
+    EXPECT_EQ(a->up->desc.ffn_activation, TROUPE_CUDA_ACT_SILU);
+}
+
+// The CPU graph's attention for the comparison: the scalar reference, which honours soft-capping and windows.
+class ref_attention final : public attention_op {
+public:
+    std::string name() const override { return "ref"; }
+    uint32_t features() const override { return attention_softcap | attention_window; }
+    status forward(const attention_call& call, const parallel_for_fn&) override {
+        ref::attention(call);
+        return {};
+    }
+};
+
+struct arch_gpu_case {
+    const char* model;  // under models/arch/
+    bool kv_f16;
+};
+
+std::string case_name(const ::testing::TestParamInfo<arch_gpu_case>& info) {
+    std::string name = info.param.model;
+    for (char& ch : name) {
+        if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
+    }
+    return name + (info.param.kv_f16 ? "_kv_f16" : "");
+}
+
+class cuda_arch_golden : public ::testing::TestWithParam<arch_gpu_case> {};
+
+TEST_P(cuda_arch_golden, greedy_ids_equal_the_reference_and_first_logits_agree_with_it_and_the_cpu_graph) {
+    TROUPE_REQUIRE_GPU();
+    const arch_gpu_case& c = GetParam();
+    TROUPE_REQUIRE_SHARED(golden_path, "golden/arch-greedy.json");
+    TROUPE_REQUIRE_SHARED(model_path, std::string("models/arch/") + c.model);
+    std::optional<testing::golden_run> run;
+    for (const auto& r : testing::load_golden_runs(golden_path)) {
+        if (r.model == c.model) run = r;
+    }
+    ASSERT_TRUE(run.has_value() && run->first_step.has_value()) << c.model << " has no run in " << golden_path;
+    const auto n_new = static_cast<int32_t>(run->generated_ids.size());
+
+    auto weights = testing::load_llama_weights(model_path);
+    ASSERT_TRUE(weights.ok()) << weights.message();
+    cuda_runner_params p;
+    p.block_size = 16;
+    p.n_blocks = 64;
+    p.kv_f16 = c.kv_f16;
+    auto gpu = cuda_runner::create(llama_view_of(weights.value()), p);
+    ASSERT_TRUE(gpu.ok()) << gpu.message();
+    auto on_gpu = greedy_generate(*gpu.value(), run->prompt_ids, n_new);
+    ASSERT_TRUE(on_gpu.ok()) << on_gpu.message();
+    EXPECT_EQ(on_gpu->tokens, run->generated_ids) << gpu.value()->description();
+
+    const testing::golden_first_step& fs = *run->first_step;
+    const auto& logits = on_gpu->first_logits;
+    const auto max_it = std::max_element(logits.begin(), logits.end());
+    EXPECT_EQ(max_it - logits.begin(), fs.argmax);
+    EXPECT_NEAR(*max_it, fs.max_logit, kLogitTolerance);
+    for (size_t i = 0; i < fs.logits_0_7.size(); ++i) {
+        EXPECT_NEAR(logits[i], fs.logits_0_7[i], kLogitTolerance) << "logit " << i;
+    }
+
+    cpu_llama_params cp;
+    cp.attention = std::make_shared<ref_attention>();
+    cp.max_seqs = 1;
+    auto cpu = cpu_llama::create(std::move(weights.value()), cp);
+    ASSERT_TRUE(cpu.ok()) << cpu.message();
+    auto on_cpu = greedy_generate(*cpu.value(), run->prompt_ids, n_new);
+    ASSERT_TRUE(on_cpu.ok()) << on_cpu.message();
+    EXPECT_EQ(on_gpu->tokens, on_cpu->tokens);
+    ASSERT_EQ(on_cpu->first_logits.size(), logits.size());
+    float worst = 0.0f;
+    for (size_t i = 0; i < logits.size(); ++i) worst = std::max(worst, std::fabs(logits[i] - on_cpu->first_logits[i]));
+    EXPECT_LT(worst, kLogitTolerance);
+    std::printf("  %s%s: first-step logits worst |cuda - cpu| = %.5f\n", c.model, c.kv_f16 ? " (kv F16)" : "", worst);
+}
+
+INSTANTIATE_TEST_SUITE_P(arch_models, cuda_arch_golden,
+                         ::testing::Values(arch_gpu_case{"tiny-qwen2.gguf", false},
+                                           arch_gpu_case{"tiny-phi3.gguf", false},
+                                           arch_gpu_case{"tiny-gemma2.gguf", false},
+                                           arch_gpu_case{"tiny-gemma2.gguf", true}),
+                         case_name);
+
+}  // namespace
+}  // namespace troupe
