@@ -1,9 +1,12 @@
 // The executor's core on the fake model: steps, per-request samplers, draft verification.
 #include <gtest/gtest.h>
 
+#include <boost/json.hpp>
+
 #include <cmath>
 
 #include "actors/executor/executor_core.h"
+#include "core/sampling/grammar/json_schema_grammar.h"
 #include "tests/actors/fakes.h"
 #include "tests/common/fn_speculator.h"
 
@@ -181,6 +184,47 @@ public:
     std::vector<std::string> log;
     bool fail_in = false;
 };
+
+// response_format: a sequence with a grammar samples only what it allows (the fake model would rather
+// continue "cdef..."), ends with EOS once the value is complete, and gets no drafts (a draft is not
+// checked against the grammar).
+TEST(executor_core, a_constrained_sequence_samples_only_what_its_grammar_allows_and_is_not_drafted) {
+    std::vector<std::string> pieces(testing::k_fake_vocab);
+    for (int b = 0; b < 256; ++b)
+        pieces[static_cast<size_t>(fake_id(static_cast<char>(b)))] = std::string(1, static_cast<char>(b));
+    auto vocab = std::make_shared<const grammar::vocab_index>(pieces, std::vector<int32_t>{testing::k_fake_eos});
+    auto schema = grammar::json_schema_grammar(boost::json::parse(R"({"enum": ["xy", "cd"]})"));
+    ASSERT_TRUE(schema.ok()) << schema.message();
+    sampling_params p = greedy();
+    p.constraint = std::make_shared<const grammar::token_constraint>(std::move(*schema), vocab);
+    executor_core ex(std::make_shared<fake_model_runner>(),
+                     testing::speculator_from([](int64_t, std::span<const int32_t>, int32_t) {
+                         return std::vector<int32_t>{fake_id('z'), fake_id('z')};
+                     }));
+    std::vector<int32_t> inputs = testing::fake_ids("ab");
+    int32_t pos = 0;
+    std::string text;
+    bool ended = false;
+    for (int64_t step = 1; step < 40 && !ended; ++step) {
+        step_plan plan{step, {seq(7, inputs, pos, p, 2)}};
+        step_done done = ex.run(plan);
+        ASSERT_TRUE(done.error.empty()) << done.error;
+        ASSERT_EQ(done.results[0].tokens.size(), 1u);
+        EXPECT_EQ(done.results[0].n_drafted, 0);
+        const int32_t t = done.results[0].tokens[0];
+        pos += static_cast<int32_t>(inputs.size());
+        inputs = {t};
+        if (t == testing::k_fake_eos) {
+            ended = true;
+        } else {
+            text += pieces[static_cast<size_t>(t)];
+        }
+    }
+    ASSERT_TRUE(ended) << text;
+    const std::string value = text.substr(std::min(text.find('"'), text.size()));
+    EXPECT_TRUE(value == "\"cd\"" || value == "\"xy\"") << text;
+    EXPECT_EQ(text.find_first_not_of(" \t\n"), text.find('"')) << text;
+}
 
 TEST(executor_core, swaps_go_to_the_runner_and_a_failed_swap_fails_the_sequences_next_step) {
     auto runner = std::make_shared<swapping_runner>();
