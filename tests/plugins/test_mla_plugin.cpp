@@ -351,6 +351,7 @@ TEST(mla_plugin_refusals, an_instance_without_a_model_or_for_a_model_without_mla
     ASSERT_FALSE(op.ok());
     EXPECT_NE(op.message().find("no deepseek2.attention.kv_lora_rank"), std::string::npos) << op.message();
     EXPECT_NE(op.message().find("use attention/gqa"), std::string::npos) << op.message();
+    EXPECT_EQ(op.message().find("internal error"), std::string::npos) << op.message();
 }
 
 }  // namespace

@@ -256,6 +256,10 @@ int32_t mla_create(const troupe_plugin_params* params, troupe_plugin_instance** 
         auto* inst = new troupe_plugin_instance;
         try {
             inst->model = mla_model::read(*params->model, source);
+        } catch (const troupe::spec_common::plugin_error& e) {  // the model is not one this plugin runs: say so as is
+            delete inst;
+            error = e.what();
+            return TROUPE_ERR_UNSUPPORTED;
         } catch (...) {
             delete inst;
             throw;
