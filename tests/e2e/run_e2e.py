@@ -10,7 +10,9 @@ browser (browser.mjs, playwright-core driving /usr/bin/chromium; screenshots cha
 With an API key (the server started with --api-key <random>, given to the clients as TROUPE_API_KEY):
 secure (openai_client.mjs and openai_api_key.mjs through the key, ws_client.py with it as a subprotocol) and
 browser_key (browser_key.mjs: the chat page asks for the key, takes it, streams). A run mixing keyed and
-unkeyed clients is refused.
+unkeyed clients is refused. tools (openai_tools.mjs: tools, tool_choice, tool turns and tool_calls) runs against
+a copy of the model carrying tools_template.jinja as its chat template (gguf_with_template.py, in --out), apart
+from the others.
 What a client needs but the machine lacks (node, tests/e2e/node_modules from `npm ci`, chromium,
 python3-websockets, ../shared) makes the test SKIP (exit 77) with a message, or FAIL when CI=true.
 """
@@ -64,12 +66,12 @@ def check_prerequisites(clients, troupe):
         unavailable(f"shared test data '{MODEL}' not found",
                     "put the shared folder beside the repository (../shared) or set TROUPE_SHARED_DIR")
     tools = {}
-    if {"openai", "features", "browser", "secure", "browser_key"} & set(clients):
+    if {"openai", "features", "browser", "secure", "browser_key", "tools"} & set(clients):
         node = shutil.which("node")
         if not node:
             unavailable("node is not installed", "apt-get install nodejs npm (./setup.sh test does it)")
         tools["node"] = node
-        needed = ["openai"] if {"openai", "features", "secure"} & set(clients) else []
+        needed = ["openai"] if {"openai", "features", "secure", "tools"} & set(clients) else []
         needed += ["playwright-core"] if {"browser", "browser_key"} & set(clients) else []
         for mod in needed:
             if not os.path.isfile(os.path.join(HERE, "node_modules", mod, "package.json")):
@@ -122,23 +124,31 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--troupe", required=True, help="the troupe executable")
     ap.add_argument("--clients", default="openai,ws,browser",
-                    help="comma-separated: openai, features, ws, browser, or with an API key: secure, browser_key")
+                    help="comma-separated: openai, features, ws, browser, or with an API key: secure, browser_key, "
+                         "or alone: tools")
     ap.add_argument("--out", default=os.path.join(os.getcwd(), "e2e"), help="screenshots and logs")
     ap.add_argument("--timeout", type=int, default=180, help="seconds per client")
     args = ap.parse_args()
     clients = [c for c in args.clients.split(",") if c]
     keyed_clients = ("secure", "browser_key")
     for c in clients:
-        if c not in ("openai", "features", "ws", "browser") + keyed_clients:
-            ap.error(f"unknown client '{c}' (valid: openai, features, ws, browser, secure, browser_key)")
+        if c not in ("openai", "features", "ws", "browser", "tools") + keyed_clients:
+            ap.error(f"unknown client '{c}' (valid: openai, features, ws, browser, secure, browser_key, tools)")
     keyed = any(c in keyed_clients for c in clients)
     if keyed and not all(c in keyed_clients for c in clients):
         ap.error("secure and browser_key run against a server with an API key: run them apart from the others")
 
     args.out = os.path.abspath(args.out)
     args.troupe = os.path.abspath(args.troupe)
+    if "tools" in clients and clients != ["tools"]:
+        ap.error("tools runs against a copy of the model with a tool template: run it apart from the others")
     model, tools = check_prerequisites(clients, args.troupe)
     os.makedirs(args.out, exist_ok=True)
+    if "tools" in clients:
+        copy = os.path.join(args.out, "stories260K-tools.gguf")
+        subprocess.run([sys.executable, os.path.join(HERE, "gguf_with_template.py"), model,
+                        os.path.join(HERE, "tools_template.jinja"), copy], check=True)
+        model = copy
     port = free_port()
     token = secrets.token_hex(16)
     api_key = "sk-" + secrets.token_hex(16) if keyed else None
@@ -174,6 +184,7 @@ def main():
             "browser": [tools.get("node"), os.path.join(HERE, "browser.mjs")],
             "secure": [tools.get("node"), os.path.join(HERE, "openai_client.mjs")],
             "browser_key": [tools.get("node"), os.path.join(HERE, "browser_key.mjs")],
+            "tools": [tools.get("node"), os.path.join(HERE, "openai_tools.mjs")],
         }
         # The secure client is three programs through the one key.
         then = {"secure": [[tools.get("node"), os.path.join(HERE, "openai_api_key.mjs")],
