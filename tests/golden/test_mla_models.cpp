@@ -2,17 +2,22 @@
 // loader, beyond arch-greedy.json's equality (test_arch_golden.cpp):
 //   - the default attention (gqa) becomes attention/mla, the KV pool holds one latent row per token and layer, and a
 //     plugin without MLA given by path is refused naming mla;
+//   - a file with YaRN scaling loads (llama_hparams lets rope.scaling.type yarn through to mla_params) with its
+//     attention scale, and the scaling changes the logits;
 //   - both of attention/mla's paths, with F32 and F16 latent pools, give the golden's 48 ids;
 //   - speculative verification: each node of a tree of drafts gets the logits of its path run as a chain, and after
 //     keeping an accepted path (rows moved in the latent pool) decoding continues as if the path had run as a chain.
 #include <gtest/gtest.h>
+#include <unistd.h>
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
 #include <string>
 #include <vector>
 
+#include "core/gguf/gguf_writer.h"
 #include "core/loader/model_loader.h"
 #include "core/model/cpu_llama.h"
 #include "core/model/greedy.h"
@@ -52,6 +57,41 @@ TEST(mla_models, an_attention_plugin_without_mla_given_by_path_is_refused_naming
               std::string::npos)
         << m.message();
     EXPECT_NE(m.message().find("use plugins.attention: mla"), std::string::npos) << m.message();
+}
+
+// tiny-deepseek2.gguf as the file would be with YaRN scaling (factor 4 of an original context of 512).
+TEST(mla_models, a_file_with_yarn_scaling_loads_with_its_attention_scale_and_the_scaling_changes_the_logits) {
+    TROUPE_REQUIRE_SHARED(path, "models/arch/tiny-deepseek2.gguf");
+    auto plain = gguf::gguf_file::open(path);
+    ASSERT_TRUE(plain.ok()) << plain.message();
+    gguf::gguf_writer w;
+    w.copy_metadata(**plain);
+    w.set_string("deepseek2.rope.scaling.type", "yarn");
+    w.set_f32("deepseek2.rope.scaling.factor", 4.0f);
+    w.set_u32("deepseek2.rope.scaling.original_context_length", 512);
+    for (const gguf::tensor_info& t : (*plain)->tensors())
+        w.add_tensor(t.name, t.type, t.dims, std::span<const uint8_t>(t.data, t.n_bytes));
+    const std::filesystem::path yarn_path =
+        std::filesystem::temp_directory_path() / ("troupe_mla_yarn_" + std::to_string(::getpid()) + ".gguf");
+    ASSERT_TRUE(w.write(yarn_path.string()).ok());
+    auto scaled = load_model(mla_config(yarn_path.string(), "auto", kv_cache_type::f32));
+    std::filesystem::remove(yarn_path);
+    ASSERT_TRUE(scaled.ok()) << scaled.message();
+    ASSERT_TRUE(scaled->cpu->hparams().mla->yarn.has_value());
+    auto unscaled = load_model(mla_config(path, "auto", kv_cache_type::f32));
+    ASSERT_TRUE(unscaled.ok()) << unscaled.message();
+    const std::vector<int32_t> prompt = {1, 403, 407, 261, 378};
+    auto a = greedy_generate(*scaled->runner, prompt, 1);
+    auto b = greedy_generate(*unscaled->runner, prompt, 1);
+    ASSERT_TRUE(a.ok() && b.ok());
+    // The attention scale takes mscale² (the file's yarn_log_multiplier 0.0707: mscale = 1 + 0.0707 ln 4), and the
+    // interpolated pairs rotate differently from position 1 on: the logits move.
+    const float mscale = 1.0f + 0.0707f * std::log(4.0f);
+    EXPECT_NEAR(scaled->cpu->hparams().mla->attention_scale(), mscale * mscale / std::sqrt(48.0f), 1e-6f);
+    float worst = 0;
+    for (size_t i = 0; i < a->first_logits.size(); ++i)
+        worst = std::max(worst, std::fabs(a->first_logits[i] - b->first_logits[i]));
+    EXPECT_GT(worst, 1e-3f);
 }
 
 struct path_case {
