@@ -420,6 +420,45 @@ TEST(engine, the_snapshot_reports_speculation_for_its_plugin) {
     EXPECT_TRUE(plain.eng.snapshot().spec.plugin.empty());
 }
 
+TEST(engine, threaded_lanes_give_the_same_sampled_text_with_and_without_planning_ahead) {
+    for (lane_layout layout : {lane_layout::control_and_compute, lane_layout::lane_per_actor}) {
+        std::vector<std::string> texts[2];
+        int64_t n_ahead[2] = {0, 0};
+        for (int ahead = 0; ahead < 2; ++ahead) {
+            fake_model_params model;
+            model.step_time = std::chrono::microseconds(300);
+            auto runner = std::make_shared<fake_model_runner>(model);
+            engine_params params;
+            params.lanes = layout;
+            params.plan_ahead = ahead != 0;
+            engine eng(engine_parts{runner, std::make_shared<testing::fake_codec>(), {}}, params);
+            ASSERT_TRUE(eng.start().ok());
+            std::vector<std::shared_ptr<sink_record>> rs;
+            const char* prompts[] = {"ab", "mno", "x", "fgh", "qr", "st"};
+            for (int i = 0; i < 6; ++i) {
+                sampling_params p;
+                p.temperature = 0.9f;
+                p.top_k = 0;
+                p.top_p = 1;
+                p.min_p = 0;
+                p.max_tokens = 4 + 3 * i;
+                p.seed = 200 + static_cast<uint64_t>(i);
+                rs.push_back(std::make_shared<sink_record>());
+                ASSERT_TRUE(eng.submit(request{prompts[i], p, std::nullopt}, record_into(rs.back())).ok());
+            }
+            ASSERT_TRUE(eng.stop(std::chrono::seconds(30)).ok());
+            for (const auto& r : rs) {
+                EXPECT_EQ(r->n_endings, 1);
+                texts[ahead].push_back(r->text);
+            }
+            n_ahead[ahead] = eng.snapshot().steps.n_steps_ahead;
+        }
+        EXPECT_EQ(texts[1], texts[0]);
+        EXPECT_EQ(n_ahead[0], 0);
+        EXPECT_GT(n_ahead[1], 0);
+    }
+}
+
 TEST(engine, stop_drains_the_requests_in_flight_on_threaded_lanes) {
     for (lane_layout layout : {lane_layout::one_lane, lane_layout::control_and_compute, lane_layout::lane_per_actor}) {
         fake_model_params model;
