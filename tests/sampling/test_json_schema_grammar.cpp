@@ -118,12 +118,42 @@ TEST(json_schema_grammar, unsupported_or_malformed_schemas_are_refused_with_thei
         {R"({"type": "object", "properties": {"a": {}}, "required": ["b"]})", "names 'b'"},
         {R"({"enum": []})", "#/enum: must be a non-empty array"},
         {R"({"type": "string", "maxLength": 100000})", "maxLength: must be an integer between 0 and 4096"},
+        // A definition that is its own first alternative would make the matcher recurse forever.
+        {R"({"$defs": {"a": {"anyOf": [{"$ref": "#/$defs/a"}, {"type": "null"}]}}, "type": "array",
+             "items": {"$ref": "#/$defs/a"}})",
+         "left-recursive"},
     };
     for (const auto& [schema, message] : rows) {
         auto g = json_schema_grammar(json::parse(schema));
         ASSERT_FALSE(g.ok()) << schema;
         EXPECT_NE(g.message().find(message), std::string::npos) << g.message();
     }
+}
+
+TEST(json_schema_grammar, overlapping_alternatives_nested_deeply_keep_the_matcher_state_bounded) {
+    // Each '[' doubles the ways to read the text (two identical alternatives at every level): 2^24 stacks
+    // without the bound.
+    const grammar g = schema_grammar(R"({"$defs": {"n": {"anyOf": [
+        {"type": "array", "items": {"$ref": "#/$defs/n"}, "maxItems": 1},
+        {"type": "array", "items": {"$ref": "#/$defs/n"}, "maxItems": 1}]}}, "$ref": "#/$defs/n"})");
+    matcher m(g);
+    grammar_state s = m.start();
+    ASSERT_TRUE(m.advance(s, std::string(24, '[')));
+    EXPECT_LE(s.words.size(), matcher::max_state_words);
+    ASSERT_TRUE(m.advance(s, std::string(24, ']')));
+    EXPECT_TRUE(matcher::complete(s));
+    // A chain of 40 definitions, each two references to the next: 2^40 ways to reach the first byte.
+    std::string defs;
+    for (int i = 0; i < 40; ++i) {
+        const std::string next =
+            i == 39 ? R"({"type": "integer"})" : R"({"$ref": "#/$defs/d)" + std::to_string(i + 1) + "\"}";
+        defs +=
+            (i ? ", " : "") + std::string("\"d") + std::to_string(i) + "\": {\"anyOf\": [" + next + ", " + next + "]}";
+    }
+    const grammar chain = schema_grammar(R"({"$ref": "#/$defs/d0", "$defs": {)" + defs + "}}");
+    matcher mc(chain);
+    grammar_state sc = mc.start();
+    EXPECT_TRUE(mc.advance(sc, "12"));
 }
 
 // A vocabulary of single bytes (ids 0..255), some longer pieces, a control token and EOS.

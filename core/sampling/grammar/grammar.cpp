@@ -51,6 +51,55 @@ std::string grammar::check() const {
         }
     }
     if (root_ >= rules_.size()) return "grammar: no root rule";
+    // Left recursion (a rule reaching itself before any byte, through rules that may match nothing) would
+    // make the matcher's expansion recurse forever: refused. nullable[r]: r may match the empty text.
+    const size_t n = rules_.size();
+    std::vector<char> nullable(n, 0);
+    for (bool changed = true; changed;) {
+        changed = false;
+        for (size_t r = 0; r < n; ++r) {
+            if (nullable[r]) continue;
+            for (uint32_t p : rules_[r].starts) {
+                while (flat_[p].what == element::kind::rule && nullable[flat_[p].index]) ++p;
+                if (flat_[p].what == element::kind::end) {
+                    nullable[r] = 1;
+                    changed = true;
+                    break;
+                }
+            }
+        }
+    }
+    // first[r]: the rules r may expand into before any byte.
+    std::vector<std::vector<uint32_t>> first(n);
+    for (size_t r = 0; r < n; ++r) {
+        for (uint32_t p : rules_[r].starts) {
+            for (; flat_[p].what == element::kind::rule; ++p) {
+                first[r].push_back(flat_[p].index);
+                if (!nullable[flat_[p].index]) break;
+            }
+        }
+    }
+    std::vector<char> mark(n, 0);  // 0 unseen, 1 on the path, 2 done
+    std::vector<std::pair<uint32_t, size_t>> path;
+    for (uint32_t s = 0; s < n; ++s) {
+        if (mark[s]) continue;
+        path.assign(1, {s, 0});
+        mark[s] = 1;
+        while (!path.empty()) {
+            auto& [r, i] = path.back();
+            if (i == first[r].size()) {
+                mark[r] = 2;
+                path.pop_back();
+                continue;
+            }
+            const uint32_t next = first[r][i++];
+            if (mark[next] == 1) return "grammar: rule '" + rules_[next].name + "' is left-recursive";
+            if (mark[next] == 0) {
+                mark[next] = 1;
+                path.emplace_back(next, 0);
+            }
+        }
+    }
     return {};
 }
 
@@ -85,6 +134,7 @@ std::string grammar::describe() const {
 
 void matcher::push_unique(const std::vector<uint32_t>& stack, grammar_state& out) const {
     const auto& w = out.words;
+    if (w.size() + stack.size() + 1 > max_state_words) return;
     size_t b = 0;
     for (size_t i = 0; i < w.size(); ++i) {
         if (w[i] != grammar_state::separator) continue;
@@ -99,6 +149,7 @@ void matcher::push_unique(const std::vector<uint32_t>& stack, grammar_state& out
 }
 
 void matcher::expand(std::vector<uint32_t>& stack, grammar_state& out) const {
+    if (++n_expansions_ > max_expansions) return;
     if (stack.empty()) {
         push_unique(stack, out);
         return;
@@ -137,6 +188,7 @@ void matcher::expand(std::vector<uint32_t>& stack, grammar_state& out) const {
 }
 
 grammar_state matcher::start() const {
+    n_expansions_ = 0;
     grammar_state s;
     std::vector<uint32_t> stack;
     for (uint32_t start : g_.starts(g_.root())) {
@@ -149,6 +201,7 @@ grammar_state matcher::start() const {
 
 void matcher::advance(const grammar_state& in, unsigned char c, grammar_state& out) const {
     out.words.clear();
+    n_expansions_ = 0;
     const auto& w = in.words;
     size_t b = 0;
     for (size_t i = 0; i < w.size(); ++i) {

@@ -87,6 +87,14 @@ struct grammar_state {
 
 class matcher {
 public:
+    // The most words a state holds: overlapping alternatives nested deeply would otherwise double the
+    // stacks at every level; past the bound further stacks are dropped (each kept one is still a parse of
+    // the text, so what the mask allows stays valid).
+    static constexpr size_t max_state_words = 1 << 14;
+    // The most expansion steps one byte may take (a chain of definitions each with two alternatives that
+    // refer to the next is exponential in the chain's length); past it the paths not yet taken are dropped.
+    static constexpr size_t max_expansions = 1 << 16;
+
     explicit matcher(const grammar& g) : g_(g) {}
 
     // The state before any byte: the root's alternatives expanded.
@@ -112,6 +120,7 @@ private:
 
     const grammar& g_;
     mutable std::vector<uint32_t> scratch_;
+    mutable size_t n_expansions_ = 0;  // in the current start() or advance()
 };
 
 }  // namespace troupe::grammar
