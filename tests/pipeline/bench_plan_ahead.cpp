@@ -6,6 +6,8 @@
 // many steps were planned ahead. Each figure is the best of two interleaved rounds (a shared machine).
 //
 //   bench_plan_ahead [--model M.gguf] [--threads N] [--tokens T]   (default model: stories260K)
+//   bench_plan_ahead --fake-step-us U [--tokens T]   (a fake model whose forward keeps one core busy U us:
+//                                                     the scheduling alone, without a real model's noise)
 #include <condition_variable>
 #include <cstdio>
 #include <cstring>
@@ -18,6 +20,7 @@
 #include "actors/tokenizer/tokenizer_codec.h"
 #include "core/loader/model_loader.h"
 #include "core/log/log.h"
+#include "tests/actors/fakes.h"
 #include "tests/common/shared_data.h"
 
 namespace troupe {
@@ -91,12 +94,28 @@ void print_row(int n_streams, bool ahead, const figures& f) {
 int main_impl(int argc, char** argv) {
     engine_config config;
     int n_tokens = 200;
+    int fake_step_us = 0;
     for (int i = 1; i + 1 < argc; i += 2) {
         if (!std::strcmp(argv[i], "--model")) config.model = argv[i + 1];
         if (!std::strcmp(argv[i], "--threads")) config.threads = std::atoi(argv[i + 1]);
         if (!std::strcmp(argv[i], "--tokens")) n_tokens = std::atoi(argv[i + 1]);
+        if (!std::strcmp(argv[i], "--fake-step-us")) fake_step_us = std::atoi(argv[i + 1]);
     }
-    if (config.model.empty()) {
+    set_log_level(log_level::warn);
+    config.scheduler.max_running_seqs = 16;
+    std::shared_ptr<model_runner> runner;
+    std::shared_ptr<const text_codec> codec;
+    if (fake_step_us > 0) {
+        testing::fake_model_params mp;
+        mp.n_ctx = n_tokens + 32;
+        mp.block_size = 16;
+        mp.n_blocks = 16 * (mp.n_ctx / 16 + 1);
+        mp.step_time = std::chrono::microseconds(fake_step_us);
+        auto fake = std::make_shared<testing::fake_model_runner>(mp);
+        fake->keep_batches(false);
+        runner = fake;
+        codec = std::make_shared<testing::fake_codec>();
+    } else if (config.model.empty()) {
         auto found = testing::shared_file("models/stories260K.gguf");
         if (!found) {
             std::fprintf(stderr, "bench_plan_ahead: %s; or pass --model FILE\n",
@@ -105,15 +124,15 @@ int main_impl(int argc, char** argv) {
         }
         config.model = *found;
     }
-    set_log_level(log_level::warn);
-    config.scheduler.max_running_seqs = 16;
-    auto m = load_model(config);
-    if (!m.ok()) {
-        std::fprintf(stderr, "bench_plan_ahead: %s\n", m.message().c_str());
-        return 1;
+    if (!runner) {
+        auto m = load_model(config);
+        if (!m.ok()) {
+            std::fprintf(stderr, "bench_plan_ahead: %s\n", m.message().c_str());
+            return 1;
+        }
+        runner = std::shared_ptr<model_runner>(std::move(m->runner));
+        codec = make_tokenizer_codec(m->tok);
     }
-    std::shared_ptr<model_runner> runner(std::move(m->runner));
-    auto codec = make_tokenizer_codec(m->tok);
     const int max_tokens = std::min(n_tokens, runner->n_ctx() - 32);
     std::printf("bench_plan_ahead: %s, %d tokens per stream (greedy), best of 2 interleaved rounds\n\n",
                 runner->description().c_str(), max_tokens);
