@@ -46,9 +46,9 @@ def main():
                              + PROMPTS, check=True, capture_output=True, text=True).stdout.split("\n")
         agree = []
         for i in range(len(PROMPTS)):
-            prompt = out[3 * i].split()[1:]
-            ours = [int(t) for t in out[3 * i + 1].split()[1:]]
-            our_logits = [float(v) for v in out[3 * i + 2].split()[1:]]
+            prompt = out[4 * i].split()[1:]  # prompt, greedy, first_logits, max_logits
+            ours = [int(t) for t in out[4 * i + 1].split()[1:]]
+            our_logits = [float(v) for v in out[4 * i + 2].split()[1:]]
             ref = subprocess.run([tool, model, str(n_new), "2", ",".join(prompt)], check=True, capture_output=True,
                                  text=True).stdout.split("\n")
             theirs = [int(t) for t in ref[0].split(",")]
