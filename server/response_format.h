@@ -35,7 +35,7 @@ std::optional<api_error> read_response_format(const boost::json::value& v, respo
 // The compiled constraints of the last max_entries distinct formats, for one model's vocabulary.
 class response_formats {
 public:
-    explicit response_formats(size_t max_entries = 32) : max_entries_(max_entries) {}
+    explicit response_formats(size_t max_entries = 16) : max_entries_(max_entries) {}
 
     using constraint_ptr = std::shared_ptr<const grammar::token_constraint>;
     // Null for text; an api_error (400, param response_format) when the schema cannot be enforced.

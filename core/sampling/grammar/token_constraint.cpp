@@ -92,9 +92,11 @@ grammar_state token_constraint::after(const grammar_state& s, int32_t token) con
 
 int32_t token_constraint::intern(const grammar_state& s) const {
     if (auto it = dfa_.ids.find(s); it != dfa_.ids.end()) return it->second;
-    if (dfa_.states.size() >= 200000) {  // a bound on memory (256 transitions per state): start over
-        dfa_ = dfa{};
-    }
+    // Bounded memory (1 KiB of transitions per state, and the states' words): compute_locked starts the DFA
+    // over past the bounds; within one walk it may grow to 4x them, then a new state reads as refused (a
+    // pathological grammar loses some allowed tokens, never the validity of what it allows).
+    if (dfa_.states.size() >= 4 * max_dfa_states || dfa_.n_words + s.words.size() > 4 * max_dfa_words) return -1;
+    dfa_.n_words += s.words.size();
     const auto id = static_cast<int32_t>(dfa_.states.size());
     auto [it, inserted] = dfa_.ids.emplace(s, id);
     dfa_.states.push_back(&it->first);
@@ -114,9 +116,7 @@ int32_t token_constraint::step(const matcher& m, int32_t id, unsigned char c) co
         n = -1;
     } else {
         m.canonicalize(out);
-        const size_t before = dfa_.states.size();
         n = intern(out);
-        if (dfa_.states.size() < before) return n;  // the DFA started over: id is gone
     }
     dfa_.next[static_cast<size_t>(id)][c] = n;
     return n;
@@ -140,17 +140,17 @@ token_mask token_constraint::compute_locked(const grammar_state& s) const {
     if (s.dead()) return mask;
     grammar_state start = s;
     m.canonicalize(start);
+    if (dfa_.states.size() >= max_dfa_states || dfa_.n_words >= max_dfa_words) dfa_ = dfa{};
     // A depth-first walk of the trie: at[d] is the state after the current node's first d bytes; a refused
     // byte skips the node's whole subtree.
     std::vector<int32_t> at(vocab_->max_depth() + 1);
     at[0] = intern(start);
-    const size_t n_states = dfa_.states.size();
+    if (at[0] < 0) return mask;
     const auto& nodes = vocab_->trie();
     const auto& sorted = vocab_->sorted();
     for (size_t i = 0; i < nodes.size();) {
         const vocab_index::node& n = nodes[i];
         const int32_t next = step(m, at[n.depth - 1u], n.byte);
-        if (dfa_.states.size() < n_states) return compute_locked(s);  // the DFA started over: again
         if (next < 0) {
             i = n.end;
             continue;

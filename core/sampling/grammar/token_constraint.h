@@ -84,7 +84,7 @@ struct constraint_stats {
 
 class token_constraint {
 public:
-    token_constraint(grammar g, std::shared_ptr<const vocab_index> vocab, size_t max_cache_bytes = 64 << 20);
+    token_constraint(grammar g, std::shared_ptr<const vocab_index> vocab, size_t max_cache_bytes = 16 << 20);
 
     const grammar& rules() const { return g_; }
     const vocab_index& vocab() const { return *vocab_; }
@@ -110,7 +110,10 @@ private:
         std::vector<const grammar_state*> states;    // [n_states] keys of ids
         std::vector<std::array<int32_t, 256>> next;  // [n_states]
         std::vector<uint8_t> complete;               // [n_states]
+        size_t n_words = 0;                          // in the states' keys
     };
+    static constexpr size_t max_dfa_states = 8192;    // 8 MiB of transitions
+    static constexpr size_t max_dfa_words = 1 << 22;  // 16 MiB of state keys
     int32_t intern(const grammar_state& s) const;
     int32_t step(const matcher& m, int32_t id, unsigned char c) const;
     token_mask compute_locked(const grammar_state& s) const;
