@@ -32,7 +32,7 @@ prepared prepare_request(const serving_model& m, const server_config& config, ge
     std::vector<int32_t> ids;
     if (r.kind == api_kind::chat) {
         std::string text;
-        if (auto e = resolve_tools(m.chat_format.get(), r.tools)) return *e;
+        if (auto e = resolve_tools(m.chat_format.get(), r.tools, r.format)) return *e;
         if (m.chat_format) {
             const boost::json::array messages =
                 r.messages_json.empty() ? messages_to_json(r.messages) : r.messages_json;

@@ -109,25 +109,38 @@ std::optional<api_error> read_tool_choice(const json::value& v, tool_request& ou
             return std::nullopt;
         }
         if (s == "required") {
-            return tools_error(
-                "tool_choice: \"required\" is not supported by troupe (it needs the call's grammar forced on the "
-                "output, which troupe does not do for tool calls yet); use \"auto\"",
-                "tool_choice");
+            out.choice = tool_choice_mode::required;
+            return std::nullopt;
         }
-        return tools_error("tool_choice: unknown value '" + std::string(s) + "' (valid: none, auto)", "tool_choice");
+        return tools_error("tool_choice: unknown value '" + std::string(s) + "' (valid: none, auto, required)",
+                           "tool_choice");
     }
-    if (v.is_object()) {
-        return tools_error(
-            "tool_choice: naming a function is not supported by troupe (it needs the call's grammar forced on the "
-            "output, which troupe does not do for tool calls yet); use \"auto\"",
-            "tool_choice");
+    if (const json::object* o = v.if_object()) {
+        const json::value* type = o->if_contains("type");
+        const json::value* fn = o->if_contains("function");
+        const json::value* name = fn && fn->is_object() ? fn->get_object().if_contains("name") : nullptr;
+        if (!type || !type->is_string() || type->get_string() != "function" || !name || !name->is_string()) {
+            return tools_error("tool_choice: expected {\"type\": \"function\", \"function\": {\"name\": ...}}",
+                               "tool_choice");
+        }
+        out.choice = tool_choice_mode::required;
+        out.forced_name = std::string(name->get_string());
+        return std::nullopt;
     }
-    return tools_error("tool_choice: expected \"none\" or \"auto\", got " + std::string(type_of(v)), "tool_choice");
+    return tools_error("tool_choice: expected \"none\", \"auto\", \"required\" or {\"type\": \"function\", ...}, got " +
+                           std::string(type_of(v)),
+                       "tool_choice");
 }
 
 std::optional<api_error> finish_tools(const tool_request& t) {
     if (t.choice_given && !t.given) {
         return tools_error("tool_choice: only allowed when tools are specified", "tool_choice");
+    }
+    if (!t.forced_name.empty()) {
+        for (const auto& tool : t.tools) {
+            if (tool.at("function").at("name").get_string() == t.forced_name) return std::nullopt;
+        }
+        return tools_error("tool_choice: the function '" + t.forced_name + "' is not among the tools", "tool_choice");
     }
     return std::nullopt;
 }
@@ -171,7 +184,29 @@ std::optional<api_error> read_message_tool_calls(const json::value& v, const std
     return std::nullopt;
 }
 
-std::optional<api_error> resolve_tools(const chat_formatter* formatter, tool_request& t) {
+namespace {
+
+// The replies a forced call may be in the llama3 format: {"name": <a tool's>, "parameters": <its schema>}.
+json::object forced_call_schema(const tool_request& t) {
+    json::array calls;
+    for (const auto& tool : t.tools) {
+        const json::object& fn = tool.at("function").get_object();
+        if (!t.forced_name.empty() && fn.at("name").get_string() != t.forced_name) continue;
+        const json::value* params = fn.if_contains("parameters");
+        calls.push_back(json::object{
+            {"type", "object"},
+            {"properties",
+             json::object{{"name", json::object{{"const", fn.at("name")}}},
+                          {"parameters", params ? *params : json::value(json::object{{"type", "object"}})}}},
+            {"required", json::array{"name", "parameters"}},
+            {"additionalProperties", false}});
+    }
+    return json::object{{"anyOf", std::move(calls)}};
+}
+
+}  // namespace
+
+std::optional<api_error> resolve_tools(const chat_formatter* formatter, tool_request& t, response_format& format) {
     t.format = tool_call_format::none;
     const bool jinja = formatter && formatter->uses_jinja();
     const std::string name = formatter ? formatter->name() : std::string("built-in");
@@ -197,6 +232,24 @@ std::optional<api_error> resolve_tools(const chat_formatter* formatter, tool_req
             "tools");
     }
     t.format = formatter->tool_format();
+    if (t.choice != tool_choice_mode::required) return std::nullopt;
+    const std::string what = t.forced_name.empty() ? "\"required\"" : "a named function";
+    if (t.format != tool_call_format::llama3) {
+        return tools_error("tool_choice: " + what +
+                               " is forced by constrained decoding for templates whose call is the "
+                               "whole reply as JSON (llama3 format); this model's template uses the " +
+                               std::string(tool_call_format_name(t.format)) +
+                               " format, whose calls sit inside text markers; use \"auto\"",
+                           "tool_choice");
+    }
+    if (format.what != response_format::kind::text) {
+        return tools_error("tool_choice: " + what +
+                               " cannot be combined with response_format (both set the output's "
+                               "grammar)",
+                           "tool_choice");
+    }
+    format.what = response_format::kind::json_schema;
+    format.schema = json::serialize(forced_call_schema(t));
     return std::nullopt;
 }
 

@@ -4,17 +4,20 @@
 // and the model's reply parsed back into `tool_calls` by its family's format (core/chat/tool_call_parser).
 //
 //   request  {"tools": [{"type": "function", "function": {"name", "description", "parameters"}}],
-//             "tool_choice": "auto" | "none"}
+//             "tool_choice": "auto" | "none" | "required" | {"type": "function", "function": {"name"}}}
 //   template messages (tool_calls' arguments as objects, as Hermes/Qwen/Llama templates expect), tools
 //   reply    the format the template shows (<tool_call> hermes, [TOOL_CALLS] mistral, <|python_tag|> or
 //            ipython llama3): {"role": "assistant", "content": text or null, "tool_calls": [{"id": "call_...",
 //            "type": "function", "function": {"name", "arguments": "<JSON text>"}}]}, finish_reason "tool_calls"
 //
+// tool_choice "required" or {"type": "function", "function": {"name"}} forces a call by constrained decoding:
+// for the llama3 format, whose call is the whole reply as JSON, the reply is held to the JSON schema
+// {"anyOf": [{"name": const, "parameters": the tool's parameters}, ...]} (response_format's grammar).
 // Refused with 400 (naming tools / tool_choice): tools for a model whose template never reads `tools` or
 // whose tool-call format troupe does not parse (rendering them anyway would answer text the client takes
-// for a refusal to call), and tool_choice "required" or a named function (they need the call's grammar
-// forced on the output; troupe does not constrain tool calls yet). tool_choice "none" renders without the
-// tools and answers text, as OpenAI does.
+// for a refusal to call), and required / named for the hermes and mistral formats (their calls sit inside
+// text markers the JSON grammar cannot write) or beside a response_format. tool_choice "none" renders
+// without the tools and answers text, as OpenAI does.
 // Streaming: text is sent as it comes except what may be the start of a call (a marker's prefix, or for
 // llama3 a reply that opens with '{'); the calls are sent whole when the reply ends, as one delta carrying
 // each call's index, id, name and arguments, then finish_reason "tool_calls".
@@ -30,6 +33,7 @@
 
 #include "core/chat/tool_call_parser.h"
 #include "server/api_error.h"
+#include "server/response_format.h"
 
 namespace troupe {
 class chat_formatter;
@@ -37,13 +41,14 @@ class chat_formatter;
 
 namespace troupe::server {
 
-enum class tool_choice_mode { none, automatic };
+enum class tool_choice_mode { none, automatic, required };
 
 struct tool_request {
     boost::json::array tools;  // the client's tool objects, checked
     bool given = false;        // "tools" was in the request with at least one tool
     bool choice_given = false;
     tool_choice_mode choice = tool_choice_mode::automatic;
+    std::string forced_name;  // tool_choice {"type": "function", "function": {"name"}}: the one to call
     tool_call_format format = tool_call_format::none;  // set when rendered: how to parse the reply (none: text)
     bool conversation_has_tools = false;               // a tool message or an assistant's tool_calls
 };
@@ -60,7 +65,9 @@ std::optional<api_error> read_message_tool_calls(const boost::json::value& v, co
 
 // Whether the formatter can render the request's tools and tool turns; sets t.format to the reply's
 // format (none when the request has no tools or tool_choice is none). `formatter` null: built-in rendering.
-std::optional<api_error> resolve_tools(const chat_formatter* formatter, tool_request& t);
+// tool_choice required or named: `format` becomes the JSON schema of the allowed calls (constrained
+// decoding), for formats whose call is the whole reply as JSON (llama3); others are a 400.
+std::optional<api_error> resolve_tools(const chat_formatter* formatter, tool_request& t, response_format& format);
 
 // The tools the template gets: null (None) without tools or with tool_choice none.
 const boost::json::array* template_tools(const tool_request& t);

@@ -2,7 +2,8 @@
 // turns), on a copy of stories260K whose GGUF carries a Llama 3.1-style tool template (tools_template.jinja,
 // written into the copy by run_e2e.py --clients tools). stories260K writes random text, so the reply that
 // must be a call is made one by constrained decoding (response_format: the call's JSON schema): the model's
-// real output then goes through the server's llama3 tool-call parsing, whole and streamed.
+// real output then goes through the server's llama3 tool-call parsing, whole and streamed; tool_choice required
+// and a named function force the call through the server's own call schema.
 //   node openai_tools.mjs            (TROUPE_BASE_URL=http://127.0.0.1:PORT, set by run_e2e.py)
 import assert from "node:assert/strict";
 import OpenAI from "openai";
@@ -94,9 +95,26 @@ async function check_call_parsed(model) {
     console.log(`tool call: ${JSON.stringify(c.message.tool_calls[0])}`);
 }
 
+// tool_choice required / named: the template's calls are plain JSON (llama3 format), so the reply is held to
+// the calls' schema and is a call whatever the model would have written.
+async function check_forced(model) {
+    const clock = { type: "function", function: { name: "get_time", description: "the time in a zone",
+        parameters: { type: "object", properties: { zone: { enum: ["UTC", "CET"] } }, required: ["zone"], additionalProperties: false } } };
+    const r = await client.chat.completions.create({ model, messages: question, tools: [clock], tool_choice: "required", temperature: 0, max_tokens: 200 });
+    assert.equal(r.choices[0].finish_reason, "tool_calls", JSON.stringify(r.choices[0]));
+    const call = r.choices[0].message.tool_calls[0];
+    assert.equal(call.function.name, "get_time");
+    assert.ok(["UTC", "CET"].includes(JSON.parse(call.function.arguments).zone), call.function.arguments);
+    const named = await client.chat.completions.create({ model, messages: question, tools: [...tools, clock],
+        tool_choice: { type: "function", function: { name: "get_time" } }, temperature: 0, max_tokens: 200 });
+    assert.equal(named.choices[0].finish_reason, "tool_calls", JSON.stringify(named.choices[0]));
+    assert.equal(named.choices[0].message.tool_calls[0].function.name, "get_time");
+    console.log(`forced: ${call.function.name} ${call.function.arguments}`);
+}
+
 async function check_refusals(model) {
     await assert.rejects(
-        client.chat.completions.create({ model, messages: question, tools, tool_choice: "required" }),
+        client.chat.completions.create({ model, messages: question, tools, tool_choice: { type: "function", function: { name: "nope" } } }),
         (e) => {
             assert.equal(e.status, 400);
             assert.equal(e.param, "tool_choice");
@@ -115,6 +133,7 @@ async function main() {
     const model = (await client.models.list()).data[0].id;
     await check_rendering(model);
     await check_call_parsed(model);
+    await check_forced(model);
     await check_refusals(model);
     console.log("openai tools: PASS");
 }

@@ -78,10 +78,11 @@ TEST(tool_request, malformed_tools_and_unsupported_choices_are_400s_naming_the_f
     e = parse_error(
         R"({"messages": [{"role": "user", "content": "x"}], "tools": [{"type": "function", "function": {"name": "a b"}}]})");
     EXPECT_NE(e.message.find("tools[0].function.name"), std::string::npos) << e.message;
-    e = parse_error(std::string(R"({"messages": [{"role": "user", "content": "x"}], "tool_choice": "required", )") +
+    e = parse_error(std::string(R"({"messages": [{"role": "user", "content": "x"}],
+        "tool_choice": {"type": "function", "function": {"name": "get_time"}}, )") +
                     weather_tools + "}");
     EXPECT_EQ(e.param, "tool_choice");
-    EXPECT_NE(e.message.find("\"required\" is not supported"), std::string::npos) << e.message;
+    EXPECT_NE(e.message.find("'get_time' is not among the tools"), std::string::npos) << e.message;
     e = parse_error(R"({"messages": [{"role": "user", "content": "x"}], "tool_choice": "auto"})");
     EXPECT_NE(e.message.find("only allowed when tools are specified"), std::string::npos) << e.message;
     e = parse_error(R"({"messages": [{"role": "tool", "content": "18 C"}]})");
@@ -158,6 +159,50 @@ TEST_F(tool_serving, each_family_template_picks_its_reply_format) {
         EXPECT_NE(std::get<std::string>(text).find("get_weather"), std::string::npos) << file;
         EXPECT_EQ(r.tools.format, format) << file;
     }
+}
+
+TEST_F(tool_serving, a_required_or_named_call_is_forced_by_the_calls_json_schema_in_the_llama3_format) {
+    load(read_template("llama3_tools.jinja"));
+    if (HasFatalFailure() || IsSkipped()) return;
+    const std::string two_tools =
+        R"("tools": [{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object",
+            "properties": {"city": {"type": "string"}}}}}, {"type": "function", "function": {"name": "get_time"}}])";
+    auto r = parse_ok(R"({"messages": [{"role": "user", "content": "Weather?"}], "tool_choice": "required", )" +
+                      two_tools + "}");
+    ASSERT_TRUE(std::holds_alternative<std::string>(rendered(r)));
+    EXPECT_EQ(r.format.what, server::response_format::kind::json_schema);
+    const json::value any_of = json::parse(r.format.schema).at("anyOf");
+    ASSERT_EQ(any_of.as_array().size(), 2u);
+    EXPECT_EQ(any_of.at(0).at("properties").at("name").at("const"), "get_weather");
+    EXPECT_EQ(any_of.at(0).at("properties").at("parameters").at("properties").at("city").at("type"), "string");
+    EXPECT_EQ(any_of.at(1).at("properties").at("name").at("const"), "get_time");
+    EXPECT_EQ(r.tools.format, tool_call_format::llama3);
+
+    auto named = parse_ok(R"({"messages": [{"role": "user", "content": "Time?"}],
+        "tool_choice": {"type": "function", "function": {"name": "get_time"}}, )" +
+                          two_tools + "}");
+    ASSERT_TRUE(std::holds_alternative<std::string>(rendered(named)));
+    const json::value only = json::parse(named.format.schema).at("anyOf");
+    ASSERT_EQ(only.as_array().size(), 1u);
+    EXPECT_EQ(only.at(0).at("properties").at("name").at("const"), "get_time");
+
+    auto both = parse_ok(R"({"messages": [{"role": "user", "content": "x"}], "tool_choice": "required",
+        "response_format": {"type": "json_object"}, )" +
+                         two_tools + "}");
+    auto text = rendered(both);
+    ASSERT_TRUE(std::holds_alternative<server::api_error>(text));
+    EXPECT_NE(std::get<server::api_error>(text).message.find("cannot be combined with response_format"),
+              std::string::npos);
+
+    // hermes calls sit inside <tool_call> markers: forcing one is refused
+    load(read_template("qwen25_tools.jinja"));
+    auto hermes =
+        parse_ok(R"({"messages": [{"role": "user", "content": "x"}], "tool_choice": "required", )" + two_tools + "}");
+    text = rendered(hermes);
+    ASSERT_TRUE(std::holds_alternative<server::api_error>(text));
+    EXPECT_EQ(std::get<server::api_error>(text).param, "tool_choice");
+    EXPECT_NE(std::get<server::api_error>(text).message.find("hermes format"), std::string::npos)
+        << std::get<server::api_error>(text).message;
 }
 
 TEST_F(tool_serving, tools_for_a_template_without_them_are_a_400_saying_so) {
