@@ -1,5 +1,6 @@
-// AVX-512 row ops. exp: x = n ln2 + r with |r| <= ln2 / 2, e^r by a degree-6 polynomial (relative error
-// ~2e-7), scaled by 2^n with vscalefps (which also gives 0 and inf at the ends of the range).
+// AVX-512 row ops. exp (softmax): x = n ln2 + r with |r| <= ln2 / 2, e^r by a degree-6 polynomial (relative error
+// ~2e-7), scaled by 2^n with vscalefps (which also gives 0 and inf at the ends of the range). SwiGLU takes ggml's
+// own vector exponential instead (ggml_expf512), so its outputs are llama.cpp's bit for bit.
 #include "kernels/cpu/row_ops_kernels.h"
 
 #if defined(__AVX512F__)
@@ -27,6 +28,27 @@ inline __m512 exp512(__m512 x) {
     p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
     p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
     return _mm512_scalef_ps(p, n);
+}
+
+// ggml's ggml_v_expf (AVX-512 form), operation for operation: llama.cpp's SiLU takes its exponentials from it, and
+// one ulp of difference in a SiLU output can move the Q8_K rounding of ffn_down's activations (the int8 recipe).
+inline __m512 ggml_expf512(__m512 x) {
+    const __m512 r = _mm512_set1_ps(0x1.8p23f);
+    const __m512 z = _mm512_fmadd_ps(x, _mm512_set1_ps(0x1.715476p+0f), r);
+    const __m512 n = _mm512_sub_ps(z, r);
+    const __m512 b =
+        _mm512_fnmadd_ps(n, _mm512_set1_ps(0x1.7f7d1cp-20f), _mm512_fnmadd_ps(n, _mm512_set1_ps(0x1.62e4p-1f), x));
+    const __mmask16 d = _mm512_cmp_ps_mask(_mm512_abs_ps(n), _mm512_set1_ps(192), _CMP_GT_OQ);
+    const __m512 u = _mm512_mul_ps(b, b);
+    const __m512 j = _mm512_fmadd_ps(
+        _mm512_fmadd_ps(_mm512_fmadd_ps(_mm512_set1_ps(0x1.0e4020p-7f), b, _mm512_set1_ps(0x1.573e2ep-5f)), u,
+                        _mm512_fmadd_ps(_mm512_set1_ps(0x1.555e66p-3f), b, _mm512_set1_ps(0x1.fffdb6p-2f))),
+        u, _mm512_fmadd_ps(_mm512_set1_ps(0x1.ffffecp-1f), b, _mm512_set1_ps(1.0f)));
+    const __m512 res = _mm512_scalef_ps(j, n);
+    if (_mm512_kortestz(d, d)) return res;
+    const __m512 zero = _mm512_setzero_ps();
+    const __m512 alt = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(n, zero, _CMP_LE_OQ), _mm512_set1_ps(INFINITY), zero);
+    return _mm512_mask_blend_ps(d, res, alt);
 }
 
 inline __mmask16 tail_mask(int64_t left) {
@@ -82,13 +104,19 @@ void softmax_avx512(float* x, int64_t n_rows, int64_t n) {
     }
 }
 
+// llama.cpp's ggml_vec_silu_f32 then ggml_vec_mul_f32: silu(g) = g / (1 + ggml_v_expf(-g)) per 16 lanes (expf on a
+// tail shorter than 16), rounded, then times up.
 void swiglu_avx512(const float* gate, const float* up, float* out, int64_t n) {
-    for (int64_t i = 0; i < n; i += 16) {
-        const __mmask16 m = tail_mask(n - i);
-        const __m512 g = _mm512_maskz_loadu_ps(m, gate + i);
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        const __m512 g = _mm512_loadu_ps(gate + i);
         const __m512 silu =
-            _mm512_div_ps(g, _mm512_add_ps(_mm512_set1_ps(1.0f), exp512(_mm512_sub_ps(_mm512_setzero_ps(), g))));
-        _mm512_mask_storeu_ps(out + i, m, _mm512_mul_ps(silu, _mm512_maskz_loadu_ps(m, up + i)));
+            _mm512_div_ps(g, _mm512_add_ps(_mm512_set1_ps(1.0f), ggml_expf512(_mm512_sub_ps(_mm512_setzero_ps(), g))));
+        _mm512_storeu_ps(out + i, _mm512_mul_ps(silu, _mm512_loadu_ps(up + i)));
+    }
+    for (; i < n; ++i) {
+        const float silu = gate[i] / (1.0f + std::exp(-gate[i]));
+        out[i] = silu * up[i];
     }
 }
 
