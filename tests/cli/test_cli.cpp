@@ -131,7 +131,7 @@ TEST(cli, bad_command_lines_give_a_clear_error_and_exit_code_2) {
         {{}, "usage: troupe <command>"},
         {{"frobnicate"},
          "troupe: unknown command 'frobnicate' (valid: run, serve, bench, info, tokenize, synth, perplexity, "
-         "quantize, distill)"},
+         "quantize, distill, template)"},
         {{"tokenize", "--modle", "m.gguf", "x"},
          "troupe tokenize: unknown flag '--modle' (valid: --model, --no-bos, --detokenize, --help)"},
         {{"tokenize", "--model"}, "--model needs a value (FILE)"},
