@@ -489,7 +489,7 @@ parsed_request parse_chat_request(std::string_view body, const sampling_params& 
                           has_messages = true;
                           return read_messages(v, r.messages, &r.messages_json, &r.tools);
                       }});
-    fields.push_back(int_field("max_completion_tokens", r.sampling.max_tokens, 1, 1 << 30));
+    fields.push_back(max_tokens_field("max_completion_tokens", r));
     fields.push_back(bool_field("logprobs", logprobs));
     fields.push_back(int_field("top_logprobs", top_logprobs, 0, 20));
     fields.push_back({"response_format", [&](const json::value& v) { return read_response_format(v, r.format); }});

@@ -60,13 +60,25 @@ prepared prepare_request(const serving_model& m, const server_config& config, ge
     if (ids.empty()) return bad_request("prompt: the prompt is empty (no tokens)", "prompt");
     const int32_t limit = config.max_prompt_tokens > 0 ? std::min(config.max_prompt_tokens, m.n_ctx - 1) : m.n_ctx - 1;
     const auto n = static_cast<int64_t>(ids.size());
+    const std::string what = r.kind == api_kind::chat ? "messages" : "prompt";
     if (n > limit) {
-        return api_error{422,
-                         "This model's maximum context length is " + std::to_string(m.n_ctx) +
-                             " tokens and prompts may have at most " + std::to_string(limit) +
-                             " tokens; the prompt has " + std::to_string(n) + " tokens",
-                         "invalid_request_error", r.kind == api_kind::chat ? "messages" : "prompt",
-                         "context_length_exceeded"};
+        return context_exceeded("This model's maximum context length is " + std::to_string(m.n_ctx) +
+                                    " tokens and prompts may have at most " + std::to_string(limit) +
+                                    " tokens. However, your " + what + " has " + std::to_string(n) +
+                                    " tokens. Please reduce the length of the " + what + ".",
+                                what);
+    }
+    // OpenAI refuses an explicit max_tokens that does not fit beside the prompt; the config's default is
+    // an upper bound only (the engine stops at the context's end, finish_reason "length").
+    const int64_t n_room = m.n_ctx - n;
+    if (r.max_tokens_given && !r.truncate_to_context && r.sampling.max_tokens > n_room) {
+        return context_exceeded(
+            "This model's maximum context length is " + std::to_string(m.n_ctx) + " tokens. However, you requested " +
+                std::to_string(n + r.sampling.max_tokens) + " tokens (" + std::to_string(n) + " in the " + what + ", " +
+                std::to_string(r.sampling.max_tokens) + " in the completion). Please reduce the length of the " + what +
+                " or completion, or send \"truncate_to_context\": true to stop at the "
+                "context's end.",
+            "max_tokens");
     }
     for (const auto& [id, bias] : r.sampling.logit_bias) {
         if (id >= m.tok->n_vocab()) {

@@ -1,6 +1,7 @@
 // serving: what stands between a parsed API request and engine::submit, without sockets — the served
-// model's facts, chat rendering and tokenization, the context-length check (422), the model-name check
-// (404), queue admission (429) and the mapping of engine refusals to HTTP statuses.
+// model's facts, chat rendering and tokenization, the context-length checks (400
+// context_length_exceeded: the prompt, or prompt plus an explicit max_tokens), the model-name check (404), queue
+// admission (429) and the mapping of engine refusals to HTTP statuses.
 #pragma once
 
 #include <cstdint>
