@@ -5,6 +5,8 @@
 
 #include <boost/json.hpp>
 
+#include "server/json_kind_name.h"
+
 #include <charconv>
 #include <cmath>
 #include <functional>
@@ -22,29 +24,8 @@ struct field {
     field_fn read;
 };
 
-std::string type_name(const json::value& v) {
-    switch (v.kind()) {
-        case json::kind::null:
-            return "null";
-        case json::kind::bool_:
-            return "a boolean";
-        case json::kind::int64:
-        case json::kind::uint64:
-            return "an integer";
-        case json::kind::double_:
-            return "a number";
-        case json::kind::string:
-            return "a string";
-        case json::kind::array:
-            return "an array";
-        case json::kind::object:
-            return "an object";
-    }
-    return "?";
-}
-
 api_error wrong_type(std::string_view name, std::string_view expected, const json::value& v) {
-    return bad_request(std::string(name) + ": expected " + std::string(expected) + ", got " + type_name(v),
+    return bad_request(std::string(name) + ": expected " + std::string(expected) + ", got " + json_kind_name(v),
                        std::string(name));
 }
 
@@ -275,7 +256,7 @@ std::variant<json::object, api_error> parse_object(std::string_view body) {
     opt.max_depth = 32;
     json::value v = json::parse(body, ec, {}, opt);
     if (ec) return bad_request("the request body is not valid JSON: " + ec.message());
-    if (!v.is_object()) return bad_request("the request body must be a JSON object, got " + type_name(v));
+    if (!v.is_object()) return bad_request("the request body must be a JSON object, got " + json_kind_name(v));
     return std::move(v.get_object());
 }
 
@@ -526,7 +507,7 @@ ws_client_message parse_ws_message(std::string_view text, const sampling_params&
         } else if (auto x = integer_of(*v)) {
             id = std::to_string(*x);
         } else {
-            return ws_bad{{}, "id: expected a string or an integer, got " + type_name(*v)};
+            return ws_bad{{}, "id: expected a string or an integer, got " + json_kind_name(*v)};
         }
     }
     const json::value* type = o.if_contains("type");
@@ -554,11 +535,13 @@ ws_client_message parse_ws_message(std::string_view text, const sampling_params&
         } else if (kv.key() == "prompt") {
             r.kind = api_kind::completion;
             has_input = true;
-            if (!kv.value().is_string()) return ws_bad{id, "prompt: expected a string, got " + type_name(kv.value())};
+            if (!kv.value().is_string())
+                return ws_bad{id, "prompt: expected a string, got " + json_kind_name(kv.value())};
             r.prompt = kv.value().get_string();
         } else if (kv.key() == "params") {
             if (kv.value().is_null()) continue;
-            if (!kv.value().is_object()) return ws_bad{id, "params: expected an object, got " + type_name(kv.value())};
+            if (!kv.value().is_object())
+                return ws_bad{id, "params: expected an object, got " + json_kind_name(kv.value())};
             common_fields c{r, 1, std::nullopt};
             std::vector<field> fields;
             for (auto& f : c.fields()) {

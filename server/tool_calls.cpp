@@ -2,6 +2,8 @@
 
 #include <boost/json.hpp>
 
+#include "server/json_kind_name.h"
+
 #include "core/chat/chat_formatter.h"
 
 namespace troupe::server {
@@ -12,23 +14,6 @@ namespace {
 
 api_error tools_error(std::string message, std::string param) {
     return bad_request(std::move(message), std::move(param));
-}
-
-std::string_view type_of(const json::value& v) {
-    switch (v.kind()) {
-        case json::kind::null:
-            return "null";
-        case json::kind::bool_:
-            return "a boolean";
-        case json::kind::string:
-            return "a string";
-        case json::kind::array:
-            return "an array";
-        case json::kind::object:
-            return "an object";
-        default:
-            return "a number";
-    }
 }
 
 bool valid_function_name(std::string_view name) {
@@ -60,7 +45,7 @@ std::string_view call_marker(tool_call_format f) {
 
 std::optional<api_error> read_tools(const json::value& v, tool_request& out) {
     if (!v.is_array()) {
-        return tools_error("tools: expected an array of tools, got " + std::string(type_of(v)), "tools");
+        return tools_error("tools: expected an array of tools, got " + std::string(json_kind_name(v)), "tools");
     }
     for (size_t i = 0; i < v.get_array().size(); ++i) {
         const json::value& t = v.get_array()[i];
@@ -82,12 +67,12 @@ std::optional<api_error> read_tools(const json::value& v, tool_request& out) {
                 where + ".function.name: required, 1 to 64 characters of a-z, A-Z, 0-9, underscore or dash", "tools");
         }
         if (const json::value* d = fn->get_object().if_contains("description"); d && !d->is_string()) {
-            return tools_error(where + ".function.description: expected a string, got " + std::string(type_of(*d)),
-                               "tools");
+            return tools_error(
+                where + ".function.description: expected a string, got " + std::string(json_kind_name(*d)), "tools");
         }
         if (const json::value* p = fn->get_object().if_contains("parameters"); p && !p->is_object()) {
             return tools_error(
-                where + ".function.parameters: expected a JSON Schema object, got " + std::string(type_of(*p)),
+                where + ".function.parameters: expected a JSON Schema object, got " + std::string(json_kind_name(*p)),
                 "tools");
         }
         out.tools.push_back(t);
@@ -128,7 +113,7 @@ std::optional<api_error> read_tool_choice(const json::value& v, tool_request& ou
         return std::nullopt;
     }
     return tools_error("tool_choice: expected \"none\", \"auto\", \"required\" or {\"type\": \"function\", ...}, got " +
-                           std::string(type_of(v)),
+                           std::string(json_kind_name(v)),
                        "tool_choice");
 }
 
