@@ -71,6 +71,10 @@ struct request_sink {
     // Optional: called once per generated token, before the text that token completes, when
     // request.logprobs > 0 (or == 0 for the sampled token's own logprob only). Not called otherwise.
     std::function<void(const token_logprobs&)> on_logprobs;
+    // Optional: called once, before the first token's callbacks, when request.prompt_logprobs: one entry per prompt
+    // token, each token's logprob under the model's raw distribution after the tokens before it (no penalties) and
+    // the top request.logprobs; the first entry has only its token and piece (nothing comes before it).
+    std::function<void(const std::vector<token_logprobs>&)> on_prompt_logprobs;
     std::function<void(finish_reason, const usage&, const timings&)> on_done;
     std::function<void(const std::string& message)> on_error;
 };

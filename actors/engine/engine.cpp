@@ -124,6 +124,7 @@ result<request_id> engine::submit(request r, request_sink sink) {
     m.sink = std::make_shared<const request_sink>(std::move(sink));
     m.t_submit = steady_clock::now();
     m.logprobs = r.logprobs;
+    m.prompt_logprobs = r.prompt_logprobs && r.logprobs >= 0;
     n_in_flight_.fetch_add(1);
     if (!tokenizer_->inbox().try_post(std::move(m))) {
         n_in_flight_.fetch_sub(1);

@@ -79,6 +79,9 @@ struct request {
     sampling_params sampling;
     std::optional<std::vector<int32_t>> prompt_ids;  // used instead of the prompt when present
     int32_t logprobs = -1;  // -1: off; 0: the sampled token's logprob; k > 0: also the top k (sink.on_logprobs)
+    // With logprobs >= 0: the prompt tokens' logprobs too (OpenAI echo), through sink.on_prompt_logprobs. Such a
+    // request computes its whole prompt (no prefix-cache hit).
+    bool prompt_logprobs = false;
 };
 
 struct engine_stats {

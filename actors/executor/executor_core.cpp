@@ -118,7 +118,7 @@ step_done executor_core::run(const step_plan& plan) {
         auto it = seqs_.find(q.seq_id);
         if (it == seqs_.end()) {
             TROUPE_ASSERT(q.params != nullptr, "step plan without sampling params");
-            it = seqs_.emplace(q.seq_id, sequence_state{sampler(*q.params), {}}).first;
+            it = seqs_.emplace(q.seq_id, sequence_state{sampler(*q.params), {}, false, -1, {}}).first;
         }
         if (auto lost = lost_.find(q.seq_id); lost != lost_.end()) {
             done.error = "sequence " + std::to_string(q.seq_id) + " lost its KV rows in a swap: " + lost->second;
@@ -163,7 +163,8 @@ step_done executor_core::run(const step_plan& plan) {
         step.tokens.assign(history.end() - static_cast<std::ptrdiff_t>(q.tokens.size()), history.end());
         step.pos0 = q.pos0;
         step.block_table.assign(q.block_table->begin(), q.block_table->end());
-        step.all_logits = false;
+        // A chunk of a prompt whose logprobs are asked for: every row's logits, each predicting the next token.
+        step.all_logits = q.prompt && q.pos0 + 1 < static_cast<int32_t>(q.prompt->size());
         step.n_draft = 0;
         step.tree_parents.clear();
     }
@@ -188,6 +189,11 @@ step_done executor_core::run(const step_plan& plan) {
         const step_sequence& q = plan.seqs[i];
         sequence_result& r = done.results[i];
         r.seq_id = q.seq_id;
+        if (q.prompt) {
+            sequence_state& s = seqs_.at(q.seq_id);
+            prompt_logprobs_of(i, s, q);
+            if (q.sample) r.prompt_logprobs = s.prompt_logprobs;
+        }
         if (q.sample) {
             if (status sst = sample_sequence(i, seqs_.at(q.seq_id), q, r); !sst.ok()) {
                 done.error = sst.message();
@@ -225,6 +231,32 @@ void executor_core::fetch_masks(const step_plan& plan) {
 token_logprobs executor_core::logprobs_of(std::span<const float> row, const sequence_state& s, int32_t token,
                                           int32_t k) {
     s.smp.penalized(row, s.history, logp_);
+    return normalized_logprobs(token, k);
+}
+
+void executor_core::prompt_logprobs_of(size_t index, sequence_state& s, const step_sequence& q) {
+    const std::vector<int32_t>& prompt = *q.prompt;
+    const auto n_prompt = static_cast<int32_t>(prompt.size());
+    if (s.prompt_logprobs.size() != prompt.size()) {
+        s.prompt_logprobs.assign(prompt.size(), {});
+        s.prompt_logprobs[0].token = prompt[0];  // nothing before it: no logprob
+        if (piece_) s.prompt_logprobs[0].piece = piece_(prompt[0]);
+    }
+    // Row r is the input at pos0 + r; its logits predict position pos0 + r + 1. Reported on the model's own
+    // distribution (no penalties: the prompt was not sampled).
+    if (!batch_.seqs[index].all_logits) return;  // a one-token prompt: nothing to predict
+    const int32_t n_inputs = output_.n_rows[index];
+    for (int32_t r = 0; r < n_inputs; ++r) {
+        const int32_t target = q.pos0 + r + 1;
+        if (target >= n_prompt) break;
+        auto row = output_.row(index, r);
+        logp_.assign(row.begin(), row.end());
+        s.prompt_logprobs[static_cast<size_t>(target)] =
+            normalized_logprobs(prompt[static_cast<size_t>(target)], std::max(q.logprobs, 0));
+    }
+}
+
+token_logprobs executor_core::normalized_logprobs(int32_t token, int32_t k) {
     float max = logp_[0];
     for (float l : logp_) max = std::max(max, l);
     double sum = 0;
@@ -251,7 +283,7 @@ status executor_core::sample_sequence(size_t index, sequence_state& s, const ste
     const auto n_inputs = static_cast<int32_t>(q.tokens.size());
     // With drafts every row has logits: the inputs' first, then one per node; the last input's row predicts the
     // roots. Without, the one row is the last input's.
-    const int32_t base = tree.empty() ? 0 : n_inputs - 1;
+    const int32_t base = batch_.seqs[index].all_logits ? n_inputs - 1 : 0;
     auto row_after = [&](int32_t node) { return output_.row(index, base + 1 + node); };
     auto emit = [&](std::span<const float> row, int32_t t) {
         if (q.logprobs >= 0) r.logprobs.push_back(logprobs_of(row, s, t, q.logprobs));

@@ -51,6 +51,7 @@ private:
         std::vector<int32_t> history;  // [n_positions] token at each position known to the cache
         bool speculating = false;      // the speculator heard begin() and not yet end()
         int32_t last_sampled = -1;     // the last token sampled for it (a plan made ahead takes it as input)
+        std::vector<token_logprobs> prompt_logprobs;  // [n_prompt] filled chunk by chunk (the first: no logprob)
     };
 
     // Asks the speculator for this step's proposals (drafts_) and puts them into the batch.
@@ -58,11 +59,15 @@ private:
     // The grammar masks of the step's constrained samplers, looked up (or computed) in one batch per constraint.
     void fetch_masks(const step_plan& plan);
     // Samples the sequence's next token(s) from its rows (verifying its drafts); fills r.
+    // The logprobs of the prompt tokens that the rows of a chunk of the prompt predict (all_logits rows).
+    void prompt_logprobs_of(size_t index, sequence_state& s, const step_sequence& q);
     status sample_sequence(size_t index, sequence_state& s, const step_sequence& q, sequence_result& r);
     void end_speculation(int64_t seq_id, sequence_state& s, sequence_end why);
 
     // The log-softmax of the penalized row: the token's logprob and the top k alternatives.
     token_logprobs logprobs_of(std::span<const float> row, const sequence_state& s, int32_t token, int32_t k);
+    // The logprob of token (and the top k) of the logits in logp_, which it normalizes in place.
+    token_logprobs normalized_logprobs(int32_t token, int32_t k);
 
     std::shared_ptr<model_runner> runner_;
     std::shared_ptr<speculator> spec_;

@@ -27,6 +27,9 @@ struct step_sequence {
     // starts at pos0 > 0, and the executor's history (penalties, drafts) must know what is there.
     std::shared_ptr<const std::vector<int32_t>> context;
     int32_t logprobs = -1;  // -1: none; 0: the sampled token's; k: also the top k alternatives
+    // Set when the request asks for its prompt's logprobs (until they are delivered): the prompt, with BOS. The
+    // executor asks for every row's logits and gives each prompt token's logprob after the tokens before it.
+    std::shared_ptr<const std::vector<int32_t>> prompt;
     // Planned while the previous step runs: the last n_sampled_inputs (0 or 1) of tokens are placeholders
     // for the token that step samples for this sequence, which the executor puts in.
     int32_t n_sampled_inputs = 0;

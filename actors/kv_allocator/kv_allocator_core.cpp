@@ -145,7 +145,7 @@ bool kv_allocator_core::pass(const kv_step_request& r, std::vector<running_seq>&
                 s.n_computed = c.n_computed;
             } else {
                 // Whole blocks only, and at least one token left to run (its logits give the next token).
-                const int32_t max_cached = ((n_known - 1) / pool_.block_size()) * pool_.block_size();
+                const int32_t max_cached = c.no_prefix ? 0 : ((n_known - 1) / pool_.block_size()) * pool_.block_size();
                 const prefix_match peek = pool_.peek_prefix(toks, max_cached);
                 if (peek.n_pending > 0) break;  // shares a block being computed now: next step
                 // Blocks for the whole prompt (and the first sampled token) must be free, so an admitted

@@ -45,6 +45,7 @@ struct kv_admit {
     std::shared_ptr<const std::vector<int32_t>> tokens;
     int32_t n_computed = 0;
     bool swapped = false;
+    bool no_prefix = false;  // computes every token (its prompt's logprobs are asked for): no prefix-cache hit
 };
 
 struct kv_step_request {

@@ -81,6 +81,7 @@ void scheduler_core::enqueue(const enqueue_request& r, scheduler_output& out) {
     s.tokens.assign(r.prompt->begin(), r.prompt->end());
     s.n_prompt = n_prompt;
     s.logprobs = r.logprobs;
+    s.prompt_logprobs = r.prompt_logprobs && r.logprobs >= 0;
     s.kv_tokens = r.prompt;
     seqs_.emplace(r.id, std::move(s));
     if (awaiting_) changed_while_awaiting_ = true;
@@ -208,6 +209,10 @@ void scheduler_core::consume(sequence_state& s, const sequence_result& r, int32_
     d.n_accepted = r.n_accepted;
     d.t_sampled = r.t_sampled;
     d.t_admitted = s.t_admitted;
+    if (s.prompt_logprobs && !r.prompt_logprobs.empty()) {
+        d.prompt_logprobs = r.prompt_logprobs;
+        s.prompt_logprobs = false;  // delivered: a recompute after a preemption may use the prefix cache again
+    }
     size_t n_used = 0;
     for (int32_t t : r.tokens) {
         s.n_generated++;
@@ -321,7 +326,7 @@ kv_step_request scheduler_core::make_request() {
             if (!never && slots-- <= 0) break;
             if (!s.kv_tokens || s.kv_tokens->size() != s.tokens.size())
                 s.kv_tokens = std::make_shared<const std::vector<int32_t>>(s.tokens);
-            r.admits.push_back({id, s.kv_tokens, s.n_computed, s.swapped});
+            r.admits.push_back({id, s.kv_tokens, s.n_computed, s.swapped, s.prompt_logprobs});
             requested_.push_back(id);
         }
     }
@@ -347,6 +352,7 @@ void scheduler_core::add_to_plan(sequence_state& s, const kv_step_seq& g, step_p
     q.sample = q.pos0 + n_tokens == n_known + s.n_unknown;
     q.max_draft = q.sample ? g.max_draft : 0;
     q.logprobs = s.logprobs;
+    if (s.prompt_logprobs) q.prompt = s.kv_tokens;
     if (s.fresh && q.pos0 > 0) {
         q.context = std::make_shared<const std::vector<int32_t>>(s.tokens.begin(), s.tokens.begin() + q.pos0);
     }

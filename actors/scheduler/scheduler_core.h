@@ -183,8 +183,9 @@ private:
         bool ever_admitted = false;
         int32_t n_preemptions = 0;
         int32_t logprobs = -1;
-        int32_t n_sent = 0;    // tokens the KV allocator has (it keeps them for the prefix cache)
-        int32_t n_blocks = 0;  // its block table's length, from the last grant
+        bool prompt_logprobs = false;  // until its first sample: computes its whole prompt, with logits per row
+        int32_t n_sent = 0;            // tokens the KV allocator has (it keeps them for the prefix cache)
+        int32_t n_blocks = 0;          // its block table's length, from the last grant
         std::shared_ptr<const std::vector<int32_t>> kv_tokens;  // tokens as sent for admission
         int32_t pending() const { return static_cast<int32_t>(tokens.size()) - n_computed; }
     };

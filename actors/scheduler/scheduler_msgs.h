@@ -19,7 +19,8 @@ struct enqueue_request {
     std::shared_ptr<const std::vector<int32_t>> prompt;  // ids, with BOS
     std::shared_ptr<const sampling_params> params;
     time_point t_submit;
-    int32_t logprobs = -1;  // -1: none; 0: the sampled token's; k: also the top k
+    int32_t logprobs = -1;         // -1: none; 0: the sampled token's; k: also the top k
+    bool prompt_logprobs = false;  // also the prompt tokens' (with logprobs >= 0)
 };
 
 // Cancellation is a message. Sent through the tokenizer so that it arrives behind the request itself.
@@ -49,6 +50,8 @@ struct sequence_result {
     int32_t n_accepted = 0;       // accepted draft tokens (the accepted path's length)
     time_point t_sampled;
     std::vector<token_logprobs> logprobs;  // per token in tokens, when the plan asked for logprobs
+    // Per prompt token (the first without a logprob), on the first sampled result, when the plan asked for them.
+    std::vector<token_logprobs> prompt_logprobs;
 };
 
 struct step_done {

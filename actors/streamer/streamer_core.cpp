@@ -56,6 +56,7 @@ void streamer_core::deliver(const deliver_tokens& m, std::vector<request_id>& st
         s.use.n_draft_tokens += e.n_drafted;
         s.use.n_draft_accepted += e.n_accepted;
 
+        if (s.sink->on_prompt_logprobs && !e.prompt_logprobs.empty()) s.sink->on_prompt_logprobs(e.prompt_logprobs);
         if (s.sink->on_logprobs) {
             for (const token_logprobs& lp : e.logprobs) s.sink->on_logprobs(lp);
         }

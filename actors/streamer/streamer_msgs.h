@@ -27,10 +27,11 @@ struct token_delivery {
     int32_t n_counted = 0;        // completion tokens this delivery accounts for (tokens + a final EOG token)
     int32_t n_drafted = 0;
     int32_t n_accepted = 0;
-    time_point t_sampled;                  // when the executor sampled these tokens
-    time_point t_admitted;                 // when the request got its KV blocks
-    std::optional<finish_reason> finish;   // set on the request's last delivery
-    std::vector<token_logprobs> logprobs;  // per delivered token (and a final stop token), when asked for
+    time_point t_sampled;                         // when the executor sampled these tokens
+    time_point t_admitted;                        // when the request got its KV blocks
+    std::optional<finish_reason> finish;          // set on the request's last delivery
+    std::vector<token_logprobs> logprobs;         // per delivered token (and a final stop token), when asked for
+    std::vector<token_logprobs> prompt_logprobs;  // per prompt token (sink.on_prompt_logprobs), on the first delivery
 };
 
 struct deliver_tokens {

@@ -51,6 +51,7 @@ void tokenizer_actor::submit(const submit_request& r) {
     e.params = r.params;
     e.t_submit = r.t_submit;
     e.logprobs = r.logprobs;
+    e.prompt_logprobs = r.prompt_logprobs;
     if (!scheduler_->try_post(std::move(e))) {
         streamer_->post(fail_stream{r.id, "overloaded: the scheduler's mailbox is full (" +
                                               std::to_string(scheduler_->stats().capacity) + " requests)"});

@@ -22,7 +22,8 @@ struct submit_request {
     std::shared_ptr<const sampling_params> params;
     std::shared_ptr<const request_sink> sink;
     time_point t_submit;
-    int32_t logprobs = -1;  // request.logprobs
+    int32_t logprobs = -1;         // request.logprobs
+    bool prompt_logprobs = false;  // request.prompt_logprobs
 };
 
 using tokenizer_msg = std::variant<submit_request, cancel_request, abort_all>;

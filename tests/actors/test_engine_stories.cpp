@@ -72,7 +72,8 @@ struct stories {
     std::shared_ptr<model_runner> runner;
 };
 
-result<stories> load_stories(const std::string& path) {
+// kv_block_size 0: one block of n_ctx per sequence.
+result<stories> load_stories(const std::string& path, int32_t kv_block_size = 0) {
     auto file = gguf::gguf_file::open(path);
     if (!file.ok()) return file.err();
     auto tok = tokenizer::from_gguf(**file);
@@ -83,6 +84,7 @@ result<stories> load_stories(const std::string& path) {
     params.attention = std::make_shared<ref_attention>();
     params.max_seqs = 6;
     params.n_threads = 1;
+    if (kv_block_size > 0) params.kv = kv_geometry{kv_block_size, 64};
     auto runner = cpu_llama::create(std::move(*weights), params);
     if (!runner.ok()) return runner.err();
     return stories{*tok, std::shared_ptr<model_runner>(std::move(*runner))};
@@ -163,6 +165,81 @@ TEST(engine_stories, batched_requests_reproduce_the_golden_greedy_continuation) 
     }
     EXPECT_LT(n_steps[1], n_steps[0]);  // accepted drafts save steps
     EXPECT_EQ(n_steps[2], n_steps[0]);
+}
+
+// Echo with logprobs: each prompt token's logprob (and top 3) is log_softmax of the model's logits at the position
+// before it, as one full forward over the prompt gives them; computed in 5-token chunks, and after the same prompt
+// has filled the prefix cache (a request that asks for its prompt's logprobs computes every block again).
+TEST(engine_stories, prompt_logprobs_equal_log_softmax_of_a_full_forward_over_the_prompt) {
+    TROUPE_REQUIRE_SHARED(model_path, "models/stories260K.gguf");
+    auto model = load_stories(model_path, /*kv_block_size=*/8);
+    ASSERT_TRUE(model.ok()) << model.message();
+    const std::string text = "Once upon a time, there was a little girl named Lily. She liked to play in the park.";
+    const std::vector<int32_t> prompt = model->tok->encode(text, true);
+    ASSERT_GT(prompt.size(), 2u * static_cast<size_t>(model->runner->kv().block_size));
+
+    // The reference: one forward over the whole prompt on a runner of its own, every row's logits.
+    auto direct = load_stories(model_path, /*kv_block_size=*/8);
+    ASSERT_TRUE(direct.ok()) << direct.message();
+    const int32_t bs = direct->runner->kv().block_size;
+    std::vector<int32_t> table;
+    for (int32_t b = 0; b * bs < static_cast<int32_t>(prompt.size()); ++b) table.push_back(b);
+    forward_batch batch;
+    batch.seqs.push_back(sequence_step{0, prompt, 0, table, /*all_logits=*/true});
+    forward_output out;
+    ASSERT_TRUE(direct->runner->forward(batch, out).ok());
+    ASSERT_EQ(out.n_rows[0], static_cast<int32_t>(prompt.size()));
+
+    lane test_lane("test");
+    engine_params params;
+    params.max_batched_tokens = 5;
+    engine eng(engine_parts{model->runner, make_tokenizer_codec(model->tok), nullptr}, params, test_lane);
+    ASSERT_TRUE(eng.start().ok());
+    sampling_params p;
+    p.temperature = 0;
+    p.max_tokens = 4;
+    p.ignore_eos = true;
+    auto warm = std::make_shared<testing::sink_record>();
+    ASSERT_TRUE(eng.submit(request{"", p, prompt}, testing::record_into(warm)).ok());
+    test_lane.run_until_idle();
+    ASSERT_TRUE(warm->finish.has_value());
+
+    auto rec = std::make_shared<testing::sink_record>();
+    std::vector<token_logprobs> got;
+    int n_calls = 0;
+    request_sink sink = testing::record_into(rec);
+    sink.on_prompt_logprobs = [&](const std::vector<token_logprobs>& lps) {
+        got = lps;
+        n_calls++;
+    };
+    request r{"", p, prompt, /*logprobs=*/3};
+    r.prompt_logprobs = true;
+    ASSERT_TRUE(eng.submit(std::move(r), std::move(sink)).ok());
+    test_lane.run_until_idle();
+    ASSERT_TRUE(rec->finish.has_value()) << (rec->error ? *rec->error : "no ending");
+    EXPECT_EQ(rec->text, warm->text);
+    EXPECT_EQ(n_calls, 1);
+    ASSERT_EQ(got.size(), prompt.size());
+    EXPECT_EQ(got[0].token, prompt[0]);
+    EXPECT_TRUE(got[0].top.empty());
+    for (size_t i = 0; i + 1 < prompt.size(); ++i) {
+        auto row = out.row(0, static_cast<int32_t>(i));
+        double max = row[0], sum = 0;
+        for (float l : row) max = std::max(max, static_cast<double>(l));
+        for (float l : row) sum += std::exp(static_cast<double>(l) - max);
+        const double log_z = max + std::log(sum);
+        const int32_t target = prompt[i + 1];
+        const token_logprobs& lp = got[i + 1];
+        EXPECT_EQ(lp.token, target) << "prompt position " << i + 1;
+        EXPECT_NEAR(lp.logprob, row[static_cast<size_t>(target)] - log_z, 1e-4) << "prompt position " << i + 1;
+        ASSERT_EQ(lp.top.size(), 3u);
+        int32_t best = 0;
+        for (int32_t t = 1; t < static_cast<int32_t>(row.size()); ++t)
+            if (row[static_cast<size_t>(t)] > row[static_cast<size_t>(best)]) best = t;
+        EXPECT_EQ(lp.top[0].first, best) << "prompt position " << i + 1;
+        EXPECT_NEAR(lp.top[0].second, row[static_cast<size_t>(best)] - log_z, 1e-4);
+    }
+    EXPECT_TRUE(eng.stop(std::chrono::seconds(1)).ok());
 }
 
 }  // namespace
