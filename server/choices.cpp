@@ -31,6 +31,8 @@ std::variant<prepared_choices, api_error> prepare_choices(const serving_model& m
             request q = one.req;
             q.sampling.seed += static_cast<uint64_t>(j);
             if (out.layout.best_of > out.layout.n) q.logprobs = std::max(q.logprobs, 0);
+            // Echo with logprobs: the prompt's tokens come first in logprobs (the engine computes them).
+            q.prompt_logprobs = r.echo && r.kind == api_kind::completion && r.logprobs >= 0;
             out.requests.push_back(std::move(q));
             out.n_prompt_tokens += one.n_prompt_tokens;
         }
@@ -100,7 +102,7 @@ std::string choice_collector::add(std::vector<stream_event> events, bool stream)
         choice& c = choices_[static_cast<size_t>(e.index)];
         switch (e.what) {
             case stream_event::kind::logprobs:
-                c.sum_logprob += e.logprob.logprob;
+                if (!e.logprob.prompt) c.sum_logprob += e.logprob.logprob;  // best_of ranks what it generated
                 if (stream) {
                     c.pending.push_back(std::move(e.logprob));
                 } else {

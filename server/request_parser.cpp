@@ -441,10 +441,6 @@ parsed_request parse_completion_request(std::string_view body, const sampling_pa
             "best_of: must be at least n (" + std::to_string(r.n) + "), got " + std::to_string(r.best_of), "best_of");
     }
     if (r.best_of > r.n && r.stream) return bad_request("best_of: cannot be used with stream", "best_of");
-    if (r.echo && r.logprobs >= 0) {
-        return bad_request(
-            "echo: with logprobs it needs the prompt tokens' logprobs, which troupe does not compute yet", "echo");
-    }
     const size_t n_prompts = std::max<size_t>(r.prompts.size(), 1);
     if (n_prompts * static_cast<size_t>(r.best_of) > 128) {
         return bad_request("prompt: " + std::to_string(n_prompts) + " prompts x best_of " + std::to_string(r.best_of) +

@@ -62,6 +62,23 @@ void request_stream::push(stream_event e, size_t bytes) {
     if (notify) notify();
 }
 
+void request_stream::push_logprobs(int32_t index, const token_logprobs& lp, bool prompt, bool has_logprob) {
+    stream_event e;
+    e.index = index;
+    e.what = stream_event::kind::logprobs;
+    e.logprob.token = lp.piece;
+    e.logprob.logprob = lp.logprob;
+    e.logprob.prompt = prompt;
+    e.logprob.has_logprob = has_logprob;
+    size_t n = lp.piece.size() + 64;
+    for (const auto& [id, p] : lp.top) {
+        std::string piece = params_.piece ? params_.piece(id) : std::to_string(id);
+        n += piece.size() + 64;
+        e.logprob.top.emplace_back(std::move(piece), p);
+    }
+    push(std::move(e), n);
+}
+
 request_sink request_stream::make_sink(int32_t index) {
     auto self = shared_from_this();
     request_sink sink;
@@ -73,19 +90,9 @@ request_sink request_stream::make_sink(int32_t index) {
         const size_t n = e.text.size() + 64;
         self->push(std::move(e), n);
     };
-    sink.on_logprobs = [self, index](const token_logprobs& lp) {
-        stream_event e;
-        e.index = index;
-        e.what = stream_event::kind::logprobs;
-        e.logprob.token = lp.piece;
-        e.logprob.logprob = lp.logprob;
-        size_t n = lp.piece.size() + 64;
-        for (const auto& [id, p] : lp.top) {
-            std::string piece = self->params_.piece ? self->params_.piece(id) : std::to_string(id);
-            n += piece.size() + 64;
-            e.logprob.top.emplace_back(std::move(piece), p);
-        }
-        self->push(std::move(e), n);
+    sink.on_logprobs = [self, index](const token_logprobs& lp) { self->push_logprobs(index, lp, false, true); };
+    sink.on_prompt_logprobs = [self, index](const std::vector<token_logprobs>& lps) {
+        for (size_t i = 0; i < lps.size(); ++i) self->push_logprobs(index, lps[i], true, i > 0);
     };
     sink.on_done = [self, index](finish_reason r, const usage& u, const timings& t) {
         stream_event e;

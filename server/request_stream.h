@@ -66,6 +66,8 @@ public:
 
 private:
     void push(stream_event e, size_t bytes);
+    // A logprobs event for one token: a prompt token's (echo) or a generated one's; without a logprob, JSON null.
+    void push_logprobs(int32_t index, const token_logprobs& lp, bool prompt, bool has_logprob);
 
     params params_;
     mutable std::mutex mutex_;

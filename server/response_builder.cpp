@@ -30,10 +30,15 @@ json::value completion_logprobs(const std::vector<token_logprob>& lps, size_t te
     json::array tokens, token_logprobs, top, offsets;
     for (const auto& t : lps) {
         tokens.emplace_back(json::string(valid_utf8(t.token)));
-        token_logprobs.emplace_back(t.logprob);
-        json::object alts;
-        for (const auto& [tok, lp] : t.top) alts[valid_utf8(tok)] = lp;
-        top.emplace_back(std::move(alts));
+        if (!t.has_logprob) {
+            token_logprobs.emplace_back(nullptr);
+            top.emplace_back(nullptr);
+        } else {
+            token_logprobs.emplace_back(t.logprob);
+            json::object alts;
+            for (const auto& [tok, lp] : t.top) alts[valid_utf8(tok)] = lp;
+            top.emplace_back(std::move(alts));
+        }
         offsets.emplace_back(static_cast<int64_t>(text_offset));
         text_offset += t.token.size();
     }

@@ -20,6 +20,8 @@ struct token_logprob {
     std::string token;  // bytes, may be a partial UTF-8 sequence (JSON gets it with U+FFFD, `bytes` exact)
     float logprob = 0;
     std::vector<std::pair<std::string, float>> top;  // most likely first
+    bool prompt = false;                             // a prompt token's (echo)
+    bool has_logprob = true;  // false for the prompt's first token: nothing before it (JSON null)
 };
 
 // Everything one finished (or finishing) generation reports.

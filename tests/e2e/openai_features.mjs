@@ -1,5 +1,5 @@
 // The official `openai` npm package against `troupe serve` for the features clients use beyond one plain
-// completion: n > 1, best_of, several prompts with echo, logit_bias, and response_format (json_object and
+// completion: n > 1, best_of, several prompts with echo, echo with logprobs, logit_bias, and response_format (json_object and
 // json_schema by constrained decoding), streamed and not.
 //   node openai_features.mjs            (TROUPE_BASE_URL=http://127.0.0.1:PORT, set by run_e2e.py)
 import assert from "node:assert/strict";
@@ -60,6 +60,31 @@ async function check_prompts_and_echo(model) {
     const alone = await client.completions.create({ model, prompt: prompts[1], max_tokens: 8, temperature: 1, seed: 3 });
     assert.equal(r.choices[2].text, prompts[1] + alone.choices[0].text, "the second prompt's first choice differs from it alone");
     console.log(`two prompts x n = 2 with echo: ${JSON.stringify(r.choices.map((c) => c.text))}`);
+}
+
+// Echo with logprobs: tokens, token_logprobs, top_logprobs and text_offset cover the prompt's tokens (the first
+// with null logprobs) and then the generated ones, which are those the same request without echo reports.
+async function check_echo_logprobs(model) {
+    const common = { model, prompt: "The cat sat on the", max_tokens: 6, temperature: 0, logprobs: 2 };
+    const plain = await client.completions.create(common);
+    const r = await client.completions.create({ ...common, echo: true });
+    const lp = r.choices[0].logprobs;
+    const gen = plain.choices[0].logprobs;
+    assert.ok(r.choices[0].text.startsWith(common.prompt), `echoed text does not start with the prompt: ${r.choices[0].text}`);
+    assert.equal(r.choices[0].text, common.prompt + plain.choices[0].text);
+    const n_prompt = lp.tokens.length - gen.tokens.length;
+    assert.ok(n_prompt >= 2, `only ${n_prompt} prompt tokens in logprobs`);
+    assert.equal(lp.token_logprobs[0], null, "the first prompt token has a logprob");
+    assert.equal(lp.top_logprobs[0], null);
+    for (let i = 1; i < n_prompt; ++i) {
+        assert.ok(lp.token_logprobs[i] <= 0, `prompt token ${i}: logprob ${lp.token_logprobs[i]}`);
+        assert.equal(Object.keys(lp.top_logprobs[i]).length, 2, `prompt token ${i}: top_logprobs`);
+    }
+    assert.deepEqual(lp.tokens.slice(n_prompt), gen.tokens);
+    lp.token_logprobs.slice(n_prompt).forEach((x, i) => assert.ok(Math.abs(x - gen.token_logprobs[i]) < 1e-4));
+    assert.equal(lp.text_offset.length, lp.tokens.length);
+    for (let i = 1; i < lp.tokens.length; ++i) assert.equal(lp.text_offset[i], lp.text_offset[i - 1] + Buffer.byteLength(lp.tokens[i - 1]));
+    console.log(`echo with logprobs: ${n_prompt} prompt tokens ${JSON.stringify(lp.token_logprobs.slice(0, n_prompt))}`);
 }
 
 // best_of: the n returned are the most likely (cumulative logprob) of best_of samples, which are the n = best_of
@@ -155,6 +180,7 @@ async function main() {
     const model = await served_model();
     await check_n(model);
     await check_prompts_and_echo(model);
+    await check_echo_logprobs(model);
     await check_best_of(model);
     await check_logit_bias(model);
     await check_response_format(model);
