@@ -133,6 +133,15 @@ void attend_tokens_avx512(const troupe_attention_call& call, const int32_t* toke
     }
 }
 
+void attend_parts_avx512(const troupe_attention_call& call, const key_part* parts, float* part_out, float* part_m,
+                         float* part_l, int64_t begin, int64_t end) {
+    if (call.kv_type == TROUPE_KV_F16) {
+        attend_parts<avx512, uint16_t>(call, parts, part_out, part_m, part_l, begin, end);
+    } else {
+        attend_parts<avx512, float>(call, parts, part_out, part_m, part_l, begin, end);
+    }
+}
+
 void write_kv_avx512(const troupe_attention_call& call, int64_t begin, int64_t end) {
     write_kv_rows<avx512>(call, begin, end);
 }

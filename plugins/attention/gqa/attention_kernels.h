@@ -42,6 +42,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "key_split.h"
 #include "query_tiles.h"
 
 namespace troupe::gqa {
@@ -145,5 +146,11 @@ static inline bool fills_lanes(const query_tile& tile, int32_t group, int32_t he
 // K/V rows (contiguous per position).
 void attend_tokens_avx2(const troupe_attention_call& call, const int32_t* tokens, int64_t begin, int64_t end);
 void attend_tokens_avx512(const troupe_attention_call& call, const int32_t* tokens, int64_t begin, int64_t end);
+
+// The split decode's parts [begin, end) (key_split.h; attention_online.h: attend_parts).
+void attend_parts_avx2(const troupe_attention_call& call, const key_part* parts, float* part_out, float* part_m,
+                       float* part_l, int64_t begin, int64_t end);
+void attend_parts_avx512(const troupe_attention_call& call, const key_part* parts, float* part_out, float* part_m,
+                         float* part_l, int64_t begin, int64_t end);
 
 }  // namespace troupe::gqa

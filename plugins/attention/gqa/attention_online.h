@@ -85,11 +85,19 @@ struct tree_cursor {
     }
 };
 
+// Where attend_rows puts its rows' results: out rows [n_rows, head_dim] (normalized: acc / l) and, for a part of
+// a split key range (key_split.h), each row's running max and sum (null otherwise).
+struct rows_out {
+    float* out;
+    float* m;  // [n_rows] or null
+    float* l;  // [n_rows] or null
+};
+
 // Query rows [r0, r0 + n_rows) of token t: kv heads h0.. with `group` rows each (rows of a kv head adjacent,
-// as in call.q), one pass over the token's n_keys keys, whose rows `at` walks.
+// as in call.q), one pass over n_keys keys of the token, whose rows `at` walks.
 template <class isa, class T, class cursor>
 void attend_rows(const troupe_attention_call& call, int64_t t, int32_t r0, int32_t n_rows, float* acc, cursor at,
-                 int32_t n_keys) {
+                 int32_t n_keys, rows_out dst) {
     const T* k_pool = reinterpret_cast<const T*>(call.k_pool);
     const T* v_pool = reinterpret_cast<const T*>(call.v_pool);
     const int32_t group = call.n_heads / call.n_kv_heads;
@@ -152,9 +160,12 @@ void attend_rows(const troupe_attention_call& call, int64_t t, int32_t r0, int32
             }
         }
     }
-    float* out = call.out + (static_cast<size_t>(t) * call.n_heads + r0) * hd;
     for (int32_t r = 0; r < n_rows; ++r) {
-        isa::scale(out + static_cast<size_t>(r) * hd, acc + static_cast<size_t>(r) * hd, 1.0f / l[r], hd);
+        isa::scale(dst.out + static_cast<size_t>(r) * hd, acc + static_cast<size_t>(r) * hd, 1.0f / l[r], hd);
+        if (dst.m != nullptr) {
+            dst.m[r] = m[r];
+            dst.l[r] = l[r];
+        }
     }
 }
 
@@ -176,10 +187,11 @@ void attend_token(const troupe_attention_call& call, int32_t t, int32_t h0, int3
     const int32_t n_extra = extra_rows(call, t, all_extra) - skip;
     for (int32_t r0 = h0 * group; r0 < h1 * group; r0 += max_rows) {
         const int32_t n_rows = h1 * group - r0 < max_rows ? h1 * group - r0 : max_rows;
+        const rows_out dst{call.out + (static_cast<size_t>(t) * call.n_heads + r0) * call.head_dim, nullptr, nullptr};
         if (n_extra == 0) {
-            attend_rows<isa, T>(call, t, r0, n_rows, acc, rows, n_prefix);
+            attend_rows<isa, T>(call, t, r0, n_rows, acc, rows, n_prefix, dst);
         } else {
-            attend_rows<isa, T>(call, t, r0, n_rows, acc, tree_cursor{rows, n_prefix, extra}, n_prefix + n_extra);
+            attend_rows<isa, T>(call, t, r0, n_rows, acc, tree_cursor{rows, n_prefix, extra}, n_prefix + n_extra, dst);
         }
     }
 }
@@ -195,6 +207,31 @@ void attend_tokens(const troupe_attention_call& call, const int32_t* tokens, int
         attend_token<isa, T>(call, tokens[i], static_cast<int32_t>(item - i * call.n_kv_heads),
                              static_cast<int32_t>(run_end - i * call.n_kv_heads));
         item = run_end;
+    }
+}
+
+// Parts [begin, end) of a split decode (key_split.h): part i is keys [k0, k1) of a plainly causal token, every
+// query head, in passes of pass_rows; its normalized rows go to part_out[i] ([n_heads, head_dim]) and each head's
+// max and sum to part_m[i], part_l[i] ([n_heads]), for merge_key_parts.
+template <class isa, class T>
+void attend_parts(const troupe_attention_call& call, const key_part* parts, float* part_out, float* part_m,
+                  float* part_l, int64_t begin, int64_t end) {
+    const int32_t max_rows = pass_rows(call.head_dim);
+    const size_t head_floats = static_cast<size_t>(call.n_heads) * call.head_dim;
+    alignas(64) float acc[acc_floats];  // [rows, head_dim]
+    for (int64_t i = begin; i < end; ++i) {
+        const key_part& part = parts[i];
+        const position_cursor rows{call.block_tables[call.seq_of[part.token]], call.block_size,
+                                   static_cast<size_t>(call.n_kv_heads) * call.head_dim, part.k0 / call.block_size,
+                                   part.k0 % call.block_size};
+        for (int32_t r0 = 0; r0 < call.n_heads; r0 += max_rows) {
+            const int32_t n_rows = call.n_heads - r0 < max_rows ? call.n_heads - r0 : max_rows;
+            const size_t at = static_cast<size_t>(i) * call.n_heads + r0;
+            const rows_out dst{
+                part_out + static_cast<size_t>(i) * head_floats + static_cast<size_t>(r0) * call.head_dim, part_m + at,
+                part_l + at};
+            attend_rows<isa, T>(call, part.token, r0, n_rows, acc, rows, part.k1 - part.k0, dst);
+        }
     }
 }
 

@@ -37,6 +37,8 @@ using write_kv_fn = void (*)(const troupe_attention_call&, int64_t, int64_t);
 using attend_tokens_fn = void (*)(const troupe_attention_call&, const int32_t*, int64_t, int64_t);
 using attend_tiles_fn = void (*)(const troupe_attention_call&, const troupe::gqa::query_tile*, int32_t, int64_t,
                                  int64_t);
+using attend_parts_fn = void (*)(const troupe_attention_call&, const troupe::gqa::key_part*, float*, float*, float*,
+                                 int64_t, int64_t);
 
 bool cpu_has_avx2() {
     return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
@@ -53,6 +55,7 @@ struct troupe_plugin_instance {
     attend_fn attend = nullptr;                // scalar: items (token, kv head)
     attend_tiles_fn attend_tiles = nullptr;    // SIMD: items (kv head, query tile)
     attend_tokens_fn attend_tokens = nullptr;  // SIMD: items (token, kv head) of the tokens of small tiles
+    attend_parts_fn attend_parts = nullptr;    // SIMD: items key parts of long plainly causal small-tile tokens
     int32_t tile_lanes = 1;                    // query rows per pass of attend_tiles
     std::string error;
 };
@@ -167,6 +170,54 @@ int32_t check_call(troupe_plugin_instance* inst, const troupe_attention_call* c)
     return TROUPE_OK;
 }
 
+// The per-token tokens (decodes): the plainly causal ones with at least split_min_keys keys are split over their
+// positions (key_split.h) and merged; the others take attend_tokens.
+int32_t attend_single(const troupe_plugin_instance* inst, const troupe_attention_call& c, const troupe_parallel* par,
+                      std::vector<int32_t>& single) {
+    std::vector<troupe::gqa::key_part> parts;
+    std::vector<int32_t> split_first;  // [split tokens + 1]: the first part of each split token
+    size_t kept = 0;
+    for (const int32_t t : single) {
+        const int32_t n_keys = c.positions[t] + 1 - troupe::gqa::first_key(c, t);
+        if (!troupe::gqa::plain_causal(c, t) || n_keys < troupe::gqa::split_min_keys) {
+            single[kept++] = t;
+            continue;
+        }
+        split_first.push_back(static_cast<int32_t>(parts.size()));
+        parts.resize(parts.size() + n_keys / troupe::gqa::split_part_keys + 1);
+        const int32_t n = troupe::gqa::split_keys(c, t, parts.data() + split_first.back());
+        parts.resize(split_first.back() + static_cast<size_t>(n));
+    }
+    single.resize(kept);
+    int32_t rc = TROUPE_OK;
+    if (!parts.empty()) {
+        const auto n_parts = static_cast<int64_t>(parts.size());
+        split_first.push_back(static_cast<int32_t>(n_parts));
+        std::vector<float> part_out(static_cast<size_t>(n_parts) * c.n_heads * c.head_dim);  // [parts, heads, hd]
+        std::vector<float> part_m(static_cast<size_t>(n_parts) * c.n_heads);                 // [parts, heads]
+        std::vector<float> part_l(part_m.size());                                            // [parts, heads]
+        const attend_parts_fn attend_parts = inst->attend_parts;
+        rc = run_parallel(par, n_parts, [&](int64_t b, int64_t e) {
+            attend_parts(c, parts.data(), part_out.data(), part_m.data(), part_l.data(), b, e);
+        });
+        if (rc == TROUPE_OK) {
+            rc = run_parallel(par, static_cast<int64_t>(split_first.size()) - 1, [&](int64_t b, int64_t e) {
+                for (int64_t i = b; i < e; ++i) {
+                    troupe::gqa::merge_key_parts(c, parts.data(), split_first[i], split_first[i + 1] - split_first[i],
+                                                 part_out.data(), part_m.data(), part_l.data());
+                }
+            });
+        }
+    }
+    if (rc == TROUPE_OK && !single.empty()) {
+        const attend_tokens_fn attend_tokens = inst->attend_tokens;
+        rc =
+            run_parallel(par, static_cast<int64_t>(single.size()) * c.n_kv_heads,
+                         [&c, attend_tokens, &single](int64_t b, int64_t e) { attend_tokens(c, single.data(), b, e); });
+    }
+    return rc;
+}
+
 int32_t gqa_forward(troupe_plugin_instance* inst, const troupe_attention_call* call, const troupe_parallel* par) {
     inst->error.clear();
     return guarded(inst->error, [&]() -> int32_t {
@@ -209,12 +260,7 @@ int32_t gqa_forward(troupe_plugin_instance* inst, const troupe_attention_call* c
                                       attend_tiles(c, tiles.data(), n_tiles, b, e);
                                   });
             }
-            if (rc == TROUPE_OK && !single.empty()) {
-                const attend_tokens_fn attend_tokens = inst->attend_tokens;
-                rc = run_parallel(
-                    par, static_cast<int64_t>(single.size()) * c.n_kv_heads,
-                    [&c, attend_tokens, &single](int64_t b, int64_t e) { attend_tokens(c, single.data(), b, e); });
-            }
+            if (rc == TROUPE_OK && !single.empty()) rc = attend_single(inst, c, par, single);
         } else {
             const attend_fn attend = inst->attend;
             rc = run_parallel(par, static_cast<int64_t>(c.n_tokens) * c.n_kv_heads,
@@ -255,12 +301,14 @@ int32_t gqa_create(const troupe_plugin_params* params, troupe_plugin_instance** 
             inst->write_kv = troupe::gqa::write_kv_avx512;
             inst->attend_tiles = attend_tiles_avx512;
             inst->attend_tokens = attend_tokens_avx512;
+            inst->attend_parts = troupe::gqa::attend_parts_avx512;
             inst->tile_lanes = troupe::gqa::avx512_lanes;
         } else if (kernel == "avx2" || (kernel == "auto" && cpu_has_avx2())) {
             inst->kernel = "avx2";
             inst->write_kv = troupe::gqa::write_kv_avx2;
             inst->attend_tiles = attend_tiles_avx2;
             inst->attend_tokens = attend_tokens_avx2;
+            inst->attend_parts = troupe::gqa::attend_parts_avx2;
             inst->tile_lanes = troupe::gqa::avx2_lanes;
         } else {
             inst->kernel = "scalar";
