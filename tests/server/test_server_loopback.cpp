@@ -13,6 +13,7 @@
 #include "actors/tokenizer/tokenizer_codec.h"
 #include "tests/common/shared_data.h"
 #include "tests/golden/golden_runs.h"
+#include "tests/server/api_json.h"
 #include "tests/server/live_server.h"
 #include "tests/server/loopback_client.h"
 
@@ -21,37 +22,8 @@ namespace {
 namespace json = boost::json;
 using namespace std::chrono_literals;
 
-json::object parse(const std::string& body) {
-    boost::system::error_code ec;
-    json::value v = json::parse(body, ec);
-    if (ec || !v.is_object()) {
-        ADD_FAILURE() << "not a JSON object: " << body.substr(0, 300);
-        return {};
-    }
-    return v.as_object();
-}
-
 std::string str(const json::value& v) {
     return v.is_string() ? std::string(v.as_string()) : std::string();
-}
-
-// The JSON payloads of an SSE body, without [DONE]; done says whether [DONE] ended it.
-std::vector<json::object> sse_events(const std::string& body, bool& done) {
-    std::vector<json::object> out;
-    done = false;
-    size_t pos = 0;
-    while ((pos = body.find("data: ", pos)) != std::string::npos) {
-        const size_t end = body.find("\n\n", pos);
-        if (end == std::string::npos) break;
-        const std::string data = body.substr(pos + 6, end - pos - 6);
-        if (data == "[DONE]") {
-            done = true;
-        } else {
-            out.push_back(parse(data));
-        }
-        pos = end + 2;
-    }
-    return out;
 }
 
 class server_loopback : public ::testing::Test {
@@ -99,10 +71,10 @@ const std::string greedy_completion =
 TEST_F(server_loopback, health_is_200_and_models_names_the_model_context_and_chat_template) {
     auto h = http_call(port_, "GET", "/health");
     EXPECT_EQ(h.status, 200) << h.error;
-    EXPECT_EQ(parse(h.body)["status"].as_string(), "ok");
+    EXPECT_EQ(parse_object(h.body)["status"].as_string(), "ok");
     auto m = http_call(port_, "GET", "/v1/models");
     ASSERT_EQ(m.status, 200);
-    auto model = parse(m.body)["data"].as_array()[0].as_object();
+    auto model = parse_object(m.body)["data"].as_array()[0].as_object();
     EXPECT_EQ(model["id"].as_string(), "stories260K");
     EXPECT_EQ(model["chat_template"].as_string(), "plain");
     EXPECT_GT(model["context_length"].as_int64(), 0);
@@ -112,7 +84,7 @@ TEST_F(server_loopback, a_greedy_completion_equals_the_golden_continuation_with_
     auto r = post("/v1/completions", greedy_completion);
     ASSERT_EQ(r.status, 200) << r.body;
     EXPECT_EQ(r.headers["content-type"], "application/json");
-    auto o = parse(r.body);
+    auto o = parse_object(r.body);
     auto choice = o["choices"].as_array()[0].as_object();
     EXPECT_EQ(str(choice["text"]), *golden_text_);
     EXPECT_EQ(str(choice["finish_reason"]), "length");
@@ -130,7 +102,7 @@ TEST_F(server_loopback, the_sse_stream_concatenates_to_the_whole_answer_and_ends
     ASSERT_EQ(r.status, 200) << r.body;
     EXPECT_EQ(r.headers["content-type"], "text/event-stream");
     bool done = false;
-    auto events = sse_events(r.body, done);
+    auto events = sse_objects(r.body, done);
     EXPECT_TRUE(done);
     ASSERT_GE(events.size(), 3u);
     std::string text;
@@ -152,7 +124,7 @@ TEST_F(server_loopback, chat_completions_use_the_plain_template_whole_and_stream
         R"({"messages":[{"role":"user","content":"Once upon a time"}],"max_tokens":48,"temperature":0)";
     auto r = post("/v1/chat/completions", body + "}");
     ASSERT_EQ(r.status, 200) << r.body;
-    auto o = parse(r.body);
+    auto o = parse_object(r.body);
     EXPECT_EQ(str(o["object"]), "chat.completion");
     auto message = o["choices"].as_array()[0].as_object()["message"].as_object();
     EXPECT_EQ(str(message["role"]), "assistant");
@@ -161,7 +133,7 @@ TEST_F(server_loopback, chat_completions_use_the_plain_template_whole_and_stream
     auto s = post("/v1/chat/completions", body + R"(,"stream":true})");
     ASSERT_EQ(s.status, 200) << s.body;
     bool done = false;
-    auto events = sse_events(s.body, done);
+    auto events = sse_objects(s.body, done);
     EXPECT_TRUE(done);
     ASSERT_FALSE(events.empty());
     EXPECT_EQ(str(events[0]["choices"].as_array()[0].as_object()["delta"].as_object()["role"]), "assistant");
@@ -176,7 +148,7 @@ TEST_F(server_loopback, chat_completions_use_the_plain_template_whole_and_stream
 TEST_F(server_loopback, logprobs_and_stop_strings_follow_openai) {
     auto r = post("/v1/completions", R"({"prompt":"Once upon a time","max_tokens":8,"temperature":0,"logprobs":2})");
     ASSERT_EQ(r.status, 200) << r.body;
-    auto lp = parse(r.body)["choices"].as_array()[0].as_object()["logprobs"];
+    auto lp = parse_object(r.body)["choices"].as_array()[0].as_object()["logprobs"];
     ASSERT_TRUE(lp.is_object()) << r.body;
     auto tokens = lp.as_object()["tokens"].as_array();
     EXPECT_EQ(tokens.size(), 8u);
@@ -189,14 +161,15 @@ TEST_F(server_loopback, logprobs_and_stop_strings_follow_openai) {
         "/v1/chat/completions",
         R"({"messages":[{"role":"user","content":"Once upon a time"}],"max_tokens":4,"temperature":0,"logprobs":true,"top_logprobs":3})");
     ASSERT_EQ(chat.status, 200) << chat.body;
-    auto content = parse(chat.body)["choices"].as_array()[0].as_object()["logprobs"].as_object()["content"].as_array();
+    auto content =
+        parse_object(chat.body)["choices"].as_array()[0].as_object()["logprobs"].as_object()["content"].as_array();
     ASSERT_EQ(content.size(), 4u);
     EXPECT_EQ(content[0].as_object()["top_logprobs"].as_array().size(), 3u);
 
     // The golden text has "Lily." early: stopping at "." cuts there, with finish_reason stop.
     auto stop = post("/v1/completions", R"({"prompt":"Once upon a time","max_tokens":48,"temperature":0,"stop":"."})");
     ASSERT_EQ(stop.status, 200) << stop.body;
-    auto choice = parse(stop.body)["choices"].as_array()[0].as_object();
+    auto choice = parse_object(stop.body)["choices"].as_array()[0].as_object();
     EXPECT_EQ(str(choice["text"]), golden_text_->substr(0, golden_text_->find('.')));
     EXPECT_EQ(str(choice["finish_reason"]), "stop");
 }
@@ -235,7 +208,7 @@ TEST_F(server_loopback, bad_requests_get_openai_errors_with_the_right_status) {
         auto reply = http_call(port_, r.method, r.target, r.body);
         EXPECT_EQ(reply.status, r.status) << r.target << " " << r.body.substr(0, 80) << " -> " << reply.body;
         if (r.status == 200) continue;
-        auto err = parse(reply.body)["error"].as_object();
+        auto err = parse_object(reply.body)["error"].as_object();
         EXPECT_FALSE(str(err["message"]).empty());
         const std::string want = r.code_or_param;
         if (!want.empty()) {
@@ -265,7 +238,7 @@ TEST_F(server_loopback, seeded_sampling_gives_the_same_text_alone_and_in_a_busy_
     const std::string seeded = R"({"prompt":"Tom had a","max_tokens":40,"temperature":0.9,"seed":1234})";
     auto alone = post("/v1/completions", seeded);
     ASSERT_EQ(alone.status, 200) << alone.body;
-    const std::string expected = str(parse(alone.body)["choices"].as_array()[0].as_object()["text"]);
+    const std::string expected = str(parse_object(alone.body)["choices"].as_array()[0].as_object()["text"]);
     EXPECT_FALSE(expected.empty());
     std::vector<std::thread> others;
     for (int i = 0; i < 4; ++i) {
@@ -278,7 +251,7 @@ TEST_F(server_loopback, seeded_sampling_gives_the_same_text_alone_and_in_a_busy_
     auto busy = post("/v1/completions", seeded);
     for (auto& t : others) t.join();
     ASSERT_EQ(busy.status, 200) << busy.body;
-    EXPECT_EQ(str(parse(busy.body)["choices"].as_array()[0].as_object()["text"]), expected);
+    EXPECT_EQ(str(parse_object(busy.body)["choices"].as_array()[0].as_object()["text"]), expected);
 }
 
 TEST_F(server_loopback, the_websocket_streams_deltas_then_done_with_usage_and_timings) {
@@ -286,7 +259,7 @@ TEST_F(server_loopback, the_websocket_streams_deltas_then_done_with_usage_and_ti
     ASSERT_TRUE(ws.connect(port_));
     auto hello = ws.read(5000);
     ASSERT_TRUE(hello.has_value());
-    EXPECT_EQ(str(parse(*hello)["type"]), "hello");
+    EXPECT_EQ(str(parse_object(*hello)["type"]), "hello");
     ASSERT_TRUE(ws.send(
         R"({"type":"start","id":"a1","messages":[{"role":"user","content":"Once upon a time"}],"params":{"temperature":0,"max_tokens":48}})"));
     std::string text;
@@ -294,7 +267,7 @@ TEST_F(server_loopback, the_websocket_streams_deltas_then_done_with_usage_and_ti
     for (int i = 0; i < 200; ++i) {
         auto m = ws.read(10000);
         ASSERT_TRUE(m.has_value()) << "no message";
-        auto o = parse(*m);
+        auto o = parse_object(*m);
         EXPECT_EQ(str(o["id"]), "a1");
         if (str(o["type"]) == "delta") {
             text += str(o["text"]);
@@ -312,12 +285,12 @@ TEST_F(server_loopback, the_websocket_streams_deltas_then_done_with_usage_and_ti
     ASSERT_TRUE(ws.send(R"({"type":"start","id":"a2"})"));
     auto err = ws.read(5000);
     ASSERT_TRUE(err.has_value());
-    EXPECT_EQ(str(parse(*err)["type"]), "error");
-    EXPECT_EQ(str(parse(*err)["id"]), "a2");
+    EXPECT_EQ(str(parse_object(*err)["type"]), "error");
+    EXPECT_EQ(str(parse_object(*err)["id"]), "a2");
     ASSERT_TRUE(ws.send("not json at all"));
     err = ws.read(5000);
     ASSERT_TRUE(err.has_value());
-    EXPECT_EQ(str(parse(*err)["type"]), "error");
+    EXPECT_EQ(str(parse_object(*err)["type"]), "error");
 }
 
 TEST_F(server_loopback, a_websocket_client_that_never_reads_is_cut_off_and_its_requests_cancelled) {
@@ -358,7 +331,7 @@ TEST_F(server_loopback, admin_needs_the_token_and_shows_state_metrics_has_the_na
     ASSERT_EQ(post("/v1/completions", R"({"prompt":"Once","max_tokens":2})").status, 200);  // the engine has run
     auto state = http_call(port_, "GET", "/admin/api/state", {}, {{"Authorization", "Bearer test-token"}});
     ASSERT_EQ(state.status, 200) << state.body;
-    auto o = parse(state.body);
+    auto o = parse_object(state.body);
     EXPECT_EQ(str(o["chat_template"]), "plain");
     EXPECT_FALSE(o["plugins"].as_array().empty());
     EXPECT_NE(str(o["config_yaml"]).find("server:"), std::string::npos);
@@ -404,7 +377,7 @@ TEST(server_spec, with_spec_ngram_metrics_and_the_console_state_carry_acceptance
     }
     auto state = http_call(live->port, "GET", "/admin/api/state", {}, {{"Authorization", "Bearer test-token"}});
     ASSERT_EQ(state.status, 200);
-    auto spec = parse(state.body)["snapshot"].as_object()["spec"].as_object();
+    auto spec = parse_object(state.body)["snapshot"].as_object()["spec"].as_object();
     EXPECT_EQ(str(spec["plugin"]), "spec/ngram");
     EXPECT_TRUE(spec["adaptive"].as_bool());
     EXPECT_GT(spec["n_proposals"].as_int64(), 0);
@@ -456,21 +429,21 @@ TEST_F(server_manual, past_the_queue_bound_new_requests_get_429_at_once_and_runn
     auto refused = http_call(port_, "POST", "/v1/completions", R"({"prompt":"Once","max_tokens":8})");
     EXPECT_LT(std::chrono::steady_clock::now() - t0, 2s);
     EXPECT_EQ(refused.status, 429) << refused.body;
-    EXPECT_EQ(str(parse(refused.body)["error"].as_object()["type"]), "rate_limit_error");
+    EXPECT_EQ(str(parse_object(refused.body)["error"].as_object()["type"]), "rate_limit_error");
     ws_client ws;
     ASSERT_TRUE(ws.connect(port_));
     (void)ws.read(5000);  // hello
     ASSERT_TRUE(ws.send(R"({"type":"start","id":"x","prompt":"Once"})"));
     auto err = ws.read(5000);
     ASSERT_TRUE(err.has_value());
-    EXPECT_EQ(str(parse(*err)["type"]), "error");
-    EXPECT_NE(str(parse(*err)["message"]).find("overloaded"), std::string::npos);
+    EXPECT_EQ(str(parse_object(*err)["type"]), "error");
+    EXPECT_NE(str(parse_object(*err)["message"]).find("overloaded"), std::string::npos);
 
     ASSERT_TRUE(drive_until([&] { return live_->srv->stats().n_active.load() == 0; }));
     for (auto& t : threads) t.join();
     for (auto& r : first) {
         EXPECT_EQ(r.status, 200) << r.body;
-        EXPECT_EQ(parse(r.body)["usage"].as_object()["completion_tokens"].as_int64(), 8);
+        EXPECT_EQ(parse_object(r.body)["usage"].as_object()["completion_tokens"].as_int64(), 8);
     }
 }
 
@@ -511,10 +484,10 @@ TEST_F(server_manual, websocket_cancel_ends_the_request_with_finish_reason_cance
         auto m = ws.read(5000);
         if (!m) break;
         last = m;
-        if (str(parse(*m)["type"]) != "delta") break;
+        if (str(parse_object(*m)["type"]) != "delta") break;
     }
     ASSERT_TRUE(last.has_value());
-    auto o = parse(*last);
+    auto o = parse_object(*last);
     EXPECT_EQ(str(o["type"]), "done") << *last;
     EXPECT_EQ(str(o["finish_reason"]), "cancelled");
     EXPECT_LT(o["usage"].as_object()["completion_tokens"].as_int64(), 300);
@@ -543,7 +516,7 @@ TEST_F(server_manual, admin_cancel_and_drain_act_on_the_engine) {
     EXPECT_EQ(http_call(port_, "GET", "/health").status, 503);
     auto refused = http_call(port_, "POST", "/v1/completions", R"({"prompt":"Once"})");
     EXPECT_EQ(refused.status, 503) << refused.body;
-    EXPECT_FALSE(parse(http_call(port_, "GET", "/admin/api/state", {}, auth).body)["snapshot"]
+    EXPECT_FALSE(parse_object(http_call(port_, "GET", "/admin/api/state", {}, auth).body)["snapshot"]
                      .as_object()["accepting"]
                      .as_bool());
 }
@@ -557,7 +530,7 @@ TEST(server_start, before_the_model_is_attached_health_and_the_api_answer_503_an
     ASSERT_TRUE(port.ok()) << port.message();
     auto h = http_call(*port, "GET", "/health");
     EXPECT_EQ(h.status, 503);
-    EXPECT_EQ(parse(h.body)["status"].as_string(), "loading");
+    EXPECT_EQ(parse_object(h.body)["status"].as_string(), "loading");
     EXPECT_EQ(http_call(*port, "POST", "/v1/completions", R"({"prompt":"a"})").status, 503);
     EXPECT_EQ(http_call(*port, "GET", "/v1/models").status, 503);
     EXPECT_EQ(http_call(*port, "GET", "/").status, 200);
