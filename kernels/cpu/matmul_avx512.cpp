@@ -10,9 +10,6 @@
 //         order, vpmaddubsw with the Q8_K bytes (Q6_K: minus 32 x, per pair), then vpdpwssd with the sub-block
 //         scales broadcast per lane; lane sums folded to ggml's 8 lanes; Q4_K's mins from the Q8_K block sums.
 //
-// GEMM (prefill): C tile of 14 tokens x 32 rows in 28 zmm accumulators; weights packed as float panels
-// [kc][32] (dequantized), activations packed as [kc][14]; k blocked by 256 so a panel stays in L1 and the
-// packed activations in L2.
 #include "kernels/cpu/matmul_kernels.h"
 
 #if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__) && defined(__AVX512VNNI__)
@@ -27,23 +24,19 @@
 #include <utility>
 
 #include "kernels/cpu/aligned_buffer.h"
+#include "kernels/cpu/gemm_avx512.h"
+#include "kernels/cpu/matmul_avx512_blocks.h"
 #include "kernels/fp16.h"
 
 namespace troupe::cpu::detail {
 namespace {
 
-inline const uint8_t* row_ptr(const matmul_weight& w, int64_t r) {
-    return static_cast<const uint8_t*>(w.data) + static_cast<size_t>(r) * w.row_stride;
-}
+using namespace avx512;
 
 inline float hsum256(__m256 v) {
     const __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
     const __m128 s2 = _mm_add_ps(s, _mm_movehl_ps(s, s));
     return _mm_cvtss_f32(_mm_add_ss(s2, _mm_movehdup_ps(s2)));
-}
-
-inline float fp16(uint16_t h) {
-    return _cvtsh_ss(h);
 }
 
 // Software prefetch of the weights this far ahead of the loads (tried 4-64 KiB: no difference on Zen 5; without it
@@ -59,36 +52,6 @@ inline void prefetch_ahead(const void* p, int n_bytes) {
 
 // ---------------------------------------------------------------------------------------------------------
 // Float weights
-
-struct load_f32 {
-    static constexpr int bytes = 4;
-    static __m512 full(const uint8_t* p, int64_t k) { return _mm512_loadu_ps(reinterpret_cast<const float*>(p) + k); }
-    static __m512 part(const uint8_t* p, int64_t k, __mmask16 m) {
-        return _mm512_maskz_loadu_ps(m, reinterpret_cast<const float*>(p) + k);
-    }
-};
-
-struct load_f16 {
-    static constexpr int bytes = 2;
-    static __m512 full(const uint8_t* p, int64_t k) {
-        return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 2 * k)));
-    }
-    static __m512 part(const uint8_t* p, int64_t k, __mmask16 m) {
-        return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, p + 2 * k));
-    }
-};
-
-struct load_bf16 {
-    static constexpr int bytes = 2;
-    static __m512 full(const uint8_t* p, int64_t k) {
-        const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 2 * k));
-        return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
-    }
-    static __m512 part(const uint8_t* p, int64_t k, __mmask16 m) {
-        const __m256i h = _mm256_maskz_loadu_epi16(m, p + 2 * k);
-        return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
-    }
-};
 
 // y[t, r] for R rows at w (stride ws bytes) and T tokens at x (stride xs floats).
 template <class L, int T>
@@ -221,50 +184,6 @@ inline __m512i repeat_words(int a, int b) {
 struct index_vectors {
     __m512i v[4];
 };
-
-// The 6-bit scales and mins of a Q4_K block: 32-bit words of the packed bytes, shifted into place.
-inline void q4_k_scale_words(const block_q4_k& wb, uint32_t& sc03, uint32_t& sc47, uint32_t& m03, uint32_t& m47) {
-    uint32_t s[3];
-    std::memcpy(s, wb.scales, 12);
-    sc03 = s[0] & 0x3f3f3f3fu;
-    m03 = s[1] & 0x3f3f3f3fu;
-    sc47 = (s[2] & 0x0f0f0f0fu) | ((s[0] >> 2) & 0x30303030u);
-    m47 = ((s[2] >> 4) & 0x0f0f0f0fu) | ((s[1] >> 2) & 0x30303030u);
-}
-
-inline void q4_k_scales(const block_q4_k& wb, uint8_t* sc, uint8_t* mn) {
-    uint32_t sc03, sc47, m03, m47;
-    q4_k_scale_words(wb, sc03, sc47, m03, m47);
-    std::memcpy(sc, &sc03, 4);
-    std::memcpy(sc + 4, &sc47, 4);
-    std::memcpy(mn, &m03, 4);
-    std::memcpy(mn + 4, &m47, 4);
-}
-
-// The 6-bit values (0..63) of half h of a Q6_K block in element order: qa = elements 128 h + 0..63,
-// qb = 128 h + 64..127.
-inline void q6_k_values(const block_q6_k& wb, int half, __m512i& qa, __m512i& qb) {
-    const __m512i low4 = _mm512_set1_epi8(0x0f);
-    const __m512i bits45 = _mm512_set1_epi8(0x30);
-    const __m512i l = _mm512_loadu_si512(wb.ql + 64 * half);
-    const __m512i h = _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(wb.qh + 32 * half)));
-    const __m512i ha =
-        _mm512_and_si512(_mm512_mask_blend_epi64(0xf0, _mm512_slli_epi16(h, 4), _mm512_slli_epi16(h, 2)), bits45);
-    const __m512i hb = _mm512_and_si512(_mm512_mask_blend_epi64(0xf0, h, _mm512_srli_epi16(h, 2)), bits45);
-    qa = _mm512_or_si512(_mm512_and_si512(l, low4), ha);
-    qb = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(l, 4), low4), hb);
-}
-
-// q[256] = the block's values minus 32, in element order.
-inline void q6_k_unpack(const block_q6_k& wb, int8_t* q) {
-    const __m512i k32 = _mm512_set1_epi8(32);
-    for (int half = 0; half < 2; ++half) {
-        __m512i qa, qb;
-        q6_k_values(wb, half, qa, qb);
-        _mm512_storeu_si512(q + 128 * half, _mm512_sub_epi8(qa, k32));
-        _mm512_storeu_si512(q + 128 * half + 64, _mm512_sub_epi8(qb, k32));
-    }
-}
 
 // ggml's reduction of 4 float lanes: (a0 + a2) + (a1 + a3).
 inline float hsum128(__m128 v) {
@@ -477,342 +396,6 @@ void rows_avx512(const matmul_weight& w, prepared_x x, float* y, int64_t ldy, in
 }
 
 // ---------------------------------------------------------------------------------------------------------
-// GEMM
-
-constexpr int k_nr = 32;   // weight rows per panel (2 zmm)
-constexpr int k_mr = 14;   // tokens per micro-tile (28 accumulators)
-constexpr int k_kc = 256;  // k block (a multiple of every block size)
-
-// c[M tokens, 32 rows] (+)= xp[kc][k_mr] * panel[kc][32]^T, stored to y rows (masked to the panel's rows).
-template <int M>
-void micro_kernel(const float* panel, const float* xp, int64_t kc, float* y, int64_t ldy, __mmask16 m0, __mmask16 m1,
-                  bool accumulate) {
-    __m512 c0[M], c1[M];
-#pragma GCC unroll 14
-    for (int m = 0; m < M; ++m) {
-        c0[m] = _mm512_setzero_ps();
-        c1[m] = _mm512_setzero_ps();
-    }
-    for (int64_t k = 0; k < kc; ++k) {
-        const __m512 b0 = _mm512_load_ps(panel + k * k_nr);
-        const __m512 b1 = _mm512_load_ps(panel + k * k_nr + 16);
-        const float* a = xp + k * k_mr;
-#pragma GCC unroll 14
-        for (int m = 0; m < M; ++m) {
-            const __m512 av = _mm512_set1_ps(a[m]);
-            c0[m] = _mm512_fmadd_ps(av, b0, c0[m]);
-            c1[m] = _mm512_fmadd_ps(av, b1, c1[m]);
-        }
-    }
-#pragma GCC unroll 14
-    for (int m = 0; m < M; ++m) {
-        float* yr = y + m * ldy;
-        if (accumulate) {
-            c0[m] = _mm512_add_ps(c0[m], _mm512_maskz_loadu_ps(m0, yr));
-            c1[m] = _mm512_add_ps(c1[m], _mm512_maskz_loadu_ps(m1, yr + 16));
-        }
-        _mm512_mask_storeu_ps(yr, m0, c0[m]);
-        _mm512_mask_storeu_ps(yr + 16, m1, c1[m]);
-    }
-}
-
-using micro_fn = void (*)(const float*, const float*, int64_t, float*, int64_t, __mmask16, __mmask16, bool);
-
-template <size_t... I>
-constexpr std::array<micro_fn, sizeof...(I)> micro_table(std::index_sequence<I...>) {
-    return {&micro_kernel<static_cast<int>(I) + 1>...};
-}
-
-constexpr auto k_micro = micro_table(std::make_index_sequence<k_mr>());
-
-// Elements [k0, k0 + kc) of row r as floats: a pointer into the weights for F32, else converted into tmp.
-const float* row_floats(const matmul_weight& w, int64_t r, int64_t k0, int64_t kc, float* tmp) {
-    const uint8_t* row = row_ptr(w, r);
-    switch (w.type) {
-        case ggml_type::f32:
-            return reinterpret_cast<const float*>(row) + k0;
-        case ggml_type::f16:
-        case ggml_type::bf16: {
-            const bool f16 = w.type == ggml_type::f16;
-            for (int64_t k = 0; k < kc; k += 16) {
-                const int64_t left = kc - k;
-                const __mmask16 m = static_cast<__mmask16>(left >= 16 ? 0xffff : (1u << left) - 1);
-                const __m512 v = f16 ? load_f16::part(row, k0 + k, m) : load_bf16::part(row, k0 + k, m);
-                _mm512_store_ps(tmp + k, v);
-            }
-            return tmp;
-        }
-        case ggml_type::q8_0: {
-            const auto* blocks = reinterpret_cast<const block_q8_0*>(row) + k0 / qk8_0;
-            for (int64_t b = 0; b < kc / qk8_0; ++b) {
-                const __m512 d = _mm512_set1_ps(fp16(blocks[b].d));
-                for (int h = 0; h < 2; ++h) {
-                    const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blocks[b].qs + 16 * h));
-                    _mm512_store_ps(tmp + b * qk8_0 + 16 * h,
-                                    _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q)), d));
-                }
-            }
-            return tmp;
-        }
-        case ggml_type::q4_0: {
-            const auto* blocks = reinterpret_cast<const block_q4_0*>(row) + k0 / qk4_0;
-            const __m512i eight = _mm512_set1_epi32(8);
-            for (int64_t b = 0; b < kc / qk4_0; ++b) {
-                const __m512 d = _mm512_set1_ps(fp16(blocks[b].d));
-                const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blocks[b].qs));
-                const __m128i lo = _mm_and_si128(q, _mm_set1_epi8(0x0f));
-                const __m128i hi = _mm_and_si128(_mm_srli_epi16(q, 4), _mm_set1_epi8(0x0f));
-                _mm512_store_ps(
-                    tmp + b * qk4_0,
-                    _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(_mm512_cvtepu8_epi32(lo), eight)), d));
-                _mm512_store_ps(
-                    tmp + b * qk4_0 + 16,
-                    _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(_mm512_cvtepu8_epi32(hi), eight)), d));
-            }
-            return tmp;
-        }
-        case ggml_type::q4_k: {
-            const auto* blocks = reinterpret_cast<const block_q4_k*>(row) + k0 / qk_k;
-            for (int64_t b = 0; b < kc / qk_k; ++b) {
-                const block_q4_k& wb = blocks[b];
-                uint8_t sc[8], mn[8];
-                q4_k_scales(wb, sc, mn);
-                const float d = fp16(wb.d), dmin = fp16(wb.dmin);
-                for (int j = 0; j < 8; ++j) {
-                    const __m512 scale = _mm512_set1_ps(d * sc[j]), min = _mm512_set1_ps(dmin * mn[j]);
-                    const uint8_t* q = wb.qs + 32 * (j / 2);
-                    for (int h = 0; h < 2; ++h) {
-                        __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(q + 16 * h));
-                        if (j % 2) v = _mm_srli_epi16(v, 4);
-                        v = _mm_and_si128(v, _mm_set1_epi8(0x0f));
-                        const __m512 qf = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(v));
-                        _mm512_store_ps(tmp + b * qk_k + 32 * j + 16 * h, _mm512_sub_ps(_mm512_mul_ps(qf, scale), min));
-                    }
-                }
-            }
-            return tmp;
-        }
-        case ggml_type::q6_k: {
-            const auto* blocks = reinterpret_cast<const block_q6_k*>(row) + k0 / qk_k;
-            for (int64_t b = 0; b < kc / qk_k; ++b) {
-                const block_q6_k& wb = blocks[b];
-                alignas(64) int8_t q[qk_k];  // [256] q - 32 in element order
-                q6_k_unpack(wb, q);
-                const float d = fp16(wb.d);
-                for (int j = 0; j < qk_k / 16; ++j) {
-                    const __m512i v =
-                        _mm512_cvtepi8_epi32(_mm_load_si128(reinterpret_cast<const __m128i*>(q + 16 * j)));
-                    _mm512_store_ps(tmp + b * qk_k + 16 * j,
-                                    _mm512_mul_ps(_mm512_cvtepi32_ps(v), _mm512_set1_ps(d * wb.scales[j])));
-                }
-            }
-            return tmp;
-        }
-        default:
-            dequantize_range(w, r, k0, kc, tmp);
-            return tmp;
-    }
-}
-
-// In-register transpose: r[i][j] -> r[j][i] for a 16 x 16 block of floats.
-inline void transpose16(__m512* r) {
-    __m512 t[16], u[16];
-    for (int i = 0; i < 16; i += 2) {
-        t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
-        t[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
-    }
-    // u[4g + j], 128-bit lane L: rows 4g..4g+3 of column 4L + j.
-    for (int g = 0; g < 16; g += 4) {
-        const __m512d a = _mm512_castps_pd(t[g]), b = _mm512_castps_pd(t[g + 1]);
-        const __m512d c = _mm512_castps_pd(t[g + 2]), d = _mm512_castps_pd(t[g + 3]);
-        u[g] = _mm512_castpd_ps(_mm512_unpacklo_pd(a, c));
-        u[g + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(a, c));
-        u[g + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(b, d));
-        u[g + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(b, d));
-    }
-    for (int j = 0; j < 4; ++j) {
-        const __m512 v0 = _mm512_shuffle_f32x4(u[j], u[4 + j], 0x88),
-                     w0 = _mm512_shuffle_f32x4(u[8 + j], u[12 + j], 0x88);
-        const __m512 v1 = _mm512_shuffle_f32x4(u[j], u[4 + j], 0xdd),
-                     w1 = _mm512_shuffle_f32x4(u[8 + j], u[12 + j], 0xdd);
-        r[j] = _mm512_shuffle_f32x4(v0, w0, 0x88);
-        r[8 + j] = _mm512_shuffle_f32x4(v0, w0, 0xdd);
-        r[4 + j] = _mm512_shuffle_f32x4(v1, w1, 0x88);
-        r[12 + j] = _mm512_shuffle_f32x4(v1, w1, 0xdd);
-    }
-}
-
-// panel[k][32] = W[p0 + i, k0 + k] for i < nr, zero for the rows past the end. tmp: [32][k_kc] floats.
-void pack_panel(const matmul_weight& w, int64_t p0, int nr, int64_t k0, int64_t kc, float* panel, float* tmp) {
-    const float* src[k_nr];
-    for (int i = 0; i < nr; ++i) src[i] = row_floats(w, p0 + i, k0, kc, tmp + i * k_kc);
-    int64_t k = 0;
-    for (; k + 16 <= kc; k += 16) {
-        for (int h = 0; h < k_nr; h += 16) {
-            __m512 r[16];
-            for (int i = 0; i < 16; ++i) r[i] = h + i < nr ? _mm512_loadu_ps(src[h + i] + k) : _mm512_setzero_ps();
-            transpose16(r);
-            for (int j = 0; j < 16; ++j) _mm512_store_ps(panel + (k + j) * k_nr + h, r[j]);
-        }
-    }
-    for (; k < kc; ++k) {
-        for (int i = 0; i < k_nr; ++i) panel[k * k_nr + i] = i < nr ? src[i][k] : 0.0f;
-    }
-}
-
-void gemm_avx512(const matmul_weight& w, const float* xp, float* y, int64_t ldy, int64_t n_tokens, int64_t r0,
-                 int64_t r1) {
-    static thread_local aligned_buffer panel_buf, tmp_buf;
-    const int64_t n = w.n_in;
-    const int64_t n_tiles = (n_tokens + k_mr - 1) / k_mr;
-    float* panel = panel_buf.as<float>(k_kc * k_nr);
-    float* tmp = tmp_buf.as<float>(k_kc * k_nr);
-    for (int64_t k0 = 0; k0 < n; k0 += k_kc) {
-        const int64_t kc = std::min<int64_t>(k_kc, n - k0);
-        const float* xk = xp + n_tiles * k_mr * k0;  // this k block's packed activations
-        for (int64_t p0 = r0; p0 < r1; p0 += k_nr) {
-            const int nr = static_cast<int>(std::min<int64_t>(k_nr, r1 - p0));
-            pack_panel(w, p0, nr, k0, kc, panel, tmp);
-            const __mmask16 m0 = static_cast<__mmask16>(nr >= 16 ? 0xffff : (1u << nr) - 1);
-            const __mmask16 m1 = static_cast<__mmask16>(nr >= 32 ? 0xffff : nr > 16 ? (1u << (nr - 16)) - 1 : 0);
-            for (int64_t t0 = 0; t0 < n_tokens; t0 += k_mr) {
-                const int mr = static_cast<int>(std::min<int64_t>(k_mr, n_tokens - t0));
-                k_micro[mr - 1](panel, xk + (t0 / k_mr) * kc * k_mr, kc, y + t0 * ldy + p0, ldy, m0, m1, k0 > 0);
-            }
-        }
-    }
-}
-
-// ---------------------------------------------------------------------------------------------------------
-// Integer GEMM for Q8_0 / Q4_0 weights (many tokens): C tile of 8 tokens x 16 rows. Per block of 32, the 16
-// rows' unsigned weight bytes are packed as 8 vectors of [16 rows][4 bytes] (one k quad each), so
-// vpdpbusd with the token's 4 activation bytes broadcast adds 4 products per row and lane; the block's int
-// sums (minus offset * sum of the block's activations) are scaled by d_w (per lane) * d_x into float.
-// A whole panel of 16 rows x n_in fits in L1 (576 bytes per block).
-
-constexpr int k_q8_rows = 16;   // rows per panel (one zmm of int32 lanes)
-constexpr int k_q8_tokens = 8;  // tokens per micro-tile
-
-struct q8_panel_block {
-    __m512i quads[8];  // [k quad][row][4 unsigned bytes]
-    __m512 d;          // [row] weight scales
-};
-
-// Packs blocks of rows [p0, p0 + nr) (nr <= 16; missing rows read as zero) into panel[nb].
-template <class B>
-void pack_q8_panel(const matmul_weight& w, int64_t p0, int nr, int64_t nb, q8_panel_block* panel) {
-    const __mmask16 rows = static_cast<__mmask16>(nr >= 16 ? 0xffff : (1u << nr) - 1);
-    const __m512i row_offsets =
-        _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
-                           _mm512_set1_epi32(static_cast<int>(w.row_stride)));
-    const uint8_t* base = row_ptr(w, p0);
-    for (int64_t b = 0; b < nb; ++b) {
-        const uint8_t* blk = base + b * sizeof(B);
-        q8_panel_block& pb = panel[b];
-        const __m512i d32 = _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), rows, row_offsets, blk, 1);
-        pb.d = _mm512_maskz_mov_ps(rows, _mm512_cvtph_ps(_mm512_cvtepi32_epi16(d32)));
-        if constexpr (std::is_same_v<B, block_q8_0>) {
-            for (int q = 0; q < 8; ++q) {
-                const __m512i g = _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), rows, row_offsets,
-                                                              blk + offsetof(block_q8_0, qs) + 4 * q, 1);
-                pb.quads[q] = _mm512_maskz_xor_epi32(rows, g, _mm512_set1_epi8(static_cast<char>(0x80)));
-            }
-        } else {
-            for (int q = 0; q < 4; ++q) {
-                const __m512i g = _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), rows, row_offsets,
-                                                              blk + offsetof(block_q4_0, qs) + 4 * q, 1);
-                pb.quads[q] = _mm512_and_si512(g, _mm512_set1_epi8(0x0f));
-                pb.quads[q + 4] = _mm512_and_si512(_mm512_srli_epi32(g, 4), _mm512_set1_epi8(0x0f));
-            }
-        }
-    }
-}
-
-// y[t0 + m, p0 .. p0 + 16) for m < M: tokens' Q8_0 blocks at x (stride xs bytes), their scales and offset
-// corrections in dx / corr ([n_tokens][nb]).
-template <int M>
-void q8_micro(const q8_panel_block* panel, int64_t nb, const uint8_t* x, size_t xs, const float* dx,
-              const int32_t* corr, float* y, int64_t ldy, __mmask16 store_mask) {
-    __m512 facc[M];
-#pragma GCC unroll 8
-    for (int m = 0; m < M; ++m) facc[m] = _mm512_setzero_ps();
-    for (int64_t b = 0; b < nb; ++b) {
-        const q8_panel_block& pb = panel[b];
-        __m512i iacc[M];
-#pragma GCC unroll 8
-        for (int m = 0; m < M; ++m) iacc[m] = _mm512_set1_epi32(-corr[m * nb + b]);
-#pragma GCC unroll 8
-        for (int q = 0; q < 8; ++q) {
-            const __m512i wq = _mm512_load_si512(&pb.quads[q]);
-#pragma GCC unroll 8
-            for (int m = 0; m < M; ++m) {
-                int32_t xq;
-                std::memcpy(&xq, reinterpret_cast<const block_q8_0*>(x + m * xs)[b].qs + 4 * q, 4);
-                iacc[m] = _mm512_dpbusd_epi32(iacc[m], wq, _mm512_set1_epi32(xq));
-            }
-        }
-#pragma GCC unroll 8
-        for (int m = 0; m < M; ++m) {
-            facc[m] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(iacc[m]), _mm512_mul_ps(pb.d, _mm512_set1_ps(dx[m * nb + b])),
-                                      facc[m]);
-        }
-    }
-#pragma GCC unroll 8
-    for (int m = 0; m < M; ++m) _mm512_mask_storeu_ps(y + m * ldy, store_mask, facc[m]);
-}
-
-using q8_micro_fn = void (*)(const q8_panel_block*, int64_t, const uint8_t*, size_t, const float*, const int32_t*,
-                             float*, int64_t, __mmask16);
-
-template <size_t... I>
-constexpr std::array<q8_micro_fn, sizeof...(I)> q8_micro_table(std::index_sequence<I...>) {
-    return {&q8_micro<static_cast<int>(I) + 1>...};
-}
-
-constexpr auto k_q8_micro = q8_micro_table(std::make_index_sequence<k_q8_tokens>());
-
-void gemm_q8_avx512(const matmul_weight& w, prepared_x x, float* y, int64_t ldy, int64_t n_tokens, int64_t r0,
-                    int64_t r1) {
-    static thread_local aligned_buffer panel_buf, aux_buf;
-    const bool q8 = w.type == ggml_type::q8_0;
-    const int64_t nb = w.n_in / qk8_0;
-    auto* panel = panel_buf.as<q8_panel_block>(static_cast<size_t>(nb));
-    // Per token and block: d_x, and offset * (sum of the block's activations) (offset 128 for Q8_0's
-    // w + 128 bytes, 8 for Q4_0's unsigned nibbles).
-    auto* dx = aux_buf.as<float>(static_cast<size_t>(2 * n_tokens * nb));
-    auto* corr = reinterpret_cast<int32_t*>(dx + n_tokens * nb);
-    const auto* xb = static_cast<const uint8_t*>(x.data);
-    for (int64_t t = 0; t < n_tokens; ++t) {
-        const auto* blocks = reinterpret_cast<const block_q8_0*>(xb + t * x.stride);
-        for (int64_t b = 0; b < nb; ++b) {
-            const __m256i v = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blocks[b].qs)));
-            const __m256i v2 =
-                _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blocks[b].qs + 16)));
-            const __m256i s = _mm256_madd_epi16(_mm256_add_epi16(v, v2), _mm256_set1_epi16(1));
-            const __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
-            const __m128i s2 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, _MM_SHUFFLE(1, 0, 3, 2)));
-            const int32_t sum = _mm_cvtsi128_si32(_mm_add_epi32(s2, _mm_shuffle_epi32(s2, _MM_SHUFFLE(2, 3, 0, 1))));
-            dx[t * nb + b] = fp16(blocks[b].d);
-            corr[t * nb + b] = (q8 ? 128 : 8) * sum;
-        }
-    }
-    for (int64_t p0 = r0; p0 < r1; p0 += k_q8_rows) {
-        const int nr = static_cast<int>(std::min<int64_t>(k_q8_rows, r1 - p0));
-        if (q8) {
-            pack_q8_panel<block_q8_0>(w, p0, nr, nb, panel);
-        } else {
-            pack_q8_panel<block_q4_0>(w, p0, nr, nb, panel);
-        }
-        const __mmask16 store_mask = static_cast<__mmask16>(nr >= 16 ? 0xffff : (1u << nr) - 1);
-        for (int64_t t0 = 0; t0 < n_tokens; t0 += k_q8_tokens) {
-            const int m = static_cast<int>(std::min<int64_t>(k_q8_tokens, n_tokens - t0));
-            k_q8_micro[m - 1](panel, nb, xb + t0 * x.stride, x.stride, dx + t0 * nb, corr + t0 * nb, y + t0 * ldy + p0,
-                              ldy, store_mask);
-        }
-    }
-}
-
-// ---------------------------------------------------------------------------------------------------------
 // Activations, bit-exact with the reference quantizers
 
 // round() of the reference: to nearest, halves away from zero.
@@ -926,13 +509,13 @@ const matmul_kernels& avx512_kernels() {
         .gemm = gemm_avx512,
         .gemm_min_tokens_float = 6,
         .gemm_min_tokens_q8 = 24,
-        .gemm_rows = k_nr,
-        .gemm_mr = k_mr,
-        .gemm_kc = k_kc,
+        .gemm_rows = k_avx512_gemm_rows,
+        .gemm_mr = k_avx512_gemm_mr,
+        .gemm_kc = k_avx512_gemm_kc,
         .rows_float_act = rows_float_act_avx512,
         .gemm_min_tokens_float_act = 32,
         .gemm_q8 = gemm_q8_avx512,
-        .gemm_q8_rows = k_q8_rows,
+        .gemm_q8_rows = k_avx512_gemm_q8_rows,
         .quantize_q8_0 = quantize_q8_0_avx512,
         .quantize_q8_k = quantize_q8_k_avx512,
         .round_f16 = round_f16_avx512,

@@ -1,0 +1,97 @@
+// Internal: the AVX-512 weight loaders shared by the dot-product kernels (matmul_avx512.cpp) and the GEMMs
+// (gemm_avx512.cpp, gemm_q8_avx512.cpp). Include only from files compiled with the AVX-512 flags
+// (kernels/CMakeLists.txt).
+#pragma once
+
+#include <immintrin.h>
+
+#include <cstdint>
+#include <cstring>
+
+#include "kernels/cpu/matmul_kernels.h"
+
+namespace troupe::cpu::detail::avx512 {
+
+inline const uint8_t* row_ptr(const matmul_weight& w, int64_t r) {
+    return static_cast<const uint8_t*>(w.data) + static_cast<size_t>(r) * w.row_stride;
+}
+
+inline float fp16(uint16_t h) {
+    return _cvtsh_ss(h);
+}
+
+struct load_f32 {
+    static constexpr int bytes = 4;
+    static __m512 full(const uint8_t* p, int64_t k) { return _mm512_loadu_ps(reinterpret_cast<const float*>(p) + k); }
+    static __m512 part(const uint8_t* p, int64_t k, __mmask16 m) {
+        return _mm512_maskz_loadu_ps(m, reinterpret_cast<const float*>(p) + k);
+    }
+};
+
+struct load_f16 {
+    static constexpr int bytes = 2;
+    static __m512 full(const uint8_t* p, int64_t k) {
+        return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 2 * k)));
+    }
+    static __m512 part(const uint8_t* p, int64_t k, __mmask16 m) {
+        return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, p + 2 * k));
+    }
+};
+
+struct load_bf16 {
+    static constexpr int bytes = 2;
+    static __m512 full(const uint8_t* p, int64_t k) {
+        const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 2 * k));
+        return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+    }
+    static __m512 part(const uint8_t* p, int64_t k, __mmask16 m) {
+        const __m256i h = _mm256_maskz_loadu_epi16(m, p + 2 * k);
+        return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+    }
+};
+
+// The 6-bit scales and mins of a Q4_K block: 32-bit words of the packed bytes, shifted into place.
+inline void q4_k_scale_words(const block_q4_k& wb, uint32_t& sc03, uint32_t& sc47, uint32_t& m03, uint32_t& m47) {
+    uint32_t s[3];
+    std::memcpy(s, wb.scales, 12);
+    sc03 = s[0] & 0x3f3f3f3fu;
+    m03 = s[1] & 0x3f3f3f3fu;
+    sc47 = (s[2] & 0x0f0f0f0fu) | ((s[0] >> 2) & 0x30303030u);
+    m47 = ((s[2] >> 4) & 0x0f0f0f0fu) | ((s[1] >> 2) & 0x30303030u);
+}
+
+inline void q4_k_scales(const block_q4_k& wb, uint8_t* sc, uint8_t* mn) {
+    uint32_t sc03, sc47, m03, m47;
+    q4_k_scale_words(wb, sc03, sc47, m03, m47);
+    std::memcpy(sc, &sc03, 4);
+    std::memcpy(sc + 4, &sc47, 4);
+    std::memcpy(mn, &m03, 4);
+    std::memcpy(mn + 4, &m47, 4);
+}
+
+// The 6-bit values (0..63) of half h of a Q6_K block in element order: qa = elements 128 h + 0..63,
+// qb = 128 h + 64..127.
+inline void q6_k_values(const block_q6_k& wb, int half, __m512i& qa, __m512i& qb) {
+    const __m512i low4 = _mm512_set1_epi8(0x0f);
+    const __m512i bits45 = _mm512_set1_epi8(0x30);
+    const __m512i l = _mm512_loadu_si512(wb.ql + 64 * half);
+    const __m512i h = _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(wb.qh + 32 * half)));
+    const __m512i ha =
+        _mm512_and_si512(_mm512_mask_blend_epi64(0xf0, _mm512_slli_epi16(h, 4), _mm512_slli_epi16(h, 2)), bits45);
+    const __m512i hb = _mm512_and_si512(_mm512_mask_blend_epi64(0xf0, h, _mm512_srli_epi16(h, 2)), bits45);
+    qa = _mm512_or_si512(_mm512_and_si512(l, low4), ha);
+    qb = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(l, 4), low4), hb);
+}
+
+// q[256] = the block's values minus 32, in element order.
+inline void q6_k_unpack(const block_q6_k& wb, int8_t* q) {
+    const __m512i k32 = _mm512_set1_epi8(32);
+    for (int half = 0; half < 2; ++half) {
+        __m512i qa, qb;
+        q6_k_values(wb, half, qa, qb);
+        _mm512_storeu_si512(q + 128 * half, _mm512_sub_epi8(qa, k32));
+        _mm512_storeu_si512(q + 128 * half + 64, _mm512_sub_epi8(qb, k32));
+    }
+}
+
+}  // namespace troupe::cpu::detail::avx512
