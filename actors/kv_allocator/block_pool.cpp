@@ -213,13 +213,25 @@ void block_pool::shrink(int64_t seq_id, int32_t n_tokens) {
     }
 }
 
-void block_pool::fork(int64_t parent_id, int64_t child_id) {
+bool block_pool::fork(int64_t parent_id, int64_t child_id, int32_t n_tokens) {
     auto it = seqs_.find(parent_id);
-    TROUPE_ASSERT(it != seqs_.end(), "fork of unknown sequence " + std::to_string(parent_id));
-    seq_state& child = seqs_[child_id];
-    TROUPE_ASSERT(child.table.empty(), "fork into sequence " + std::to_string(child_id) + " that has blocks");
-    child = seqs_.at(parent_id);
+    if (it == seqs_.end()) return false;
+    const auto n_parent = static_cast<int32_t>(it->second.table.size());
+    const int32_t n_shared = n_tokens < 0 ? n_parent : blocks_for(n_tokens);
+    if (n_shared > n_parent) return false;
+    TROUPE_ASSERT(table(child_id).empty(), "fork into sequence " + std::to_string(child_id) + " that has blocks");
+    seq_state child = it->second;
+    child.table.resize(static_cast<size_t>(n_shared));
+    const int32_t n_full = n_tokens < 0 ? child.n_hashed : n_tokens / geometry_.block_size;
+    if (child.n_hashed > n_full) {
+        // The parent hashed blocks past the shared tokens (its own tokens there): the child chains its hashes again
+        // from the start (commit() finds the shared blocks registered and only recomputes the chain).
+        child.n_hashed = 0;
+        child.last_hash = 0;
+    }
     for (int32_t b : child.table) blocks_[b].ref++;
+    seqs_[child_id] = std::move(child);
+    return true;
 }
 
 std::optional<block_copy> block_pool::copy_on_write(int64_t seq_id, int32_t pos, bool* ok) {

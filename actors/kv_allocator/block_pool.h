@@ -86,8 +86,10 @@ public:
     // Drops seq's blocks past those covering n_tokens positions (a speculative step's draft room: the rows of
     // rejected drafts). Blocks registered in the prefix cache are kept.
     void shrink(int64_t seq_id, int32_t n_tokens);
-    // child shares every block of parent (parallel sampling); the child must have no blocks.
-    void fork(int64_t parent_id, int64_t child_id);
+    // child shares the blocks of parent that cover positions [0, n_tokens) (every block when n_tokens < 0): parallel
+    // sampling, where n choices share their prompt's blocks. The child must have no blocks; false (nothing changes)
+    // when parent's table covers fewer positions.
+    bool fork(int64_t parent_id, int64_t child_id, int32_t n_tokens = -1);
     // Before seq writes position pos: if that block is shared, seq gets a fresh block and the copy to
     // make; nothing when the block is its own, or no free block is left (then *ok is false).
     std::optional<block_copy> copy_on_write(int64_t seq_id, int32_t pos, bool* ok = nullptr);

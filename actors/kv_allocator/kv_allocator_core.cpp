@@ -36,6 +36,18 @@ std::span<const int32_t> kv_allocator_core::known(int64_t seq_id) const {
     return std::span<const int32_t>(toks).first(toks.size() - n_unknown);
 }
 
+bool kv_allocator_core::unshare(int64_t seq_id, int32_t pos, kv_step_grant& g) {
+    const std::vector<int32_t>& table = pool_.table(seq_id);
+    const int32_t i = pos / pool_.block_size();
+    if (i >= static_cast<int32_t>(table.size()) || pool_.ref_count(table[static_cast<size_t>(i)]) <= 1) return true;
+    bool ok = true;
+    if (const auto copy = pool_.copy_on_write(seq_id, pos, &ok)) {
+        g.copy_src.push_back(copy->src);
+        g.copy_dst.push_back(copy->dst);
+    }
+    return ok;
+}
+
 void kv_allocator_core::add(running_seq& s, int32_t n_tokens, int32_t max_draft, kv_step_grant& g) {
     pool_.commit(s.id, known(s.id), s.n_computed + n_tokens);
     g.seqs.push_back({s.id, n_tokens, max_draft, std::make_shared<const std::vector<int32_t>>(pool_.table(s.id))});
@@ -77,14 +89,16 @@ bool kv_allocator_core::pass(const kv_step_request& r, std::vector<running_seq>&
         pool_.shrink(s.id, s.n_computed + 1);
         bool placed = false;
         while (true) {
-            if (max_draft > 0 && pool_.allocate(s.id, s.n_computed + 1 + max_draft)) {
-                placed = true;
-                break;
-            }
-            max_draft = 0;
-            if (pool_.allocate(s.id, s.n_computed + 1)) {
-                placed = true;
-                break;
+            if (unshare(s.id, s.n_computed, g)) {
+                if (max_draft > 0 && pool_.allocate(s.id, s.n_computed + 1 + max_draft)) {
+                    placed = true;
+                    break;
+                }
+                max_draft = 0;
+                if (pool_.allocate(s.id, s.n_computed + 1)) {
+                    placed = true;
+                    break;
+                }
             }
             const bool self = running.back().id == s.id;
             if (self && running.size() == 1) {
@@ -123,8 +137,8 @@ bool kv_allocator_core::pass(const kv_step_request& r, std::vector<running_seq>&
     if (r.may_admit && !preempted) {
         while (!candidates.empty()) {
             if (budget <= 0 && !r.admit_without_budget) break;
-            if (static_cast<int32_t>(running.size()) >= r.max_running) break;
             const kv_admit& c = candidates.front();
+            if (static_cast<int32_t>(running.size()) + c.n_forks >= r.max_running) break;
             const std::vector<int32_t>& toks = *c.tokens;
             const auto n_known = static_cast<int32_t>(toks.size());
             if (pool_.blocks_for(std::min(n_known + 1, params_.n_ctx)) > pool_.n_blocks()) {
@@ -138,7 +152,7 @@ bool kv_allocator_core::pass(const kv_step_request& r, std::vector<running_seq>&
             running_seq s{c.seq_id, 0, 0};
             if (c.swapped) {
                 // Back from host memory: blocks for what was computed, then the copy in before the step.
-                if (pool_.blocks_for(n_known + 1) > pool_.n_free()) break;
+                if (pool_.blocks_for(n_known + 1) + c.n_forks > pool_.n_free()) break;
                 pool_.allocate(c.seq_id, c.n_computed);
                 a.swapped_in = true;
                 a.swap_in_blocks = pool_.table(c.seq_id);
@@ -150,7 +164,7 @@ bool kv_allocator_core::pass(const kv_step_request& r, std::vector<running_seq>&
                 if (peek.n_pending > 0) break;  // shares a block being computed now: next step
                 // Blocks for the whole prompt (and the first sampled token) must be free, so an admitted
                 // prefill is not preempted by its own later chunks.
-                const int32_t need = pool_.blocks_for(n_known + 1) - peek.n_hits;
+                const int32_t need = pool_.blocks_for(n_known + 1) - peek.n_hits + c.n_forks;
                 if (need > pool_.n_free() - peek.n_idle_hits) break;
                 const prefix_match m = pool_.match_prefix(c.seq_id, toks, max_cached);
                 s.n_computed = m.n_tokens;
@@ -183,6 +197,15 @@ kv_step_grant kv_allocator_core::grant(const kv_step_request& r) {
     kv_step_grant g;
     g.step_id = r.step_id;
     for (const kv_computed& c : r.computed) pool_.computed(c.seq_id, c.n_computed);
+    for (const kv_fork& f : r.forks) {
+        const auto parent = tokens_.find(f.parent_id);
+        if (parent == tokens_.end() || static_cast<int32_t>(parent->second.size()) < f.n_tokens ||
+            !pool_.fork(f.parent_id, f.child_id, f.n_tokens)) {
+            g.fork_failed.push_back(f.child_id);
+            continue;
+        }
+        tokens_[f.child_id].assign(parent->second.begin(), parent->second.begin() + f.n_tokens);
+    }
     for (int64_t id : r.frees) {
         pool_.release(id);
         tokens_.erase(id);
@@ -191,6 +214,7 @@ kv_step_grant kv_allocator_core::grant(const kv_step_request& r) {
     std::vector<running_seq> running;
     running.reserve(r.grows.size());
     for (const kv_grow& w : r.grows) {
+        if (std::find(g.fork_failed.begin(), g.fork_failed.end(), w.seq_id) != g.fork_failed.end()) continue;
         // The places of tokens unknown at the last request first take the values now appended.
         auto& toks = tokens_[w.seq_id];
         toks.resize(known(w.seq_id).size());
@@ -207,6 +231,18 @@ kv_step_grant kv_allocator_core::grant(const kv_step_request& r) {
     while (!pass(r, running, candidates, g)) {
     }
     for (const kv_admit& c : candidates) g.deferred.push_back(c.seq_id);
+    // A copy for a sequence preempted after it in this grant is moot: its blocks went back.
+    size_t n_copies = 0;
+    for (size_t i = 0; i < g.copy_dst.size(); ++i) {
+        const bool held = std::any_of(g.seqs.begin(), g.seqs.end(), [&](const kv_step_seq& q) {
+            return std::find(q.block_table->begin(), q.block_table->end(), g.copy_dst[i]) != q.block_table->end();
+        });
+        if (!held) continue;
+        g.copy_src[n_copies] = g.copy_src[i];
+        g.copy_dst[n_copies++] = g.copy_dst[i];
+    }
+    g.copy_src.resize(n_copies);
+    g.copy_dst.resize(n_copies);
     g.pool = view();
     return g;
 }

@@ -1,16 +1,19 @@
 // kv_allocator_core: the KV allocator's pure core (no Asio). It owns the block pool (paged blocks,
 // prefix cache) and executes the KV part of each step the scheduler asks for (kv_allocator_msgs.h):
 //
-//   1. computed, then frees;
+//   1. computed, then forks (a choice shares its parent's prompt blocks), then frees;
 //   2. decodes, in the scheduler's running order: each gets its pending token (and room for up to
-//      its draft cap, budget permitting); when no block is free the latest running sequence is
-//      preempted (recompute: its blocks are freed; swap: they are handed out for a copy to host
-//      first) until it fits; a sole sequence that cannot grow fails as too big;
+//      its draft cap, budget permitting), after taking its own copy of a block it shares with a fork
+//      sibling (copy-on-write: the copy goes in the grant, for the executor to make before the step);
+//      when no block is free the latest running sequence is preempted (recompute: its blocks are
+//      freed; swap: they are handed out for a copy to host first) until it fits; a sole sequence
+//      that cannot grow fails as too big;
 //   3. prefill chunks: min(pending, budget left, what the free blocks hold);
 //   4. admissions in FCFS order while blocks and budget last (none after a preemption): a candidate
-//      needs blocks for all its tokens plus one; its longest cached prefix (whole blocks, one token
-//      left to run) is shared; if the next prompt block is being computed by a sequence in the step
-//      in flight it waits one step to share it;
+//      needs blocks for all its tokens plus one (and one per choice that will fork from it, with a
+//      running slot each: a parallel-sampling request starts whole or waits); its longest cached prefix (whole blocks,
+//      one token left to run) is shared; if the next prompt block is being computed by a sequence in the step in flight
+//      it waits one step to share it;
 //   5. nothing could run and several sequences hold blocks: preempt the latest and try again.
 // The token budget is the scheduler's number; the allocator spends it in the scheduler's order
 // because what fits depends on the blocks.
@@ -53,6 +56,9 @@ private:
     };
 
     int32_t pending(const running_seq& s) const;
+    // Before seq writes position pos: its own copy of the block there if a fork sibling shares it (the copy goes in
+    // g). False when no block is free for the copy.
+    bool unshare(int64_t seq_id, int32_t pos, kv_step_grant& g);
     void add(running_seq& s, int32_t n_tokens, int32_t max_draft, kv_step_grant& g);
     // Preempts the latest running sequence; it becomes the first admission candidate.
     void preempt_last(std::vector<running_seq>& running, std::deque<kv_admit>& candidates, preemption_mode mode,

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "actors/scheduler/scheduling_policy.h"
+#include "core/runtime/device_stream.h"
 
 namespace troupe {
 
@@ -23,6 +24,15 @@ namespace troupe {
 struct kv_computed {
     int64_t seq_id = 0;
     int32_t n_computed = 0;
+};
+
+// A choice of a parallel-sampling request (n > 1, best_of) forks from the sequence that computed its prompt, after
+// that sequence's first sample: it shares the parent's blocks covering positions [0, n_tokens) (the prompt), the
+// partial last block included, which it copies when it first writes there (copy-on-write).
+struct kv_fork {
+    int64_t parent_id = 0;
+    int64_t child_id = 0;
+    int32_t n_tokens = 0;
 };
 
 // A running sequence. Pending tokens are its known tokens past n_computed: one is a decode (it may
@@ -46,12 +56,16 @@ struct kv_admit {
     int32_t n_computed = 0;
     bool swapped = false;
     bool no_prefix = false;  // computes every token (its prompt's logprobs are asked for): no prefix-cache hit
+    // Choices that will fork from it at its first sample (kv_fork): admitted only when a block for each (its copy of
+    // the shared last block, or its next block) and a running slot for each are free too.
+    int32_t n_forks = 0;
 };
 
 struct kv_step_request {
     static constexpr const char* name = "kv_step_request";
     int64_t step_id = 0;
     std::vector<kv_computed> computed;  // applied first
+    std::vector<kv_fork> forks;         // then the forks (before the frees: a parent may end with its first token)
     std::vector<int64_t> frees;         // then these sequences' blocks are dropped
     std::vector<kv_grow> grows;         // the running sequences, admission order
     std::vector<kv_admit> admits;       // admission candidates, FCFS
@@ -60,6 +74,9 @@ struct kv_step_request {
     bool may_admit = true;
     bool admit_without_budget = false;                        // the static baseline admits its whole batch at once
     preemption_mode preemption = preemption_mode::recompute;  // swap only where the runner can
+    // The id of the last step plan the scheduler sent to the executor (-1: none): a KV copy waits only for steps
+    // that were sent (kv_copy_lane.h), so it never waits for a plan that will not run.
+    int64_t last_sent_step = -1;
 };
 
 // One sequence in the step, in plan order (decodes, prefill chunks, first chunks of admissions).
@@ -85,6 +102,7 @@ struct kv_admitted {
     int32_t n_blocks = 0;     // its table after admission
     bool swapped_in = false;  // copy its rows back from host memory into swap_in_blocks first
     std::vector<int32_t> swap_in_blocks;
+    std::string swap_error;  // set when the copy back failed: its rows are lost, the sequence fails
 };
 
 // A sequence that can never fit: it needs n_tokens positions and the whole pool holds fewer.
@@ -111,8 +129,17 @@ struct kv_step_grant {
     std::vector<kv_admitted> admitted;    // in order (a request preempted in this step may be readmitted)
     std::vector<int64_t> deferred;        // candidates not admitted this step
     std::vector<kv_too_big> failed;       // in order
+    // Forks whose parent no longer holds the blocks (it was preempted since): the child recomputes, as if preempted.
+    std::vector<int64_t> fork_failed;
+    // Copy-on-write, before the step: the KV rows of block copy_src[i] go to block copy_dst[i] (a forked choice, or its
+    // parent, writing into the block they share).
+    std::vector<int32_t> copy_src;
+    std::vector<int32_t> copy_dst;
     kv_pool_view pool;
     std::string error;  // non-empty: the allocator failed on this request
+    // The KV allocator's lane ran the swaps and copy-on-write copies above on its device stream (kv_copy_lane.h):
+    // the step waits for this event before it reads or writes KV blocks (null: nothing to wait for on a device).
+    std::shared_ptr<const device_event> copies_done;
 };
 
 using kv_allocator_msg = std::variant<kv_step_request>;
