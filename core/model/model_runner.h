@@ -10,8 +10,11 @@
 #include <vector>
 
 #include "core/result.h"
+#include "core/runtime/device_stream.h"
 
 namespace troupe {
+
+class step_fences;
 
 struct sequence_step {
     int64_t seq_id;
@@ -31,6 +34,7 @@ struct sequence_step {
 
 struct forward_batch {
     std::vector<sequence_step> seqs;
+    int64_t step_id = -1;  // the plan's id, for order_steps(); -1: a step outside the engine's plans
 };
 
 struct forward_output {
@@ -46,6 +50,11 @@ struct forward_output {
 struct kv_geometry {
     int32_t block_size;  // tokens per block
     int32_t n_blocks;    // blocks in the pool
+};
+
+enum class lane_role {
+    compute,  // the executor's lane: forward(), keep_tree_path()
+    kv_copy,  // the KV allocator's lane: copy_blocks(), swap_out(), swap_in()
 };
 
 class model_runner {
@@ -73,8 +82,26 @@ public:
         (void)n_tokens;
         return make_error("swap_in of sequence " + std::to_string(seq_id) + ": this runner has no separate KV memory");
     }
-    // The sequence ended: drop anything kept for it (a swapped-out copy that was never swapped in).
+    // The sequence ended: drop anything kept for it (a swapped-out copy that was never swapped in). Called on the
+    // executor's lane while the copy lane may swap: a runner that keeps copies guards them.
     virtual void forget(int64_t seq_id) { (void)seq_id; }
+    // Copies whole KV blocks src[i] -> dst[i] in every layer (copy-on-write, a fork's private last block), enqueued
+    // on the copy stream where there is one.
+    virtual status copy_blocks(std::span<const int32_t> src, std::span<const int32_t> dst) {
+        (void)dst;
+        return make_error("copy of " + std::to_string(src.size()) + " KV blocks: this runner cannot copy blocks");
+    }
+
+    // The device stream of a lane in `role` (device_stream.h), made by the runner; null where it has none (the
+    // CPU). Asked once, when the engine pins its actors to lanes.
+    virtual std::shared_ptr<device_stream> lane_stream(lane_role role) {
+        (void)role;
+        return nullptr;
+    }
+    // From now on: forward() publishes step batch.step_id to `fences` with the event that ends its KV writes once
+    // that work is enqueued (before it waits for the logits), and the runner's streams no longer wait for each
+    // other on their own. A runner without streams ignores it (the executor publishes its steps when they return).
+    virtual void order_steps(std::shared_ptr<step_fences> fences) { (void)fences; }
 
     // Whether forward() takes sequence_step::tree_parents (its attention takes tree masks); else the executor
     // verifies chains only.

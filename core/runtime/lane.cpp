@@ -83,6 +83,12 @@ size_t lane::run_until_idle() {
     return total;
 }
 
+bool lane::attach_stream(std::shared_ptr<device_stream> stream) {
+    if (stream_ && stream_ != stream) return false;
+    stream_ = std::move(stream);
+    return true;
+}
+
 bool lane::in_lane() const {
     return t_current_lane == this;
 }

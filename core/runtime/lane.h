@@ -7,13 +7,16 @@
 //   manual:   never started; the owner calls poll() / run_until_idle() on its own thread (tests run
 //             every actor on one manual lane, which makes the message order fully deterministic).
 //
-// The CUDA backend's lane will be the same thing with a stream owned by its thread; nothing here
-// depends on what the handlers do. Asio stays inside lane.cpp so that actor code compiles without it.
+// On a GPU a lane also owns a device stream (device_stream.h; the backend makes it, the engine attaches it): the
+// executor's lane the compute stream, the KV allocator's lane the copy stream. Handlers on the lane enqueue their
+// device work on stream(); a CPU lane has none. Asio stays inside lane.cpp so that actor code compiles without it.
 #pragma once
 
 #include <functional>
 #include <memory>
 #include <string>
+
+#include "core/runtime/device_stream.h"
 
 namespace troupe {
 
@@ -45,6 +48,12 @@ public:
     // True on the lane's own thread (or inside poll() for a manual lane).
     bool in_lane() const;
 
+    // The device stream this lane owns, or null (a CPU lane). Attached once, before the lane runs handlers that
+    // use it; false (nothing changes) when the lane already owns another stream (one lane for every actor: its
+    // actors then share the stream it has).
+    bool attach_stream(std::shared_ptr<device_stream> stream);
+    device_stream* stream() const { return stream_.get(); }
+
     // Tests: a function told "<mailbox> <- <message>" for every message handled on this lane.
     // Set it before any message is posted; it runs on the lane.
     void set_trace(std::function<void(const std::string&)> trace) { trace_ = std::move(trace); }
@@ -55,6 +64,7 @@ private:
     struct impl;
     std::string name_;
     std::function<void(const std::string&)> trace_;
+    std::shared_ptr<device_stream> stream_;
     std::unique_ptr<impl> impl_;
 };
 
