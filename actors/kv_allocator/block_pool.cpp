@@ -55,12 +55,12 @@ int32_t block_pool::lookup(uint64_t hash, uint64_t parent, std::span<const int32
     return it->second;
 }
 
-prefix_match block_pool::peek_prefix(std::span<const int32_t> tokens, int32_t max_tokens) const {
+prefix_match block_pool::peek_prefix(std::span<const int32_t> tokens, int32_t max_tokens, uint64_t root) const {
     prefix_match m;
     if (!prefix_caching_) return m;
     const int32_t bs = geometry_.block_size;
     const int32_t n_full = std::min<int32_t>(max_tokens, static_cast<int32_t>(tokens.size())) / bs;
-    uint64_t parent = 0;
+    uint64_t parent = root;
     for (int32_t i = 0; i < n_full; ++i) {
         auto span = tokens.subspan(static_cast<size_t>(i) * bs, bs);
         const uint64_t h = chain(parent, span);
@@ -81,14 +81,16 @@ prefix_match block_pool::peek_prefix(std::span<const int32_t> tokens, int32_t ma
 }
 
 prefix_match block_pool::match_prefix(int64_t seq_id, std::span<const int32_t> tokens, int32_t max_tokens) {
-    prefix_match m = peek_prefix(tokens, max_tokens);
+    const auto found = seqs_.find(seq_id);
+    const uint64_t root = found == seqs_.end() ? 0 : found->second.root;
+    prefix_match m = peek_prefix(tokens, max_tokens, root);
     if (!prefix_caching_) return m;
     seq_state& s = seqs_[seq_id];
     TROUPE_ASSERT(s.table.empty(), "match_prefix for sequence " + std::to_string(seq_id) + " that has blocks");
     n_queries_ += m.n_queried;
     n_hits_ += m.n_hits;
     const int32_t bs = geometry_.block_size;
-    uint64_t parent = 0;
+    uint64_t parent = root;
     for (int32_t i = 0; i < m.n_hits; ++i) {
         auto span = tokens.subspan(static_cast<size_t>(i) * bs, bs);
         const uint64_t h = chain(parent, span);
@@ -121,6 +123,31 @@ int32_t block_pool::take_free() {
     return b;
 }
 
+void block_pool::open(int64_t seq_id, uint64_t root) {
+    seq_state& s = seqs_[seq_id];
+    TROUPE_ASSERT(s.table.empty(), "open of sequence " + std::to_string(seq_id) + " that has blocks");
+    s.root = root;
+    s.last_hash = root;
+    s.n_hashed = 0;
+}
+
+int32_t block_pool::release_before(int64_t seq_id, int32_t n_tokens) {
+    auto it = seqs_.find(seq_id);
+    if (it == seqs_.end()) return 0;
+    seq_state& s = it->second;
+    // Block i holds positions [i * bs, (i + 1) * bs): it goes when (i + 1) * bs <= n_tokens.
+    const int32_t end =
+        std::min<int32_t>(std::max(0, n_tokens) / geometry_.block_size, static_cast<int32_t>(s.table.size()));
+    int32_t n = 0;
+    for (int32_t i = s.n_holes; i < end; ++i) {
+        unref(s.table[i]);
+        s.table[i] = no_block;
+        ++n;
+    }
+    s.n_holes = std::max(s.n_holes, end);
+    return n;
+}
+
 bool block_pool::allocate(int64_t seq_id, int32_t n_tokens) {
     auto it = seqs_.find(seq_id);
     const int32_t have = it == seqs_.end() ? 0 : static_cast<int32_t>(it->second.table.size());
@@ -151,6 +178,11 @@ void block_pool::commit(int64_t seq_id, std::span<const int32_t> tokens, int32_t
         auto span = tokens.subspan(static_cast<size_t>(i) * bs, bs);
         const uint64_t h = chain(s.last_hash, span);
         const int32_t b = s.table[i];
+        if (b == no_block) {  // released before it was registered: the chain goes on without it
+            s.last_hash = h;
+            s.n_hashed = i + 1;
+            continue;
+        }
         block_state& st = blocks_[b];
         if (!st.hashed && !by_hash_.contains(h)) {
             st.hashed = true;
@@ -170,7 +202,7 @@ void block_pool::computed(int64_t seq_id, int32_t n_computed) {
     if (it == seqs_.end()) return;
     const seq_state& s = it->second;
     const int32_t n_full = std::min<int32_t>(n_computed / geometry_.block_size, s.n_hashed);
-    for (int32_t i = 0; i < n_full; ++i) {
+    for (int32_t i = s.n_holes; i < n_full; ++i) {
         block_state& st = blocks_[s.table[i]];
         if (st.hashed) st.ready = true;
     }
@@ -195,9 +227,13 @@ void block_pool::release(int64_t seq_id) {
     // With prefix caching, last block first: a prefix's head is worth the most, so it is evicted last.
     const auto& t = it->second.table;
     if (prefix_caching_) {
-        for (auto b = t.rbegin(); b != t.rend(); ++b) unref(*b);
+        for (auto b = t.rbegin(); b != t.rend(); ++b) {
+            if (*b != no_block) unref(*b);
+        }
     } else {
-        for (int32_t b : t) unref(b);
+        for (int32_t b : t) {
+            if (b != no_block) unref(b);
+        }
     }
     seqs_.erase(it);
 }
@@ -206,7 +242,7 @@ void block_pool::shrink(int64_t seq_id, int32_t n_tokens) {
     auto it = seqs_.find(seq_id);
     if (it == seqs_.end()) return;
     seq_state& s = it->second;
-    const auto keep = static_cast<size_t>(std::max(blocks_for(n_tokens), s.n_hashed));
+    const auto keep = static_cast<size_t>(std::max({blocks_for(n_tokens), s.n_hashed, s.n_holes}));
     while (s.table.size() > keep) {
         unref(s.table.back());
         s.table.pop_back();
@@ -227,9 +263,12 @@ bool block_pool::fork(int64_t parent_id, int64_t child_id, int32_t n_tokens) {
         // The parent hashed blocks past the shared tokens (its own tokens there): the child chains its hashes again
         // from the start (commit() finds the shared blocks registered and only recomputes the chain).
         child.n_hashed = 0;
-        child.last_hash = 0;
+        child.last_hash = child.root;
     }
-    for (int32_t b : child.table) blocks_[b].ref++;
+    child.n_holes = std::min(child.n_holes, n_shared);
+    for (int32_t b : child.table) {
+        if (b != no_block) blocks_[b].ref++;
+    }
     seqs_[child_id] = std::move(child);
     return true;
 }
@@ -242,6 +281,8 @@ std::optional<block_copy> block_pool::copy_on_write(int64_t seq_id, int32_t pos,
     const int32_t i = pos / geometry_.block_size;
     TROUPE_ASSERT(i < static_cast<int32_t>(s.table.size()), "copy_on_write past the table");
     const int32_t b = s.table[i];
+    TROUPE_ASSERT(b != no_block, "copy_on_write of sequence " + std::to_string(seq_id) + " at position " +
+                                     std::to_string(pos) + ", whose block left its window and was released");
     if (blocks_[b].ref == 1 && !blocks_[b].hashed) return std::nullopt;
     if (blocks_[b].ref == 1) {
         // Its own block, but registered in the cache: unregister it instead of copying.

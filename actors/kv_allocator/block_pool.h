@@ -17,6 +17,11 @@
 // match_prefix() gives a new sequence the ready blocks of its longest cached prefix and reports
 // pending ones (planned by another sequence, not yet computed) so the caller can wait for them.
 //
+// Sliding windows (kv_group_pool): a table may release its leading blocks once no query reads them
+// (release_before); their entries become no_block. Such holes are only ever at the front of a table.
+// A table can hash in its own namespace (open() with a root), so the tables of different layer groups
+// never share a block even for equal tokens.
+//
 // Invariants: a block is either free (ref 0, on the free list) or referenced by >= 1 table; a shared
 // block (ref > 1) is full and never written (copy_on_write() gives a writer its own copy); allocate()
 // is all-or-nothing.
@@ -57,6 +62,8 @@ struct block_pool_stats {
 
 class block_pool {
 public:
+    static constexpr int32_t no_block = -1;  // a released table entry (release_before)
+
     explicit block_pool(kv_geometry geometry, bool prefix_caching = false);
 
     int32_t block_size() const { return geometry_.block_size; }
@@ -71,8 +78,15 @@ public:
     // For a sequence with no blocks yet: shares the ready cached blocks of the longest prefix of
     // tokens[0, max_tokens) made of whole blocks. Counts the lookups in the hit statistics.
     prefix_match match_prefix(int64_t seq_id, std::span<const int32_t> tokens, int32_t max_tokens);
-    // Like match_prefix without taking anything or counting: how many tokens would hit.
-    prefix_match peek_prefix(std::span<const int32_t> tokens, int32_t max_tokens) const;
+    // Like match_prefix without taking anything or counting: how many tokens would hit (in the hash
+    // namespace `root`, see open()).
+    prefix_match peek_prefix(std::span<const int32_t> tokens, int32_t max_tokens, uint64_t root = 0) const;
+    // Starts the (empty) table seq_id whose prefix hashes chain from `root` instead of 0: tables opened
+    // with different roots never match each other's blocks.
+    void open(int64_t seq_id, uint64_t root);
+    // Drops seq's blocks whose every position is below n_tokens (they left its sliding window): their
+    // entries become no_block. Returns how many blocks it dropped.
+    int32_t release_before(int64_t seq_id, int32_t n_tokens);
     // Grows seq's table to cover n_tokens positions; false (and nothing changes) when too few blocks are free.
     bool allocate(int64_t seq_id, int32_t n_tokens);
     // allocate() and the whole table (the KV allocator actor's reply).
@@ -109,9 +123,11 @@ private:
         bool on_free_list = false;
     };
     struct seq_state {
-        std::vector<int32_t> table;
-        int32_t n_hashed = 0;    // leading full blocks whose hash is known
-        uint64_t last_hash = 0;  // chained hash of block n_hashed - 1
+        std::vector<int32_t> table;  // no_block for the leading n_holes entries
+        int32_t n_holes = 0;         // leading entries dropped by release_before
+        uint64_t root = 0;           // the hash namespace (open())
+        int32_t n_hashed = 0;        // leading full blocks whose hash is known
+        uint64_t last_hash = 0;      // chained hash of block n_hashed - 1
     };
 
     uint64_t chain(uint64_t parent, std::span<const int32_t> tokens) const;
