@@ -25,6 +25,7 @@
 
 #include "kernels/cpu/aligned_buffer.h"
 #include "kernels/cpu/gemm_avx512.h"
+#include "kernels/cpu/kquant_rows_avx512.h"
 #include "kernels/cpu/matmul_avx512_blocks.h"
 #include "kernels/fp16.h"
 
@@ -366,6 +367,10 @@ void rows_avx512(const matmul_weight& w, prepared_x x, float* y, int64_t ldy, in
         const auto* first = reinterpret_cast<const char*>(row_ptr(w, r0));
         const int64_t span = std::min<int64_t>(d, static_cast<int64_t>(w.row_stride) * (r1 - r0));
         for (int64_t i = 0; i < span; i += 64) _mm_prefetch(first + i, _MM_HINT_T0);
+    }
+    if (n_tokens == 1 && (w.type == ggml_type::q4_k || w.type == ggml_type::q6_k)) {  // decode: rows in groups
+        kquant_rows_one_token_avx512(w, static_cast<const block_q8_k*>(x.data), y, r0, r1);
+        return;
     }
     // More than one tile of tokens: a block of rows (about 16 KiB) is streamed from memory by the first
     // tile and served from L1/L2 to the next ones, so each tile's activations are reused across the

@@ -1,0 +1,215 @@
+// Q4_K / Q6_K decode for one token at the AVX-512 level: rows in groups of four, each row's arithmetic ggml's x86
+// recipe bit for bit (kernels/ref/kquant_dot.h), as q4_k_row / q6_k_row in matmul_avx512.cpp compute it for
+// 1-4 tokens.
+//
+// Why groups: a decode row of the 110M shape is three super-blocks (768 weights), so a kernel that finishes one
+// row before the next pays its per-row work (constants, the horizontal sums, a dependent chain at its end) for
+// every 432 bytes, and measured ~23 GB/s from L2 on one Zen 5 core, below the ~20-30 GB/s one core's share of
+// the memory bandwidth needs with room to spare. Four consecutive rows walk super-block by super-block together:
+// each Q8_K block (its bytes, Q4_K's pair sums of bsums, Q6_K's 32 * x products) is loaded and prepared once for
+// the four rows, the four rows' chains run side by side, and their horizontal sums are done at once on the
+// transposed lanes (the same additions in the same order per row: ggml's hsum_float_8 and the 4-lane sum of the
+// mins). The four rows are adjacent in memory, so the weights are still read as one forward stream.
+#include "kernels/cpu/kquant_rows_avx512.h"
+
+#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__) && defined(__AVX512VNNI__)
+
+#include <immintrin.h>
+
+#include "kernels/cpu/matmul_avx512_blocks.h"
+
+namespace troupe::cpu::detail {
+namespace {
+
+using namespace avx512;
+
+constexpr int k_group = 4;  // rows per pass
+
+// As matmul_avx512.cpp: prefetch the weights this far ahead of their loads.
+constexpr int k_prefetch_distance = 8192;
+
+inline void prefetch_ahead(const void* p, int n_bytes) {
+    const char* q = static_cast<const char*>(p) + k_prefetch_distance;
+    for (int i = 0; i < n_bytes; i += 64) _mm_prefetch(q + i, _MM_HINT_T0);
+}
+
+// Byte shuffles (vpshufb, within each 128-bit lane) of 8 scale words repeated in every lane: Q4_K chunk c (64
+// elements) takes scale 2c in its first two lanes (16 words) and 2c + 1 in the last two.
+constexpr int64_t q4_k_scale_shuffle(int c, int lane_pair) {
+    const int64_t sc = 2 * c + lane_pair;
+    const int64_t word = (2 * sc + 1) << 8 | (2 * sc);  // bytes of word sc, little endian
+    return word | word << 16 | word << 32 | word << 48;
+}
+// Q6_K's 64 elements 64v..64v+63: sub-blocks 4v..4v+3, 8 words (16 elements) each.
+alignas(64) constexpr int16_t k_q6_k_scale_idx[4][32] = {
+    {0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3},
+    {4, 4, 4, 4, 4, 4, 4, 4, 5, 5, 5, 5, 5, 5, 5, 5, 6, 6, 6, 6, 6, 6, 6, 6, 7, 7, 7, 7, 7, 7, 7, 7},
+    {8, 8, 8, 8, 8, 8, 8, 8, 9, 9, 9, 9, 9, 9, 9, 9, 10, 10, 10, 10, 10, 10, 10, 10, 11, 11, 11, 11, 11, 11, 11, 11},
+    {12, 12, 12, 12, 12, 12, 12, 12, 13, 13, 13, 13, 13, 13, 13, 13,
+     14, 14, 14, 14, 14, 14, 14, 14, 15, 15, 15, 15, 15, 15, 15, 15}};
+
+inline __m512i load_idx(const int16_t* idx) {
+    return _mm512_load_si512(idx);
+}
+
+// The 16 int32 lanes of a 64-element step folded to ggml's 8 (lane k + lane k + 8), exactly.
+inline __m256i fold_lanes(__m512i v) {
+    return _mm256_add_epi32(_mm512_castsi512_si256(v), _mm512_extracti64x4_epi64(v, 1));
+}
+
+// ggml's hsum_float_8 of each row's 8 lanes, (l0 + h0 + l2 + h2) + (l1 + h1 + l3 + h3) with pairs added first:
+// per row, s = lo + hi, then (s0 + s2) + (s1 + s3). R == 4: the four rows' s transposed into lanes, so the same
+// additions run once for all of them.
+template <int R>
+inline __m128 hsum8_rows(const __m256* acc) {
+    if constexpr (R == 4) {
+        __m128 s[4];
+        for (int r = 0; r < 4; ++r) s[r] = _mm_add_ps(_mm256_castps256_ps128(acc[r]), _mm256_extractf128_ps(acc[r], 1));
+        _MM_TRANSPOSE4_PS(s[0], s[1], s[2], s[3]);  // s[j] lane r = row r's s_j
+        return _mm_add_ps(_mm_add_ps(s[0], s[2]), _mm_add_ps(s[1], s[3]));
+    } else {
+        const __m128 s = _mm_add_ps(_mm256_castps256_ps128(acc[0]), _mm256_extractf128_ps(acc[0], 1));
+        const __m128 s2 = _mm_add_ps(s, _mm_movehl_ps(s, s));
+        return _mm_add_ss(s2, _mm_movehdup_ps(s2));
+    }
+}
+
+// (a0 + a2) + (a1 + a3) of each row's 4 lanes (lane r of the result for row r; R == 1: lane 0).
+template <int R>
+inline __m128 hsum4_rows(const __m128* acc) {
+    if constexpr (R == 4) {
+        __m128 s[4] = {acc[0], acc[1], acc[2], acc[3]};
+        _MM_TRANSPOSE4_PS(s[0], s[1], s[2], s[3]);
+        return _mm_add_ps(_mm_add_ps(s[0], s[2]), _mm_add_ps(s[1], s[3]));
+    } else {
+        const __m128 s = _mm_add_ps(acc[0], _mm_movehl_ps(acc[0], acc[0]));
+        return _mm_add_ss(s, _mm_movehdup_ps(s));
+    }
+}
+
+template <int R>
+inline void store_rows(__m128 v, float* y) {
+    if constexpr (R == 4) {
+        _mm_storeu_ps(y, v);
+    } else {
+        *y = _mm_cvtss_f32(v);
+    }
+}
+
+// R rows of Q4_K (row r at w + r * stride) against one token's Q8_K blocks x[0..nb).
+template <int R>
+void q4_k_rows(const uint8_t* w, size_t stride, const block_q8_k* x, int64_t nb, float* y) {
+    const __m512i low4 = _mm512_set1_epi8(0x0f);
+    const auto shuffle = [](int c) {
+        const int64_t a = q4_k_scale_shuffle(c, 0), b = q4_k_scale_shuffle(c, 1);
+        return _mm512_set_epi64(b, b, b, b, a, a, a, a);
+    };
+    const __m512i idx0 = shuffle(0), idx1 = shuffle(1), idx2 = shuffle(2), idx3 = shuffle(3);
+    __m256 acc[R];    // [8 lanes] sum of d * lane sums
+    __m128 acc_m[R];  // [4 lanes] sum of -d_x * dmin * (mins . bsums) per pair of sub-blocks
+    for (int r = 0; r < R; ++r) {
+        acc[r] = _mm256_setzero_ps();
+        acc_m[r] = _mm_setzero_ps();
+    }
+    for (int64_t b = 0; b < nb; ++b) {
+        const block_q8_k& xb = x[b];
+        const __m512i x0 = _mm512_loadu_si512(xb.qs), x1 = _mm512_loadu_si512(xb.qs + 64);
+        const __m512i x2 = _mm512_loadu_si512(xb.qs + 128), x3 = _mm512_loadu_si512(xb.qs + 192);
+        const __m256i bs = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xb.bsums));
+        const __m128i bsum32 = _mm_hadd_epi16(_mm256_castsi256_si128(bs), _mm256_extracti128_si256(bs, 1));
+#pragma GCC unroll 4
+        for (int r = 0; r < R; ++r) {
+            const block_q4_k& wb = reinterpret_cast<const block_q4_k*>(w + r * stride)[b];
+            prefetch_ahead(&wb, sizeof wb);
+            // The packed 6-bit scales and mins as 16 words sc0..sc7, m0..m7 (q4_k_scale_words). The 16-byte load
+            // reads 4 bytes of qs past the 12 scale bytes, inside the block.
+            const __m128i s = _mm_loadu_si128(reinterpret_cast<const __m128i*>(wb.scales));
+            const __m128i p = _mm_shuffle_epi32(s, _MM_SHUFFLE(2, 1, 2, 0));
+            const __m128i q = _mm_shuffle_epi32(s, _MM_SHUFFLE(1, 1, 0, 0));
+            const __m128i lo = _mm_and_si128(_mm_srlv_epi32(p, _mm_setr_epi32(0, 0, 0, 4)),
+                                             _mm_setr_epi32(0x3f3f3f3f, 0x0f0f0f0f, 0x3f3f3f3f, 0x0f0f0f0f));
+            const __m128i hi = _mm_and_si128(_mm_srli_epi32(q, 2), _mm_setr_epi32(0, 0x30303030, 0, 0x30303030));
+            const __m256i words = _mm256_cvtepu8_epi16(_mm_or_si128(lo, hi));
+            const __m512i words512 = _mm512_broadcast_i32x4(_mm256_castsi256_si128(words));  // sc0..sc7 per lane
+            const __m128i mins = _mm256_extracti128_si256(words, 1);                         // m0..m7
+            // 64 weights per step in element order: the low nibbles of 32 bytes, then their high nibbles.
+            const auto values = [&](int c) {
+                const __m512i z =
+                    _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(wb.qs + 32 * c)));
+                return _mm512_and_si512(_mm512_mask_srli_epi16(z, 0xffff0000u, z, 4), low4);
+            };
+            __m512i sum = _mm512_dpwssd_epi32(_mm512_setzero_si512(), _mm512_maddubs_epi16(values(0), x0),
+                                              _mm512_shuffle_epi8(words512, idx0));
+            sum = _mm512_dpwssd_epi32(sum, _mm512_maddubs_epi16(values(1), x1), _mm512_shuffle_epi8(words512, idx1));
+            sum = _mm512_dpwssd_epi32(sum, _mm512_maddubs_epi16(values(2), x2), _mm512_shuffle_epi8(words512, idx2));
+            sum = _mm512_dpwssd_epi32(sum, _mm512_maddubs_epi16(values(3), x3), _mm512_shuffle_epi8(words512, idx3));
+            const float d = xb.d * fp16(wb.d), dmin = -xb.d * fp16(wb.dmin);
+            const __m128i msum = _mm_madd_epi16(mins, bsum32);
+            acc_m[r] = _mm_fmadd_ps(_mm_set1_ps(dmin), _mm_cvtepi32_ps(msum), acc_m[r]);
+            acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(fold_lanes(sum)), acc[r]);
+        }
+    }
+    store_rows<R>(_mm_add_ps(hsum8_rows<R>(acc), hsum4_rows<R>(acc_m)), y);
+}
+
+// R rows of Q6_K against one token's Q8_K blocks.
+template <int R>
+void q6_k_rows(const uint8_t* w, size_t stride, const block_q8_k* x, int64_t nb, float* y) {
+    const __m512i k32 = _mm512_set1_epi8(32);
+    const __m512i idx0 = load_idx(k_q6_k_scale_idx[0]), idx1 = load_idx(k_q6_k_scale_idx[1]);
+    const __m512i idx2 = load_idx(k_q6_k_scale_idx[2]), idx3 = load_idx(k_q6_k_scale_idx[3]);
+    __m256 acc[R];  // [8 lanes] sum of d * lane sums
+    for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < nb; ++b) {
+        const block_q8_k& xb = x[b];
+        // Elements 0..63, 64..127, 128..191, 192..255 of the token, and 32 x in pairs (the -32 offset of the
+        // weights as ggml applies it: q * x - 32 * x in 16 bits, no overflow as |q x| <= 63 * 127 * 2).
+        __m512i xv[4], x32[4];
+        for (int i = 0; i < 4; ++i) {
+            xv[i] = _mm512_loadu_si512(xb.qs + 64 * i);
+            x32[i] = _mm512_maddubs_epi16(k32, xv[i]);
+        }
+#pragma GCC unroll 4
+        for (int r = 0; r < R; ++r) {
+            const block_q6_k& wb = reinterpret_cast<const block_q6_k*>(w + r * stride)[b];
+            prefetch_ahead(&wb, sizeof wb);
+            const __m512i scales512 = _mm512_castsi256_si512(
+                _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(wb.scales))));
+            __m512i q0, q1, q2, q3;  // unsigned 0..63, elements 0..63, 64..127, 128..191, 192..255
+            q6_k_values(wb, 0, q0, q1);
+            q6_k_values(wb, 1, q2, q3);
+            const auto p = [&](__m512i qv, int i) { return _mm512_sub_epi16(_mm512_maddubs_epi16(qv, xv[i]), x32[i]); };
+            __m512i sum =
+                _mm512_dpwssd_epi32(_mm512_setzero_si512(), p(q0, 0), _mm512_permutexvar_epi16(idx0, scales512));
+            sum = _mm512_dpwssd_epi32(sum, p(q1, 1), _mm512_permutexvar_epi16(idx1, scales512));
+            sum = _mm512_dpwssd_epi32(sum, p(q2, 2), _mm512_permutexvar_epi16(idx2, scales512));
+            sum = _mm512_dpwssd_epi32(sum, p(q3, 3), _mm512_permutexvar_epi16(idx3, scales512));
+            const float d = xb.d * fp16(wb.d);
+            acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(fold_lanes(sum)), acc[r]);
+        }
+    }
+    store_rows<R>(hsum8_rows<R>(acc), y);
+}
+
+template <void (*Group)(const uint8_t*, size_t, const block_q8_k*, int64_t, float*),
+          void (*One)(const uint8_t*, size_t, const block_q8_k*, int64_t, float*)>
+void by_groups(const matmul_weight& w, const block_q8_k* x, float* y, int64_t r0, int64_t r1) {
+    const int64_t nb = w.n_in / qk_k;
+    int64_t r = r0;
+    for (; r + k_group <= r1; r += k_group) Group(row_ptr(w, r), w.row_stride, x, nb, y + r);
+    for (; r < r1; ++r) One(row_ptr(w, r), w.row_stride, x, nb, y + r);
+}
+
+}  // namespace
+
+void kquant_rows_one_token_avx512(const matmul_weight& w, const block_q8_k* x, float* y, int64_t r0, int64_t r1) {
+    if (w.type == ggml_type::q4_k) {
+        by_groups<q4_k_rows<k_group>, q4_k_rows<1>>(w, x, y, r0, r1);
+    } else {
+        by_groups<q6_k_rows<k_group>, q6_k_rows<1>>(w, x, y, r0, r1);
+    }
+}
+
+}  // namespace troupe::cpu::detail
+
+#endif
