@@ -33,6 +33,8 @@ std::variant<prepared_choices, api_error> prepare_choices(const serving_model& m
             if (out.layout.best_of > out.layout.n) q.logprobs = std::max(q.logprobs, 0);
             // Echo with logprobs: the prompt's tokens come first in logprobs (the engine computes them).
             q.prompt_logprobs = r.echo && r.kind == api_kind::completion && r.logprobs >= 0;
+            // The prompt's choices fork from its first (request::n_forks; fork_of is set when it is submitted).
+            q.n_forks = j == 0 ? out.layout.best_of - 1 : 0;
             out.requests.push_back(std::move(q));
             out.n_prompt_tokens += one.n_prompt_tokens;
         }

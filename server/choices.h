@@ -2,11 +2,11 @@
 // best_of (n, when best_of is not given) — and the fold of their events back into one response.
 //
 // Engine request i serves prompt i / best_of, choice i % best_of, sampled with seed + choice (so choice 0
-// is what n = 1 gives). Identical prompts share their KV blocks through the prefix cache: the first
-// choice computes the prompt's whole blocks and the others, admitted a step later, reuse them (only the
-// last partial block is computed per choice). best_of > n keeps, per prompt, the n choices with the highest
-// cumulative log-probability (every engine request then reports its tokens' logprobs). The response's
-// choice index is prompt * n + rank.
+// is what n = 1 gives). A prompt's choices are one sequence until its first token: the first choice computes
+// the prompt once and the others fork from it there (engine request::n_forks / fork_of), sharing its KV
+// blocks (fork_leader: the engine request each forks from). best_of > n keeps, per prompt, the n choices
+// with the highest cumulative log-probability (every engine request then reports its tokens' logprobs).
+// The response's choice index is prompt * n + rank.
 #pragma once
 
 #include <cstdint>
@@ -30,6 +30,8 @@ struct choice_layout {
     std::vector<std::string> echo;  // [n_prompts] text each choice of the prompt starts with (empty: none)
     tool_call_format tools = tool_call_format::none;  // chat with tools: each reply parsed for tool calls
     int32_t n_requests() const { return n_prompts * best_of; }
+    // The engine request that request i forks from (its prompt's first choice); i itself for a first choice.
+    size_t fork_leader(size_t i) const { return i - i % static_cast<size_t>(best_of); }
 };
 
 struct prepared_choices {

@@ -69,6 +69,9 @@ void engine::build(engine_parts parts, const engine_params& params, lane* tok, l
     sc.plan_ahead = params.plan_ahead;
     sc.preemption = params.preemption;
     sc.can_swap = parts.runner->separate_kv_memory();
+    // Choices fork where the runner copies blocks (an empty copy answers whether it can) in host memory: the copies
+    // run in the executor before the step that needs them.
+    sc.can_fork = !sc.can_swap && parts.runner->copy_blocks({}, {}).ok();
     auto codec = parts.codec;
     const kv_allocator_params kv_params = kv_allocator_params_from(sc);
 
@@ -125,6 +128,8 @@ result<request_id> engine::submit(request r, request_sink sink) {
     m.t_submit = steady_clock::now();
     m.logprobs = r.logprobs;
     m.prompt_logprobs = r.prompt_logprobs && r.logprobs >= 0;
+    m.n_forks = std::max(r.n_forks, 0);
+    m.fork_of = r.fork_of;
     n_in_flight_.fetch_add(1);
     if (!tokenizer_->inbox().try_post(std::move(m))) {
         n_in_flight_.fetch_sub(1);

@@ -82,6 +82,12 @@ struct request {
     // With logprobs >= 0: the prompt tokens' logprobs too (OpenAI echo), through sink.on_prompt_logprobs. Such a
     // request computes its whole prompt (no prefix-cache hit).
     bool prompt_logprobs = false;
+    // Parallel sampling (n > 1, best_of) of one prompt: the first choice says how many more follow (n_forks), each of
+    // those is submitted right after it with fork_of = its id, the same prompt and the same sampling parameters but
+    // the seed. The prompt is then computed once and the others fork from the first at its first token, sharing its
+    // prompt's KV blocks (scheduler_core.h, "Parallel sampling"); each stays a request of its own (id, sink, cancel).
+    int32_t n_forks = 0;
+    request_id fork_of = 0;
 };
 
 struct engine_stats {

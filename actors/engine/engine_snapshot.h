@@ -51,6 +51,8 @@ struct step_view {
     double executor_idle_s = 0;      // their sum: from a step's end to the next one's start
     double executor_busy_s = 0;      // those steps' own times
     double executor_idle_max_s = 0;  // the longest gap
+    int64_t n_prefill_tokens = 0;    // prompt positions run through the model (recomputes included)
+    int64_t n_forks = 0;             // choices of parallel sampling forked from another's sequence
 };
 
 // Speculative decoding, over the engine's life (all zero without a spec plugin).

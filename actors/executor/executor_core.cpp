@@ -168,6 +168,23 @@ step_done executor_core::run(const step_plan& plan) {
         step.n_draft = 0;
         step.tree_parents.clear();
     }
+    for (const step_sequence& q : plan.seqs) {
+        // Choices forking at this sample: their own samplers, the parent's history (the prompt).
+        for (const step_fork& f : q.forks) {
+            TROUPE_ASSERT(f.params != nullptr, "step plan forks without sampling params");
+            if (auto old = seqs_.find(f.seq_id); old != seqs_.end()) {
+                end_speculation(f.seq_id, old->second, sequence_end::preempted);
+            }
+            seqs_.insert_or_assign(f.seq_id,
+                                   sequence_state{sampler(*f.params), seqs_.at(q.seq_id).history, false, -1, {}});
+        }
+    }
+    if (!plan.copy_src.empty()) {
+        if (status cst = runner_->copy_blocks(plan.copy_src, plan.copy_dst); !cst.ok()) {
+            done.error = "copy-on-write of " + std::to_string(plan.copy_src.size()) + " KV blocks: " + cst.message();
+            return done;
+        }
+    }
     if (spec_) {
         const time_point t_propose = steady_clock::now();
         propose(plan);
@@ -199,6 +216,7 @@ step_done executor_core::run(const step_plan& plan) {
                 done.error = sst.message();
                 return done;
             }
+            for (const step_fork& f : q.forks) r.forks.push_back(sample_fork(i, q, f, r));
         }
         r.t_sampled = steady_clock::now();
     }
@@ -212,12 +230,15 @@ void executor_core::fetch_masks(const step_plan& plan) {
     std::vector<std::pair<const grammar::token_constraint*, std::vector<sampler*>>> groups;
     for (const step_sequence& q : plan.seqs) {
         if (!q.sample) continue;
-        sampler& smp = seqs_.at(q.seq_id).smp;
-        if (!smp.constrained()) continue;
-        const grammar::token_constraint* c = smp.params().constraint.get();
-        auto it = std::find_if(groups.begin(), groups.end(), [&](const auto& g) { return g.first == c; });
-        if (it == groups.end()) it = groups.insert(groups.end(), {c, {}});
-        it->second.push_back(&smp);
+        auto add = [&](sampler& smp) {
+            if (!smp.constrained()) return;
+            const grammar::token_constraint* c = smp.params().constraint.get();
+            auto it = std::find_if(groups.begin(), groups.end(), [&](const auto& g) { return g.first == c; });
+            if (it == groups.end()) it = groups.insert(groups.end(), {c, {}});
+            it->second.push_back(&smp);
+        };
+        add(seqs_.at(q.seq_id).smp);
+        for (const step_fork& f : q.forks) add(seqs_.at(f.seq_id).smp);
     }
     std::vector<const grammar::grammar_state*> states;
     for (auto& [c, samplers] : groups) {
@@ -276,6 +297,23 @@ token_logprobs executor_core::normalized_logprobs(int32_t token, int32_t k) {
         for (int32_t i = 0; i < k; ++i) lp.top.emplace_back(ids[i], logp_[static_cast<size_t>(ids[i])]);
     }
     return lp;
+}
+
+sequence_result executor_core::sample_fork(size_t index, const step_sequence& q, const step_fork& f,
+                                           const sequence_result& parent) {
+    sequence_state& s = seqs_.at(f.seq_id);
+    // The row of the prompt's last input, as the parent's first sample (which had no drafts).
+    const int32_t base = batch_.seqs[index].all_logits ? static_cast<int32_t>(q.tokens.size()) - 1 : 0;
+    const auto row = output_.row(index, base);
+    sequence_result r;
+    r.seq_id = f.seq_id;
+    const int32_t t = s.smp.sample(row, s.history);
+    if (f.logprobs >= 0) r.logprobs.push_back(logprobs_of(row, s, t, f.logprobs));
+    r.tokens.push_back(t);
+    r.prompt_logprobs = parent.prompt_logprobs;
+    r.t_sampled = steady_clock::now();
+    s.last_sampled = t;
+    return r;
 }
 
 status executor_core::sample_sequence(size_t index, sequence_state& s, const step_sequence& q, sequence_result& r) {

@@ -1,5 +1,9 @@
 // executor_core: runs step plans on a model_runner and samples; the executor actor's pure core.
 //
+// Parallel sampling (step_sequence::forks): the choices that fork from a sequence at its first sample get their own
+// sampler and the parent's history, and draw their first token from the parent's row; copy-on-write block copies
+// (step_plan::copy_src/dst) are made before the forward.
+//
 // Per sequence it keeps the sampler (seeded from the request alone, so a token never depends on what
 // else is in the batch) and the token history by position (for penalties and for the draft proposer).
 //
@@ -62,6 +66,9 @@ private:
     // The logprobs of the prompt tokens that the rows of a chunk of the prompt predict (all_logits rows).
     void prompt_logprobs_of(size_t index, sequence_state& s, const step_sequence& q);
     status sample_sequence(size_t index, sequence_state& s, const step_sequence& q, sequence_result& r);
+    // A choice forking from sequence q at its first sample: its own first token from the same row.
+    sequence_result sample_fork(size_t index, const step_sequence& q, const step_fork& f,
+                                const sequence_result& parent);
     void end_speculation(int64_t seq_id, sequence_state& s, sequence_end why);
 
     // The log-softmax of the penalized row: the token's logprob and the top k alternatives.

@@ -15,6 +15,15 @@
 
 namespace troupe {
 
+// A choice of a parallel-sampling request that forks from a sequence at its first sample: it draws its own first token
+// from the same logits with its own sampler (its seed), and runs from then on as a sequence of its own whose history is
+// the parent's prompt.
+struct step_fork {
+    int64_t seq_id = 0;
+    std::shared_ptr<const sampling_params> params;
+    int32_t logprobs = -1;
+};
+
 struct step_sequence {
     int64_t seq_id = 0;
     std::vector<int32_t> tokens;                              // new tokens: a prompt (chunk) or the last sampled token
@@ -33,12 +42,17 @@ struct step_sequence {
     // Planned while the previous step runs: the last n_sampled_inputs (0 or 1) of tokens are placeholders
     // for the token that step samples for this sequence, which the executor puts in.
     int32_t n_sampled_inputs = 0;
+    // With sample, on the prompt's last chunk: the choices that fork from this sequence here (sequence_result::forks).
+    std::vector<step_fork> forks;
 };
 
 struct step_plan {
     static constexpr const char* name = "step_plan";
     int64_t step_id = 0;
     std::vector<step_sequence> seqs;
+    // Copy-on-write before the forward: KV block copy_src[i] into copy_dst[i] (kv_step_grant's copies).
+    std::vector<int32_t> copy_src;
+    std::vector<int32_t> copy_dst;
 };
 
 struct retire_sequences {

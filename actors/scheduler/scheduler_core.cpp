@@ -70,8 +70,13 @@ void scheduler_core::enqueue(const enqueue_request& r, scheduler_output& out) {
         problem = "overloaded: " + std::to_string(waiting_.size()) + " requests are already waiting (limit " +
                   std::to_string(config_.max_waiting) + ")";
     }
+    auto leader = r.fork_of != 0 ? seqs_.find(r.fork_of) : seqs_.end();
+    const bool follows = leader != seqs_.end() && problem.empty() && may_follow(leader->second, r);
+    if (leader != seqs_.end() && leader->second.n_coming > 0) leader->second.n_coming--;  // arrived, one way or another
     if (!problem.empty()) {
         out.failures.push_back({r.id, problem});
+        if (awaiting_) changed_while_awaiting_ = true;
+        schedule(out);  // its leader may wait for it no longer
         return;
     }
     sequence_state s;
@@ -83,10 +88,24 @@ void scheduler_core::enqueue(const enqueue_request& r, scheduler_output& out) {
     s.logprobs = r.logprobs;
     s.prompt_logprobs = r.prompt_logprobs && r.logprobs >= 0;
     s.kv_tokens = r.prompt;
+    if (follows) {
+        s.leader = r.fork_of;
+        leader->second.followers.push_back(r.id);
+    } else if (r.n_forks > 0 && config_.can_fork && 1 + r.n_forks <= config_.max_running &&
+               blocks_for(n_prompt + 1) + r.n_forks <= geometry_.n_blocks) {
+        s.n_coming = r.n_forks;  // held until they are here
+    }
+    const bool waits = !follows;
     seqs_.emplace(r.id, std::move(s));
     if (awaiting_) changed_while_awaiting_ = true;
-    waiting_.push_back(r.id);
+    if (waits) waiting_.push_back(r.id);
     schedule(out);
+}
+
+bool scheduler_core::may_follow(const sequence_state& leader, const enqueue_request& r) const {
+    return leader.n_coming > 0 && leader.leader == 0 && leader.n_generated == 0 && leader.n_unknown == 0 &&
+           leader.where == phase::waiting && leader.tokens == *r.prompt &&
+           leader.prompt_logprobs == (r.prompt_logprobs && r.logprobs >= 0);
 }
 
 void scheduler_core::cancel(request_id id, scheduler_output& out) {
@@ -167,8 +186,12 @@ void scheduler_core::step_finished(const step_done& d, scheduler_output& out) {
         const sequence_result& r = d.results[i];
         TROUPE_ASSERT(r.seq_id == record.ids[i], "step results are not in plan order");
         auto it = seqs_.find(r.seq_id);
-        if (it == seqs_.end()) continue;                     // cancelled or finished while the step ran
-        if (it->second.epoch != record.epochs[i]) continue;  // preempted since: recomputed from its tokens
+        // Cancelled or finished while the step ran, or preempted since (recomputed from its tokens): the choices that
+        // forked in this step did not (they fork at its next first sample, or run on their own).
+        if (it == seqs_.end() || it->second.epoch != record.epochs[i]) {
+            for (const sequence_result& fr : r.forks) out.retire.push_back(fr.seq_id);
+            continue;
+        }
         consume(it->second, r, record.n_inputs[i], record.samples[i] != 0, out);
     }
     running_after_last_step_ = !running_.empty();
@@ -198,6 +221,8 @@ void scheduler_core::consume(sequence_state& s, const sequence_result& r, int32_
     computed_.push_back({s.id, s.n_computed});
     if (!samples) return;  // a prefill chunk: nothing sampled
     s.n_unknown--;
+    for (const sequence_result& fr : r.forks) adopt_fork(s, fr, out);
+    release_followers(s);  // none are left but those that joined after the step was planned
     counters_.n_drafted += r.n_drafted;
     counters_.n_draft_nodes += r.n_draft_nodes;
     counters_.n_accepted += r.n_accepted;
@@ -245,6 +270,58 @@ void scheduler_core::consume(sequence_state& s, const sequence_result& r, int32_
     if (finish) drop(s.id, out);
 }
 
+void scheduler_core::adopt_fork(sequence_state& leader, const sequence_result& fr, scheduler_output& out) {
+    auto it = seqs_.find(fr.seq_id);
+    if (it == seqs_.end() || it->second.leader != leader.id) {
+        out.retire.push_back(fr.seq_id);  // it left before the fork: the executor's state for it goes
+        return;
+    }
+    sequence_state& c = it->second;
+    std::erase(leader.followers, c.id);
+    c.leader = 0;
+    c.where = phase::running;
+    c.ever_admitted = true;
+    c.t_admitted = leader.t_admitted;
+    c.fresh = false;  // the executor made its state at the fork
+    c.n_computed = leader.n_computed;
+    c.n_cached = leader.n_cached;
+    c.n_sent = static_cast<int32_t>(c.tokens.size());  // the allocator copies the prompt from the leader's
+    c.n_blocks = leader.n_blocks;
+    c.n_ahead = 0;
+    c.n_unknown = 1;  // the token in fr
+    counters_.n_prompt_tokens += c.n_prompt;
+    counters_.n_forked_prompt_tokens += c.n_prompt;
+    counters_.n_forks++;
+    forks_.push_back({leader.id, c.id, leader.n_computed});
+    running_.push_back(c.id);
+    consume(c, fr, 0, true, out);
+}
+
+void scheduler_core::release_followers(sequence_state& leader) {
+    // To the front of the queue, in their order: they were submitted with the leader.
+    for (auto f = leader.followers.rbegin(); f != leader.followers.rend(); ++f) {
+        sequence_state& c = seqs_.at(*f);
+        c.leader = 0;
+        waiting_.push_front(c.id);
+    }
+    leader.followers.clear();
+}
+
+void scheduler_core::requeue(sequence_state& s) {
+    running_.erase(std::find(running_.begin(), running_.end(), s.id));
+    // A step of it still in flight (planned ahead) computes for nothing: its result is dropped.
+    s.epoch++;
+    s.n_ahead = 0;
+    s.n_unknown = 0;
+    s.where = phase::waiting;
+    s.fresh = true;
+    s.n_sent = 0;
+    s.n_blocks = 0;
+    s.n_preemptions++;
+    counters_.n_preemptions++;
+    waiting_.push_front(s.id);
+}
+
 bool scheduler_core::is_stop_token(const sequence_state& s, int32_t token) const {
     const auto& p = *s.params;
     if (!p.ignore_eos && std::find(config_.eog_ids.begin(), config_.eog_ids.end(), token) != config_.eog_ids.end())
@@ -269,6 +346,11 @@ void scheduler_core::drop(request_id id, scheduler_output& out) {
     frees_.push_back(id);
     if (awaiting_) changed_while_awaiting_ = true;
     if (it->second.ever_admitted) out.retire.push_back(id);
+    if (it->second.leader != 0) {
+        // A follower leaving before its fork.
+        if (auto l = seqs_.find(it->second.leader); l != seqs_.end()) std::erase(l->second.followers, id);
+    }
+    release_followers(it->second);
     if (it->second.where == phase::running) {
         running_.erase(std::find(running_.begin(), running_.end(), id));
     } else {
@@ -286,8 +368,10 @@ kv_step_request scheduler_core::make_request() {
     kv_step_request r;
     r.step_id = next_step_id_;
     r.computed = std::move(computed_);
+    r.forks = std::move(forks_);
     r.frees = std::move(frees_);
     computed_.clear();
+    forks_.clear();
     frees_.clear();
     requested_.clear();
     r.grows.reserve(running_.size());
@@ -321,12 +405,15 @@ kv_step_request scheduler_core::make_request() {
         int32_t slots = config_.max_running - static_cast<int32_t>(running_.size()) + 1;
         for (request_id id : waiting_) {
             sequence_state& s = seqs_.at(id);
+            if (s.n_coming > 0) continue;  // a leader waits for the choices that fork from it
             const auto n_known = static_cast<int32_t>(s.tokens.size());
             const bool never = blocks_for(std::min(n_known + 1, config_.n_ctx)) > geometry_.n_blocks;
             if (!never && slots-- <= 0) break;
+            const auto n_forks = static_cast<int32_t>(s.followers.size());
+            slots -= n_forks;
             if (!s.kv_tokens || s.kv_tokens->size() != s.tokens.size())
                 s.kv_tokens = std::make_shared<const std::vector<int32_t>>(s.tokens);
-            r.admits.push_back({id, s.kv_tokens, s.n_computed, s.swapped, s.prompt_logprobs});
+            r.admits.push_back({id, s.kv_tokens, s.n_computed, s.swapped, s.prompt_logprobs, n_forks});
             requested_.push_back(id);
         }
     }
@@ -352,6 +439,13 @@ void scheduler_core::add_to_plan(sequence_state& s, const kv_step_seq& g, step_p
     q.sample = q.pos0 + n_tokens == n_known + s.n_unknown;
     q.max_draft = q.sample ? g.max_draft : 0;
     q.logprobs = s.logprobs;
+    if (q.sample && s.n_generated == 0 && s.n_unknown == 0) {
+        for (request_id f : s.followers) {
+            const sequence_state& c = seqs_.at(f);
+            q.forks.push_back({f, c.params, c.logprobs});
+        }
+    }
+    counters_.n_prefill_tokens += std::max(0, std::min(q.pos0 + n_tokens, s.n_prompt) - q.pos0);
     if (s.prompt_logprobs) q.prompt = s.kv_tokens;
     if (s.fresh && q.pos0 > 0) {
         q.context = std::make_shared<const std::vector<int32_t>>(s.tokens.begin(), s.tokens.begin() + q.pos0);
@@ -375,6 +469,13 @@ void scheduler_core::granted(const kv_step_grant& g, scheduler_output& out) {
                   "KV grant for step " + std::to_string(g.step_id) + " that was not requested");
     awaiting_.reset();
     pool_view_ = g.pool;
+    for (int64_t id : g.fork_failed) {
+        // Its leader lost the prompt's blocks before the fork reached the allocator: it computes them itself.
+        auto it = seqs_.find(id);
+        if (it == seqs_.end() || it->second.where != phase::running) continue;
+        it->second.n_computed = 0;
+        requeue(it->second);
+    }
     if (release_only_) {
         TROUPE_ASSERT(g.seqs.empty() && g.admitted.empty() && g.preempted.empty(), "a release grant granted a step");
         release_only_ = false;
@@ -397,7 +498,6 @@ void scheduler_core::granted(const kv_step_grant& g, scheduler_output& out) {
         auto it = seqs_.find(p.seq_id);
         if (it == seqs_.end()) continue;  // ended while the request was out
         sequence_state& s = it->second;
-        running_.erase(std::find(running_.begin(), running_.end(), s.id));
         TROUPE_ASSERT(!p.swapped || s.n_ahead == 0,
                       "sequence " + std::to_string(s.id) + " was swapped out while a step of it is in flight");
         if (p.swapped) {
@@ -406,17 +506,7 @@ void scheduler_core::granted(const kv_step_grant& g, scheduler_output& out) {
         } else {
             s.n_computed = 0;  // recompute: every known token is pending again
         }
-        // A step of it still in flight (planned ahead) computes for nothing: its result is dropped.
-        s.epoch++;
-        s.n_ahead = 0;
-        s.n_unknown = 0;
-        s.where = phase::waiting;
-        s.fresh = true;
-        s.n_sent = 0;
-        s.n_blocks = 0;
-        s.n_preemptions++;
-        counters_.n_preemptions++;
-        waiting_.push_front(s.id);
+        requeue(s);
     }
     for (const kv_admitted& a : g.admitted) {
         auto it = seqs_.find(a.seq_id);
@@ -458,6 +548,8 @@ void scheduler_core::granted(const kv_step_grant& g, scheduler_output& out) {
     }
     changed_while_awaiting_ = false;
     next.step_id = next_step_id_++;
+    next.copy_src = g.copy_src;  // copy-on-write of blocks shared with fork siblings (unless the allocator made them)
+    next.copy_dst = g.copy_dst;
     record.step_id = next.step_id;
     record.draft_cap = planned_draft_cap_;
     counters_.draft_cap = planned_draft_cap_;
@@ -502,7 +594,9 @@ void scheduler_core::plan(scheduler_output& out) {
         kv_step_request r;
         r.step_id = next_step_id_;
         r.frees = std::move(frees_);
+        r.forks = std::move(forks_);  // before the frees: a leader that ended may hand its blocks over
         frees_.clear();
+        forks_.clear();
         r.may_admit = false;
         r.max_running = config_.max_running;
         requested_.clear();

@@ -33,6 +33,16 @@
 // sequence whose step is in flight). At most one step runs ahead. A sequence that N ends (a stop token, a
 // cancel) wastes its row in N+1; its result is dropped. The step_done of N then plans N+2.
 //
+// Parallel sampling (enqueue_request::n_forks / fork_of, params.can_fork): the choices of one prompt are one
+// sequence until its first sample. The first choice (the leader) waits until the others (followers) have arrived
+// and is then admitted only when blocks and running slots for all of them are free; it computes the prompt once. Its
+// step that samples first carries the followers (step_sequence::forks): each draws its own first token from the same
+// logits with its own seed, and from then on is a running sequence of its own whose KV table shares the leader's
+// prompt blocks (kv_fork; a block is counted once while shared, and whoever writes into the shared partial block first
+// gets a copy). Until that step the followers are no sequences: a preempted leader takes them along (recompute or
+// swap); when the leader leaves before it (cancelled, failed), they run on their own. A forked choice is preempted,
+// cancelled and ended like any sequence.
+//
 // Executor idle time: from a step's end to the next one's start while a sequence was running, summed in
 // the counters (and on /metrics): what planning ahead removes.
 //
@@ -80,6 +90,7 @@ struct scheduler_params {
     // plan_tick, so the arrivals and cancels already queued are handled first).
     bool plan_on_events = true;
     bool plan_ahead = false;  // plan step N+1 while step N runs (see above)
+    bool can_fork = false;    // the runner copies KV blocks (copy-on-write), so choices may fork (see above)
 };
 
 // What the scheduler sends after handling one input; the actor shell posts each part.
@@ -105,6 +116,9 @@ struct scheduler_counters {
     int64_t n_preemptions = 0;
     int64_t n_prompt_tokens = 0;         // admitted prompt tokens
     int64_t n_cached_prompt_tokens = 0;  // of which served from the prefix cache
+    int64_t n_forked_prompt_tokens = 0;  // of which shared by forking from another choice's sequence
+    int64_t n_prefill_tokens = 0;        // prompt positions run through the model (recomputes included)
+    int64_t n_forks = 0;                 // choices forked from another's sequence
     int32_t last_batch_size = 0;
     int32_t last_batch_tokens = 0;
     int64_t n_steps_ahead = 0;       // steps planned while the previous one ran
@@ -187,6 +201,11 @@ private:
         int32_t n_sent = 0;            // tokens the KV allocator has (it keeps them for the prefix cache)
         int32_t n_blocks = 0;          // its block table's length, from the last grant
         std::shared_ptr<const std::vector<int32_t>> kv_tokens;  // tokens as sent for admission
+        // Parallel sampling (see above). A leader: its followers (submission order) and how many are still to come.
+        // A follower: its leader (no phase of its own: in neither waiting_ nor running_ until it forks).
+        std::vector<request_id> followers;
+        int32_t n_coming = 0;
+        request_id leader = 0;
         int32_t pending() const { return static_cast<int32_t>(tokens.size()) - n_computed; }
     };
 
@@ -206,6 +225,14 @@ private:
     kv_step_request make_request();
     void add_to_plan(sequence_state& s, const kv_step_seq& q, step_plan& plan, step_record& record);
     void consume(sequence_state& s, const sequence_result& r, int32_t n_inputs, bool samples, scheduler_output& out);
+    // Whether the choice r may fork from request leader (its prompt, a fork group that can ever run).
+    bool may_follow(const sequence_state& leader, const enqueue_request& r) const;
+    // The follower forked at leader's first sample (fr: its first token): it becomes a running sequence.
+    void adopt_fork(sequence_state& leader, const sequence_result& fr, scheduler_output& out);
+    // The followers that have not forked (their leader leaves, or forked without them) run on their own.
+    void release_followers(sequence_state& leader);
+    // A running sequence goes back to the front of the queue (preempted, or its fork failed).
+    void requeue(sequence_state& s);
     void count_idle(const step_done& d);
     bool is_stop_token(const sequence_state& s, int32_t token) const;
     // Removes the sequence; frees its blocks and executor state.
@@ -218,6 +245,7 @@ private:
     kv_pool_view pool_view_;
     std::vector<int64_t> frees_;         // for the next kv_step_request
     std::vector<kv_computed> computed_;  // for the next kv_step_request
+    std::vector<kv_fork> forks_;         // for the next kv_step_request
     std::optional<int64_t> awaiting_;    // a kv_step_request is out; its step id
     std::vector<request_id> requested_;  // the sequences it named
     bool changed_while_awaiting_ = false;

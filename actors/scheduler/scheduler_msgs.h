@@ -21,6 +21,12 @@ struct enqueue_request {
     time_point t_submit;
     int32_t logprobs = -1;         // -1: none; 0: the sampled token's; k: also the top k
     bool prompt_logprobs = false;  // also the prompt tokens' (with logprobs >= 0)
+    // Parallel sampling (n > 1, best_of): the first choice says how many more choices of the same prompt follow
+    // (n_forks); each of those names it (fork_of). The first is held until they have arrived, computes the prompt once,
+    // and they fork from its sequence at its first sample. Where the scheduler cannot fork (the runner cannot copy
+    // blocks, the group would never fit), each choice runs on its own.
+    int32_t n_forks = 0;
+    request_id fork_of = 0;
 };
 
 // Cancellation is a message. Sent through the tokenizer so that it arrives behind the request itself.
@@ -52,6 +58,8 @@ struct sequence_result {
     std::vector<token_logprobs> logprobs;  // per token in tokens, when the plan asked for logprobs
     // Per prompt token (the first without a logprob), on the first sampled result, when the plan asked for them.
     std::vector<token_logprobs> prompt_logprobs;
+    // The choices that forked from it in this step (step_sequence::forks), in that order: each one's first token.
+    std::vector<sequence_result> forks;
 };
 
 struct step_done {

@@ -52,7 +52,13 @@ void tokenizer_actor::submit(const submit_request& r) {
     e.t_submit = r.t_submit;
     e.logprobs = r.logprobs;
     e.prompt_logprobs = r.prompt_logprobs;
-    if (!scheduler_->try_post(std::move(e))) {
+    e.n_forks = r.n_forks;
+    e.fork_of = r.fork_of;
+    if (e.fork_of != 0) {
+        // A choice that forks from an earlier one always reaches the scheduler, where that one waits for it (and it
+        // adds no prompt to compute).
+        scheduler_->post(std::move(e));
+    } else if (!scheduler_->try_post(std::move(e))) {
         streamer_->post(fail_stream{r.id, "overloaded: the scheduler's mailbox is full (" +
                                               std::to_string(scheduler_->stats().capacity) + " requests)"});
     }

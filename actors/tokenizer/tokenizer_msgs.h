@@ -24,6 +24,8 @@ struct submit_request {
     time_point t_submit;
     int32_t logprobs = -1;         // request.logprobs
     bool prompt_logprobs = false;  // request.prompt_logprobs
+    int32_t n_forks = 0;           // request.n_forks
+    request_id fork_of = 0;        // request.fork_of
 };
 
 using tokenizer_msg = std::variant<submit_request, cancel_request, abort_all>;

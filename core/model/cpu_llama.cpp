@@ -226,6 +226,38 @@ void cpu_llama::forget(int64_t seq_id) {
     if (window_slots_) window_slots_->release(seq_id);
 }
 
+status cpu_llama::copy_blocks(std::span<const int32_t> src, std::span<const int32_t> dst) {
+    if (params_.kv_cache) {
+        return make_error("copy_blocks: the KV plugin " + params_.kv_cache->name() +
+                          " keeps open blocks in per-sequence windows; blocks cannot be copied");
+    }
+    if (src.size() != dst.size()) {
+        return make_error("copy_blocks: " + std::to_string(src.size()) + " sources for " + std::to_string(dst.size()) +
+                          " destinations");
+    }
+    for (size_t i = 0; i < src.size(); ++i) {
+        if (src[i] < 0 || src[i] >= kv_.n_blocks || dst[i] < 0 || dst[i] >= kv_.n_blocks) {
+            return make_error("copy_blocks: block " + std::to_string(src[i]) + " -> " + std::to_string(dst[i]) +
+                              " is outside the pool of " + std::to_string(kv_.n_blocks) + " blocks");
+        }
+    }
+    // A block is block_size rows of a layer's K (and V) pool: one contiguous run of bytes per pool.
+    const size_t block_bytes = static_cast<size_t>(kv_.block_size) *
+                               static_cast<size_t>(w_.hp.mla ? w_.hp.mla->latent_width() : w_.hp.kv_width()) *
+                               kv_element_bytes(params_.kv_type);
+    for (const layer& l : layers_) {
+        for (float* pool : {l.k_pool, l.v_pool}) {
+            if (pool == nullptr) continue;  // MLA: no V pool
+            auto* bytes = reinterpret_cast<uint8_t*>(pool);
+            for (size_t i = 0; i < src.size(); ++i) {
+                std::memcpy(bytes + static_cast<size_t>(dst[i]) * block_bytes,
+                            bytes + static_cast<size_t>(src[i]) * block_bytes, block_bytes);
+            }
+        }
+    }
+    return {};
+}
+
 status cpu_llama::assign_window_slots(const forward_batch& batch) {
     std::vector<int64_t> ids(batch.seqs.size());
     std::vector<int32_t> pos0(batch.seqs.size());

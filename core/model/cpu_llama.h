@@ -80,6 +80,8 @@ public:
     size_t kv_bytes_per_token() const override;
     status forward(const forward_batch& batch, forward_output& out) override;
     void forget(int64_t seq_id) override;  // frees the sequence's KV window slot
+    // Copy-on-write of whole blocks in every layer's pools; refused with a KV plugin (its windows are per sequence).
+    status copy_blocks(std::span<const int32_t> src, std::span<const int32_t> dst) override;
     // Trees when the attention op takes tree calls and no KV plugin owns the cache.
     bool supports_trees() const override;
     status keep_tree_path(const sequence_step& step, std::span<const int32_t> path) override;

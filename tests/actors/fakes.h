@@ -7,9 +7,10 @@
 // fake_model_runner: the row for position p favours next(cache[p]) by a margin of 4 logits, where
 // next(BOS) = 'a', next('z') = EOS, next(byte b) = b + 1, next(anything else) = 'a': a prompt "ab"
 // continues "cdef...". A prompt containing the byte '!' makes forward() throw. The cache is written through the block
-// tables, so a wrong table, a wrong position or a stale row shows up as wrong text.
+// tables, so a wrong table, a wrong position or a stale row shows up as wrong text; copy_blocks copies those rows.
 #pragma once
 
+#include <algorithm>
 #include <chrono>
 #include <mutex>
 #include <stdexcept>
@@ -157,6 +158,15 @@ public:
         return status::success();
     }
     void forget(int64_t seq_id) override { host_.erase(seq_id); }
+    status copy_blocks(std::span<const int32_t> src, std::span<const int32_t> dst) override {
+        for (size_t i = 0; i < src.size(); ++i) {
+            std::copy_n(cache_.begin() + static_cast<std::ptrdiff_t>(src[i]) * p_.block_size, p_.block_size,
+                        cache_.begin() + static_cast<std::ptrdiff_t>(dst[i]) * p_.block_size);
+        }
+        n_block_copies_ += static_cast<int>(src.size());
+        return status::success();
+    }
+    int n_block_copies() const { return n_block_copies_; }
     size_t n_host_copies() const { return host_.size(); }
     int n_swaps_out() const { return n_swaps_out_; }
     int n_swaps_in() const { return n_swaps_in_; }
@@ -176,6 +186,7 @@ private:
     std::vector<int32_t> cache_;                              // [n_blocks, block_size] token stored at each KV row
     std::unordered_map<int64_t, std::vector<int32_t>> host_;  // swapped-out rows per sequence
     int n_swaps_out_ = 0, n_swaps_in_ = 0;
+    int n_block_copies_ = 0;
     mutable std::mutex mutex_;
     std::vector<forward_batch> batches_;
     bool keep_ = true;
