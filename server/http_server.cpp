@@ -675,6 +675,7 @@ public:
             });
         });
         for (size_t i = 0; i < p.requests.size(); ++i) {
+            if (const size_t lead = p.layout.fork_leader(i); lead != i) p.requests[i].fork_of = ids->all()[lead];
             auto submitted = model_.eng->submit(std::move(p.requests[i]), rs->make_sink(static_cast<int32_t>(i)));
             if (!submitted) {
                 for (const request_id id : ids->all()) model_.eng->cancel(id);
