@@ -26,10 +26,12 @@ void cpu_llama::fuse_projections() {
 
 namespace {
 
-// Shard bounds of n rows over n_shards threads, at multiples of q8_panel_rows (a shard starts a panel).
-std::vector<int64_t> shard_bounds(int64_t n, int n_shards) {
+// Shard bounds of a weight's rows over n_shards threads, at multiples of its placement_rows (for the builtin kernels
+// q8_panel_rows: a shard starts a panel; a plugin's weight: the plugin's multiple).
+std::vector<int64_t> shard_bounds(const linear& m, int n_shards) {
+    const int64_t n = m.n_out(), rows = std::max<int64_t>(1, m.placement_rows());
     std::vector<int64_t> b(n_shards + 1);
-    for (int s = 0; s < n_shards; ++s) b[s] = n * s / n_shards / cpu::q8_panel_rows * cpu::q8_panel_rows;
+    for (int s = 0; s < n_shards; ++s) b[s] = n * s / n_shards / rows * rows;
     b[n_shards] = n;
     return b;
 }
@@ -68,7 +70,8 @@ status cpu_llama::place_weights() {
     const int n_shards = pool_->n_threads();
     std::vector<size_t> region_bytes(n_shards, 0);
     for (const linear* m : order) {
-        const std::vector<int64_t> b = shard_bounds(m->n_out(), n_shards);
+        if (m->placement_rows() == 0) continue;  // a plugin that keeps its own memory
+        const std::vector<int64_t> b = shard_bounds(*m, n_shards);
         for (int s = 0; s < n_shards; ++s) region_bytes[s] += m->placed_bytes(b[s], b[s + 1]);
     }
     constexpr size_t k_region_align = size_t{2} << 20;  // a huge page
@@ -79,7 +82,7 @@ status cpu_llama::place_weights() {
         total += (region_bytes[s] + k_region_align - 1) / k_region_align * k_region_align;
     }
     if (std::all_of(region_bytes.begin(), region_bytes.end(), [](size_t b) { return b == 0; })) {
-        return {};  // every weight belongs to a plugin
+        return {};  // every weight belongs to plugins that keep their own memory
     }
     if (!arena_.allocate(total)) {
         return make_error(w_.file->path() + ": cannot allocate " + std::to_string(total >> 20) +
@@ -88,13 +91,20 @@ status cpu_llama::place_weights() {
     }
     std::vector<uint8_t*> cursor(n_shards);
     for (int s = 0; s < n_shards; ++s) cursor[s] = arena_.data() + region_at[s];
-    int n_packed = 0, n_placed = 0;
+    int n_packed = 0, n_placed = 0, n_by_plugins = 0;
     for (linear* m : order) {
-        if (m->by_plugin()) continue;
-        const std::vector<int64_t> b = shard_bounds(m->n_out(), n_shards);
-        m->place(b, cursor, pool_.get());
-        for (int s = 0; s < n_shards; ++s) cursor[s] += m->placed_bytes(b[s], b[s + 1]);
+        if (m->placement_rows() == 0) continue;
+        const std::vector<int64_t> b = shard_bounds(*m, n_shards);
+        std::vector<size_t> n_bytes(n_shards);  // before place: a plugin's weight counts no bytes once placed
+        for (int s = 0; s < n_shards; ++s) n_bytes[s] = m->placed_bytes(b[s], b[s + 1]);
+        if (status st = m->place(b, cursor, pool_.get()); !st.ok()) {
+            return make_error(w_.file->path() + ": placing a weight of " + std::to_string(m->n_out()) + " rows in " +
+                              std::to_string(n_shards) +
+                              " per-thread regions (kernels.weights: copy): " + st.message());
+        }
+        for (int s = 0; s < n_shards; ++s) cursor[s] += n_bytes[s];
         n_packed += m->packed() ? 1 : 0;
+        n_by_plugins += m->by_plugin() ? 1 : 0;
         ++n_placed;
     }
     const llama_hparams& hp = w_.hp;
@@ -112,9 +122,9 @@ status cpu_llama::place_weights() {
     }
     TROUPE_LOG_INFO("model",
                     "weights: %.1f MiB copied into anonymous memory%s, one region per thread (%d), %d of %d matrices "
-                    "repacked into panels (kernels.weights: copy)",
+                    "repacked into panels, %d prepared by plugins (kernels.weights: copy)",
                     static_cast<double>(total) / (1 << 20), arena_.huge_pages() ? " advised for huge pages" : "",
-                    n_shards, n_packed, n_placed);
+                    n_shards, n_packed, n_placed, n_by_plugins);
     return {};
 }
 

@@ -153,17 +153,21 @@ linear linear::rows(int64_t r0, int64_t r1) const {
     return l;
 }
 
+int64_t linear::placement_rows() const {
+    return prepared_ ? prepared_->placement_rows() : cpu::q8_panel_rows;
+}
+
 size_t linear::placed_bytes(int64_t r0, int64_t r1) const {
-    if (prepared_) return 0;
+    if (prepared_) return prepared_->placement_rows() > 0 ? (prepared_->placed_bytes(r0, r1) + 63) / 64 * 64 : 0;
     if (packs_panels()) return panel_bytes(w_, r1 - r0);
     return (w_.row_stride * static_cast<size_t>(r1 - r0) + 63) / 64 * 64;
 }
 
-void linear::place(std::span<const int64_t> bounds, std::span<uint8_t* const> dsts, cpu::thread_pool* pool) {
-    TROUPE_ASSERT(!prepared_, "linear::place: the weight belongs to a plugin");
+status linear::place(std::span<const int64_t> bounds, std::span<uint8_t* const> dsts, cpu::thread_pool* pool) {
     TROUPE_ASSERT(bounds.size() == dsts.size() + 1 && bounds.front() == 0 && bounds.back() == w_.n_out,
                   "linear::place: shard bounds must run from 0 to n_out");
-    const std::vector<weight_piece> from = storage();  // the file's rows
+    if (prepared_) return prepared_->place(bounds, dsts);  // the plugin moves its prepared rows
+    const std::vector<weight_piece> from = storage();      // the file's rows
     const bool panels = packs_panels();
     std::vector<weight_piece> placed;
     for (size_t s = 0; s + 1 < bounds.size(); ++s) {
@@ -193,6 +197,7 @@ void linear::place(std::span<const int64_t> bounds, std::span<uint8_t* const> ds
         release_mapped_pages(from[i].data, w_.row_stride * (end - from[i].row_begin));
     }
     set_pieces(std::move(placed));
+    return {};
 }
 
 status linear::forward(const float* x, float* y, int64_t n_tokens, const compute_context& ctx) const {

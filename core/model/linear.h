@@ -39,16 +39,18 @@ public:
     int64_t n_out() const { return w_.n_out; }
     size_t n_bytes() const;  // weight bytes read per product
 
-    // kernels.weights: copy. Bytes rows [r0, r1) take when placed in memory of the model's own: their rows (a
-    // multiple of 64 bytes), or the panels the kernels prefer for the type and recipe (kernels/cpu/q8_panels.h); 0
-    // for a weight a plugin took (the plugin owns its memory). With panels r0 must start a panel.
+    // kernels.weights: copy. Shards start at multiples of this many rows: a panel's for the builtin kernels, what
+    // the plugin says for a weight a plugin took (0: the plugin keeps its own memory, placed_bytes is 0).
+    int64_t placement_rows() const;
+    // Bytes rows [r0, r1) take when placed in memory of the model's own (a multiple of 64): their rows, or the panels
+    // the kernels prefer for the type and recipe (kernels/cpu/q8_panels.h), or a plugin's prepared rows.
     size_t placed_bytes(int64_t r0, int64_t r1) const;
     // Places the weight in shards: rows [bounds[i], bounds[i + 1]) are copied (or packed into panels) to dsts[i]
     // (placed_bytes of them, 64-byte aligned) and read there from now on, as pieces; the file pages they came from
     // are released (so the rows must lie in a read-only file mapping, as gguf_file's tensors do: released
-    // anonymous memory would read back as zeros). bounds run from 0 to n_out and start panels. pool (may be null)
-    // splits the packing.
-    void place(std::span<const int64_t> bounds, std::span<uint8_t* const> dsts, cpu::thread_pool* pool);
+    // anonymous memory would read back as zeros). A plugin's weight: the plugin moves its prepared rows there (and
+    // may refuse). bounds run from 0 to n_out at multiples of placement_rows(). pool (may be null) splits the packing.
+    status place(std::span<const int64_t> bounds, std::span<uint8_t* const> dsts, cpu::thread_pool* pool);
     bool packed() const;  // the kernels read panels
     bool by_plugin() const { return prepared_ != nullptr; }
     ggml_type stored_type() const { return w_.type; }

@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <span>
 #include <string>
 
 #include "core/result.h"
@@ -118,6 +119,17 @@ class prepared_weight {
 public:
     virtual ~prepared_weight() = default;
     virtual size_t n_bytes() const = 0;  // bytes read per full product (for bandwidth figures)
+
+    // kernels.weights: copy, for ops that let the host place their weights (a quant plugin's troupe_quant_ops
+    // version 2): shards must start at multiples of placement_rows() rows (0: the op keeps its own memory), rows
+    // [r0, r1) take placed_bytes(r0, r1) there, and place() moves rows [bounds[i], bounds[i + 1]) to dsts[i] (64-byte
+    // aligned), read there from then on, with products unchanged bit for bit; the memory must outlive every
+    // product. Const: where the bytes live is not what the weight is.
+    virtual int64_t placement_rows() const { return 0; }
+    virtual size_t placed_bytes(int64_t r0, int64_t r1) const { return 0; }
+    virtual status place(std::span<const int64_t> bounds, std::span<uint8_t* const> dsts) const {
+        return make_error("this prepared weight cannot be placed by the host (placement_rows() is 0)");
+    }
 };
 
 class quant_op {

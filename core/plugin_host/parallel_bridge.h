@@ -1,6 +1,7 @@
 // The per-call troupe_parallel an op receives: on the CPU, a troupe::parallel_for_fn (core/model/ops.h) as a C
 // parallel_for and, when the caller's thread pool is known, its parallel_ranges (one contiguous share per thread:
-// what decode's memory-streaming loops want), backend CPU and no stream. An empty function becomes a null
+// what decode's memory-streaming loops want), parallel_shares (the shares given: a placed weight's shards) and its
+// thread count, backend CPU and no stream. An empty function becomes a null
 // parallel_for, which the plugin runs inline; an exception thrown by the pool is caught here and returned as
 // TROUPE_ERR_INTERNAL, so nothing unwinds through plugin frames. On CUDA, no parallel_for, backend CUDA and the
 // calling lane's cudaStream_t.

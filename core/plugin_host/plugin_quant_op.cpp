@@ -1,5 +1,7 @@
 #include "core/plugin_host/plugin_quant_op.h"
 
+#include <algorithm>
+
 #include "core/plugin_host/parallel_bridge.h"
 
 namespace troupe {
@@ -16,6 +18,36 @@ public:
     size_t n_bytes() const override {
         const troupe_quant_ops& ops = *instance_->descriptor().quant;
         return ops.prepared_bytes != nullptr ? ops.prepared_bytes(instance_->handle(), handle_) : 0;
+    }
+    // troupe_quant_ops version 2: the plugin lets the host place the weight's rows (one region per thread).
+    int64_t placement_rows() const override {
+        const troupe_quant_ops& ops = *instance_->descriptor().quant;
+        if (!TROUPE_HAS_FIELD(&ops, troupe_quant_ops, place) || ops.placement_rows == nullptr ||
+            ops.placed_bytes == nullptr || ops.place == nullptr) {
+            return 0;
+        }
+        return std::max<int64_t>(0, ops.placement_rows(instance_->handle(), handle_));
+    }
+    size_t placed_bytes(int64_t r0, int64_t r1) const override {
+        if (placement_rows() == 0) return 0;
+        return instance_->descriptor().quant->placed_bytes(instance_->handle(), handle_, r0, r1);
+    }
+    status place(std::span<const int64_t> bounds, std::span<uint8_t* const> dsts) const override {
+        const int64_t rows = placement_rows();
+        if (rows == 0) return make_error("plugin " + instance_->label() + ": this weight cannot be placed by the host");
+        if (bounds.size() != dsts.size() + 1) {
+            return make_error("plugin " + instance_->label() + ": place got " + std::to_string(bounds.size()) +
+                              " shard bounds for " + std::to_string(dsts.size()) + " shards");
+        }
+        troupe_placement p{};
+        p.struct_size = sizeof(troupe_placement);
+        p.version = TROUPE_PLACEMENT_VERSION;
+        p.n_shards = static_cast<int32_t>(dsts.size());
+        p.bounds = bounds.data();
+        p.dsts = dsts.data();
+        const int32_t rc = instance_->descriptor().quant->place(instance_->handle(), handle_, &p);
+        if (rc != TROUPE_OK) return instance_->op_error("place", rc);
+        return status::success();
     }
     const plugin_instance* owner() const { return instance_.get(); }
     const troupe_prepared_weight* handle() const { return handle_; }

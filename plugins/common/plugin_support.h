@@ -21,9 +21,9 @@
 #include <map>
 #include <new>
 #include <string>
-#include <utility>
 #include <string_view>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 namespace troupe::plugin_support {
@@ -165,10 +165,12 @@ public:
 
 // Runs f(begin, end) over [0, n) through `parallel`: with grain > 0 and a host that gives parallel_ranges
 // (troupe_parallel version 3), one contiguous share per thread walked in pieces of `grain` items (for loops that stream
-// memory: each thread reads one region front to back); else through parallel_for; inline when it gives neither. f runs
-// concurrently on the host's threads; an exception in it is caught there and reported as a status.
+// memory: each thread reads one region front to back); else through parallel_for; inline when it gives neither. With
+// `bounds` ([n_shares + 1], from 0 to n) and a host that gives parallel_shares (version 4), thread s takes share s of
+// the caller's. f runs concurrently on the host's threads; an exception in it is caught there and reported as a status.
 template <class F>
-int32_t run_split(const troupe_parallel* parallel, int64_t n, int64_t grain, F&& f) {
+int32_t run_split(const troupe_parallel* parallel, int64_t n, int64_t grain, F&& f, const int64_t* bounds = nullptr,
+                  int32_t n_shares = 0) {
     if (n <= 0) return TROUPE_OK;
     using fn_type = std::remove_reference_t<F>;
     struct job {
@@ -184,8 +186,12 @@ int32_t run_split(const troupe_parallel* parallel, int64_t n, int64_t grain, F&&
         }
     };
     int32_t rc = TROUPE_OK;
-    if (grain > 0 && parallel != nullptr && TROUPE_HAS_FIELD(parallel, troupe_parallel, parallel_ranges) &&
-        parallel->parallel_ranges != nullptr) {
+    if (bounds != nullptr && grain > 0 && parallel != nullptr &&
+        TROUPE_HAS_FIELD(parallel, troupe_parallel, n_threads) && parallel->parallel_shares != nullptr &&
+        n_shares <= parallel->n_threads) {
+        rc = parallel->parallel_shares(parallel->host_ctx, bounds, n_shares, grain, trampoline, &work);
+    } else if (grain > 0 && parallel != nullptr && TROUPE_HAS_FIELD(parallel, troupe_parallel, parallel_ranges) &&
+               parallel->parallel_ranges != nullptr) {
         rc = parallel->parallel_ranges(parallel->host_ctx, n, grain, trampoline, &work);
     } else if (parallel == nullptr || !TROUPE_HAS_FIELD(parallel, troupe_parallel, parallel_for) ||
                parallel->parallel_for == nullptr) {
@@ -210,6 +216,16 @@ int32_t run_streaming(const troupe_parallel* parallel, int64_t n, size_t bytes_p
     const int64_t grain =
         std::max<int64_t>(1, static_cast<int64_t>((size_t{64} << 10) / std::max<size_t>(1, bytes_per_item)));
     return run_split(parallel, n, grain, std::forward<F>(f));
+}
+
+// The same over [0, bounds[n_shares]) with the shares given: share s (items [bounds[s], bounds[s + 1])) on thread s
+// where the host gives parallel_shares (a weight placed in one region per thread), else as run_streaming.
+template <class F>
+int32_t run_shares(const troupe_parallel* parallel, const int64_t* bounds, int32_t n_shares, size_t bytes_per_item,
+                   F&& f) {
+    const int64_t grain =
+        std::max<int64_t>(1, static_cast<int64_t>((size_t{64} << 10) / std::max<size_t>(1, bytes_per_item)));
+    return run_split(parallel, bounds[n_shares], grain, std::forward<F>(f), bounds, n_shares);
 }
 
 // Runs body() (returning an int32_t status); an exception becomes a status and a message in `error`.

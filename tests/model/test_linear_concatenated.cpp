@@ -216,7 +216,7 @@ void place_in_shards(linear& w, int n_shards, shard_buffers& mem, cpu::thread_po
             static_cast<uint8_t*>(mem.buffers.back()->reserve(w.placed_bytes(bounds[s], bounds[s + 1]) + 4096));
         dsts.push_back(base + 4096);  // a gap: the shards are not back to back
     }
-    w.place(bounds, dsts, &pool);
+    ASSERT_TRUE(w.place(bounds, dsts, &pool).ok());
 }
 
 // Equal, or within float rounding where placing packed panels (the row kernels and the panel kernels sum the same

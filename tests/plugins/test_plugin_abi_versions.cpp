@@ -263,5 +263,39 @@ TEST(parallel_bridge, parallel_ranges_covers_every_item_once_in_grains_on_the_po
               TROUPE_ERR_INVALID_ARGUMENT);
 }
 
+// parallel_shares (version 4) takes the caller's shares: every item once, no piece crossing a share's bound (a placed
+// weight's shard lives in its own region), and says how many threads run them; bounds it cannot take are refused.
+TEST(parallel_bridge, parallel_shares_keeps_every_piece_inside_the_callers_shares) {
+    cpu::thread_pool pool(2);
+    const compute_context ctx = compute_context::over(pool);
+    const parallel_bridge bridge(ctx.parallel_for, ctx.pool);
+    ASSERT_NE(bridge.c()->parallel_shares, nullptr);
+    EXPECT_EQ(bridge.c()->n_threads, 2);
+    const int64_t bounds[] = {0, 37, 1000};
+    struct seen {
+        std::vector<std::atomic<int>> hits;
+        std::atomic<int64_t> bad_pieces{0};
+    } s{std::vector<std::atomic<int>>(1000), {}};
+    auto fn = [](void* ctx, int64_t begin, int64_t end) {
+        auto* t = static_cast<seen*>(ctx);
+        if (end <= begin || end - begin > 8 || (begin < 37 && end > 37)) t->bad_pieces.fetch_add(1);
+        for (int64_t i = begin; i < end; ++i) t->hits[static_cast<size_t>(i)].fetch_add(1);
+    };
+    ASSERT_EQ(bridge.c()->parallel_shares(bridge.c()->host_ctx, bounds, 2, 8, fn, &s), TROUPE_OK);
+    EXPECT_EQ(s.bad_pieces.load(), 0);
+    for (int64_t i = 0; i < 1000; ++i) ASSERT_EQ(s.hits[static_cast<size_t>(i)].load(), 1) << "item " << i;
+    const int64_t three[] = {0, 1, 2, 3};
+    const int64_t descending[] = {0, 5, 3};
+    const auto nothing = [](void*, int64_t, int64_t) {};
+    EXPECT_EQ(bridge.c()->parallel_shares(bridge.c()->host_ctx, three, 3, 1, nothing, nullptr),
+              TROUPE_ERR_INVALID_ARGUMENT);  // more shares than threads
+    EXPECT_EQ(bridge.c()->parallel_shares(bridge.c()->host_ctx, descending, 2, 1, nothing, nullptr),
+              TROUPE_ERR_INVALID_ARGUMENT);
+
+    const parallel_bridge without_pool(ctx.parallel_for);
+    EXPECT_EQ(without_pool.c()->parallel_shares, nullptr);
+    EXPECT_EQ(without_pool.c()->n_threads, 0);
+}
+
 }  // namespace
 }  // namespace troupe::testing

@@ -62,6 +62,8 @@ extern "C" {
  *      quantization methods (quantize.h); ops carry the backend and the lane's stream (troupe_parallel);
  *      speculative decoding with sequence lifecycles, batched tree proposals with draft probabilities (spec.h),
  *      tree attention (troupe_attention_call version 3) and a second model run by the host (tensors.h).
+ *   Within 2, structs grow by versions: troupe_parallel 3 (parallel_ranges), 4 (parallel_shares, n_threads);
+ *      troupe_quant_ops 2 (weights placed by the host in one region per thread: placement_rows, placed_bytes, place).
  * A version-1 plugin keeps loading: the host reads only the fields its structs have (TROUPE_HAS_FIELD). */
 #define TROUPE_PLUGIN_ABI_VERSION 2u
 
@@ -123,21 +125,30 @@ typedef int32_t (*troupe_parallel_for_fn)(void* host_ctx, int64_t n, troupe_rang
 typedef int32_t (*troupe_parallel_ranges_fn)(void* host_ctx, int64_t n, int64_t grain, troupe_range_fn fn,
                                              void* fn_ctx);
 
+/* The same with the shares given: share s is [bounds[s], bounds[s + 1]) and thread s of the pool takes it at every
+ * call (bounds ascend from bounds[0] = 0; n_shares <= the pool's n_threads). What a weight the host placed in one
+ * region per thread (troupe_quant_ops.place) streams with: shard s read by thread s, every matrix of a step. */
+typedef int32_t (*troupe_parallel_shares_fn)(void* host_ctx, const int64_t* bounds, int32_t n_shares, int64_t grain,
+                                             troupe_range_fn fn, void* fn_ctx);
+
 /* Per-call execution context handed to ops: the backend the call runs on and the caller's lane (the executor's
  * worker pool on the CPU, its CUDA stream on a GPU). On TROUPE_BACKEND_CUDA every activation, output and cache
  * pointer of the call is device memory and the op enqueues its work on `stream` (it may return before the work is
  * done); on the CPU they are host memory and the op is done when it returns. */
 typedef struct troupe_parallel {
     uint32_t struct_size;
-    uint32_t version; /* 3 */
+    uint32_t version; /* 4 */
     void* host_ctx;
     troupe_parallel_for_fn parallel_for;       /* null: the plugin runs fn(fn_ctx, 0, n) itself (always null on CUDA) */
     int32_t backend;                           /* version 2: troupe_backend (TROUPE_BACKEND_CPU when absent) */
     void* stream;                              /* version 2: the lane's cudaStream_t on CUDA, else null */
     troupe_parallel_ranges_fn parallel_ranges; /* version 3: null (or absent): use parallel_for */
+    troupe_parallel_shares_fn parallel_shares; /* version 4: null (or absent): no shares of the caller's choosing */
+    int32_t n_threads;                         /* version 4: threads parallel_ranges / parallel_shares run on (0:
+                                                  unknown) */
 } troupe_parallel;
 
-#define TROUPE_PARALLEL_VERSION 3u
+#define TROUPE_PARALLEL_VERSION 4u
 
 typedef struct troupe_host_services {
     uint32_t struct_size;
@@ -293,9 +304,21 @@ typedef struct troupe_weight {
 /* A weight the plugin has taken over (possibly re-quantized); opaque to the host. */
 typedef struct troupe_prepared_weight troupe_prepared_weight;
 
+/* Where troupe_quant_ops.place puts a weight's rows: shard s (rows [bounds[s], bounds[s + 1])) at dsts[s], the
+ * placed_bytes of those rows, 64-byte aligned, owned by the host. */
+typedef struct troupe_placement {
+    uint32_t struct_size;
+    uint32_t version;      /* 1 */
+    int32_t n_shards;      /* the threads of the pool that will run the products */
+    const int64_t* bounds; /* [n_shards + 1]: ascending from 0 to n_out, multiples of placement_rows but the last */
+    uint8_t* const* dsts;  /* [n_shards] */
+} troupe_placement;
+
+#define TROUPE_PLACEMENT_VERSION 1u
+
 typedef struct troupe_quant_ops {
     uint32_t struct_size;
-    uint32_t version; /* 1 */
+    uint32_t version; /* 2 */
     /* 1 when this instance takes over weights stored as `type`, else 0. */
     int32_t (*claims)(troupe_plugin_instance* instance, uint32_t type);
     int32_t (*prepare)(troupe_plugin_instance* instance, const troupe_weight* weight, troupe_prepared_weight** out);
@@ -305,9 +328,25 @@ typedef struct troupe_quant_ops {
     int32_t (*matmul)(troupe_plugin_instance* instance, const troupe_prepared_weight* weight, const float* x, float* y,
                       int64_t n_tokens, const troupe_parallel* parallel);
     void (*release)(troupe_plugin_instance* instance, troupe_prepared_weight* weight);
+    /* Version 2: placement by the host (CPU). Decode streams every weight once per step, each thread its share of
+     * every matrix; it reads fastest when thread s's shares of all the matrices lie back to back in one region, in
+     * the order a step multiplies them (kernels.weights: copy). A plugin whose prepared rows can move there fills
+     * these three; null (or a version-1 table): the plugin keeps its own memory.
+     *   placement_rows: shard bounds must be multiples of this many rows (0: this weight cannot be placed);
+     *   placed_bytes:   bytes rows [r0, r1) take placed (r0 a multiple of placement_rows);
+     *   place:          copies the prepared rows into the host's shards (troupe_placement), frees the plugin's own
+     *                   copy and reads them there from then on, shard s on thread s (troupe_parallel's
+     *                   parallel_shares) where the call's pool has n_shards threads; products are bit for bit
+     *                   those before. On failure the weight is unchanged. The host frees the shards after the
+     *                   last product with the weight, possibly before release (which must not read them). */
+    int64_t (*placement_rows)(troupe_plugin_instance* instance, const troupe_prepared_weight* weight);
+    size_t (*placed_bytes)(troupe_plugin_instance* instance, const troupe_prepared_weight* weight, int64_t r0,
+                           int64_t r1);
+    int32_t (*place)(troupe_plugin_instance* instance, troupe_prepared_weight* weight,
+                     const troupe_placement* placement);
 } troupe_quant_ops;
 
-#define TROUPE_QUANT_OPS_VERSION 1u
+#define TROUPE_QUANT_OPS_VERSION 2u
 
 /* ---- spec (speculative decoding): troupe_spec_ops in spec.h ------------------------------------ */
 

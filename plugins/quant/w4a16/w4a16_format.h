@@ -99,14 +99,17 @@ constexpr size_t layout_row_bytes(int64_t n_in, int g) {
 }
 
 // A weight matrix in the kernels' layout: n_out rows, row_stride (= layout_row_bytes) bytes apart, 64-byte aligned.
+// A shard of a weight the host placed (rows [first_row, ...) of n_out, in a region of their own) keeps the whole
+// weight's n_out (y's row stride) and holds row first_row at data; the kernels are called only on its rows.
 struct matrix {
     const uint8_t* data;
     int64_t n_in;  // a multiple of g
     int64_t n_out;
     size_t row_stride;
     int g;
+    int64_t first_row = 0;  // the row at data
 
-    const uint8_t* row(int64_t r) const { return data + static_cast<size_t>(r) * row_stride; }
+    const uint8_t* row(int64_t r) const { return data + static_cast<size_t>(r - first_row) * row_stride; }
     const uint8_t* spans(int64_t r) const { return row(r); }
     // [n_in / g][2]: d, m of each group
     const float* scales(int64_t r) const { return reinterpret_cast<const float*>(row(r) + scales_offset(n_in)); }

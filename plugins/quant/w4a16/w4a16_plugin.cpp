@@ -72,9 +72,13 @@ struct troupe_plugin_instance {
 };
 
 struct troupe_prepared_weight {
-    w4::matrix m{};          // rows in `memory`
-    void* memory = nullptr;  // [n_out, row_stride] bytes, mmap'd
+    w4::matrix m{};          // the weight's shape; its rows are in `memory` until the host places them
+    void* memory = nullptr;  // [n_out, row_stride] bytes, mmap'd; null once placed
     size_t memory_bytes = 0;
+    // Placed by the host (w4_place): shard s, rows [bounds[s], bounds[s + 1]), in the host's region s. Empty: not
+    // placed (one piece, m).
+    std::vector<int64_t> bounds;     // [n_shards + 1]
+    std::vector<w4::matrix> shards;  // [n_shards], shards[s].first_row = bounds[s]
     ~troupe_prepared_weight() {
         if (memory != nullptr) ::munmap(memory, memory_bytes);
     }
@@ -95,6 +99,42 @@ struct aligned_bytes {
 int32_t fail(troupe_plugin_instance* inst, int32_t code, std::string message) {
     inst->error = std::move(message);
     return code;
+}
+
+// Rows of a decode work item, and the row multiple of a placed weight's shards (so no item straddles two shards).
+constexpr int64_t k_decode_item_rows = 16;
+
+// Calls kernel(piece, a, b) over rows [r0, r1) of w: the matrix holding them and the sub-range in it, split where a
+// placed weight's shards end.
+template <class Kernel>
+void for_each_piece(const troupe_prepared_weight& w, int64_t r0, int64_t r1, const Kernel& kernel) {
+    if (w.shards.empty()) return kernel(w.m, r0, r1);
+    // The shard holding r0: the last whose first row is <= r0.
+    auto s = static_cast<size_t>(std::upper_bound(w.bounds.begin(), w.bounds.end() - 1, r0) - w.bounds.begin() - 1);
+    for (; r0 < r1; ++s) {
+        const int64_t end = std::min(r1, w.bounds[s + 1]);
+        if (end > r0) kernel(w.shards[s], r0, end);
+        r0 = std::max(r0, end);
+    }
+}
+
+// Runs fn(item_begin, item_end) over the decode items of w (k_decode_item_rows rows each): shard s on thread s where
+// the host placed w and the call's pool has a thread per shard (parallel_shares), else one share per thread of the
+// pool (parallel_ranges), else the host's parallel_for (plugin_support.h).
+template <class F>
+int32_t stream_items(const troupe_parallel* par, const troupe_prepared_weight& w, F&& fn) {
+    const int64_t n_items = (w.m.n_out + k_decode_item_rows - 1) / k_decode_item_rows;
+    const size_t item_bytes = static_cast<size_t>(k_decode_item_rows) * w.m.row_stride;
+    const auto n_shards = static_cast<int32_t>(w.shards.size());
+    if (n_shards > 1 && par != nullptr && TROUPE_HAS_FIELD(par, troupe_parallel, n_threads) &&
+        par->n_threads == n_shards) {
+        std::vector<int64_t> item_bounds(w.bounds.size());  // the shards' rows in items (multiples but the last)
+        for (size_t s = 0; s < w.bounds.size(); ++s) {
+            item_bounds[s] = (w.bounds[s] + k_decode_item_rows - 1) / k_decode_item_rows;
+        }
+        return run_shares(par, item_bounds.data(), n_shards, item_bytes, std::forward<F>(fn));
+    }
+    return run_streaming(par, n_items, item_bytes, std::forward<F>(fn));
 }
 
 #ifdef TROUPE_PLUGIN_CUDA
@@ -213,9 +253,12 @@ int32_t w4_matmul(troupe_plugin_instance* inst, const troupe_prepared_weight* w,
             auto* u = reinterpret_cast<float*>(buffer.data + x_bytes);  // [n_tokens, u_stride]
             inst->bf16_kernels->make_activations(x, n_tokens, m.n_in, m.g, xb, u);
             const w4::bf16_activations a{xb, u, n_tokens, m.n_in, u_stride};
-            constexpr int64_t rows = 16;  // rows per work item; each thread streams one share of the rows
-            rc = run_streaming(par, (m.n_out + rows - 1) / rows, rows * m.row_stride, [&](int64_t b, int64_t e) {
-                inst->bf16_kernels->decode(m, a, y, b * rows, std::min(e * rows, m.n_out));
+            constexpr int64_t rows = k_decode_item_rows;
+            rc = stream_items(par, *w, [&](int64_t b, int64_t e) {
+                for_each_piece(*w, b * rows, std::min(e * rows, m.n_out),
+                               [&](const w4::matrix& piece, int64_t r0, int64_t r1) {
+                                   inst->bf16_kernels->decode(piece, a, y, r0, r1);
+                               });
             });
         } else if (n_tokens <= w4::k_decode_max_tokens) {
             // Activations 64-byte aligned (std::vector's are not), so no load of them splits a cache line.
@@ -234,9 +277,11 @@ int32_t w4_matmul(troupe_plugin_instance* inst, const troupe_prepared_weight* w,
                 std::memcpy(aligned, x, static_cast<size_t>(n_tokens * m.n_in) * sizeof(float));
                 xa = aligned;
             }
-            constexpr int64_t rows = 16;  // rows per work item; each thread streams one share of the rows
-            rc = run_streaming(par, (m.n_out + rows - 1) / rows, rows * m.row_stride, [&](int64_t b, int64_t e) {
-                k.decode(m, xa, n_tokens, y, b * rows, std::min(e * rows, m.n_out));
+            constexpr int64_t rows = k_decode_item_rows;
+            rc = stream_items(par, *w, [&](int64_t b, int64_t e) {
+                for_each_piece(
+                    *w, b * rows, std::min(e * rows, m.n_out),
+                    [&](const w4::matrix& piece, int64_t r0, int64_t r1) { k.decode(piece, xa, n_tokens, y, r0, r1); });
             });
         } else {
             const int64_t n_pad =
@@ -250,11 +295,71 @@ int32_t w4_matmul(troupe_plugin_instance* inst, const troupe_prepared_weight* w,
             const int64_t rows = k.prefill_rows;
             if (rc == TROUPE_OK) {
                 rc = run_parallel(par, (m.n_out + rows - 1) / rows, [&](int64_t b, int64_t e) {
-                    k.prefill(m, xt.get(), n_pad, n_tokens, y, b * rows, std::min(e * rows, m.n_out));
+                    for_each_piece(*w, b * rows, std::min(e * rows, m.n_out),
+                                   [&](const w4::matrix& piece, int64_t r0, int64_t r1) {
+                                       k.prefill(piece, xt.get(), n_pad, n_tokens, y, r0, r1);
+                                   });
                 });
             }
         }
         if (rc != TROUPE_OK) return fail(inst, rc, "the host's parallel_for failed");
+        return TROUPE_OK;
+    });
+}
+
+int64_t w4_placement_rows(troupe_plugin_instance* inst, const troupe_prepared_weight* w) {
+    if (inst->backend != TROUPE_BACKEND_CPU || w == nullptr || !w->shards.empty()) return 0;  // placed once
+    return k_decode_item_rows;
+}
+
+size_t w4_placed_bytes(troupe_plugin_instance* inst, const troupe_prepared_weight* w, int64_t r0, int64_t r1) {
+    if (w4_placement_rows(inst, w) == 0 || r0 < 0 || r1 < r0 || r1 > w->m.n_out) return 0;
+    return static_cast<size_t>(r1 - r0) * w->m.row_stride;
+}
+
+// Moves the rows into the host's shards (each thread's region), then frees the plugin's copy. The rows keep their
+// bytes and the kernels their order of operations, so products are unchanged bit for bit.
+int32_t w4_place(troupe_plugin_instance* inst, troupe_prepared_weight* w, const troupe_placement* p) {
+    inst->error.clear();
+    return guarded(inst->error, [&]() -> int32_t {
+        if (w4_placement_rows(inst, w) == 0) {
+            return fail(inst, TROUPE_ERR_UNSUPPORTED,
+                        "place: only a CPU instance's weight not placed before can be placed");
+        }
+        if (p == nullptr || p->struct_size < sizeof(troupe_placement) || p->n_shards < 1 || p->bounds == nullptr ||
+            p->dsts == nullptr) {
+            return fail(inst, TROUPE_ERR_INVALID_ARGUMENT, "place: no placement, or one without shards");
+        }
+        const std::string what = "place: shard bounds of a weight of " + std::to_string(w->m.n_out) + " rows";
+        if (p->bounds[0] != 0 || p->bounds[p->n_shards] != w->m.n_out) {
+            return fail(inst, TROUPE_ERR_INVALID_ARGUMENT, what + " must run from 0 to " + std::to_string(w->m.n_out));
+        }
+        for (int32_t s = 0; s < p->n_shards; ++s) {
+            const int64_t b = p->bounds[s];
+            if (b > p->bounds[s + 1] || b % k_decode_item_rows != 0 || p->dsts[s] == nullptr ||
+                reinterpret_cast<uintptr_t>(p->dsts[s]) % 64 != 0) {
+                return fail(inst, TROUPE_ERR_INVALID_ARGUMENT,
+                            what + ": shard " + std::to_string(s) + " starts at row " + std::to_string(b) +
+                                " (must ascend, at multiples of " + std::to_string(k_decode_item_rows) +
+                                ") or has no 64-byte aligned destination");
+            }
+        }
+        std::vector<int64_t> bounds(p->bounds, p->bounds + p->n_shards + 1);
+        std::vector<w4::matrix> shards(static_cast<size_t>(p->n_shards));
+        for (int32_t s = 0; s < p->n_shards; ++s) {
+            w4::matrix& shard = shards[static_cast<size_t>(s)];
+            shard = w->m;
+            shard.data = p->dsts[s];
+            shard.first_row = bounds[static_cast<size_t>(s)];
+            const size_t n_bytes =
+                static_cast<size_t>(bounds[static_cast<size_t>(s) + 1] - shard.first_row) * w->m.row_stride;
+            if (n_bytes > 0) std::memcpy(p->dsts[s], w->m.row(shard.first_row), n_bytes);
+        }
+        w->bounds = std::move(bounds);
+        w->shards = std::move(shards);
+        ::munmap(w->memory, w->memory_bytes);
+        w->memory = nullptr;
+        w->m.data = nullptr;  // every read goes through the shards now (for_each_piece)
         return TROUPE_OK;
     });
 }
@@ -333,6 +438,7 @@ const char* w4_error_message(const troupe_plugin_instance* inst) {
 
 const troupe_quant_ops w4_ops = {
     sizeof(troupe_quant_ops), TROUPE_QUANT_OPS_VERSION, w4_claims, w4_prepare, w4_prepared_bytes, w4_matmul, w4_release,
+    w4_placement_rows,        w4_placed_bytes,          w4_place,
 };
 
 const troupe_plugin_descriptor w4_descriptor = {
