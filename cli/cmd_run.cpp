@@ -73,7 +73,7 @@ result<std::string> chat_prompt(const loaded_model& model, const run_inputs& in)
 
 int generate(const engine_config& config, const run_inputs& in) {
     set_log_level(config.log_level);
-    auto model = load_model(config);
+    auto model = load_model(config, load_options{.kv_groups = true});
     if (!model) {
         std::fprintf(stderr, "troupe run: %s\n", model.message().c_str());
         return exit_failure;

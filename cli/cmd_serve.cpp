@@ -107,7 +107,7 @@ int serve(engine_config config) {
     std::fflush(stdout);
 
     // A spec plugin that cannot run is logged and left out: the server serves without speculation.
-    auto model = load_model(config, load_options{.spec_optional = true});
+    auto model = load_model(config, load_options{.spec_optional = true, .kv_groups = true});
     if (!model) {
         std::fprintf(stderr, "troupe serve: %s\n", model.message().c_str());
         srv.stop();

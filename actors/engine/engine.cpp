@@ -65,6 +65,7 @@ void engine::build(engine_parts parts, const engine_params& params, lane* tok, l
     sc.max_batched_tokens = std::max(params.max_batched_tokens, 1);
     sc.kv = parts.runner->kv();
     sc.prefix_caching = params.prefix_caching;
+    sc.kv_group_windows = parts.runner->kv_group_windows();
     sc.policy = params.policy;
     sc.plan_ahead = params.plan_ahead;
     sc.preemption = params.preemption;

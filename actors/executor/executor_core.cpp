@@ -163,6 +163,11 @@ step_done executor_core::run(const step_plan& plan) {
         step.tokens.assign(history.end() - static_cast<std::ptrdiff_t>(q.tokens.size()), history.end());
         step.pos0 = q.pos0;
         step.block_table.assign(q.block_table->begin(), q.block_table->end());
+        if (q.more_tables) {
+            step.more_tables = *q.more_tables;
+        } else {
+            step.more_tables.clear();
+        }
         // A chunk of a prompt whose logprobs are asked for: every row's logits, each predicting the next token.
         step.all_logits = q.prompt && q.pos0 + 1 < static_cast<int32_t>(q.prompt->size());
         step.n_draft = 0;

@@ -42,6 +42,8 @@ struct step_sequence {
     // Planned while the previous step runs: the last n_sampled_inputs (0 or 1) of tokens are placeholders
     // for the token that step samples for this sequence, which the executor puts in.
     int32_t n_sampled_inputs = 0;
+    // The block tables of KV groups 1.. (sequence_step::more_tables); null with one group.
+    std::shared_ptr<const std::vector<std::vector<int32_t>>> more_tables = {};
     // With sample, on the prompt's last chunk: the choices that fork from this sequence here (sequence_result::forks).
     std::vector<step_fork> forks;
 };

@@ -8,7 +8,7 @@
 namespace troupe {
 
 kv_allocator_core::kv_allocator_core(kv_allocator_params params)
-    : params_(params), pool_(params.kv, params.prefix_caching) {
+    : params_(params), pool_(params.kv, params.group_windows, params.prefix_caching) {
     TROUPE_ASSERT(params_.n_ctx > 0, "the KV allocator needs the context length");
 }
 
@@ -37,13 +37,11 @@ std::span<const int32_t> kv_allocator_core::known(int64_t seq_id) const {
 }
 
 bool kv_allocator_core::unshare(int64_t seq_id, int32_t pos, kv_step_grant& g) {
-    const std::vector<int32_t>& table = pool_.table(seq_id);
-    const int32_t i = pos / pool_.block_size();
-    if (i >= static_cast<int32_t>(table.size()) || pool_.ref_count(table[static_cast<size_t>(i)]) <= 1) return true;
+    if (!pool_.shares(seq_id, pos)) return true;
     bool ok = true;
-    if (const auto copy = pool_.copy_on_write(seq_id, pos, &ok)) {
-        g.copy_src.push_back(copy->src);
-        g.copy_dst.push_back(copy->dst);
+    for (const block_copy& copy : pool_.copy_on_write(seq_id, pos, &ok)) {
+        g.copy_src.push_back(copy.src);
+        g.copy_dst.push_back(copy.dst);
     }
     return ok;
 }
@@ -51,6 +49,9 @@ bool kv_allocator_core::unshare(int64_t seq_id, int32_t pos, kv_step_grant& g) {
 void kv_allocator_core::add(running_seq& s, int32_t n_tokens, int32_t max_draft, kv_step_grant& g) {
     pool_.commit(s.id, known(s.id), s.n_computed + n_tokens);
     g.seqs.push_back({s.id, n_tokens, max_draft, std::make_shared<const std::vector<int32_t>>(pool_.table(s.id))});
+    if (pool_.n_groups() > 1) {
+        g.seqs.back().more_tables = std::make_shared<const std::vector<std::vector<int32_t>>>(pool_.more_tables(s.id));
+    }
 }
 
 void kv_allocator_core::preempt_last(std::vector<running_seq>& running, std::deque<kv_admit>& candidates,
@@ -59,7 +60,8 @@ void kv_allocator_core::preempt_last(std::vector<running_seq>& running, std::deq
     running.pop_back();
     kv_preempted p;
     p.seq_id = s.id;
-    p.swapped = mode == preemption_mode::swap && s.n_computed > 0;
+    // Swap copies one table of every position: a model whose windowed layers released blocks recomputes instead.
+    p.swapped = mode == preemption_mode::swap && s.n_computed > 0 && !pool_.windowed();
     if (p.swapped) {
         p.blocks = pool_.table(s.id);
         p.n_computed = s.n_computed;
@@ -87,6 +89,7 @@ bool kv_allocator_core::pass(const kv_step_request& r, std::vector<running_seq>&
         int32_t max_draft = s.draft_cap > 0 ? std::max(0, std::min(s.draft_cap, budget - 1)) : 0;
         // The last step's draft room held the rows of its rejected drafts: give it back before asking again.
         pool_.shrink(s.id, s.n_computed + 1);
+        pool_.slide(s.id, s.n_computed);  // windowed layers: blocks no query from here reads go back first
         bool placed = false;
         while (true) {
             if (unshare(s.id, s.n_computed, g)) {
@@ -123,10 +126,8 @@ bool kv_allocator_core::pass(const kv_step_request& r, std::vector<running_seq>&
     for (running_seq& s : running) {
         const int32_t n_pending = pending(s);
         if (n_pending <= 1 || budget <= 0) continue;
-        int32_t chunk = std::min(n_pending, budget);
-        const int32_t have = static_cast<int32_t>(pool_.table(s.id).size()) * pool_.block_size();
-        const int32_t fits = have + pool_.n_free() * pool_.block_size() - s.n_computed;
-        chunk = std::min(chunk, fits);
+        pool_.slide(s.id, s.n_computed);
+        const int32_t chunk = pool_.fits(s.id, s.n_computed, std::min(n_pending, budget));
         if (chunk <= 0) continue;
         pool_.allocate(s.id, s.n_computed + chunk);
         add(s, chunk, 0, g);
@@ -141,7 +142,7 @@ bool kv_allocator_core::pass(const kv_step_request& r, std::vector<running_seq>&
             if (static_cast<int32_t>(running.size()) + c.n_forks >= r.max_running) break;
             const std::vector<int32_t>& toks = *c.tokens;
             const auto n_known = static_cast<int32_t>(toks.size());
-            if (pool_.blocks_for(std::min(n_known + 1, params_.n_ctx)) > pool_.n_blocks()) {
+            if (pool_.blocks_needed(std::min(n_known + 1, params_.n_ctx)) > pool_.n_blocks()) {
                 // It grew past what the whole pool holds (a preempted sequence): it can never resume.
                 g.failed.push_back({c.seq_id, n_known + 1});
                 candidates.pop_front();
@@ -152,7 +153,7 @@ bool kv_allocator_core::pass(const kv_step_request& r, std::vector<running_seq>&
             running_seq s{c.seq_id, 0, 0};
             if (c.swapped) {
                 // Back from host memory: blocks for what was computed, then the copy in before the step.
-                if (pool_.blocks_for(n_known + 1) + c.n_forks > pool_.n_free()) break;
+                if (pool_.blocks_needed(n_known + 1) + c.n_forks * pool_.n_groups() > pool_.n_free()) break;
                 pool_.allocate(c.seq_id, c.n_computed);
                 a.swapped_in = true;
                 a.swap_in_blocks = pool_.table(c.seq_id);
@@ -164,17 +165,22 @@ bool kv_allocator_core::pass(const kv_step_request& r, std::vector<running_seq>&
                 if (peek.n_pending > 0) break;  // shares a block being computed now: next step
                 // Blocks for the whole prompt (and the first sampled token) must be free, so an admitted
                 // prefill is not preempted by its own later chunks.
-                const int32_t need = pool_.blocks_for(n_known + 1) - peek.n_hits + c.n_forks;
+                // Windowed layers hold their window and a step's tokens (chunks of the budget; of one token when
+                // even that is more than the pool).
+                const int32_t step = pool_.blocks_needed(n_known + 1, budget) <= pool_.n_blocks() ? budget : 1;
+                const int32_t need =
+                    pool_.blocks_needed(n_known + 1, step, peek.n_tokens) + c.n_forks * pool_.n_groups();
                 if (need > pool_.n_free() - peek.n_idle_hits) break;
                 const prefix_match m = pool_.match_prefix(c.seq_id, toks, max_cached);
                 s.n_computed = m.n_tokens;
                 a.n_cached = m.n_tokens;
+                pool_.slide(c.seq_id, s.n_computed);
             }
             tokens_[c.seq_id].assign(toks.begin(), toks.end());
             n_unknown_.erase(c.seq_id);
             candidates.pop_front();
             running.push_back(s);
-            const int32_t chunk = std::min(n_known - s.n_computed, std::max(0, budget));
+            const int32_t chunk = pool_.fits(s.id, s.n_computed, std::min(n_known - s.n_computed, std::max(0, budget)));
             const bool ok = pool_.allocate(s.id, s.n_computed + chunk);
             TROUPE_ASSERT(ok, "admitted sequence " + std::to_string(s.id) + " but its first chunk does not fit");
             a.n_computed = s.n_computed;

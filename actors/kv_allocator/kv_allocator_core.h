@@ -29,8 +29,8 @@
 #include <unordered_map>
 #include <vector>
 
-#include "actors/kv_allocator/block_pool.h"
 #include "actors/kv_allocator/kv_allocator_msgs.h"
+#include "actors/kv_allocator/kv_group_pool.h"
 
 namespace troupe {
 
@@ -38,6 +38,9 @@ struct kv_allocator_params {
     kv_geometry kv{0, 0};
     int32_t n_ctx = 0;  // positions per sequence
     bool prefix_caching = true;
+    // model_runner::kv_group_windows(): a block table per group, a windowed group's blocks released as its sequence
+    // advances (kv_group_pool). Empty: one table of every position.
+    std::vector<int32_t> group_windows = {};
 };
 
 class kv_allocator_core {
@@ -45,7 +48,7 @@ public:
     explicit kv_allocator_core(kv_allocator_params params);
 
     kv_step_grant grant(const kv_step_request& r);
-    const block_pool& pool() const { return pool_; }
+    const kv_group_pool& pool() const { return pool_; }
     kv_pool_view view() const;
 
 private:
@@ -68,7 +71,7 @@ private:
               kv_step_grant& g);
 
     kv_allocator_params params_;
-    block_pool pool_;
+    kv_group_pool pool_;
     std::unordered_map<int64_t, std::vector<int32_t>> tokens_;  // per sequence with blocks
     std::unordered_map<int64_t, int32_t> n_unknown_;            // of which the last are places (kv_grow)
     // The leading tokens of seq whose values are known.

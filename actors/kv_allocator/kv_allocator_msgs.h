@@ -85,6 +85,8 @@ struct kv_step_seq {
     int32_t n_tokens = 0;   // pending tokens granted (from its n_computed)
     int32_t max_draft = 0;  // draft room granted after them
     std::shared_ptr<const std::vector<int32_t>> block_table;
+    // KV groups 1.. of a model with sliding-window layers (kv_allocator_params::group_windows); null with one group.
+    std::shared_ptr<const std::vector<std::vector<int32_t>>> more_tables = {};
 };
 
 // A running sequence the allocator preempted (from the back of the running list) for blocks.

@@ -27,7 +27,7 @@ draft_controller_params controller_params_of(const scheduler_params& c) {
 }  // namespace
 
 kv_allocator_params kv_allocator_params_from(const scheduler_params& c) {
-    return kv_allocator_params{geometry_of(c), c.n_ctx, c.prefix_caching};
+    return kv_allocator_params{geometry_of(c), c.n_ctx, c.prefix_caching, c.kv_group_windows};
 }
 
 void scheduler_output::clear() {
@@ -435,6 +435,7 @@ void scheduler_core::add_to_plan(sequence_state& s, const kv_step_seq& g, step_p
                       " inputs of a step are not known yet, " + std::to_string(s.n_unknown) + " tokens are coming");
     q.tokens.resize(static_cast<size_t>(n_tokens), -1);
     q.block_table = g.block_table;
+    q.more_tables = g.more_tables;
     q.params = s.params;
     q.sample = q.pos0 + n_tokens == n_known + s.n_unknown;
     q.max_draft = q.sample ? g.max_draft : 0;

@@ -82,6 +82,7 @@ struct scheduler_params {
     std::vector<int32_t> eog_ids;
     kv_geometry kv{0, 0};  // block_size 0: one block of n_ctx per sequence, max_running blocks
     bool prefix_caching = true;
+    std::vector<int32_t> kv_group_windows;  // model_runner::kv_group_windows() (empty: one table per sequence)
     batching_policy policy = batching_policy::continuous;
     preemption_mode preemption = preemption_mode::recompute;
     bool can_swap = false;  // the runner has separate device memory (swap falls back to recompute otherwise)

@@ -50,7 +50,7 @@ public:
     size_t n_running() const { return scheduler_.n_running(); }
     bool knows(request_id id) const { return scheduler_.knows(id); }
     const scheduler_counters& counters() const { return scheduler_.counters(); }
-    const block_pool& pool() const { return kv_.pool(); }
+    const kv_group_pool& pool() const { return kv_.pool(); }
     const scheduler_core& scheduler() const { return scheduler_; }
     // kv_step_request / kv_step_grant round trips so far.
     int64_t n_round_trips() const { return n_round_trips_; }

@@ -366,6 +366,7 @@ void read_config(const YAML::Node& root, const diagnostics& d, engine_config& c)
                               c.kv.memory = *m;
                           }},
                          {"prefix_caching", [&](auto& n2, auto& p2) { read_bool(n2, p2, d, c.kv.prefix_caching); }},
+                         {"window_release", [&](auto& n2, auto& p2) { read_bool(n2, p2, d, c.kv.window_release); }},
                          {"dtype",
                           [&](auto& n2, auto& p2) {
                               read_enum<kv_cache_type>(n2, p2, d, c.kv.dtype, parse_kv_cache_type, {"f32", "f16"});

@@ -311,6 +311,7 @@ std::string to_yaml(const engine_config& c) {
     out << YAML::Key << "block_size" << YAML::Value << c.kv.block_size;
     out << YAML::Key << "memory" << YAML::Value << format_memory_budget(c.kv.memory);
     out << YAML::Key << "prefix_caching" << YAML::Value << c.kv.prefix_caching;
+    out << YAML::Key << "window_release" << YAML::Value << c.kv.window_release;
     out << YAML::Key << "dtype" << YAML::Value << std::string(kv_cache_type_name(c.kv.dtype));
     emit_plugin(out, "plugin", c.kv.plugin);
     out << YAML::EndMap;

@@ -120,6 +120,9 @@ struct kv_config {
     kv_cache_type dtype = kv_cache_type::f32;      // element type of the cache
     memory_budget memory{uint64_t{1} << 30, 0.0};  // 1GiB
     bool prefix_caching = true;                    // share the blocks of identical prompt prefixes
+    // A block table per group of layers with one sliding window (Gemma 2's alternate layers, Mistral v0.1's every
+    // layer): blocks that leave a window go back to the pool as sequences advance. CPU, built-in cache, no drafter.
+    bool window_release = true;
     // kv.plugin: a KV plugin (plugins/include/troupe/kv.h: int8, kivi, fp8) that owns the cache's format and its
     // attention, in place of the attention plugin's kv.dtype cache; "none": the built-in cache.
     plugin_config plugin{"none"};

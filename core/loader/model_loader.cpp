@@ -11,6 +11,7 @@
 #include "core/log/log.h"
 #include "core/model/cpu_llama.h"
 #include "core/model/draft_layout.h"
+#include "core/model/kv_groups.h"
 #include "core/model/kv_layout.h"
 #include "core/model/quant_chain.h"
 #include "core/model/tap_fanout.h"
@@ -184,7 +185,27 @@ result<loaded_model> load_model(const engine_config& config, const load_options&
                          static_cast<uint64_t>(sysconf(_SC_PAGE_SIZE));
     // The built-in cache keeps running (with a warning) on less than one full context; a KV plugin, chosen to
     // fit more, is refused.
-    const kv_sizing_inputs sizing_in{hp.n_layers, block_size, hp.n_ctx, params.max_seqs, config.kv.memory.resolve(ram)};
+    // Sliding-window layers (kv.window_release): a block table per group of layers, the windowed groups' blocks
+    // released as sequences advance (kv_groups.h). The CPU runner with the built-in cache only: the CUDA runner and KV
+    // plugins read one table, and a drafter reads the target's first table for every position.
+    std::string no_release;
+    if (hp.any_window() && config.kv.window_release && options.kv_groups) {
+        if (config.device == device_kind::cuda) no_release = "the CUDA runner reads one block table per sequence";
+        if (config.kv.plugin.enabled()) no_release = "kv.plugin " + config.kv.plugin.name + " owns the cache";
+        if (m.spec || second_models->size() > 0) no_release = "a drafter reads the target's block tables";
+        if (!no_release.empty()) {
+            TROUPE_LOG_INFO("loader",
+                            "kv.window_release is off for %s's sliding windows: %s; every layer keeps every block",
+                            hp.architecture.c_str(), no_release.c_str());
+        }
+    }
+    params.kv_window_release = config.kv.window_release && options.kv_groups && no_release.empty();
+    const kv_groups groups = kv_groups::of(hp, params.kv_window_release);
+    kv_sizing_inputs sizing_in{hp.n_layers, block_size, hp.n_ctx, params.max_seqs, config.kv.memory.resolve(ram)};
+    if (groups.n_groups() > 1 || groups.windows[0] > 0) {
+        sizing_in.layers_per_block = groups.n_slots;
+        sizing_in.group_windows = groups.windows;
+    }
     // A second model's KV pools (a drafter's) are parallel to the target's, block for block: its bytes per token are
     // counted with the target's (spread over the target's layers), so the same budget holds both.
     const kv_layout sizing_layout = with_second_models(layout, second_models->kv_bytes_per_token(), hp.n_layers);

@@ -41,6 +41,10 @@ struct load_options {
     // A spec plugin that cannot run (refused, a bad drafter or heads file, a tree the KV budget cannot hold) is
     // logged and left out instead of failing the load: what a server wants, since speculation only changes speed.
     bool spec_optional = false;
+    // The caller drives the runner through the engine's KV allocator, which gives a block table per KV group: a model
+    // with sliding-window layers then gets kv.window_release (kv_groups.h). Callers that lay out block tables
+    // themselves (greedy_generate, bench, perplexity) give one table for every layer, as without windows.
+    bool kv_groups = false;
 };
 
 result<loaded_model> load_model(const engine_config& config, const load_options& options = {});

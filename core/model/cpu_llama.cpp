@@ -100,7 +100,9 @@ result<std::unique_ptr<cpu_llama>> cpu_llama::create(llama_weights weights, cpu_
             hp.mla ? mla_kv_layout(*hp.mla, params.kv_type) : builtin_kv_layout(hp.kv_width(), params.kv_type);
     }
     // Built-in: a K and a V pool of [n_blocks, block_size, n_kv_heads, head_dim] elements of params.kv_type per
-    // layer. KV plugin: [n_blocks][block_bytes] blocks, then the window slots, per layer.
+    // memory slot (one per layer, or per layer of the largest KV group: kv_groups.h). KV plugin:
+    // [n_blocks][block_bytes] blocks, then the window slots, per layer.
+    m->groups_ = kv_groups::of(hp, params.kv_window_release && !params.kv_cache);
     const size_t pool_bytes = static_cast<size_t>(m->kv_.n_blocks) * m->kv_.block_size *
                               static_cast<size_t>(hp.mla ? hp.mla->latent_width() : hp.kv_width()) *
                               kv_element_bytes(params.kv_type);
@@ -113,8 +115,8 @@ result<std::unique_ptr<cpu_llama>> cpu_llama::create(llama_weights weights, cpu_
     if (hp.mla) m->mla_ws_ = std::make_shared<mla_workspace>();
     if (hp.moe) m->moe_ws_ = std::make_shared<moe_workspace>();
     m->layers_.resize(hp.n_layers);
-    if (!m->kv_memory_.allocate(layer_bytes * hp.n_layers)) {
-        return make_error(path + ": cannot allocate " + std::to_string((layer_bytes * hp.n_layers) >> 20) +
+    if (!m->kv_memory_.allocate(layer_bytes * m->groups_.n_slots)) {
+        return make_error(path + ": cannot allocate " + std::to_string((layer_bytes * m->groups_.n_slots) >> 20) +
                           " MiB for the KV cache (kv.memory): " + std::strerror(errno));
     }
     for (int32_t i = 0; i < hp.n_layers; ++i) {
@@ -153,7 +155,7 @@ result<std::unique_ptr<cpu_llama>> cpu_llama::create(llama_weights weights, cpu_
             l.kv_blocks = m->kv_memory_.data() + static_cast<size_t>(i) * layer_bytes;
             l.kv_window = m->window_slots_ ? l.kv_blocks + blocks_bytes : nullptr;
         } else {
-            uint8_t* at = m->kv_memory_.data() + static_cast<size_t>(i) * layer_bytes;
+            uint8_t* at = m->kv_memory_.data() + static_cast<size_t>(m->groups_.slot_of[i]) * layer_bytes;
             l.k_pool = reinterpret_cast<float*>(at);
             l.v_pool = hp.mla ? nullptr : reinterpret_cast<float*>(at + pool_bytes);
         }
@@ -219,7 +221,7 @@ std::string cpu_llama::description() const {
 
 size_t cpu_llama::kv_bytes_per_token() const {
     const size_t block = kv_layout_.block_bytes(kv_.block_size);
-    return static_cast<size_t>(w_.hp.n_layers) * ((block + kv_.block_size - 1) / kv_.block_size);
+    return static_cast<size_t>(groups_.n_slots) * ((block + kv_.block_size - 1) / kv_.block_size);
 }
 
 void cpu_llama::forget(int64_t seq_id) {
@@ -327,16 +329,7 @@ status cpu_llama::check_batch(const forward_batch& batch) const {
             return make_error(id + ": positions [" + std::to_string(s.pos0) + ", " + std::to_string(end) +
                               ") exceed the context of " + std::to_string(w_.hp.n_ctx));
         }
-        if (static_cast<int64_t>(s.block_table.size()) * bs < end) {
-            return make_error(id + ": block table covers " + std::to_string(s.block_table.size() * bs) +
-                              " positions, the step needs " + std::to_string(end));
-        }
-        for (int32_t b : s.block_table) {
-            if (b < 0 || b >= kv_.n_blocks) {
-                return make_error(id + ": block id " + std::to_string(b) + " outside the pool of " +
-                                  std::to_string(kv_.n_blocks));
-            }
-        }
+        if (status st = groups_.check(s, bs, kv_.n_blocks); !st.ok()) return st;
         for (int32_t t : s.tokens) {
             if (t < 0 || t >= w_.hp.n_vocab) {
                 return make_error(id + ": token id " + std::to_string(t) + " outside the vocabulary of " +
@@ -356,7 +349,8 @@ status cpu_llama::forward(const forward_batch& batch, forward_output& out) {
     s_.reserve(n, hp);
 
     std::vector<int32_t> ids(n);
-    std::vector<const int32_t*> tables(batch.seqs.size());
+    // [n_groups][sequences]: the block table each layer of a group reads.
+    std::vector<std::vector<const int32_t*>> tables(groups_.n_groups(), std::vector<const int32_t*>(batch.seqs.size()));
     out.n_vocab = hp.n_vocab;
     out.row_begin.assign(batch.seqs.size(), 0);
     out.n_rows.assign(batch.seqs.size(), 0);
@@ -365,7 +359,7 @@ status cpu_llama::forward(const forward_batch& batch, forward_output& out) {
     size_t t = 0;
     for (size_t si = 0; si < batch.seqs.size(); ++si) {
         const sequence_step& s = batch.seqs[si];
-        tables[si] = s.block_table.data();
+        for (int32_t g = 0; g < groups_.n_groups(); ++g) tables[g][si] = kv_groups::table(s, g).data();
         out.row_begin[si] = static_cast<int32_t>(s_.out_rows.size());
         for (size_t i = 0; i < s.tokens.size(); ++i, ++t) {
             ids[t] = s.tokens[i];
@@ -386,7 +380,7 @@ status cpu_llama::forward(const forward_batch& batch, forward_output& out) {
     embed_rows(w_.token_embd, ids.data(), n, s_.x.data());
     if (hp.embed_scale != 1.0f) scale_rows(s_.x.data(), hp.embed_scale, n * hp.dim);
     for (int32_t il = 0; il < hp.n_layers; ++il) {
-        if (status st = run_layer(il, n, tables); !st.ok()) return st;
+        if (status st = run_layer(il, n, tables[groups_.group_of[il]]); !st.ok()) return st;
     }
     const size_t r = s_.out_rows.size();
     for (size_t i = 0; i < r; ++i) {

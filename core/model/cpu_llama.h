@@ -36,6 +36,7 @@
 
 #include "core/model/compute_context.h"
 #include "core/model/kv_cache_op.h"
+#include "core/model/kv_groups.h"
 #include "core/model/kv_window_slots.h"
 #include "core/model/linear.h"
 #include "core/model/llama_weights.h"
@@ -67,6 +68,9 @@ struct cpu_llama_params {
     // place from the mapped file (false).
     bool copy_weights = true;
     std::shared_ptr<tap_sink> taps;  // optional: observes the taps it wants (attach_taps replaces it)
+    // A block table per KV group (kv_groups.h) for a model with sliding-window layers (built-in pools only): the
+    // windowed layers' blocks are released by the KV allocator, and the groups share KV memory slots.
+    bool kv_window_release = false;
 };
 
 class cpu_llama final : public model_runner {
@@ -78,6 +82,8 @@ public:
     int32_t n_ctx() const override { return w_.hp.n_ctx; }
     kv_geometry kv() const override { return kv_; }
     size_t kv_bytes_per_token() const override;
+    std::vector<int32_t> kv_group_windows() const override { return groups_.windows; }
+    const kv_groups& groups() const { return groups_; }
     status forward(const forward_batch& batch, forward_output& out) override;
     void forget(int64_t seq_id) override;  // frees the sequence's KV window slot
     // Copy-on-write of whole blocks in every layer's pools; refused with a KV plugin (its windows are per sequence).
@@ -219,6 +225,7 @@ private:
     cpu::huge_page_buffer arena_;            // the builtin kernels' weights when params.copy_weights: one region per
                                              // thread (place_weights)
     kv_layout kv_layout_;
+    kv_groups groups_;                             // which block table each layer reads, and its KV memory slot
     std::optional<kv_window_slots> window_slots_;  // with a KV plugin that declares a window
     std::vector<int32_t> step_slots_;              // [sequences of the step] their window slots
     std::vector<int32_t> slots_to_zero_;

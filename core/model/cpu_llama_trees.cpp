@@ -43,28 +43,37 @@ status cpu_llama::keep_tree_path(const sequence_step& step, std::span<const int3
     if (params_.kv_cache)
         return make_error("keep_tree_path: the KV plugin " + params_.kv_cache->name() + " keeps chains only");
     const int32_t bs = kv_.block_size;
-    for (const auto& [from, to] : *moves) {
-        const int32_t entry = std::max(from, to) / bs;
-        if (entry >= static_cast<int32_t>(step.block_table.size()) || step.block_table[from / bs] < 0 ||
-            step.block_table[from / bs] >= kv_.n_blocks || step.block_table[to / bs] < 0 ||
-            step.block_table[to / bs] >= kv_.n_blocks) {
-            return make_error("keep_tree_path of sequence " + std::to_string(step.seq_id) + ": rows " +
-                              std::to_string(from) + " and " + std::to_string(to) +
-                              " are not both in blocks of the pool in its table of " +
-                              std::to_string(step.block_table.size()) + " blocks");
+    if (static_cast<int32_t>(step.more_tables.size()) != groups_.n_groups() - 1) {
+        return make_error("keep_tree_path of sequence " + std::to_string(step.seq_id) + ": " +
+                          std::to_string(step.more_tables.size() + 1) + " block tables for " +
+                          std::to_string(groups_.n_groups()) + " KV groups");
+    }
+    for (int32_t g = 0; g < groups_.n_groups(); ++g) {
+        const std::vector<int32_t>& table = kv_groups::table(step, g);
+        for (const auto& [from, to] : *moves) {
+            const int32_t entry = std::max(from, to) / bs;
+            if (entry >= static_cast<int32_t>(table.size()) || table[from / bs] < 0 ||
+                table[from / bs] >= kv_.n_blocks || table[to / bs] < 0 || table[to / bs] >= kv_.n_blocks) {
+                return make_error("keep_tree_path of sequence " + std::to_string(step.seq_id) + ": rows " +
+                                  std::to_string(from) + " and " + std::to_string(to) +
+                                  " are not both in blocks of the pool in its table of " +
+                                  std::to_string(table.size()) + " blocks");
+            }
         }
     }
     const size_t row_bytes = static_cast<size_t>(w_.hp.mla ? w_.hp.mla->latent_width() : w_.hp.kv_width()) *
                              kv_element_bytes(params_.kv_type);
-    const auto at = [&](int32_t row) {  // byte offset of a cache row in a layer's pool
-        return (static_cast<size_t>(step.block_table[row / bs]) * bs + row % bs) * row_bytes;
+    const auto at = [&](const std::vector<int32_t>& table, int32_t row) {  // byte offset of a row in a layer's pool
+        return (static_cast<size_t>(table[row / bs]) * bs + row % bs) * row_bytes;
     };
     for (const auto& [from, to] : *moves) {
-        for (const layer& l : layers_) {
+        for (size_t il = 0; il < layers_.size(); ++il) {
+            const layer& l = layers_[il];
+            const std::vector<int32_t>& table = kv_groups::table(step, groups_.group_of[il]);
             for (float* pool : {l.k_pool, l.v_pool}) {
                 if (pool == nullptr) continue;  // MLA: no V pool
                 auto* bytes = reinterpret_cast<uint8_t*>(pool);
-                std::memcpy(bytes + at(to), bytes + at(from), row_bytes);
+                std::memcpy(bytes + at(table, to), bytes + at(table, from), row_bytes);
             }
         }
     }

@@ -8,12 +8,19 @@
 //
 //   block_bytes = round_up(block_size * bytes_per_token + bytes_per_block, 64)     per layer
 //   windows     = n_layers * max_seqs * window_tokens * window_bytes_per_token    (taken from the budget first)
-//   n_blocks    = (budget - windows) / (n_layers * block_bytes), capped at 4 x what max_seqs full contexts need
+//   n_blocks    = (budget - windows) / (layers_per_block * block_bytes), capped at 4 x what max_seqs full contexts
+//                 need
+//
+// With sliding-window layers whose blocks are released (kv_groups.h: a block table per group of layers, the groups
+// sharing memory slots), a block holds layers_per_block (the largest group's) layers, and a full context needs
+// ceil(n_ctx / block_size) blocks in a global group but min(that, ceil(window / block_size) + 1) in a windowed one.
+// Without groups: one global group, layers_per_block = n_layers.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "core/model/ops.h"
 #include "core/result.h"
@@ -46,7 +53,15 @@ struct kv_sizing_inputs {
     int32_t n_ctx = 0;     // the model's context: a full context is ceil(n_ctx / block_size) blocks
     int32_t max_seqs = 0;  // sequences running at once: window slots, and the cap on blocks
     uint64_t budget = 0;   // kv.memory in bytes
+    // KV groups (kv_groups.h): layers' worth of memory per block (0: n_layers) and each group's sliding window
+    // (0: global; empty: one global group).
+    int32_t layers_per_block = 0;
+    std::vector<int32_t> group_windows = {};
 };
+
+// Blocks one sequence of n_tokens positions holds at once when it decodes: a global group's whole context, a
+// windowed group's window plus the block it starts inside (no more than the context), summed over the groups.
+int64_t kv_blocks_per_sequence(int32_t n_tokens, int32_t block_size, const std::vector<int32_t>& group_windows);
 
 struct kv_sizing {
     int32_t n_blocks = 0;
@@ -55,6 +70,8 @@ struct kv_sizing {
     uint64_t window_bytes = 0;   // every layer's window slots
     int64_t tokens = 0;          // n_blocks * block_size
     int64_t full_contexts = 0;   // n_blocks / blocks of one full context
+    int64_t blocks_per_seq = 0;  // blocks one sequence at full context holds (every group)
+    uint64_t seq_bytes = 0;      // their bytes
     double bytes_per_token = 0;  // all layers, blocks' metadata included
     std::string summary;         // "KV pool (kv/int8, 140.0 B/token/layer): 1024 blocks of 16 tokens (...)"
 };

@@ -30,6 +30,9 @@ struct sequence_step {
     // supports_trees().
     int32_t n_draft = 0;
     std::vector<int32_t> tree_parents = {};
+    // The tables of KV groups 1.. when the runner has several (kv_group_windows()): each covers the same positions;
+    // a windowed group's entries before the window of pos0 may be -1 (released). block_table is group 0's.
+    std::vector<std::vector<int32_t>> more_tables = {};
 };
 
 struct forward_batch {
@@ -65,6 +68,10 @@ public:
     virtual int32_t n_ctx() const = 0;  // the model's training context
     virtual kv_geometry kv() const = 0;
     virtual size_t kv_bytes_per_token() const = 0;
+    // KV groups: the sliding window of each group of layers whose block table is its own (0: every position), group
+    // 0's first. One {0}: one table for every layer (sequence_step::block_table only). A windowed group's blocks go
+    // back to the pool as the sequence advances (actors/kv_allocator/kv_group_pool.h).
+    virtual std::vector<int32_t> kv_group_windows() const { return {0}; }
     // Runs one step. Errors (bad positions, a plugin failure) fail the step, not the process.
     virtual status forward(const forward_batch& batch, forward_output& out) = 0;
 

@@ -5,6 +5,7 @@
 
 #include <set>
 
+#include "actors/kv_allocator/kv_allocator_core.h"
 #include "actors/kv_allocator/kv_group_pool.h"
 
 namespace troupe {
@@ -166,6 +167,55 @@ TEST(kv_group_pool, a_refused_allocation_changes_nothing_in_any_group) {
     EXPECT_EQ(pool.n_sequences(), 1);
     EXPECT_TRUE(pool.table(2).empty());
     EXPECT_EQ(pool.n_free(), 1);
+}
+
+// The allocator with Gemma 2's two groups: a sequence decoding far past its window holds the global group's blocks
+// and two windowed ones (window 4, blocks of 4), so 40 tokens fit in 12 blocks where two whole tables would need 20;
+// each grant carries the windowed table, -1 before the window, and swap preemption turns into recompute.
+TEST(kv_allocator_core, a_windowed_group_gives_its_blocks_back_as_a_sequence_decodes) {
+    kv_allocator_core kv(kv_allocator_params{kv_geometry{4, 12}, 64, true, {0, 4}});
+    kv_step_request r;
+    r.step_id = 1;
+    r.token_budget = 8;
+    r.max_running = 4;
+    r.preemption = preemption_mode::swap;
+    r.admits = {{1, std::make_shared<const std::vector<int32_t>>(tokens(1, 13)), 0, false}};
+    kv_step_grant g = kv.grant(r);
+    ASSERT_EQ(g.admitted.size(), 1u);
+    ASSERT_EQ(g.seqs.size(), 1u);
+    EXPECT_EQ(g.seqs[0].n_tokens, 8);  // the budget's chunk
+    int32_t n_computed = 8;
+    std::vector<int32_t> all = tokens(1, 13);
+    for (int64_t step = 2; n_computed < 40; ++step) {
+        SCOPED_TRACE("step " + std::to_string(step));
+        kv_step_request d;
+        d.step_id = step;
+        d.token_budget = 8;
+        d.max_running = 4;
+        d.preemption = preemption_mode::swap;
+        d.computed = {{1, n_computed}};
+        std::vector<int32_t> append;
+        if (n_computed >= 13) {
+            all.push_back(100 + n_computed);
+            append = {all.back()};
+        }
+        d.grows = {{1, n_computed, 0, append}};
+        g = kv.grant(d);
+        ASSERT_EQ(g.seqs.size(), 1u);
+        EXPECT_TRUE(g.preempted.empty());
+        const kv_step_seq& q = g.seqs[0];
+        ASSERT_TRUE(q.more_tables);
+        ASSERT_EQ(q.more_tables->size(), 1u);
+        const std::vector<int32_t>& windowed = (*q.more_tables)[0];
+        EXPECT_EQ(windowed.size(), q.block_table->size());
+        expect_window_held(windowed, n_computed, 4, 4);
+        int32_t held = 0;
+        for (int32_t b : windowed) held += b != block_pool::no_block;
+        EXPECT_LE(held, 3);  // the window's blocks and a chunk's
+        EXPECT_EQ(g.pool.n_used, static_cast<int32_t>(q.block_table->size()) + held);
+        n_computed += q.n_tokens;
+    }
+    EXPECT_EQ(kv.pool().table(1, 0).size(), 10u);  // 40 positions, every one kept by the global layers
 }
 
 }  // namespace

@@ -2,6 +2,8 @@
 // a budget (size_kv_cache), and the window slots of running sequences (kv_window_slots).
 #include <gtest/gtest.h>
 
+#include <cstdio>
+
 #include "core/model/kv_layout.h"
 #include "core/model/kv_window_slots.h"
 
@@ -74,6 +76,36 @@ TEST(kv_layout, size_kv_cache_takes_windows_first_then_whole_blocks_capped_at_fo
         EXPECT_EQ(s->pool_bytes, static_cast<uint64_t>(c.expect_blocks) * 2 * 4096);
         EXPECT_EQ(s->tokens, c.expect_blocks * 16);
     }
+}
+
+// Gemma 2 2B's shape (26 layers, 4 kv heads of 256, f16; the even layers windowed to 4096 of its 8192): with the
+// windowed layers' blocks released the two groups share memory slots (13 layers a block) and a full context holds
+// 512 global blocks plus 4096 / 16 + 1 windowed ones, not 512 blocks of all 26 layers.
+TEST(kv_layout, released_windows_count_the_windowed_groups_bounded_blocks_per_sequence) {
+    const kv_layout f16 = builtin_kv_layout(4 * 256, kv_dtype::f16);  // 4096 bytes a token a layer
+    kv_sizing_inputs plain{26, 16, 8192, 4, uint64_t{8} << 30};
+    kv_sizing_inputs released = plain;
+    released.layers_per_block = 13;
+    released.group_windows = {0, 4096};
+    auto a = size_kv_cache(f16, plain, true);
+    auto b = size_kv_cache(f16, released, true);
+    ASSERT_TRUE(a.ok()) << a.message();
+    ASSERT_TRUE(b.ok()) << b.message();
+    EXPECT_EQ(a->blocks_per_seq, 512);
+    EXPECT_EQ(a->seq_bytes, 512ull * 26 * 16 * 4096);  // 832 MiB
+    EXPECT_EQ(b->blocks_per_seq, 512 + 257);
+    EXPECT_EQ(b->seq_bytes, 769ull * 13 * 16 * 4096);  // 624.8 MiB
+    EXPECT_EQ(a->full_contexts, 8192 / 832);
+    EXPECT_EQ(b->full_contexts, static_cast<int64_t>((uint64_t{8} << 30) / (13 * 16 * 4096)) / 769);
+    EXPECT_NE(b->summary.find("2 KV groups, windowed layers' blocks released, 13 of 26 layers per block"),
+              std::string::npos)
+        << b->summary;
+    std::printf("  gemma2 2B shape, f16, a context of 8192 per sequence: %s\n  released: %s\n", a->summary.c_str(),
+                b->summary.c_str());
+    // Every layer windowed (Mistral v0.1): one group, a window's blocks per sequence at any context.
+    EXPECT_EQ(kv_blocks_per_sequence(32768, 16, {4096}), 257);
+    EXPECT_EQ(kv_blocks_per_sequence(100, 16, {4096}), 7);  // never more than the context
+    EXPECT_EQ(kv_blocks_per_sequence(100, 16, {}), 7);
 }
 
 // One step of the window slots: the sequences (id, start position) and what must come out.
