@@ -9,7 +9,7 @@
 // engine (which fails what is left) and s.stop().
 //
 // Every connection's work runs on the I/O thread; engine sinks post to it (request_stream.h). Beast and
-// Asio stay inside http_server.cpp: this header is plain C++.
+// Asio stay inside the front end's files (http_front.h lists them): this header is plain C++.
 #pragma once
 
 #include <chrono>
