@@ -27,6 +27,23 @@ public:
     }
 };
 
+// The model with copy_blocks answering success without copying: the negative control, where a forked choice that
+// copies the shared partial block reads rows that were never written there.
+class copyless_runner final : public model_runner {
+public:
+    explicit copyless_runner(std::shared_ptr<model_runner> inner) : inner_(std::move(inner)) {}
+    std::string description() const override { return inner_->description(); }
+    int32_t n_vocab() const override { return inner_->n_vocab(); }
+    int32_t n_ctx() const override { return inner_->n_ctx(); }
+    kv_geometry kv() const override { return inner_->kv(); }
+    size_t kv_bytes_per_token() const override { return inner_->kv_bytes_per_token(); }
+    status forward(const forward_batch& batch, forward_output& out) override { return inner_->forward(batch, out); }
+    status copy_blocks(std::span<const int32_t>, std::span<const int32_t>) override { return {}; }
+
+private:
+    std::shared_ptr<model_runner> inner_;
+};
+
 struct outcome {
     std::vector<std::string> texts;
     int64_t n_prefill_tokens = 0;
@@ -36,7 +53,8 @@ struct outcome {
 
 // n choices of `prompt` on a fresh engine (blocks of 8 tokens), forked or as independent requests; choice j samples
 // with seed + j.
-outcome run_choices(const std::string& model_path, const std::string& prompt, int n, sampling_params p, bool fork) {
+outcome run_choices(const std::string& model_path, const std::string& prompt, int n, sampling_params p, bool fork,
+                    bool copies = true) {
     outcome o;
     auto file = gguf::gguf_file::open(model_path);
     EXPECT_TRUE(file.ok()) << file.message();
@@ -52,8 +70,9 @@ outcome run_choices(const std::string& model_path, const std::string& prompt, in
     EXPECT_TRUE(runner.ok()) << runner.message();
     if (!runner.ok()) return o;
     lane test_lane("test");
-    engine eng(engine_parts{std::shared_ptr<model_runner>(std::move(*runner)), make_tokenizer_codec(*tok), nullptr},
-               engine_params{}, test_lane);
+    std::shared_ptr<model_runner> model(std::move(*runner));
+    if (!copies) model = std::make_shared<copyless_runner>(model);
+    engine eng(engine_parts{model, make_tokenizer_codec(*tok), nullptr}, engine_params{}, test_lane);
     EXPECT_TRUE(eng.start().ok());
     std::vector<std::shared_ptr<testing::sink_record>> rs;
     request_id first = 0;
@@ -103,6 +122,10 @@ TEST(fork_stories, greedy_choices_forked_from_one_prompt_are_equal_to_each_other
     EXPECT_EQ(forked.n_prefill_tokens, forked.n_prompt);
     EXPECT_EQ(forked.n_prompt, 17);
     EXPECT_EQ(alone.n_prefill_tokens, forked.n_prompt + 1);
+    // The copy of the shared partial block is what carries its rows: without it a choice reads unwritten rows.
+    const outcome copyless = run_choices(model_path, k_prompt, 2, p, true, /*copies=*/false);
+    EXPECT_EQ(copyless.n_forks, 1);
+    EXPECT_NE(copyless.texts, alone.texts);
 }
 
 TEST(fork_stories, seeded_choices_forked_from_one_prompt_reproduce_the_independent_requests_with_their_seeds) {
