@@ -42,9 +42,9 @@ int64_t gemm_threshold(const detail::matmul_kernels& k, ggml_type type, cpu::act
             return k.gemm_min_tokens_q8;
         case ggml_type::q4_k:
         case ggml_type::q6_k:
-            // The dot kernels at every token count: they are ggml's k-quant arithmetic bit for bit
-            // (kernels/ref/kquant_dot.h), which a float GEMM on dequantized panels is not.
-            return INT64_MAX;
+            // Only the integer GEMM, bit-equal to the dot kernels (ggml's k-quant arithmetic,
+            // kernels/ref/kquant_dot.h), which a float GEMM on dequantized panels is not.
+            return k.gemm_kquant != nullptr ? k.gemm_min_tokens_kquant : INT64_MAX;
         default:
             return k.gemm_min_tokens_float;
     }
@@ -184,7 +184,9 @@ void matmul_impl(const matmul_weight& w, const float* x, float* y, int64_t n_tok
     };
 
     const bool q8_weights = w.type == ggml_type::q8_0 || w.type == ggml_type::q4_0;
-    if (use_gemm && !(q8_weights && k.gemm_q8 != nullptr)) {
+    const bool k_quant = w.type == ggml_type::q4_k || w.type == ggml_type::q6_k;
+    const bool integer_gemm = (q8_weights && k.gemm_q8 != nullptr) || (k_quant && k.gemm_kquant != nullptr);
+    if (use_gemm && !integer_gemm) {
         // GEMM: the recipe's float activations, packed once for all threads.
         float* xp = x_buffer.as<float>(detail::gemm_packed_floats(n_tokens, n, k.gemm_mr));
         for_tokens([&](int64_t t) {
@@ -217,11 +219,12 @@ void matmul_impl(const matmul_weight& w, const float* x, float* y, int64_t n_tok
         for_tokens([&](int64_t t) { k.quantize_q8_k(x + t * n, xq + t * nb, n); });
         px = {xq, static_cast<size_t>(nb) * sizeof(block_q8_k)};
     }
-    if (use_gemm) {  // the integer GEMM of Q8_0 / Q4_0 weights
-        const auto gemm_q8 = [&](const matmul_weight& piece, float* yp, int64_t r0, int64_t r1) {
-            k.gemm_q8(piece, px, yp, w.n_out, n_tokens, r0, r1);
+    if (use_gemm) {  // the integer GEMM of Q8_0 / Q4_0 or Q4_K / Q6_K weights
+        const auto gemm = k_quant ? k.gemm_kquant : k.gemm_q8;
+        const auto gemm_int = [&](const matmul_weight& piece, float* yp, int64_t r0, int64_t r1) {
+            gemm(piece, px, yp, w.n_out, n_tokens, r0, r1);
         };
-        for_row_ranges(split, w.n_out, k.gemm_q8_rows, by_pieces(w, y, gemm_q8));
+        for_row_ranges(split, w.n_out, k_quant ? k.gemm_kquant_rows : k.gemm_q8_rows, by_pieces(w, y, gemm_int));
         return;
     }
     const auto dot = [&](const matmul_weight& piece, float* yp, int64_t r0, int64_t r1) {

@@ -527,6 +527,9 @@ const matmul_kernels& avx512_kernels() {
         .round_bf16 = round_bf16_avx512,
         .q8_0_values = q8_0_values_avx512,
         .q8_k_values = q8_k_values_avx512,
+        .gemm_kquant = gemm_kquant_avx512,
+        .gemm_min_tokens_kquant = 4,
+        .gemm_kquant_rows = k_avx512_gemm_kquant_rows,
     };
     return k;
 }

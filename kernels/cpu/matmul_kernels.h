@@ -28,7 +28,7 @@ struct matmul_kernels {
                  int64_t r1);
     // Use gemm from this many tokens on, for float weights / Q8_0-Q4_0: below, the dot kernels stream each row
     // once for all tokens and (for the quantized types) skip the dequantization to panels. Q4_K / Q6_K in the
-    // quantized recipe always take the dot kernels (ggml's arithmetic exactly).
+    // quantized recipe never take this float GEMM (it is not ggml's arithmetic): gemm_kquant below, or the dot kernels.
     int64_t gemm_min_tokens_float;
     int64_t gemm_min_tokens_q8;
     int64_t gemm_rows;  // row granularity of gemm work items
@@ -55,6 +55,13 @@ struct matmul_kernels {
     // y = the values of x quantized to Q8_0 / Q8_K (d * q), for the GEMM path.
     void (*q8_0_values)(const float* x, float* y, int64_t n);
     void (*q8_k_values)(const float* x, float* y, int64_t n);
+    // Integer GEMM for Q4_K / Q6_K weights against Q8_K activation rows (prepared as for `rows`), equal to `rows` bit
+    // for bit (ggml's recipe, kernels/ref/kquant_dot.h), used from gemm_min_tokens_kquant on; null where the level
+    // has none. Row granularity gemm_kquant_rows.
+    void (*gemm_kquant)(const matmul_weight& w, prepared_x x, float* y, int64_t ldy, int64_t n_tokens, int64_t r0,
+                        int64_t r1);
+    int64_t gemm_min_tokens_kquant;
+    int64_t gemm_kquant_rows;
 };
 
 const matmul_kernels& scalar_kernels();

@@ -175,6 +175,9 @@ const matmul_kernels& scalar_kernels() {
         .round_bf16 = round_bf16_scalar,
         .q8_0_values = q8_0_values_scalar,
         .q8_k_values = q8_k_values_scalar,
+        .gemm_kquant = nullptr,
+        .gemm_min_tokens_kquant = 0,
+        .gemm_kquant_rows = 0,
     };
     return k;
 }
