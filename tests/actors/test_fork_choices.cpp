@@ -242,6 +242,42 @@ TEST(fork_choices, a_forked_choice_preempted_for_blocks_recomputes_and_delivers_
     EXPECT_EQ(s.pool().n_free(), 6);
 }
 
+TEST(fork_choices, a_first_choice_preempted_before_its_sample_takes_its_choices_along_and_forks_after_recompute) {
+    // 8 blocks, 2 tokens a step: the first choice's 14-token prompt runs a token a step beside request 9's decodes,
+    // whose growth takes the last free block while the prompt is still running: the latest admitted is preempted.
+    scheduler_params c = config(/*n_blocks=*/8);
+    c.max_batched_tokens = 2;
+    scheduler_kv_loop s(c);
+    scheduler_output out;
+    s.enqueue(choice(9, prompt_of(3, 50), 28, 0, 0), out);
+    const step_plan first = *out.step;
+    out.clear();
+    s.step_finished(done(first), out);
+    s.enqueue(choice(1, prompt_of(14), 3, 1, 0), out);
+    s.enqueue(choice(2, prompt_of(14), 3, 0, 1), out);
+    std::map<request_id, std::vector<int32_t>> got;
+    int n_prompt_starts = 0;  // steps that run choice 1's prompt from position 0
+    bool forked = false;
+    for (int guard = 0; out.step && guard < 200; ++guard) {
+        const step_plan plan = *out.step;
+        for (const step_sequence& q : plan.seqs) {
+            if (q.seq_id == 1 && q.pos0 == 0) n_prompt_starts++;
+            forked = forked || !q.forks.empty();
+        }
+        EXPECT_TRUE(forked || s.counters().n_forks == 0);
+        out.clear();
+        s.step_finished(done(plan), out);
+        for (const token_delivery& d : out.deliveries)
+            got[d.id].insert(got[d.id].end(), d.tokens.begin(), d.tokens.end());
+    }
+    EXPECT_EQ(n_prompt_starts, 2);  // preempted while prefilling, then recomputed
+    EXPECT_EQ(s.counters().n_forks, 1);
+    EXPECT_EQ(got[1], (std::vector<int32_t>{114, 115, 116}));
+    EXPECT_EQ(got[2], (std::vector<int32_t>{214, 215, 216}));
+    EXPECT_EQ(got[9].size(), 28u);
+    EXPECT_EQ(s.pool().n_free(), 8);
+}
+
 TEST(fork_choices, without_block_copies_each_choice_computes_its_own_prompt) {
     scheduler_params c = config();
     c.can_fork = false;
