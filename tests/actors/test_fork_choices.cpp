@@ -242,6 +242,26 @@ TEST(fork_choices, a_forked_choice_preempted_for_blocks_recomputes_and_delivers_
     EXPECT_EQ(s.pool().n_free(), 6);
 }
 
+TEST(fork_choices, a_forked_choice_swapped_out_for_blocks_comes_back_without_computing_anything_again) {
+    scheduler_params c = config(/*n_blocks=*/6);
+    c.preemption = preemption_mode::swap;
+    c.can_swap = true;
+    scheduler_kv_loop s(c);
+    scheduler_output out;
+    s.enqueue(choice(1, prompt_of(6), 5, 2, 0), out);
+    s.enqueue(choice(2, prompt_of(6), 5, 0, 1), out);
+    s.enqueue(choice(3, prompt_of(6), 5, 0, 1), out);
+    auto got = run_to_end(s, out);
+    for (request_id id : {1, 2, 3}) {
+        std::vector<int32_t> want;
+        for (int32_t pos = 6; pos < 11; ++pos) want.push_back(static_cast<int32_t>(100 * id) + pos);
+        EXPECT_EQ(got[id], want) << "request " << id;
+    }
+    EXPECT_GT(s.counters().n_preemptions, 0);
+    EXPECT_EQ(s.counters().n_prefill_tokens, 6);  // its rows went to host memory and back: nothing recomputed
+    EXPECT_EQ(s.pool().n_free(), 6);
+}
+
 TEST(fork_choices, a_first_choice_preempted_before_its_sample_takes_its_choices_along_and_forks_after_recompute) {
     // 8 blocks, 2 tokens a step: the first choice's 14-token prompt runs a token a step beside request 9's decodes,
     // whose growth takes the last free block while the prompt is still running: the latest admitted is preempted.
