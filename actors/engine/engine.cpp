@@ -7,6 +7,7 @@
 #include "actors/tokenizer/tokenizer_actor.h"
 #include "core/log/log.h"
 #include "core/runtime/lane.h"
+#include "core/runtime/step_fences.h"
 
 namespace troupe {
 namespace {
@@ -76,12 +77,26 @@ void engine::build(engine_parts parts, const engine_params& params, lane* tok, l
     auto codec = parts.codec;
     const kv_allocator_params kv_params = kv_allocator_params_from(sc);
 
+    // On a GPU the executor's lane owns the compute stream and the KV allocator's lane the copy stream; the two are
+    // then ordered by events only (kv_copy_lane.h). Where both actors share one lane it keeps the compute stream, and
+    // the runner orders its own copies as before.
+    fences_ = std::make_shared<step_fences>();
+    if (auto compute = parts.runner->lane_stream(lane_role::compute)) exec->attach_stream(std::move(compute));
+    device_stream* copy_stream = nullptr;
+    if (kv != exec) {
+        if (auto copies = parts.runner->lane_stream(lane_role::kv_copy); copies && kv->attach_stream(copies)) {
+            copy_stream = copies.get();
+        }
+    }
+    if (copy_stream != nullptr && exec->stream() != nullptr) parts.runner->order_steps(fences_);
+    auto copies = std::make_unique<kv_copy_lane>(parts.runner, copy_stream, fences_, kv_params.kv.n_blocks);
+
     tokenizer_ = std::make_unique<tokenizer_actor>(*tok, parts.codec, params.submit_capacity);
-    kv_allocator_ = std::make_unique<kv_allocator_actor>(*kv, kv_params, k_control_only_capacity);
+    kv_allocator_ = std::make_unique<kv_allocator_actor>(*kv, kv_params, k_control_only_capacity, std::move(copies));
     scheduler_ = std::make_unique<scheduler_actor>(*sched, std::move(sc), params.scheduler_capacity);
-    executor_ =
-        std::make_unique<executor_actor>(*exec, std::move(parts.runner), std::move(parts.spec), k_control_only_capacity,
-                                         [codec](int32_t id) { return codec->piece(id); });
+    executor_ = std::make_unique<executor_actor>(
+        *exec, std::move(parts.runner), std::move(parts.spec), k_control_only_capacity,
+        [codec](int32_t id) { return codec->piece(id); }, fences_);
     streamer_ = std::make_unique<streamer_actor>(
         *stream, parts.codec, &overhead_, [this](request_id id, request_outcome o) { on_request_end(id, o); },
         params.streamer_capacity);
@@ -96,6 +111,7 @@ void engine::build(engine_parts parts, const engine_params& params, lane* tok, l
 
 engine::~engine() {
     if (!stopped_.load() && (accepting_.load() || draining_.load())) (void)stop(std::chrono::milliseconds(0));
+    if (fences_) fences_->close("the engine stopped");
     for (auto& l : owned_lanes_) l->stop();
 }
 
@@ -192,6 +208,7 @@ status engine::stop(std::chrono::milliseconds drain_timeout) {
             (void)wait_idle(steady_clock::now() + std::chrono::seconds(2));
         }
     }
+    fences_->close("the engine stopped");  // a KV copy still waiting for a step gives up
     for (auto& l : owned_lanes_) l->stop();
     if (manual_ != nullptr) manual_->run_until_idle();
     TROUPE_LOG_INFO("engine", "stopped: %lld requests in flight at stop, %lld failed by the drain timeout",

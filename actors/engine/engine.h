@@ -40,6 +40,7 @@
 namespace troupe {
 
 class lane;
+class step_fences;
 class tokenizer_actor;
 class scheduler_actor;
 class kv_allocator_actor;
@@ -147,6 +148,7 @@ private:
     std::string spec_name_;  // the speculator's name, empty without one
     uint64_t bytes_per_token_ = 0;
     std::vector<std::unique_ptr<lane>> owned_lanes_;
+    std::shared_ptr<step_fences> fences_;  // steps published by the executor's lane, awaited by the KV copies
     lane* manual_ = nullptr;
     latency_histogram overhead_;
     std::unique_ptr<tokenizer_actor> tokenizer_;

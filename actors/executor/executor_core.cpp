@@ -19,7 +19,6 @@ void executor_core::retire(const std::vector<int64_t>& seq_ids) {
     for (int64_t id : seq_ids) {
         if (auto it = seqs_.find(id); it != seqs_.end()) end_speculation(id, it->second, sequence_end::finished);
         seqs_.erase(id);
-        lost_.erase(id);
         runner_->forget(id);
     }
 }
@@ -28,12 +27,6 @@ void executor_core::end_speculation(int64_t seq_id, sequence_state& s, sequence_
     if (!s.speculating) return;
     s.speculating = false;
     spec_->end(seq_id, why);
-}
-
-void executor_core::swap(const swap_blocks& m) {
-    status st = m.to_host ? runner_->swap_out(m.seq_id, m.blocks, m.n_tokens)
-                          : runner_->swap_in(m.seq_id, m.blocks, m.n_tokens);
-    if (!st.ok()) lost_[m.seq_id] = st.message();
 }
 
 namespace {
@@ -112,6 +105,7 @@ step_done executor_core::run(const step_plan& plan) {
     done.step_id = plan.step_id;
 
     batch_.seqs.resize(plan.seqs.size());
+    batch_.step_id = plan.step_id;
     drafts_.resize(plan.seqs.size());
     for (size_t i = 0; i < plan.seqs.size(); ++i) {
         const step_sequence& q = plan.seqs[i];
@@ -119,10 +113,6 @@ step_done executor_core::run(const step_plan& plan) {
         if (it == seqs_.end()) {
             TROUPE_ASSERT(q.params != nullptr, "step plan without sampling params");
             it = seqs_.emplace(q.seq_id, sequence_state{sampler(*q.params), {}, false, -1, {}}).first;
-        }
-        if (auto lost = lost_.find(q.seq_id); lost != lost_.end()) {
-            done.error = "sequence " + std::to_string(q.seq_id) + " lost its KV rows in a swap: " + lost->second;
-            return done;
         }
         sequence_state& s = it->second;
         auto& history = s.history;

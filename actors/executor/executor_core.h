@@ -42,9 +42,6 @@ public:
     // Runs one step. A failed forward (or a malformed plan) is reported in step_done::error.
     step_done run(const step_plan& plan);
     void retire(const std::vector<int64_t>& seq_ids);
-    // Swap preemption: copies a sequence's rows to host memory or back. A failure fails the
-    // sequence's next step (its rows are lost).
-    void swap(const swap_blocks& m);
 
     size_t n_sequences() const { return seqs_.size(); }
     model_runner& runner() { return *runner_; }
@@ -79,7 +76,6 @@ private:
     std::shared_ptr<model_runner> runner_;
     std::shared_ptr<speculator> spec_;
     std::function<std::string(int32_t)> piece_;
-    std::unordered_map<int64_t, std::string> lost_;  // sequences whose swap failed -> why
     std::unordered_map<int64_t, sequence_state> seqs_;
     forward_batch batch_;
     forward_output output_;

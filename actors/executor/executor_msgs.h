@@ -11,6 +11,7 @@
 #include <variant>
 #include <vector>
 
+#include "core/runtime/device_stream.h"
 #include "core/sampling/sampler.h"
 
 namespace troupe {
@@ -52,6 +53,9 @@ struct step_plan {
     static constexpr const char* name = "step_plan";
     int64_t step_id = 0;
     std::vector<step_sequence> seqs;
+    // The KV copies this step follows (kv_step_grant::copies_done): the executor's lane waits for it on its device
+    // stream before the step's kernels touch KV blocks. Null: none pending on a device.
+    std::shared_ptr<const device_event> after_copies;
     // Copy-on-write before the forward: KV block copy_src[i] into copy_dst[i] (kv_step_grant's copies).
     std::vector<int32_t> copy_src;
     std::vector<int32_t> copy_dst;
@@ -62,17 +66,6 @@ struct retire_sequences {
     std::vector<int64_t> seq_ids;
 };
 
-// Swap preemption, where the runner has separate device memory: copy a sequence's KV rows from its
-// blocks to host memory (to_host) or back into newly granted blocks. Sent before the step that
-// reuses (or needs) those blocks; the executor handles messages in order.
-struct swap_blocks {
-    static constexpr const char* name = "swap_blocks";
-    int64_t seq_id = 0;
-    bool to_host = true;
-    std::vector<int32_t> blocks;  // in position order
-    int32_t n_tokens = 0;         // rows that hold data
-};
-
-using executor_msg = std::variant<step_plan, retire_sequences, swap_blocks>;
+using executor_msg = std::variant<step_plan, retire_sequences>;
 
 }  // namespace troupe

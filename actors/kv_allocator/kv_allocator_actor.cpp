@@ -2,8 +2,10 @@
 
 namespace troupe {
 
-kv_allocator_actor::kv_allocator_actor(lane& home, kv_allocator_params params, int32_t capacity)
+kv_allocator_actor::kv_allocator_actor(lane& home, kv_allocator_params params, int32_t capacity,
+                                       std::unique_ptr<kv_copy_lane> copies)
     : core_(params),
+      copies_(std::move(copies)),
       inbox_(
           home, "kv_allocator", capacity, [this](kv_allocator_msg& m) { handle(m); },
           [this](const kv_allocator_msg& m, const std::string& what) { on_failure(m, what); }) {}
@@ -14,7 +16,9 @@ void kv_allocator_actor::connect(mailbox<scheduler_msg>& scheduler) {
 
 void kv_allocator_actor::handle(kv_allocator_msg& m) {
     const kv_step_request& r = std::get<kv_step_request>(m);
-    scheduler_->post(core_.grant(r));
+    kv_step_grant g = core_.grant(r);
+    if (copies_) copies_->run(g, r.last_sent_step);
+    scheduler_->post(std::move(g));
 }
 
 void kv_allocator_actor::on_failure(const kv_allocator_msg& m, const std::string& what) {

@@ -76,16 +76,20 @@ void scheduler_actor::send(scheduler_output& out) {
             }
             for (auto& f : again.failures) out.failures.push_back(std::move(f));
             for (auto id : again.retire) out.retire.push_back(id);
-            for (auto& w : again.swaps) out.swaps.push_back(std::move(w));
             if (again.step) out.step = std::move(again.step);
             if (again.kv_request) out.kv_request = std::move(again.kv_request);
         }
     }
     for (auto& f : out.failures) streamer_->post(std::move(f));
     if (!out.retire.empty()) executor_->post(retire_sequences{std::move(out.retire)});
-    for (auto& w : out.swaps) executor_->post(std::move(w));
-    if (out.step) executor_->post(std::move(*out.step));
-    if (out.kv_request) kv_allocator_->post(std::move(*out.kv_request));
+    if (out.step) {
+        last_sent_step_ = out.step->step_id;
+        executor_->post(std::move(*out.step));
+    }
+    if (out.kv_request) {
+        out.kv_request->last_sent_step = last_sent_step_;
+        kv_allocator_->post(std::move(*out.kv_request));
+    }
 
     const auto& c = core_.counters();
     live_.n_steps.store(c.n_steps, std::memory_order_relaxed);

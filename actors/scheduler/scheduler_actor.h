@@ -66,6 +66,7 @@ private:
     int64_t published_steps_ = 0;
     mailbox<kv_allocator_msg>* kv_allocator_ = nullptr;
     mailbox<executor_msg>* executor_ = nullptr;
+    int64_t last_sent_step_ = -1;  // the last step plan posted to the executor (kv_step_request::last_sent_step)
     mailbox<streamer_msg>* streamer_ = nullptr;
     mailbox<scheduler_msg> inbox_;
 };

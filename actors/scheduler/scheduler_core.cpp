@@ -32,7 +32,6 @@ kv_allocator_params kv_allocator_params_from(const scheduler_params& c) {
 
 void scheduler_output::clear() {
     retire.clear();
-    swaps.clear();
     deliveries.clear();
     failures.clear();
     step.reset();
@@ -502,8 +501,7 @@ void scheduler_core::granted(const kv_step_grant& g, scheduler_output& out) {
         TROUPE_ASSERT(!p.swapped || s.n_ahead == 0,
                       "sequence " + std::to_string(s.id) + " was swapped out while a step of it is in flight");
         if (p.swapped) {
-            out.swaps.push_back({s.id, true, p.blocks, p.n_computed});
-            s.swapped = true;
+            s.swapped = true;  // the KV allocator's lane copied its rows to host memory (kv_copy_lane.h)
         } else {
             s.n_computed = 0;  // recompute: every known token is pending again
         }
@@ -513,10 +511,14 @@ void scheduler_core::granted(const kv_step_grant& g, scheduler_output& out) {
         auto it = seqs_.find(a.seq_id);
         if (it == seqs_.end()) continue;
         sequence_state& s = it->second;
+        if (!a.swap_error.empty()) {
+            out.failures.push_back({s.id, "sequence " + std::to_string(s.id) + ": " + a.swap_error});
+            drop(s.id, out);  // its blocks go back with the next request
+            continue;
+        }
         waiting_.erase(std::find(waiting_.begin(), waiting_.end(), s.id));
         if (a.swapped_in) {
-            out.swaps.push_back({s.id, false, a.swap_in_blocks, s.n_computed});
-            s.swapped = false;
+            s.swapped = false;  // its rows are back in swap_in_blocks, copied by the KV allocator's lane
         } else {
             s.n_computed = a.n_computed;
             s.n_cached = a.n_cached;
@@ -551,6 +553,7 @@ void scheduler_core::granted(const kv_step_grant& g, scheduler_output& out) {
     next.step_id = next_step_id_++;
     next.copy_src = g.copy_src;  // copy-on-write of blocks shared with fork siblings (unless the allocator made them)
     next.copy_dst = g.copy_dst;
+    next.after_copies = g.copies_done;
     record.step_id = next.step_id;
     record.draft_cap = planned_draft_cap_;
     counters_.draft_cap = planned_draft_cap_;

@@ -97,7 +97,6 @@ struct scheduler_params {
 // What the scheduler sends after handling one input; the actor shell posts each part.
 struct scheduler_output {
     std::vector<int64_t> retire;             // sequences whose executor state can go
-    std::vector<swap_blocks> swaps;          // before the step: host copies out of / into blocks
     std::vector<token_delivery> deliveries;  // one deliver_tokens message
     std::vector<fail_stream> failures;
     std::optional<step_plan> step;

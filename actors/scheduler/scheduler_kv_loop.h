@@ -54,6 +54,8 @@ public:
     const scheduler_core& scheduler() const { return scheduler_; }
     // kv_step_request / kv_step_grant round trips so far.
     int64_t n_round_trips() const { return n_round_trips_; }
+    // Every grant so far, in order (the swaps and copies the KV allocator's lane would run).
+    const std::vector<kv_step_grant>& grants() const { return grants_; }
 
 private:
     void settle(scheduler_output& out) {
@@ -61,13 +63,15 @@ private:
             const kv_step_request r = std::move(*out.kv_request);
             out.kv_request.reset();
             n_round_trips_++;
-            scheduler_.granted(kv_.grant(r), out);
+            grants_.push_back(kv_.grant(r));
+            scheduler_.granted(grants_.back(), out);
         }
     }
 
     kv_allocator_core kv_;
     scheduler_core scheduler_;
     int64_t n_round_trips_ = 0;
+    std::vector<kv_step_grant> grants_;
 };
 
 }  // namespace troupe

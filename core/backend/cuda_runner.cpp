@@ -1,5 +1,6 @@
 #include "core/backend/cuda_runner.h"
 
+#include "core/backend/cuda_lane_stream.h"
 #include "core/backend/cuda_upload.h"
 #include "core/log/log.h"
 #include "core/model/draft_layout.h"
@@ -64,6 +65,16 @@ result<std::unique_ptr<cuda_runner>> cuda_runner::create(const llama_weights_vie
 
     auto upload = prepare_cuda_upload(weights, params);
     if (!upload.ok()) return upload.err();
+    if (!TROUPE_CUDA_OPS_HAS(&ops, model_set_taps)) {
+        // Before revision 6 the graph calls neither plugins' products nor taps.
+        if (!upload.value()->externals.empty() || !params.taps.empty()) {
+            return make_error(weights.name + ": " +
+                              (params.taps.empty() ? "weights taken by quant plugins" : "tap observers") +
+                              " need the CUDA backend's plugin calls (ABI revision 6), and " + lib.value()->path() +
+                              " is older (" + ops.build_info + "); rebuild troupe_cuda");
+        }
+        upload.value()->desc.struct_size = TROUPE_CUDA_MODEL_DESC_V4_SIZE;
+    }
     if (!TROUPE_CUDA_OPS_HAS(&ops, test_softcap)) {
         // A library before revision 4 runs the llama graph only, and takes the description without its features.
         if (needs_arch_features(weights)) {
@@ -76,11 +87,22 @@ result<std::unique_ptr<cuda_runner>> cuda_runner::create(const llama_weights_vie
 
     std::unique_ptr<cuda_runner> r(new cuda_runner());
     r->lib_ = lib.value();
+    r->taps_ = params.taps;
+    for (const auto& sink : params.taps) {
+        if (!sink) continue;
+        upload.value()->desc.tap_wanted |= sink->wanted();
+        if (!sink->device_data()) upload.value()->desc.tap_host |= sink->wanted();
+    }
+    if (upload.value()->desc.tap_wanted != 0) {
+        upload.value()->desc.tap = &cuda_runner::on_tap;
+        upload.value()->desc.tap_ctx = r.get();
+    }
     r->device_ = dev.value();
     if (const char* e = ops.context_create(params.device, params.n_lanes, &r->ctx_)) return make_error(e);
     if (const char* e = ops.model_create(r->ctx_, &upload.value()->desc, &r->model_)) {
         return make_error(weights.name + " on cuda:" + std::to_string(params.device) + ": " + e);
     }
+    r->externals_ = std::move(upload.value()->externals);  // the model calls them until it is destroyed
     troupe_cuda_model_info info{};
     info.struct_size = sizeof info;
     ops.model_info(r->model_, &info);
@@ -89,6 +111,10 @@ result<std::unique_ptr<cuda_runner>> cuda_runner::create(const llama_weights_vie
     r->name_ = weights.name;
     r->architecture_ = hp.architecture;
     r->weight_types_ = weight_types(weights, params.dequantize_to);
+    if (!r->externals_.empty()) {
+        r->weight_types_ += ", " + std::to_string(r->externals_.size()) + " matrices in " +
+                            r->externals_.front()->op->name() + "'s CUDA kernels";
+    }
     r->n_layers_ = hp.n_layers;
     r->dim_ = hp.dim;
     r->n_heads_ = hp.n_heads;
@@ -131,6 +157,37 @@ std::string cuda_runner::description() const {
            device_.name + ")";
 }
 
+const char* cuda_runner::on_tap(void* ctx, const troupe_cuda_tap* t) {
+    auto* r = static_cast<cuda_runner*>(ctx);
+    const auto n = static_cast<size_t>(t->n_rows);
+    r->tap_seq_ids_.resize(n);
+    r->tap_positions_.resize(n);
+    for (size_t i = 0; i < n; ++i) {
+        const auto token = static_cast<size_t>(t->rows ? t->rows[i] : static_cast<int32_t>(i));
+        r->tap_seq_ids_[i] = r->token_seq_ids_[token];
+        r->tap_positions_[i] = r->flat_.positions[token];
+    }
+    const auto point = static_cast<tap_point>(t->tap);
+    for (const auto& sink : r->taps_) {
+        if (!sink || (sink->wanted() & tap_bit(point)) == 0) continue;
+        tap_data d{
+            point, t->layer, t->n_rows, t->width, t->host_data, r->tap_seq_ids_.data(), r->tap_positions_.data()};
+        if (sink->device_data()) {
+            d.data = t->device_data;
+            d.stream = t->stream;
+        }
+        if (d.data == nullptr) {
+            r->tap_error_ = std::string("tap ") + tap_name(point) + ": the backend sent no host copy";
+            return r->tap_error_.c_str();
+        }
+        if (status s = sink->observe(d); !s.ok()) {
+            r->tap_error_ = s.message();
+            return r->tap_error_.c_str();
+        }
+    }
+    return nullptr;
+}
+
 bool cuda_runner::supports_trees() const {
     return TROUPE_CUDA_OPS_HAS(&lib_->ops(), model_copy_rows);
 }
@@ -147,7 +204,31 @@ status cuda_runner::forward(const forward_batch& batch, forward_output& out) {
     out.logits.resize(flat_.out_tokens.size() * static_cast<size_t>(n_vocab_));
     if (flat_.tokens.empty()) return {};
     const troupe_cuda_batch b = flat_.c_batch(out.logits.data());
-    if (const char* e = lib_->ops().model_forward(model_, &b)) return make_error(std::string("cuda forward: ") + e);
+    if (!taps_.empty()) {
+        token_seq_ids_.resize(flat_.tokens.size());
+        for (size_t t = 0; t < flat_.tokens.size(); ++t) {
+            token_seq_ids_[t] = batch.seqs[static_cast<size_t>(flat_.seq_of[t])].seq_id;
+        }
+    }
+    if (!fences_ || batch.step_id < 0) {
+        if (const char* e = lib_->ops().model_forward(model_, &b)) return make_error(std::string("cuda forward: ") + e);
+        return {};
+    }
+    // The step's end, published as soon as its KV writes are enqueued: a copy of its blocks may follow it then.
+    struct fence_arg {
+        const cuda_runner* runner;
+        int64_t step_id;
+    } arg{this, batch.step_id};
+    const troupe_cuda_fence_fn publish = [](void* p, troupe_cuda_event* kv_done) {
+        const auto* a = static_cast<const fence_arg*>(p);
+        a->runner->fences_->publish(a->step_id, std::make_shared<cuda_lane_event>(a->runner->lib_, kv_done));
+    };
+    if (const char* e = lib_->ops().model_forward_fenced(model_, &b, publish, &arg)) {
+        const std::string why = std::string("cuda forward: ") + e;
+        // Nothing of a failed step may still run when the executor publishes it as over.
+        (void)lib_->ops().lane_synchronize(ctx_, 0);
+        return make_error(why);
+    }
     return {};
 }
 
@@ -172,8 +253,8 @@ status cuda_runner::keep_tree_path(const sequence_step& step, std::span<const in
         src.push_back(step.block_table[from / bs] * bs + from % bs);
         dst.push_back(step.block_table[to / bs] * bs + to % bs);
     }
-    if (const char* e =
-            lib_->ops().model_copy_rows(model_, kv_lane(), src.data(), dst.data(), static_cast<int32_t>(src.size()))) {
+    if (const char* e = lib_->ops().model_copy_rows(model_, tree_lane(), src.data(), dst.data(),
+                                                    static_cast<int32_t>(src.size()))) {
         return make_error(std::string("cuda keep_tree_path: ") + e);
     }
     return {};
@@ -183,12 +264,44 @@ void* cuda_runner::lane_stream(int32_t lane) const {
     return lib_->ops().context_stream(ctx_, lane);
 }
 
+std::shared_ptr<device_stream> cuda_runner::lane_stream(lane_role role) {
+    const int32_t lane = role == lane_role::compute ? 0 : kv_lane();
+    if (role == lane_role::kv_copy && lane == 0) return nullptr;  // one lane: the compute stream does the copies
+    std::shared_ptr<device_stream>& s = streams_[role == lane_role::compute ? 0 : 1];
+    if (!s) {
+        s = cuda_lane_stream::create(lib_, ctx_, lane,
+                                     "cuda:" + std::to_string(device_.index) + " lane " + std::to_string(lane) +
+                                         (role == lane_role::compute ? " (compute)" : " (KV copies)"));
+    }
+    return s;
+}
+
+void cuda_runner::order_steps(std::shared_ptr<step_fences> fences) {
+    if (!cuda_has_lane_events(*lib_) || n_lanes_ < 2) return;  // the backend keeps ordering its lanes itself
+    if (const char* e = lib_->ops().context_set_explicit_order(ctx_, 1)) {
+        TROUPE_LOG_WARN("cuda", "lanes stay ordered by the backend: %s", e);
+        return;
+    }
+    fences_ = std::move(fences);
+}
+
+result<std::vector<std::byte>> cuda_runner::kv_bytes(std::span<const int32_t> blocks) const {
+    if (status s = lib_->check_swap_ops(); !s.ok()) return s.err();
+    if (const char* e = lib_->ops().context_synchronize(ctx_)) return make_error(std::string("cuda kv_bytes: ") + e);
+    std::vector<std::byte> bytes(host_block_bytes_ * blocks.size());
+    if (const char* e = lib_->ops().model_read_blocks(model_, kv_lane(), blocks.data(),
+                                                      static_cast<int32_t>(blocks.size()), bytes.data())) {
+        return make_error(std::string("cuda kv_bytes: ") + e);
+    }
+    return bytes;
+}
+
 status cuda_runner::copy_blocks(std::span<const int32_t> src, std::span<const int32_t> dst) {
     TROUPE_ASSERT(src.size() == dst.size(), "copy_blocks: " + std::to_string(src.size()) + " sources, " +
                                                 std::to_string(dst.size()) + " destinations");
-    const int32_t lane = n_lanes_ > 1 ? 1 : 0;
-    if (const char* e =
-            lib_->ops().model_copy_blocks(model_, lane, src.data(), dst.data(), static_cast<int32_t>(src.size()))) {
+    if (src.empty()) return {};
+    if (const char* e = lib_->ops().model_copy_blocks(model_, kv_lane(), src.data(), dst.data(),
+                                                      static_cast<int32_t>(src.size()))) {
         return make_error(std::string("cuda copy_blocks: ") + e);
     }
     return {};
@@ -212,6 +325,7 @@ status cuda_runner::swap_out(int64_t seq_id, std::span<const int32_t> blocks, in
     if (const char* e = lib_->ops().model_read_blocks(model_, kv_lane(), blocks.data(), n_blocks, copy.bytes.get())) {
         return make_error(where + ": " + e);
     }
+    std::lock_guard lock(swap_mutex_);
     if (auto old = swapped_.find(seq_id); old != swapped_.end()) drop_host_copy(old);
     host_kv_bytes_ += copy.n_bytes;
     swapped_.emplace(seq_id, std::move(copy));
@@ -226,6 +340,7 @@ status cuda_runner::swap_out(int64_t seq_id, std::span<const int32_t> blocks, in
 status cuda_runner::swap_in(int64_t seq_id, std::span<const int32_t> blocks, int32_t n_tokens) {
     const std::string where = "cuda swap_in of sequence " + std::to_string(seq_id);
     if (status s = lib_->check_swap_ops(); !s.ok()) return make_error(where + ": " + s.message());
+    std::lock_guard lock(swap_mutex_);
     auto it = swapped_.find(seq_id);
     if (it == swapped_.end()) {
         return make_error(where + ": no copy in host memory (never swapped out, already swapped in, or forgotten)");
@@ -253,6 +368,7 @@ status cuda_runner::swap_in(int64_t seq_id, std::span<const int32_t> blocks, int
 }
 
 void cuda_runner::forget(int64_t seq_id) {
+    std::lock_guard lock(swap_mutex_);
     if (auto it = swapped_.find(seq_id); it != swapped_.end()) {
         drop_host_copy(it);
         TROUPE_LOG_DEBUG("cuda", "sequence %lld ended while swapped out; host holds %.2f MiB for %zu sequences",

@@ -9,17 +9,24 @@
 // Swap preemption: swap_out copies the ceil(n_tokens / block_size) first blocks of a sequence (every
 // layer's K and V) into a host buffer kept per sequence id; swap_in writes that copy into the blocks it
 // is given (any ids, as many or more) and drops it; forget drops it unread. The copies run on the KV
-// copy lane and are complete when the call returns. Host buffers are ordinary pageable memory, not
-// pinned: swaps are rare (a preemption), pinning gigabytes is slow to set up and takes memory from the
-// rest of the machine, and the call waits for the copy either way. Pinned buffers (through two more
-// ABI ops, cudaHostAlloc / cudaFreeHost) would skip the driver's staging copy if swaps ever show up in
-// step times.
+// copy lane and are complete when the call returns. Swaps are called on the KV allocator's lane and forget on the
+// executor's: the host copies are guarded by a mutex.
+//
+// Lanes (backend ABI revision 5): lane_stream(compute) is lane 0 and lane_stream(kv_copy) lane 1, as device
+// streams the engine gives the executor's and the KV allocator's lanes. After order_steps(fences) the backend stops
+// ordering its lanes itself; forward() hands the fences each step's end (an event after its KV writes) before it
+// waits for the logits, and the actors order copies and steps with events (actors/kv_allocator/kv_copy_lane.h).
+// keep_tree_path, the executor's own copy of rows, then runs on the compute lane, in order with the steps. Host buffers
+// are ordinary pageable memory, not pinned: swaps are rare (a preemption), pinning gigabytes is slow to set up and
+// takes memory from the rest of the machine, and the call waits for the copy either way. Pinned buffers (through two
+// more ABI ops, cudaHostAlloc / cudaFreeHost) would skip the driver's staging copy if swaps ever show up in step times.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <span>
 #include <string>
 #include <unordered_map>
@@ -28,9 +35,11 @@
 #include "core/backend/cuda_batch.h"
 #include "core/backend/cuda_library.h"
 #include "core/backend/cuda_runner_params.h"
+#include "core/backend/cuda_upload.h"
 #include "core/backend/llama_weights_view.h"
 #include "core/model/model_runner.h"
 #include "core/result.h"
+#include "core/runtime/step_fences.h"
 
 namespace troupe {
 
@@ -73,11 +82,19 @@ public:
     status swap_in(int64_t seq_id, std::span<const int32_t> blocks, int32_t n_tokens) override;
     void forget(int64_t seq_id) override;
     // Bytes of swapped-out KV rows held in host memory, over all sequences.
-    uint64_t host_kv_bytes() const { return host_kv_bytes_; }
+    uint64_t host_kv_bytes() const {
+        std::lock_guard lock(swap_mutex_);
+        return host_kv_bytes_;
+    }
 
     // Copies whole KV blocks src[i] -> dst[i] in every layer on the KV copy lane (lane 1 where there is
     // one), ordered after the steps issued before it and before the steps issued after it.
-    status copy_blocks(std::span<const int32_t> src, std::span<const int32_t> dst);
+    status copy_blocks(std::span<const int32_t> src, std::span<const int32_t> dst) override;
+    std::shared_ptr<device_stream> lane_stream(lane_role role) override;
+    void order_steps(std::shared_ptr<step_fences> fences) override;
+    // The KV rows of `blocks` in every layer, laid out as swap_out keeps them (cuda_backend_abi.h), read once every
+    // lane is idle: for tests that compare caches byte for byte.
+    result<std::vector<std::byte>> kv_bytes(std::span<const int32_t> blocks) const;
     const cuda_device& device() const { return device_; }
     // The cudaStream_t of a lane (0: this runner's compute, 1: its KV copies), for actors pinned to it.
     void* lane_stream(int32_t lane) const;
@@ -93,7 +110,11 @@ private:
     };
 
     cuda_runner() = default;
+    // The backend's tap callback (cuda_backend_abi.h revision 6): each sink that wants the tap observes it.
+    static const char* on_tap(void* ctx, const troupe_cuda_tap* tap);
     int32_t kv_lane() const { return n_lanes_ > 1 ? 1 : 0; }
+    // The lane keep_tree_path copies on: the compute lane once the host orders the lanes (order_steps).
+    int32_t tree_lane() const { return fences_ ? 0 : kv_lane(); }
     void drop_host_copy(std::unordered_map<int64_t, host_kv>::iterator it);
 
     std::shared_ptr<const cuda_library> lib_;
@@ -110,8 +131,18 @@ private:
     cuda_flat_batch flat_;  // the step's index arrays, memory reused across steps
     bool can_swap_ = false;
     size_t host_block_bytes_ = 0;                   // one block of every layer's K and V pools
+    mutable std::mutex swap_mutex_;                 // guards swapped_ and host_kv_bytes_
     std::unordered_map<int64_t, host_kv> swapped_;  // by sequence id
     uint64_t host_kv_bytes_ = 0;                    // sum of swapped_[*].n_bytes
+    std::shared_ptr<device_stream> streams_[2];     // [compute, kv_copy] made on first ask
+    std::shared_ptr<step_fences> fences_;           // set by order_steps
+    std::vector<std::unique_ptr<cuda_external_weight>>
+        externals_;  // matrices quant plugins took (the model calls them)
+    std::vector<std::shared_ptr<tap_sink>> taps_;
+    std::vector<int64_t> token_seq_ids_;  // [n_tokens] of the step in flight: each token's sequence id, for taps
+    std::vector<int64_t> tap_seq_ids_;    // [n_rows] of the tap being reported
+    std::vector<int32_t> tap_positions_;  // [n_rows]
+    std::string tap_error_;
 };
 
 // The factory the executor's setup calls for `--device cuda`.

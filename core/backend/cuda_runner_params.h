@@ -2,7 +2,12 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
+#include <vector>
+
+#include "core/model/ops.h"
+#include "core/model/tap_sink.h"
 
 namespace troupe {
 
@@ -20,6 +25,13 @@ struct cuda_runner_params {
     // Q8_0 / Q4_0 / Q4_K / Q6_K weights are dequantized on the host before upload in this first cut:
     // to F16 (products in F16 with F32 accumulation) or F32 (exact, twice the memory).
     cuda_weight_type dequantize_to = cuda_weight_type::f16;
+    // Quant plugins loaded for cuda (core/loader/cuda_plugins.h), in plugins.quant's order: a matrix of a type the
+    // backend does not take goes to the first that claims it; its products run in the plugin's CUDA kernel on the
+    // compute lane (backend ABI revision 6).
+    std::vector<std::shared_ptr<quant_op>> quant;
+    // Observers of the graph's taps (core/model/tap_sink.h): called from the CUDA graph with host copies, or device
+    // rows where a sink asks (tap_sink::device_data).
+    std::vector<std::shared_ptr<tap_sink>> taps;
 };
 
 }  // namespace troupe

@@ -1,6 +1,7 @@
 #include "core/backend/cuda_upload.h"
 
 #include <cstring>
+#include <string>
 
 #include "kernels/fp16.h"
 #include "kernels/ref/quants.h"
@@ -8,11 +9,26 @@
 namespace troupe {
 namespace {
 
+// The backend's call into a quant plugin's product (cuda_backend_abi.h troupe_cuda_external_matrix).
+const char* external_matmul(void* ctx, const float* x, float* y, int32_t n_tokens, void* stream) {
+    auto* e = static_cast<cuda_external_weight*>(ctx);
+    const status s = e->op->matmul_on_stream(*e->weight, x, y, n_tokens, stream);
+    if (s.ok()) return nullptr;
+    e->error = e->what + " (" + e->op->name() + "): " + s.message();
+    return e->error.c_str();
+}
+
 class preparer {
 public:
-    preparer(cuda_upload& up, cuda_weight_type to) : up_(up), to_(to) {}
+    preparer(cuda_upload& up, cuda_weight_type to, const std::vector<std::shared_ptr<quant_op>>& quant)
+        : up_(up), to_(to), quant_(quant) {}
 
+    // A product matrix: to the first quant plugin (loaded for cuda) that claims its type, as on the CPU; else the
+    // backend's own types.
     result<troupe_cuda_matrix> matrix(const weight_view& w, const std::string& what) {
+        for (const auto& op : quant_) {
+            if (op && op->claims(w.type)) return external(w, op, what);
+        }
         if (!cuda_takes_weight_type(w.type)) return unsupported(w, what);
         if (w.type == ggml_type::f32 || w.type == ggml_type::f16 || w.type == ggml_type::bf16) {
             return troupe_cuda_matrix{static_cast<uint32_t>(w.type), w.data, w.n_in, w.n_out, w.row_stride};
@@ -27,12 +43,39 @@ public:
         return dequantized(w, true);
     }
 
-private:
-    static error unsupported(const weight_view& w, const std::string& what) {
-        return make_error(what + " is " + std::string(traits(w.type).name) +
-                          ": the CUDA backend takes F32, F16, BF16, Q8_0, Q4_0, Q4_K and Q6_K weights");
+    // A matrix the graph reads rows of (the token embedding): the backend's own types only.
+    result<troupe_cuda_matrix> rows(const weight_view& w, const std::string& what) {
+        if (!cuda_takes_weight_type(w.type)) return unsupported(w, what);
+        if (w.type == ggml_type::f32 || w.type == ggml_type::f16 || w.type == ggml_type::bf16) {
+            return troupe_cuda_matrix{static_cast<uint32_t>(w.type), w.data, w.n_in, w.n_out, w.row_stride};
+        }
+        return dequantized(w, to_ == cuda_weight_type::f32);
     }
 
+private:
+    error unsupported(const weight_view& w, const std::string& what) const {
+        std::string plugins;
+        for (const auto& op : quant_) plugins += (plugins.empty() ? "" : ", ") + (op ? op->name() : "?");
+        return make_error(what + " is " + std::string(traits(w.type).name) +
+                          ": the CUDA backend takes F32, F16, BF16, Q8_0, Q4_0, Q4_K and Q6_K weights" +
+                          (plugins.empty() ? std::string(", and no quant plugin was loaded for cuda")
+                                           : ", and no quant plugin loaded for cuda (" + plugins + ") claims it"));
+    }
+    result<troupe_cuda_matrix> external(const weight_view& w, const std::shared_ptr<quant_op>& op,
+                                        const std::string& what) {
+        auto prepared = op->prepare(w);
+        if (!prepared.ok()) return make_error(what + " (" + op->name() + " on cuda): " + prepared.message());
+        auto e = std::make_unique<cuda_external_weight>();
+        e->op = op;
+        e->weight = std::move(*prepared);
+        e->what = what;
+        e->c.struct_size = sizeof e->c;
+        e->c.matmul = external_matmul;
+        e->c.ctx = e.get();
+        e->c.device_bytes = e->weight->n_bytes();
+        up_.externals.push_back(std::move(e));
+        return troupe_cuda_matrix{TROUPE_CUDA_EXTERNAL, &up_.externals.back()->c, w.n_in, w.n_out, 0};
+    }
     troupe_cuda_matrix dequantized(const weight_view& w, bool to_f32) {
         const size_t elem = to_f32 ? 4 : 2;
         auto& buf = up_.storage.emplace_back(static_cast<size_t>(w.n_in) * w.n_out * elem);
@@ -54,6 +97,7 @@ private:
 
     cuda_upload& up_;
     cuda_weight_type to_;
+    const std::vector<std::shared_ptr<quant_op>>& quant_;
 };
 
 }  // namespace
@@ -71,7 +115,7 @@ result<std::unique_ptr<cuda_upload>> prepare_cuda_upload(const llama_weights_vie
     if (status s = check_llama_view(view); !s.ok()) return s.err();
     const llama_view_hparams& hp = view.hp;
     auto up = std::make_unique<cuda_upload>();
-    preparer prep(*up, params.dequantize_to);
+    preparer prep(*up, params.dequantize_to, params.quant);
     troupe_cuda_model_desc& d = up->desc;
     d.struct_size = sizeof d;
     d.n_vocab = hp.n_vocab;
@@ -142,7 +186,7 @@ result<std::unique_ptr<cuda_upload>> prepare_cuda_upload(const llama_weights_vie
         }
         d.layer_features = up->layer_features.data();
     }
-    if (status s = put(prep.matrix(view.token_embd, p + "token_embd"), d.token_embd); !s.ok()) return s.err();
+    if (status s = put(prep.rows(view.token_embd, p + "token_embd"), d.token_embd); !s.ok()) return s.err();
     if (status s = put(prep.vector(view.output_norm, p + "output_norm"), d.output_norm); !s.ok()) return s.err();
     if (view.output.data == view.token_embd.data && view.output.type == view.token_embd.type) {
         d.output = d.token_embd;  // tied: the backend uploads it once

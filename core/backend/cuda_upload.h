@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "core/backend/cuda_runner_params.h"
@@ -19,17 +20,30 @@
 
 namespace troupe {
 
+// A matrix a quant plugin took: its prepared weight (device memory the plugin owns) and the backend's callback to it.
+// Must outlive the model (the runner keeps it).
+struct cuda_external_weight {
+    std::shared_ptr<quant_op> op;
+    std::shared_ptr<const prepared_weight> weight;
+    std::string what;                 // "stories.gguf: layer 3 wq", for its errors
+    std::string error;                // the last failure, returned to the backend as its message
+    troupe_cuda_external_matrix c{};  // ctx points at this struct
+};
+
 struct cuda_upload {
     troupe_cuda_model_desc desc{};
     std::vector<troupe_cuda_layer> layers;                   // [n_layers], desc.layers points here
     std::vector<troupe_cuda_layer_features> layer_features;  // [n_layers] or empty; desc.layer_features points here
     std::vector<std::vector<uint8_t>> storage;               // dequantized copies the matrices point into
+    std::vector<std::unique_ptr<cuda_external_weight>> externals;  // matrices taken by quant plugins
 };
 
 // Whether the CUDA backend takes weights of this type (as is or dequantized on the host).
 bool cuda_takes_weight_type(ggml_type type);
 
-// Checks the view (check_llama_view) and the weight types, then builds the description.
+// Checks the view (check_llama_view) and the weight types, then builds the description. A product matrix whose type
+// one of params.quant claims goes to the first that does (prepared there: on the device), as on the CPU; else a type
+// the backend does not take is an error naming the matrix, its type and what the backend takes.
 result<std::unique_ptr<cuda_upload>> prepare_cuda_upload(const llama_weights_view& view,
                                                          const cuda_runner_params& params);
 

@@ -82,11 +82,30 @@ status check_cuda_plugins(const engine_config& config, std::shared_ptr<const ggu
     plugin_host gpu(plugin_host_options{config.plugins.plugin_dir, plugin_backend::cuda}, services);
     auto loaded = load_cuda_plugins(gpu, needs);
     if (!loaded.ok()) return loaded.err();
-    const loaded_plugin& first = loaded->front();
-    return make_error("plugin " + std::string(plugin_kind_name(first.info.kind)) + "/" + first.info.name +
-                      ": runs on cuda (score " + std::to_string(first.instance->library().score(plugin_backend::cuda)) +
-                      "), but the CUDA graph does not call plugin ops yet (needed on the GPU: " + needs.front().why +
-                      "); run it with --device cpu");
+    for (size_t i = 0; i < loaded->size(); ++i) {
+        const loaded_plugin& p = (*loaded)[i];
+        if (p.info.kind != plugin_kind::kv) continue;  // quant plugins: the CUDA graph calls their products
+        return make_error("plugin kv/" + p.info.name + ": runs on cuda (score " +
+                          std::to_string(p.instance->library().score(plugin_backend::cuda)) +
+                          "), but the CUDA graph does not call KV plugin ops yet (needed on the GPU: " + needs[i].why +
+                          "); run it with --device cpu");
+    }
+    return status::success();
+}
+
+result<std::vector<std::shared_ptr<quant_op>>> load_cuda_quant_ops(const engine_config& config,
+                                                                   std::shared_ptr<const gguf::gguf_file> model) {
+    plugin_host gpu(plugin_host_options{config.plugins.plugin_dir, plugin_backend::cuda}, make_model_services(model));
+    std::vector<std::shared_ptr<quant_op>> ops;
+    for (const plugin_config& q : config.plugins.quant_plugins()) {
+        auto p = gpu.load(plugin_spec{plugin_kind::quant, q.name, q.path, q.params});
+        if (!p.ok()) {
+            TROUPE_LOG_DEBUG("loader", "cuda: quant/%s stays on the CPU side: %s", q.name.c_str(), p.message().c_str());
+            continue;
+        }
+        if (p->quant) ops.push_back(p->quant);
+    }
+    return ops;
 }
 
 }  // namespace troupe

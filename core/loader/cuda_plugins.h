@@ -9,8 +9,9 @@
 //   kv         a KV plugin owns its cache layout: always needed;
 //   spec       drafts are proposed on the host: not a GPU op.
 // Each needed plugin is loaded with plugin_backend::cuda: a plugin whose score refuses cuda (every CPU-only plugin)
-// is refused with one message naming it and the backend. The CUDA graph has no plugin call sites yet, so a plugin
-// that can run on cuda is refused afterwards by the loader too, saying so (see plugins/README.md).
+// is refused with one message naming it and the backend. The CUDA graph calls quant plugins' products (backend ABI
+// revision 6): a quant plugin that runs on cuda takes there every matrix type it claims, as on the CPU
+// (load_cuda_quant_ops). It calls no KV plugin yet: one that can run on cuda is refused afterwards, saying so.
 #pragma once
 
 #include <memory>
@@ -40,8 +41,15 @@ result<std::vector<loaded_plugin>> load_cuda_plugins(plugin_host& host, const st
 
 // For the loader, once a GPU is known to be there (before the upload): the needs of config and model (config's quant
 // plugins are loaded on the CPU to ask what they claim, only where the model has weights the backend does not take),
-// each loaded for cuda. Success when none is needed; else the first refusal, or, where every needed plugin could run on
-// cuda, an error saying that the CUDA graph does not call plugin ops yet.
+// each loaded for cuda. Success when none is needed or only quant plugins are; else the first refusal, or, for a KV
+// plugin that could run on cuda, an error saying that the CUDA graph does not call KV plugin ops yet.
 status check_cuda_plugins(const engine_config& config, std::shared_ptr<const gguf::gguf_file> model);
+
+// The quant ops the CUDA runner hands matrices to (cuda_runner_params::quant): config's quant plugins that load for
+// cuda, in their order, each an instance made for cuda whose prepared weights live on the device. A plugin that cannot
+// run on cuda is left out (the backend then takes its types itself where it can; check_cuda_plugins refuses the run
+// where it cannot).
+result<std::vector<std::shared_ptr<quant_op>>> load_cuda_quant_ops(const engine_config& config,
+                                                                   std::shared_ptr<const gguf::gguf_file> model);
 
 }  // namespace troupe

@@ -235,9 +235,6 @@ result<loaded_model> load_model(const engine_config& config, const load_options&
     params.kv_type = kv_type;
     if (taps.size() == 1) params.taps = taps[0];
     if (taps.size() > 1) params.taps = std::make_shared<tap_fanout>(std::move(taps));
-    if (params.taps && config.device == device_kind::cuda) {
-        TROUPE_LOG_WARN("loader", "a plugin observes taps, which only the CPU graph calls yet: on cuda it sees none");
-    }
 
     auto make_cpu = [&]() -> result<std::unique_ptr<model_runner>> {
         auto runner = cpu_llama::create(std::move(*weights), params);
@@ -252,10 +249,17 @@ result<loaded_model> load_model(const engine_config& config, const load_options&
         cp.block_size = block_size;
         cp.max_kv_tokens = n_blocks * block_size;
         cp.kv_f16 = kv_type == kv_dtype::f16;
+        if (params.taps) cp.taps.push_back(params.taps);  // the CUDA graph reports them too (host copies by default)
         m.device = device_kind::cuda;
-        // On the GPU, the plugins it must run there are loaded for cuda (core/loader/cuda_plugins.h).
-        runner = make_cuda_runner_or_cpu(llama_view_of(*weights), cp, make_cpu,
-                                         [&] { return check_cuda_plugins(config, m.file); });
+        // On the GPU, the plugins it must run there are loaded for cuda (core/loader/cuda_plugins.h), and the quant
+        // plugins that run there take their weights into their CUDA kernels.
+        runner = make_cuda_runner_or_cpu(llama_view_of(*weights), cp, make_cpu, [&]() -> status {
+            if (status s = check_cuda_plugins(config, m.file); !s.ok()) return s;
+            auto quant = load_cuda_quant_ops(config, m.file);
+            if (!quant.ok()) return quant.err();
+            cp.quant = std::move(*quant);
+            return status::success();
+        });
     } else {
         runner = make_cpu();
     }

@@ -147,6 +147,13 @@ public:
     // loops want. By default, matmul over ctx.parallel_for (compute_context.cpp).
     virtual status matmul_on(const prepared_weight& w, const float* x, float* y, int64_t n_tokens,
                              const compute_context& ctx);
+    // On a GPU (the CUDA graph): the same product with x and y in device memory, enqueued on `stream` (the calling
+    // lane's cudaStream_t), for a weight prepared by an op made for that backend. By default: not supported.
+    virtual status matmul_on_stream(const prepared_weight& w, const float* x, float* y, int64_t n_tokens,
+                                    void* stream) {
+        (void)w, (void)x, (void)y, (void)n_tokens, (void)stream;
+        return make_error(name() + ": no products on a GPU stream");
+    }
 };
 
 }  // namespace troupe

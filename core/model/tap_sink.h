@@ -50,6 +50,9 @@ struct tap_data {
     // [n_rows] the draft node each row is in a verification step (sequence_step::n_draft), -1 for the sequence's
     // own tokens; null when the step has no drafts.
     const int32_t* nodes = nullptr;
+    // Set on a GPU when `data` is device memory (a sink with device_data()): the lane's cudaStream_t, on which the
+    // rows are ready. Null: host memory.
+    void* stream = nullptr;
 };
 
 class tap_sink {
@@ -58,6 +61,9 @@ public:
     // The taps observed, as tap_bit()s; asked once, when the sink is attached.
     virtual uint64_t wanted() const = 0;
     virtual status observe(const tap_data& data) = 0;
+    // On a GPU: true to observe the rows in device memory (tap_data::stream set), false for host copies (made on the
+    // lane's stream and waited for before observe()). The CPU graph always gives host memory.
+    virtual bool device_data() const { return false; }
 };
 
 }  // namespace troupe

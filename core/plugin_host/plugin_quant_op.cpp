@@ -97,6 +97,11 @@ status plugin_quant_op::matmul_on(const prepared_weight& w, const float* x, floa
     return run_matmul(w, x, y, n_tokens, parallel_bridge(ctx.parallel_for, ctx.pool));
 }
 
+status plugin_quant_op::matmul_on_stream(const prepared_weight& w, const float* x, float* y, int64_t n_tokens,
+                                         void* stream) {
+    return run_matmul(w, x, y, n_tokens, parallel_bridge(plugin_backend::cuda, stream));
+}
+
 status plugin_quant_op::run_matmul(const prepared_weight& w, const float* x, float* y, int64_t n_tokens,
                                    const parallel_bridge& bridge) {
     const auto* pw = dynamic_cast<const plugin_prepared_weight*>(&w);

@@ -26,6 +26,9 @@ public:
     // With ctx.pool the plugin also gets parallel_ranges (troupe_parallel version 3).
     status matmul_on(const prepared_weight& w, const float* x, float* y, int64_t n_tokens,
                      const compute_context& ctx) override;
+    // The CUDA graph's call: troupe_parallel with backend cuda and the lane's stream (an instance made for cuda).
+    status matmul_on_stream(const prepared_weight& w, const float* x, float* y, int64_t n_tokens,
+                            void* stream) override;
 
 private:
     status run_matmul(const prepared_weight& w, const float* x, float* y, int64_t n_tokens,

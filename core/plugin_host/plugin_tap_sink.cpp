@@ -19,7 +19,8 @@ result<std::shared_ptr<plugin_tap_sink>> plugin_tap_sink::create(std::shared_ptr
     const troupe_tap_ops* ops = instance->tap_ops();
     if (ops == nullptr) return make_error("plugin " + instance->label() + " observes no taps (no taps op table)");
     const uint64_t wanted = ops->wanted(instance->handle()) & all_taps;
-    return std::shared_ptr<plugin_tap_sink>(new plugin_tap_sink(std::move(instance), wanted));
+    const bool device = TROUPE_HAS_FIELD(ops, troupe_tap_ops, device_data) && ops->device_data != 0;
+    return std::shared_ptr<plugin_tap_sink>(new plugin_tap_sink(std::move(instance), wanted, device));
 }
 
 status plugin_tap_sink::observe(const tap_data& d) {
@@ -33,8 +34,8 @@ status plugin_tap_sink::observe(const tap_data& d) {
     c.data = d.data;
     c.seq_ids = d.seq_ids;
     c.positions = d.positions;
-    c.backend = TROUPE_BACKEND_CPU;
-    c.stream = nullptr;
+    c.backend = d.stream != nullptr ? TROUPE_BACKEND_CUDA : TROUPE_BACKEND_CPU;
+    c.stream = d.stream;
     // Version 2: a step without drafts still says "own token" for every row.
     if (d.nodes != nullptr) {
         c.nodes = d.nodes;

@@ -19,12 +19,15 @@ public:
 
     uint64_t wanted() const override { return wanted_; }
     status observe(const tap_data& data) override;
+    // The plugin's troupe_tap_ops::device_data (version 2): device pointers on a GPU, else host copies.
+    bool device_data() const override { return device_data_; }
 
 private:
-    plugin_tap_sink(std::shared_ptr<plugin_instance> instance, uint64_t wanted)
-        : instance_(std::move(instance)), wanted_(wanted) {}
+    plugin_tap_sink(std::shared_ptr<plugin_instance> instance, uint64_t wanted, bool device_data)
+        : instance_(std::move(instance)), wanted_(wanted), device_data_(device_data) {}
     std::shared_ptr<plugin_instance> instance_;
     uint64_t wanted_;
+    bool device_data_;
     std::vector<int32_t> own_nodes_;  // [n_rows] all -1, for steps without drafts
 };
 

@@ -337,6 +337,52 @@ const char* abi_test_softcap(troupe_cuda_context* ctx, float* x, int64_t n, floa
     return guarded([&] { return test_softcap(ctx, x, n, cap); });
 }
 
+const char* abi_lane_record(troupe_cuda_context* ctx, int32_t lane, troupe_cuda_event** out) {
+    return guarded([&] { return record_event(*ctx, lane, out); });
+}
+const char* abi_lane_wait(troupe_cuda_context* ctx, int32_t lane, const troupe_cuda_event* event) {
+    return guarded([&]() -> const char* {
+        if (lane < 0 || lane >= static_cast<int32_t>(ctx->streams.size()))
+            return fail("lane %d does not exist (the context has %zu)", lane, ctx->streams.size());
+        if (!event || !event->event) return fail("lane_wait on lane %d without an event", lane);
+        if (event->device != ctx->device)
+            return fail("lane_wait on cuda:%d for an event of cuda:%d", ctx->device, event->device);
+        TROUPE_CUDA_TRY(cudaSetDevice(ctx->device));
+        TROUPE_CUDA_TRY(cudaStreamWaitEvent(ctx->streams[lane], event->event, 0));
+        return nullptr;
+    });
+}
+const char* abi_lane_synchronize(troupe_cuda_context* ctx, int32_t lane) {
+    return guarded([&]() -> const char* {
+        if (lane < 0 || lane >= static_cast<int32_t>(ctx->streams.size()))
+            return fail("lane %d does not exist (the context has %zu)", lane, ctx->streams.size());
+        TROUPE_CUDA_TRY(cudaSetDevice(ctx->device));
+        TROUPE_CUDA_TRY(cudaStreamSynchronize(ctx->streams[lane]));
+        return nullptr;
+    });
+}
+void abi_event_destroy(troupe_cuda_event* event) {
+    event_destroy(event);
+}
+const char* abi_context_set_explicit_order(troupe_cuda_context* ctx, int32_t on) {
+    ctx->explicit_order = on != 0;
+    return nullptr;
+}
+const char* abi_model_forward_fenced(troupe_cuda_model* model, const troupe_cuda_batch* batch,
+                                     troupe_cuda_fence_fn fence, void* arg) {
+    return guarded([&] { return model_forward_fenced(model, batch, fence, arg); });
+}
+
+const char* abi_model_set_taps(troupe_cuda_model* model, uint64_t wanted, uint64_t host, troupe_cuda_tap_fn tap,
+                               void* ctx) {
+    if (wanted != 0 && !tap) return fail("taps (bits %llx) without a tap function", (unsigned long long)wanted);
+    model->hp.tap_wanted = wanted;
+    model->hp.tap_host = host & wanted;
+    model->hp.tap = tap;
+    model->hp.tap_ctx = ctx;
+    return nullptr;
+}
+
 char build_info_text[160];
 
 troupe_cuda_ops make_ops() {
@@ -370,6 +416,13 @@ troupe_cuda_ops make_ops() {
     ops.test_geglu = abi_test_geglu;
     ops.test_add_bias = abi_test_add_bias;
     ops.test_softcap = abi_test_softcap;
+    ops.lane_record = abi_lane_record;
+    ops.lane_wait = abi_lane_wait;
+    ops.lane_synchronize = abi_lane_synchronize;
+    ops.event_destroy = abi_event_destroy;
+    ops.context_set_explicit_order = abi_context_set_explicit_order;
+    ops.model_forward_fenced = abi_model_forward_fenced;
+    ops.model_set_taps = abi_model_set_taps;
     return ops;
 }
 

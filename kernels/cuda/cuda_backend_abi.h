@@ -18,6 +18,10 @@
  *               troupe_cuda_model_desc (q/k/v biases, GeGLU, post norms, embedding scale, query scale,
  *               attention and final soft-capping, per-layer sliding windows) and to
  *               troupe_cuda_attention_args (softcap, window); test_geglu, test_add_bias, test_softcap
+ *   revision 5: lanes ordered by the host's events (each actor's lane owns its stream, DESIGN.md): lane_record,
+ *               lane_wait, lane_synchronize, event_destroy, context_set_explicit_order, model_forward_fenced
+ *   revision 6: plugins in the graph: weights whose products a host callback makes (TROUPE_CUDA_EXTERNAL: a quant
+ *               plugin's prepared weight) and taps reported to the host (troupe_cuda_model_desc.tap_*)
  *
  * Errors: every function that can fail returns NULL on success, else a message owned by the library
  * ("cudaMalloc of 2.0 GiB for the KV pools failed: out of memory"), valid until the next call from
@@ -25,8 +29,10 @@
  *
  * Objects:
  *   context  one device, N CUDA streams ("lanes": 0 = executor compute, 1 = KV copies, ...), one
- *            cuBLASLt handle and workspace. Work on a lane waits for work issued earlier on the
- *            other lanes, so lanes never race on shared memory.
+ *            cuBLASLt handle and workspace. By default work on a lane waits for work issued earlier on the
+ *            other lanes, so lanes never race on shared memory. With context_set_explicit_order (revision 5)
+ *            they wait for nothing on their own: the host orders them with events (lane_record / lane_wait),
+ *            so a copy lane and the compute lane overlap where their blocks do not meet.
  *   model    a model's weights (the llama graph with the dense families' features: qwen2, phi3, gemma2,
  *            mistral; not MLA or experts) and its KV pools on the context's device; forward() runs a
  *            whole step on lane 0 and copies the requested logits rows back to the host.
@@ -52,7 +58,7 @@ extern "C" {
 #endif
 
 #define TROUPE_CUDA_ABI_VERSION 1u
-#define TROUPE_CUDA_ABI_REVISION 4u
+#define TROUPE_CUDA_ABI_REVISION 6u
 #define TROUPE_CUDA_LIBRARY_NAME "libtroupe_cuda.so"
 #define TROUPE_CUDA_ENTRY_NAME "troupe_cuda_backend"
 
@@ -60,9 +66,17 @@ extern "C" {
 #define TROUPE_CUDA_F32 0u
 #define TROUPE_CUDA_F16 1u
 #define TROUPE_CUDA_BF16 30u
+/* Revision 6: a matrix whose products the host makes (data points at a troupe_cuda_external_matrix). */
+#define TROUPE_CUDA_EXTERNAL 0xFFFFu
 
 typedef struct troupe_cuda_context troupe_cuda_context;
 typedef struct troupe_cuda_model troupe_cuda_model;
+typedef struct troupe_cuda_event troupe_cuda_event; /* revision 5: a point in a lane, owned by the host */
+
+/* Revision 5: model_forward_fenced calls this on the calling thread once the step's KV writes are enqueued (before
+ * the output head and the wait for the logits), handing over `kv_done`, an event after them; the host owns it from
+ * then on (event_destroy). */
+typedef void (*troupe_cuda_fence_fn)(void* arg, troupe_cuda_event* kv_done);
 
 typedef struct troupe_cuda_device_info {
     uint32_t struct_size;
@@ -84,6 +98,35 @@ typedef struct troupe_cuda_matrix {
     int64_t n_out;
     size_t row_stride;
 } troupe_cuda_matrix;
+
+/* Revision 6: a weight the host multiplies through a callback: a quant plugin's prepared weight (its device bytes
+ * in the plugin's own layout, plugins/include/troupe/plugin.h troupe_quant_ops). Read by value at model_create; ctx
+ * must stay valid while the model lives. matmul enqueues y[n_tokens, n_out] = x[n_tokens, n_in] W^T on `stream` (lane
+ * 0's cudaStream_t; x and y device memory) and returns NULL or a message. Only a product matrix may be external (not
+ * token_embd, which the graph reads rows of, nor a norm or bias). */
+typedef struct troupe_cuda_external_matrix {
+    uint32_t struct_size;
+    const char* (*matmul)(void* ctx, const float* x, float* y, int32_t n_tokens, void* stream);
+    void* ctx;
+    uint64_t device_bytes; /* the weight's device memory, counted in model_info's weight_bytes */
+} troupe_cuda_external_matrix;
+
+/* Revision 6: one tap of a step (ids, names and shapes: plugins/include/troupe/taps.h), after the graph computed it on
+ * lane 0. Valid during the call only. */
+typedef struct troupe_cuda_tap {
+    uint32_t struct_size;
+    int32_t tap;   /* troupe_tap */
+    int32_t layer; /* 0-based; -1 for output_norm and logits */
+    int64_t n_rows;
+    int64_t width;
+    const float* device_data; /* [n_rows, width] device memory; work on it goes on `stream` */
+    const float* host_data; /* the same rows copied to host memory (waited for) where tap_host has the tap, else null */
+    void* stream;           /* lane 0's cudaStream_t */
+    const int32_t* rows;    /* host: [n_rows] the batch index of each row's token (output_norm, logits: the out_tokens),
+                               null: row i is token i */
+} troupe_cuda_tap;
+
+typedef const char* (*troupe_cuda_tap_fn)(void* ctx, const troupe_cuda_tap* tap);
 
 typedef struct troupe_cuda_layer {
     troupe_cuda_matrix attn_norm; /* [dim] F32 */
@@ -145,12 +188,21 @@ typedef struct troupe_cuda_model_desc {
     float attn_scale;                                 /* 0: 1 / sqrt(head_dim) */
     float attn_softcap;                               /* 0: none */
     float final_softcap;                              /* 0: none */
+    /* Revision 6, read only where struct_size covers them: taps. After each intermediate whose TROUPE_TAP_BIT is in
+     * tap_wanted, the forward calls tap(tap_ctx, ...); for those also in tap_host it first copies the rows to host
+     * memory on lane 0 and waits. A message returned fails the step. */
+    uint64_t tap_wanted;
+    uint64_t tap_host;
+    troupe_cuda_tap_fn tap;
+    void* tap_ctx;
 } troupe_cuda_model_desc;
 
 /* The size of a revision-3 model description (no architecture features: the llama graph). */
 /* The size of a revision-3 model description (no architecture features: the llama graph); it ended with the float
  * kv_memory_fraction after an int64_t, padded to 8 bytes, where the pointer layer_features now starts. */
 #define TROUPE_CUDA_MODEL_DESC_V3_SIZE offsetof(troupe_cuda_model_desc, layer_features)
+/* A revision-4/5 description (no taps). */
+#define TROUPE_CUDA_MODEL_DESC_V4_SIZE offsetof(troupe_cuda_model_desc, tap_wanted)
 
 typedef struct troupe_cuda_model_info {
     uint32_t struct_size;
@@ -302,6 +354,25 @@ typedef struct troupe_cuda_ops {
                                  int32_t width); /* x[r, i] += bias[i] in place */
     const char* (*test_softcap)(troupe_cuda_context* ctx, float* x, int64_t n,
                                 float cap); /* x = cap * tanh(x / cap) in place */
+
+    /* Revision 5: the host orders the lanes (core/runtime/device_stream.h). lane_record makes an event after the
+     * work enqueued on `lane` so far (*out, destroyed by event_destroy); lane_wait makes the work enqueued on `lane`
+     * from now on wait for an event (of any lane of the context); lane_synchronize blocks until `lane` is idle.
+     * context_set_explicit_order(ctx, 1): from then on no op waits for the other lanes on its own (0: back to the
+     * default). model_forward_fenced is model_forward that calls fence(arg, event) once the layers (every KV
+     * write) are enqueued on lane 0; on failure before that point it calls nothing. */
+    const char* (*lane_record)(troupe_cuda_context* ctx, int32_t lane, troupe_cuda_event** out);
+    const char* (*lane_wait)(troupe_cuda_context* ctx, int32_t lane, const troupe_cuda_event* event);
+    const char* (*lane_synchronize)(troupe_cuda_context* ctx, int32_t lane);
+    void (*event_destroy)(troupe_cuda_event* event);
+    const char* (*context_set_explicit_order)(troupe_cuda_context* ctx, int32_t on);
+    const char* (*model_forward_fenced)(troupe_cuda_model* model, const troupe_cuda_batch* batch,
+                                        troupe_cuda_fence_fn fence, void* arg);
+
+    /* Revision 6: the taps the forward reports from now on (troupe_cuda_model_desc.tap_*; wanted 0: none). A model
+     * may also take weights of type TROUPE_CUDA_EXTERNAL (troupe_cuda_external_matrix). */
+    const char* (*model_set_taps)(troupe_cuda_model* model, uint64_t wanted, uint64_t host, troupe_cuda_tap_fn tap,
+                                  void* ctx);
 } troupe_cuda_ops;
 
 /* The size of a revision-1 table: the smallest the host accepts. */

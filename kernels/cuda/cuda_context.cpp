@@ -106,6 +106,7 @@ const char* begin_lane(troupe_cuda_context& ctx, int32_t lane) {
     if (lane < 0 || lane >= static_cast<int32_t>(ctx.streams.size()))
         return fail("lane %d does not exist (the context has %zu)", lane, ctx.streams.size());
     TROUPE_CUDA_TRY(cudaSetDevice(ctx.device));
+    if (ctx.explicit_order) return nullptr;
     for (size_t other = 0; other < ctx.streams.size(); ++other) {
         if (static_cast<int32_t>(other) == lane) continue;
         TROUPE_CUDA_TRY(cudaStreamWaitEvent(ctx.streams[lane], ctx.last[other], 0));
@@ -117,6 +118,28 @@ const char* end_lane(troupe_cuda_context& ctx, int32_t lane) {
     TROUPE_CUDA_TRY(cudaGetLastError());
     TROUPE_CUDA_TRY(cudaEventRecord(ctx.last[lane], ctx.streams[lane]));
     return nullptr;
+}
+
+const char* record_event(troupe_cuda_context& ctx, int32_t lane, troupe_cuda_event** out) {
+    *out = nullptr;
+    if (lane < 0 || lane >= static_cast<int32_t>(ctx.streams.size()))
+        return fail("lane %d does not exist (the context has %zu)", lane, ctx.streams.size());
+    TROUPE_CUDA_TRY(cudaSetDevice(ctx.device));
+    auto e = std::make_unique<troupe_cuda_event>();
+    e->device = ctx.device;
+    TROUPE_CUDA_TRY(cudaEventCreateWithFlags(&e->event, cudaEventDisableTiming));
+    if (const cudaError_t r = cudaEventRecord(e->event, ctx.streams[lane]); r != cudaSuccess) {
+        cudaEventDestroy(e->event);
+        return fail("cudaEventRecord on lane %d failed: %s (%s)", lane, cudaGetErrorString(r), cudaGetErrorName(r));
+    }
+    *out = e.release();
+    return nullptr;
+}
+
+void event_destroy(troupe_cuda_event* e) {
+    if (!e) return;
+    if (e->event) cudaEventDestroy(e->event);
+    delete e;
 }
 
 size_t element_bytes(uint32_t type) {

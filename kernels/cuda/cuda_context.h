@@ -4,7 +4,8 @@
 // Lanes: lane i owns stream i. Before work is enqueued on a lane it waits for the last event recorded
 // on every other lane (begin_lane); after, it records its own (end_lane). So work on different lanes
 // is ordered as it was issued from the host, and the copy lane never races the compute lane on the
-// same KV blocks, while independent work still overlaps with the host.
+// same KV blocks, while independent work still overlaps with the host. With explicit_order (revision 5)
+// begin_lane waits for nothing: the host orders the lanes with events (troupe_cuda_event).
 #pragma once
 
 #include <cublasLt.h>
@@ -97,7 +98,14 @@ struct troupe_cuda_context {
     cublasLtHandle_t lt = nullptr;
     troupe::cuda::device_buffer workspace;  // cuBLASLt workspace, lane 0 only
     std::map<troupe::cuda::matmul_key, std::unique_ptr<troupe::cuda::matmul_plan>> plans;
-    troupe::cuda::device_buffer act16;  // activations rounded to F16/BF16 for the product, lane 0 only
+    troupe::cuda::device_buffer act16;         // activations rounded to F16/BF16 for the product, lane 0 only
+    bool explicit_order = false;               // revision 5: lanes wait only for the host's events
+    troupe::cuda::device_buffer external_out;  // a plugin product's output before it is added, lane 0 only
+};
+
+struct troupe_cuda_event {
+    cudaEvent_t event = nullptr;
+    int32_t device = 0;
 };
 
 namespace troupe::cuda {
@@ -106,6 +114,9 @@ const char* context_create(int32_t device, int32_t n_lanes, troupe_cuda_context*
 void context_destroy(troupe_cuda_context* ctx);
 const char* begin_lane(troupe_cuda_context& ctx, int32_t lane);  // also makes ctx.device current
 const char* end_lane(troupe_cuda_context& ctx, int32_t lane);
+// Revision 5: an event after the work on `lane` so far (the caller owns it: event_destroy).
+const char* record_event(troupe_cuda_context& ctx, int32_t lane, troupe_cuda_event** out);
+void event_destroy(troupe_cuda_event* e);
 
 size_t element_bytes(uint32_t type);  // 4, 2, 2; 0 for a type the backend does not take
 const char* type_name(uint32_t type);

@@ -59,6 +59,22 @@ const char* matmul(troupe_cuda_context& ctx, const device_matrix& w, const float
                    bool accumulate, matmul_impl impl) {
     if (n_tokens == 0 || w.n_out == 0) return nullptr;
     cudaStream_t stream = ctx.streams[0];
+    if (w.type == TROUPE_CUDA_EXTERNAL) {
+        // A plugin's weight: its own kernel, on this lane's stream; accumulated through a buffer of this lane.
+        const auto* ext = static_cast<const troupe_cuda_external_matrix*>(w.data);
+        float* out = y;
+        if (accumulate) {
+            TROUPE_CUDA_TRY_STATUS(ctx.external_out.grow(static_cast<size_t>(n_tokens) * w.n_out * sizeof(float),
+                                                         "a plugin product's output"));
+            out = ctx.external_out.as<float>();
+        }
+        if (const char* m = ext->matmul(ext->ctx, x, out, n_tokens, stream))
+            return fail("plugin matmul [%lld, %lld] x %d tokens: %s", static_cast<long long>(w.n_out),
+                        static_cast<long long>(w.n_in), n_tokens, m);
+        if (accumulate) launch_add(y, out, static_cast<int64_t>(n_tokens) * w.n_out, stream);
+        TROUPE_CUDA_TRY(cudaGetLastError());
+        return nullptr;
+    }
     const auto simple = [&]() -> const char* {
         launch_matmul_simple(static_cast<dtype>(w.type), w.data, w.n_in, w.n_out, x, y, n_tokens, accumulate, stream);
         TROUPE_CUDA_TRY(cudaGetLastError());

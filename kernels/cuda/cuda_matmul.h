@@ -12,9 +12,10 @@
 
 namespace troupe::cuda {
 
-// A weight matrix on the device, packed (row stride n_in elements).
+// A weight matrix on the device, packed (row stride n_in elements); or, type TROUPE_CUDA_EXTERNAL, a plugin's weight
+// whose products its callback makes (data: the model's copy of its troupe_cuda_external_matrix).
 struct device_matrix {
-    uint32_t type = TROUPE_CUDA_F32;  // F32, F16 or BF16
+    uint32_t type = TROUPE_CUDA_F32;  // F32, F16, BF16 or EXTERNAL
     const void* data = nullptr;
     int64_t n_in = 0;
     int64_t n_out = 0;

@@ -85,9 +85,16 @@ const char* check_features(const troupe_cuda_model_desc& d) {
 }
 
 const char* check_desc(const troupe_cuda_model_desc& d) {
-    if (d.struct_size != sizeof(troupe_cuda_model_desc) && d.struct_size != TROUPE_CUDA_MODEL_DESC_V3_SIZE)
-        return fail("model description of %u bytes, this library takes %zu (or %zu without architecture features)",
-                    d.struct_size, sizeof(troupe_cuda_model_desc), TROUPE_CUDA_MODEL_DESC_V3_SIZE);
+    if (d.struct_size != sizeof(troupe_cuda_model_desc) && d.struct_size != TROUPE_CUDA_MODEL_DESC_V4_SIZE &&
+        d.struct_size != TROUPE_CUDA_MODEL_DESC_V3_SIZE)
+        return fail(
+            "model description of %u bytes, this library takes %zu (or %zu without taps, %zu without architecture "
+            "features)",
+            d.struct_size, sizeof(troupe_cuda_model_desc), TROUPE_CUDA_MODEL_DESC_V4_SIZE,
+            TROUPE_CUDA_MODEL_DESC_V3_SIZE);
+    if (d.struct_size == sizeof(troupe_cuda_model_desc) && d.tap_wanted != 0 && !d.tap)
+        return fail("the description asks for taps (bits %llx) without a tap function",
+                    static_cast<unsigned long long>(d.tap_wanted));
     if (d.n_vocab <= 0 || d.dim <= 0 || d.n_layers <= 0 || d.n_heads <= 0 || d.n_kv_heads <= 0 || d.ffn_dim <= 0 ||
         d.n_ctx <= 0 || !d.layers)
         return fail(
@@ -156,6 +163,15 @@ const char* upload_features(troupe_cuda_model& m, int32_t il, const troupe_cuda_
 const char* upload_weight(troupe_cuda_model& m, const troupe_cuda_matrix& src, const char* what, int64_t n_in,
                           int64_t n_out, device_matrix& out) {
     TROUPE_CUDA_TRY_STATUS(check_shape(src, what, n_in, n_out));
+    if (src.type == TROUPE_CUDA_EXTERNAL) {
+        const auto* ext = static_cast<const troupe_cuda_external_matrix*>(src.data);
+        if (!ext || ext->struct_size < sizeof(troupe_cuda_external_matrix) || !ext->matmul)
+            return fail("%s is external (a plugin's weight) without a complete troupe_cuda_external_matrix", what);
+        m.externals.push_back(std::make_unique<troupe_cuda_external_matrix>(*ext));
+        out = device_matrix{TROUPE_CUDA_EXTERNAL, m.externals.back().get(), n_in, n_out};
+        m.weight_bytes += ext->device_bytes;
+        return nullptr;
+    }
     m.weights.emplace_back();
     TROUPE_CUDA_TRY_STATUS(upload_matrix(src, what, m.weights.back(), out, m.ctx->streams[0]));
     m.weight_bytes += m.weights.back().size();
@@ -304,6 +320,8 @@ const char* model_create(troupe_cuda_context* ctx, const troupe_cuda_model_desc*
         TROUPE_CUDA_TRY_STATUS(upload_layer(*m, il, desc->layers[il], m->layers[il]));
         if (features) TROUPE_CUDA_TRY_STATUS(upload_features(*m, il, features[il], m->layers[il]));
     }
+    if (desc->token_embd.type == TROUPE_CUDA_EXTERNAL)
+        return fail("token_embd is a plugin's weight: the embedding lookup reads rows of F32, F16 or BF16");
     TROUPE_CUDA_TRY_STATUS(upload_weight(*m, desc->token_embd, "token_embd", desc->dim, desc->n_vocab, m->token_embd));
     TROUPE_CUDA_TRY_STATUS(upload_norm(*m, desc->output_norm, "output_norm", m->output_norm));
     if (desc->output.data == desc->token_embd.data && desc->output.type == desc->token_embd.type) {
@@ -332,7 +350,55 @@ void model_info(const troupe_cuda_model* model, troupe_cuda_model_info* info) {
     info->kv_bytes = model->kv.size();
 }
 
+namespace {
+
+// Reports one tap to the host where the description asks for it (revision 6).
+const char* report_tap(troupe_cuda_model& m, int32_t tap, int32_t layer, const float* rows, int64_t n_rows,
+                       int64_t width, const int32_t* host_rows, cudaStream_t stream) {
+    const uint64_t bit = uint64_t{1} << tap;
+    if ((m.hp.tap_wanted & bit) == 0 || n_rows == 0) return nullptr;
+    troupe_cuda_tap t{};
+    t.struct_size = sizeof t;
+    t.tap = tap;
+    t.layer = layer;
+    t.n_rows = n_rows;
+    t.width = width;
+    t.device_data = rows;
+    t.stream = stream;
+    t.rows = host_rows;
+    if (m.hp.tap_host & bit) {
+        m.tap_rows.resize(static_cast<size_t>(n_rows * width));
+        TROUPE_CUDA_TRY(cudaMemcpyAsync(m.tap_rows.data(), rows, m.tap_rows.size() * sizeof(float),
+                                        cudaMemcpyDeviceToHost, stream));
+        TROUPE_CUDA_TRY(cudaStreamSynchronize(stream));
+        t.host_data = m.tap_rows.data();
+    }
+    if (const char* e = m.hp.tap(m.hp.tap_ctx, &t)) return fail("tap %d of layer %d: %s", tap, layer, e);
+    return nullptr;
+}
+
+// Tap ids (plugins/include/troupe/taps.h; the backend includes no SDK header).
+enum tap_id : int32_t {
+    tap_attn_norm = 0,
+    tap_q = 1,
+    tap_k = 2,
+    tap_v = 3,
+    tap_attn_out = 4,
+    tap_ffn_norm = 5,
+    tap_ffn_hidden = 6,
+    tap_layer_out = 7,
+    tap_output_norm = 8,
+    tap_logits = 9,
+};
+
+}  // namespace
+
 const char* model_forward(troupe_cuda_model* model, const troupe_cuda_batch* batch) {
+    return model_forward_fenced(model, batch, nullptr, nullptr);
+}
+
+const char* model_forward_fenced(troupe_cuda_model* model, const troupe_cuda_batch* batch, troupe_cuda_fence_fn fence,
+                                 void* arg) {
     troupe_cuda_model& m = *model;
     const troupe_cuda_batch& b = *batch;
     const auto& hp = m.hp;
@@ -414,6 +480,7 @@ const char* model_forward(troupe_cuda_model* model, const troupe_cuda_batch* bat
         char* k_pool = m.kv.as<char>(m.pool_bytes * (2 * il));
         char* v_pool = m.kv.as<char>(m.pool_bytes * (2 * il + 1));
         launch_rms_norm(x, L.attn_norm, xn, n, hp.dim, hp.rms_eps, stream);
+        TROUPE_CUDA_TRY_STATUS(report_tap(m, tap_attn_norm, il, xn, n, hp.dim, nullptr, stream));
         TROUPE_CUDA_TRY_STATUS(matmul(ctx, L.wq, xn, q, n, false));
         TROUPE_CUDA_TRY_STATUS(matmul(ctx, L.wk, xn, k, n, false));
         TROUPE_CUDA_TRY_STATUS(matmul(ctx, L.wv, xn, v, n, false));
@@ -422,11 +489,15 @@ const char* model_forward(troupe_cuda_model* model, const troupe_cuda_batch* bat
             launch_add_bias(k, L.bk, n, kv_width, stream);
             launch_add_bias(v, L.bv, n, kv_width, stream);
         }
+        TROUPE_CUDA_TRY_STATUS(report_tap(m, tap_q, il, q, n, q_width, nullptr, stream));
+        TROUPE_CUDA_TRY_STATUS(report_tap(m, tap_k, il, k, n, kv_width, nullptr, stream));
+        TROUPE_CUDA_TRY_STATUS(report_tap(m, tap_v, il, v, n, kv_width, nullptr, stream));
         launch_rope(q, tables.positions, n, hp.n_heads, rope, stream);
         launch_rope(k, tables.positions, n, hp.n_kv_heads, rope, stream);
         launch_store_kv(k, v, n, kv_width, tables, kv_f16, k_pool, v_pool, stream);
         launch_attention(q, att, n, hp.n_heads, hp.n_kv_heads, hp.head_dim, scale,
                          attention_features{hp.attn_softcap, L.window}, tables, kv_f16, k_pool, v_pool, stream);
+        TROUPE_CUDA_TRY_STATUS(report_tap(m, tap_attn_out, il, att, n, q_width, nullptr, stream));
         // The branch's output goes into xn (free once q, k, v are made) where a post norm follows it.
         if (L.post_attn_norm) {
             TROUPE_CUDA_TRY_STATUS(matmul(ctx, L.wo, att, xn, n, false));
@@ -436,6 +507,7 @@ const char* model_forward(troupe_cuda_model* model, const troupe_cuda_batch* bat
             TROUPE_CUDA_TRY_STATUS(matmul(ctx, L.wo, att, x, n, true));
         }
         launch_rms_norm(x, L.ffn_norm, xn, n, hp.dim, hp.rms_eps, stream);
+        TROUPE_CUDA_TRY_STATUS(report_tap(m, tap_ffn_norm, il, xn, n, hp.dim, nullptr, stream));
         TROUPE_CUDA_TRY_STATUS(matmul(ctx, L.w_gate, xn, gate, n, false));
         TROUPE_CUDA_TRY_STATUS(matmul(ctx, L.w_up, xn, up, n, false));
         const int64_t n_ffn = static_cast<int64_t>(n) * hp.ffn_dim;
@@ -444,6 +516,7 @@ const char* model_forward(troupe_cuda_model* model, const troupe_cuda_batch* bat
         } else {
             launch_swiglu(gate, up, gate, n_ffn, stream);
         }
+        TROUPE_CUDA_TRY_STATUS(report_tap(m, tap_ffn_hidden, il, gate, n, hp.ffn_dim, nullptr, stream));
         if (L.post_ffn_norm) {
             TROUPE_CUDA_TRY_STATUS(matmul(ctx, L.w_down, gate, xn, n, false));
             launch_rms_norm(xn, L.post_ffn_norm, xn, n, hp.dim, hp.rms_eps, stream);
@@ -452,13 +525,22 @@ const char* model_forward(troupe_cuda_model* model, const troupe_cuda_batch* bat
             TROUPE_CUDA_TRY_STATUS(matmul(ctx, L.w_down, gate, x, n, true));
         }
         TROUPE_CUDA_TRY(cudaGetLastError());
+        TROUPE_CUDA_TRY_STATUS(report_tap(m, tap_layer_out, il, x, n, hp.dim, nullptr, stream));
+    }
+    if (fence) {
+        // Every KV write of the step is enqueued: a copy lane may follow this point (the head only reads x).
+        troupe_cuda_event* kv_done = nullptr;
+        TROUPE_CUDA_TRY_STATUS(record_event(ctx, 0, &kv_done));
+        fence(arg, kv_done);
     }
     if (b.n_out_rows > 0) {
         launch_gather_rows(x, d_out_tokens, b.n_out_rows, hp.dim, xn, stream);
         launch_rms_norm(xn, m.output_norm, xn, b.n_out_rows, hp.dim, hp.rms_eps, stream);
+        TROUPE_CUDA_TRY_STATUS(report_tap(m, tap_output_norm, -1, xn, b.n_out_rows, hp.dim, b.out_tokens, stream));
         TROUPE_CUDA_TRY_STATUS(matmul(ctx, m.output, xn, logits, b.n_out_rows, false));
         if (hp.final_softcap > 0.0f)
             launch_softcap(logits, hp.final_softcap, static_cast<int64_t>(b.n_out_rows) * hp.n_vocab, stream);
+        TROUPE_CUDA_TRY_STATUS(report_tap(m, tap_logits, -1, logits, b.n_out_rows, hp.n_vocab, b.out_tokens, stream));
         TROUPE_CUDA_TRY(cudaMemcpyAsync(b.logits, logits,
                                         static_cast<size_t>(b.n_out_rows) * hp.n_vocab * sizeof(float),
                                         cudaMemcpyDeviceToHost, stream));

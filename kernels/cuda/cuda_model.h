@@ -39,6 +39,9 @@ const char* model_create(troupe_cuda_context* ctx, const troupe_cuda_model_desc*
 void model_destroy(troupe_cuda_model* model);
 void model_info(const troupe_cuda_model* model, troupe_cuda_model_info* info);
 const char* model_forward(troupe_cuda_model* model, const troupe_cuda_batch* batch);
+// model_forward that hands fence(arg, event) an event after the layers (revision 5); fence may be null.
+const char* model_forward_fenced(troupe_cuda_model* model, const troupe_cuda_batch* batch, troupe_cuda_fence_fn fence,
+                                 void* arg);
 const char* model_copy_blocks(troupe_cuda_model* model, int32_t lane, const int32_t* src, const int32_t* dst,
                               int32_t n);
 // KV rows src[i] -> dst[i] (block * block_size + row) of every pool, in order on `lane` (keep_tree_path).
@@ -72,10 +75,11 @@ struct troupe_cuda_model {
     troupe_cuda_context* ctx = nullptr;
     troupe_cuda_model_desc hp{};  // hyper-parameters; its pointers are not kept
     std::vector<troupe::cuda::device_buffer> weights;
-    std::vector<troupe::cuda::device_layer> layers;  // [n_layers]
-    troupe::cuda::device_matrix token_embd;          // [n_vocab, dim]
-    const float* output_norm = nullptr;              // [dim]
-    troupe::cuda::device_matrix output;              // [n_vocab, dim]
+    std::vector<std::unique_ptr<troupe_cuda_external_matrix>> externals;  // plugins' weights (revision 6), by value
+    std::vector<troupe::cuda::device_layer> layers;                       // [n_layers]
+    troupe::cuda::device_matrix token_embd;                               // [n_vocab, dim]
+    const float* output_norm = nullptr;                                   // [dim]
+    troupe::cuda::device_matrix output;                                   // [n_vocab, dim]
     uint64_t weight_bytes = 0;
 
     int32_t n_blocks = 0;
@@ -86,4 +90,5 @@ struct troupe_cuda_model {
     troupe::cuda::device_buffer scratch;  // activations, see cuda_model.cpp
     troupe::cuda::device_buffer ints;     // the batch's index arrays
     std::vector<int32_t> host_ints;
+    std::vector<float> tap_rows;  // a tap's rows copied to the host (tap_host)
 };

@@ -3,7 +3,9 @@
 # configure and build (Release, -j16) with nvcc, run the CUDA tests (test_cuda, with tree verification in
 # cuda_tree_test.cpp and the dense architecture families in cuda_arch_test.cpp: qwen2, phi3, gemma2 against
 # arch-greedy.json and the CPU graph, plus the soft-capping / window / GeGLU / bias kernels in cuda_kernels_test.cpp;
-# test_cuda_quant_plugins: the quant plugins' CUDA kernels vs their CPU path), bench_cuda_quant
+# test_cuda_quant_plugins: the quant plugins' CUDA kernels vs their CPU path; cuda_lane_order_test.cpp: swaps on the
+# KV allocator's copy lane under a running step, ordered by events; cuda_plugin_graph_test.cpp: the CUDA graph calling
+# quant/w4a16 on a W4_G128 file this script makes with `troupe quantize`, quant/fp8, and tap observers), bench_cuda_quant
 # (GEMV GB/s vs copy), then `troupe bench --device cuda`.
 #
 #   kernels/cuda/gpu_check.sh            build into build-gpu/ beside this checkout's root
@@ -28,10 +30,15 @@ nvcc --version | tail -1
 echo "== configure + build ($build)"
 start=$(date +%s)
 cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release -DTROUPE_CUDA=ON >/dev/null
-cmake --build "$build" -j"$jobs" --target troupe_cuda test_cuda test_cuda_quant_plugins bench_cuda_quant
-cmake --build "$build" -j"$jobs" --target troupe || echo "gpu_check: the troupe CLI did not build; bench skipped" >&2
+cmake --build "$build" -j"$jobs" --target troupe_cuda test_cuda test_cuda_quant_plugins bench_cuda_quant troupe
 echo "build took $(($(date +%s) - start)) s"
 test -f "$build/backends/libtroupe_cuda.so"
+
+echo "== a W4_G128 model for the CUDA graph's plugin calls (troupe quantize, round to nearest)"
+w4_model=$build/rand10M-W4_G128.gguf
+[ -f "$w4_model" ] || "$build/troupe" quantize --model "$shared/models/rand10M-F16.gguf" --method rtn --type w4_g128 \
+    -o "$w4_model"
+export TROUPE_W4_G128_MODEL=$w4_model
 
 echo "== test_cuda"
 export TROUPE_SHARED_DIR=$shared

@@ -166,25 +166,6 @@ TEST(executor_core, a_step_after_a_prefix_hit_learns_the_cached_tokens_from_its_
     EXPECT_EQ(seen, ids);  // the draft proposer (and the penalties) see the whole history
 }
 
-// A runner with separate device memory: records the swaps; its swap_in can be told to fail.
-class swapping_runner : public fake_model_runner {
-public:
-    bool separate_kv_memory() const override { return true; }
-    status swap_out(int64_t seq_id, std::span<const int32_t> blocks, int32_t n_tokens) override {
-        log.push_back("out " + std::to_string(seq_id) + " " + std::to_string(blocks.size()) + " " +
-                      std::to_string(n_tokens));
-        return status::success();
-    }
-    status swap_in(int64_t seq_id, std::span<const int32_t> blocks, int32_t n_tokens) override {
-        log.push_back("in " + std::to_string(seq_id) + " " + std::to_string(blocks.size()) + " " +
-                      std::to_string(n_tokens));
-        if (fail_in) return make_error("host buffer gone");
-        return status::success();
-    }
-    std::vector<std::string> log;
-    bool fail_in = false;
-};
-
 // response_format: a sequence with a grammar samples only what it allows (the fake model would rather
 // continue "cdef..."), ends with EOS once the value is complete, and gets no drafts (a draft is not
 // checked against the grammar).
@@ -224,21 +205,6 @@ TEST(executor_core, a_constrained_sequence_samples_only_what_its_grammar_allows_
     const std::string value = text.substr(std::min(text.find('"'), text.size()));
     EXPECT_TRUE(value == "\"cd\"" || value == "\"xy\"") << text;
     EXPECT_EQ(text.find_first_not_of(" \t\n"), text.find('"')) << text;
-}
-
-TEST(executor_core, swaps_go_to_the_runner_and_a_failed_swap_fails_the_sequences_next_step) {
-    auto runner = std::make_shared<swapping_runner>();
-    executor_core ex(runner);
-    ex.swap({5, true, {3, 4}, 6});
-    ex.swap({5, false, {0, 1}, 6});
-    EXPECT_EQ(runner->log, (std::vector<std::string>{"out 5 2 6", "in 5 2 6"}));
-    runner->fail_in = true;
-    ex.swap({6, false, {2}, 3});
-    step_plan plan{1, {seq(6, testing::fake_ids("ab"), 0, greedy())}};
-    const step_done d = ex.run(plan);
-    EXPECT_NE(d.error.find("sequence 6 lost its KV rows in a swap: host buffer gone"), std::string::npos) << d.error;
-    ex.retire({6});
-    EXPECT_EQ(ex.run(plan).error, "");  // retired: a new sequence 6 starts clean
 }
 
 }  // namespace

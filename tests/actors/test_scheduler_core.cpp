@@ -525,13 +525,19 @@ TEST(scheduler_core, swap_preemption_copies_blocks_out_and_back_where_the_runner
     int n_out = 0, n_in = 0;
     std::vector<int32_t> got2;
     for (int i = 0; i < 40 && out.step; ++i) {
+        const size_t n_grants = s.grants().size();
         out = run(s, out);
-        for (const auto& w : out.swaps) {
-            EXPECT_EQ(w.seq_id, 2);
-            if (w.to_host) {
+        // The swaps are the grants' (the KV allocator's lane runs them): sequence 2 out, then back.
+        for (size_t k = n_grants; k < s.grants().size(); ++k) {
+            for (const kv_preempted& p : s.grants()[k].preempted) {
+                EXPECT_EQ(p.seq_id, 2);
+                EXPECT_TRUE(p.swapped);
+                EXPECT_EQ(p.n_computed, 5);  // its computed rows at preemption
                 n_out++;
-                EXPECT_EQ(w.n_tokens, 5);  // its computed rows at preemption
-            } else {
+            }
+            for (const kv_admitted& a : s.grants()[k].admitted) {
+                if (!a.swapped_in) continue;
+                EXPECT_EQ(a.seq_id, 2);
                 n_in++;
                 ASSERT_TRUE(out.step);
                 // Resumes where it was: one token at pos0 5, no recompute.
@@ -551,9 +557,9 @@ TEST(scheduler_core, swap_preemption_copies_blocks_out_and_back_where_the_runner
     out.clear();
     cpu.enqueue(req(1, range(10, 5), 8), out);
     cpu.enqueue(req(2, range(30, 3), 8), out);
-    for (int i = 0; i < 40 && out.step; ++i) {
-        out = run(cpu, out);
-        EXPECT_TRUE(out.swaps.empty());
+    for (int i = 0; i < 40 && out.step; ++i) out = run(cpu, out);
+    for (const kv_step_grant& g : cpu.grants()) {
+        for (const kv_preempted& p : g.preempted) EXPECT_FALSE(p.swapped);
     }
     EXPECT_EQ(cpu.counters().n_preemptions, 1);
 }

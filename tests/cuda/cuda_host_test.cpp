@@ -175,7 +175,7 @@ TEST(cuda_upload, a_weight_type_without_kernels_is_refused_by_name) {
     ASSERT_FALSE(up.ok());
     EXPECT_EQ(up.message(),
               "tiny.gguf: layer 1 w_down is Q5_0: the CUDA backend takes F32, F16, BF16, Q8_0, Q4_0, Q4_K and Q6_K "
-              "weights");
+              "weights, and no quant plugin was loaded for cuda");
 }
 
 TEST(cuda_library, a_missing_backend_is_reported_with_the_path_looked_at) {

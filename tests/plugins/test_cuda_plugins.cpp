@@ -133,8 +133,8 @@ TEST_F(cuda_plugins, the_loaders_check_refuses_what_the_cuda_graph_cannot_call_y
     const status not_wired = check_cuda_plugins(config_with("cudakv"), model(false));
     ASSERT_FALSE(not_wired.ok());
     EXPECT_EQ(not_wired.message(),
-              "plugin kv/cudakv: runs on cuda (score 40), but the CUDA graph does not call plugin ops yet (needed on "
-              "the GPU: kv.plugin: its KV cache layout is its own (no built-in CUDA kernel reads it)); run it with "
+              "plugin kv/cudakv: runs on cuda (score 40), but the CUDA graph does not call KV plugin ops yet (needed "
+              "on the GPU: kv.plugin: its KV cache layout is its own (no built-in CUDA kernel reads it)); run it with "
               "--device cpu");
 }
 

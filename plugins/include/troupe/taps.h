@@ -58,7 +58,8 @@ typedef struct troupe_tap_data {
     int64_t n_rows;
     int64_t width;
     const float* data;        /* [n_rows, width] float32, rows contiguous; valid only during the call. Host
-                                 memory on the CPU backend, device memory on CUDA (then `stream` is the lane's) */
+                                 memory, or device memory on CUDA where troupe_tap_ops.device_data asks for it
+                                 (then backend is CUDA and `stream` is the lane's) */
     const int64_t* seq_ids;   /* [n_rows] host memory: the sequence of each row */
     const int32_t* positions; /* [n_rows] host memory: the position of each row in its sequence */
     int32_t backend;          /* troupe_backend */
@@ -81,9 +82,17 @@ typedef struct troupe_tap_ops {
     /* One tap of one layer in a forward step. A status other than TROUPE_OK fails the step with
      * error_message(instance). */
     int32_t (*observe)(troupe_plugin_instance* instance, const troupe_tap_data* data);
+    /* Version 2: where the rows are when the model runs on CUDA. 0 (or a version-1 table): host memory, copied from
+     * the device on the lane's stream and waited for before observe() (backend CPU, stream null in the data): the
+     * plugin needs no CUDA at all, at the cost of one copy and one wait per tap and layer. 1: device memory
+     * (backend CUDA, `stream` the executor lane's cudaStream_t, on which the rows are ready): work on them goes
+     * on that stream, and observe() may return before it is done; the rows stay valid only until the next op on
+     * the stream overwrites them, so copy what you keep (cudaMemcpyAsync on `stream`). On the CPU backend the
+     * rows are always host memory. */
+    int32_t device_data;
 } troupe_tap_ops;
 
-#define TROUPE_TAP_OPS_VERSION 1u
+#define TROUPE_TAP_OPS_VERSION 2u
 
 #ifdef __cplusplus
 }
