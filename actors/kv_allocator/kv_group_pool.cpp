@@ -26,12 +26,12 @@ uint64_t kv_group_pool::root(int32_t group) const {
     return group == 0 ? 0 : 0x9e3779b97f4a7c15ull * static_cast<uint64_t>(group + 1);
 }
 
-int32_t kv_group_pool::blocks_needed(int32_t n_tokens, int32_t max_step) const {
+int32_t kv_group_pool::blocks_needed(int32_t n_tokens, int32_t max_step, int32_t n_cached) const {
     const int32_t bs = block_size();
     const int32_t full = blocks_for(n_tokens);
     int32_t n = 0;
     for (const int32_t w : windows_) {
-        n += w == 0 ? full : std::min(full, (w - 1 + std::max(1, max_step) + bs - 1) / bs + 1);
+        n += w == 0 ? full - n_cached / bs : std::min(full, (w - 1 + std::max(1, max_step) + bs - 1) / bs + 1);
     }
     return n;
 }
@@ -172,6 +172,15 @@ bool kv_group_pool::fork(int64_t parent_id, int64_t child_id, int32_t n_tokens) 
         TROUPE_ASSERT(ok, "fork of KV group " + std::to_string(g) + " of sequence " + std::to_string(parent_id));
     }
     return true;
+}
+
+bool kv_group_pool::shares(int64_t seq_id, int32_t pos) const {
+    const auto i = static_cast<size_t>(pos / block_size());
+    for (int32_t g = 0; g < n_groups(); ++g) {
+        const std::vector<int32_t>& t = table(seq_id, g);
+        if (i < t.size() && t[i] != block_pool::no_block && pool_.ref_count(t[i]) > 1) return true;
+    }
+    return false;
 }
 
 std::vector<block_copy> kv_group_pool::copy_on_write(int64_t seq_id, int32_t pos, bool* ok) {

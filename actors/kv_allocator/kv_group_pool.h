@@ -50,8 +50,9 @@ public:
 
     // The most blocks one sequence holds at once, summed over its groups, while it runs n_tokens positions in steps
     // of at most max_step tokens: a windowed group holds the blocks of (window - 1 + max_step) positions plus one
-    // (a span that starts inside a block), never more than a global group.
-    int32_t blocks_needed(int32_t n_tokens, int32_t max_step = 1) const;
+    // (a span that starts inside a block), never more than a global group. n_cached: leading tokens whose blocks it
+    // shares from the prefix cache already (a global group needs those fewer; a windowed one is counted whole).
+    int32_t blocks_needed(int32_t n_tokens, int32_t max_step = 1, int32_t n_cached = 0) const;
 
     // Prefix caching over every group: n_tokens (and n_hits, per group) is the prefix whole in every group; n_pending
     // and n_idle_hits are summed over the groups (n_idle_hits within that prefix).
@@ -71,6 +72,8 @@ public:
     // child shares parent's blocks covering [0, n_tokens) (all with -1) in every group; false when parent is unknown
     // or has fewer.
     bool fork(int64_t parent_id, int64_t child_id, int32_t n_tokens = -1);
+    // Whether a block of seq at position pos is shared with another table (in any group).
+    bool shares(int64_t seq_id, int32_t pos) const;
     // Before seq writes position pos: a fresh block and the copy to make for each group whose block there is shared;
     // all or nothing (*ok false when too few blocks are free).
     std::vector<block_copy> copy_on_write(int64_t seq_id, int32_t pos, bool* ok = nullptr);
