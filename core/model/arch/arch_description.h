@@ -34,13 +34,11 @@ enum class ffn_activation { silu, gelu_tanh };
 // Which layers attend within <arch>.attention.sliding_window (when the file sets it): every layer (Mistral v0.1,
 // Phi-3), the even layers (Gemma 2: 0, 2, ...; the odd ones are global), or none (the key is ignored).
 //
-// KV blocks: a sequence's block table serves every layer, so a block can be released only when no layer reads it.
-// With a window on every layer, blocks wholly before the window (positions <= p - window) are read by none, and
-// attention/gqa already reads no block before a token's window (it accepts -1 entries there); the allocator does not
-// release them yet (the table's entries, the prefix cache and swap would need to know holes). With Gemma 2's
-// alternating layers the global layers read every position, so every block stays: releasing the windowed layers'
-// part would need a block table per layer group (a pool for the windowed layers sized by the window, one for the
-// global ones by the context), which troupe does not have.
+// KV blocks (kv.window_release, core/model/kv_groups.h): the layers form KV groups by their window (global, windowed),
+// each with its own block table per sequence from one pool; the KV allocator (actors/kv_allocator/kv_group_pool.h)
+// gives a windowed group's blocks back once every position in them is <= p - window for the sequence's next query p
+// (attention/gqa reads no block before a token's window and refuses a -1 inside it). Gemma 2: a global and a windowed
+// group of 13 layers each sharing memory slots; Mistral v0.1: one windowed group.
 enum class window_layers { none, all, even };
 
 // The attention block of a layer (standard q/k/v heads, or DeepSeek-V2's multi-head latent attention) and its FFN
