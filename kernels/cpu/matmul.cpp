@@ -44,7 +44,8 @@ int64_t gemm_threshold(const detail::matmul_kernels& k, ggml_type type, cpu::act
         case ggml_type::q6_k:
             // Only the integer GEMM, bit-equal to the dot kernels (ggml's k-quant arithmetic,
             // kernels/ref/kquant_dot.h), which a float GEMM on dequantized panels is not.
-            return k.gemm_kquant != nullptr ? k.gemm_min_tokens_kquant : INT64_MAX;
+            if (k.gemm_kquant == nullptr) return INT64_MAX;
+            return type == ggml_type::q4_k ? k.gemm_min_tokens_q4_k : k.gemm_min_tokens_q6_k;
         default:
             return k.gemm_min_tokens_float;
     }

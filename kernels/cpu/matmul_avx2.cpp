@@ -416,9 +416,10 @@ const matmul_kernels& avx2_kernels() {
         .round_bf16 = round_bf16_scalar,
         .q8_0_values = q8_0_values_scalar,
         .q8_k_values = q8_k_values_scalar,
-        .gemm_kquant = nullptr,
-        .gemm_min_tokens_kquant = 0,
-        .gemm_kquant_rows = 0,
+        .gemm_kquant = gemm_kquant_avx2,
+        .gemm_min_tokens_q4_k = INT64_MAX,  // as fast as the dot kernels here (the same operations per chunk)
+        .gemm_min_tokens_q6_k = 4,
+        .gemm_kquant_rows = 16,
     };
     return k;
 }

@@ -528,7 +528,8 @@ const matmul_kernels& avx512_kernels() {
         .q8_0_values = q8_0_values_avx512,
         .q8_k_values = q8_k_values_avx512,
         .gemm_kquant = gemm_kquant_avx512,
-        .gemm_min_tokens_kquant = 4,
+        .gemm_min_tokens_q4_k = 4,
+        .gemm_min_tokens_q6_k = 4,
         .gemm_kquant_rows = k_avx512_gemm_kquant_rows,
     };
     return k;

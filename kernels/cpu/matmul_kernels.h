@@ -56,11 +56,12 @@ struct matmul_kernels {
     void (*q8_0_values)(const float* x, float* y, int64_t n);
     void (*q8_k_values)(const float* x, float* y, int64_t n);
     // Integer GEMM for Q4_K / Q6_K weights against Q8_K activation rows (prepared as for `rows`), equal to `rows` bit
-    // for bit (ggml's recipe, kernels/ref/kquant_dot.h), used from gemm_min_tokens_kquant on; null where the level
-    // has none. Row granularity gemm_kquant_rows.
+    // for bit (ggml's recipe, kernels/ref/kquant_dot.h), used from gemm_min_tokens_q4_k / _q6_k on (INT64_MAX: never,
+    // where the level's dot kernels are as fast); null where the level has none. Row granularity gemm_kquant_rows.
     void (*gemm_kquant)(const matmul_weight& w, prepared_x x, float* y, int64_t ldy, int64_t n_tokens, int64_t r0,
                         int64_t r1);
-    int64_t gemm_min_tokens_kquant;
+    int64_t gemm_min_tokens_q4_k;
+    int64_t gemm_min_tokens_q6_k;
     int64_t gemm_kquant_rows;
 };
 
@@ -72,6 +73,8 @@ const matmul_kernels& avx512_kernels();
 void rows_scalar(const matmul_weight& w, prepared_x x, float* y, int64_t ldy, int64_t n_tokens, int64_t r0, int64_t r1);
 void rows_float_act_scalar(const matmul_weight& w, const float* x, float* y, int64_t ldy, int64_t n_tokens, int64_t r0,
                            int64_t r1);
+void gemm_kquant_avx2(const matmul_weight& w, prepared_x x, float* y, int64_t ldy, int64_t n_tokens, int64_t r0,
+                      int64_t r1);
 void rows_float_act_avx2(const matmul_weight& w, const float* x, float* y, int64_t ldy, int64_t n_tokens, int64_t r0,
                          int64_t r1);
 void rows_float_act_avx512(const matmul_weight& w, const float* x, float* y, int64_t ldy, int64_t n_tokens, int64_t r0,

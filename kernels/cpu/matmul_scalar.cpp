@@ -176,7 +176,8 @@ const matmul_kernels& scalar_kernels() {
         .q8_0_values = q8_0_values_scalar,
         .q8_k_values = q8_k_values_scalar,
         .gemm_kquant = nullptr,
-        .gemm_min_tokens_kquant = 0,
+        .gemm_min_tokens_q4_k = 0,
+        .gemm_min_tokens_q6_k = 0,
         .gemm_kquant_rows = 0,
     };
     return k;

@@ -4,7 +4,7 @@
 // work (what prefill ran before the integer GEMM), interleaved rep by rep with the GEMM so both see the same
 // machine; for Q8_0 / Q4_0 the row form and the panel form (q8_panels.h, the loader's default), likewise.
 //
-//   gemm_bench [N_THREADS (2)] [N_TOKENS (64)] [REPS (20)] [N_IN (2048)] [N_OUT (5632)]
+//   gemm_bench [N_THREADS (2)] [N_TOKENS (64)] [REPS (20)] [N_IN (2048)] [N_OUT (5632)] [LEVEL (best): avx2 | avx512]
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -122,5 +122,13 @@ int main(int argc, char** argv) {
     const int reps = argc > 3 ? std::atoi(argv[3]) : 20;
     const int64_t n_in = argc > 4 ? std::atoll(argv[4]) : 2048;
     const int64_t n_out = argc > 5 ? std::atoll(argv[5]) : 5632;
+    if (argc > 6) {
+        for (troupe::cpu::dispatch_level level : troupe::cpu::available_levels())
+            if (troupe::cpu::name(level) == argv[6]) troupe::cpu::force_level(level);
+        if (troupe::cpu::name(troupe::cpu::active_level()) != argv[6]) {
+            std::fprintf(stderr, "gemm_bench: level %s is not available here\n", argv[6]);
+            return 1;
+        }
+    }
     return troupe::run(n_threads, n_tokens, reps, n_in, n_out);
 }

@@ -113,5 +113,9 @@ TEST(kquant_gemm, avx512_gemm_equals_the_avx512_dot_kernels_bit_for_bit_for_1_to
     run_level(cpu::dispatch_level::avx512, cpu::detail::avx512_kernels(), cpu::detail::gemm_kquant_avx512);
 }
 
+TEST(kquant_gemm, avx2_gemm_equals_the_avx2_dot_kernels_bit_for_bit_for_1_to_33_tokens) {
+    run_level(cpu::dispatch_level::avx2, cpu::detail::avx2_kernels(), cpu::detail::gemm_kquant_avx2);
+}
+
 }  // namespace
 }  // namespace troupe
