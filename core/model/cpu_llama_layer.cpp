@@ -139,8 +139,14 @@ status cpu_llama::standard_attention(int32_t il, size_t n, const std::vector<con
     if (status st = tap(tap_point::q, il, q, n, hp.q_width()); !st.ok()) return st;
     if (status st = tap(tap_point::k, il, k, n, hp.kv_width()); !st.ok()) return st;
     if (status st = tap(tap_point::v, il, v, n, hp.kv_width()); !st.ok()) return st;
-    rope_rows(q, s_.rope_cs.data(), n, hp.n_heads, hp);
-    rope_rows(k, s_.rope_cs.data(), n, hp.n_kv_heads, hp);
+    if (params_.activations == cpu::activation_recipe::quantized) {
+        // llama.cpp's recipe: its rotations bit for bit (the q and k rows feed its attention arithmetic).
+        rope_rows_ggml(q, s_.positions.data(), n, hp.n_heads, hp);
+        rope_rows_ggml(k, s_.positions.data(), n, hp.n_kv_heads, hp);
+    } else {
+        rope_rows(q, s_.rope_cs.data(), n, hp.n_heads, hp);
+        rope_rows(k, s_.rope_cs.data(), n, hp.n_kv_heads, hp);
+    }
 
     if (status st = attend(il, n, q, k, v, tables); !st.ok()) return st;
     if (status st = tap(tap_point::attn_out, il, s_.attn.data(), n, hp.q_width()); !st.ok()) return st;

@@ -46,6 +46,10 @@ void rope_rows(float* x, const float* cs, size_t n, int32_t n_heads, const llama
     cpu::rope_apply(x, static_cast<int64_t>(n), n_heads, cs, rope_params_of(hp));
 }
 
+void rope_rows_ggml(float* x, const int32_t* positions, size_t n, int32_t n_heads, const llama_hparams& hp) {
+    cpu::rope_ggml(x, static_cast<int64_t>(n), n_heads, positions, rope_params_of(hp));
+}
+
 void swiglu_rows(float* gate, const float* up, size_t n) {
     cpu::swiglu(gate, up, gate, static_cast<int64_t>(n));
 }

@@ -23,15 +23,11 @@ void rmsnorm(const float* x, const float* weight, float* y, int64_t n_rows, int6
     for (int64_t r = 0; r < n_rows; ++r) {
         const float* xr = x + r * n;
         float* yr = y + r * n;
-        float partial[8] = {};
-        int64_t i = 0;
-        for (; i + 8 <= n; i += 8) {
-            for (int j = 0; j < 8; ++j) partial[j] += xr[i + j] * xr[i + j];
-        }
-        float sum = 0;
-        for (; i < n; ++i) sum += xr[i] * xr[i];
-        for (float s : partial) sum += s;
-        const float scale = 1.0f / std::sqrt(sum / static_cast<float>(n) + eps);
+        // ggml_compute_forward_rms_norm_f32: float squares summed in order in double, the mean rounded to float.
+        double sum = 0;
+        for (int64_t i = 0; i < n; ++i) sum += static_cast<double>(xr[i] * xr[i]);
+        const float mean = static_cast<float>(sum / static_cast<double>(n));
+        const float scale = 1.0f / std::sqrt(mean + eps);
         if (weight) {
             for (int64_t j = 0; j < n; ++j) yr[j] = xr[j] * scale * weight[j];
         } else {
@@ -57,6 +53,33 @@ void rope_angles(const int32_t* positions, int64_t n_tokens, const rope_params& 
             theta -= two_pi * std::nearbyint(theta / two_pi);
             c[2 * i] = std::cos(static_cast<float>(theta));
             c[2 * i + 1] = std::sin(static_cast<float>(theta));
+        }
+    }
+}
+
+void rope_ggml(float* x, int64_t n_tokens, int64_t n_heads, const int32_t* positions, const rope_params& p) {
+    TROUPE_ASSERT(p.n_rot % 2 == 0 && p.n_rot <= p.head_dim);
+    const int32_t half = p.n_rot / 2;
+    const float theta_scale = std::pow(p.freq_base, -2.0f / static_cast<float>(p.n_rot));
+    std::vector<float> cs(2 * static_cast<size_t>(half));  // [n_rot / 2][cos, sin] of one token
+    for (int64_t t = 0; t < n_tokens; ++t) {
+        float theta = static_cast<float>(positions[t]);
+        for (int32_t i = 0; i < half; ++i) {
+            const float ff = p.freq_factors ? p.freq_factors[i] : 1.0f;
+            const float angle = p.freq_scale * (theta / ff);
+            cs[2 * i] = std::cos(angle);
+            cs[2 * i + 1] = std::sin(angle);
+            theta *= theta_scale;
+        }
+        for (int64_t h = 0; h < n_heads; ++h) {
+            float* v = x + (t * n_heads + h) * p.head_dim;
+            for (int32_t i = 0; i < half; ++i) {
+                const int32_t a = p.neox ? i : 2 * i, b = p.neox ? i + half : 2 * i + 1;
+                const float x0 = v[a], x1 = v[b], co = cs[2 * i], si = cs[2 * i + 1];
+                const float x1_sin = x1 * si, x1_cos = x1 * co;
+                v[a] = std::fma(x0, co, -x1_sin);
+                v[b] = std::fma(x0, si, x1_cos);
+            }
         }
     }
 }

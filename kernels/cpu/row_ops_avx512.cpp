@@ -59,20 +59,12 @@ void rmsnorm_avx512(const float* x, const float* weight, float* y, int64_t n_row
     for (int64_t r = 0; r < n_rows; ++r) {
         const float* xr = x + r * n;
         float* yr = y + r * n;
-        __m512 s0 = _mm512_setzero_ps(), s1 = _mm512_setzero_ps();
-        int64_t i = 0;
-        for (; i + 32 <= n; i += 32) {
-            const __m512 a = _mm512_loadu_ps(xr + i), b = _mm512_loadu_ps(xr + i + 16);
-            s0 = _mm512_fmadd_ps(a, a, s0);
-            s1 = _mm512_fmadd_ps(b, b, s1);
-        }
-        for (; i < n; i += 16) {
-            const __m512 a = _mm512_maskz_loadu_ps(tail_mask(n - i), xr + i);
-            s0 = _mm512_fmadd_ps(a, a, s0);
-        }
-        const float sum = _mm512_reduce_add_ps(_mm512_add_ps(s0, s1));
-        const __m512 scale = _mm512_set1_ps(1.0f / std::sqrt(sum / static_cast<float>(n) + eps));
-        for (i = 0; i < n; i += 16) {
+        // ggml_compute_forward_rms_norm_f32: float squares summed in order in double, the mean rounded to float.
+        double sum = 0;
+        for (int64_t i = 0; i < n; ++i) sum += static_cast<double>(xr[i] * xr[i]);
+        const float mean = static_cast<float>(sum / static_cast<double>(n));
+        const __m512 scale = _mm512_set1_ps(1.0f / std::sqrt(mean + eps));
+        for (int64_t i = 0; i < n; i += 16) {
             const __mmask16 m = tail_mask(n - i);
             __m512 v = _mm512_mul_ps(_mm512_maskz_loadu_ps(m, xr + i), scale);
             if (weight) v = _mm512_mul_ps(v, _mm512_maskz_loadu_ps(m, weight + i));

@@ -4,6 +4,8 @@
 
 #include <cmath>
 #include <limits>
+#include <string>
+#include <vector>
 
 #include "kernels/cpu/row_ops.h"
 #include "kernels/ref/ops.h"
@@ -42,6 +44,93 @@ TEST(row_ops, rmsnorm_matches_the_reference_within_2e_6_relative) {
                 cpu::rmsnorm(in_place.data(), with_weight ? wt.data() : nullptr, in_place.data(), rows, n, 1e-5f);
                 EXPECT_EQ(in_place, a);
             }
+        }
+    }
+}
+
+// ggml_compute_forward_rms_norm_f32 then ggml's MUL by the weight, operation for operation: float squares summed in
+// order in double, the mean rounded to float, 1.0f / sqrtf(mean + eps) in float, x * scale, then * weight.
+void ggml_rms_norm_twin(const float* x, const float* w, float* y, int64_t rows, int64_t n, float eps) {
+    for (int64_t r = 0; r < rows; ++r) {
+        double sum = 0.0;
+        for (int64_t i = 0; i < n; ++i) {
+            const float sq = x[r * n + i] * x[r * n + i];
+            sum += static_cast<double>(sq);
+        }
+        const float mean = static_cast<float>(sum / static_cast<double>(n));
+        const float scale = 1.0f / sqrtf(mean + eps);
+        for (int64_t i = 0; i < n; ++i) {
+            const float v = x[r * n + i] * scale;
+            y[r * n + i] = w ? v * w[i] : v;
+        }
+    }
+}
+
+TEST(row_ops, rmsnorm_is_ggmls_rms_norm_and_mul_bit_for_bit) {
+    // llama.cpp's greedy tokens follow from its int8 activation blocks, where one ulp of a norm can move a rounding:
+    // the norm's arithmetic is ggml's exactly at every level (a wide range of magnitudes makes the order matter).
+    for (auto level : cpu::available_levels()) {
+        scoped_level scope(level);
+        for (int64_t n : {1, 7, 64, 256, 2049}) {
+            for (bool with_weight : {false, true}) {
+                SCOPED_TRACE(testing::level_name(level) + " n " + std::to_string(n));
+                const int64_t rows = 5;
+                auto x = random_floats(rows * n, 13);
+                for (int64_t i = 0; i < rows * n; i += 3) x[i] *= 1e4f * static_cast<float>(i % 7 + 1);
+                const auto wt = random_floats(n, 14);
+                std::vector<float> a(rows * n), b(rows * n);
+                cpu::rmsnorm(x.data(), with_weight ? wt.data() : nullptr, a.data(), rows, n, 1e-5f);
+                ggml_rms_norm_twin(x.data(), with_weight ? wt.data() : nullptr, b.data(), rows, n, 1e-5f);
+                EXPECT_EQ(a, b);
+            }
+        }
+    }
+}
+
+// ggml_rope_cache_init + rope_yarn + ggml_compute_forward_rope_f32 (normal and NeoX pairs) as llama.cpp's x86 build
+// compiles them: the angle by repeated float products, cosf / sinf, and GCC's contraction of the rotation (one
+// product rounded, the other fused), which the reference's llama_greedy dumps match on every row of rand10M's q and k.
+void ggml_rope_twin(float* x, int64_t n_tokens, int64_t n_heads, const int32_t* pos, const rope_params& p) {
+    const float theta_scale = powf(p.freq_base, -2.0f / static_cast<float>(p.n_rot));
+    std::vector<float> cache(p.head_dim);
+    for (int64_t t = 0; t < n_tokens; ++t) {
+        float theta = static_cast<float>(pos[t]);
+        for (int32_t i0 = 0; i0 < p.head_dim; i0 += 2) {
+            const float ff = p.freq_factors && i0 < p.n_rot ? p.freq_factors[i0 / 2] : 1.0f;
+            const float theta_interp = p.freq_scale * (theta / ff);
+            cache[i0] = cosf(theta_interp) * 1.0f;
+            cache[i0 + 1] = sinf(theta_interp) * 1.0f;
+            theta *= theta_scale;
+        }
+        for (int64_t h = 0; h < n_heads; ++h) {
+            float* v = x + (t * n_heads + h) * p.head_dim;
+            for (int32_t i0 = 0; i0 < p.n_rot; i0 += 2) {
+                const int32_t a = p.neox ? i0 / 2 : i0, b = p.neox ? i0 / 2 + p.n_rot / 2 : i0 + 1;
+                const float c = cache[i0], s = cache[i0 + 1], x0 = v[a], x1 = v[b];
+                volatile float x1_s = x1 * s, x1_c = x1 * c;  // the products the compiled code rounds
+                v[a] = std::fma(x0, c, -x1_s);
+                v[b] = std::fma(x0, s, x1_c);
+            }
+        }
+    }
+}
+
+TEST(row_ops, rope_ggml_is_llama_cpps_rope_bit_for_bit) {
+    const float factors[32] = {1.0f, 1.5f, 2.0f, 4.0f, 1.0f, 1.25f, 3.0f, 8.0f, 1.0f, 1.0f, 2.5f,
+                               1.0f, 6.0f, 1.0f, 1.0f, 2.0f, 1.0f,  1.5f, 2.0f, 4.0f, 1.0f, 1.25f,
+                               3.0f, 8.0f, 1.0f, 1.0f, 2.5f, 1.0f,  6.0f, 1.0f, 1.0f, 2.0f};
+    const int32_t positions[5] = {0, 1, 17, 511, 4095};
+    for (bool neox : {false, true}) {
+        for (bool scaled : {false, true}) {
+            SCOPED_TRACE(std::string(neox ? "neox" : "normal") + (scaled ? " scaled" : ""));
+            const rope_params p{64,       scaled ? 48 : 64,      neox,
+                                10000.0f, scaled ? 0.25f : 1.0f, scaled ? factors : nullptr};
+            const int64_t n_heads = 3;
+            auto a = random_floats(5 * n_heads * 64, 17);
+            auto b = a;
+            cpu::rope_ggml(a.data(), 5, n_heads, positions, p);
+            ggml_rope_twin(b.data(), 5, n_heads, positions, p);
+            EXPECT_EQ(a, b);
         }
     }
 }
