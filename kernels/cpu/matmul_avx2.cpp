@@ -410,7 +410,7 @@ const matmul_kernels& avx2_kernels() {
         .gemm_min_tokens_float_act = 6,
         .gemm_q8 = nullptr,
         .gemm_q8_rows = 0,
-        .quantize_q8_0 = ref::quantize_row_q8_0,
+        .quantize_q8_0 = ref::quantize_activations_q8_0,
         .quantize_q8_k = ref::quantize_row_q8_k,
         .round_f16 = round_f16_avx2,
         .round_bf16 = round_bf16_scalar,

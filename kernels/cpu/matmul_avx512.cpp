@@ -403,26 +403,18 @@ void rows_avx512(const matmul_weight& w, prepared_x x, float* y, int64_t ldy, in
 // ---------------------------------------------------------------------------------------------------------
 // Activations, bit-exact with the reference quantizers
 
-// round() of the reference: to nearest, halves away from zero.
-inline __m512 round_half_away(__m512 v) {
-    const __m512 t = _mm512_roundscale_ps(v, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
-    const __m512 frac = _mm512_abs_ps(_mm512_sub_ps(v, t));
-    const __mmask16 up = _mm512_cmp_ps_mask(frac, _mm512_set1_ps(0.5f), _CMP_GE_OQ);
-    const __m512i sign = _mm512_and_si512(_mm512_castps_si512(v), _mm512_set1_epi32(static_cast<int>(0x80000000u)));
-    const __m512 one = _mm512_castsi512_ps(_mm512_or_si512(_mm512_castps_si512(_mm512_set1_ps(1.0f)), sign));
-    return _mm512_mask_add_ps(t, up, t, one);
-}
-
 void quantize_q8_0_avx512(const float* x, block_q8_0* y, int64_t n) {
     for (int64_t b = 0; b < n / qk8_0; ++b) {
         const __m512 v0 = _mm512_loadu_ps(x + b * qk8_0), v1 = _mm512_loadu_ps(x + b * qk8_0 + 16);
         const float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(v0), _mm512_abs_ps(v1)));
+        // ref::quantize_activations_q8_0: llama.cpp's x86 activation blocks (127 / amax, halves to even).
         const float d = amax / 127.0f;
-        const float id = d != 0.0f ? 1.0f / d : 0.0f;
+        const float id = amax != 0.0f ? 127.0f / amax : 0.0f;
         y[b].d = fp32_to_fp16(d);
         const __m512 s = _mm512_set1_ps(id);
-        const __m512i q0 = _mm512_cvtps_epi32(round_half_away(_mm512_mul_ps(v0, s)));
-        const __m512i q1 = _mm512_cvtps_epi32(round_half_away(_mm512_mul_ps(v1, s)));
+        constexpr int nearest = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
+        const __m512i q0 = _mm512_cvtps_epi32(_mm512_roundscale_ps(_mm512_mul_ps(v0, s), nearest));
+        const __m512i q1 = _mm512_cvtps_epi32(_mm512_roundscale_ps(_mm512_mul_ps(v1, s), nearest));
         _mm_storeu_si128(reinterpret_cast<__m128i*>(y[b].qs), _mm512_cvtepi32_epi8(q0));
         _mm_storeu_si128(reinterpret_cast<__m128i*>(y[b].qs + 16), _mm512_cvtepi32_epi8(q1));
     }
@@ -464,10 +456,11 @@ void q8_0_values_avx512(const float* x, float* y, int64_t n) {
         const __m512 v0 = _mm512_loadu_ps(x + b * qk8_0), v1 = _mm512_loadu_ps(x + b * qk8_0 + 16);
         const float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(v0), _mm512_abs_ps(v1)));
         const float d = amax / 127.0f;
-        const float id = d != 0.0f ? 1.0f / d : 0.0f;
+        const float id = amax != 0.0f ? 127.0f / amax : 0.0f;
         const __m512 s = _mm512_set1_ps(id), dq = _mm512_set1_ps(fp16_to_fp32(fp32_to_fp16(d)));
-        _mm512_storeu_ps(y + b * qk8_0, _mm512_mul_ps(dq, round_half_away(_mm512_mul_ps(v0, s))));
-        _mm512_storeu_ps(y + b * qk8_0 + 16, _mm512_mul_ps(dq, round_half_away(_mm512_mul_ps(v1, s))));
+        constexpr int nearest = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
+        _mm512_storeu_ps(y + b * qk8_0, _mm512_mul_ps(dq, _mm512_roundscale_ps(_mm512_mul_ps(v0, s), nearest)));
+        _mm512_storeu_ps(y + b * qk8_0 + 16, _mm512_mul_ps(dq, _mm512_roundscale_ps(_mm512_mul_ps(v1, s), nearest)));
     }
 }
 

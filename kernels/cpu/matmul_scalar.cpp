@@ -117,7 +117,7 @@ void round_bf16_scalar(const float* x, float* y, int64_t n) {
 void q8_0_values_scalar(const float* x, float* y, int64_t n) {
     for (int64_t b = 0; b < n / qk8_0; ++b) {
         block_q8_0 q;
-        ref::quantize_row_q8_0(x + b * qk8_0, &q, qk8_0);
+        ref::quantize_activations_q8_0(x + b * qk8_0, &q, qk8_0);
         const float d = fp16_to_fp32(q.d);
         for (int i = 0; i < qk8_0; ++i) y[b * qk8_0 + i] = d * q.qs[i];
     }
@@ -169,7 +169,7 @@ const matmul_kernels& scalar_kernels() {
         .gemm_min_tokens_float_act = 0,
         .gemm_q8 = nullptr,
         .gemm_q8_rows = 0,
-        .quantize_q8_0 = ref::quantize_row_q8_0,
+        .quantize_q8_0 = ref::quantize_activations_q8_0,
         .quantize_q8_k = ref::quantize_row_q8_k,
         .round_f16 = round_f16_scalar,
         .round_bf16 = round_bf16_scalar,

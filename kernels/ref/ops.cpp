@@ -96,7 +96,7 @@ void matmul(const matmul_weight& w, const float* x, float* y, int64_t n_tokens) 
                 break;
             case ggml_type::q8_0:
             case ggml_type::q4_0:
-                quantize_row_q8_0(xt, x8.data(), n);
+                quantize_activations_q8_0(xt, x8.data(), n);
                 break;
             case ggml_type::q4_k:
             case ggml_type::q6_k:

@@ -176,6 +176,22 @@ void quantize_row_q8_0(const float* x, block_q8_0* y, int64_t n) {
     }
 }
 
+void quantize_activations_q8_0(const float* x, block_q8_0* y, int64_t n) {
+    TROUPE_ASSERT(n % qk8_0 == 0);
+    for (int64_t b = 0; b < n / qk8_0; ++b) {
+        const float* xb = x + b * qk8_0;
+        float amax = 0.0f;
+        for (int j = 0; j < qk8_0; ++j) amax = std::max(amax, std::fabs(xb[j]));
+        const float d = amax / 127.0f;
+        const float id = amax != 0.0f ? 127.0f / amax : 0.0f;
+        y[b].d = fp32_to_fp16(d);
+        for (int j = 0; j < qk8_0; ++j) {
+            const float v = xb[j] * id;
+            y[b].qs[j] = static_cast<int8_t>(std::nearbyint(v));  // the default rounding: half to even
+        }
+    }
+}
+
 void quantize_row_q8_k(const float* x, block_q8_k* y, int64_t n) {
     TROUPE_ASSERT(n % qk_k == 0);
     for (int64_t b = 0; b < n / qk_k; ++b) {

@@ -32,6 +32,11 @@ void q4_k_scale_min(int j, const uint8_t* scales, uint8_t* sc, uint8_t* m);
 
 // Q8_0: d = amax / 127 (stored as fp16), q = round(x * (1 / d)) with d the unrounded float (ggml's recipe).
 void quantize_row_q8_0(const float* x, block_q8_0* y, int64_t n);
+// Q8_0 activation blocks as llama.cpp's CPU backend makes them on x86 (ggml-cpu's quantize_row_q8_0, AVX/AVX2/AVX-512
+// builds), which its products with Q8_0 / Q4_0 weights use: d = amax / 127 (stored as fp16), but q = x * (127 / amax)
+// rounded half to even (_mm256_round_ps, _MM_ROUND_NEAREST), where quantize_row_q8_0 (ggml's _ref, which makes
+// weights) multiplies by 1 / d and rounds halves away from zero. The two differ in about one value in a few hundred.
+void quantize_activations_q8_0(const float* x, block_q8_0* y, int64_t n);
 // Q8_K: max = the element of largest |x| with its sign, iscale = -127 / max, q = min(127, nearest_int(iscale
 // * x)), d = 1 / iscale, bsums = sums of 16 (ggml's recipe).
 void quantize_row_q8_k(const float* x, block_q8_k* y, int64_t n);

@@ -7,6 +7,9 @@
 // One and two threads must agree bit for bit (each output is computed by one thread, in a fixed order).
 #include <gtest/gtest.h>
 
+#include <immintrin.h>
+
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -176,6 +179,65 @@ const cpu::detail::matmul_kernels& kernels_of(cpu::dispatch_level level) {
     return cpu::detail::scalar_kernels();
 }
 
+// ggml-cpu's quantize_row_q8_0 as its x86 (AVX2) build runs it, intrinsics as written there: llama.cpp's Q8_0
+// activation blocks for its Q8_0 / Q4_0 products.
+__attribute__((target("avx2,f16c"))) void ggml_quantize_row_q8_0_avx2(const float* x, block_q8_0* y, int64_t k) {
+    for (int64_t i = 0; i < k / 32; i++) {
+        __m256 v0 = _mm256_loadu_ps(x), v1 = _mm256_loadu_ps(x + 8), v2 = _mm256_loadu_ps(x + 16),
+               v3 = _mm256_loadu_ps(x + 24);
+        x += 32;
+        const __m256 sign_bit = _mm256_set1_ps(-0.0f);
+        __m256 max_abs = _mm256_andnot_ps(sign_bit, v0);
+        max_abs = _mm256_max_ps(max_abs, _mm256_andnot_ps(sign_bit, v1));
+        max_abs = _mm256_max_ps(max_abs, _mm256_andnot_ps(sign_bit, v2));
+        max_abs = _mm256_max_ps(max_abs, _mm256_andnot_ps(sign_bit, v3));
+        __m128 max4 = _mm_max_ps(_mm256_extractf128_ps(max_abs, 1), _mm256_castps256_ps128(max_abs));
+        max4 = _mm_max_ps(max4, _mm_movehl_ps(max4, max4));
+        max4 = _mm_max_ss(max4, _mm_movehdup_ps(max4));
+        const float max_scalar = _mm_cvtss_f32(max4);
+        const float d = max_scalar / 127.f;
+        y[i].d = static_cast<uint16_t>(_cvtss_sh(d, 0));
+        const float id = (max_scalar != 0.0f) ? 127.f / max_scalar : 0.0f;
+        const __m256 mul = _mm256_set1_ps(id);
+        v0 = _mm256_round_ps(_mm256_mul_ps(v0, mul), _MM_ROUND_NEAREST);
+        v1 = _mm256_round_ps(_mm256_mul_ps(v1, mul), _MM_ROUND_NEAREST);
+        v2 = _mm256_round_ps(_mm256_mul_ps(v2, mul), _MM_ROUND_NEAREST);
+        v3 = _mm256_round_ps(_mm256_mul_ps(v3, mul), _MM_ROUND_NEAREST);
+        __m256i i0 = _mm256_cvtps_epi32(v0), i1 = _mm256_cvtps_epi32(v1), i2 = _mm256_cvtps_epi32(v2),
+                i3 = _mm256_cvtps_epi32(v3);
+        i0 = _mm256_packs_epi32(i0, i1);
+        i2 = _mm256_packs_epi32(i2, i3);
+        i0 = _mm256_packs_epi16(i0, i2);
+        i0 = _mm256_permutevar8x32_epi32(i0, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(y[i].qs), i0);
+    }
+}
+
+TEST(matmul, q8_0_activations_are_llama_cpps_x86_blocks_with_halves_to_even_at_every_level) {
+    if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("f16c")) GTEST_SKIP() << "the twin needs AVX2";
+    const int64_t n = 64 * 32;
+    auto x = testing::random_floats(n, 91);
+    // Ties: amax 127 makes the multiplier 1, so k + 0.5 rounds to even (-3.5 -> -4, 2.5 -> 2; ggml's _ref and the
+    // weights' quantizer round them away from zero). Then blocks of many magnitudes, and an all-zero block.
+    for (int i = 0; i < 32; ++i) x[i] = (i == 0) ? 127.0f : static_cast<float>(i % 9) - 4.5f;
+    for (int64_t i = 64; i < n; ++i) x[i] *= std::ldexp(1.0f, static_cast<int>(i / 32 % 40) - 20);
+    for (int i = 32; i < 64; ++i) x[i] = 0.0f;
+    std::vector<block_q8_0> want(n / qk8_0), got(n / qk8_0);
+    ggml_quantize_row_q8_0_avx2(x.data(), want.data(), n);
+    ref::quantize_activations_q8_0(x.data(), got.data(), n);
+    EXPECT_EQ(0, std::memcmp(want.data(), got.data(), got.size() * sizeof(block_q8_0)));
+    for (auto level : cpu::available_levels()) {
+        SCOPED_TRACE(testing::level_name(level));
+        std::fill(got.begin(), got.end(), block_q8_0{});
+        kernels_of(level).quantize_q8_0(x.data(), got.data(), n);
+        EXPECT_EQ(0, std::memcmp(want.data(), got.data(), got.size() * sizeof(block_q8_0)));
+    }
+    // The weights' quantizer (ggml's quantize_row_q8_0_ref) stays as it was: it rounds the tie 2.5 away from zero.
+    std::vector<block_q8_0> weights(n / qk8_0);
+    ref::quantize_row_q8_0(x.data(), weights.data(), n);
+    EXPECT_NE(0, std::memcmp(want.data(), weights.data(), qk8_0 / 32 * sizeof(block_q8_0)));
+}
+
 TEST(matmul, activation_quantizers_rounding_and_quantized_values_are_bit_exact_at_every_level) {
     const int64_t n = 4 * qk_k;
     auto x = testing::random_floats(n, 77);
@@ -185,7 +247,7 @@ TEST(matmul, activation_quantizers_rounding_and_quantized_values_are_bit_exact_a
     x[300] = -x[300] * 50;                      // a negative extreme in a Q8_K block
     std::vector<block_q8_0> a0(n / qk8_0), b0(n / qk8_0);
     std::vector<block_q8_k> ak(n / qk_k), bk(n / qk_k);
-    ref::quantize_row_q8_0(x.data(), b0.data(), n);
+    ref::quantize_activations_q8_0(x.data(), b0.data(), n);
     ref::quantize_row_q8_k(x.data(), bk.data(), n);
     std::vector<float> special = {0.0f,     -0.0f,      1e-8f,    -6e-8f, 65504.0f, 65520.0f, 1e30f, -INFINITY, NAN,
                                   3.14159f, 1.0000001f, 2.9e-39f, 0.1f,   -0.3f,    1.5f,     2.5f,  7.0e-5f};
