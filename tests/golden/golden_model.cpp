@@ -33,6 +33,7 @@ engine_config golden_config(const std::string& path, golden_setup setup) {
         case golden_setup::builtin_quantized:
             config.plugins.quant = plugin_config("none");
             config.kernels.activations = kernel_activations::quantized;
+            config.plugins.attention.params = YAML::Load("{numerics: ggml}");
             break;
         case golden_setup::builtin_float:
             config.plugins.quant = plugin_config("none");
@@ -47,6 +48,7 @@ engine_config golden_config(const std::string& path, golden_setup setup) {
             config.plugins.quant = plugin_config("q8");
             config.plugins.quant.params = YAML::Load("{activations: int8}");
             config.kernels.activations = kernel_activations::quantized;
+            config.plugins.attention.params = YAML::Load("{numerics: ggml}");
             break;
     }
     return config;

@@ -14,10 +14,11 @@ namespace troupe::testing {
 // Which recipe each weight type's products follow:
 //   default_config    : the default config: the builtin kernels (kernels.activations: quantized) take every GGUF type,
 //                       quant/w4a16 the 4-bit group types;
-//   builtin_quantized : no quant plugin, kernels.activations: quantized (llama.cpp's recipe for every type);
+//   builtin_quantized : no quant plugin, kernels.activations: quantized and attention/gqa's numerics: ggml
+//                       (llama.cpp's recipe for every type);
 //   builtin_float     : no quant plugin, kernels.activations: float (float activations for every type);
 //   float_recipe      : quant/q8 in float mode for Q8_0 tensors and kernels.activations: float for the rest;
-//   int8_recipe       : quant/q8 with activations: int8 (W8A8) and kernels.activations: quantized.
+//   int8_recipe       : quant/q8 with activations: int8 (W8A8), kernels.activations: quantized, numerics: ggml.
 enum class golden_setup { default_config, builtin_quantized, builtin_float, float_recipe, int8_recipe };
 
 const char* setup_name(golden_setup s);

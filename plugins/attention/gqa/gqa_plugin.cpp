@@ -5,6 +5,8 @@
 //
 // Parameters:
 //   kernel: auto | scalar | avx2 | avx512   (default auto: the widest the CPU has)
+//   numerics: fast | ggml                   (default fast; ggml: llama.cpp's CPU attention arithmetic bit for bit,
+//                                            attention_ggml.h, for calls without tree rows; needs FMA)
 //
 // This file is also the example for third-party authors (plugins/README.md): one exported entry point,
 // a static descriptor, create/destroy, error strings, and the attention op table.
@@ -16,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "attention_ggml.h"
 #include "attention_kernels.h"
 #include "plugins/common/plugin_support.h"
 
@@ -57,6 +60,7 @@ struct troupe_plugin_instance {
     attend_tokens_fn attend_tokens = nullptr;  // SIMD: items (token, kv head) of the tokens of small tiles
     attend_parts_fn attend_parts = nullptr;    // SIMD: items key parts of long plainly causal small-tile tokens
     int32_t tile_lanes = 1;                    // query rows per pass of attend_tiles
+    bool ggml_numerics = false;                // numerics: ggml (attend_ggml for calls without tree rows)
     std::string error;
 };
 
@@ -233,7 +237,10 @@ int32_t gqa_forward(troupe_plugin_instance* inst, const troupe_attention_call* c
         const write_kv_fn write_kv = inst->write_kv;
         int32_t rc = run_parallel(par, c.n_tokens, [&c, write_kv](int64_t b, int64_t e) { write_kv(c, b, e); });
         if (rc != TROUPE_OK) return fail(inst, rc, "writing K/V rows failed in the host's parallel_for");
-        if (const attend_tiles_fn attend_tiles = inst->attend_tiles; attend_tiles != nullptr) {
+        if (inst->ggml_numerics && c.rows == nullptr) {
+            rc = run_parallel(par, static_cast<int64_t>(c.n_tokens) * c.n_kv_heads,
+                              [&c](int64_t b, int64_t e) { troupe::gqa::attend_ggml(c, b, e); });
+        } else if (const attend_tiles_fn attend_tiles = inst->attend_tiles; attend_tiles != nullptr) {
             const int32_t group = c.n_heads / c.n_kv_heads;
             std::vector<troupe::gqa::query_tile> tiles(static_cast<size_t>(c.n_tokens));
             const int32_t n_made =
@@ -247,7 +254,12 @@ int32_t gqa_forward(troupe_plugin_instance* inst, const troupe_attention_call* c
                 const troupe::gqa::query_tile& tile = tiles[static_cast<size_t>(i)];
                 // A tree call's draft tokens are tiles of one; they take the per-token kernel, which walks their
                 // own rows (attention_kernels.h).
-                if (troupe::gqa::fills_lanes(tile, group, c.head_dim, inst->tile_lanes) &&
+                // A decode (a tile of one token) of split_min_keys keys or more is split over its positions instead
+                // (attend_single): the threads share its keys, and a tile's lanes would be half empty.
+                const bool long_decode = tile.n_tokens == 1 && c.positions[tile.first_token] + 1 -
+                                                                       troupe::gqa::first_key(c, tile.first_token) >=
+                                                                   troupe::gqa::split_min_keys;
+                if (troupe::gqa::fills_lanes(tile, group, c.head_dim, inst->tile_lanes) && !long_decode &&
                     troupe::gqa::plain_causal(c, tile.first_token)) {
                     tiles[static_cast<size_t>(n_tiles++)] = tile;  // keeps their costliest-first order
                 } else {
@@ -281,6 +293,10 @@ int32_t gqa_create(const troupe_plugin_params* params, troupe_plugin_instance** 
     const int32_t rc = guarded(error, [&]() -> int32_t {
         param_reader reader(params);
         const std::string kernel = reader.choice("kernel", {"auto", "scalar", "avx2", "avx512"}, "auto");
+        const std::string numerics = reader.choice("numerics", {"fast", "ggml"}, "fast");
+        if (numerics == "ggml" && !__builtin_cpu_supports("fma")) {
+            reader.fail("numerics", "ggml requested but this CPU lacks FMA (llama.cpp's roundings need it)");
+        }
         if (kernel == "avx2" && !cpu_has_avx2())
             reader.fail("kernel", "avx2 requested but this CPU lacks AVX2/FMA/F16C");
         if (kernel == "avx512" && !cpu_has_avx512()) {
@@ -291,7 +307,7 @@ int32_t gqa_create(const troupe_plugin_params* params, troupe_plugin_instance** 
             error = "backend " + std::to_string(params->backend) + " is not supported (CPU only)";
             return TROUPE_ERR_UNSUPPORTED;
         }
-        if (const std::string& errors = reader.finish({"kernel"}); !errors.empty()) {
+        if (const std::string& errors = reader.finish({"kernel", "numerics"}); !errors.empty()) {
             error = errors;
             return TROUPE_ERR_INVALID_PARAMS;
         }
@@ -315,7 +331,9 @@ int32_t gqa_create(const troupe_plugin_params* params, troupe_plugin_instance** 
             inst->write_kv = troupe::gqa::write_kv;
             inst->attend = attend_ref;
         }
-        host_log::write(TROUPE_LOG_LEVEL_INFO, source, "using the %s kernels", inst->kernel.c_str());
+        inst->ggml_numerics = numerics == "ggml";
+        host_log::write(TROUPE_LOG_LEVEL_INFO, source, "using the %s kernels%s", inst->kernel.c_str(),
+                        inst->ggml_numerics ? " (ggml's numerics outside tree calls)" : "");
         *out = inst;
         return TROUPE_OK;
     });

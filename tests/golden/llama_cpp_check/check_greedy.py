@@ -5,7 +5,8 @@
 
 LLAMA_DIR is a llama.cpp checkout built in LLAMA_DIR/build (its CPU backend); TROUPE_BUILD_DIR holds
 tests/golden/troupe_greedy_ids. For every rand10M file in ../shared/models and every prompt below, it prints how
-many of the N_NEW (32) greedy tokens agree before the two part, and the first-step logit difference. SETUP
+many of the N_NEW (32) greedy tokens agree before the two part, the first-step logit difference, and at how many of
+the agreeing steps the largest logit is the same float (all of them: the arithmetic is llama.cpp's bit for bit). SETUP
 (default builtin_quantized: llama.cpp's CPU arithmetic, the recipe the goldens call 8-bit activations) is one
 of tests/golden/golden_model.h's.
 """
@@ -49,13 +50,18 @@ def main():
             prompt = out[4 * i].split()[1:]  # prompt, greedy, first_logits, max_logits
             ours = [int(t) for t in out[4 * i + 1].split()[1:]]
             our_logits = [float(v) for v in out[4 * i + 2].split()[1:]]
+            our_top = out[4 * i + 3].split()[1:]
             ref = subprocess.run([tool, model, str(n_new), "2", ",".join(prompt)], check=True, capture_output=True,
                                  text=True).stdout.split("\n")
             theirs = [int(t) for t in ref[0].split(",")]
             their_logits = [float(v) for v in ref[1].split()[:8]]
+            their_top = ref[2].split()
             k = next((j for j in range(n_new) if ours[j] != theirs[j]), n_new)
             dl = max(abs(a - b) for a, b in zip(our_logits, their_logits))
-            agree.append(f"{k}/{n_new} ({len(prompt)} prompt tokens, first logits within {dl:.1e})")
+            # Both print %.9g, which identifies a float: equal strings are equal floats.
+            same = sum(1 for a, b in zip(our_top[:k], their_top[:k]) if a == b)
+            agree.append(f"{k}/{n_new} ({len(prompt)} prompt tokens, first logits within {dl:.1e}, "
+                         f"top logit bit-equal at {same} of {k} steps)")
             all_equal = all_equal and k == n_new
         print(f"rand10M-{m}.gguf, {setup}: " + ", ".join(agree), flush=True)
     print("all equal" if all_equal else "some runs part from llama.cpp")
