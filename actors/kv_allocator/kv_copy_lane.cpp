@@ -96,10 +96,15 @@ void kv_copy_lane::run(kv_step_grant& g, int64_t last_sent_step) {
 }
 
 void kv_copy_lane::note_step(const kv_step_grant& g) {
-    for (const kv_step_seq& q : g.seqs) {
-        if (!q.block_table) continue;
-        for (int32_t b : *q.block_table) {
+    const auto note = [&](const std::vector<int32_t>& table) {
+        for (int32_t b : table) {
             if (b >= 0 && static_cast<size_t>(b) < last_step_.size()) last_step_[static_cast<size_t>(b)] = g.step_id;
+        }
+    };
+    for (const kv_step_seq& q : g.seqs) {
+        if (q.block_table) note(*q.block_table);
+        if (q.more_tables) {
+            for (const std::vector<int32_t>& table : *q.more_tables) note(table);  // the other layer groups' blocks
         }
     }
 }

@@ -38,7 +38,8 @@ public:
     kv_copy_lane(std::shared_ptr<model_runner> runner, device_stream* stream, std::shared_ptr<step_fences> fences,
                  int32_t n_blocks);
 
-    // Runs g's copies as above, sets g.copies_done, then notes the blocks of g's step (g.seqs' tables).
+    // Runs g's copies as above, sets g.copies_done, then notes the blocks of g's step (g.seqs' tables, every layer
+    // group's).
     void run(kv_step_grant& g, int64_t last_sent_step);
 
     // The last step granted that used the block (-1: none).

@@ -185,6 +185,14 @@ TEST(kv_copy_lane, a_copy_waits_only_for_the_last_step_that_used_its_blocks_and_
     EXPECT_EQ(f.lane.last_step(0), 1);
     EXPECT_EQ(f.lane.last_step(3), 2);
     EXPECT_EQ(f.lane.last_step(5), -1);
+    kv_step_grant windows = f.step(9, {});  // a windowed layer group's table counts as the step's too
+    windows.seqs.push_back(
+        {8, 1, 0, table({2}),
+         std::make_shared<const std::vector<std::vector<int32_t>>>(std::vector<std::vector<int32_t>>{{11}})});
+    kv_copy_lane other{f.runner, &f.d.copies, f.fences, 16};
+    other.run(windows, 2);
+    EXPECT_EQ(other.last_step(11), 9);
+    EXPECT_EQ(other.last_step(2), 9);
 
     // Sequence 7 (blocks 0, 1: last used by step 1) goes out; sequence 9 comes back into 5, 6 (never used).
     kv_step_grant g3 = f.step(3, {{8, {2, 3}}, {9, {5, 6}}});
