@@ -124,6 +124,56 @@ TEST_P(w4a16_stories, the_default_engine_runs_the_quantized_file_as_its_dequanti
     EXPECT_EQ(got->tokens, want->tokens);
 }
 
+// kernels.weights: copy (the default) places the plugin's prepared rows in the host's regions, one per thread, in
+// step order (troupe_quant_ops version 2); mmap leaves them in the plugin's own memory. Same logits bit for bit, on
+// two and three threads (the regions follow the pool), prompt (prefill) and decode steps alike.
+TEST_F(w4a16_stories, weights_placed_per_thread_give_the_logits_of_the_plugins_own_copy_bit_for_bit) {
+    TROUPE_REQUIRE_SHARED(model_path, "models/stories260K.gguf");
+    TROUPE_REQUIRE_SHARED(golden_path, "golden/stories260K-greedy.json");
+    std::vector<int32_t> prompt;
+    for (const auto& r : testing::load_golden_runs(golden_path)) {
+        if (r.model == "stories260K.gguf") prompt = r.prompt_ids;
+    }
+    ASSERT_FALSE(prompt.empty()) << "no stories260K.gguf run in " << golden_path;
+    const std::vector<int32_t> long_prompt = [&] {  // a prefill past decode's 16 tokens
+        std::vector<int32_t> p = prompt;
+        while (p.size() < 40) p.insert(p.end(), prompt.begin(), prompt.end());
+        return p;
+    }();
+    const std::vector<int32_t> short_prompt(prompt.begin(), prompt.begin() + std::min<size_t>(prompt.size(), 5));
+    auto source = gguf::gguf_file::open(model_path);
+    ASSERT_TRUE(source.ok()) << source.message();
+    for (const ggml_type type : {ggml_type::q4_1, ggml_type::w4_g64}) {
+        const std::string name(traits(type).name);
+        const std::string quantized = (dir_ / (name + ".gguf")).string();
+        EXPECT_GE(write_pair(**source, type, quantized, (dir_ / (name + "-f32.gguf")).string()), 30);
+        for (const int32_t threads : {2, 3}) {
+            std::vector<std::unique_ptr<loaded_model>> models;  // placed, then the plugin's own copy
+            for (const weight_memory where : {weight_memory::copy, weight_memory::mmap}) {
+                engine_config config;
+                config.model = quantized;
+                config.threads = threads;
+                config.kernels.weights = where;
+                auto m = load_model(config);
+                ASSERT_TRUE(m.ok()) << m.message();
+                models.push_back(std::make_unique<loaded_model>(std::move(*m)));
+            }
+            for (const std::vector<int32_t>* p : {&short_prompt, &long_prompt}) {
+                SCOPED_TRACE(name + ", " + std::to_string(threads) + " threads, prompt of " +
+                             std::to_string(p->size()));
+                auto placed = greedy_generate(*models[0]->runner, *p, 24);
+                auto own = greedy_generate(*models[1]->runner, *p, 24);
+                ASSERT_TRUE(placed.ok()) << placed.message();
+                ASSERT_TRUE(own.ok()) << own.message();
+                ASSERT_EQ(placed->first_logits.size(), own->first_logits.size());
+                EXPECT_EQ(0, std::memcmp(placed->first_logits.data(), own->first_logits.data(),
+                                         own->first_logits.size() * sizeof(float)));
+                EXPECT_EQ(placed->tokens, own->tokens);
+            }
+        }
+    }
+}
+
 INSTANTIATE_TEST_SUITE_P(stories260K, w4a16_stories,
                          ::testing::Values(w4_case{"q4_1", ggml_type::q4_1, 30, "float", 1e-3f},
                                            w4_case{"w4_g64", ggml_type::w4_g64, 30, "float", 1e-3f},
