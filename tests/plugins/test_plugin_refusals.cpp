@@ -125,7 +125,7 @@ INSTANTIATE_TEST_SUITE_P(
         bad_params_case{plugin_kind::attention, "gqa", "{kernel: cuda}",
                         "plugin attention/gqa: params.kernel: must be one of auto, scalar, avx2, avx512, got 'cuda'"},
         bad_params_case{plugin_kind::attention, "gqa", "{kernel: auto, window: 64}",
-                        "plugin attention/gqa: params.window: unknown key (valid keys: kernel)"},
+                        "plugin attention/gqa: params.window: unknown key (valid keys: kernel, numerics)"},
         bad_params_case{plugin_kind::quant, "q8", "{online: maybe}",
                         "plugin quant/q8: params.online: must be true or false, got 'maybe'"},
         bad_params_case{plugin_kind::quant, "q8", "{online: true, group: {size: 64}}",
