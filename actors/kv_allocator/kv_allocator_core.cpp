@@ -240,8 +240,12 @@ kv_step_grant kv_allocator_core::grant(const kv_step_request& r) {
     // A copy for a sequence preempted after it in this grant is moot: its blocks went back.
     size_t n_copies = 0;
     for (size_t i = 0; i < g.copy_dst.size(); ++i) {
+        const auto in = [&](const std::vector<int32_t>& t) {
+            return std::find(t.begin(), t.end(), g.copy_dst[i]) != t.end();
+        };
         const bool held = std::any_of(g.seqs.begin(), g.seqs.end(), [&](const kv_step_seq& q) {
-            return std::find(q.block_table->begin(), q.block_table->end(), g.copy_dst[i]) != q.block_table->end();
+            return in(*q.block_table) ||
+                   (q.more_tables && std::any_of(q.more_tables->begin(), q.more_tables->end(), in));
         });
         if (!held) continue;
         g.copy_src[n_copies] = g.copy_src[i];
