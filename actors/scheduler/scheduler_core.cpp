@@ -457,6 +457,7 @@ void scheduler_core::add_to_plan(sequence_state& s, const kv_step_seq& g, step_p
     counters_.last_batch_tokens += n_tokens + q.max_draft;
     record.decode_only = record.decode_only && n_tokens == 1 && q.sample;
     record.drafts = record.drafts || q.max_draft > 0;
+    record.forks = record.forks || !q.forks.empty();
     record.ids.push_back(s.id);
     record.n_inputs.push_back(n_tokens);
     record.samples.push_back(q.sample ? 1 : 0);
@@ -570,7 +571,7 @@ void scheduler_core::schedule(scheduler_output& out) {
 bool scheduler_core::can_plan_ahead() const {
     if (!config_.plan_ahead || in_flight_.size() != 1 || awaiting_ || stopping_ || running_.empty()) return false;
     const step_record& r = in_flight_.front();
-    if (r.ahead_requested || r.drafts || config_.policy != batching_policy::continuous) return false;
+    if (r.ahead_requested || r.drafts || r.forks || config_.policy != batching_policy::continuous) return false;
     if (config_.preemption == preemption_mode::swap && config_.can_swap) return false;
     if (config_.max_draft > 0 && controller_.cap_for(static_cast<int32_t>(running_.size())) > 0) return false;
     // Every decode of the next step may need a block: all of them must be free, so nothing is preempted.

@@ -30,7 +30,8 @@
 // outcome is sure enough: no drafts in N (their accepted count is unknown) and none planned (drafting
 // wins where the controller turns it on), recompute preemption, no sequence of N ending by length or
 // context with N's token, and enough free KV blocks for every decode (so planning ahead never preempts a
-// sequence whose step is in flight). At most one step runs ahead. A sequence that N ends (a stop token, a
+// sequence whose step is in flight), and no choices forking in N (the step after it runs them at once).
+// At most one step runs ahead. A sequence that N ends (a stop token, a
 // cancel) wastes its row in N+1; its result is dropped. The step_done of N then plans N+2.
 //
 // Parallel sampling (enqueue_request::n_forks / fork_of, params.can_fork): the choices of one prompt are one
@@ -219,6 +220,7 @@ private:
         bool decode_only = true;        // every sequence ran one token and sampled
         bool drafts = false;            // some sequence may add draft tokens
         bool ahead_requested = false;   // the next step was asked for while this one is in flight
+        bool forks = false;             // choices fork in it: the next step is planned with them, not ahead
     };
 
     void schedule(scheduler_output& out);

@@ -101,8 +101,8 @@ outcome run_choices(const std::string& model_path, const std::string& prompt, in
     return o;
 }
 
-// 17 tokens with BOS: two whole blocks of 8 and a partial third that the choices share, then copy.
-const char* k_prompt = "Once upon a time, there was a little girl named Lily. She";
+// 27 tokens with BOS: three whole blocks of 8 and a partial fourth of 3 rows that the choices share, then copy.
+const char* k_prompt = "Once upon a time, there was a little girl named Lily. She loved to play outside in";
 
 TEST(fork_stories, greedy_choices_forked_from_one_prompt_are_equal_to_each_other_and_to_independent_requests) {
     TROUPE_REQUIRE_SHARED(model_path, "models/stories260K.gguf");
@@ -120,8 +120,8 @@ TEST(fork_stories, greedy_choices_forked_from_one_prompt_are_equal_to_each_other
     EXPECT_EQ(alone.n_forks, 0);
     // The prompt once; of independent requests the second computes at least its last, partial block again.
     EXPECT_EQ(forked.n_prefill_tokens, forked.n_prompt);
-    EXPECT_EQ(forked.n_prompt, 17);
-    EXPECT_EQ(alone.n_prefill_tokens, forked.n_prompt + 1);
+    EXPECT_EQ(forked.n_prompt, 27);
+    EXPECT_EQ(alone.n_prefill_tokens, forked.n_prompt + 3);  // the second computes the partial block's 3 rows
     // The copy of the shared partial block is what carries its rows: without it a choice reads unwritten rows.
     const outcome copyless = run_choices(model_path, k_prompt, 2, p, true, /*copies=*/false);
     EXPECT_EQ(copyless.n_forks, 1);
