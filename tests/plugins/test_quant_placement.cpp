@@ -1,8 +1,9 @@
-// Quant plugins whose weights the host places (troupe_quant_ops version 2, kernels.weights: copy): the prepared rows
-// move into shards the host allocates, one region per thread, and the products stay the same bit for bit, for every
-// token count (decode's streamed items and prefill's tiles), every kernel and activation recipe, with the shards on the
-// pool's threads (parallel_shares: a shard per thread) or more shards than threads (pieces split at the shards'
-// bounds). A weight is placed once; bounds the plugin cannot take are refused and leave it as it was.
+// Quant plugins whose weights the host places (troupe_quant_ops version 2, kernels.weights: copy; quant/w4a16 in
+// shards of 16 rows, quant/fp8 of 32-row panels): the prepared rows move into shards the host allocates, one region per
+// thread, and the products stay the same bit for bit, for every token count (decode's streamed items, prefill's tiles),
+// every kernel and activation recipe, with the shards on the pool's threads (parallel_shares: a shard per thread) or
+// more shards than threads (pieces split at the shards' bounds). A weight is placed once; bounds the plugin cannot
+// take are refused and leave it as it was.
 #include <algorithm>
 #include <cstring>
 #include <memory>
@@ -114,7 +115,10 @@ INSTANTIATE_TEST_SUITE_P(
                       placement_case{"w4a16_w4_g128", "w4a16", "{}", ggml_type::w4_g128},
                       placement_case{"w4a16_w4_g128_float", "w4a16", "{activations: float}", ggml_type::w4_g128},
                       placement_case{"w4a16_q4_1_avx2", "w4a16", "{kernel: avx2}", ggml_type::q4_1},
-                      placement_case{"w4a16_w4_g64_scalar", "w4a16", "{kernel: scalar}", ggml_type::w4_g64}),
+                      placement_case{"w4a16_w4_g64_scalar", "w4a16", "{kernel: scalar}", ggml_type::w4_g64},
+                      placement_case{"fp8_e4m3", "fp8", "{}", ggml_type::f32},
+                      placement_case{"fp8_e5m2_avx2", "fp8", "{format: e5m2, kernel: avx2}", ggml_type::f32},
+                      placement_case{"fp8_e4m3_scalar", "fp8", "{kernel: scalar}", ggml_type::f32}),
     [](const ::testing::TestParamInfo<placement_case>& info) { return std::string(info.param.name); });
 
 TEST(quant_placement_refusals, bounds_off_the_plugins_row_multiple_are_refused_and_the_weight_keeps_working) {

@@ -38,7 +38,7 @@ template <bool e4m3, int nt, int nh>
 void tile_rows(const tile_call& c, int64_t half0) {
     constexpr int ku = nh == 2 ? (nt == 1 ? 2 : 1) : (nt == 1 ? 4 : nt == 2 ? 2 : 1);
     const matrix& m = *c.m;
-    const uint8_t* w = m.codes + c.panel * m.n_in * panel_rows + half0 * half_rows;
+    const uint8_t* w = m.panel_codes(c.panel) + half0 * half_rows;
     __m256 acc[2 * nh][nt][ku];  // [8-row group][token][partial sum]
 #pragma GCC unroll 4
     for (int g = 0; g < 2 * nh; ++g)
@@ -79,7 +79,7 @@ void tile_rows(const tile_call& c, int64_t half0) {
         const int64_t n = m.n_out - r0;
         if (n <= 0) break;
         const __m256i mask = first_lanes(n);
-        const __m256 scale = _mm256_loadu_ps(m.kernel_scales + r0);
+        const __m256 scale = _mm256_loadu_ps(m.row_kernel_scales(r0));
 #pragma GCC unroll 16
         for (int t = 0; t < nt; ++t) {
             __m256 s = acc[g][t][0];

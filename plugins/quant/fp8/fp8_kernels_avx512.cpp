@@ -52,7 +52,7 @@ template <decode d, int nt, int np>
 void tile(const tile_call& c) {
     constexpr int ku = nt == 1 ? 4 : nt == 2 ? 2 : 1;
     const matrix& m = *c.m;
-    const uint8_t* w = m.codes + c.panel * m.n_in * panel_rows;
+    const uint8_t* w = m.panel_codes(c.panel);
     __m512 acc[np][nt][ku];
 #pragma GCC unroll 2
     for (int h = 0; h < np; ++h)
@@ -93,7 +93,8 @@ void tile(const tile_call& c) {
         const int64_t row0 = c.panel * panel_rows + h * half_rows;
         const int64_t rows = m.n_out - row0 < half_rows ? m.n_out - row0 : half_rows;
         const __mmask16 mask = rows == half_rows ? __mmask16(0xffff) : __mmask16((1u << rows) - 1);
-        const __m512 scale = _mm512_mul_ps(_mm512_loadu_ps(m.kernel_scales + row0), _mm512_set1_ps(epilogue_factor<d>));
+        const __m512 scale =
+            _mm512_mul_ps(_mm512_loadu_ps(m.row_kernel_scales(row0)), _mm512_set1_ps(epilogue_factor<d>));
 #pragma GCC unroll 16
         for (int t = 0; t < nt; ++t) {
             __m512 s = acc[h][t][0];

@@ -123,7 +123,7 @@ int64_t quantize_rows(source_type type, const void* src, size_t row_stride, cons
 void tile_scalar(const tile_call& c) {
     const matrix& m = *c.m;
     const std::array<float, 256>& table = decode_table(m.format);
-    const uint8_t* w = m.codes + static_cast<size_t>(c.panel) * static_cast<size_t>(m.n_in * panel_rows);
+    const uint8_t* w = m.panel_codes(c.panel);
     const int64_t row0 = c.panel * panel_rows;
     const int64_t rows = std::min<int64_t>(panel_rows, m.n_out - row0);
     for (int t = 0; t < c.nt; ++t) {
@@ -133,12 +133,13 @@ void tile_scalar(const tile_call& c) {
             for (int64_t r = 0; r < panel_rows; ++r) acc[r] += table[w[k * panel_rows + r]] * xk;
         }
         float* yt = c.y + t * m.n_out + row0;
-        for (int64_t r = 0; r < rows; ++r) yt[r] = acc[r] * m.scales[row0 + r];
+        for (int64_t r = 0; r < rows; ++r) yt[r] = acc[r] * m.row_scales(row0)[r];
     }
 }
 
-void matmul(kernel k, const matrix& m, const float* x, float* y, int64_t n_tokens, const parallel_fn& parallel_for) {
+void matmul(kernel k, const shards& w, const float* x, float* y, int64_t n_tokens, const parallel_fn& parallel_for) {
     if (n_tokens <= 0) return;
+    const matrix& m = w.parts[0];  // the shape (every shard has the whole weight's)
     void (*const tile)(const tile_call&) = k == kernel::avx512 ? tile_avx512
                                            : k == kernel::avx2 ? tile_avx2
                                                                : tile_scalar;
@@ -152,7 +153,7 @@ void matmul(kernel k, const matrix& m, const float* x, float* y, int64_t n_token
     const float prescale = x_prescale(k);
     if (n_tokens > 1 || prescale != 1.0f) {
         packed.resize(static_cast<size_t>(n_tokens * m.n_in));
-        parallel_for(n_tiles, 0, [&](int64_t b, int64_t e) {
+        parallel_for(n_tiles, 0, nullptr, 0, [&](int64_t b, int64_t e) {
             for (int64_t i = b; i < e; ++i) {
                 const int64_t t0 = tile_begin(i), nt = tile_begin(i + 1) - t0;
                 float* dst = packed.data() + t0 * m.n_in;
@@ -166,13 +167,17 @@ void matmul(kernel k, const matrix& m, const float* x, float* y, int64_t n_token
     }
 
     const size_t panel_bytes = static_cast<size_t>(m.n_in) * 32;  // one panel's codes, [n_in][32]
-    parallel_for(m.n_panels, panel_bytes, [&](int64_t b, int64_t e) {
+    parallel_for(m.n_panels, panel_bytes, w.n > 1 ? w.panel_bounds : nullptr, w.n, [&](int64_t b, int64_t e) {
+        int32_t s = 0;  // the shard holding panel b
+        while (s + 1 < w.n && w.panel_bounds[s + 1] <= b) ++s;
         for (int64_t i0 = 0; i0 < n_tiles; i0 += tiles_per_block) {
             const int64_t i1 = std::min(n_tiles, i0 + tiles_per_block);
+            int32_t si = s;
             for (int64_t panel = b; panel < e; ++panel) {
+                while (w.panel_bounds[si + 1] <= panel) ++si;
                 for (int64_t i = i0; i < i1; ++i) {
                     const int64_t t0 = tile_begin(i);
-                    tile(tile_call{&m, panel, xt + t0 * m.n_in, static_cast<int>(tile_begin(i + 1) - t0),
+                    tile(tile_call{&w.parts[si], panel, xt + t0 * m.n_in, static_cast<int>(tile_begin(i + 1) - t0),
                                    y + t0 * m.n_out});
                 }
             }

@@ -49,7 +49,9 @@ enum class kernel { scalar, avx2, avx512 };
 const char* name(kernel k);
 bool cpu_has(kernel k);
 
-// A weight in panel form (memory owned by the caller).
+// A weight in panel form (memory owned by the caller). A shard of a weight the host placed (troupe_quant_ops.place:
+// panels [first_panel, ...) in a region of their own) keeps the whole weight's n_out and n_panels and holds panel
+// first_panel (and its rows' scales) at the start of its arrays; kernels reach panels and rows through the accessors.
 struct matrix {
     fp8::format format = fp8::format::e4m3;
     int64_t n_in = 0;
@@ -58,6 +60,21 @@ struct matrix {
     const uint8_t* codes = nullptr;        // [n_panels][n_in][32]
     const float* scales = nullptr;         // [n_panels * 32] row scales, fp8 value * scale = weight
     const float* kernel_scales = nullptr;  // [n_panels * 32] the scales the SIMD kernels use (see above)
+    int64_t first_panel = 0;               // the panel at codes
+
+    const uint8_t* panel_codes(int64_t p) const {
+        return codes + static_cast<size_t>(p - first_panel) * static_cast<size_t>(n_in * 32);
+    }
+    const float* row_scales(int64_t r) const { return scales + (r - first_panel * 32); }
+    const float* row_kernel_scales(int64_t r) const { return kernel_scales + (r - first_panel * 32); }
+};
+
+// The weight as products see it: shard s holds panels [panel_bounds[s], panel_bounds[s + 1]) (whole panels, from 0 to
+// n_panels) as parts[s]. An unplaced weight is one shard.
+struct shards {
+    const matrix* parts;
+    const int64_t* panel_bounds;  // [n + 1]
+    int32_t n;
 };
 
 // Bytes of the codes (a multiple of 64) and of each of the two scale arrays.
@@ -75,11 +92,13 @@ int64_t quantize_rows(source_type type, const void* src, size_t row_stride, cons
 
 using range_fn = std::function<void(int64_t, int64_t)>;
 // Splits [0, n) over threads; bytes_per_item > 0 marks a loop that streams the weights (bytes each item reads),
-// which the plugin runs with one contiguous share per thread where the host offers it (parallel_ranges).
-using parallel_fn = std::function<void(int64_t n, size_t bytes_per_item, const range_fn& fn)>;
+// which the plugin runs with one contiguous share per thread where the host offers it (parallel_ranges), or, given
+// `bounds` ([n_shares + 1]: a placed weight's shards in items), share s on thread s (parallel_shares).
+using parallel_fn =
+    std::function<void(int64_t n, size_t bytes_per_item, const int64_t* bounds, int32_t n_shares, const range_fn& fn)>;
 
 // y[n_tokens, n_out] = x[n_tokens, n_in] * W^T with kernel k (which the CPU must have).
-void matmul(kernel k, const matrix& m, const float* x, float* y, int64_t n_tokens, const parallel_fn& parallel_for);
+void matmul(kernel k, const shards& w, const float* x, float* y, int64_t n_tokens, const parallel_fn& parallel_for);
 
 // One kernel's work on one panel and one token tile: y[t][r] = scale[r] * sum_k decode(code[panel][k][r]) * xt[k][t].
 // xt: the tile's activations [n_in][nt]. Rows at or past n_out are not written (a 16-row half wholly past it is

@@ -17,8 +17,10 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstring>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "fp8_panels.h"
 #ifdef TROUPE_PLUGIN_CUDA
@@ -50,8 +52,16 @@ struct troupe_plugin_instance {
 
 struct troupe_prepared_weight {
     panels::matrix m;
-    void* memory = nullptr;  // codes, then scales, then kernel scales (mmap)
+    void* memory = nullptr;  // codes, then scales, then kernel scales (mmap); null once placed
     size_t memory_bytes = 0;
+    // Placed by the host (fp8_place): shard s, panels [panel_bounds[s], panel_bounds[s + 1]), in the host's region s
+    // as codes, scales, kernel scales. Unplaced: one shard, m.
+    std::vector<int64_t> panel_bounds = {0, 0};
+    std::vector<panels::matrix> parts;
+    bool placed = false;
+    panels::shards view() const {
+        return panels::shards{parts.data(), panel_bounds.data(), static_cast<int32_t>(parts.size())};
+    }
     ~troupe_prepared_weight() {
         if (memory != nullptr) ::munmap(memory, memory_bytes);
     }
@@ -154,6 +164,8 @@ int32_t fp8_prepare(troupe_plugin_instance* inst, const troupe_weight* w, troupe
         m.codes = code_mem;
         m.scales = scale_mem;
         m.kernel_scales = kernel_scale_mem;
+        p->parts = {m};
+        p->panel_bounds = {0, m.n_panels};
 
         // Whole panels per task: a panel's rows interleave in its bytes.
         std::atomic<int64_t> bad_row{-1};
@@ -214,14 +226,93 @@ int32_t fp8_matmul(troupe_plugin_instance* inst, const troupe_prepared_weight* w
         }
 #endif
         std::atomic<bool> failed{false};
-        const panels::parallel_fn parallel_for = [par, &failed](int64_t n, size_t bytes_per_item,
-                                                                const panels::range_fn& fn) {
-            const int32_t rc =
-                bytes_per_item > 0 ? run_streaming(par, n, bytes_per_item, fn) : run_parallel(par, n, fn);
+        const panels::parallel_fn parallel_for = [par, &failed](int64_t n, size_t bytes_per_item, const int64_t* bounds,
+                                                                int32_t n_shares, const panels::range_fn& fn) {
+            // A placed weight's shards on their threads where the pool has a thread per shard.
+            const bool on_shards = bounds != nullptr && par != nullptr &&
+                                   TROUPE_HAS_FIELD(par, troupe_parallel, n_threads) && par->n_threads == n_shares;
+            const int32_t rc = bytes_per_item == 0 ? run_parallel(par, n, fn)
+                               : on_shards         ? run_shares(par, bounds, n_shares, bytes_per_item, fn)
+                                                   : run_streaming(par, n, bytes_per_item, fn);
             if (rc != TROUPE_OK) failed.store(true);
         };
-        panels::matmul(inst->kernel, w->m, x, y, n_tokens, parallel_for);
+        panels::matmul(inst->kernel, w->view(), x, y, n_tokens, parallel_for);
         if (failed.load()) return fail(inst, TROUPE_ERR_INTERNAL, "the host's parallel_for failed");
+        return TROUPE_OK;
+    });
+}
+
+int64_t fp8_placement_rows(troupe_plugin_instance* inst, const troupe_prepared_weight* w) {
+    if (inst->backend != TROUPE_BACKEND_CPU || w == nullptr || w->placed) return 0;  // placed once
+    return panels::panel_rows;
+}
+
+// A shard of rows [r0, r1) (r0 a panel's first row): its panels' codes, then their rows' scales and kernel scales.
+size_t shard_bytes(int64_t n_in, int64_t r0, int64_t r1) {
+    return panels::code_bytes(n_in, r1 - r0) + 2 * panels::scale_bytes(r1 - r0);
+}
+
+size_t fp8_placed_bytes(troupe_plugin_instance* inst, const troupe_prepared_weight* w, int64_t r0, int64_t r1) {
+    if (fp8_placement_rows(inst, w) == 0 || r0 < 0 || r1 < r0 || r1 > w->m.n_out) return 0;
+    return shard_bytes(w->m.n_in, r0, r1);
+}
+
+// Moves the panels into the host's shards (each thread's region), then frees the plugin's copy. The panels keep their
+// bytes and the kernels their order of operations, so products are unchanged bit for bit.
+int32_t fp8_place(troupe_plugin_instance* inst, troupe_prepared_weight* w, const troupe_placement* p) {
+    inst->error.clear();
+    return guarded(inst->error, [&]() -> int32_t {
+        if (fp8_placement_rows(inst, w) == 0) {
+            return fail(inst, TROUPE_ERR_UNSUPPORTED,
+                        "place: only a CPU instance's weight not placed before can be placed");
+        }
+        if (p == nullptr || p->struct_size < sizeof(troupe_placement) || p->n_shards < 1 || p->bounds == nullptr ||
+            p->dsts == nullptr) {
+            return fail(inst, TROUPE_ERR_INVALID_ARGUMENT, "place: no placement, or one without shards");
+        }
+        const panels::matrix& m = w->m;
+        const std::string what = "place: shard bounds of a weight of " + std::to_string(m.n_out) + " rows";
+        if (p->bounds[0] != 0 || p->bounds[p->n_shards] != m.n_out) {
+            return fail(inst, TROUPE_ERR_INVALID_ARGUMENT, what + " must run from 0 to " + std::to_string(m.n_out));
+        }
+        for (int32_t s = 0; s < p->n_shards; ++s) {
+            const int64_t b = p->bounds[s];
+            if (b > p->bounds[s + 1] || b % panels::panel_rows != 0 || p->dsts[s] == nullptr ||
+                reinterpret_cast<uintptr_t>(p->dsts[s]) % 64 != 0) {
+                return fail(inst, TROUPE_ERR_INVALID_ARGUMENT,
+                            what + ": shard " + std::to_string(s) + " starts at row " + std::to_string(b) +
+                                " (must ascend, at multiples of " + std::to_string(panels::panel_rows) +
+                                ") or has no 64-byte aligned destination");
+            }
+        }
+        std::vector<int64_t> panel_bounds(static_cast<size_t>(p->n_shards) + 1);
+        std::vector<panels::matrix> parts(static_cast<size_t>(p->n_shards));
+        for (int32_t s = 0; s < p->n_shards; ++s) {
+            const int64_t r0 = p->bounds[s], r1 = p->bounds[s + 1];
+            const int64_t p0 = r0 / panels::panel_rows, p1 = (r1 + panels::panel_rows - 1) / panels::panel_rows;
+            panel_bounds[static_cast<size_t>(s)] = p0;
+            panel_bounds[static_cast<size_t>(s) + 1] = p1;
+            panels::matrix& part = parts[static_cast<size_t>(s)];
+            part = m;
+            part.first_panel = p0;
+            const size_t codes = panels::code_bytes(m.n_in, r1 - r0), scales = panels::scale_bytes(r1 - r0);
+            uint8_t* dst = p->dsts[s];
+            part.codes = dst;
+            part.scales = reinterpret_cast<const float*>(dst + codes);
+            part.kernel_scales = reinterpret_cast<const float*>(dst + codes + scales);
+            if (p1 == p0) continue;
+            std::memcpy(dst, m.panel_codes(p0), static_cast<size_t>((p1 - p0) * m.n_in * panels::panel_rows));
+            std::memcpy(dst + codes, m.row_scales(r0), static_cast<size_t>(p1 - p0) * panels::panel_rows * 4);
+            std::memcpy(dst + codes + scales, m.row_kernel_scales(r0),
+                        static_cast<size_t>(p1 - p0) * panels::panel_rows * 4);
+        }
+        w->panel_bounds = std::move(panel_bounds);
+        w->parts = std::move(parts);
+        w->placed = true;
+        ::munmap(w->memory, w->memory_bytes);
+        w->memory = nullptr;
+        w->m.codes = nullptr;  // every read goes through the shards now
+        w->m.scales = w->m.kernel_scales = nullptr;
         return TROUPE_OK;
     });
 }
@@ -298,6 +389,9 @@ const troupe_quant_ops fp8_ops = {
     fp8_prepared_bytes,
     fp8_matmul,
     fp8_release,
+    fp8_placement_rows,
+    fp8_placed_bytes,
+    fp8_place,
 };
 
 const troupe_plugin_descriptor fp8_descriptor = {

@@ -265,7 +265,16 @@ const char* q8_error_message(const troupe_plugin_instance* inst) {
 }
 
 const troupe_quant_ops q8_ops = {
-    sizeof(troupe_quant_ops), TROUPE_QUANT_OPS_VERSION, q8_claims, q8_prepare, q8_prepared_bytes, q8_matmul, q8_release,
+    sizeof(troupe_quant_ops),
+    TROUPE_QUANT_OPS_VERSION,
+    q8_claims,
+    q8_prepare,
+    q8_prepared_bytes,
+    q8_matmul,
+    q8_release,
+    nullptr,
+    nullptr,
+    nullptr,  // no placement by the host: its panels stay in its own memory
 };
 
 const troupe_plugin_descriptor q8_descriptor = {
