@@ -16,7 +16,7 @@
 // with one I/O thread nothing can slip in between that check and the wait, so no wake-up is lost.
 //
 // Off the I/O thread: request bodies are parsed, chat templates rendered and prompts tokenized on the
-// prep pool (prep_threads threads), never on the I/O thread, which only moves bytes: a 1 MB prompt takes
+// prep pool (prep_pool.h), never on the I/O thread, which only moves bytes: a 1 MB prompt takes
 // hundreds of milliseconds to tokenize, and /health, the pages and the running streams must not wait for
 // it. The coroutine that read the body awaits the pool's answer and goes on (admission, submit) on the
 // I/O thread. Bodies arrive in reads of at most 64 KiB (Beast's read size), each its own handler.
@@ -25,10 +25,6 @@
 // or an error there (or a failed write) cancels the request at once. WebSocket: the read loop ending
 // cancels the connection's requests.
 #pragma once
-
-#include <sys/resource.h>
-#include <sys/syscall.h>
-#include <unistd.h>
 
 #include <boost/asio.hpp>
 #include <boost/beast/core.hpp>
@@ -47,6 +43,7 @@
 
 #include "server/http_server.h"
 #include "server/metrics_text.h"
+#include "server/prep_pool.h"
 #include "server/request_guard.h"
 #include "server/request_parser.h"
 #include "server/request_stream.h"
@@ -61,20 +58,6 @@ using tcp = net::ip::tcp;
 
 inline constexpr auto nothrow = net::as_tuple(net::use_awaitable);
 inline constexpr std::string_view json_type = "application/json";
-// Threads that parse and tokenize request bodies. Two: a huge prompt does not hold up every small one
-// behind it, and the executor's threads keep most of the cores. Their nice value: tokenizing is batch work,
-// so where cores are short the I/O thread and the executor (the running streams) go first.
-inline constexpr int prep_threads = 2;
-inline constexpr int prep_nice = 10;
-
-// Lowers the calling prep thread's priority, once per thread (Linux: nice is per thread).
-inline void lower_prep_priority() {
-    thread_local bool lowered = false;
-    if (lowered) return;
-    lowered = true;
-    (void)::setpriority(PRIO_PROCESS, static_cast<id_t>(::syscall(SYS_gettid)), prep_nice);
-}
-
 // Where engine-lane callbacks post their wake-ups; nulled when the server stops so that late callbacks
 // from an engine that outlives the server do nothing.
 struct post_target {
@@ -181,7 +164,8 @@ public:
     std::list<std::weak_ptr<http_conn>> http_conns_;
     std::list<std::weak_ptr<ws_conn>> ws_conns_;
     // After ioc_: joined (by stop(), or when destroyed) before the I/O context whose coroutines await it.
-    net::thread_pool prep_{prep_threads};
+    // Its tasks may read only what does not change: the config, and model_ once ready_ was seen true.
+    prep_pool prep_{stats_};
 
     double uptime_s() const { return std::chrono::duration<double>(steady_clock::now() - t_start_).count(); }
 
@@ -194,23 +178,6 @@ public:
     }
 
     engine_snapshot snapshot() const { return ready_.load() ? model_.eng->snapshot() : engine_snapshot{}; }
-
-    // Runs f (a request's parse, render and tokenization) on the prep pool and resumes the calling
-    // coroutine on the I/O thread with its value. f may read only what does not change: the config, and
-    // model_ once ready_ was seen true. /metrics counts the requests in there (troupe_requests_preparing).
-    template <class F>
-    net::awaitable<std::invoke_result_t<F&>> off_io(F f) {
-        using value = std::invoke_result_t<F&>;
-        auto task = [f = std::move(f)]() mutable -> net::awaitable<value> {
-            lower_prep_priority();
-            co_return f();
-        };
-        stats_.n_preparing.fetch_add(1);
-        net::awaitable<value> done = net::co_spawn(prep_, std::move(task), net::use_awaitable);
-        value v = co_await std::move(done);
-        stats_.n_preparing.fetch_sub(1);
-        co_return v;
-    }
 
     // ---- listener (http_server.cpp) ----
     net::awaitable<void> accept_loop();

@@ -71,7 +71,7 @@ net::awaitable<bool> http_server::impl::generate(const std::shared_ptr<http_conn
         if (auto* r = std::get_if<generation_request>(&out.parsed)) out.prep = prepare_choices(model_, sc_, *r);
         return out;
     };
-    parsed_and_prepared pp = co_await off_io(std::move(work));
+    parsed_and_prepared pp = co_await prep_.run(std::move(work));
     if (auto* e = std::get_if<api_error>(&pp.parsed)) co_return co_await send_error(*c, *e, keep);
     generation_request& r = std::get<generation_request>(pp.parsed);
     if (auto* e = std::get_if<api_error>(&*pp.prep)) co_return co_await send_error(*c, *e, keep);

@@ -163,7 +163,7 @@ net::awaitable<bool> http_server::impl::tokenize_route(const std::shared_ptr<htt
     auto work = [this, tokenize, body = std::move(req.body())] {
         return tokenize ? tokenize_answer(body, *model_.tok) : detokenize_answer(body, *model_.tok);
     };
-    api_answer a = co_await off_io(std::move(work));
+    api_answer a = co_await prep_.run(std::move(work));
     if (const auto* e = std::get_if<api_error>(&a)) co_return co_await send_error(*c, *e, keep);
     response res = make_response(200, json_type, std::move(std::get<std::string>(a)), keep);
     const bool again = co_await send(*c, res);

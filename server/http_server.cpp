@@ -3,6 +3,8 @@
 // http_front.h.
 #include "server/http_server.h"
 
+#include <pthread.h>
+
 #include <future>
 
 #include "core/log/log.h"
@@ -69,6 +71,7 @@ result<uint16_t> http_server::listen() {
     net::co_spawn(m.ioc_, m.accept_loop(), net::detached);
     net::co_spawn(m.ioc_, m.sample_loop(), net::detached);
     m.thread_ = std::thread([&m] {
+        (void)::pthread_setname_np(::pthread_self(), "troupe-io");  // top -H; the stall test finds it by name
         for (;;) {
             try {
                 m.ioc_.run();

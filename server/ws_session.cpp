@@ -163,7 +163,7 @@ net::awaitable<void> http_server::impl::ws_session(const std::shared_ptr<http_co
             if (s && ready_.load()) out.prep = prepare_request(model_, sc_, s->request);
             return out;
         };
-        parsed_and_prepared pp = co_await off_io(std::move(work));
+        parsed_and_prepared pp = co_await prep_.run(std::move(work));
         ws_client_message& m = pp.m;
         if (auto* s = std::get_if<ws_start>(&m)) {
             start_ws_request(c, *s, pp.prep);

@@ -10,7 +10,9 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <sstream>
 
 #include "tests/common/shared_data.h"
@@ -221,6 +223,29 @@ double prometheus_value(const std::string& body, const std::string& name) {
     const size_t at = ("\n" + body).find(line);
     if (at == std::string::npos) return -1;
     return std::atof(body.c_str() + at + name.size() + 1);
+}
+
+std::vector<thread_sched> threads_named(const std::string& prefix) {
+    std::vector<thread_sched> out;
+    std::error_code ec;
+    for (const auto& entry : std::filesystem::directory_iterator("/proc/self/task", ec)) {
+        thread_sched t;
+        t.tid = std::atol(entry.path().filename().c_str());
+        std::ifstream comm(entry.path() / "comm");
+        std::getline(comm, t.name);
+        if (t.name.rfind(prefix, 0) != 0) continue;
+        // stat: "tid (comm) state ..."; after the last ')' come fields 3 onwards: nice is field 19, policy 41.
+        std::ifstream stat_file(entry.path() / "stat");
+        std::string stat((std::istreambuf_iterator<char>(stat_file)), std::istreambuf_iterator<char>());
+        std::istringstream fields(stat.substr(stat.rfind(')') + 1));
+        std::vector<std::string> f((std::istream_iterator<std::string>(fields)), std::istream_iterator<std::string>());
+        if (f.size() > 38) {
+            t.nice = std::atoi(f[16].c_str());
+            t.policy = std::atoi(f[38].c_str());
+        }
+        out.push_back(t);
+    }
+    return out;
 }
 
 double longest_gap_ms(const std::vector<std::vector<stall_clock::time_point>>& arrivals, stall_clock::time_point from,

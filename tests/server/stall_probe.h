@@ -81,6 +81,16 @@ std::vector<probe_sample> big_prompt_storm(uint16_t port, const std::string& bod
 // The value of a Prometheus sample without labels ("name 3" on its own line) in a /metrics body; -1 if absent.
 double prometheus_value(const std::string& body, const std::string& name);
 
+// A thread of this process as the kernel schedules it (/proc/self/task/<tid>/comm and stat).
+struct thread_sched {
+    long tid = 0;
+    std::string name;
+    int policy = 0;  // SCHED_OTHER 0, SCHED_BATCH 3, SCHED_IDLE 5
+    int nice = 0;
+};
+// This process's threads whose name starts with prefix.
+std::vector<thread_sched> threads_named(const std::string& prefix);
+
 // The longest gap between consecutive arrivals of one stream, counting only gaps that end inside [from, to].
 double longest_gap_ms(const std::vector<std::vector<stall_clock::time_point>>& arrivals, stall_clock::time_point from,
                       stall_clock::time_point to);

@@ -4,8 +4,11 @@
 // tokenized) off the I/O thread; the I/O thread answering two /metrics requests that both see the one
 // large prompt still in preparation proves it served them while the prompt was being tokenized, and
 // /health answers and stream events between those two answers happened during it too. A server that
-// tokenizes on its I/O thread can never show the prompt in preparation: nothing else runs meanwhile.
+// tokenizes on its I/O thread can never show the prompt in preparation: nothing else runs meanwhile. The
+// preparing threads (troupe-prep) must also sit below the I/O thread (troupe-io) in priority: what keeps
+// that order when the cores are short.
 #include <gtest/gtest.h>
+#include <sched.h>
 
 #include <algorithm>
 #include <chrono>
@@ -75,6 +78,18 @@ TEST(server_stall, health_and_a_running_stream_are_answered_while_a_large_prompt
         for (const auto& t : s) n_events += t > first && t < last ? 1 : 0;
     }
     const double window_ms = std::chrono::duration<double, std::milli>(last - first).count();
+
+    // What keeps that order on a machine whose cores are busy: the preparation runs on its own threads
+    // below the I/O thread's priority, so a core goes to the I/O thread and the engine first.
+    const auto io = threads_named("troupe-io");
+    const auto prep = threads_named("troupe-prep");
+    ASSERT_EQ(io.size(), 1u) << "no thread named troupe-io (the server's I/O thread)";
+    ASSERT_FALSE(prep.empty()) << "no thread named troupe-prep prepared the prompt";
+    for (const auto& t : prep) {
+        EXPECT_TRUE(t.nice > io[0].nice || (t.policy == SCHED_IDLE && io[0].policy != SCHED_IDLE))
+            << "prep thread " << t.tid << " (nice " << t.nice << ", policy " << t.policy
+            << ") is not below the I/O thread (nice " << io[0].nice << ", policy " << io[0].policy << ")";
+    }
     EXPECT_GT(n_health, 0) << "no /health answer while the prompt was being prepared (" << window_ms << " ms)";
     EXPECT_GT(n_events, 0) << "the running stream sent nothing while the prompt was being prepared (" << window_ms
                            << " ms)";
