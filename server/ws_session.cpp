@@ -7,6 +7,12 @@
 #include "server/response_builder.h"
 
 namespace troupe::server {
+namespace {
+
+// WebSocket messages up to this size are parsed on the I/O thread (microseconds; a cancel is ~40 bytes).
+constexpr size_t ws_parse_here_bytes = 4096;
+
+}  // namespace
 
 void http_server::impl::ws_send(ws_conn& c, std::string msg) {
     if (c.closed) return;
@@ -152,18 +158,32 @@ net::awaitable<void> http_server::impl::ws_session(const std::shared_ptr<http_co
         if (rec) break;
         std::string text = beast::buffers_to_string(buffer.data());
         buffer.consume(buffer.size());
-        // Parse, render and tokenize on the prep pool; one connection's messages stay in order.
+        // A small message (a cancel, a short start) is parsed here, so that a cancel never waits behind the
+        // prep pool, whose threads run below the engine's and wait while it generates on every core; a start
+        // is rendered and tokenized on the pool, and a large message parsed there too. One connection's
+        // messages stay in order: the next is read once this one is handled.
         struct parsed_and_prepared {
             ws_client_message m;
             std::optional<prepared> prep;
         };
-        auto work = [this, text = std::move(text)] {
-            parsed_and_prepared out{parse_ws_message(text, config_.sampling), std::nullopt};
+        auto prepare = [this](parsed_and_prepared out) {
             auto* s = std::get_if<ws_start>(&out.m);
             if (s && ready_.load()) out.prep = prepare_request(model_, sc_, s->request);
             return out;
         };
-        parsed_and_prepared pp = co_await prep_.run(std::move(work));
+        parsed_and_prepared pp;
+        if (text.size() > ws_parse_here_bytes) {
+            auto work = [this, prepare, text = std::move(text)] {
+                return prepare(parsed_and_prepared{parse_ws_message(text, config_.sampling), std::nullopt});
+            };
+            pp = co_await prep_.run(std::move(work));
+        } else {
+            pp.m = parse_ws_message(text, config_.sampling);
+            if (std::holds_alternative<ws_start>(pp.m)) {
+                auto work = [prepare, parsed = std::move(pp)]() mutable { return prepare(std::move(parsed)); };
+                pp = co_await prep_.run(std::move(work));
+            }
+        }
         ws_client_message& m = pp.m;
         if (auto* s = std::get_if<ws_start>(&m)) {
             start_ws_request(c, *s, pp.prep);
