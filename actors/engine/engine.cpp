@@ -71,8 +71,8 @@ void engine::build(engine_parts parts, const engine_params& params, lane* tok, l
     sc.plan_ahead = params.plan_ahead;
     sc.preemption = params.preemption;
     sc.can_swap = parts.runner->separate_kv_memory();
-    // Choices fork where the runner copies blocks (an empty copy answers whether it can) in host memory: the copies
-    // run in the executor before the step that needs them.
+    // Choices fork where the runner copies blocks (an empty copy answers whether it can) in host memory, where the KV
+    // allocator's lane makes the copies synchronously (kv_copy_lane.h); forks on a device are not tested yet.
     sc.can_fork = !sc.can_swap && parts.runner->copy_blocks({}, {}).ok();
     auto codec = parts.codec;
     const kv_allocator_params kv_params = kv_allocator_params_from(sc);

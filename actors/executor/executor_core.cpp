@@ -174,12 +174,6 @@ step_done executor_core::run(const step_plan& plan) {
                                    sequence_state{sampler(*f.params), seqs_.at(q.seq_id).history, false, -1, {}});
         }
     }
-    if (!plan.copy_src.empty()) {
-        if (status cst = runner_->copy_blocks(plan.copy_src, plan.copy_dst); !cst.ok()) {
-            done.error = "copy-on-write of " + std::to_string(plan.copy_src.size()) + " KV blocks: " + cst.message();
-            return done;
-        }
-    }
     if (spec_) {
         const time_point t_propose = steady_clock::now();
         propose(plan);

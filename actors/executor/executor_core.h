@@ -1,8 +1,8 @@
 // executor_core: runs step plans on a model_runner and samples; the executor actor's pure core.
 //
 // Parallel sampling (step_sequence::forks): the choices that fork from a sequence at its first sample get their own
-// sampler and the parent's history, and draw their first token from the parent's row; copy-on-write block copies
-// (step_plan::copy_src/dst) are made before the forward.
+// sampler and the parent's history, and draw their first token from the parent's row (the copy-on-write copies of
+// the blocks they share are the KV allocator's lane's, kv_copy_lane.h).
 //
 // Per sequence it keeps the sampler (seeded from the request alone, so a token never depends on what
 // else is in the batch) and the token history by position (for penalties and for the draft proposer).

@@ -56,9 +56,6 @@ struct step_plan {
     // The KV copies this step follows (kv_step_grant::copies_done): the executor's lane waits for it on its device
     // stream before the step's kernels touch KV blocks. Null: none pending on a device.
     std::shared_ptr<const device_event> after_copies;
-    // Copy-on-write before the forward: KV block copy_src[i] into copy_dst[i] (kv_step_grant's copies).
-    std::vector<int32_t> copy_src;
-    std::vector<int32_t> copy_dst;
 };
 
 struct retire_sequences {

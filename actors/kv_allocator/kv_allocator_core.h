@@ -4,7 +4,7 @@
 //   1. computed, then forks (a choice shares its parent's prompt blocks), then frees;
 //   2. decodes, in the scheduler's running order: each gets its pending token (and room for up to
 //      its draft cap, budget permitting), after taking its own copy of a block it shares with a fork
-//      sibling (copy-on-write: the copy goes in the grant, for the executor to make before the step);
+//      sibling (copy-on-write: the copy goes in the grant, made by the actor shell's kv_copy_lane);
 //      when no block is free the latest running sequence is preempted (recompute: its blocks are
 //      freed; swap: they are handed out for a copy to host first) until it fits; a sole sequence
 //      that cannot grow fails as too big;

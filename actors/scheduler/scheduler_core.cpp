@@ -552,8 +552,6 @@ void scheduler_core::granted(const kv_step_grant& g, scheduler_output& out) {
     }
     changed_while_awaiting_ = false;
     next.step_id = next_step_id_++;
-    next.copy_src = g.copy_src;  // copy-on-write of blocks shared with fork siblings (unless the allocator made them)
-    next.copy_dst = g.copy_dst;
     next.after_copies = g.copies_done;
     record.step_id = next.step_id;
     record.draft_cap = planned_draft_cap_;

@@ -127,8 +127,8 @@ TEST(fork_choices, the_prompt_is_computed_once_and_each_choice_forks_at_the_firs
     EXPECT_EQ(t3[0], 0);
     EXPECT_EQ(s.pool().ref_count(0), 3);
     EXPECT_EQ(t3[1], 1);
-    EXPECT_EQ(out.step->copy_src, (std::vector<int32_t>{1, 1}));
-    EXPECT_EQ(out.step->copy_dst, (std::vector<int32_t>{t1[1], t2[1]}));
+    EXPECT_EQ(s.grants().back().copy_src, (std::vector<int32_t>{1, 1}));
+    EXPECT_EQ(s.grants().back().copy_dst, (std::vector<int32_t>{t1[1], t2[1]}));
     EXPECT_EQ(s.pool().n_free(), 16 - 4);  // the shared block counted once
     EXPECT_EQ(s.counters().n_prefill_tokens, 6);
     EXPECT_EQ(s.counters().n_forks, 2);
@@ -151,7 +151,7 @@ TEST(fork_choices, a_prompt_that_ends_on_a_block_boundary_shares_all_its_blocks_
     out.clear();
     s.step_finished(done(plan), out);
     ASSERT_TRUE(out.step);
-    EXPECT_TRUE(out.step->copy_src.empty());
+    EXPECT_TRUE(s.grants().back().copy_src.empty());
     EXPECT_EQ(s.pool().ref_count(0), 2);
     EXPECT_EQ(s.pool().ref_count(1), 2);
     EXPECT_NE(s.pool().table(1)[2], s.pool().table(2)[2]);  // position 8: a new block each
