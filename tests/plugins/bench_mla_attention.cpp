@@ -3,7 +3,9 @@
 // 1. KV bytes per token of DeepSeek-V2-Lite's and DeepSeek-V2's attention shapes: MLA's latent row (kv_lora_rank +
 //    rope_dim) beside what the same model would keep as multi-head attention (keys of qk_nope + rope_dim and values of
 //    v_head_dim per head) and as grouped-query attention with 8 key/value heads (mla_params.h).
-// 2. One layer's decode attention through attention/mla's ABI (a GGUF with one layer's attn_kv_b, F16 as files store
+// 2. attn_kv_b's bytes for both shapes per stored type: in the file, held by attention/mla now (mla_model.h's rule),
+//    and the float32 copy it held before.
+// 3. One layer's decode attention through attention/mla's ABI (a GGUF with one layer's attn_kv_b, F16 as files store
 //    it, written here): one sequence decoding one token after `context` cached latent rows,
 //    the naive path (expand every cached row into per-head keys and values) against the absorbed one (attend in the
 //    latent space), F32 and F16 pools, on one thread. Prints the best of 7 batches (the thread's CPU time, so that a
@@ -78,6 +80,29 @@ void print_kv_bytes() {
     }
 }
 
+// attn_kv_b's bytes per model as files store it, and what attention/mla holds of them beside the model's own memory
+// (mla_model.h): nothing for F32, F16 and BF16 (it reads the file's rows), an F16 copy for block formats; until
+// this session it held a float32 copy of every type but F32.
+void print_kv_b_bytes() {
+    std::printf("\nattn_kv_b (W_UK, W_UV): bytes in the file, and bytes attention/mla holds beside it\n");
+    std::printf("  %-18s %-6s %12s %14s %14s\n", "model", "stored", "file MiB", "held MiB now", "float copy MiB");
+    struct stored {
+        const char* name;
+        double bytes_per_weight;
+        bool block_format;
+    };
+    for (const auto& [name, p, layers] : {std::tuple{"DeepSeek-V2-Lite", v2_lite(), 27}, {"DeepSeek-V2", v2(), 60}}) {
+        const double weights = static_cast<double>(layers) * p.n_heads * (p.qk_nope + p.v_dim) * p.kv_lora_rank;
+        for (const stored& t : {stored{"F32", 4.0, false}, stored{"F16", 2.0, false}, stored{"BF16", 2.0, false},
+                                stored{"Q8_0", 34.0 / 32, true}, stored{"Q4_K", 144.0 / 256, true}}) {
+            const double held = t.block_format ? 2.0 * weights : 0.0;
+            const double before = std::string(t.name) == "F32" ? 0.0 : 4.0 * weights;
+            std::printf("  %-18s %-6s %12.1f %14.1f %14.1f\n", name, t.name, weights * t.bytes_per_weight / (1 << 20),
+                        held / (1 << 20), before / (1 << 20));
+        }
+    }
+}
+
 // The read bandwidth of one thread: a sum over 512 MiB, best of 5.
 double read_gbps() {
     std::vector<float> big((size_t{512} << 20) / sizeof(float), 1.0f);
@@ -100,6 +125,7 @@ double read_gbps() {
 
 int run(const std::vector<int32_t>& contexts) {
     print_kv_bytes();
+    print_kv_b_bytes();
     const mla_params p = v2_lite();
     const int32_t lw = p.latent_width(), block_size = 16;
     const fs::path dir = fs::temp_directory_path() / ("troupe_bench_mla_" + std::to_string(::getpid()));

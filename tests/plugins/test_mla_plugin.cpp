@@ -8,12 +8,14 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <numeric>
 
 #include "core/gguf/gguf_writer.h"
 #include "core/plugin_host/plugin_model_services.h"
 #include "kernels/fp16.h"
+#include "kernels/ref/quants.h"
 #include "plugin_test_support.h"
 
 namespace troupe::testing {
@@ -56,10 +58,11 @@ std::vector<int32_t> rows_read(const sequence_plan& s, int32_t i) {
     return rows;
 }
 
-// A GGUF with the deepseek2 keys attention/mla reads and each layer's attn_kv_b.
+// A GGUF with the deepseek2 keys attention/mla reads and each layer's attn_kv_b, stored as `weights` (f32, f16 or
+// bf16; kv_b() gives the stored values, which the plugin reads as they are).
 class mla_model_file {
 public:
-    explicit mla_model_file(bool with_mla) {
+    explicit mla_model_file(bool with_mla, ggml_type weights = ggml_type::f32) {
         dir_ = fs::temp_directory_path() / ("troupe_mla_" + std::to_string(::getpid()) + "_" +
                                             ::testing::UnitTest::GetInstance()->current_test_info()->name());
         fs::create_directories(dir_);
@@ -73,7 +76,18 @@ public:
         if (with_mla) w.set_u32("deepseek2.attention.kv_lora_rank", rank);
         for (int32_t il = 0; il < n_layers; ++il) {
             kv_b_.push_back(random_floats(static_cast<size_t>(n_heads) * per_head * rank, 40 + il, -0.4f, 0.4f));
-            w.add_tensor_f32("blk." + std::to_string(il) + ".attn_kv_b.weight", {rank, n_heads * per_head}, kv_b_[il]);
+            const std::string name = "blk." + std::to_string(il) + ".attn_kv_b.weight";
+            if (weights == ggml_type::f32) {
+                w.add_tensor_f32(name, {rank, n_heads * per_head}, kv_b_[il]);
+                continue;
+            }
+            std::vector<uint8_t> bytes(kv_b_[il].size() * 2);
+            for (size_t i = 0; i < kv_b_[il].size(); ++i) {
+                const uint16_t h = weights == ggml_type::bf16 ? fp32_to_bf16(kv_b_[il][i]) : fp32_to_fp16(kv_b_[il][i]);
+                kv_b_[il][i] = weights == ggml_type::bf16 ? bf16_to_fp32(h) : fp16_to_fp32(h);
+                std::memcpy(bytes.data() + 2 * i, &h, 2);
+            }
+            w.add_tensor(name, weights, {rank, n_heads * per_head}, std::move(bytes));
         }
         const std::string path = (dir_ / "model.gguf").string();
         EXPECT_TRUE(w.write(path).ok());
@@ -133,10 +147,16 @@ struct mla_case {
     bool f16;
     const char* kernel;
     bool threaded;
+    ggml_type weights = ggml_type::f32;  // how the file stores attn_kv_b
 };
 
+const char* weights_name(ggml_type t) {
+    return t == ggml_type::f32 ? "f32" : t == ggml_type::f16 ? "f16" : "bf16";
+}
+
 void PrintTo(const mla_case& c, std::ostream* os) {
-    *os << c.path << (c.f16 ? " f16 " : " f32 ") << c.kernel << (c.threaded ? " threaded" : " inline");
+    *os << c.path << (c.f16 ? " f16 " : " f32 ") << c.kernel << (c.threaded ? " threaded" : " inline") << ", attn_kv_b "
+        << weights_name(c.weights);
 }
 
 class mla_plugin : public ::testing::TestWithParam<mla_case> {};
@@ -144,7 +164,7 @@ class mla_plugin : public ::testing::TestWithParam<mla_case> {};
 TEST_P(mla_plugin, matches_multi_head_attention_over_expanded_latents_for_prefill_decode_long_context_and_trees) {
     const mla_case& c = GetParam();
     if (std::string(c.kernel) == "avx2" && !__builtin_cpu_supports("avx2")) GTEST_SKIP() << "this CPU lacks avx2";
-    mla_model_file model(true);
+    mla_model_file model(true, c.weights);
     plugin_host host = model.host();
     auto op = host.load_attention("mla", yaml(std::string("{path: ") + c.path + ", kernel: " + c.kernel + "}"));
     ASSERT_TRUE(op.ok()) << op.message();
@@ -283,6 +303,13 @@ std::vector<mla_case> all_cases() {
             for (const char* kernel : {"scalar", "avx2"}) cases.push_back({path, f16, kernel, (i++ % 2) == 0});
         }
     }
+    // attn_kv_b stored as halves: read in place, converted as the kernels read it.
+    for (const ggml_type weights : {ggml_type::f16, ggml_type::bf16}) {
+        for (const char* path : {"naive", "absorbed"}) {
+            for (const char* kernel : {"scalar", "avx2"})
+                cases.push_back({path, true, kernel, (i++ % 2) == 0, weights});
+        }
+    }
     return cases;
 }
 
@@ -290,7 +317,7 @@ INSTANTIATE_TEST_SUITE_P(mla, mla_plugin, ::testing::ValuesIn(all_cases()),
                          [](const ::testing::TestParamInfo<mla_case>& info) {
                              const mla_case& c = info.param;
                              return std::string(c.path) + (c.f16 ? "_f16_" : "_f32_") + c.kernel +
-                                    (c.threaded ? "_threaded" : "_inline");
+                                    (c.threaded ? "_threaded" : "_inline") + "_kv_b_" + weights_name(c.weights);
                          });
 
 // One decoding token of sequence 0 at position 0 (a minimal valid MLA call over a one-block pool).
@@ -309,6 +336,73 @@ struct one_token_call {
         return c;
     }
 };
+
+// One decoding token of a one-layer model (3 heads, kv_lora_rank 64 so that rows are whole Q8_0 blocks) whose file
+// stores attn_kv_b as `type` (`bytes`), at position 5 over a pool of random rows; returns out.
+std::vector<float> one_layer_decode(ggml_type type, std::vector<uint8_t> bytes, const char* path) {
+    constexpr int32_t H = 3, R = 64, nope_dims = 8, rope_dims = 4, v_dims = 8, lw = R + rope_dims;
+    const fs::path dir = fs::temp_directory_path() / ("troupe_mla_q8_" + std::to_string(::getpid()));
+    fs::create_directories(dir);
+    gguf::gguf_writer w;
+    w.set_string("general.architecture", "deepseek2");
+    w.set_u32("deepseek2.block_count", 1);
+    w.set_u32("deepseek2.attention.head_count", H);
+    w.set_u32("deepseek2.attention.key_length", nope_dims + rope_dims);
+    w.set_u32("deepseek2.attention.value_length", v_dims);
+    w.set_u32("deepseek2.rope.dimension_count", rope_dims);
+    w.set_u32("deepseek2.attention.kv_lora_rank", R);
+    w.add_tensor("blk.0.attn_kv_b.weight", type, {R, H * (nope_dims + v_dims)}, std::move(bytes));
+    const std::string file_path = (dir / "model.gguf").string();
+    EXPECT_TRUE(w.write(file_path).ok());
+    auto file = gguf::gguf_file::open(file_path);
+    std::error_code ec;
+    fs::remove_all(dir, ec);
+    EXPECT_TRUE(file.ok()) << file.message();
+    if (!file.ok()) return {};
+    plugin_host host(plugin_host_options{TROUPE_DEFAULT_PLUGIN_DIR}, make_model_services(*file));
+    auto op = host.load_attention("mla", yaml(std::string("{path: ") + path + "}"));
+    EXPECT_TRUE(op.ok()) << op.message();
+    if (!op.ok()) return {};
+    std::vector<float> q = random_floats(H * (nope_dims + rope_dims), 11), k = random_floats(lw, 12);
+    std::vector<float> pool = random_floats(2 * 4 * lw, 13), out(H * v_dims);
+    const int32_t position = 5, seq = 0;
+    const std::vector<int32_t> table = {1, 0};
+    const int32_t* tables[1] = {table.data()};
+    attention_call c{
+        1, H,      1, nope_dims + rope_dims, 0.3f,   q.data(), k.data(), nullptr, out.data(), &position, &seq,
+        1, tables, 4, pool.data(),           nullptr};
+    c.kv_lora_rank = R;
+    c.rope_dim = rope_dims;
+    c.v_head_dim = v_dims;
+    const status st = (*op)->forward(c, no_parallel_for());
+    EXPECT_TRUE(st.ok()) << st.message();
+    return out;
+}
+
+TEST(mla_plugin_weights, a_block_format_attn_kv_b_is_read_as_its_decoded_weights_held_as_halves) {
+    constexpr int64_t n = 3 * (8 + 8) * 64;
+    const std::vector<float> x = random_floats(n, 10, -0.4f, 0.4f);
+    std::vector<uint8_t> q8(static_cast<size_t>(n / 32) * sizeof(block_q8_0));
+    ref::quantize_row_q8_0(x.data(), reinterpret_cast<block_q8_0*>(q8.data()), n);
+    std::vector<float> decoded(n);
+    ref::dequantize_row_q8_0(reinterpret_cast<const block_q8_0*>(q8.data()), decoded.data(), n);
+    std::vector<uint8_t> halves(static_cast<size_t>(n) * 2);
+    for (int64_t i = 0; i < n; ++i) {
+        const uint16_t h = fp32_to_fp16(decoded[i]);
+        std::memcpy(halves.data() + 2 * i, &h, 2);
+    }
+    for (const char* path : {"naive", "absorbed"}) {
+        const std::vector<float> from_q8 = one_layer_decode(ggml_type::q8_0, q8, path);
+        const std::vector<float> from_f16 = one_layer_decode(ggml_type::f16, halves, path);
+        ASSERT_EQ(from_q8.size(), 24u);
+        ASSERT_EQ(from_f16.size(), 24u);
+        for (size_t i = 0; i < from_q8.size(); ++i) {
+            ASSERT_TRUE(std::isfinite(from_q8[i])) << path << " output " << i;
+            EXPECT_EQ(from_q8[i], from_f16[i]) << path << " output " << i;
+        }
+        EXPECT_NE(std::count(from_q8.begin(), from_q8.end(), 0.0f), 24) << path << ": all outputs zero";
+    }
+}
 
 TEST(mla_plugin_refusals, a_call_without_latent_attention_is_refused_naming_attention_gqa) {
     mla_model_file model(true);

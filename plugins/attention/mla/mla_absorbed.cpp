@@ -79,9 +79,9 @@ int32_t run_absorbed(const mla_step& s, const int32_t* tokens, int32_t n, absorb
             const int32_t i = static_cast<int32_t>(item / H), h = static_cast<int32_t>(item % H);
             const float* q = c.q + (static_cast<size_t>(tokens[i]) * H + h) * hd;  // [qk_nope, then rope_dim]
             float* qa = scratch.q.data() + (static_cast<size_t>(i) * H + h) * lw;
-            const float* w_uk = s.model.w_uk(il, h);  // [qk_nope, rank]
+            const int64_t w_uk = static_cast<int64_t>(h) * sh.kv_b_rows_per_head();  // W_UK_h: [qk_nope, rank]
             for (int32_t d = 0; d < sh.qk_nope; ++d)
-                v.axpy(qa, c.scale * q[d], w_uk + static_cast<size_t>(d) * rank, rank);
+                v.axpy_w(qa, c.scale * q[d], s.model.kv_b_row(il, w_uk + d), s.model.kv_b_type(), rank);
             for (int32_t d = 0; d < sh.rope_dim; ++d) qa[rank + d] = c.scale * q[sh.qk_nope + d];
         }
     });
@@ -138,7 +138,7 @@ int32_t run_absorbed(const mla_step& s, const int32_t* tokens, int32_t n, absorb
             }
             v.scale(o.data(), 1.0f / l, rank);
             float* out = c.out + (static_cast<size_t>(tokens[i]) * H + h) * sh.v_dim;
-            v.gemv(s.model.w_uv(il, h), rank, sh.v_dim, o.data(), rank, out);
+            v.gemv_w(s.model.w_uv(il, h), s.model.kv_b_type(), rank, sh.v_dim, o.data(), rank, out);
         }
     });
 }

@@ -1,5 +1,9 @@
 #include "mla_model.h"
 
+#include <cstdio>
+
+#include "plugins/common/half.h"
+
 namespace troupe::mla {
 namespace {
 
@@ -24,7 +28,23 @@ int32_t positive(const troupe_model_services& s, const std::string& label, const
     return static_cast<int32_t>(v);
 }
 
+std::string type_name(uint32_t type) {
+    const troupe_type_layout l = troupe_type_layout_of(type);
+    return l.name != nullptr ? l.name : "type " + std::to_string(type);
+}
+
+std::string mib(size_t bytes) {
+    char text[32];
+    std::snprintf(text, sizeof text, "%.1f MiB", static_cast<double>(bytes) / (1 << 20));
+    return text;
+}
+
 }  // namespace
+
+std::string mla_model::describe_kv_b() const {
+    if (owned_.empty()) return "attn_kv_b " + stored_type_ + " as stored (0 bytes held)";
+    return "attn_kv_b " + stored_type_ + " held as F16 (" + mib(resident_bytes()) + ")";
+}
 
 std::string mla_shape::describe() const {
     return std::to_string(n_heads) + " heads, kv_lora_rank " + std::to_string(kv_lora_rank) + ", q/k head " +
@@ -54,11 +74,45 @@ mla_model mla_model::read(const troupe_model_services& s, const std::string& lab
                            " (q/k heads are the no-RoPE dims, then the RoPE dims)");
     }
     sh.qk_nope = key_length - sh.rope_dim;
-    m.kv_b_.reserve(static_cast<size_t>(sh.n_layers));
+    // Every layer's attn_kv_b: the file's rows when F32, F16 or BF16 (all layers must share one type), else decoded
+    // (float_matrix checks the shape and names a type it cannot decode) and kept as F16.
+    const int64_t n_rows = static_cast<int64_t>(sh.n_heads) * sh.kv_b_rows_per_head();
+    const size_t layer_elements = static_cast<size_t>(n_rows) * sh.kv_lora_rank;
+    m.kv_b_.resize(static_cast<size_t>(sh.n_layers));
     for (int32_t il = 0; il < sh.n_layers; ++il) {
         const std::string name = "blk." + std::to_string(il) + ".attn_kv_b.weight";
-        m.kv_b_.push_back(spec_common::float_matrix::read(
-            s, s.model, label, name, {sh.kv_lora_rank, static_cast<int64_t>(sh.n_heads) * sh.kv_b_rows_per_head()}));
+        troupe_tensor t{};
+        t.struct_size = sizeof t;
+        t.version = TROUPE_TENSOR_VERSION;
+        if (s.tensor(s.host_ctx, s.model, name.c_str(), &t) != TROUPE_OK) throw plugin_error(last_error(s));
+        const bool half = t.type == TROUPE_TYPE_F16 || t.type == TROUPE_TYPE_BF16;
+        const bool direct = half || t.type == TROUPE_TYPE_F32;
+        const std::string type = type_name(t.type);
+        if (il == 0) {
+            m.stored_type_ = type;
+            m.kv_b_type_ = t.type == TROUPE_TYPE_F32    ? weight_type::f32
+                           : t.type == TROUPE_TYPE_BF16 ? weight_type::bf16
+                                                        : weight_type::f16;
+            if (!direct) m.owned_.resize(layer_elements * static_cast<size_t>(sh.n_layers));
+        } else if (type != m.stored_type_) {
+            throw plugin_error(label + ": tensor " + name + " is stored as " + type + ", blk.0.attn_kv_b.weight as " +
+                               m.stored_type_ + "; attention/mla reads every layer's attn_kv_b in one type");
+        }
+        if (!direct) {
+            const spec_common::float_matrix f =
+                spec_common::float_matrix::read(s, s.model, label, name, {sh.kv_lora_rank, n_rows});
+            uint16_t* dst = m.owned_.data() + layer_elements * static_cast<size_t>(il);
+            for (size_t i = 0; i < layer_elements; ++i) dst[i] = quant_common::fp32_to_fp16(f.data()[i]);
+            m.kv_b_[static_cast<size_t>(il)] = dst;
+            continue;
+        }
+        if (t.n_dims != 2 || t.ne[0] != sh.kv_lora_rank || t.ne[1] != n_rows) {
+            throw plugin_error(label + ": tensor " + name + " has shape [" + std::to_string(t.ne[0]) + ", " +
+                               std::to_string(t.ne[1]) + (t.n_dims > 2 ? ", ..." : "") + "], expected [" +
+                               std::to_string(sh.kv_lora_rank) + ", " + std::to_string(n_rows) +
+                               "] (kv_lora_rank, n_heads * (qk_nope + v_dim))");
+        }
+        m.kv_b_[static_cast<size_t>(il)] = t.data;
     }
     return m;
 }

@@ -92,7 +92,6 @@ int32_t run_sequence(const mla_step& s, int32_t seq, const int32_t* seq_tokens, 
     const int32_t chunk = chunk_rows(sh);
     sc.kv.resize(static_cast<size_t>(chunk) * H * per_head);
     sc.latent.resize(static_cast<size_t>(chunk) * lw);
-    const float* kv_b = s.model.kv_b(s.call.layer);
     for (int32_t r0 = 0; r0 < n_rows; r0 += chunk) {
         const int32_t r1 = std::min(n_rows, r0 + chunk);
         // The chunk's latent rows as floats, then their expansion: items are blocks of attn_kv_b's rows, each applied
@@ -106,10 +105,13 @@ int32_t run_sequence(const mla_step& s, int32_t seq, const int32_t* seq_tokens, 
         if (rc != TROUPE_OK) return rc;
         const int64_t n_out = static_cast<int64_t>(H) * per_head;
         rc = run_parallel(parallel, (n_out + expand_rows - 1) / expand_rows, [&](int64_t b, int64_t e) {
+            // The item's rows of attn_kv_b as floats, converted once and applied to every row of the chunk.
+            std::vector<float> w(static_cast<size_t>(expand_rows) * rank);  // [expand_rows, rank]
             for (int64_t blk = b; blk < e; ++blk) {
                 const int64_t o0 = blk * expand_rows, n_o = std::min<int64_t>(expand_rows, n_out - o0);
+                v.load_w(s.model.kv_b_row(s.call.layer, o0), s.model.kv_b_type(), w.data(), n_o * rank);
                 for (int32_t r = 0; r < r1 - r0; ++r) {
-                    v.gemv(kv_b + o0 * rank, rank, n_o, sc.latent.data() + static_cast<size_t>(r) * lw, rank,
+                    v.gemv(w.data(), rank, n_o, sc.latent.data() + static_cast<size_t>(r) * lw, rank,
                            sc.kv.data() + static_cast<size_t>(r) * n_out + o0);
                 }
             }

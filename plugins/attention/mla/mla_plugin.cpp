@@ -269,8 +269,9 @@ int32_t mla_create(const troupe_plugin_params* params, troupe_plugin_instance** 
                                         : path_choice::automatic;
         const bool avx2 = kernel == "avx2" || (kernel == "auto" && cpu_has_avx2());
         inst->vec = avx2 ? &troupe::mla::avx2_vec_ops() : &troupe::mla::scalar_vec_ops();
-        host_log::write(TROUPE_LOG_LEVEL_INFO, source, "%s; path %s, %s kernels",
-                        inst->model.shape().describe().c_str(), path.c_str(), inst->vec->name);
+        host_log::write(TROUPE_LOG_LEVEL_INFO, source, "%s; %s; path %s, %s kernels",
+                        inst->model.shape().describe().c_str(), inst->model.describe_kv_b().c_str(), path.c_str(),
+                        inst->vec->name);
         *out = inst;
         return TROUPE_OK;
     });

@@ -117,10 +117,118 @@ void store(const float* src, bool f16, void* dst, int64_t n) {
     for (; i < n; ++i) h[i] = _cvtss_sh(src[i], _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
 }
 
+// Eight weights of a half row as floats: IEEE halves through F16C, bfloat16 by a 16-bit shift.
+template <weight_type T>
+__m256 load8(const uint16_t* h) {
+    const __m128i bits = _mm_loadu_si128(reinterpret_cast<const __m128i*>(h));
+    if constexpr (T == weight_type::f16) return _mm256_cvtph_ps(bits);
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(bits), 16));
+}
+
+template <weight_type T>
+float load1(const uint16_t* h) {
+    if constexpr (T == weight_type::f16) return _cvtsh_ss(*h);
+    const uint32_t w = static_cast<uint32_t>(*h) << 16;
+    float f;
+    std::memcpy(&f, &w, 4);
+    return f;
+}
+
+// gemv on half rows: four rows against x at once, each weight converted in registers.
+template <weight_type T>
+void gemv_half(const uint16_t* rows, int64_t stride, int64_t n_rows, const float* x, int64_t n, float* out) {
+    int64_t r = 0;
+    const int64_t n8 = n / 8 * 8;
+    for (; r + 4 <= n_rows; r += 4) {
+        const uint16_t* r0 = rows + r * stride;
+        const uint16_t* r1 = r0 + stride;
+        const uint16_t* r2 = r1 + stride;
+        const uint16_t* r3 = r2 + stride;
+        __m256 s0 = _mm256_setzero_ps(), s1 = _mm256_setzero_ps(), s2 = _mm256_setzero_ps(), s3 = _mm256_setzero_ps();
+        for (int64_t i = 0; i < n8; i += 8) {
+            const __m256 xv = _mm256_loadu_ps(x + i);
+            s0 = _mm256_fmadd_ps(load8<T>(r0 + i), xv, s0);
+            s1 = _mm256_fmadd_ps(load8<T>(r1 + i), xv, s1);
+            s2 = _mm256_fmadd_ps(load8<T>(r2 + i), xv, s2);
+            s3 = _mm256_fmadd_ps(load8<T>(r3 + i), xv, s3);
+        }
+        float o0 = hsum(s0), o1 = hsum(s1), o2 = hsum(s2), o3 = hsum(s3);
+        for (int64_t i = n8; i < n; ++i) {
+            o0 += load1<T>(r0 + i) * x[i];
+            o1 += load1<T>(r1 + i) * x[i];
+            o2 += load1<T>(r2 + i) * x[i];
+            o3 += load1<T>(r3 + i) * x[i];
+        }
+        out[r] = o0, out[r + 1] = o1, out[r + 2] = o2, out[r + 3] = o3;
+    }
+    for (; r < n_rows; ++r) {
+        const uint16_t* row = rows + r * stride;
+        __m256 s0 = _mm256_setzero_ps();
+        for (int64_t i = 0; i < n8; i += 8) s0 = _mm256_fmadd_ps(load8<T>(row + i), _mm256_loadu_ps(x + i), s0);
+        float o = hsum(s0);
+        for (int64_t i = n8; i < n; ++i) o += load1<T>(row + i) * x[i];
+        out[r] = o;
+    }
+}
+
+template <weight_type T>
+void axpy_half(float* y, float a, const uint16_t* x, int64_t n) {
+    const __m256 av = _mm256_set1_ps(a);
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, _mm256_fmadd_ps(av, load8<T>(x + i), _mm256_loadu_ps(y + i)));
+    for (; i < n; ++i) y[i] += a * load1<T>(x + i);
+}
+
+template <weight_type T>
+void load_half(const uint16_t* src, float* dst, int64_t n) {
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(dst + i, load8<T>(src + i));
+    for (; i < n; ++i) dst[i] = load1<T>(src + i);
+}
+
+void gemv_w(const void* rows, weight_type type, int64_t stride, int64_t n_rows, const float* x, int64_t n, float* out) {
+    const auto* h = static_cast<const uint16_t*>(rows);
+    switch (type) {
+        case weight_type::f16:
+            return gemv_half<weight_type::f16>(h, stride, n_rows, x, n, out);
+        case weight_type::bf16:
+            return gemv_half<weight_type::bf16>(h, stride, n_rows, x, n, out);
+        case weight_type::f32:
+            break;
+    }
+    gemv(static_cast<const float*>(rows), stride, n_rows, x, n, out);
+}
+
+void axpy_w(float* y, float a, const void* x, weight_type type, int64_t n) {
+    const auto* h = static_cast<const uint16_t*>(x);
+    switch (type) {
+        case weight_type::f16:
+            return axpy_half<weight_type::f16>(y, a, h, n);
+        case weight_type::bf16:
+            return axpy_half<weight_type::bf16>(y, a, h, n);
+        case weight_type::f32:
+            break;
+    }
+    axpy(y, a, static_cast<const float*>(x), n);
+}
+
+void load_w(const void* src, weight_type type, float* dst, int64_t n) {
+    const auto* h = static_cast<const uint16_t*>(src);
+    switch (type) {
+        case weight_type::f16:
+            return load_half<weight_type::f16>(h, dst, n);
+        case weight_type::bf16:
+            return load_half<weight_type::bf16>(h, dst, n);
+        case weight_type::f32:
+            break;
+    }
+    std::memcpy(dst, src, static_cast<size_t>(n) * sizeof(float));
+}
+
 }  // namespace
 
 const vec_ops& avx2_vec_ops() {
-    static const vec_ops ops{"avx2", dot, gemv, axpy, axpy_rows, scale, load, store};
+    static const vec_ops ops{"avx2", dot, gemv, axpy, axpy_rows, scale, load, store, gemv_w, axpy_w, load_w};
     return ops;
 }
 

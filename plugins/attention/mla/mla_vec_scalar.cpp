@@ -54,10 +54,45 @@ void store(const float* src, bool f16, void* dst, int64_t n) {
     for (int64_t i = 0; i < n; ++i) h[i] = quant_common::fp32_to_fp16(src[i]);
 }
 
+float weight(const void* src, weight_type type, int64_t i) {
+    switch (type) {
+        case weight_type::f16:
+            return quant_common::fp16_to_fp32(static_cast<const uint16_t*>(src)[i]);
+        case weight_type::bf16:
+            return quant_common::fp32_from_bits(static_cast<uint32_t>(static_cast<const uint16_t*>(src)[i]) << 16);
+        case weight_type::f32:
+            break;
+    }
+    return static_cast<const float*>(src)[i];
+}
+
+size_t weight_bytes(weight_type type) {
+    return type == weight_type::f32 ? 4 : 2;
+}
+
+void gemv_w(const void* rows, weight_type type, int64_t stride, int64_t n_rows, const float* x, int64_t n, float* out) {
+    if (type == weight_type::f32) return gemv(static_cast<const float*>(rows), stride, n_rows, x, n, out);
+    for (int64_t r = 0; r < n_rows; ++r) {
+        const void* row = static_cast<const uint8_t*>(rows) + static_cast<size_t>(r * stride) * weight_bytes(type);
+        float s = 0.0f;
+        for (int64_t i = 0; i < n; ++i) s += weight(row, type, i) * x[i];
+        out[r] = s;
+    }
+}
+
+void axpy_w(float* y, float a, const void* x, weight_type type, int64_t n) {
+    if (type == weight_type::f32) return axpy(y, a, static_cast<const float*>(x), n);
+    for (int64_t i = 0; i < n; ++i) y[i] += a * weight(x, type, i);
+}
+
+void load_w(const void* src, weight_type type, float* dst, int64_t n) {
+    for (int64_t i = 0; i < n; ++i) dst[i] = weight(src, type, i);
+}
+
 }  // namespace
 
 const vec_ops& scalar_vec_ops() {
-    static const vec_ops ops{"scalar", dot, gemv, axpy, axpy_rows, scale, load, store};
+    static const vec_ops ops{"scalar", dot, gemv, axpy, axpy_rows, scale, load, store, gemv_w, axpy_w, load_w};
     return ops;
 }
 
