@@ -33,7 +33,9 @@ std::string type_name(uint32_t type) {
     return l.name != nullptr ? l.name : "type " + std::to_string(type);
 }
 
-std::string mib(size_t bytes) {
+// "6144 bytes" below a MiB, else "1920.0 MiB".
+std::string size_text(size_t bytes) {
+    if (bytes < (size_t{1} << 20)) return std::to_string(bytes) + " bytes";
     char text[32];
     std::snprintf(text, sizeof text, "%.1f MiB", static_cast<double>(bytes) / (1 << 20));
     return text;
@@ -43,7 +45,7 @@ std::string mib(size_t bytes) {
 
 std::string mla_model::describe_kv_b() const {
     if (owned_.empty()) return "attn_kv_b " + stored_type_ + " as stored (0 bytes held)";
-    return "attn_kv_b " + stored_type_ + " held as F16 (" + mib(resident_bytes()) + ")";
+    return "attn_kv_b " + stored_type_ + " held as F16 (" + size_text(resident_bytes()) + ")";
 }
 
 std::string mla_shape::describe() const {
