@@ -2,9 +2,9 @@
 // one thread: attention/gqa over F16 pools against the KV plugins (kv/int8, kv/kivi, kv/fp8) over their own blocks.
 // Prints the best of 5 batches of 20 steps per cache (the thread's CPU time), and its ratio to gqa's.
 //
-//   build-kv/tests/plugins/bench_kv_attention [context [n_kv_heads [cache]]]
-//     (defaults 1024, 12 and every cache: the 110M shape, 12 heads of head_dim 64; 4 kv heads for GQA; a cache name
-//     to profile one)
+//   build-kv/tests/plugins/bench_kv_attention [context [n_kv_heads [cache [n_heads]]]]
+//     (defaults 1024, 12, every cache and 12: the 110M shape, 12 heads of head_dim 64; 4 kv heads for GQA; a cache
+//     name to profile one, or none for gqa alone; 32 heads with 4 kv heads for the 1B shape)
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -22,7 +22,7 @@
 namespace troupe {
 namespace {
 
-constexpr int32_t n_seqs = 16, n_heads = 12, head_dim = 64, block_size = 16;
+constexpr int32_t n_seqs = 16, head_dim = 64, block_size = 16;
 
 std::vector<float> random_floats(size_t n, std::mt19937& rng) {
     std::uniform_real_distribution<float> d(-1.0f, 1.0f);
@@ -58,7 +58,7 @@ void time_rounds(std::vector<bench_case>& cases) {
     }
 }
 
-int run(int32_t ctx, int32_t n_kv_heads, const std::string& only) {
+int run(int32_t ctx, int32_t n_kv_heads, const std::string& only, int32_t n_heads) {
     plugin_host host(plugin_host_options{TROUPE_DEFAULT_PLUGIN_DIR});
     std::mt19937 rng(1);
     const int32_t blocks_per_seq = ctx / block_size + 1;
@@ -163,5 +163,5 @@ int run(int32_t ctx, int32_t n_kv_heads, const std::string& only) {
 
 int main(int argc, char** argv) {
     return troupe::run(argc > 1 ? std::atoi(argv[1]) : 1024, argc > 2 ? std::atoi(argv[2]) : 12,
-                       argc > 3 ? argv[3] : "");
+                       argc > 3 ? argv[3] : "", argc > 4 ? std::atoi(argv[4]) : 12);
 }

@@ -147,8 +147,11 @@ std::vector<split_case> all_cases() {
         const char* name;
         int32_t n_heads, n_kv_heads, head_dim;
     };
-    // GQA with a small head, and the 110M shape (MHA, 12 heads of 64).
-    const shape shapes[] = {{"gqa_4_heads_2_kv_dim_32", 4, 2, 32}, {"mha_12_heads_dim_64", 12, 12, 64}};
+    // GQA with a small head, the 110M shape (MHA, 12 heads of 64) and the 1B shape (32 heads on 4 kv heads: a decode's
+    // group of 8 rows would fill half a tiled pass's lanes, and long ones are split instead).
+    const shape shapes[] = {{"gqa_4_heads_2_kv_dim_32", 4, 2, 32},
+                            {"mha_12_heads_dim_64", 12, 12, 64},
+                            {"gqa_32_heads_4_kv_dim_64", 32, 4, 64}};
     // (window, softcap): none; a window of 700 (the decode at 1100 starts mid-block, still split; the one at 600 is
     // inside it) with Gemma 2's cap of 50; a cap of 2 alone.
     const std::pair<int32_t, float> modes[] = {{0, 0.0f}, {700, 50.0f}, {0, 2.0f}};

@@ -74,6 +74,67 @@ struct avx2 {
         }
         for (; i < n; ++i) acc[i] += w * one(v[i]);
     }
+    // s[jj] = scale * q . rows[jj] for the chunk's 16 rows, 8 at a time: 8 accumulators, then one transposing add tree
+    // instead of a horizontal reduction per key.
+    template <class T>
+    static void dots(const float* q, const T* const* rows, int32_t hd, float scale, float* s) {
+        for (int32_t j0 = 0; j0 < chunk; j0 += 8) {
+            __m256 a[8];
+#pragma GCC unroll 8
+            for (int32_t jj = 0; jj < 8; ++jj) a[jj] = _mm256_setzero_ps();
+            int32_t d = 0;
+            for (; d + 8 <= hd; d += 8) {
+                const __m256 qv = _mm256_loadu_ps(q + d);
+#pragma GCC unroll 8
+                for (int32_t jj = 0; jj < 8; ++jj) a[jj] = _mm256_fmadd_ps(qv, row8(rows[j0 + jj] + d), a[jj]);
+            }
+            // hadd per 128-bit lane: [x0+x1, x2+x3, y0+y1, y2+y3]; twice gives each lane's sums of four rows.
+            const __m256 t0 = _mm256_hadd_ps(_mm256_hadd_ps(a[0], a[1]), _mm256_hadd_ps(a[2], a[3]));
+            const __m256 t1 = _mm256_hadd_ps(_mm256_hadd_ps(a[4], a[5]), _mm256_hadd_ps(a[6], a[7]));
+            __m256 r = _mm256_add_ps(_mm256_permute2f128_ps(t0, t1, 0x20), _mm256_permute2f128_ps(t0, t1, 0x31));
+            r = _mm256_mul_ps(r, _mm256_set1_ps(scale));
+            _mm256_storeu_ps(s + j0, r);
+            for (; d < hd; ++d) {
+                for (int32_t jj = 0; jj < 8; ++jj) s[j0 + jj] += scale * q[d] * one(rows[j0 + jj][d]);
+            }
+        }
+    }
+    // acc += sum_{jj < n} w[jj] * rows[jj] (hd floats): acc loaded and stored once per chunk; 32 floats at a time
+    // with the even and odd keys in separate sums (8 independent FMA chains).
+    template <class T>
+    static void accumulate(float* acc, const float* w, const T* const* rows, int32_t n, int32_t hd) {
+        int32_t d = 0;
+        for (; d + 32 <= hd; d += 32) {
+            __m256 a[4], b[4];
+#pragma GCC unroll 4
+            for (int32_t i = 0; i < 4; ++i) a[i] = _mm256_loadu_ps(acc + d + 8 * i), b[i] = _mm256_setzero_ps();
+            int32_t jj = 0;
+            for (; jj + 2 <= n; jj += 2) {
+                const __m256 w0 = _mm256_set1_ps(w[jj]);
+                const __m256 w1 = _mm256_set1_ps(w[jj + 1]);
+#pragma GCC unroll 4
+                for (int32_t i = 0; i < 4; ++i) {
+                    a[i] = _mm256_fmadd_ps(w0, row8(rows[jj] + d + 8 * i), a[i]);
+                    b[i] = _mm256_fmadd_ps(w1, row8(rows[jj + 1] + d + 8 * i), b[i]);
+                }
+            }
+            if (jj < n) {
+                const __m256 w0 = _mm256_set1_ps(w[jj]);
+#pragma GCC unroll 4
+                for (int32_t i = 0; i < 4; ++i) a[i] = _mm256_fmadd_ps(w0, row8(rows[jj] + d + 8 * i), a[i]);
+            }
+#pragma GCC unroll 4
+            for (int32_t i = 0; i < 4; ++i) _mm256_storeu_ps(acc + d + 8 * i, _mm256_add_ps(a[i], b[i]));
+        }
+        for (; d + 8 <= hd; d += 8) {
+            __m256 a = _mm256_loadu_ps(acc + d);
+            for (int32_t jj = 0; jj < n; ++jj) a = _mm256_fmadd_ps(_mm256_set1_ps(w[jj]), row8(rows[jj] + d), a);
+            _mm256_storeu_ps(acc + d, a);
+        }
+        for (; d < hd; ++d) {
+            for (int32_t jj = 0; jj < n; ++jj) acc[d] += w[jj] * one(rows[jj][d]);
+        }
+    }
     // n floats to halves (round to nearest even, as fp32_to_fp16).
     static void to_halves(uint16_t* dst, const float* src, int32_t n) {
         int32_t i = 0;

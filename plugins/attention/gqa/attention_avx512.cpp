@@ -82,6 +82,92 @@ struct avx512 {
                                   _mm512_fmadd_ps(row16(v + i, n - i), vw, _mm512_maskz_loadu_ps(k, acc + i)));
         }
     }
+    // s[jj] = scale * q . rows[jj] for the chunk's 16 rows: 16 accumulators, then one transposing add tree (45 shuffles
+    // and adds) instead of a horizontal reduction per key.
+    template <class T>
+    static void dots(const float* q, const T* const* rows, int32_t hd, float scale, float* s) {
+        __m512 a[16];
+#pragma GCC unroll 16
+        for (int32_t jj = 0; jj < 16; ++jj) a[jj] = _mm512_setzero_ps();
+        int32_t d = 0;
+        for (; d + 16 <= hd; d += 16) {
+            const __m512 qv = _mm512_loadu_ps(q + d);
+#pragma GCC unroll 16
+            for (int32_t jj = 0; jj < 16; ++jj) a[jj] = _mm512_fmadd_ps(qv, row16(rows[jj] + d), a[jj]);
+        }
+        if (d < hd) {
+            const __mmask16 k = tail_mask(hd - d);
+            const __m512 qv = _mm512_maskz_loadu_ps(k, q + d);
+#pragma GCC unroll 16
+            for (int32_t jj = 0; jj < 16; ++jj) {
+                a[jj] = _mm512_fmadd_ps(qv, row16(rows[jj] + d, hd - d), a[jj]);
+            }
+        }
+        _mm512_storeu_ps(s, _mm512_mul_ps(sum16(a), _mm512_set1_ps(scale)));
+    }
+    // Lane i of the result: the sum of a[i]'s 16 lanes.
+    static __m512 sum16(const __m512* a) {
+        __m512 u[8];  // per 128-bit lane k: [a(2i) k0+k2, a(2i+1) k0+k2, a(2i) k1+k3, a(2i+1) k1+k3]
+#pragma GCC unroll 8
+        for (int32_t i = 0; i < 8; ++i) {
+            u[i] =
+                _mm512_add_ps(_mm512_unpacklo_ps(a[2 * i], a[2 * i + 1]), _mm512_unpackhi_ps(a[2 * i], a[2 * i + 1]));
+        }
+        __m512 x[4];  // per 128-bit lane k: that lane's sums of a(4j), a(4j + 1), a(4j + 2), a(4j + 3)
+#pragma GCC unroll 4
+        for (int32_t j = 0; j < 4; ++j) {
+            const __m512d p = _mm512_castps_pd(u[2 * j]);
+            const __m512d r = _mm512_castps_pd(u[2 * j + 1]);
+            x[j] =
+                _mm512_add_ps(_mm512_castpd_ps(_mm512_unpacklo_pd(p, r)), _mm512_castpd_ps(_mm512_unpackhi_pd(p, r)));
+        }
+        // 128-bit lanes: x0 = [A0 A1 A2 A3] (keys 0-3's partial sums per lane), x1 = [B..], x2 = [C..], x3 = [D..].
+        const __m512 ab = _mm512_add_ps(_mm512_shuffle_f32x4(x[0], x[1], 0x88), _mm512_shuffle_f32x4(x[0], x[1], 0xdd));
+        const __m512 cd = _mm512_add_ps(_mm512_shuffle_f32x4(x[2], x[3], 0x88), _mm512_shuffle_f32x4(x[2], x[3], 0xdd));
+        // ab = [A0+A1, A2+A3, B0+B1, B2+B3], cd likewise: now [A, B, C, D].
+        return _mm512_add_ps(_mm512_shuffle_f32x4(ab, cd, 0x88), _mm512_shuffle_f32x4(ab, cd, 0xdd));
+    }
+    // acc += sum_{jj < n} w[jj] * rows[jj] (hd floats): acc loaded and stored once per chunk; 64 floats at a time
+    // with the even and odd keys in separate sums (8 independent FMA chains, not one 16 long per vector).
+    template <class T>
+    static void accumulate(float* acc, const float* w, const T* const* rows, int32_t n, int32_t hd) {
+        int32_t d = 0;
+        for (; d + 64 <= hd; d += 64) {
+            __m512 a[4], b[4];
+#pragma GCC unroll 4
+            for (int32_t i = 0; i < 4; ++i) a[i] = _mm512_loadu_ps(acc + d + 16 * i), b[i] = _mm512_setzero_ps();
+            int32_t jj = 0;
+            for (; jj + 2 <= n; jj += 2) {
+                const __m512 w0 = _mm512_set1_ps(w[jj]);
+                const __m512 w1 = _mm512_set1_ps(w[jj + 1]);
+#pragma GCC unroll 4
+                for (int32_t i = 0; i < 4; ++i) {
+                    a[i] = _mm512_fmadd_ps(w0, row16(rows[jj] + d + 16 * i), a[i]);
+                    b[i] = _mm512_fmadd_ps(w1, row16(rows[jj + 1] + d + 16 * i), b[i]);
+                }
+            }
+            if (jj < n) {
+                const __m512 w0 = _mm512_set1_ps(w[jj]);
+#pragma GCC unroll 4
+                for (int32_t i = 0; i < 4; ++i) a[i] = _mm512_fmadd_ps(w0, row16(rows[jj] + d + 16 * i), a[i]);
+            }
+#pragma GCC unroll 4
+            for (int32_t i = 0; i < 4; ++i) _mm512_storeu_ps(acc + d + 16 * i, _mm512_add_ps(a[i], b[i]));
+        }
+        for (; d + 16 <= hd; d += 16) {
+            __m512 a = _mm512_loadu_ps(acc + d);
+            for (int32_t jj = 0; jj < n; ++jj) a = _mm512_fmadd_ps(_mm512_set1_ps(w[jj]), row16(rows[jj] + d), a);
+            _mm512_storeu_ps(acc + d, a);
+        }
+        if (d < hd) {
+            const __mmask16 k = tail_mask(hd - d);
+            __m512 a = _mm512_maskz_loadu_ps(k, acc + d);
+            for (int32_t jj = 0; jj < n; ++jj) {
+                a = _mm512_fmadd_ps(_mm512_set1_ps(w[jj]), row16(rows[jj] + d, hd - d), a);
+            }
+            _mm512_mask_storeu_ps(acc + d, k, a);
+        }
+    }
     // n floats to halves (round to nearest even, as fp32_to_fp16).
     static void to_halves(uint16_t* dst, const float* src, int32_t n) {
         int32_t i = 0;
