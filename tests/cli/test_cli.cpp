@@ -154,7 +154,7 @@ TEST(cli, bad_command_lines_give_a_clear_error_and_exit_code_2) {
         {{"run", "--model", "m.gguf", "--prompt", "hi", "--device", "gpu"},
          "--device: device: unknown value 'gpu' (valid: cpu, cuda)"},
         {{"run", "--model", "m.gguf", "--prompt", "hi", "--set", "kv.blok_size=8"},
-         "--set: kv.blok_size: unknown key (valid: block_size, memory, prefix_caching, dtype, plugin)"},
+         "--set: kv.blok_size: unknown key (valid: block_size, memory, prefix_caching, window_release, dtype, plugin)"},
         {{"run", "--prompt", "hi", "--config", "/nonexistent/c.yaml"},
          "/nonexistent/c.yaml: cannot open the config file"},
         {{"run", "--top-k", "5", "--top-k", "6"}, "--top-k given twice"},
