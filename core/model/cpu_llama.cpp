@@ -375,7 +375,12 @@ status cpu_llama::forward(const forward_batch& batch, forward_output& out) {
     if (window_slots_) {
         if (status st = assign_window_slots(batch); !st.ok()) return st;
     }
-    rope_angles_rows(s_.positions.data(), n, hp, s_.rope_cs.data());  // the same for every layer
+    // The rotations, the same for every layer: llama.cpp's angles in its recipe (cpu_llama_layer.cpp).
+    if (params_.activations == cpu::activation_recipe::quantized) {
+        rope_angles_rows_ggml(s_.positions.data(), n, hp, s_.rope_cs.data());
+    } else {
+        rope_angles_rows(s_.positions.data(), n, hp, s_.rope_cs.data());
+    }
     if (mla_ws_) mla_ws_->begin_step(*hp.mla, s_.positions.data(), n);
     embed_rows(w_.token_embd, ids.data(), n, s_.x.data());
     if (hp.embed_scale != 1.0f) scale_rows(s_.x.data(), hp.embed_scale, n * hp.dim);

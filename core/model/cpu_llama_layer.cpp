@@ -141,8 +141,8 @@ status cpu_llama::standard_attention(int32_t il, size_t n, const std::vector<con
     if (status st = tap(tap_point::v, il, v, n, hp.kv_width()); !st.ok()) return st;
     if (params_.activations == cpu::activation_recipe::quantized) {
         // llama.cpp's recipe: its rotations bit for bit (the q and k rows feed its attention arithmetic).
-        rope_rows_ggml(q, s_.positions.data(), n, hp.n_heads, hp);
-        rope_rows_ggml(k, s_.positions.data(), n, hp.n_kv_heads, hp);
+        rope_rows_ggml(q, s_.rope_cs.data(), n, hp.n_heads, hp);
+        rope_rows_ggml(k, s_.rope_cs.data(), n, hp.n_kv_heads, hp);
     } else {
         rope_rows(q, s_.rope_cs.data(), n, hp.n_heads, hp);
         rope_rows(k, s_.rope_cs.data(), n, hp.n_kv_heads, hp);

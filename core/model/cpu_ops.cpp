@@ -46,8 +46,12 @@ void rope_rows(float* x, const float* cs, size_t n, int32_t n_heads, const llama
     cpu::rope_apply(x, static_cast<int64_t>(n), n_heads, cs, rope_params_of(hp));
 }
 
-void rope_rows_ggml(float* x, const int32_t* positions, size_t n, int32_t n_heads, const llama_hparams& hp) {
-    cpu::rope_ggml(x, static_cast<int64_t>(n), n_heads, positions, rope_params_of(hp));
+void rope_angles_rows_ggml(const int32_t* positions, size_t n, const llama_hparams& hp, float* cs) {
+    cpu::rope_ggml_angles(positions, static_cast<int64_t>(n), rope_params_of(hp), cs);
+}
+
+void rope_rows_ggml(float* x, const float* cs, size_t n, int32_t n_heads, const llama_hparams& hp) {
+    cpu::rope_ggml_apply(x, static_cast<int64_t>(n), n_heads, cs, rope_params_of(hp));
 }
 
 void swiglu_rows(float* gate, const float* up, size_t n) {

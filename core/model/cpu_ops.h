@@ -19,8 +19,10 @@ void rmsnorm_rows(const float* x, const float* w, float* y, size_t n, int32_t di
 void rope_angles_rows(const int32_t* positions, size_t n, const llama_hparams& hp, float* cs);
 // RoPE in place on x: [n, n_heads, head_dim] with the rotations rope_angles_rows computed.
 void rope_rows(float* x, const float* cs, size_t n, int32_t n_heads, const llama_hparams& hp);
-// RoPE in place on x: [n, n_heads, head_dim] at `positions` with llama.cpp's arithmetic (cpu::rope_ggml).
-void rope_rows_ggml(float* x, const int32_t* positions, size_t n, int32_t n_heads, const llama_hparams& hp);
+// The same two steps with llama.cpp's arithmetic (cpu::rope_ggml_angles, cpu::rope_ggml_apply), for the recipe that
+// follows it: cs [n, rope_dims / 2, (cos, sin)] once per step, then every layer's q and k.
+void rope_angles_rows_ggml(const int32_t* positions, size_t n, const llama_hparams& hp, float* cs);
+void rope_rows_ggml(float* x, const float* cs, size_t n, int32_t n_heads, const llama_hparams& hp);
 // gate[i] = silu(gate[i]) * up[i]
 void swiglu_rows(float* gate, const float* up, size_t n);
 // gate[i] = gelu_tanh(half(gate[i])) * up[i]: GELU (tanh approximation) on the gate rounded to F16, as llama.cpp's

@@ -57,31 +57,45 @@ void rope_angles(const int32_t* positions, int64_t n_tokens, const rope_params& 
     }
 }
 
-void rope_ggml(float* x, int64_t n_tokens, int64_t n_heads, const int32_t* positions, const rope_params& p) {
+void rope_ggml_angles(const int32_t* positions, int64_t n_tokens, const rope_params& p, float* cs) {
     TROUPE_ASSERT(p.n_rot % 2 == 0 && p.n_rot <= p.head_dim);
     const int32_t half = p.n_rot / 2;
     const float theta_scale = std::pow(p.freq_base, -2.0f / static_cast<float>(p.n_rot));
-    std::vector<float> cs(2 * static_cast<size_t>(half));  // [n_rot / 2][cos, sin] of one token
     for (int64_t t = 0; t < n_tokens; ++t) {
+        float* c = cs + t * 2 * half;
         float theta = static_cast<float>(positions[t]);
         for (int32_t i = 0; i < half; ++i) {
             const float ff = p.freq_factors ? p.freq_factors[i] : 1.0f;
             const float angle = p.freq_scale * (theta / ff);
-            cs[2 * i] = std::cos(angle);
-            cs[2 * i + 1] = std::sin(angle);
+            c[2 * i] = std::cos(angle);
+            c[2 * i + 1] = std::sin(angle);
             theta *= theta_scale;
         }
+    }
+}
+
+void rope_ggml_apply(float* x, int64_t n_tokens, int64_t n_heads, const float* cs, const rope_params& p) {
+    TROUPE_ASSERT(p.n_rot % 2 == 0 && p.n_rot <= p.head_dim);
+    const int32_t half = p.n_rot / 2;
+    for (int64_t t = 0; t < n_tokens; ++t) {
+        const float* c = cs + t * 2 * half;
         for (int64_t h = 0; h < n_heads; ++h) {
             float* v = x + (t * n_heads + h) * p.head_dim;
             for (int32_t i = 0; i < half; ++i) {
                 const int32_t a = p.neox ? i : 2 * i, b = p.neox ? i + half : 2 * i + 1;
-                const float x0 = v[a], x1 = v[b], co = cs[2 * i], si = cs[2 * i + 1];
+                const float x0 = v[a], x1 = v[b], co = c[2 * i], si = c[2 * i + 1];
                 const float x1_sin = x1 * si, x1_cos = x1 * co;
                 v[a] = std::fma(x0, co, -x1_sin);
                 v[b] = std::fma(x0, si, x1_cos);
             }
         }
     }
+}
+
+void rope_ggml(float* x, int64_t n_tokens, int64_t n_heads, const int32_t* positions, const rope_params& p) {
+    std::vector<float> cs(static_cast<size_t>(n_tokens) * p.n_rot);  // [n_tokens][n_rot / 2][cos, sin]
+    rope_ggml_angles(positions, n_tokens, p, cs.data());
+    rope_ggml_apply(x, n_tokens, n_heads, cs.data(), p);
 }
 
 void rope_apply(float* x, int64_t n_tokens, int64_t n_heads, const float* cs, const rope_params& p) {

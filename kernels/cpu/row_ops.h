@@ -21,7 +21,11 @@ void rope_apply(float* x, int64_t n_tokens, int64_t n_heads, const float* cs, co
 // follows llama.cpp's arithmetic: per token the angles p * b^(-2i/n_rot) by repeated float multiplication
 // (theta = p; theta *= powf(base, -2.0f / n_rot) per pair; / freq_factors[i], * freq_scale), cosf / sinf of them,
 // and the rotation with its compiler's contractions: x0' = fma(x0, cos, -(x1 * sin)), x1' = fma(x0, sin, x1 * cos).
+// In two steps like rope_angles / rope_apply (cs: [n_tokens][n_rot / 2][cos, sin]), so a step computes its cosf /
+// sinf once for every layer; rope_ggml is both, with the same results.
 void rope_ggml(float* x, int64_t n_tokens, int64_t n_heads, const int32_t* positions, const rope_params& p);
+void rope_ggml_angles(const int32_t* positions, int64_t n_tokens, const rope_params& p, float* cs);
+void rope_ggml_apply(float* x, int64_t n_tokens, int64_t n_heads, const float* cs, const rope_params& p);
 void softmax(float* x, int64_t n_rows, int64_t n);
 void swiglu(const float* gate, const float* up, float* out, int64_t n);
 void add(const float* a, const float* b, float* out, int64_t n);
