@@ -20,13 +20,14 @@ const detail::row_op_kernels* simd_ops() {
 
 void rmsnorm(const float* x, const float* weight, float* y, int64_t n_rows, int64_t n, float eps) {
     if (const auto* k = simd_ops(); k && k->rmsnorm) return k->rmsnorm(x, weight, y, n_rows, n, eps);
+    double sums[4];
     for (int64_t r = 0; r < n_rows; ++r) {
         const float* xr = x + r * n;
         float* yr = y + r * n;
-        // ggml_compute_forward_rms_norm_f32: float squares summed in order in double, the mean rounded to float.
-        double sum = 0;
-        for (int64_t i = 0; i < n; ++i) sum += static_cast<double>(xr[i] * xr[i]);
-        const float mean = static_cast<float>(sum / static_cast<double>(n));
+        // ggml_compute_forward_rms_norm_f32: float squares summed in order in double, the mean rounded to float
+        // (four rows' sums at a time, row_ops_kernels.h).
+        if (r % 4 == 0) detail::sums_of_squares_in_order(xr, n_rows - r < 4 ? n_rows - r : 4, n, sums);
+        const float mean = static_cast<float>(sums[r % 4] / static_cast<double>(n));
         const float scale = 1.0f / std::sqrt(mean + eps);
         if (weight) {
             for (int64_t j = 0; j < n; ++j) yr[j] = xr[j] * scale * weight[j];

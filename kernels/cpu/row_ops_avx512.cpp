@@ -56,13 +56,14 @@ inline __mmask16 tail_mask(int64_t left) {
 }
 
 void rmsnorm_avx512(const float* x, const float* weight, float* y, int64_t n_rows, int64_t n, float eps) {
+    double sums[4];
     for (int64_t r = 0; r < n_rows; ++r) {
         const float* xr = x + r * n;
         float* yr = y + r * n;
-        // ggml_compute_forward_rms_norm_f32: float squares summed in order in double, the mean rounded to float.
-        double sum = 0;
-        for (int64_t i = 0; i < n; ++i) sum += static_cast<double>(xr[i] * xr[i]);
-        const float mean = static_cast<float>(sum / static_cast<double>(n));
+        // ggml_compute_forward_rms_norm_f32: float squares summed in order in double, the mean rounded to float
+        // (four rows' sums at a time, row_ops_kernels.h).
+        if (r % 4 == 0) sums_of_squares_in_order(xr, n_rows - r < 4 ? n_rows - r : 4, n, sums);
+        const float mean = static_cast<float>(sums[r % 4] / static_cast<double>(n));
         const __m512 scale = _mm512_set1_ps(1.0f / std::sqrt(mean + eps));
         for (int64_t i = 0; i < n; i += 16) {
             const __mmask16 m = tail_mask(n - i);
