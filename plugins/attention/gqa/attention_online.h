@@ -94,6 +94,37 @@ struct rows_out {
     float* l;  // [n_rows] or null
 };
 
+// One chunk's online-softmax step for rows [0, n_rows): where a row's max rises its sum and accumulator are rescaled
+// once, then its n scores become weights exp(s - m) and are added to its sum.
+template <class isa>
+inline void chunk_softmax(float (*sc)[chunk], int32_t n_rows, int32_t n, float* m, float* l, float* acc, int32_t hd) {
+    for (int32_t r = 0; r < n_rows; ++r) {
+        float cm = sc[r][0];
+        for (int32_t jj = 1; jj < n; ++jj) cm = sc[r][jj] > cm ? sc[r][jj] : cm;
+        if (cm > m[r]) {
+            const float c = expf(m[r] - cm);  // 0 on the first chunk (m = -inf)
+            float* a = acc + static_cast<size_t>(r) * hd;
+            isa::scale(a, a, c, hd);
+            l[r] *= c;
+            m[r] = cm;
+        }
+        isa::exp_shifted(sc[r], n, m[r]);
+        for (int32_t jj = 0; jj < n; ++jj) l[r] += sc[r][jj];
+    }
+}
+
+// The pass's rows out: acc / l, and each row's max and sum for a part of a split key range.
+template <class isa>
+inline void finish_rows(rows_out dst, const float* acc, const float* m, const float* l, int32_t n_rows, int32_t hd) {
+    for (int32_t r = 0; r < n_rows; ++r) {
+        isa::scale(dst.out + static_cast<size_t>(r) * hd, acc + static_cast<size_t>(r) * hd, 1.0f / l[r], hd);
+        if (dst.m != nullptr) {
+            dst.m[r] = m[r];
+            dst.l[r] = l[r];
+        }
+    }
+}
+
 // A chunk's rows of kv head h (T: the pools' element type): rows[jj] for jj >= n repeat row 0, so that isa::dots can
 // take a whole chunk (those lanes' scores are never read).
 template <class T>
@@ -157,19 +188,7 @@ void attend_rows_grouped(const troupe_attention_call& call, int64_t t, int32_t r
             for (int32_t r = rb; r < re; ++r) isa::dots(q + static_cast<size_t>(r) * hd, rows, hd, call.scale, sc[r]);
         }
         if (softcap > 0.0f) cap_scores(sc[0], chunk, n_rows, n, softcap);  // Gemma 2: before the max
-        for (int32_t r = 0; r < n_rows; ++r) {
-            float cm = sc[r][0];
-            for (int32_t jj = 1; jj < n; ++jj) cm = sc[r][jj] > cm ? sc[r][jj] : cm;
-            if (cm > m[r]) {
-                const float c = expf(m[r] - cm);  // 0 on the first chunk (m = -inf)
-                float* a = acc + static_cast<size_t>(r) * hd;
-                isa::scale(a, a, c, hd);
-                l[r] *= c;
-                m[r] = cm;
-            }
-            isa::exp_shifted(sc[r], n, m[r]);
-            for (int32_t jj = 0; jj < n; ++jj) l[r] += sc[r][jj];
-        }
+        chunk_softmax<isa>(sc, n_rows, n, m, l, acc, hd);
         for (int32_t h = h_first; h <= h_last; ++h) {
             const int32_t rb = (h * group > r0 ? h * group : r0) - r0;
             const int32_t re = ((h + 1) * group < r0 + n_rows ? (h + 1) * group : r0 + n_rows) - r0;
@@ -177,13 +196,7 @@ void attend_rows_grouped(const troupe_attention_call& call, int64_t t, int32_t r
             for (int32_t r = rb; r < re; ++r) isa::accumulate(acc + static_cast<size_t>(r) * hd, sc[r], rows, n, hd);
         }
     }
-    for (int32_t r = 0; r < n_rows; ++r) {
-        isa::scale(dst.out + static_cast<size_t>(r) * hd, acc + static_cast<size_t>(r) * hd, 1.0f / l[r], hd);
-        if (dst.m != nullptr) {
-            dst.m[r] = m[r];
-            dst.l[r] = l[r];
-        }
-    }
+    finish_rows<isa>(dst, acc, m, l, n_rows, hd);
 }
 
 // Query rows [r0, r0 + n_rows) of token t: kv heads h0.. with `group` rows each (rows of a kv head adjacent,
@@ -233,19 +246,7 @@ void attend_rows(const troupe_attention_call& call, int64_t t, int32_t r0, int32
             }
         }
         if (softcap > 0.0f) cap_scores(sc[0], chunk, n_rows, n, softcap);  // Gemma 2: before the max
-        for (int32_t r = 0; r < n_rows; ++r) {
-            float cm = sc[r][0];
-            for (int32_t jj = 1; jj < n; ++jj) cm = sc[r][jj] > cm ? sc[r][jj] : cm;
-            if (cm > m[r]) {
-                const float c = expf(m[r] - cm);  // 0 on the first chunk (m = -inf)
-                float* a = acc + static_cast<size_t>(r) * hd;
-                isa::scale(a, a, c, hd);
-                l[r] *= c;
-                m[r] = cm;
-            }
-            isa::exp_shifted(sc[r], n, m[r]);
-            for (int32_t jj = 0; jj < n; ++jj) l[r] += sc[r][jj];
-        }
+        chunk_softmax<isa>(sc, n_rows, n, m, l, acc, hd);
         for (int32_t jj = 0; jj < n; ++jj) {
             const T* v = v_pool + offsets[jj];
             for (int32_t r = 0; r < n_rows; ++r) {
@@ -254,13 +255,7 @@ void attend_rows(const troupe_attention_call& call, int64_t t, int32_t r0, int32
             }
         }
     }
-    for (int32_t r = 0; r < n_rows; ++r) {
-        isa::scale(dst.out + static_cast<size_t>(r) * hd, acc + static_cast<size_t>(r) * hd, 1.0f / l[r], hd);
-        if (dst.m != nullptr) {
-            dst.m[r] = m[r];
-            dst.l[r] = l[r];
-        }
-    }
+    finish_rows<isa>(dst, acc, m, l, n_rows, hd);
 }
 
 // Token t's query heads of kv heads [h0, h1), in passes of up to pass_rows(head_dim) query rows.
