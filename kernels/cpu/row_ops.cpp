@@ -77,6 +77,9 @@ void rope_ggml_angles(const int32_t* positions, int64_t n_tokens, const rope_par
 
 void rope_ggml_apply(float* x, int64_t n_tokens, int64_t n_heads, const float* cs, const rope_params& p) {
     TROUPE_ASSERT(p.n_rot % 2 == 0 && p.n_rot <= p.head_dim);
+    if (const auto* k = simd_ops(); k && k->rope_ggml_apply) {
+        return k->rope_ggml_apply(x, n_tokens, n_heads, cs, p.head_dim, p.n_rot, p.neox);
+    }
     const int32_t half = p.n_rot / 2;
     for (int64_t t = 0; t < n_tokens; ++t) {
         const float* c = cs + t * 2 * half;

@@ -8,6 +8,7 @@
 #include <immintrin.h>
 
 #include <cmath>
+#include <vector>
 
 #include "kernels/ref/ops.h"
 
@@ -142,10 +143,60 @@ int64_t argmax_avx512(const float* x, int64_t n) {
     return ref::argmax(x, n);
 }
 
+// rope_ggml_apply's rotation, the same contractions per element: x0' = fma(x0, cos, -(x1 * sin)),
+// x1' = fma(x0, sin, x1 * cos). A token's cos / sin are laid out once for all its heads: NeoX pairs (x0 in the first
+// half, x1 in the second) take them apart; normal pairs (x0, x1 side by side) take each duplicated over its pair,
+// and fmaddsub subtracts in the even lanes and adds in the odd ones.
+void rope_ggml_apply_avx512(float* x, int64_t n_tokens, int64_t n_heads, const float* cs, int32_t head_dim,
+                            int32_t n_rot, bool neox) {
+    const int32_t half = n_rot / 2;
+    std::vector<float> cos_of(n_rot), sin_of(n_rot);
+    for (int64_t t = 0; t < n_tokens; ++t) {
+        const float* c = cs + t * 2 * half;
+        for (int32_t i = 0; i < half; ++i) {
+            if (neox) {
+                cos_of[i] = c[2 * i], sin_of[i] = c[2 * i + 1];
+            } else {
+                cos_of[2 * i] = cos_of[2 * i + 1] = c[2 * i];
+                sin_of[2 * i] = sin_of[2 * i + 1] = c[2 * i + 1];
+            }
+        }
+        for (int64_t h = 0; h < n_heads; ++h) {
+            float* v = x + (t * n_heads + h) * head_dim;
+            if (neox) {
+                for (int32_t i = 0; i < half; i += 16) {
+                    const __mmask16 m = tail_mask(half - i);
+                    const __m512 x0 = _mm512_maskz_loadu_ps(m, v + i), x1 = _mm512_maskz_loadu_ps(m, v + half + i);
+                    const __m512 co = _mm512_maskz_loadu_ps(m, cos_of.data() + i);
+                    const __m512 si = _mm512_maskz_loadu_ps(m, sin_of.data() + i);
+                    _mm512_mask_storeu_ps(v + i, m, _mm512_fmsub_ps(x0, co, _mm512_mul_ps(x1, si)));
+                    _mm512_mask_storeu_ps(v + half + i, m, _mm512_fmadd_ps(x0, si, _mm512_mul_ps(x1, co)));
+                }
+            } else {
+                for (int32_t i = 0; i < n_rot; i += 16) {
+                    const __mmask16 m = tail_mask(n_rot - i);
+                    const __m512 xv = _mm512_maskz_loadu_ps(m, v + i);
+                    const __m512 swapped = _mm512_permute_ps(xv, 0xB1);  // (x1, x0) in each pair
+                    const __m512 co = _mm512_maskz_loadu_ps(m, cos_of.data() + i);
+                    const __m512 si = _mm512_maskz_loadu_ps(m, sin_of.data() + i);
+                    // even lanes: x0 * cos - x1 * sin; odd lanes: x0 * sin + x1 * cos
+                    constexpr __mmask16 even = 0x5555;
+                    const __m512 a = _mm512_mask_blend_ps(even, swapped, xv);                 // x0 in both lanes
+                    const __m512 b = _mm512_mask_blend_ps(even, si, co);                      // cos | sin
+                    const __m512 rounded = _mm512_mask_blend_ps(even, _mm512_mul_ps(xv, co),  // x1 * cos
+                                                                _mm512_mul_ps(swapped, si));  // x1 * sin
+                    _mm512_mask_storeu_ps(v + i, m, _mm512_fmaddsub_ps(a, b, rounded));
+                }
+            }
+        }
+    }
+}
+
 }  // namespace
 
 const row_op_kernels& avx512_row_ops() {
-    static const row_op_kernels k{rmsnorm_avx512, softmax_avx512, swiglu_avx512, add_avx512, argmax_avx512};
+    static const row_op_kernels k{rmsnorm_avx512, softmax_avx512, swiglu_avx512,
+                                  add_avx512,     argmax_avx512,  rope_ggml_apply_avx512};
     return k;
 }
 

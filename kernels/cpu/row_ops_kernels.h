@@ -11,6 +11,8 @@ struct row_op_kernels {
     void (*swiglu)(const float* gate, const float* up, float* out, int64_t n);
     void (*add)(const float* a, const float* b, float* out, int64_t n);
     int64_t (*argmax)(const float* x, int64_t n);
+    void (*rope_ggml_apply)(float* x, int64_t n_tokens, int64_t n_heads, const float* cs, int32_t head_dim,
+                            int32_t n_rot, bool neox);
 };
 
 // Null members where built without AVX-512.

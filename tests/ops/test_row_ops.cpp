@@ -116,21 +116,34 @@ void ggml_rope_twin(float* x, int64_t n_tokens, int64_t n_heads, const int32_t* 
 }
 
 TEST(row_ops, rope_ggml_is_llama_cpps_rope_bit_for_bit) {
-    const float factors[32] = {1.0f, 1.5f, 2.0f, 4.0f, 1.0f, 1.25f, 3.0f, 8.0f, 1.0f, 1.0f, 2.5f,
-                               1.0f, 6.0f, 1.0f, 1.0f, 2.0f, 1.0f,  1.5f, 2.0f, 4.0f, 1.0f, 1.25f,
-                               3.0f, 8.0f, 1.0f, 1.0f, 2.5f, 1.0f,  6.0f, 1.0f, 1.0f, 2.0f};
+    const float factors[64] = {1.0f, 1.5f,  2.0f, 4.0f, 1.0f, 1.25f, 3.0f, 8.0f, 1.0f,  1.0f, 2.5f, 1.0f,  6.0f,
+                               1.0f, 1.0f,  2.0f, 1.0f, 1.5f, 2.0f,  4.0f, 1.0f, 1.25f, 3.0f, 8.0f, 1.0f,  1.0f,
+                               2.5f, 1.0f,  6.0f, 1.0f, 1.0f, 2.0f,  1.0f, 1.5f, 2.0f,  4.0f, 1.0f, 1.25f, 3.0f,
+                               8.0f, 1.0f,  1.0f, 2.5f, 1.0f, 6.0f,  1.0f, 1.0f, 2.0f,  1.0f, 1.5f, 2.0f,  4.0f,
+                               1.0f, 1.25f, 3.0f, 8.0f, 1.0f, 1.0f,  2.5f, 1.0f, 6.0f,  1.0f, 1.0f, 2.0f};
     const int32_t positions[5] = {0, 1, 17, 511, 4095};
-    for (bool neox : {false, true}) {
-        for (bool scaled : {false, true}) {
-            SCOPED_TRACE(std::string(neox ? "neox" : "normal") + (scaled ? " scaled" : ""));
-            const rope_params p{64,       scaled ? 48 : 64,      neox,
-                                10000.0f, scaled ? 0.25f : 1.0f, scaled ? factors : nullptr};
-            const int64_t n_heads = 3;
-            auto a = random_floats(5 * n_heads * 64, 17);
-            auto b = a;
-            cpu::rope_ggml(a.data(), 5, n_heads, positions, p);
-            ggml_rope_twin(b.data(), 5, n_heads, positions, p);
-            EXPECT_EQ(a, b);
+    // head_dim 64 and 128 rotated whole, and partly (n_rot 48: a half of 24, not a whole vector, and the head's
+    // tail left as it is); every level, the AVX-512 one with its own rotation.
+    struct shape {
+        int32_t head_dim, n_rot;
+    };
+    for (auto level : cpu::available_levels()) {
+        scoped_level scope(level);
+        for (const shape s : {shape{64, 64}, shape{64, 48}, shape{128, 128}, shape{128, 40}}) {
+            for (bool neox : {false, true}) {
+                for (bool scaled : {false, true}) {
+                    SCOPED_TRACE(testing::level_name(level) + (neox ? " neox" : " normal") + (scaled ? " scaled" : "") +
+                                 " head_dim " + std::to_string(s.head_dim) + " n_rot " + std::to_string(s.n_rot));
+                    const rope_params p{
+                        s.head_dim, s.n_rot, neox, 10000.0f, scaled ? 0.25f : 1.0f, scaled ? factors : nullptr};
+                    const int64_t n_heads = 3;
+                    auto a = random_floats(5 * n_heads * s.head_dim, 17);
+                    auto b = a;
+                    cpu::rope_ggml(a.data(), 5, n_heads, positions, p);
+                    ggml_rope_twin(b.data(), 5, n_heads, positions, p);
+                    EXPECT_EQ(a, b);
+                }
+            }
         }
     }
 }
