@@ -1,5 +1,6 @@
 // A model on the device (the llama graph and the dense families' features: cuda_backend_abi.h revision 4): packed
-// weights, the per-layer KV pools and the step's scratch buffers, and the whole forward on lane 0 (cuda_model.cpp).
+// weights and the per-layer KV pools (cuda_model.cpp), the step's scratch buffers and the whole forward on lane 0
+// (cuda_model_forward.cpp), KV block copies and swaps (cuda_model_kv.cpp).
 //
 // One step, for the n_tokens of all sequences together:
 //
@@ -87,7 +88,7 @@ struct troupe_cuda_model {
     troupe::cuda::device_buffer kv;  // [n_layers][k, v] pools
 
     int32_t capacity = 0;                 // tokens the scratch holds
-    troupe::cuda::device_buffer scratch;  // activations, see cuda_model.cpp
+    troupe::cuda::device_buffer scratch;  // activations, see cuda_model_forward.cpp
     troupe::cuda::device_buffer ints;     // the batch's index arrays
     std::vector<int32_t> host_ints;
     std::vector<float> tap_rows;  // a tap's rows copied to the host (tap_host)

@@ -1,0 +1,308 @@
+// The whole Llama forward of one step on the device, lane 0 (cuda_model.h): the batch's indices checked on the
+// host and uploaded at once, the layers, the taps reported where the description asks for them, the logits.
+#include "kernels/cuda/cuda_model.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "kernels/cuda/cuda_kernels.h"
+
+namespace troupe::cuda {
+namespace {
+
+size_t align256(size_t bytes) {
+    return (bytes + 255) & ~size_t{255};
+}
+
+// Offsets of the step's activations in model.scratch for `capacity` tokens (all float32):
+//   x, xn [T, dim]; q, att [T, n_heads * head_dim]; k, v [T, n_kv_heads * head_dim]; gate, up [T, ffn_dim];
+//   logits [T, n_vocab]
+struct scratch_layout {
+    size_t x, xn, q, k, v, att, gate, up, logits, total;
+};
+
+scratch_layout layout_for(const troupe_cuda_model_desc& hp, int32_t capacity) {
+    const size_t t = static_cast<size_t>(capacity) * sizeof(float);
+    scratch_layout l{};
+    size_t at = 0;
+    const auto take = [&](size_t width) {
+        const size_t off = at;
+        at += align256(t * width);
+        return off;
+    };
+    l.x = take(hp.dim);
+    l.xn = take(hp.dim);
+    l.q = take(static_cast<size_t>(hp.n_heads) * hp.head_dim);
+    l.k = take(static_cast<size_t>(hp.n_kv_heads) * hp.head_dim);
+    l.v = take(static_cast<size_t>(hp.n_kv_heads) * hp.head_dim);
+    l.att = take(static_cast<size_t>(hp.n_heads) * hp.head_dim);
+    l.gate = take(hp.ffn_dim);
+    l.up = take(hp.ffn_dim);
+    l.logits = take(hp.n_vocab);
+    l.total = at;
+    return l;
+}
+
+// Every index the kernels will follow, checked on the host: a bad batch fails the step, never the device.
+const char* check_batch(const troupe_cuda_model& m, const troupe_cuda_batch& b) {
+    if (b.struct_size != sizeof(troupe_cuda_batch) && b.struct_size != TROUPE_CUDA_BATCH_V2_SIZE)
+        return fail("batch description of %u bytes, this library takes %zu (or %zu without trees)", b.struct_size,
+                    sizeof(troupe_cuda_batch), TROUPE_CUDA_BATCH_V2_SIZE);
+    if (b.n_tokens < 0 || b.n_seqs < 0 || b.n_out_rows < 0)
+        return fail("negative sizes in the batch (%d tokens, %d sequences, %d rows)", b.n_tokens, b.n_seqs,
+                    b.n_out_rows);
+    if (b.n_out_rows > b.n_tokens) return fail("%d logits rows asked of %d tokens", b.n_out_rows, b.n_tokens);
+    if (b.block_table_offsets[0] != 0) return fail("block_table_offsets[0] is %d, not 0", b.block_table_offsets[0]);
+    for (int32_t s = 0; s < b.n_seqs; ++s) {
+        if (b.block_table_offsets[s + 1] < b.block_table_offsets[s])
+            return fail("block_table_offsets decrease at sequence %d", s);
+    }
+    for (int32_t i = 0; i < b.block_table_offsets[b.n_seqs]; ++i) {
+        if (b.block_tables[i] < 0 || b.block_tables[i] >= m.n_blocks)
+            return fail("block id %d outside the pool of %d blocks", b.block_tables[i], m.n_blocks);
+    }
+    for (int32_t t = 0; t < b.n_tokens; ++t) {
+        if (b.tokens[t] < 0 || b.tokens[t] >= m.hp.n_vocab)
+            return fail("token %d at batch index %d is outside the vocabulary of %d", b.tokens[t], t, m.hp.n_vocab);
+        const int32_t s = b.seq_of[t];
+        if (s < 0 || s >= b.n_seqs) return fail("token %d belongs to sequence %d of %d", t, s, b.n_seqs);
+        const int64_t covered =
+            static_cast<int64_t>(b.block_table_offsets[s + 1] - b.block_table_offsets[s]) * m.hp.block_size;
+        if (b.positions[t] < 0 || b.positions[t] >= covered)
+            return fail("token %d at position %d: its block table covers %lld positions", t, b.positions[t],
+                        static_cast<long long>(covered));
+    }
+    for (int32_t r = 0; r < b.n_out_rows; ++r) {
+        if (b.out_tokens[r] < 0 || b.out_tokens[r] >= b.n_tokens)
+            return fail("logits row %d asks for token %d of %d", r, b.out_tokens[r], b.n_tokens);
+    }
+    if (b.struct_size == sizeof(troupe_cuda_batch) && b.rows != nullptr) {
+        const tree_call tree{b.rows, b.mask_base, b.mask, b.mask_words};
+        TROUPE_CUDA_TRY_STATUS(check_tree_call(tree, b.n_tokens, b.seq_of, b.block_table_offsets, m.hp.block_size));
+    }
+    return nullptr;
+}
+
+// Reports one tap to the host where the description asks for it (revision 6).
+const char* report_tap(troupe_cuda_model& m, int32_t tap, int32_t layer, const float* rows, int64_t n_rows,
+                       int64_t width, const int32_t* host_rows, cudaStream_t stream) {
+    const uint64_t bit = uint64_t{1} << tap;
+    if ((m.hp.tap_wanted & bit) == 0 || n_rows == 0) return nullptr;
+    troupe_cuda_tap t{};
+    t.struct_size = sizeof t;
+    t.tap = tap;
+    t.layer = layer;
+    t.n_rows = n_rows;
+    t.width = width;
+    t.device_data = rows;
+    t.stream = stream;
+    t.rows = host_rows;
+    if (m.hp.tap_host & bit) {
+        m.tap_rows.resize(static_cast<size_t>(n_rows * width));
+        TROUPE_CUDA_TRY(cudaMemcpyAsync(m.tap_rows.data(), rows, m.tap_rows.size() * sizeof(float),
+                                        cudaMemcpyDeviceToHost, stream));
+        TROUPE_CUDA_TRY(cudaStreamSynchronize(stream));
+        t.host_data = m.tap_rows.data();
+    }
+    if (const char* e = m.hp.tap(m.hp.tap_ctx, &t)) return fail("tap %d of layer %d: %s", tap, layer, e);
+    return nullptr;
+}
+
+// Tap ids (plugins/include/troupe/taps.h; the backend includes no SDK header).
+enum tap_id : int32_t {
+    tap_attn_norm = 0,
+    tap_q = 1,
+    tap_k = 2,
+    tap_v = 3,
+    tap_attn_out = 4,
+    tap_ffn_norm = 5,
+    tap_ffn_hidden = 6,
+    tap_layer_out = 7,
+    tap_output_norm = 8,
+    tap_logits = 9,
+};
+
+}  // namespace
+
+const char* check_tree_call(const tree_call& c, int32_t n_tokens, const int32_t* seq_of,
+                            const int32_t* block_table_offsets, int32_t block_size) {
+    if (!c.mask_base || c.mask_words < 0 || c.mask_words > TROUPE_CUDA_MAX_MASK_WORDS || (c.mask_words > 0 && !c.mask))
+        return fail("tree attention with mask_words %d%s%s: expected mask_base, 0..%d mask words and a mask",
+                    c.mask_words, c.mask_base ? "" : " and no mask_base",
+                    c.mask_words > 0 && !c.mask ? " and no mask" : "", TROUPE_CUDA_MAX_MASK_WORDS);
+    for (int32_t t = 0; t < n_tokens; ++t) {
+        int32_t highest = -1;
+        for (int32_t w = 0; w < c.mask_words; ++w) {
+            const uint64_t bits = c.mask[static_cast<size_t>(t) * c.mask_words + w];
+            if (bits != 0) highest = 64 * w + 63 - __builtin_clzll(bits);
+        }
+        const int32_t last = std::max({c.rows[t], c.mask_base[t] - 1, highest < 0 ? 0 : c.mask_base[t] + highest});
+        const int64_t covered =
+            static_cast<int64_t>(block_table_offsets[seq_of[t] + 1] - block_table_offsets[seq_of[t]]) * block_size;
+        if (c.rows[t] < 0 || c.mask_base[t] < 0 || last >= covered)
+            return fail("tree token %d: row %d, mask_base %d, last row seen %d; its block table covers %lld rows", t,
+                        c.rows[t], c.mask_base[t], last, static_cast<long long>(covered));
+        if (c.mask_base[t] == 0 && highest < 0) return fail("tree token %d attends to no row", t);
+    }
+    return nullptr;
+}
+
+const char* model_forward(troupe_cuda_model* model, const troupe_cuda_batch* batch) {
+    return model_forward_fenced(model, batch, nullptr, nullptr);
+}
+
+const char* model_forward_fenced(troupe_cuda_model* model, const troupe_cuda_batch* batch, troupe_cuda_fence_fn fence,
+                                 void* arg) {
+    troupe_cuda_model& m = *model;
+    const troupe_cuda_batch& b = *batch;
+    const auto& hp = m.hp;
+    TROUPE_CUDA_TRY_STATUS(check_batch(m, b));
+    if (b.n_tokens == 0) return nullptr;
+    troupe_cuda_context& ctx = *m.ctx;
+    TROUPE_CUDA_TRY_STATUS(begin_lane(ctx, 0));
+    cudaStream_t stream = ctx.streams[0];
+
+    if (b.n_tokens > m.capacity) {
+        const int32_t capacity = std::max({b.n_tokens, 2 * m.capacity, 16});
+        TROUPE_CUDA_TRY_STATUS(m.scratch.allocate(layout_for(hp, capacity).total, "the step's activations"));
+        m.capacity = capacity;
+    }
+    const scratch_layout lay = layout_for(hp, m.capacity);
+    float* x = m.scratch.as<float>(lay.x);
+    float* xn = m.scratch.as<float>(lay.xn);
+    float* q = m.scratch.as<float>(lay.q);
+    float* k = m.scratch.as<float>(lay.k);
+    float* v = m.scratch.as<float>(lay.v);
+    float* att = m.scratch.as<float>(lay.att);
+    float* gate = m.scratch.as<float>(lay.gate);
+    float* up = m.scratch.as<float>(lay.up);
+    float* logits = m.scratch.as<float>(lay.logits);
+
+    // The index arrays, in one upload: tokens | positions | seq_of | offsets | tables | out_tokens
+    const int32_t n_table = b.block_table_offsets[b.n_seqs];
+    auto& hi = m.host_ints;
+    hi.clear();
+    hi.insert(hi.end(), b.tokens, b.tokens + b.n_tokens);
+    hi.insert(hi.end(), b.positions, b.positions + b.n_tokens);
+    hi.insert(hi.end(), b.seq_of, b.seq_of + b.n_tokens);
+    hi.insert(hi.end(), b.block_table_offsets, b.block_table_offsets + b.n_seqs + 1);
+    hi.insert(hi.end(), b.block_tables, b.block_tables + n_table);
+    hi.insert(hi.end(), b.out_tokens, b.out_tokens + b.n_out_rows);
+    // A tree step: | rows | mask_base | (padding to 8 bytes) mask as pairs of ints
+    const bool tree = b.struct_size == sizeof(troupe_cuda_batch) && b.rows != nullptr;
+    size_t rows_at = 0, mask_at = 0;
+    if (tree) {
+        rows_at = hi.size();
+        hi.insert(hi.end(), b.rows, b.rows + b.n_tokens);
+        hi.insert(hi.end(), b.mask_base, b.mask_base + b.n_tokens);
+        if (hi.size() % 2 != 0) hi.push_back(0);
+        mask_at = hi.size();
+        const size_t n_words = static_cast<size_t>(b.n_tokens) * b.mask_words;
+        hi.resize(hi.size() + 2 * n_words);
+        if (n_words > 0) std::memcpy(hi.data() + mask_at, b.mask, n_words * sizeof(uint64_t));
+    }
+    TROUPE_CUDA_TRY_STATUS(m.ints.grow(hi.size() * sizeof(int32_t) * 2, "the batch indices"));
+    TROUPE_CUDA_TRY(
+        cudaMemcpyAsync(m.ints.data(), hi.data(), hi.size() * sizeof(int32_t), cudaMemcpyHostToDevice, stream));
+    const int32_t* d_tokens = m.ints.as<int32_t>();
+    kv_tables tables{};
+    tables.positions = d_tokens + b.n_tokens;
+    tables.seq_of = tables.positions + b.n_tokens;
+    tables.block_table_offsets = tables.seq_of + b.n_tokens;
+    tables.block_tables = tables.block_table_offsets + b.n_seqs + 1;
+    tables.block_size = hp.block_size;
+    const int32_t* d_out_tokens = tables.block_tables + n_table;
+    if (tree) {
+        tables.rows = d_tokens + rows_at;
+        tables.mask_base = tables.rows + b.n_tokens;
+        tables.mask = reinterpret_cast<const uint64_t*>(d_tokens + mask_at);
+        tables.mask_words = b.mask_words;
+    }
+
+    const int32_t n = b.n_tokens;
+    const int32_t kv_width = hp.n_kv_heads * hp.head_dim;
+    const bool kv_f16 = hp.kv_type == TROUPE_CUDA_F16;
+    const int32_t q_width = hp.n_heads * hp.head_dim;
+    const float scale = hp.attn_scale > 0.0f ? hp.attn_scale : 1.0f / std::sqrt(static_cast<float>(hp.head_dim));
+    const rope_settings rope{hp.head_dim, hp.rope_n_rot, hp.rope_base, hp.rope_freq_scale, hp.rope_neox != 0};
+
+    const int64_t n_x = static_cast<int64_t>(n) * hp.dim;
+    launch_embed(static_cast<dtype>(m.token_embd.type), m.token_embd.data, hp.dim, d_tokens, n, x, stream);
+    if (hp.embed_scale > 0.0f && hp.embed_scale != 1.0f) launch_scale(x, hp.embed_scale, n_x, stream);
+    for (int32_t il = 0; il < hp.n_layers; ++il) {
+        const device_layer& L = m.layers[il];
+        char* k_pool = m.kv.as<char>(m.pool_bytes * (2 * il));
+        char* v_pool = m.kv.as<char>(m.pool_bytes * (2 * il + 1));
+        launch_rms_norm(x, L.attn_norm, xn, n, hp.dim, hp.rms_eps, stream);
+        TROUPE_CUDA_TRY_STATUS(report_tap(m, tap_attn_norm, il, xn, n, hp.dim, nullptr, stream));
+        TROUPE_CUDA_TRY_STATUS(matmul(ctx, L.wq, xn, q, n, false));
+        TROUPE_CUDA_TRY_STATUS(matmul(ctx, L.wk, xn, k, n, false));
+        TROUPE_CUDA_TRY_STATUS(matmul(ctx, L.wv, xn, v, n, false));
+        if (L.bq) {  // qwen2: biases after the products, before RoPE
+            launch_add_bias(q, L.bq, n, q_width, stream);
+            launch_add_bias(k, L.bk, n, kv_width, stream);
+            launch_add_bias(v, L.bv, n, kv_width, stream);
+        }
+        TROUPE_CUDA_TRY_STATUS(report_tap(m, tap_q, il, q, n, q_width, nullptr, stream));
+        TROUPE_CUDA_TRY_STATUS(report_tap(m, tap_k, il, k, n, kv_width, nullptr, stream));
+        TROUPE_CUDA_TRY_STATUS(report_tap(m, tap_v, il, v, n, kv_width, nullptr, stream));
+        launch_rope(q, tables.positions, n, hp.n_heads, rope, stream);
+        launch_rope(k, tables.positions, n, hp.n_kv_heads, rope, stream);
+        launch_store_kv(k, v, n, kv_width, tables, kv_f16, k_pool, v_pool, stream);
+        launch_attention(q, att, n, hp.n_heads, hp.n_kv_heads, hp.head_dim, scale,
+                         attention_features{hp.attn_softcap, L.window}, tables, kv_f16, k_pool, v_pool, stream);
+        TROUPE_CUDA_TRY_STATUS(report_tap(m, tap_attn_out, il, att, n, q_width, nullptr, stream));
+        // The branch's output goes into xn (free once q, k, v are made) where a post norm follows it.
+        if (L.post_attn_norm) {
+            TROUPE_CUDA_TRY_STATUS(matmul(ctx, L.wo, att, xn, n, false));
+            launch_rms_norm(xn, L.post_attn_norm, xn, n, hp.dim, hp.rms_eps, stream);
+            launch_add(x, xn, n_x, stream);
+        } else {
+            TROUPE_CUDA_TRY_STATUS(matmul(ctx, L.wo, att, x, n, true));
+        }
+        launch_rms_norm(x, L.ffn_norm, xn, n, hp.dim, hp.rms_eps, stream);
+        TROUPE_CUDA_TRY_STATUS(report_tap(m, tap_ffn_norm, il, xn, n, hp.dim, nullptr, stream));
+        TROUPE_CUDA_TRY_STATUS(matmul(ctx, L.w_gate, xn, gate, n, false));
+        TROUPE_CUDA_TRY_STATUS(matmul(ctx, L.w_up, xn, up, n, false));
+        const int64_t n_ffn = static_cast<int64_t>(n) * hp.ffn_dim;
+        if (hp.ffn_activation == TROUPE_CUDA_ACT_GELU_TANH) {
+            launch_geglu(gate, up, gate, n_ffn, stream);
+        } else {
+            launch_swiglu(gate, up, gate, n_ffn, stream);
+        }
+        TROUPE_CUDA_TRY_STATUS(report_tap(m, tap_ffn_hidden, il, gate, n, hp.ffn_dim, nullptr, stream));
+        if (L.post_ffn_norm) {
+            TROUPE_CUDA_TRY_STATUS(matmul(ctx, L.w_down, gate, xn, n, false));
+            launch_rms_norm(xn, L.post_ffn_norm, xn, n, hp.dim, hp.rms_eps, stream);
+            launch_add(x, xn, n_x, stream);
+        } else {
+            TROUPE_CUDA_TRY_STATUS(matmul(ctx, L.w_down, gate, x, n, true));
+        }
+        TROUPE_CUDA_TRY(cudaGetLastError());
+        TROUPE_CUDA_TRY_STATUS(report_tap(m, tap_layer_out, il, x, n, hp.dim, nullptr, stream));
+    }
+    if (fence) {
+        // Every KV write of the step is enqueued: a copy lane may follow this point (the head only reads x).
+        troupe_cuda_event* kv_done = nullptr;
+        TROUPE_CUDA_TRY_STATUS(record_event(ctx, 0, &kv_done));
+        fence(arg, kv_done);
+    }
+    if (b.n_out_rows > 0) {
+        launch_gather_rows(x, d_out_tokens, b.n_out_rows, hp.dim, xn, stream);
+        launch_rms_norm(xn, m.output_norm, xn, b.n_out_rows, hp.dim, hp.rms_eps, stream);
+        TROUPE_CUDA_TRY_STATUS(report_tap(m, tap_output_norm, -1, xn, b.n_out_rows, hp.dim, b.out_tokens, stream));
+        TROUPE_CUDA_TRY_STATUS(matmul(ctx, m.output, xn, logits, b.n_out_rows, false));
+        if (hp.final_softcap > 0.0f)
+            launch_softcap(logits, hp.final_softcap, static_cast<int64_t>(b.n_out_rows) * hp.n_vocab, stream);
+        TROUPE_CUDA_TRY_STATUS(report_tap(m, tap_logits, -1, logits, b.n_out_rows, hp.n_vocab, b.out_tokens, stream));
+        TROUPE_CUDA_TRY(cudaMemcpyAsync(b.logits, logits,
+                                        static_cast<size_t>(b.n_out_rows) * hp.n_vocab * sizeof(float),
+                                        cudaMemcpyDeviceToHost, stream));
+    }
+    TROUPE_CUDA_TRY_STATUS(end_lane(ctx, 0));
+    TROUPE_CUDA_TRY(cudaStreamSynchronize(stream));
+    return nullptr;
+}
+
+}  // namespace troupe::cuda
