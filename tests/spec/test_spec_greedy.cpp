@@ -53,13 +53,11 @@ result<generation> generate(const std::string& model_path, const plugin_config& 
                             const std::vector<std::vector<int32_t>>& prompts, int32_t n_new) {
     engine_config config = testing::golden_config(model_path);
     config.plugins.spec = spec;
-    // attention/gqa's scalar kernel: one arithmetic for every token. The SIMD kernels round a token's attention
-    // differently by how it is batched (a prefill tile scales q before the products; a decode reduces 16 dot products
-    // together; a verification step's rows take the per-token kernel), which on a near tie can part greedy outputs
-    // with the int8 activation recipe (stories260K-Q8_0's second extra prompt: "shiny" / "scary" at token 33). The
-    // SIMD kernels are checked against the scalar one in tests/plugins (test_attention_*); here the subject is the
-    // speculation: with a batch-invariant target, drafting must not change one token.
-    config.plugins.attention.params = YAML::Load("{kernel: scalar}");
+    // The default attention (attention/gqa's widest SIMD kernel): a sequence's few tokens in a step (a decode, a
+    // verified chain, a draft tree) each round exactly as a one-token decode (attention_kernels.h: verify_tokens_max;
+    // tests/plugins/test_attention_batch_invariance.cpp), so drafting must not change one token. (At 6659a6c,
+    // before that rule, stories260K-Q8_0's second extra prompt parted at token 33 in the int8 recipe: "shiny" /
+    // "scary", a near tie.)
     auto m = load_model(config);
     if (!m.ok()) return m.err();
     testing::spec_driver driver(std::shared_ptr<model_runner>(std::move(m->runner)), m->spec);

@@ -33,8 +33,9 @@
 //
 // Kernels: attend_ref is the scalar two-pass reference (scores, max, exp, sum, weighted sum).
 // attend_tiles_avx2 and attend_tiles_avx512 use a one-pass online softmax with running max and sum per
-// query row: with the query rows of a tile in vector lanes (attention_tiled.h), or, for tiles too small
-// to fill half the lanes (decode steps), per token and kv head (attention_online.h).
+// query row: with the query rows of a tile in vector lanes (attention_tiled.h) for prefill chunks, or per token
+// and kv head (attention_online.h) for decodes, speculative steps' tokens (verify_tokens_max) and tiles too small to
+// fill half the lanes.
 #pragma once
 
 #include <troupe/plugin.h>
@@ -99,6 +100,16 @@ static inline int32_t skipped_extra(const troupe_attention_call& call, int64_t t
     return skip > 0 ? skip : 0;
 }
 
+// How many keys token t attends to: its prefix rows from first_key(t) on, then its extra rows inside its window. For a
+// tree token this is what a one-token decode at its position counts (position + 1 - first key): its ancestors stand
+// at the positions between its prefix and itself.
+static inline int32_t key_count(const troupe_attention_call& call, int64_t t) {
+    if (call.rows == nullptr) return call.positions[t] + 1 - first_key(call, t);
+    int32_t n_extra = 0;
+    for (int32_t w = 0; w < call.mask_words; ++w) n_extra += __builtin_popcountll(call.mask[t * call.mask_words + w]);
+    return prefix_rows(call, t) - first_key(call, t) + n_extra - skipped_extra(call, t);
+}
+
 // Whether token t attends exactly as in a causal call (always, outside tree calls): it writes the row of its
 // position, sees rows 0..position and nothing else. Only such tokens go into query tiles.
 static inline bool plain_causal(const troupe_attention_call& call, int64_t t) {
@@ -140,6 +151,16 @@ void attend_tiles_avx512(const troupe_attention_call& call, const query_tile* ti
 static inline bool fills_lanes(const query_tile& tile, int32_t group, int32_t head_dim, int32_t lanes) {
     return tile.n_tokens * group >= lanes / 2 && head_dim <= max_tiled_head_dim;
 }
+
+// One arithmetic per token, whatever else its call holds. The tiled kernel rounds a query row differently from the
+// per-token kernels (q scaled before the product, the dot product in head-dim order, another exponential), so a token
+// must take the same kernel whether it comes alone (a decode step) or among the tokens a speculative step verifies
+// (a chain of drafts, a tree): a sequence with at most verify_tokens_max tokens in a call has each of them computed
+// exactly as a one-token decode at its position would be (the per-token kernels, split over positions from
+// split_min_keys keys on, tree tokens included), and only longer runs (prefill chunks) take query tiles. Plain and
+// speculative greedy decoding then see the same attention bit for bit; the tiled kernel's rows are themselves
+// independent of the other rows of their tile (a masked key adds exactly nothing).
+constexpr int32_t verify_tokens_max = 32;
 
 // The per-token kernels (attention_online.h): items [begin, end), item = i * n_kv_heads + kv_head for the
 // call's token tokens[i], token-major, so the kv heads of one token a thread takes are one pass over its

@@ -299,28 +299,51 @@ void attend_tokens(const troupe_attention_call& call, const int32_t* tokens, int
     }
 }
 
-// Parts [begin, end) of a split decode (key_split.h): part i is keys [k0, k1) of a plainly causal token, every
-// query head, in passes of pass_rows; its normalized rows go to part_out[i] ([n_heads, head_dim]) and each head's
-// max and sum to part_m[i], part_l[i] ([n_heads]), for merge_key_parts.
+// Keys [k0, k0 + n_keys) of token t's split (the part's rows, all query heads) in passes of pass_rows, through `keys`.
+template <class isa, class T, class cursor>
+void attend_part(const troupe_attention_call& call, int32_t t, cursor keys, int32_t n_keys, float* out, float* m,
+                 float* l, float* acc) {
+    const int32_t max_rows = pass_rows(call.head_dim);
+    for (int32_t r0 = 0; r0 < call.n_heads; r0 += max_rows) {
+        const int32_t n_rows = call.n_heads - r0 < max_rows ? call.n_heads - r0 : max_rows;
+        const rows_out dst{out + static_cast<size_t>(r0) * call.head_dim, m + r0, l + r0};
+        attend_rows<isa, T>(call, t, r0, n_rows, acc, keys, n_keys, dst);
+    }
+}
+
+// Parts [begin, end) of a split token (key_split.h): part i is keys [k0, k1) of its token, every query head; its
+// normalized rows go to part_out[i] ([n_heads, head_dim]) and each head's max and sum to part_m[i], part_l[i]
+// ([n_heads]), for merge_key_parts. A plainly causal token's keys are the rows at those positions; a tree token's are
+// its prefix rows, then its ancestors' (attention_kernels.h), the part starting at its (k0 - first position)-th key.
 template <class isa, class T>
 void attend_parts(const troupe_attention_call& call, const key_part* parts, float* part_out, float* part_m,
                   float* part_l, int64_t begin, int64_t end) {
-    const int32_t max_rows = pass_rows(call.head_dim);
     const size_t head_floats = static_cast<size_t>(call.n_heads) * call.head_dim;
     alignas(64) float acc[acc_floats];  // [rows, head_dim]
     for (int64_t i = begin; i < end; ++i) {
         const key_part& part = parts[i];
-        const position_cursor rows{call.block_tables[call.seq_of[part.token]], call.block_size,
-                                   static_cast<size_t>(call.n_kv_heads) * call.head_dim, part.k0 / call.block_size,
-                                   part.k0 % call.block_size};
-        for (int32_t r0 = 0; r0 < call.n_heads; r0 += max_rows) {
-            const int32_t n_rows = call.n_heads - r0 < max_rows ? call.n_heads - r0 : max_rows;
-            const size_t at = static_cast<size_t>(i) * call.n_heads + r0;
-            const rows_out dst{
-                part_out + static_cast<size_t>(i) * head_floats + static_cast<size_t>(r0) * call.head_dim, part_m + at,
-                part_l + at};
-            attend_rows<isa, T>(call, part.token, r0, n_rows, acc, rows, part.k1 - part.k0, dst);
+        const int32_t t = part.token;
+        const int32_t* table = call.block_tables[call.seq_of[t]];
+        const size_t row_elements = static_cast<size_t>(call.n_kv_heads) * call.head_dim;
+        float* out = part_out + static_cast<size_t>(i) * head_floats;
+        float* m = part_m + static_cast<size_t>(i) * call.n_heads;
+        float* l = part_l + static_cast<size_t>(i) * call.n_heads;
+        if (plain_causal(call, t)) {
+            const position_cursor rows{table, call.block_size, row_elements, part.k0 / call.block_size,
+                                       part.k0 % call.block_size};
+            attend_part<isa, T>(call, t, rows, part.k1 - part.k0, out, m, l, acc);
+            continue;
         }
+        int32_t all_extra[max_extra_rows];
+        (void)extra_rows(call, t, all_extra);
+        const int32_t first = first_key(call, t);
+        const int32_t n_prefix = prefix_rows(call, t) - first;
+        const int32_t skip_to = part.k0 - (call.positions[t] + 1 - key_count(call, t));  // keys before the part
+        const int32_t row0 = first + (skip_to < n_prefix ? skip_to : n_prefix);
+        const position_cursor rows{table, call.block_size, row_elements, row0 / call.block_size,
+                                   row0 % call.block_size};
+        const tree_cursor keys{rows, n_prefix, all_extra + skipped_extra(call, t), skip_to};
+        attend_part<isa, T>(call, t, keys, part.k1 - part.k0, out, m, l, acc);
     }
 }
 

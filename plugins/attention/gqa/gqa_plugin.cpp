@@ -58,7 +58,7 @@ struct troupe_plugin_instance {
     attend_fn attend = nullptr;                // scalar: items (token, kv head)
     attend_tiles_fn attend_tiles = nullptr;    // SIMD: items (kv head, query tile)
     attend_tokens_fn attend_tokens = nullptr;  // SIMD: items (token, kv head) of the tokens of small tiles
-    attend_parts_fn attend_parts = nullptr;    // SIMD: items key parts of long plainly causal small-tile tokens
+    attend_parts_fn attend_parts = nullptr;    // SIMD: items key parts of the long per-token tokens
     int32_t tile_lanes = 1;                    // query rows per pass of attend_tiles
     bool ggml_numerics = false;                // numerics: ggml (attend_ggml for calls without tree rows)
     std::string error;
@@ -174,22 +174,22 @@ int32_t check_call(troupe_plugin_instance* inst, const troupe_attention_call* c)
     return TROUPE_OK;
 }
 
-// The per-token tokens (decodes): the plainly causal ones with at least split_min_keys keys are split over their
-// positions (key_split.h) and merged; the others take attend_tokens.
+// The per-token tokens (decodes, speculative steps' tokens): those with at least split_min_keys keys, plainly causal
+// or tree drafts, are split over their positions (key_split.h) and merged; the others take attend_tokens.
 int32_t attend_single(const troupe_plugin_instance* inst, const troupe_attention_call& c, const troupe_parallel* par,
                       std::vector<int32_t>& single) {
     std::vector<troupe::gqa::key_part> parts;
     std::vector<int32_t> split_first;  // [split tokens + 1]: the first part of each split token
     size_t kept = 0;
     for (const int32_t t : single) {
-        const int32_t n_keys = c.positions[t] + 1 - troupe::gqa::first_key(c, t);
-        if (!troupe::gqa::plain_causal(c, t) || n_keys < troupe::gqa::split_min_keys) {
+        const int32_t n_keys = troupe::gqa::key_count(c, t);
+        if (n_keys < troupe::gqa::split_min_keys) {
             single[kept++] = t;
             continue;
         }
         split_first.push_back(static_cast<int32_t>(parts.size()));
         parts.resize(parts.size() + n_keys / troupe::gqa::split_part_keys + 1);
-        const int32_t n = troupe::gqa::split_keys(c, t, parts.data() + split_first.back());
+        const int32_t n = troupe::gqa::split_keys(c, t, n_keys, parts.data() + split_first.back());
         parts.resize(split_first.back() + static_cast<size_t>(n));
     }
     single.resize(kept);
@@ -245,21 +245,23 @@ int32_t gqa_forward(troupe_plugin_instance* inst, const troupe_attention_call* c
             std::vector<troupe::gqa::query_tile> tiles(static_cast<size_t>(c.n_tokens));
             const int32_t n_made =
                 troupe::gqa::make_query_tiles(c, std::max(1, inst->tile_lanes / group), tiles.data());
-            // Tiles that fill the lanes stay tiles (items kv head-major: a thread's consecutive tiles of one
-            // sequence reuse that head's K/V in cache); the tokens of the others (decodes) go to the per-token
-            // kernel, items token-major (a thread's kv heads of one token are one pass over contiguous rows).
+            // Each sequence's tokens in this call: a sequence with few (a decode, a speculative step) has each token
+            // computed as a one-token decode would be (attention_kernels.h: verify_tokens_max).
+            std::vector<int32_t> tokens_of(static_cast<size_t>(c.n_seqs), 0);
+            for (int32_t t = 0; t < c.n_tokens; ++t) ++tokens_of[static_cast<size_t>(c.seq_of[t])];
+            // Tiles of prefill chunks that fill the lanes stay tiles (items kv head-major: a thread's consecutive
+            // tiles of one sequence reuse that head's K/V in cache); the other tokens go to the per-token kernel,
+            // items token-major (a thread's kv heads of one token are one pass over contiguous rows), or are split
+            // over their positions from split_min_keys keys on (attend_single: the threads share a long token's keys).
             std::vector<int32_t> single;  // tokens of the small tiles
             int32_t n_tiles = 0;
             for (int32_t i = 0; i < n_made; ++i) {
                 const troupe::gqa::query_tile& tile = tiles[static_cast<size_t>(i)];
                 // A tree call's draft tokens are tiles of one; they take the per-token kernel, which walks their
                 // own rows (attention_kernels.h).
-                // A decode (a tile of one token) of split_min_keys keys or more is split over its positions instead
-                // (attend_single): the threads share its keys, and a tile's lanes would be half empty.
-                const bool long_decode = tile.n_tokens == 1 && c.positions[tile.first_token] + 1 -
-                                                                       troupe::gqa::first_key(c, tile.first_token) >=
-                                                                   troupe::gqa::split_min_keys;
-                if (troupe::gqa::fills_lanes(tile, group, c.head_dim, inst->tile_lanes) && !long_decode &&
+                const bool prefill_chunk =
+                    tokens_of[static_cast<size_t>(c.seq_of[tile.first_token])] > troupe::gqa::verify_tokens_max;
+                if (prefill_chunk && troupe::gqa::fills_lanes(tile, group, c.head_dim, inst->tile_lanes) &&
                     troupe::gqa::plain_causal(c, tile.first_token)) {
                     tiles[static_cast<size_t>(n_tiles++)] = tile;  // keeps their costliest-first order
                 } else {

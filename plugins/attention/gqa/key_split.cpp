@@ -6,10 +6,9 @@
 
 namespace troupe::gqa {
 
-int32_t split_keys(const troupe_attention_call& call, int32_t t, key_part* parts) {
-    const int32_t k0 = first_key(call, t);
+int32_t split_keys(const troupe_attention_call& call, int32_t t, int32_t n_keys, key_part* parts) {
     const int32_t k1 = call.positions[t] + 1;
-    const int32_t n_keys = k1 - k0;
+    const int32_t k0 = k1 - n_keys;
     if (n_keys < split_min_keys) {
         parts[0] = {t, k0, k1};
         return 1;

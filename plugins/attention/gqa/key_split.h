@@ -10,9 +10,10 @@
 //
 //   token at position 4095:  keys 0 .. 4095 -> parts [0, 512) [512, 1024) ... [3584, 4096)
 //
-// Only plainly causal tokens (attention_kernels.h: plain_causal) are split, with their sliding window (the keys
-// are first_key .. position) and soft-capping (per score, inside each part); prefill tiles and tree tokens keep
-// their kernels. Declarations only (no library templates): the instruction sets' files include it.
+// Tokens outside query tiles are split, plainly causal ones (attention_kernels.h: plain_causal) and a tree call's
+// drafts alike (a draft's keys: its prefix rows, then its ancestors' rows, numbered by position), with their sliding
+// window (the keys are first_key .. position) and soft-capping (per score, inside each part); prefill tiles keep
+// their kernel. Declarations only (no library templates): the instruction sets' files include it.
 #pragma once
 
 #include <troupe/plugin.h>
@@ -34,8 +35,10 @@ constexpr int32_t split_part_keys = 256;
 constexpr int32_t split_min_keys = 2 * split_part_keys;
 
 // Appends token t's parts to parts (room for n_keys / split_part_keys + 1) and returns how many: one when it has
-// fewer than split_min_keys keys.
-int32_t split_keys(const troupe_attention_call& call, int32_t t, key_part* parts);
+// fewer than split_min_keys keys. n_keys: the token's key count (attention_kernels.h: key_count); the parts cover
+// positions [position + 1 - n_keys, position + 1), cut by the count alone, so a token is split the same way in a
+// decode step and in a tree call.
+int32_t split_keys(const troupe_attention_call& call, int32_t t, int32_t n_keys, key_part* parts);
 
 // Merges tokens' parts [first, first + n) (consecutive, of one token) into that token's rows of call.out.
 // part_out: [parts, n_heads, head_dim]; part_m, part_l: [parts, n_heads].
