@@ -11,38 +11,11 @@
 #include <string>
 #include <vector>
 
-#include "kernels/fp16.h"
+#include "attention_cases.h"
 #include "plugin_test_support.h"
 
 namespace troupe::testing {
 namespace {
-
-struct invariance_case {
-    const char* shape;
-    int32_t n_heads;
-    int32_t n_kv_heads;
-    int32_t head_dim;
-    const char* kernel;
-    kv_dtype kv;
-    int32_t window;
-    float softcap;
-};
-
-void PrintTo(const invariance_case& c, std::ostream* os) {
-    *os << c.shape << " " << c.kernel << (c.kv == kv_dtype::f16 ? " kv f16" : " kv f32") << " window " << c.window
-        << " softcap " << c.softcap;
-}
-
-bool cpu_supports(const std::string& kernel) {
-    if (kernel == "avx2") return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-    return __builtin_cpu_supports("avx512f");
-}
-
-// Values halves hold exactly: F16 pools then store the same keys in every call.
-std::vector<float> as_halves(std::vector<float> v) {
-    for (float& x : v) x = fp16_to_fp32(fp32_to_fp16(x));
-    return v;
-}
 
 constexpr int32_t block_size = 16;
 constexpr int32_t max_rows = 1400;  // cache rows of each sequence
@@ -62,12 +35,12 @@ struct token {
 // takes at each position (the same token, whichever call it is in).
 class invariance_bench {
 public:
-    explicit invariance_bench(const invariance_case& c) : c_(c), kvw_(c.n_kv_heads * c.head_dim) {
+    explicit invariance_bench(const attention_kernel_case& c) : c_(c), kvw_(c.shape.n_kv_heads * c.shape.head_dim) {
         const int32_t blocks_per_seq = max_rows / block_size + 1;
         for (int32_t s = 0; s < 2; ++s) {
             for (int32_t b = 0; b < blocks_per_seq; ++b) tables_[s].push_back(2 * b + (1 - s));
             table_ptrs_[s] = tables_[s].data();
-            q_[s] = random_floats(size_t(max_rows) * c.n_heads * c.head_dim, 10 + s, -1.5f, 1.5f);
+            q_[s] = random_floats(size_t(max_rows) * c.shape.n_heads * c.shape.head_dim, 10 + s, -1.5f, 1.5f);
             k_[s] = as_halves(random_floats(size_t(max_rows) * kvw_, 20 + s, -1.5f, 1.5f));
             v_[s] = as_halves(random_floats(size_t(max_rows) * kvw_, 30 + s));
         }
@@ -77,13 +50,13 @@ public:
         if (c.kv == kv_dtype::f16) {
             for (auto* p : {&k_pool_, &v_pool_}) std::fill_n(reinterpret_cast<uint16_t*>(p->data()), pool, 0x7e00);
         }
-        sibling_q_ = random_floats(size_t(c.n_heads) * c.head_dim, 40, -1.5f, 1.5f);
+        sibling_q_ = random_floats(size_t(c.shape.n_heads) * c.shape.head_dim, 40, -1.5f, 1.5f);
         sibling_kv_ = as_halves(random_floats(size_t(kvw_), 41, -1.5f, 1.5f));
     }
 
     // Token of sequence s at `position` in cache row `row` (its position unless a tree puts it elsewhere).
     token at(int32_t s, int32_t position, int32_t row = -1) const {
-        const size_t qi = size_t(position) * c_.n_heads * c_.head_dim, ki = size_t(position) * kvw_;
+        const size_t qi = size_t(position) * c_.shape.n_heads * c_.shape.head_dim, ki = size_t(position) * kvw_;
         return {s, position, row < 0 ? position : row, q_[s].data() + qi, k_[s].data() + ki, v_[s].data() + ki};
     }
     // A draft that is not the chain's: its own q, k and v.
@@ -96,7 +69,7 @@ public:
     std::vector<float> run(attention_op& op, const std::vector<token>& tokens,
                            const std::vector<int32_t>& mask_base = {}, const std::vector<uint64_t>& masks = {}) {
         const auto n = static_cast<int32_t>(tokens.size());
-        const size_t qw = size_t(c_.n_heads) * c_.head_dim;
+        const size_t qw = size_t(c_.shape.n_heads) * c_.shape.head_dim;
         std::vector<float> q, k, v, out(n * qw, NAN);
         std::vector<int32_t> positions, seq_of, rows;
         for (const token& t : tokens) {
@@ -108,10 +81,10 @@ public:
             rows.push_back(t.row);
         }
         attention_call call{n,
-                            c_.n_heads,
-                            c_.n_kv_heads,
-                            c_.head_dim,
-                            1.0f / std::sqrt(float(c_.head_dim)),
+                            c_.shape.n_heads,
+                            c_.shape.n_kv_heads,
+                            c_.shape.head_dim,
+                            1.0f / std::sqrt(float(c_.shape.head_dim)),
                             q.data(),
                             k.data(),
                             v.data(),
@@ -137,10 +110,10 @@ public:
         return out;
     }
 
-    size_t row_floats() const { return size_t(c_.n_heads) * c_.head_dim; }
+    size_t row_floats() const { return size_t(c_.shape.n_heads) * c_.shape.head_dim; }
 
 private:
-    invariance_case c_;
+    attention_kernel_case c_;
     int32_t kvw_;
     std::vector<int32_t> tables_[2];
     const int32_t* table_ptrs_[2];
@@ -165,10 +138,10 @@ void expect_same_bits(const std::vector<float>& got, size_t i, const std::vector
            }();
 }
 
-class attention_batch_invariance : public ::testing::TestWithParam<invariance_case> {};
+class attention_batch_invariance : public ::testing::TestWithParam<attention_kernel_case> {};
 
 TEST_P(attention_batch_invariance, a_tokens_attention_is_the_same_alone_in_a_verified_chain_and_in_a_draft_tree) {
-    const invariance_case& c = GetParam();
+    const attention_kernel_case& c = GetParam();
     if (!cpu_supports(c.kernel)) GTEST_SKIP() << "this CPU lacks " << c.kernel;
     plugin_host host = real_plugins();
     auto op = host.load_attention("gqa", yaml(std::string("{kernel: ") + c.kernel + "}"));
@@ -232,37 +205,16 @@ TEST_P(attention_batch_invariance, a_tokens_attention_is_the_same_alone_in_a_ver
     }
 }
 
-std::vector<invariance_case> all_cases() {
-    struct shape {
-        const char* name;
-        int32_t n_heads, n_kv_heads, head_dim;
-    };
-    // A small GQA group of 2, the 110M shape (MHA, 12 heads of 64: a verified chain of six fills no lanes but a
-    // longer one would) and the 1B shape (a group of 8: one token's rows fill half of a tiled pass's lanes).
-    const shape shapes[] = {{"gqa_4_heads_2_kv_dim_32", 4, 2, 32},
-                            {"mha_12_heads_dim_64", 12, 12, 64},
-                            {"gqa_32_heads_4_kv_dim_64", 32, 4, 64}};
-    const std::pair<int32_t, float> modes[] = {{0, 0.0f}, {700, 50.0f}, {2, 0.0f}};
-    std::vector<invariance_case> cases;
-    for (const char* kernel : {"avx2", "avx512"}) {
-        for (const kv_dtype kv : {kv_dtype::f32, kv_dtype::f16}) {
-            for (const shape& s : shapes) {
-                for (const auto& [window, softcap] : modes) {
-                    cases.push_back({s.name, s.n_heads, s.n_kv_heads, s.head_dim, kernel, kv, window, softcap});
-                }
-            }
-        }
-    }
-    return cases;
-}
-
-INSTANTIATE_TEST_SUITE_P(gqa, attention_batch_invariance, ::testing::ValuesIn(all_cases()),
-                         [](const ::testing::TestParamInfo<invariance_case>& info) {
-                             const invariance_case& c = info.param;
-                             return std::string(c.shape) + "_" + c.kernel + (c.kv == kv_dtype::f16 ? "_kv_f16" : "") +
-                                    "_window_" + std::to_string(c.window) + "_softcap_" +
-                                    std::to_string(static_cast<int>(c.softcap));
-                         });
+// A small GQA group of 2, the 110M shape (MHA, 12 heads of 64: a verified chain of six fills no lanes but a longer one
+// would) and the 1B shape (a group of 8: one token's rows fill half of a tiled pass's lanes); no window, a window of
+// 700 with Gemma 2's cap, a window of 2.
+INSTANTIATE_TEST_SUITE_P(gqa, attention_batch_invariance,
+                         ::testing::ValuesIn(attention_kernel_cases({"avx2", "avx512"}, {kv_dtype::f32, kv_dtype::f16},
+                                                                    {{"gqa_4_heads_2_kv_dim_32", 4, 2, 32},
+                                                                     {"mha_12_heads_dim_64", 12, 12, 64},
+                                                                     {"gqa_32_heads_4_kv_dim_64", 32, 4, 64}},
+                                                                    {{0, 0.0f}, {700, 50.0f}, {2, 0.0f}})),
+                         case_name);
 
 }  // namespace
 }  // namespace troupe::testing

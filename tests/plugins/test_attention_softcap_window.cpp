@@ -11,31 +11,12 @@
 #include <string>
 #include <vector>
 
+#include "attention_cases.h"
 #include "kernels/ref/attention.h"
 #include "plugin_test_support.h"
 
 namespace troupe::testing {
 namespace {
-
-struct capped_case {
-    const char* shape;  // test name part
-    int32_t n_heads;
-    int32_t n_kv_heads;
-    int32_t head_dim;
-    const char* kernel;
-    int32_t window;
-    float softcap;
-};
-
-void PrintTo(const capped_case& c, std::ostream* os) {
-    *os << c.shape << " " << c.kernel << " window " << c.window << " softcap " << c.softcap;
-}
-
-bool cpu_supports(const std::string& kernel) {
-    if (kernel == "avx2") return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-    if (kernel == "avx512") return __builtin_cpu_supports("avx512f");
-    return true;
-}
 
 // One sequence: `prefix` positions cached by the first call, `n_step` more in the second.
 struct sequence_plan {
@@ -47,10 +28,10 @@ struct sequence_plan {
 // a first token, another decode.
 const std::vector<sequence_plan> plans = {{0, 37}, {29, 1}, {21, 19}, {0, 1}, {12, 1}};
 
-class attention_softcap_window : public ::testing::TestWithParam<capped_case> {};
+class attention_softcap_window : public ::testing::TestWithParam<attention_kernel_case> {};
 
 TEST_P(attention_softcap_window, kernels_match_the_scalar_reference_on_prefill_chunks_and_decodes) {
-    const capped_case& c = GetParam();
+    const attention_kernel_case& c = GetParam();
     if (!cpu_supports(c.kernel)) GTEST_SKIP() << "this CPU lacks " << c.kernel;
     plugin_host host = real_plugins();
     auto op = host.load_attention("gqa", yaml(std::string("{kernel: ") + c.kernel + "}"));
@@ -58,7 +39,7 @@ TEST_P(attention_softcap_window, kernels_match_the_scalar_reference_on_prefill_c
     EXPECT_EQ((*op)->features() & (attention_softcap | attention_window), attention_softcap | attention_window);
 
     const auto n_seqs = static_cast<int32_t>(plans.size());
-    const int32_t hd = c.head_dim, bs = 4, kvw = c.n_kv_heads * hd;
+    const int32_t hd = c.shape.head_dim, bs = 4, kvw = c.shape.n_kv_heads * hd;
     std::vector<std::vector<int32_t>> tables(n_seqs);
     int32_t n_blocks = 0;
     for (const sequence_plan& p : plans) n_blocks += (p.prefix + p.n_step + bs - 1) / bs;
@@ -87,13 +68,13 @@ TEST_P(attention_softcap_window, kernels_match_the_scalar_reference_on_prefill_c
         }
         const auto n = static_cast<int32_t>(positions.size());
         // Scores of a few units, so a soft cap of 2 changes them a lot.
-        const auto q = random_floats(size_t(n) * c.n_heads * hd, 40 + step, -1.5f, 1.5f);
+        const auto q = random_floats(size_t(n) * c.shape.n_heads * hd, 40 + step, -1.5f, 1.5f);
         const auto k = random_floats(size_t(n) * kvw, 50 + step, -1.5f, 1.5f);
         const auto v = random_floats(size_t(n) * kvw, 60 + step);
-        std::vector<float> out(size_t(n) * c.n_heads * hd, NAN), want = out;
+        std::vector<float> out(size_t(n) * c.shape.n_heads * hd, NAN), want = out;
         attention_call call{n,
-                            c.n_heads,
-                            c.n_kv_heads,
+                            c.shape.n_heads,
+                            c.shape.n_kv_heads,
                             hd,
                             1.0f / std::sqrt(float(hd)),
                             q.data(),
@@ -117,8 +98,8 @@ TEST_P(attention_softcap_window, kernels_match_the_scalar_reference_on_prefill_c
         ref_call.v_pool = ref_v_pool.data();
         ref::attention(ref_call);
         for (int32_t t = 0; t < n; ++t) {
-            for (int32_t i = 0; i < c.n_heads * hd; ++i) {
-                const size_t at = static_cast<size_t>(t) * c.n_heads * hd + i;
+            for (int32_t i = 0; i < c.shape.n_heads * hd; ++i) {
+                const size_t at = static_cast<size_t>(t) * c.shape.n_heads * hd + i;
                 ASSERT_NEAR(out[at], want[at], 2e-5f + 2e-5f * std::fabs(want[at]))
                     << "step " << step << " token " << t << " (sequence " << seq_of[t] << ", position " << positions[t]
                     << ") head " << i / hd << " dim " << i % hd;
@@ -127,35 +108,17 @@ TEST_P(attention_softcap_window, kernels_match_the_scalar_reference_on_prefill_c
     }
 }
 
-std::vector<capped_case> all_cases() {
-    struct shape {
-        const char* name;
-        int32_t n_heads, n_kv_heads, head_dim;
-    };
-    // Group 2 (tiles of 4 or 8 tokens), group 8 (a token fills half the AVX-512 lanes), MHA with a wide head.
-    const shape shapes[] = {{"gqa_4_heads_2_kv_dim_32", 4, 2, 32},
-                            {"gqa_16_heads_2_kv_dim_16", 16, 2, 16},
-                            {"mha_2_heads_dim_72", 2, 2, 72}};
-    // (window, softcap): Gemma 2's layers (a window of 4 with a cap, global with a cap), a window alone shorter and
-    // longer than a tile, one longer than every context (no effect).
-    const std::pair<int32_t, float> modes[] = {{4, 2.0f}, {0, 2.0f}, {3, 0.0f}, {13, 0.0f}, {1000, 50.0f}};
-    std::vector<capped_case> cases;
-    for (const char* kernel : {"scalar", "avx2", "avx512"}) {
-        for (const shape& s : shapes) {
-            for (const auto& [window, softcap] : modes) {
-                cases.push_back({s.name, s.n_heads, s.n_kv_heads, s.head_dim, kernel, window, softcap});
-            }
-        }
-    }
-    return cases;
-}
-
-INSTANTIATE_TEST_SUITE_P(gqa, attention_softcap_window, ::testing::ValuesIn(all_cases()),
-                         [](const ::testing::TestParamInfo<capped_case>& info) {
-                             const capped_case& c = info.param;
-                             return std::string(c.shape) + "_" + c.kernel + "_window_" + std::to_string(c.window) +
-                                    "_softcap_" + std::to_string(static_cast<int>(c.softcap));
-                         });
+// Group 2 (tiles of 4 or 8 tokens), group 8 (a token fills half the AVX-512 lanes), MHA with a wide head. (window,
+// softcap): Gemma 2's layers (a window of 4 with a cap, global with a cap), a window alone shorter and longer than a
+// tile, one longer than every context (no effect).
+INSTANTIATE_TEST_SUITE_P(
+    gqa, attention_softcap_window,
+    ::testing::ValuesIn(attention_kernel_cases({"scalar", "avx2", "avx512"}, {kv_dtype::f32},
+                                               {{"gqa_4_heads_2_kv_dim_32", 4, 2, 32},
+                                                {"gqa_16_heads_2_kv_dim_16", 16, 2, 16},
+                                                {"mha_2_heads_dim_72", 2, 2, 72}},
+                                               {{4, 2.0f}, {0, 2.0f}, {3, 0.0f}, {13, 0.0f}, {1000, 50.0f}})),
+    case_name);
 
 // A tree step with a window: after a cached prefix of 9 and 2 own tokens, a tree whose nodes sit at positions by
 // depth; each token sees the rows of its window among the prefix, its own tokens, its ancestors and itself.

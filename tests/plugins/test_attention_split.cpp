@@ -11,55 +11,28 @@
 #include <string>
 #include <vector>
 
-#include "kernels/fp16.h"
+#include "attention_cases.h"
 #include "kernels/ref/attention.h"
 #include "plugin_test_support.h"
 
 namespace troupe::testing {
 namespace {
 
-struct split_case {
-    const char* shape;
-    int32_t n_heads;
-    int32_t n_kv_heads;
-    int32_t head_dim;
-    const char* kernel;
-    kv_dtype kv;
-    int32_t window;
-    float softcap;
-};
-
-void PrintTo(const split_case& c, std::ostream* os) {
-    *os << c.shape << " " << c.kernel << (c.kv == kv_dtype::f16 ? " kv f16" : " kv f32") << " window " << c.window
-        << " softcap " << c.softcap;
-}
-
-bool cpu_supports(const std::string& kernel) {
-    if (kernel == "avx2") return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-    return __builtin_cpu_supports("avx512f");
-}
-
 // Cached positions per sequence (the first call's prefill); the second call decodes one token of each: at 1100
 // (four parts), at 600 (two parts) and at 40 (not split).
 const std::vector<int32_t> prefixes = {1100, 600, 40};
 
-// Values halves hold exactly: the F16 pools then store what the reference's float32 pools store.
-std::vector<float> as_halves(std::vector<float> v) {
-    for (float& x : v) x = fp16_to_fp32(fp32_to_fp16(x));
-    return v;
-}
-
-class attention_split : public ::testing::TestWithParam<split_case> {};
+class attention_split : public ::testing::TestWithParam<attention_kernel_case> {};
 
 TEST_P(attention_split, long_decodes_split_over_positions_match_the_scalar_reference) {
-    const split_case& c = GetParam();
+    const attention_kernel_case& c = GetParam();
     if (!cpu_supports(c.kernel)) GTEST_SKIP() << "this CPU lacks " << c.kernel;
     plugin_host host = real_plugins();
     auto op = host.load_attention("gqa", yaml(std::string("{kernel: ") + c.kernel + "}"));
     ASSERT_TRUE(op.ok()) << op.message();
 
     const auto n_seqs = static_cast<int32_t>(prefixes.size());
-    const int32_t hd = c.head_dim, bs = 16, kvw = c.n_kv_heads * hd;
+    const int32_t hd = c.shape.head_dim, bs = 16, kvw = c.shape.n_kv_heads * hd;
     std::vector<std::vector<int32_t>> tables(n_seqs);
     int32_t n_blocks = 0;
     for (const int32_t p : prefixes) n_blocks += p / bs + 1;
@@ -91,13 +64,13 @@ TEST_P(attention_split, long_decodes_split_over_positions_match_the_scalar_refer
         }
         const auto n = static_cast<int32_t>(positions.size());
         // Scores of a few units, so a soft cap of 2 changes them a lot, and the softmax is far from flat.
-        const auto q = random_floats(size_t(n) * c.n_heads * hd, 70 + step, -1.5f, 1.5f);
+        const auto q = random_floats(size_t(n) * c.shape.n_heads * hd, 70 + step, -1.5f, 1.5f);
         const auto k = as_halves(random_floats(size_t(n) * kvw, 80 + step, -1.5f, 1.5f));
         const auto v = as_halves(random_floats(size_t(n) * kvw, 90 + step));
-        std::vector<float> out(size_t(n) * c.n_heads * hd, NAN), want = out;
+        std::vector<float> out(size_t(n) * c.shape.n_heads * hd, NAN), want = out;
         attention_call call{n,
-                            c.n_heads,
-                            c.n_kv_heads,
+                            c.shape.n_heads,
+                            c.shape.n_kv_heads,
                             hd,
                             1.0f / std::sqrt(float(hd)),
                             q.data(),
@@ -132,8 +105,8 @@ TEST_P(attention_split, long_decodes_split_over_positions_match_the_scalar_refer
         ref_call.v_pool = ref_v_pool.data();
         ref::attention(ref_call);
         for (int32_t t = 0; t < n; ++t) {
-            for (int32_t i = 0; i < c.n_heads * hd; ++i) {
-                const size_t at = static_cast<size_t>(t) * c.n_heads * hd + i;
+            for (int32_t i = 0; i < c.shape.n_heads * hd; ++i) {
+                const size_t at = static_cast<size_t>(t) * c.shape.n_heads * hd + i;
                 ASSERT_NEAR(out[at], want[at], 2e-5f + 2e-5f * std::fabs(want[at]))
                     << "decode at position " << positions[t] << " (sequence " << seq_of[t] << ") head " << i / hd
                     << " dim " << i % hd;
@@ -142,39 +115,16 @@ TEST_P(attention_split, long_decodes_split_over_positions_match_the_scalar_refer
     }
 }
 
-std::vector<split_case> all_cases() {
-    struct shape {
-        const char* name;
-        int32_t n_heads, n_kv_heads, head_dim;
-    };
-    // GQA with a small head, the 110M shape (MHA, 12 heads of 64) and the 1B shape (32 heads on 4 kv heads: a decode's
-    // group of 8 rows would fill half a tiled pass's lanes, and long ones are split instead).
-    const shape shapes[] = {{"gqa_4_heads_2_kv_dim_32", 4, 2, 32},
-                            {"mha_12_heads_dim_64", 12, 12, 64},
-                            {"gqa_32_heads_4_kv_dim_64", 32, 4, 64}};
-    // (window, softcap): none; a window of 700 (the decode at 1100 starts mid-block, still split; the one at 600 is
-    // inside it) with Gemma 2's cap of 50; a cap of 2 alone.
-    const std::pair<int32_t, float> modes[] = {{0, 0.0f}, {700, 50.0f}, {0, 2.0f}};
-    std::vector<split_case> cases;
-    for (const char* kernel : {"avx2", "avx512"}) {
-        for (const kv_dtype kv : {kv_dtype::f32, kv_dtype::f16}) {
-            for (const shape& s : shapes) {
-                for (const auto& [window, softcap] : modes) {
-                    cases.push_back({s.name, s.n_heads, s.n_kv_heads, s.head_dim, kernel, kv, window, softcap});
-                }
-            }
-        }
-    }
-    return cases;
-}
-
-INSTANTIATE_TEST_SUITE_P(gqa, attention_split, ::testing::ValuesIn(all_cases()),
-                         [](const ::testing::TestParamInfo<split_case>& info) {
-                             const split_case& c = info.param;
-                             return std::string(c.shape) + "_" + c.kernel + (c.kv == kv_dtype::f16 ? "_kv_f16" : "") +
-                                    "_window_" + std::to_string(c.window) + "_softcap_" +
-                                    std::to_string(static_cast<int>(c.softcap));
-                         });
+// GQA with a small head, the 110M shape (MHA, 12 heads of 64) and the 1B shape (32 heads on 4 kv heads). (window,
+// softcap): none; a window of 700 (the decode at 1100 starts mid-block, still split; the one at 600 is inside it) with
+// Gemma 2's cap of 50; a cap of 2 alone.
+INSTANTIATE_TEST_SUITE_P(gqa, attention_split,
+                         ::testing::ValuesIn(attention_kernel_cases({"avx2", "avx512"}, {kv_dtype::f32, kv_dtype::f16},
+                                                                    {{"gqa_4_heads_2_kv_dim_32", 4, 2, 32},
+                                                                     {"mha_12_heads_dim_64", 12, 12, 64},
+                                                                     {"gqa_32_heads_4_kv_dim_64", 32, 4, 64}},
+                                                                    {{0, 0.0f}, {700, 50.0f}, {0, 2.0f}})),
+                         case_name);
 
 }  // namespace
 }  // namespace troupe::testing
