@@ -81,11 +81,8 @@ value evaluator::eval_node(const expr& e) {
             [&](const dict_expr& d) {
                 dict out;
                 for (const auto& [k, v] : d.items) {
-                    value key = eval(*k);
-                    if (!key.is_string()) {
-                        throw render_error("dict literal keys must be strings here, got " + type_name(key));
-                    }
-                    out.set(std::move(key.s), eval(*v));
+                    std::string key = dict_key(eval(*k));
+                    out.set(std::move(key), eval(*v));
                 }
                 return value::dict(std::move(out));
             },
@@ -145,6 +142,10 @@ value evaluator::eval_subscript(const value& object, const value& index) {
             if (index.is_string()) {
                 if (const value* v = object.d->find(index.s)) return *v;
                 return eval_attribute(object, index.s);
+            }
+            if (object.kind == value_kind::dict && !index.is_sequence() && !index.is_mapping() &&
+                !index.is_undefined()) {
+                if (const value* v = object.d->find(dict_key(index))) return *v;
             }
             return value::undefined(object_name(object) + " has no element " + repr(index));
         case value_kind::list:

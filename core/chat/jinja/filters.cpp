@@ -104,7 +104,7 @@ value f_dictsort(evaluator&, const value& v, const call_args& a) {
         throw render_error("dictsort() 'by' must be 'key' or 'value'");
     }
     std::vector<value> items;
-    for (const auto& [k, x] : v.d->items) items.push_back(value::tuple({value::string(k), x}));
+    for (const auto& [k, x] : v.d->items) items.push_back(value::tuple({key_value(k), x}));
     const size_t pos = by.s == "key" ? 0 : 1;
     std::stable_sort(items.begin(), items.end(), [&](const value& p, const value& q) {
         const value x = sort_key((*p.l)[pos], case_sensitive);
@@ -209,7 +209,7 @@ value f_items(evaluator&, const value& v, const call_args&) {
     if (v.is_undefined()) return value::list();
     if (!v.is_mapping()) throw render_error("items() needs a dict, not " + type_name(v));
     std::vector<value> out;
-    for (const auto& [k, x] : v.d->items) out.push_back(value::tuple({value::string(k), x}));
+    for (const auto& [k, x] : v.d->items) out.push_back(value::tuple({key_value(k), x}));
     return value::list(std::move(out));
 }
 

@@ -110,12 +110,16 @@ public:
                 std::vector<const std::pair<std::string, value>*> items;
                 for (const auto& kv : v.d->items) items.push_back(&kv);
                 if (o_.sort_keys) {
-                    std::stable_sort(items.begin(), items.end(), [](auto* a, auto* b) { return a->first < b->first; });
+                    // Python sorts the keys themselves (ints as numbers), before they become text.
+                    std::stable_sort(items.begin(), items.end(),
+                                     [](auto* a, auto* b) { return less(key_value(a->first), key_value(b->first)); });
                 }
                 out_ += '{';
                 for (size_t k = 0; k < items.size(); ++k) {
                     separate(k, level + 1);
-                    quote(out_, items[k]->first, o_.ensure_ascii);
+                    // json.dumps writes a key that is no string as its JSON text: 0 -> "0", None -> "null".
+                    const value key = key_value(items[k]->first);
+                    quote(out_, key.is_string() ? key.s : to_json(key, {}), o_.ensure_ascii);
                     out_ += o_.key_separator;
                     write(items[k]->second, level + 1);
                 }

@@ -117,8 +117,8 @@ value dict_method(const value& d, const std::string& name, const call_args& a) {
         a.expect_at_most(what, 0, {});
         std::vector<value> out;
         for (const auto& [k, v] : d.d->items) {
-            if (name == "items") out.push_back(value::tuple({value::string(k), v}));
-            if (name == "keys") out.push_back(value::string(k));
+            if (name == "items") out.push_back(value::tuple({key_value(k), v}));
+            if (name == "keys") out.push_back(key_value(k));
             if (name == "values") out.push_back(v);
         }
         return value::list(std::move(out));
@@ -126,8 +126,8 @@ value dict_method(const value& d, const std::string& name, const call_args& a) {
     if (name == "get") {
         a.expect_at_most(what, 2, {});
         const value key = a.get(0, "");
-        if (key.is_string()) {
-            if (const value* v = d.d->find(key.s)) return *v;
+        if (!key.is_undefined()) {
+            if (const value* v = d.d->find(dict_key(key))) return *v;
         }
         return a.has(1, "") ? a.pos[1] : value::none();
     }

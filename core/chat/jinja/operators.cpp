@@ -186,7 +186,9 @@ bool contains(const value& container, const value& item) {
             return false;
         case value_kind::dict:
         case value_kind::ns:
-            return item.is_string() && container.d->find(item.s) != nullptr;
+            if (item.is_string()) return container.d->find(item.s) != nullptr;
+            if (container.kind == value_kind::ns || item.is_undefined()) return false;
+            return container.d->find(dict_key(item)) != nullptr;
         case value_kind::none:
         case value_kind::boolean:
         case value_kind::integer:

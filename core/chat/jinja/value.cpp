@@ -1,6 +1,7 @@
 #include "core/chat/jinja/value.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "core/chat/jinja/callable.h"
 
@@ -101,6 +102,44 @@ double value::as_double() const {
     if (kind == value_kind::floating) return f;
     if (kind == value_kind::boolean) return b ? 1.0 : 0.0;
     return static_cast<double>(i);
+}
+
+namespace {
+// Tags no text key holds: a key text that starts with it stands for a non-string key.
+constexpr char key_tag = '\x01';
+}  // namespace
+
+std::string dict_key(const value& key) {
+    switch (key.kind) {
+        case value_kind::string:
+            return key.s;
+        case value_kind::none:
+            return std::string{key_tag, 'n'};
+        case value_kind::boolean:
+            return std::string{key_tag, 'i'} + (key.b ? "1" : "0");
+        case value_kind::integer:
+            return std::string{key_tag, 'i'} + std::to_string(key.i);
+        case value_kind::floating:
+            if (std::fabs(key.f) < 9e18 && key.f == static_cast<double>(static_cast<int64_t>(key.f))) {
+                return std::string{key_tag, 'i'} + std::to_string(static_cast<int64_t>(key.f));
+            }
+            return std::string{key_tag, 'f'} + float_repr(key.f);
+        case value_kind::undefined:
+        case value_kind::list:
+        case value_kind::tuple:
+        case value_kind::dict:
+        case value_kind::ns:
+        case value_kind::callable:
+            break;
+    }
+    throw render_error("unhashable type: '" + type_name(key) + "'");
+}
+
+value key_value(const std::string& key) {
+    if (key.size() < 2 || key[0] != key_tag) return value::string(key);
+    if (key[1] == 'n') return value::none();
+    if (key[1] == 'i') return value::integer(std::stoll(key.substr(2)));
+    return value::floating(std::stod(key.substr(2)));
 }
 
 const value* dict::find(std::string_view key) const {
@@ -263,7 +302,7 @@ std::vector<value> iterate(const value& v) {
         case value_kind::dict: {
             std::vector<value> keys;
             keys.reserve(v.d->items.size());
-            for (const auto& kv : v.d->items) keys.push_back(value::string(kv.first));
+            for (const auto& kv : v.d->items) keys.push_back(key_value(kv.first));
             return keys;
         }
         case value_kind::string: {

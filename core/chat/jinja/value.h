@@ -79,7 +79,9 @@ struct value {
 };
 
 // An insertion-ordered dict with string keys (Python dicts keep insertion order; the dicts chat templates
-// see are JSON objects). Lookup is linear: messages and tool schemas have a handful of keys.
+// see are JSON objects). Lookup is linear: messages and tool schemas have a handful of keys. A key of another
+// type (an int, as in `{0: 0, 512: 128}`, or None, a bool, a float) is held as the text dict_key() makes of
+// it, which no string key can equal; key_value() gives the key back.
 struct dict {
     std::vector<std::pair<std::string, value>> items;
 
@@ -88,6 +90,12 @@ struct dict {
     void set(std::string key, value v);
     bool erase(std::string_view key);
 };
+
+// The key text a dict holds `key` under: a string as it is, another scalar tagged (raises, as Python's
+// "unhashable type", for a list or dict). Python's equal keys give one text: 1, 1.0 and True are one key.
+std::string dict_key(const value& key);
+// The key a dict's key text stands for: the string, or the scalar dict_key() tagged.
+value key_value(const std::string& key);
 
 // The Python type name ('str', 'int', 'NoneType', ...), for error messages.
 std::string type_name(const value& v);

@@ -66,7 +66,7 @@ std::string dict_text(const dict& d) {
     std::string out = "{";
     for (size_t k = 0; k < d.items.size(); ++k) {
         if (k > 0) out += ", ";
-        out += string_repr(d.items[k].first) + ": " + repr(d.items[k].second);
+        out += repr(key_value(d.items[k].first)) + ": " + repr(d.items[k].second);
     }
     return out + "}";
 }
