@@ -191,6 +191,13 @@ std::string prometheus_text(const engine_snapshot& s, const server_figures& f, c
     p.one("troupe_preemptions_total", "counter", "Sequences preempted for lack of KV blocks.",
           static_cast<double>(s.kv.n_preemptions));
     p.one("troupe_steps_total", "counter", "Engine steps run.", static_cast<double>(s.steps.n_steps));
+    p.one("troupe_prefill_tokens_total", "counter", "Prompt positions run through the model (recomputes included).",
+          static_cast<double>(s.steps.n_prefill_tokens));
+    p.one("troupe_forks_total", "counter", "Choices of parallel sampling (n, best_of) forked from another's sequence.",
+          static_cast<double>(s.steps.n_forks));
+    p.one("troupe_forked_prompt_tokens_total", "counter",
+          "Prompt tokens forked choices shared (copy-on-write KV blocks) instead of computing them.",
+          static_cast<double>(s.steps.n_forked_prompt_tokens));
     p.one("troupe_batch_size", "gauge", "Sequences in the last step.", s.steps.last_batch_size);
     p.one("troupe_batch_tokens", "gauge", "Tokens in the last step.", s.steps.last_batch_tokens);
     p.one("troupe_batch_size_mean", "gauge", "Mean sequences per step over the last minute.", s.steps.mean_batch_size);
@@ -300,7 +307,10 @@ std::string admin_state_json(const engine_snapshot& s, const server_figures& f, 
                                {"last_batch_size", s.steps.last_batch_size},
                                {"last_batch_tokens", s.steps.last_batch_tokens},
                                {"mean_batch_size", s.steps.mean_batch_size},
-                               {"mean_batch_tokens", s.steps.mean_batch_tokens}}},
+                               {"mean_batch_tokens", s.steps.mean_batch_tokens},
+                               {"n_prefill_tokens", s.steps.n_prefill_tokens},
+                               {"n_forks", s.steps.n_forks},
+                               {"n_forked_prompt_tokens", s.steps.n_forked_prompt_tokens}}},
         {"ttft_ms", latency_json(s.ttft_ms)},
         {"tpot_ms", latency_json(s.tpot_ms)},
         {"e2e_ms", latency_json(s.e2e_ms)},

@@ -46,13 +46,14 @@ struct step_view {
     double mean_batch_size = 0;     // over the last minute
     double mean_batch_tokens = 0;
     // The executor between steps while sequences were running (scheduler_core.h, "Planning ahead"):
-    int64_t n_steps_ahead = 0;       // steps planned while the previous one ran
-    int64_t n_idle_gaps = 0;         // gaps measured (step starts after a step that left sequences running)
-    double executor_idle_s = 0;      // their sum: from a step's end to the next one's start
-    double executor_busy_s = 0;      // those steps' own times
-    double executor_idle_max_s = 0;  // the longest gap
-    int64_t n_prefill_tokens = 0;    // prompt positions run through the model (recomputes included)
-    int64_t n_forks = 0;             // choices of parallel sampling forked from another's sequence
+    int64_t n_steps_ahead = 0;           // steps planned while the previous one ran
+    int64_t n_idle_gaps = 0;             // gaps measured (step starts after a step that left sequences running)
+    double executor_idle_s = 0;          // their sum: from a step's end to the next one's start
+    double executor_busy_s = 0;          // those steps' own times
+    double executor_idle_max_s = 0;      // the longest gap
+    int64_t n_prefill_tokens = 0;        // prompt positions run through the model (recomputes included)
+    int64_t n_forks = 0;                 // choices of parallel sampling forked from another's sequence
+    int64_t n_forked_prompt_tokens = 0;  // prompt tokens those choices shared instead of computing them
 };
 
 // Speculative decoding, over the engine's life (all zero without a spec plugin).

@@ -148,6 +148,7 @@ void scheduler_actor::publish() {
     step_view_.executor_idle_max_s = c.executor_idle_max_s;
     step_view_.n_prefill_tokens = c.n_prefill_tokens;
     step_view_.n_forks = c.n_forks;
+    step_view_.n_forked_prompt_tokens = c.n_forked_prompt_tokens;
 
     const draft_controller& dc = core_.drafts();
     spec_view& sp = spec_view_;

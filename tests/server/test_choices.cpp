@@ -156,6 +156,17 @@ TEST(choices, the_choices_of_one_prompt_fork_from_one_computation_of_it_and_come
     EXPECT_EQ(after.steps.n_prefill_tokens - before.steps.n_prefill_tokens, n_prompt);
     EXPECT_EQ(after.steps.n_forks - before.steps.n_forks, 3);
     EXPECT_EQ(after.kv.n_prefix_queries - before.kv.n_prefix_queries, n_prompt / after.kv.block_size);
+    EXPECT_EQ(after.steps.n_forked_prompt_tokens - before.steps.n_forked_prompt_tokens, 3 * n_prompt);
+    // The same counts on /metrics, as an operator reads them.
+    const auto metrics = testing::http_call(live->port, "GET", "/metrics", "");
+    ASSERT_EQ(metrics.status, 200);
+    EXPECT_NE(metrics.body.find("\ntroupe_forks_total " + std::to_string(after.steps.n_forks) + "\n"),
+              std::string::npos)
+        << metrics.body;
+    EXPECT_NE(metrics.body.find("\ntroupe_forked_prompt_tokens_total " +
+                                std::to_string(after.steps.n_forked_prompt_tokens) + "\n"),
+              std::string::npos)
+        << metrics.body;
 
     const auto two = testing::http_call(live->port, "POST", "/v1/completions",
                                         R"({"prompt":["Tom","The cat"],"n":2,"echo":true,"max_tokens":3,"seed":1})");

@@ -147,7 +147,8 @@ TEST(request_parser, chat_requests_read_messages_logprobs_and_max_completion_tok
         {R"({"messages":[{"role":"user","content":"x"}],"tools":[{"type":"retrieval"}]})", "tools[0].type"},
         {R"({"messages":[{"role":"user","content":"x"}],"functions":[]})", "use tools"},
         {R"({"messages":[{"role":"user","content":"x"}],"response_format":{"type":"xml"}})", "unknown type 'xml'"},
-        {R"({"messages":[{"role":"user","content":"x"}],"response_format":{"type":"json_schema"}})", "json_schema: required"},
+        {R"({"messages":[{"role":"user","content":"x"}],"response_format":{"type":"json_schema"}})",
+         "json_schema: required"},
         {R"({"model":"m"})", "messages: required"},
     };
     for (const auto& r : rows) {
@@ -263,6 +264,9 @@ engine_snapshot sample_snapshot() {
     s.requests.push_back(request_view{8, request_state::waiting, 5.0, 4, 0, 0, 0, 0});
     s.kv = kv_view{16, 100, 10, 5, 85, 20, 10, 0.5, 4096, 1};
     s.steps = step_view{42, 1, 1, 1.5, 9.0};
+    s.steps.n_prefill_tokens = 300;
+    s.steps.n_forks = 3;
+    s.steps.n_forked_prompt_tokens = 81;
     s.ttft_ms = latency_summary{3, 12.0, 20.0, 25.0, 26.0, 15.0};
     s.tokens_per_s = 99.5;
     s.n_completed = 11;
@@ -285,7 +289,8 @@ TEST(metrics_text, prometheus_text_has_the_names_types_and_values) {
           "troupe_time_to_first_token_milliseconds{quantile=\"0.5\"} 12\n",
           "troupe_time_to_first_token_milliseconds_count 3\n", "troupe_generation_tokens_total 500\n",
           "troupe_requests_total{outcome=\"completed\"} 11\n", "troupe_overloaded_total 2\n", "troupe_ready 1\n",
-          "troupe_steps_total 42\n"}) {
+          "troupe_steps_total 42\n", "# TYPE troupe_forks_total counter\ntroupe_forks_total 3\n",
+          "troupe_forked_prompt_tokens_total 81\n", "troupe_prefill_tokens_total 300\n"}) {
         EXPECT_NE(t.find(line), std::string::npos) << line << "\n---\n" << t;
     }
 }
@@ -307,6 +312,8 @@ TEST(metrics_text, admin_state_json_carries_the_snapshot_plugins_config_and_temp
     EXPECT_EQ(snap["requests"].as_array()[0].as_object()["state"].as_string(), "decoding");
     EXPECT_EQ(snap["requests"].as_array()[0].as_object()["n_generated_tokens"].as_int64(), 3);
     EXPECT_EQ(snap["kv"].as_object()["n_free"].as_int64(), 85);
+    EXPECT_EQ(snap["steps"].as_object()["n_forks"].as_int64(), 3);
+    EXPECT_EQ(snap["steps"].as_object()["n_forked_prompt_tokens"].as_int64(), 81);
     EXPECT_DOUBLE_EQ(snap["ttft_ms"].as_object()["median_ms"].as_double(), 12.0);
     EXPECT_TRUE(snap["accepting"].as_bool());
     EXPECT_EQ(o["plugins"].as_array().size(), 2u);
