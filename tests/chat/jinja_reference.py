@@ -131,6 +131,9 @@ ERROR_CASES = [
     ("unknown_filter_used", "{{ 'x' | no_such_filter }}", "error"),
     ("call_a_string", "{{ messages[0].role() }}", "error"),
     ("unpack_mismatch", "{% for a, b in [[1, 2, 3]] %}{% endfor %}", "error"),
+    ("printf_missing_argument", "{{ '%s and %s' % ('one',) }}", "error"),
+    ("printf_extra_argument", "{{ 'no slot' | format(1) }}", "error"),
+    ("printf_bad_number", "{{ '%d' % 'x' }}", "error"),
 ]
 
 

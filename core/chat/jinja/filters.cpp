@@ -7,6 +7,7 @@
 #include <unordered_map>
 
 #include "core/chat/jinja/evaluator.h"
+#include "core/chat/jinja/printf_format.h"
 #include "core/chat/jinja/string_ops.h"
 
 namespace troupe::jinja {
@@ -463,6 +464,7 @@ const std::unordered_map<std::string_view, filter_fn>& filters() {
         {"escape", f_escape},
         {"first", f_first},
         {"float", f_float},
+        {"format", format_filter},
         {"indent", f_indent},
         {"int", f_int},
         {"items", f_items},

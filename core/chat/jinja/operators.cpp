@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "core/chat/jinja/evaluator.h"
+#include "core/chat/jinja/printf_format.h"
 
 namespace troupe::jinja {
 namespace {
@@ -137,6 +138,8 @@ value arithmetic(binary_op op, const value& a, const value& b) {
 
 value binary_operation(binary_op op, const value& a, const value& b) {
     if (op == binary_op::concat) return value::string(to_str(a) + to_str(b));
+    // 'text %s' % x: Python's printf-style formatting (an undefined x prints as "", as str() of it does).
+    if (op == binary_op::mod && a.is_string()) return value::string(printf_format(a.s, b));
     if (a.is_undefined()) fail_undefined(a);
     if (b.is_undefined()) fail_undefined(b);
     if (a.is_number() && b.is_number()) return arithmetic(op, a, b);
@@ -151,9 +154,6 @@ value binary_operation(binary_op op, const value& a, const value& b) {
     if (op == binary_op::mul) {
         if ((a.is_string() || a.is_sequence()) && is_int(b)) return repeat(a, int_of(b));
         if ((b.is_string() || b.is_sequence()) && is_int(a)) return repeat(b, int_of(a));
-    }
-    if (op == binary_op::mod && a.is_string()) {
-        throw render_error("printf-style string formatting ('...' % value) is not supported; use ~ or format filters");
     }
     unsupported(op, a, b);
 }
