@@ -111,7 +111,8 @@ def compare(label, expected, got):
 
 
 # (name, template, what must happen): 'syntax' (both fail to parse, troupe names jinja2's line), 'raise'
-# (troupe reports the message), 'error' (both fail while rendering).
+# (troupe reports the message), 'error' (both fail while rendering), 'message' (both fail while rendering,
+# troupe with jinja2's message).
 ERROR_CASES = [
     ("unclosed_for", "line one\n{% for m in messages %}\n{{ m.role }}\n", "syntax"),
     ("unclosed_if", "{% if true %}\nx\n{% elif false %}\ny", "syntax"),
@@ -134,6 +135,9 @@ ERROR_CASES = [
     ("printf_missing_argument", "{{ '%s and %s' % ('one',) }}", "error"),
     ("printf_extra_argument", "{{ 'no slot' | format(1) }}", "error"),
     ("printf_bad_number", "{{ '%d' % 'x' }}", "error"),
+    ("sandbox_list_append", "{% set xs = [] %}{% set _ = xs.append(1) %}{{ xs }}", "message"),
+    ("sandbox_dict_update", "{% set d = {'a': 1} %}{{ d.update({'b': 2}) }}", "message"),
+    ("sandbox_list_sort", "{% set xs = [2, 1] %}{{ xs.sort() }}", "message"),
 ]
 
 
@@ -166,6 +170,8 @@ def run_error_cases(env, raised_type, jinja2, troupe, case_path, work):
                 failures.append(f"{label}: the template raises {expected[1]!r}; troupe says {got[1]!r}")
         elif expected[0] != "error":
             failures.append(f"{label}: expected a rendering error from jinja2, got {expected}")
+        elif kind == "message" and expected[1].split(": ", 1)[-1] not in got[1]:
+            failures.append(f"{label}: jinja2 fails with {expected[1]!r}; troupe says {got[1]!r}")
         print(f"  {name}: troupe: {got[1]}")
     return failures
 

@@ -125,6 +125,7 @@ value evaluator::eval_attribute(const value& object, const std::string& name) {
         if (const value* v = object.d->find(name)) return *v;
         return value::undefined("'Namespace' object has no attribute '" + name + "'");
     }
+    if (is_unsafe_method(object, name)) return unsafe_attribute(object, name);
     value method = bound_method(object, name);
     if (!method.is_undefined()) return method;
     if (object.kind == value_kind::dict) {

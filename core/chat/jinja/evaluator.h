@@ -106,6 +106,13 @@ void add_builtin_globals(dict& globals);
 
 // Methods of strings, lists and dicts (methods.cpp): a bound method, or undefined when `name` is none.
 value bound_method(const value& object, const std::string& name);
+// The methods that change a list or dict in place (append, pop, update, ...): transformers renders in jinja2's
+// ImmutableSandboxedEnvironment, where reaching one gives an undefined value that raises SecurityError when
+// called ("is defined" is false, it prints as ""), so a template that appends fails there and fails here.
+// The list is jinja2 3.1.6's (3.1.2 still let list.pop and list.clear through, and the attr filter).
+bool is_unsafe_method(const value& object, const std::string& name);
+// That undefined value, carrying the sandbox's message.
+value unsafe_attribute(const value& object, const std::string& name);
 
 // value <-> text as JSON (json_text.cpp): Python's json.dumps as transformers' tojson filter calls it.
 struct json_dump_options {

@@ -59,6 +59,8 @@ value f_attr(evaluator&, const value& v, const call_args& a) {
     const std::string name = need_string(a.get(0, "name"), "attr() name");
     if (v.kind == value_kind::ns) {
         if (const value* x = v.d->find(name)) return *x;
+    } else if (is_unsafe_method(v, name)) {
+        return unsafe_attribute(v, name);
     } else if (value method = bound_method(v, name); !method.is_undefined()) {
         return method;
     }

@@ -58,7 +58,8 @@ bool t_mapping(const value& v, const call_args&) {
     return v.is_mapping();
 }
 bool t_callable(const value& v, const call_args&) {
-    return v.kind == value_kind::callable;
+    // jinja2's Undefined has __call__ (calling it raises), so Python's callable() says True of it.
+    return v.kind == value_kind::callable || v.is_undefined();
 }
 bool t_iterable(const value& v, const call_args&) {
     return v.is_undefined() || v.is_string() || v.is_sequence() || v.is_mapping();

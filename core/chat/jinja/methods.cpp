@@ -132,38 +132,11 @@ value dict_method(const value& d, const std::string& name, const call_args& a) {
         return a.has(1, "") ? a.pos[1] : value::none();
     }
     if (name == "copy") return value::dict(*d.d);
-    if (name == "update") {
-        a.expect_at_most(what, 1, {});
-        if (!a.pos.empty()) {
-            if (!a.pos[0].is_mapping()) throw render_error(what + " needs a dict");
-            for (const auto& [k, v] : a.pos[0].d->items) d.d->set(k, v);
-        }
-        for (const auto& [k, v] : a.kw) d.d->set(k, v);
-        return value::none();
-    }
     throw render_error("'dict object' has no method '" + name + "'");
 }
 
 value list_method(const value& l, const std::string& name, const call_args& a) {
     const std::string what = type_name(l) + "." + name + "()";
-    if (name == "append" && l.kind == value_kind::list) {
-        a.expect_at_most(what, 1, {});
-        l.l->push_back(a.get(0, ""));
-        return value::none();
-    }
-    if (name == "extend" && l.kind == value_kind::list) {
-        for (auto& v : iterate(a.get(0, ""))) l.l->push_back(std::move(v));
-        return value::none();
-    }
-    if (name == "pop" && l.kind == value_kind::list) {
-        if (l.l->empty()) throw render_error("pop from empty list");
-        int64_t k = int_arg(a.get(0, ""), -1, what + " index");
-        if (k < 0) k += static_cast<int64_t>(l.l->size());
-        if (k < 0 || k >= static_cast<int64_t>(l.l->size())) throw render_error("pop index out of range");
-        value v = (*l.l)[static_cast<size_t>(k)];
-        l.l->erase(l.l->begin() + k);
-        return v;
-    }
     if (name == "index" || name == "count") {
         const value x = a.get(0, "");
         int64_t n = 0;
@@ -184,8 +157,8 @@ bool is_method(const value& object, const std::string& name) {
                                            "startswith", "endswith", "upper",   "lower",   "title",   "capitalize",
                                            "replace",    "find",     "rfind",   "index",   "count",   "join",
                                            "isdigit",    "isalpha",  "isalnum", "isspace", "islower", "isupper"};
-    static const char* dict_methods[] = {"items", "keys", "values", "get", "copy", "update"};
-    static const char* list_methods[] = {"append", "extend", "pop", "index", "count", "copy"};
+    static const char* dict_methods[] = {"items", "keys", "values", "get", "copy"};
+    static const char* list_methods[] = {"index", "count", "copy"};
     auto in = [&](const auto& names) {
         for (const char* n : names) {
             if (name == n) return true;
@@ -214,6 +187,23 @@ bool is_method(const value& object, const std::string& name) {
 }
 
 }  // namespace
+
+bool is_unsafe_method(const value& object, const std::string& name) {
+    static const char* list_changes[] = {"append", "extend", "remove", "sort", "clear", "pop", "reverse", "insert"};
+    static const char* dict_changes[] = {"clear", "pop", "update", "popitem", "setdefault"};
+    auto in = [&](const auto& names) {
+        for (const char* n : names) {
+            if (name == n) return true;
+        }
+        return false;
+    };
+    return (object.kind == value_kind::list && in(list_changes)) ||
+           (object.kind == value_kind::dict && in(dict_changes));
+}
+
+value unsafe_attribute(const value& object, const std::string& name) {
+    return value::undefined("access to attribute '" + name + "' of '" + type_name(object) + "' object is unsafe.");
+}
 
 value bound_method(const value& object, const std::string& name) {
     if (!is_method(object, name)) return value::undefined("");
