@@ -108,6 +108,53 @@ value string_method(const std::string& s, const std::string& name, const call_ar
     if (name == "isspace") return all_of([](unsigned char c) { return std::isspace(c) != 0; });
     if (name == "islower") return value::boolean(py_lower(s) == s && py_upper(s) != s);
     if (name == "isupper") return value::boolean(py_upper(s) == s && py_lower(s) != s);
+    if (name == "isnumeric" || name == "isdecimal") return all_of([](unsigned char c) { return std::isdigit(c) != 0; });
+    if (name == "isascii") {
+        for (char c : s) {
+            if (static_cast<unsigned char>(c) >= 0x80) return value::boolean(false);
+        }
+        return value::boolean(true);
+    }
+    if (name == "istitle") return value::boolean(py_title(s) == s && py_lower(s) != s);
+    if (name == "casefold") return value::string(py_lower(s));
+    if (name == "swapcase") {
+        std::string out = s;
+        for (auto& c : out) {
+            const auto u = static_cast<unsigned char>(c);
+            c = static_cast<char>(std::isupper(u) ? std::tolower(u) : std::toupper(u));
+        }
+        return value::string(std::move(out));
+    }
+    if (name == "ljust" || name == "rjust" || name == "center" || name == "zfill") {
+        a.expect_at_most(what, name == "zfill" ? 1 : 2, {});
+        const int64_t width = int_arg(a.get(0, ""), 0, what + " width");
+        const std::string fill = name == "zfill" ? "0"
+                                 : a.has(1, "")  ? string_arg(a.get(1, ""), what + " fillchar")
+                                                 : " ";
+        if (code_points(fill).size() != 1) throw render_error("The fill character must be exactly one character long");
+        return value::string(py_pad(s, width, fill, name));
+    }
+    if (name == "partition" || name == "rpartition") {
+        a.expect_at_most(what, 1, {});
+        const std::string sep = string_arg(a.get(0, ""), what + " sep");
+        if (sep.empty()) throw render_error("empty separator");
+        const size_t k = name == "partition" ? s.find(sep) : s.rfind(sep);
+        if (k == std::string::npos) {
+            return name == "partition" ? value::tuple({value::string(s), value::string(""), value::string("")})
+                                       : value::tuple({value::string(""), value::string(""), value::string(s)});
+        }
+        return value::tuple(
+            {value::string(s.substr(0, k)), value::string(sep), value::string(s.substr(k + sep.size()))});
+    }
+    if (name == "removeprefix" || name == "removesuffix") {
+        a.expect_at_most(what, 1, {});
+        const std::string affix_text = string_arg(a.get(0, ""), what + " argument");
+        if (name == "removeprefix" && s.starts_with(affix_text)) return value::string(s.substr(affix_text.size()));
+        if (name == "removesuffix" && !affix_text.empty() && s.ends_with(affix_text)) {
+            return value::string(s.substr(0, s.size() - affix_text.size()));
+        }
+        return value::string(s);
+    }
     throw render_error("'str object' has no method '" + name + "'");
 }
 
@@ -153,10 +200,12 @@ value list_method(const value& l, const std::string& name, const call_args& a) {
 }
 
 bool is_method(const value& object, const std::string& name) {
-    static const char* string_methods[] = {"strip",      "lstrip",   "rstrip",  "split",   "rsplit",  "splitlines",
-                                           "startswith", "endswith", "upper",   "lower",   "title",   "capitalize",
-                                           "replace",    "find",     "rfind",   "index",   "count",   "join",
-                                           "isdigit",    "isalpha",  "isalnum", "isspace", "islower", "isupper"};
+    static const char* string_methods[] = {
+        "strip",     "lstrip",    "rstrip",    "split",      "rsplit",       "splitlines",  "startswith", "endswith",
+        "upper",     "lower",     "title",     "capitalize", "replace",      "find",        "rfind",      "index",
+        "count",     "join",      "isdigit",   "isalpha",    "isalnum",      "isspace",     "islower",    "isupper",
+        "isnumeric", "isdecimal", "isascii",   "istitle",    "casefold",     "swapcase",    "ljust",      "rjust",
+        "center",    "zfill",     "partition", "rpartition", "removeprefix", "removesuffix"};
     static const char* dict_methods[] = {"items", "keys", "values", "get", "copy"};
     static const char* list_methods[] = {"index", "count", "copy"};
     auto in = [&](const auto& names) {

@@ -2,6 +2,8 @@
 
 #include <cctype>
 
+#include "core/chat/jinja/value.h"
+
 namespace troupe::jinja {
 namespace {
 
@@ -171,6 +173,28 @@ int64_t py_count(std::string_view s, std::string_view sub) {
     int64_t n = 0;
     for (size_t k = s.find(sub); k != std::string_view::npos; k = s.find(sub, k + sub.size())) ++n;
     return n;
+}
+
+std::string py_pad(std::string_view s, int64_t width, std::string_view fill, std::string_view how) {
+    const auto n = static_cast<int64_t>(code_point_offsets(s).size());
+    if (width <= n) return std::string(s);
+    auto repeat = [&](int64_t k) {
+        std::string out;
+        for (int64_t j = 0; j < k; ++j) out += fill;
+        return out;
+    };
+    const int64_t total = width - n;
+    if (how == "ljust") return std::string(s) + repeat(total);
+    if (how == "rjust") return repeat(total) + std::string(s);
+    if (how == "zfill") {
+        // The zeros go after a leading sign.
+        if (!s.empty() && (s[0] == '+' || s[0] == '-'))
+            return std::string(1, s[0]) + repeat(total) + std::string(s.substr(1));
+        return repeat(total) + std::string(s);
+    }
+    // center: CPython puts the odd extra character on the left when the width and the text's length are odd.
+    const int64_t left = total / 2 + (total & width & 1);
+    return repeat(left) + std::string(s) + repeat(total - left);
 }
 
 }  // namespace troupe::jinja

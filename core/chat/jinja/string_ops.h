@@ -22,5 +22,7 @@ std::string py_capitalize(std::string_view s);  // str.capitalize()
 // str.replace: count < 0 replaces all.
 std::string py_replace(std::string_view s, std::string_view from, std::string_view to, int64_t count);
 int64_t py_count(std::string_view s, std::string_view sub);
+// str.ljust / rjust / center / zfill (`how` names which) to `width` code points with the one-character `fill`.
+std::string py_pad(std::string_view s, int64_t width, std::string_view fill, std::string_view how);
 
 }  // namespace troupe::jinja
