@@ -12,6 +12,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -116,10 +117,10 @@ value unsafe_attribute(const value& object, const std::string& name);
 
 // value <-> text as JSON (json_text.cpp): Python's json.dumps as transformers' tojson filter calls it.
 struct json_dump_options {
-    int indent = -1;  // -1: one line
+    std::optional<std::string> indent;  // none: one line; else one level's text (indent=2: "  ", indent='\t')
     bool sort_keys = false;
     bool ensure_ascii = false;
-    std::string item_separator;  // empty: ", " on one line, "," with indent
+    std::optional<std::string> item_separator;  // none: ", " on one line, "," with an indent
     std::string key_separator = ": ";
 };
 std::string to_json(const value& v, const json_dump_options& options);

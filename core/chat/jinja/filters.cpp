@@ -405,7 +405,12 @@ value f_tojson(evaluator&, const value& v, const call_args& a) {
     json_dump_options o;
     o.ensure_ascii = a.get(0, "ensure_ascii", value::boolean(false)).truthy();
     const value indent = a.get(1, "indent", value::none());
-    if (!indent.is_none()) o.indent = static_cast<int>(need_int(indent, "tojson() indent"));
+    // json.dumps: a string indent is each level's text, a number that many spaces (none for a negative one).
+    if (indent.is_string()) {
+        o.indent = indent.s;
+    } else if (!indent.is_none()) {
+        o.indent = std::string(static_cast<size_t>(std::max<int64_t>(0, need_int(indent, "tojson() indent"))), ' ');
+    }
     const value separators = a.get(2, "separators", value::none());
     if (!separators.is_none()) {
         if (!separators.is_sequence() || separators.l->size() != 2 || !(*separators.l)[0].is_string() ||

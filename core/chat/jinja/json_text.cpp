@@ -71,7 +71,7 @@ void quote(std::string& out, std::string_view s, bool ensure_ascii) {
 class json_writer {
 public:
     explicit json_writer(const json_dump_options& o) : o_(o) {
-        item_sep_ = !o.item_separator.empty() ? o.item_separator : (o.indent >= 0 ? "," : ", ");
+        item_sep_ = o.item_separator ? *o.item_separator : (o.indent ? "," : ", ");
     }
 
     void write(const value& v, int level) {
@@ -143,14 +143,14 @@ private:
 
     void newline(int level) {
         out_ += '\n';
-        out_.append(static_cast<size_t>(o_.indent * level), ' ');
+        for (int k = 0; k < level; ++k) out_ += *o_.indent;
     }
     void separate(size_t k, int level) {
         if (k > 0) out_ += item_sep_;
-        if (o_.indent >= 0) newline(level);
+        if (o_.indent) newline(level);
     }
     void close(char c, bool empty, int level) {
-        if (!empty && o_.indent >= 0) newline(level);
+        if (!empty && o_.indent) newline(level);
         out_ += c;
     }
 };
