@@ -159,7 +159,8 @@ inline uint64_t last_layer_out(troupe_plugin_instance*) {
 
 // Their tap table: LAYER_OUT wanted, each row given to observe (which keeps those is_last_layer_out accepts).
 constexpr troupe_tap_ops last_layer_taps(decltype(troupe_tap_ops::observe) observe) {
-    return troupe_tap_ops{sizeof(troupe_tap_ops), TROUPE_TAP_OPS_VERSION, last_layer_out, observe};
+    return troupe_tap_ops{sizeof(troupe_tap_ops), TROUPE_TAP_OPS_VERSION, last_layer_out, observe,
+                          0};  // rows in host memory
 }
 
 // Whether `d` is such a feature row: LAYER_OUT of the last of the target's n_layers layers, on the CPU.

@@ -71,7 +71,11 @@ TEST(scheduler_actor, a_streamer_that_falls_behind_fails_the_request_as_overload
     for (int64_t step = 1; step <= 3; ++step) {
         step_done d;
         d.step_id = step;
-        d.results.push_back({1, {testing::fake_id('c')}, 0, 0, 0, steady_clock::now()});
+        sequence_result r;
+        r.seq_id = 1;
+        r.tokens = {testing::fake_id('c')};
+        r.t_sampled = steady_clock::now();
+        d.results.push_back(std::move(r));
         sched.inbox().post(d);
         home.run_until_idle();
     }

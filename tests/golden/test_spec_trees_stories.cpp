@@ -112,7 +112,9 @@ TEST(spec_trees_stories, greedy_output_through_trees_is_the_golden_and_takes_few
             EXPECT_EQ(r->text, expected);
         }
         n_steps.push_back(eng.stats().n_steps);
-        if (speculate) EXPECT_GT(spec->n_story_nodes_accepted(), 3 * 20);  // most steps accept through node 1
+        if (speculate) {
+            EXPECT_GT(spec->n_story_nodes_accepted(), 3 * 20);  // most steps accept through node 1
+        }
         EXPECT_TRUE(eng.stop(std::chrono::seconds(1)).ok());
     }
     // Up to three story tokens and the bonus per tree (fewer where the KV allocator grants less draft room).

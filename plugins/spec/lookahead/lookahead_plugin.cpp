@@ -293,7 +293,7 @@ constexpr troupe_spec_ops lookahead_ops =
 
 // LOGITS wanted only with the window on (lookahead_wanted), unlike last_layer_taps.
 constexpr troupe_tap_ops lookahead_taps = {sizeof(troupe_tap_ops), TROUPE_TAP_OPS_VERSION, lookahead_wanted,
-                                           lookahead_observe};
+                                           lookahead_observe, 0};  // rows in host memory
 
 constexpr troupe_plugin_descriptor lookahead_descriptor = spec_descriptor({
     .name = "lookahead",
