@@ -76,6 +76,46 @@ std::optional<std::pair<boost::json::value, size_t>> leading_json(std::string_vi
     return std::nullopt;
 }
 
+// Qwen3-Coder's call inside <tool_call>: <function=NAME> then <parameter=KEY>VALUE</parameter> per argument,
+// then </function>. The template writes one newline around each value (dropped here), and a value as text
+// (a string) or as JSON (objects, lists); numbers, true/false and null read as JSON too, as the template
+// writes those with | string. nullopt if the body is not of that shape.
+std::optional<parsed_tool_call> xml_function_call(std::string_view body) {
+    const std::string b = trim(body);
+    std::string_view rest = b;
+    if (!rest.starts_with("<function=")) return std::nullopt;
+    const size_t name_end = rest.find('>');
+    if (name_end == std::string_view::npos) return std::nullopt;
+    parsed_tool_call call;
+    call.name =
+        trim(rest.substr(std::string_view("<function=").size(), name_end - std::string_view("<function=").size()));
+    if (call.name.empty()) return std::nullopt;
+    rest = rest.substr(name_end + 1);
+    boost::json::object args;
+    while (true) {
+        const size_t k = rest.find_first_not_of(" \n\t\r");
+        rest = k == std::string_view::npos ? std::string_view{} : rest.substr(k);
+        if (rest.empty() || rest.starts_with("</function>")) break;
+        if (!rest.starts_with("<parameter=")) return std::nullopt;
+        const size_t key_end = rest.find('>');
+        const size_t value_end = rest.find("</parameter>");
+        if (key_end == std::string_view::npos || value_end == std::string_view::npos || value_end < key_end) {
+            return std::nullopt;
+        }
+        const std::string key(
+            rest.substr(std::string_view("<parameter=").size(), key_end - std::string_view("<parameter=").size()));
+        std::string_view value = rest.substr(key_end + 1, value_end - key_end - 1);
+        if (value.starts_with('\n')) value.remove_prefix(1);
+        if (value.ends_with('\n')) value.remove_suffix(1);
+        auto parsed = parse_json(value);
+        const bool json_value = parsed && !parsed->is_string();
+        args[key] = json_value ? *parsed : boost::json::value(boost::json::string(value));
+        rest = rest.substr(value_end + std::string_view("</parameter>").size());
+    }
+    call.arguments = boost::json::serialize(args);
+    return call;
+}
+
 parsed_reply parse_hermes(std::string_view text) {
     parsed_reply out;
     std::string content;
@@ -88,7 +128,7 @@ parsed_reply parse_hermes(std::string_view text) {
         const bool closed = close != std::string_view::npos;
         if (!closed) close = text.size();  // a reply cut at the stop token may lack the closing tag
         auto v = parse_json(trim(text.substr(body, close - body)));
-        auto call = v ? call_of(*v) : std::nullopt;
+        auto call = v ? call_of(*v) : xml_function_call(text.substr(body, close - body));
         if (!call) return parsed_reply{std::string(text), {}};
         content += text.substr(pos, open - pos);
         out.tool_calls.push_back(std::move(*call));

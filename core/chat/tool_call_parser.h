@@ -2,6 +2,7 @@
 // tool-call formats of the model families whose chat templates define tools:
 //
 //   hermes   (Hermes 2/3, Qwen2.5)   <tool_call>\n{"name": "f", "arguments": {...}}\n</tool_call>   (repeated)
+//            (Qwen3-Coder)           <tool_call>\n<function=f>\n<parameter=k>\nv\n</parameter>\n</function>\n</tool_call>
 //   llama3   (Llama 3.1-3.3)         {"name": "f", "parameters": {...}}   the whole reply, optionally after
 //                                    <|python_tag|>, several separated by ';'
 //   mistral  (Mistral v3)            [TOOL_CALLS] [{"name": "f", "arguments": {...}, "id": "abc123xyz"}, ...]

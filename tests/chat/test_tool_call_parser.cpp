@@ -61,6 +61,13 @@ TEST(tool_call_parser, each_familys_calls_become_tool_calls_with_json_arguments)
          "<tool_call>{\"name\": \"f\", \"arguments\": \"{\\\"a\\\": 1}\"}</tool_call>",
          "",
          {{"", "f", R"({"a": 1})"}}},
+        {tool_call_format::hermes,  // Qwen3-Coder's XML body, as its template writes a call: text values as
+                                    // strings, JSON ones (numbers, lists) as JSON, one newline around each dropped
+         "I'll look.\n<tool_call>\n<function=search>\n<parameter=query>\nnews\ntoday\n</parameter>\n"
+         "<parameter=limit>\n3\n</parameter>\n<parameter=tags>\n[\"a\", \"b\"]\n</parameter>\n</function>\n"
+         "</tool_call>\n<tool_call>\n<function=now>\n</function>\n</tool_call>",
+         "I'll look.",
+         {{"", "search", R"({"query":"news\ntoday","limit":3,"tags":["a","b"]})"}, {"", "now", "{}"}}},
     };
     for (const auto& r : rows) {
         const parsed_reply p = parse_tool_calls(r.format, r.text);
@@ -79,6 +86,7 @@ TEST(tool_call_parser, text_that_is_no_valid_call_stays_content_untouched) {
         {tool_call_format::hermes, "The weather is fine."},
         {tool_call_format::hermes, "<tool_call>\n{not json}\n</tool_call>"},
         {tool_call_format::hermes, "<tool_call>{\"arguments\": {}}</tool_call>"},
+        {tool_call_format::hermes, "<tool_call>\n<function=f>\n<parameter=x>unclosed\n</function>\n</tool_call>"},
         {tool_call_format::llama3, "Paris is sunny today."},
         {tool_call_format::llama3, "{\"name\": \"a\", \"parameters\": {}} and then some prose"},
         {tool_call_format::llama3, "{\"city\": \"Paris\"}"},
