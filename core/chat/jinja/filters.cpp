@@ -9,6 +9,7 @@
 #include "core/chat/jinja/evaluator.h"
 #include "core/chat/jinja/printf_format.h"
 #include "core/chat/jinja/string_ops.h"
+#include "core/chat/jinja/unicode_case.h"
 
 namespace troupe::jinja {
 namespace {
@@ -385,19 +386,27 @@ value f_sum(evaluator& ev, const value& v, const call_args& a) {
 }
 
 value f_title(evaluator&, const value& v, const call_args&) {
-    // jinja2's title: words start after '-', whitespace and opening brackets; the rest of a word is lowered.
-    std::string s = to_str(v);
+    // jinja2's title: split at runs of '-', whitespace and opening brackets; in each word the first character
+    // upper case (str.upper), the rest lowered (str.lower).
+    auto separator = [](char32_t c) {
+        return c == '-' || c == '(' || c == '{' || c == '[' || c == '<' || py_is_space(c);
+    };
+    std::string out;
+    std::string rest;  // the current word after its first character
     bool word_start = true;
-    for (char& c : s) {
-        if (c == '-' || c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v' || c == '(' ||
-            c == '{' || c == '[' || c == '<') {
+    for (char32_t c : decode_utf8(to_str(v))) {
+        if (separator(c)) {
+            out += py_lower(std::exchange(rest, {}));
+            append_utf8(out, c);
             word_start = true;
-            continue;
+        } else if (word_start) {
+            append_upper(out, c);
+            word_start = false;
+        } else {
+            append_utf8(rest, c);
         }
-        c = word_start ? py_upper(std::string(1, c))[0] : py_lower(std::string(1, c))[0];
-        word_start = false;
     }
-    return value::string(std::move(s));
+    return value::string(out + py_lower(rest));
 }
 
 value f_tojson(evaluator&, const value& v, const call_args& a) {

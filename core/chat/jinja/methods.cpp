@@ -1,8 +1,11 @@
 // Methods called on values, as Python's str, list and dict have them: 'x'.strip(), text.split(','),
 // message.get('content'), d.items(), list.append(x) ... A method name on an object that has no such method
 // is not a method: the caller then looks the name up as an item.
+#include <algorithm>
+
 #include "core/chat/jinja/evaluator.h"
 #include "core/chat/jinja/string_ops.h"
+#include "core/chat/jinja/unicode_case.h"
 
 namespace troupe::jinja {
 namespace {
@@ -105,7 +108,10 @@ value string_method(const std::string& s, const std::string& name, const call_ar
     if (name == "isdigit") return all_of([](unsigned char c) { return std::isdigit(c) != 0; });
     if (name == "isalpha") return all_of([](unsigned char c) { return std::isalpha(c) != 0; });
     if (name == "isalnum") return all_of([](unsigned char c) { return std::isalnum(c) != 0; });
-    if (name == "isspace") return all_of([](unsigned char c) { return std::isspace(c) != 0; });
+    if (name == "isspace") {
+        const auto cps = decode_utf8(s);
+        return value::boolean(!cps.empty() && std::all_of(cps.begin(), cps.end(), py_is_space));
+    }
     if (name == "islower") return value::boolean(py_lower(s) == s && py_upper(s) != s);
     if (name == "isupper") return value::boolean(py_upper(s) == s && py_lower(s) != s);
     if (name == "isnumeric" || name == "isdecimal") return all_of([](unsigned char c) { return std::isdigit(c) != 0; });
@@ -118,10 +124,16 @@ value string_method(const std::string& s, const std::string& name, const call_ar
     if (name == "istitle") return value::boolean(py_title(s) == s && py_lower(s) != s);
     if (name == "casefold") return value::string(py_lower(s));
     if (name == "swapcase") {
-        std::string out = s;
-        for (auto& c : out) {
-            const auto u = static_cast<unsigned char>(c);
-            c = static_cast<char>(std::isupper(u) ? std::tolower(u) : std::toupper(u));
+        std::string out;
+        for (char32_t c : decode_utf8(s)) {
+            // Upper case letters lowered, lower case ones raised; title case ones (ǅ) and the rest kept.
+            std::string self;
+            std::string lower;
+            std::string upper;
+            append_utf8(self, c);
+            append_lower(lower, c);
+            append_upper(upper, c);
+            out += lower != self && upper == self ? lower : upper != self && lower == self ? upper : self;
         }
         return value::string(std::move(out));
     }

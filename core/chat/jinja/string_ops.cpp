@@ -1,39 +1,65 @@
 #include "core/chat/jinja/string_ops.h"
 
-#include <cctype>
+#include <algorithm>
 
+#include "core/chat/jinja/unicode_case.h"
 #include "core/chat/jinja/value.h"
 
 namespace troupe::jinja {
 namespace {
 
-bool is_ws(char c) {
-    return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v';
+// The code point at byte k of s and its byte length (1 for a malformed byte, read as U+FFFD).
+std::pair<char32_t, size_t> code_point_at(std::string_view s, size_t k) {
+    const auto c = static_cast<unsigned char>(s[k]);
+    const size_t n = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
+    if (n == 0 || k + n > s.size()) return {0xFFFD, 1};
+    return {decode_utf8(s.substr(k, n))[0], n};
 }
-bool is_upper(char c) {
-    return c >= 'A' && c <= 'Z';
+
+// Byte k is where a whitespace character starts (Python's str.isspace: also U+00A0, U+3000, ...); its length.
+size_t space_at(std::string_view s, size_t k) {
+    const auto [c, n] = code_point_at(s, k);
+    return py_is_space(c) ? n : 0;
 }
-bool is_lower(char c) {
-    return c >= 'a' && c <= 'z';
-}
-char to_upper(char c) {
-    return is_lower(c) ? static_cast<char>(c - 32) : c;
-}
-char to_lower(char c) {
-    return is_upper(c) ? static_cast<char>(c + 32) : c;
+
+// The byte where the whitespace character ending at byte `end` starts, or `end` if none ends there.
+size_t space_before(std::string_view s, size_t end) {
+    size_t k = end - 1;
+    while (k > 0 && (static_cast<unsigned char>(s[k]) & 0xC0) == 0x80) --k;
+    return space_at(s, k) == end - k ? k : end;
 }
 
 }  // namespace
 
 std::string py_strip(std::string_view s, const std::optional<std::string>& chars, bool left, bool right) {
-    auto strip_char = [&](char c) { return chars ? chars->find(c) != std::string::npos : is_ws(c); };
     size_t begin = 0;
     size_t end = s.size();
+    if (!chars) {
+        if (left) {
+            for (size_t n; begin < end && (n = space_at(s, begin)) > 0;) begin += n;
+        }
+        if (right) {
+            for (size_t k; end > begin && (k = space_before(s, end)) < end;) end = k;
+        }
+        return std::string(s.substr(begin, end - begin));
+    }
+    // Strip whole code points that are among `chars`' code points.
+    const std::vector<char32_t> set = decode_utf8(*chars);
+    auto in_set = [&](char32_t c) { return std::find(set.begin(), set.end(), c) != set.end(); };
     if (left) {
-        while (begin < end && strip_char(s[begin])) ++begin;
+        while (begin < end) {
+            const auto [c, n] = code_point_at(s, begin);
+            if (!in_set(c)) break;
+            begin += n;
+        }
     }
     if (right) {
-        while (end > begin && strip_char(s[end - 1])) --end;
+        while (end > begin) {
+            size_t k = end - 1;
+            while (k > begin && (static_cast<unsigned char>(s[k]) & 0xC0) == 0x80) --k;
+            if (!in_set(code_point_at(s, k).first)) break;
+            end = k;
+        }
     }
     return std::string(s.substr(begin, end - begin));
 }
@@ -45,10 +71,10 @@ std::vector<std::string> py_split(std::string_view s, const std::optional<std::s
         // Whitespace runs; leading and trailing whitespace gives no empty parts.
         std::vector<std::pair<size_t, size_t>> words;
         for (size_t k = 0; k < s.size();) {
-            while (k < s.size() && is_ws(s[k])) ++k;
+            for (size_t n; k < s.size() && (n = space_at(s, k)) > 0;) k += n;
             if (k >= s.size()) break;
             size_t j = k;
-            while (j < s.size() && !is_ws(s[j])) ++j;
+            while (j < s.size() && space_at(s, j) == 0) j += code_point_at(s, j).second;
             words.emplace_back(k, j);
             k = j;
         }
@@ -98,48 +124,73 @@ std::vector<std::string> py_split(std::string_view s, const std::optional<std::s
 std::vector<std::string> py_splitlines(std::string_view s) {
     std::vector<std::string> out;
     size_t start = 0;
-    for (size_t k = 0; k < s.size(); ++k) {
-        if (s[k] == '\n' || s[k] == '\r') {
-            out.emplace_back(s.substr(start, k - start));
-            if (s[k] == '\r' && k + 1 < s.size() && s[k + 1] == '\n') ++k;
-            start = k + 1;
+    for (size_t k = 0; k < s.size();) {
+        const auto [c, n] = code_point_at(s, k);
+        if (!py_is_line_break(c)) {
+            k += n;
+            continue;
         }
+        out.emplace_back(s.substr(start, k - start));
+        k += n;
+        if (c == '\r' && k < s.size() && s[k] == '\n') ++k;
+        start = k;
     }
     if (start < s.size()) out.emplace_back(s.substr(start));
     return out;
 }
 
 std::string py_upper(std::string_view s) {
-    std::string out(s);
-    for (char& c : out) c = to_upper(c);
+    std::string out;
+    for (char32_t c : decode_utf8(s)) append_upper(out, c);
     return out;
 }
 
 std::string py_lower(std::string_view s) {
-    std::string out(s);
-    for (char& c : out) c = to_lower(c);
-    return out;
-}
-
-std::string py_title(std::string_view s) {
-    std::string out(s);
-    bool prev_cased = false;
-    for (char& c : out) {
-        const bool non_ascii = (static_cast<unsigned char>(c) & 0x80) != 0;
-        if (is_upper(c) || is_lower(c)) {
-            c = prev_cased ? to_lower(c) : to_upper(c);
-            prev_cased = true;
-        } else if (!non_ascii) {
-            prev_cased = false;
+    const std::vector<char32_t> cps = decode_utf8(s);
+    std::string out;
+    for (size_t k = 0; k < cps.size(); ++k) {
+        // Σ at the end of a word is ς: after a cased letter and before none, looking past case-ignorable
+        // characters both ways (SpecialCasing's Final_Sigma).
+        auto cased_beside = [&](size_t from, int step) {
+            for (auto j = static_cast<int64_t>(from) + step; j >= 0 && j < static_cast<int64_t>(cps.size());
+                 j += step) {
+                const char32_t c = cps[static_cast<size_t>(j)];
+                if (!py_is_case_ignorable(c)) return py_is_cased(c);
+            }
+            return false;
+        };
+        if (cps[k] == 0x03A3 && cased_beside(k, -1) && !cased_beside(k, 1)) {
+            append_utf8(out, 0x03C2);
+        } else {
+            append_lower(out, cps[k]);
         }
     }
     return out;
 }
 
-std::string py_capitalize(std::string_view s) {
-    std::string out = py_lower(s);
-    if (!out.empty()) out[0] = to_upper(out[0]);
+std::string py_title(std::string_view s) {
+    std::string out;
+    bool prev_cased = false;
+    for (char32_t c : decode_utf8(s)) {
+        const bool cased = py_is_cased(c);
+        if (cased && prev_cased) {
+            append_lower(out, c);
+        } else if (cased) {
+            append_title(out, c);
+        } else {
+            append_utf8(out, c);
+        }
+        prev_cased = cased;
+    }
     return out;
+}
+
+std::string py_capitalize(std::string_view s) {
+    const std::vector<char32_t> cps = decode_utf8(s);
+    if (cps.empty()) return "";
+    std::string out;
+    append_title(out, cps[0]);
+    return out + py_lower(s.substr(code_point_at(s, 0).second));
 }
 
 std::string py_replace(std::string_view s, std::string_view from, std::string_view to, int64_t count) {

@@ -1,5 +1,5 @@
-// Python's str methods on UTF-8 text, shared by the methods ('x'.strip()) and the filters (|trim).
-// Case mapping is ASCII only: non-ASCII letters keep their case.
+// Python's str methods on UTF-8 text, shared by the methods ('x'.strip()) and the filters (|trim): whitespace,
+// line breaks and case as Python's str has them for the scripts unicode_case.h covers.
 #pragma once
 
 #include <optional>
