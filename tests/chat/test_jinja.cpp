@@ -151,6 +151,17 @@ TEST(jinja, methods_that_change_a_list_or_dict_are_undefined_as_in_transformers_
     });
 }
 
+// Python's ints are unbounded and troupe's are 64-bit: a result past that range is an error naming it, never
+// a wrapped number (and a huge exponent is no loop of that many steps).
+TEST(jinja, integers_past_64_bits_fail_instead_of_wrapping) {
+    const dict vars;
+    for (const char* source : {"{{ 2 ** 64 }}", "{{ 9223372036854775807 + 1 }}", "{{ -9223372036854775807 - 2 }}",
+                               "{{ 4294967296 * 4294967296 }}", "{{ 3 ** 999999999999 }}"}) {
+        const std::string out = render(source, vars);
+        EXPECT_NE(out.find("integer overflow"), std::string::npos) << source << " -> " << out;
+    }
+}
+
 TEST(jinja, raise_exception_gives_the_templates_own_message) {
     const dict vars;
     EXPECT_EQ(render("ok so far {{ raise_exception('Roles must alternate user/assistant') }}", vars),

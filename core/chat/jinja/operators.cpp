@@ -1,6 +1,7 @@
 // Python's arithmetic on values: int op int stays int (except /), any float makes a float, bool counts as
 // int; + joins strings, lists and tuples; * repeats them; // and % floor as Python does; ~ joins str() texts.
 #include <cmath>
+#include <cstdint>
 
 #include "core/chat/jinja/evaluator.h"
 #include "core/chat/jinja/printf_format.h"
@@ -55,6 +56,23 @@ int64_t floor_div(int64_t a, int64_t b) {
     return q;
 }
 
+// Python's ints are unbounded; troupe's are 64-bit, so a result past that range fails plainly rather than
+// wrapping to a wrong number.
+[[noreturn]] void int_overflow(binary_op op) {
+    throw render_error(std::string("integer overflow in '") + op_text(op) +
+                       "': the result does not fit in 64 bits (troupe's integers are 64-bit)");
+}
+
+int64_t checked_pow(int64_t base, int64_t exponent) {
+    int64_t result = 1;
+    while (exponent > 0) {
+        if ((exponent & 1) != 0 && __builtin_mul_overflow(result, base, &result)) int_overflow(binary_op::pow);
+        exponent >>= 1;
+        if (exponent > 0 && __builtin_mul_overflow(base, base, &base)) int_overflow(binary_op::pow);
+    }
+    return result;
+}
+
 value repeat(const value& seq, int64_t n) {
     if (n <= 0) return seq.is_string() ? value::string("") : value::list();
     if (seq.is_string()) {
@@ -76,26 +94,28 @@ value arithmetic(binary_op op, const value& a, const value& b) {
         const int64_t y = int_of(b);
         switch (op) {
             case binary_op::add:
-                return value::integer(x + y);
             case binary_op::sub:
-                return value::integer(x - y);
-            case binary_op::mul:
-                return value::integer(x * y);
+            case binary_op::mul: {
+                int64_t r = 0;
+                const bool overflow = op == binary_op::add   ? __builtin_add_overflow(x, y, &r)
+                                      : op == binary_op::sub ? __builtin_sub_overflow(x, y, &r)
+                                                             : __builtin_mul_overflow(x, y, &r);
+                if (overflow) int_overflow(op);
+                return value::integer(r);
+            }
             case binary_op::div:
                 if (y == 0) throw render_error("division by zero");
                 return value::floating(static_cast<double>(x) / static_cast<double>(y));
             case binary_op::floordiv:
                 if (y == 0) throw render_error("integer division or modulo by zero");
+                if (x == INT64_MIN && y == -1) int_overflow(op);
                 return value::integer(floor_div(x, y));
             case binary_op::mod:
                 if (y == 0) throw render_error("integer division or modulo by zero");
+                if (y == -1) return value::integer(0);
                 return value::integer(x - floor_div(x, y) * y);
             case binary_op::pow:
-                if (y >= 0) {
-                    int64_t r = 1;
-                    for (int64_t k = 0; k < y; ++k) r *= x;
-                    return value::integer(r);
-                }
+                if (y >= 0) return value::integer(checked_pow(x, y));
                 return value::floating(std::pow(static_cast<double>(x), static_cast<double>(y)));
             case binary_op::concat:
             case binary_op::and_:
@@ -166,6 +186,7 @@ value unary_operation(unary_op op, const value& a) {
                            type_name(a) + "'");
     }
     if (a.kind == value_kind::floating) return value::floating(op == unary_op::neg ? -a.f : a.f);
+    if (op == unary_op::neg && int_of(a) == INT64_MIN) int_overflow(binary_op::sub);
     return value::integer(op == unary_op::neg ? -int_of(a) : int_of(a));
 }
 
