@@ -135,6 +135,8 @@ ERROR_CASES = [
     ("printf_missing_argument", "{{ '%s and %s' % ('one',) }}", "error"),
     ("printf_extra_argument", "{{ 'no slot' | format(1) }}", "error"),
     ("printf_bad_number", "{{ '%d' % 'x' }}", "error"),
+    ("macro_extra_argument_without_varargs", "{% macro m(a) %}{{ a }}{% endmacro %}{{ m(1, 2) }}", "error"),
+    ("macro_extra_keyword_without_kwargs", "{% macro m(a) %}{{ varargs }}{% endmacro %}{{ m(1, x=2) }}", "message"),
     ("sandbox_list_append", "{% set xs = [] %}{% set _ = xs.append(1) %}{{ xs }}", "message"),
     ("sandbox_dict_update", "{% set d = {'a': 1} %}{{ d.update({'b': 2}) }}", "message"),
     ("sandbox_list_sort", "{% set xs = [2, 1] %}{{ xs.sort() }}", "message"),

@@ -23,6 +23,8 @@ struct keyword_arg {
 struct arguments {
     std::vector<expr_ptr> pos;
     std::vector<keyword_arg> kw;
+    expr_ptr star_args;    // f(*xs): more positional arguments, after pos; null when not given
+    expr_ptr star_kwargs;  // f(**d): more keyword arguments, after kw
 };
 
 enum class unary_op { neg, pos, not_ };
@@ -141,6 +143,10 @@ struct macro_stmt {
     std::string name;
     std::vector<macro_param> params;
     std::shared_ptr<const body> content;  // shared with the macro values made from it
+    // As in jinja2: a body that reads `varargs` takes extra positional arguments (as that tuple), one that
+    // reads `kwargs` extra keyword arguments (as that dict); otherwise extra arguments are an error.
+    bool catch_varargs = false;
+    bool catch_kwargs = false;
 };
 // {% call(params) macro(args) %}body{% endcall %}: calls the macro with caller() rendering the body.
 struct call_block_stmt {

@@ -57,7 +57,19 @@ call_args evaluator::eval_arguments(const arguments& a) {
     call_args args;
     args.pos.reserve(a.pos.size());
     for (const auto& p : a.pos) args.pos.push_back(eval(*p));
+    if (a.star_args) {
+        for (auto& v : iterate(eval(*a.star_args))) args.pos.push_back(std::move(v));
+    }
     for (const auto& k : a.kw) args.kw.emplace_back(k.name, eval(*k.value));
+    if (a.star_kwargs) {
+        const value d = eval(*a.star_kwargs);
+        if (!d.is_mapping()) throw render_error("argument after ** must be a mapping, not " + type_name(d));
+        for (const auto& [k, v] : d.d->items) {
+            const value key = key_value(k);
+            if (!key.is_string()) throw render_error("keywords must be strings");
+            args.kw.emplace_back(key.s, v);
+        }
+    }
     return args;
 }
 

@@ -1,6 +1,8 @@
 // The statement half of the evaluator: scopes, output, loops, assignments, macros and call blocks.
 #include "core/chat/jinja/evaluator.h"
 
+#include <algorithm>
+
 namespace troupe::jinja {
 namespace {
 
@@ -96,7 +98,8 @@ evaluator::flow evaluator::render_stmt(const stmt& s) {
                 [&](const macro_stmt& m) {
                     auto fn = std::make_shared<macro_function>();
                     fn->name = m.name;
-                    fn->m = macro_call{m.name, &m.params, m.content, scope_, value::undefined("")};
+                    fn->m = macro_call{m.name,          &m.params,     m.content, scope_, value::undefined(""),
+                                       m.catch_varargs, m.catch_kwargs};
                     assign(m.name, value::function(std::move(fn)));
                     return flow::normal;
                 },
@@ -236,14 +239,18 @@ void evaluator::render_set(const set_stmt& s) {
 
 value evaluator::run_macro(const macro_call& m, const call_args& args) {
     const auto& params = *m.params;
-    if (args.pos.size() > params.size()) {
+    if (args.pos.size() > params.size() && !m.catch_varargs) {
         throw render_error("macro '" + m.name + "' takes not more than " + std::to_string(params.size()) +
                            " argument(s), " + std::to_string(args.pos.size()) + " given");
     }
+    dict extra_kwargs;
     for (const auto& [name, v] : args.kw) {
         bool known = false;
         for (const auto& p : params) known = known || p.name == name;
-        if (!known) throw render_error("macro '" + m.name + "' takes no keyword argument '" + name + "'");
+        if (!known && !m.catch_kwargs) {
+            throw render_error("macro '" + m.name + "' takes no keyword argument '" + name + "'");
+        }
+        if (!known) extra_kwargs.set(name, v);
     }
     if (depth_ >= limits_.max_call_depth) {
         throw render_error("macro calls nest deeper than " + std::to_string(limits_.max_call_depth));
@@ -254,6 +261,12 @@ value evaluator::run_macro(const macro_call& m, const call_args& args) {
     std::string text;
     try {
         if (!m.caller.is_undefined()) scope_->vars.set("caller", m.caller);
+        if (m.catch_varargs) {
+            const size_t named = std::min(args.pos.size(), params.size());
+            scope_->vars.set("varargs",
+                             value::tuple({args.pos.begin() + static_cast<std::ptrdiff_t>(named), args.pos.end()}));
+        }
+        if (m.catch_kwargs) scope_->vars.set("kwargs", value::dict(std::move(extra_kwargs)));
         for (size_t k = 0; k < params.size(); ++k) {
             const auto& p = params[k];
             if (k < args.pos.size()) {

@@ -64,6 +64,8 @@ public:
         std::shared_ptr<const body> content;               // the macro's (or call block's) body
         std::shared_ptr<scope> closure;                    // the scope it was defined in
         value caller;                                      // a call block's body; undefined otherwise
+        bool catch_varargs = false;                        // macro_stmt's: extra arguments as varargs / kwargs
+        bool catch_kwargs = false;
     };
     value run_macro(const macro_call& m, const call_args& args);
 

@@ -130,6 +130,8 @@ expr_ptr parser::parse_primary() {
             if (at.text == "true" || at.text == "True") return make(at, literal_expr{value::boolean(true)});
             if (at.text == "false" || at.text == "False") return make(at, literal_expr{value::boolean(false)});
             if (at.text == "none" || at.text == "None") return make(at, literal_expr{value::none()});
+            names_varargs_ = names_varargs_ || at.text == "varargs";
+            names_kwargs_ = names_kwargs_ || at.text == "kwargs";
             return make(at, name_expr{at.text});
         }
         case token_kind::string: {
@@ -300,13 +302,22 @@ arguments parser::parse_arguments() {
             if (skip_op(")")) break;
         }
         first = false;
-        if (at_op("*") || at_op("**")) fail("*args and **kwargs in calls are not supported");
-        if (current().kind == token_kind::name && peek().kind == token_kind::op && peek().text == "=") {
+        // jinja2's order: positional arguments, then *args and keywords, then **kwargs.
+        if (skip_op("*")) {
+            if (args.star_args || args.star_kwargs) fail("*args given twice or after **kwargs");
+            args.star_args = parse_expression();
+        } else if (skip_op("**")) {
+            if (args.star_kwargs) fail("**kwargs given twice");
+            args.star_kwargs = parse_expression();
+        } else if (current().kind == token_kind::name && peek().kind == token_kind::op && peek().text == "=") {
+            if (args.star_kwargs) fail("a keyword argument follows **kwargs");
             std::string name = next().text;
             next();
             args.kw.push_back(keyword_arg{std::move(name), parse_expression()});
         } else {
-            if (!args.kw.empty()) fail("a positional argument follows a keyword argument");
+            if (!args.kw.empty() || args.star_args || args.star_kwargs) {
+                fail("a positional argument follows a keyword argument or *args");
+            }
             args.pos.push_back(parse_expression());
         }
     }

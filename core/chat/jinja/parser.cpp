@@ -1,6 +1,8 @@
 // The statement half of the parser, and the token helpers both halves use.
 #include "core/chat/jinja/parser.h"
 
+#include <utility>
+
 namespace troupe::jinja {
 namespace {
 
@@ -301,7 +303,13 @@ stmt_ptr parser::parse_macro(const token& at) {
     s.params = parse_params();
     expect_block_end("macro");
     open_blocks_.push_back(std::to_string(at.line));
+    const bool outer_varargs = std::exchange(names_varargs_, false);
+    const bool outer_kwargs = std::exchange(names_kwargs_, false);
     s.content = std::make_shared<const body>(parse_body({"endmacro"}, "macro"));
+    s.catch_varargs = names_varargs_;
+    s.catch_kwargs = names_kwargs_;
+    names_varargs_ = outer_varargs || names_varargs_;
+    names_kwargs_ = outer_kwargs || names_kwargs_;
     open_blocks_.pop_back();
     next();
     if (current().kind == token_kind::name) next();  // {% endmacro name %}

@@ -35,6 +35,8 @@ private:
     size_t pos_ = 0;
     std::vector<std::string> open_blocks_;  // for the "innermost block" in end-of-template errors
     int depth_ = 0;                         // nesting of expressions and blocks being parsed
+    bool names_varargs_ = false;            // a `varargs` / `kwargs` name read since the innermost macro began
+    bool names_kwargs_ = false;
 
     // Counts one level of nesting for its lifetime; past max_depth the template is refused rather than
     // exhausting the stack (the parser and the evaluator recurse as deep as the template nests).
