@@ -25,9 +25,10 @@ float dot(const float* a, const float* b, int64_t n);
 // pieces of about 16 KiB of float weights, so that a small product stays on one thread and a large one spreads. The
 // schedule of matmul here and of packed_matrix's. Returns a status (an exception on a worker is reported).
 template <class F>
-int32_t for_each_output(const troupe_parallel* parallel, int64_t n, int64_t in, int64_t out, F&& each_output) {
+int32_t for_each_output(const troupe_parallel* parallel, int64_t n, int64_t in, int64_t out, F&& each_output,
+                        int64_t inline_below = int64_t{1} << 20) {
     if (n <= 0 || out <= 0) return TROUPE_OK;
-    const troupe_parallel* where = n * in * out < (int64_t{1} << 20) ? nullptr : parallel;
+    const troupe_parallel* where = n * in * out < inline_below ? nullptr : parallel;
     const int64_t rows_per_piece = std::max<int64_t>(1, (int64_t{16} << 10) / std::max<int64_t>(1, in * 4));
     const int64_t n_pieces = (out + rows_per_piece - 1) / rows_per_piece;
     return plugin_support::run_parallel(where, n_pieces, [&](int64_t begin, int64_t end) {

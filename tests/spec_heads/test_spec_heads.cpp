@@ -338,7 +338,9 @@ TEST(spec_heads, packed_weights_multiply_within_the_rounding_of_their_format) {
         weight_format format;
         double step;  // the format's rounding step relative to the row's largest weight, per weight
     };
-    for (const int64_t cols : {int64_t{301}, int64_t{320}}) {
+    // 301: vector tails; 352: whole blocks of 32 (AVX2 integer products); 320: whole 64s (VNNI where the CPU has it,
+    // an odd count of them).
+    for (const int64_t cols : {int64_t{301}, int64_t{352}, int64_t{320}}) {
         const int64_t rows = 37;
         std::vector<float> w(rows * cols), x(cols);
         for (float& v : w) v = next();
@@ -365,6 +367,32 @@ TEST(spec_heads, packed_weights_multiply_within_the_rounding_of_their_format) {
                     EXPECT_FLOAT_EQ(m.row_dot(r, x.data()), y[r]);
                 }
             }
+        }
+    }
+}
+
+// Several activation rows in one product (a tree's draft rows) give each row what it gives alone: the quantized
+// activations' per-row scales and offsets stay with their row.
+TEST(spec_heads, packed_q8_products_of_several_rows_equal_each_rows_own) {
+    using spec_common::packed_matrix;
+    using spec_common::weight_format;
+    uint32_t state = 777;
+    const auto next = [&] {
+        state = state * 1664525u + 1013904223u;
+        return static_cast<float>(state >> 8) / static_cast<float>(1u << 24) - 0.5f;
+    };
+    for (const int64_t cols : {int64_t{352}, int64_t{384}}) {
+        const int64_t rows = 40, n = 3;
+        std::vector<float> w(rows * cols), x(n * cols), bias(rows);
+        for (float& v : w) v = next();
+        for (int64_t i = 0; i < n * cols; ++i) x[i] = next() * static_cast<float>(1 + i / cols * 10);  // row scales
+        for (float& v : bias) v = next();
+        const packed_matrix m(w.data(), rows, cols, weight_format::q8);
+        std::vector<float> all(n * rows), one(rows);
+        ASSERT_EQ(spec_common::matmul(nullptr, x.data(), n, m, bias.data(), all.data()), TROUPE_OK);
+        for (int64_t r = 0; r < n; ++r) {
+            ASSERT_EQ(spec_common::matmul(nullptr, x.data() + r * cols, 1, m, bias.data(), one.data()), TROUPE_OK);
+            for (int64_t o = 0; o < rows; ++o) EXPECT_EQ(all[r * rows + o], one[o]) << cols << " " << r << " " << o;
         }
     }
 }
