@@ -1,8 +1,9 @@
 // troupe distill --target M.gguf --kind medusa|eagle|draft --data TEXT.txt -o OUT.gguf: trains a drafter for a
 // target on the CPU by self-distillation (core/train/distill.h).
 //
-// 1. The target (float activations, no quant plugin: the features are the model's own) continues openings of the
-//    text's lines; a tap sink keeps each position's last-layer hidden state and logits (core/train/distill_data.h).
+// 1. The target (its default activation recipe, no quant plugin: the features it is drafted with) continues
+//    openings of the text's lines; a tap sink keeps each position's last-layer hidden state and logits
+//    (core/train/distill_data.h).
 // 2. The drafter trains on them: Medusa heads (KL to the target's distribution of each later token), the EAGLE layer
 //    (KL + smooth-L1 on features) or a small llama (forward KL, or the per-token reverse KL).
 // 3. Written: OUT.gguf (core/train/side_files.h, with the target's fingerprint), the loss curve as CSV (--curve,
@@ -57,6 +58,9 @@ const command_spec spec{
         {"--loss", "", "LOSS", "kl (default), kl+hard (plus the hard labels' cross-entropy), reverse-kl (draft)"},
         {"--hard-weight", "", "X", "weight of the hard labels in kl+hard (default 1)"},
         {"--feature-weight", "", "X", "eagle: weight of the smooth-L1 feature loss (default 1)"},
+        {"--train-depth", "", "N",
+         "eagle: draft depths trained together, depth 2+ fed the layer's own features (default 2; 1: the target's "
+         "features only)"},
         {"--seed", "", "S", "seeds the continuations, the batches and a new draft's weights (default 1)"},
         {"--curve", "", "CURVE.csv", "the loss curve (default OUT.gguf.loss.csv; an .svg is drawn beside it)"},
         {"--gen", "", "N", "tokens the target generates after each opening (default 64)"},
@@ -126,6 +130,7 @@ result<distill_inputs> prepare(const cli_args& args) {
     int_flag("--heads", in.n_heads, 1, 16);
     float_flag("--hard-weight", in.train.hard_weight, 0, 100);
     float_flag("--feature-weight", in.train.feature_weight, 0, 100);
+    int_flag("--train-depth", in.train.eagle_passes, 1, 8);
     long long seed = 1;
     int_flag("--seed", seed, 0, (1LL << 62));
     in.train.seed = static_cast<uint64_t>(seed);
@@ -169,6 +174,8 @@ result<distill_inputs> prepare(const cli_args& args) {
             in.draft_shape = dims;
         }
     }
+    if (args.has("--train-depth") && in.kind != drafter_kind::eagle)
+        problems.push_back("--train-depth: only for --kind eagle");
     in.curve = args.value_or("--curve", in.output + ".loss.csv");
     if (!problems.empty()) return make_error(join_problems(problems));
     return in;

@@ -7,7 +7,9 @@
 //   medusa: per step and head, `batch` random positions j of the training samples where the head's label exists;
 //           head i's logits at j against the target's logits at j + i + 1 (the distribution of t_{j+i+2}).
 //   eagle:  whole sequences until `batch` rows; rows j = 0 .. n-2 (eagle_layer.h); KL against the target's logits
-//           at j + 1, plus feature_weight · smooth-L1(g_j, h_{j+1}).
+//           at j + 1, plus feature_weight · smooth-L1(g_j, h_{j+1}); with eagle_passes P > 1 each sequence is also
+//           run P - 1 more times, pass u's row j fed pass u - 1's output g_{j-1} (detached), attending as the
+//           drafter's depth-u row does, with the same targets as row j: the layer learns from its own features.
 //   draft:  whole sequences until `batch` rows; the student's logits at every position against the target's.
 // Accuracy: the share of held-out positions whose argmax equals the target's argmax for the same token (greedy
 // acceptance of that draft position when the earlier ones were accepted).
@@ -38,6 +40,10 @@ struct train_params {
     // top-1 of the first / second draft): 0 -> 0.467 / 0.127, 0.1 -> 0.462 / 0.178, 1 -> 0.468 / 0.282,
     // 3 -> 0.460 / 0.290, 10 -> 0.428 / 0.347.
     float feature_weight = 1.0f;
+    // EAGLE: draft depths trained together (EAGLE-3's training-time test, attention.h "Passes"): depth 2 rows take
+    // the layer's own output at the position before in place of the target's feature, as drafting past the
+    // verified context does. 1 trains on the target's features only.
+    int32_t eagle_passes = 2;
     uint64_t seed = 1;
 };
 

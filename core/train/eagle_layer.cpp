@@ -75,7 +75,7 @@ void eagle_layer::forward(const eagle_batch& b, float* g, float* logits, cpu::th
     rope_forward(s_.k.data(), s_.cs.data(), n, hp_.n_kv_heads, rp);
     s_.a.resize(n * qw);
     const attention_shape as{hp_.n_heads, hp_.n_kv_heads, hp_.head_dim};
-    attention_forward(s_.q.data(), s_.k.data(), s_.v.data(), s_.a.data(), b.bounds, as, s_.att, pool);
+    attention_forward(s_.q.data(), s_.k.data(), s_.v.data(), s_.a.data(), b.bounds, as, s_.att, pool, b.passes);
     s_.h1.resize(n * d);
     linear_forward(s_.a.data(), wo.v(), nullptr, s_.h1.data(), n, qw, d, pool);
     for (int64_t i = 0; i < n * d; ++i) s_.h1[i] += s_.x[i];
@@ -118,7 +118,7 @@ void eagle_layer::backward(const eagle_batch& b, const float* dg_in, const float
     linear_backward(s_.a.data(), wo.v(), dh1.data(), da.data(), wo.g(), nullptr, n, qw, d, pool);
     const attention_shape as{hp_.n_heads, hp_.n_kv_heads, hp_.head_dim};
     attention_backward(s_.q.data(), s_.k.data(), s_.v.data(), da.data(), b.bounds, as, s_.att, dq.data(), dk.data(),
-                       dv.data(), pool);
+                       dv.data(), pool, b.passes);
     const rope_params rp = rope_of(hp_);
     std::vector<float> dq0(n * qw, 0.0f), dk0(n * kvw, 0.0f);  // before RoPE
     rope_backward(dq.data(), s_.cs.data(), dq0.data(), n, hp_.n_heads, rp);

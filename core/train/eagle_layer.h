@@ -25,7 +25,8 @@
 namespace troupe::train {
 
 struct eagle_batch {
-    std::vector<int64_t> bounds;     // [n_segments + 1] row ranges, one sequence each
+    std::vector<int64_t> bounds;     // [n_segments + 1] row ranges, one sequence each (passes blocks of rows)
+    int32_t passes = 1;              // blocks per segment: the draft depths trained together (attention.h)
     std::vector<int32_t> tokens;     // [N] t_{j+1}: the token whose embedding row j takes
     std::vector<int32_t> positions;  // [N] j
     std::vector<float> features;     // [N, dim] h_j

@@ -129,6 +129,66 @@ TEST(train_models, eagle_layer_backward_matches_central_differences) {
     for (param* p : layer.params()) expect_gradient(p->name, p->value, p->grad, loss);
 }
 
+TEST(train_models, eagle_layer_backward_over_two_passes_matches_central_differences) {
+    cpu::thread_pool pool(2);
+    const float_llama t = tiny_target(140);
+    eagle_layer layer(t);
+    randomise(layer.params(), 600, 0.4f);
+    eagle_batch b;
+    b.passes = 2;
+    b.bounds = {0, 6, 10};  // 2 passes of 3 rows, 2 passes of 2
+    b.tokens = {4, 7, 1, 4, 7, 1, 10, 0, 10, 0};
+    b.positions = {0, 1, 2, 0, 1, 2, 5, 6, 5, 6};
+    b.features = random_values(10 * 8, 403, 2.0f);
+    const auto r_logits = random_values(10 * 11, 404), r_g = random_values(10 * 8, 405);
+    std::vector<float> g(10 * 8), logits(10 * 11);
+    auto loss = [&] {
+        layer.forward(b, g.data(), logits.data(), pool);
+        return dot(logits, r_logits) + dot(g, r_g);
+    };
+    zero_grads(layer.params());
+    layer.forward(b, g.data(), logits.data(), pool);
+    layer.backward(b, r_g.data(), r_logits.data(), pool);
+    for (param* p : layer.params()) expect_gradient(p->name, p->value, p->grad, loss);
+}
+
+// What training's second pass computes for a row is what drafting computes for a depth-2 row: the context rows
+// before the chain, then one row fed the first row's output (eagle_two_step_accuracy's layout, the plugin's rows).
+TEST(train_models, a_second_pass_row_computes_the_drafters_fed_back_row) {
+    cpu::thread_pool pool(1);
+    const float_llama t = tiny_target(150);
+    eagle_layer layer(t);
+    randomise(layer.params(), 700, 0.4f);
+    eagle_batch one;
+    one.bounds = {0, 4};
+    one.tokens = {4, 7, 1, 9};
+    one.positions = {0, 1, 2, 3};
+    one.features = random_values(4 * 8, 406, 2.0f);
+    std::vector<float> g1(4 * 8), l1(4 * 11);
+    layer.forward(one, g1.data(), l1.data(), pool);
+    eagle_batch two = one;  // pass 2: row i fed g1 of row i - 1
+    two.passes = 2;
+    two.bounds = {0, 8};
+    two.tokens.insert(two.tokens.end(), one.tokens.begin(), one.tokens.end());
+    two.positions.insert(two.positions.end(), one.positions.begin(), one.positions.end());
+    two.features.insert(two.features.end(), one.features.begin(), one.features.begin() + 8);
+    two.features.insert(two.features.end(), g1.begin(), g1.begin() + 3 * 8);
+    std::vector<float> g2(8 * 8), l2(8 * 11);
+    layer.forward(two, g2.data(), l2.data(), pool);
+    for (int j = 0; j < 3; ++j) {  // the drafter: context rows 0 .. j, then (t_{j+2}, g1_j) at position j + 1
+        eagle_batch chain;
+        chain.bounds = {0, j + 2};
+        chain.tokens.assign(one.tokens.begin(), one.tokens.begin() + j + 1);
+        chain.tokens.push_back(one.tokens[j + 1]);
+        for (int i = 0; i <= j + 1; ++i) chain.positions.push_back(i);
+        chain.features.assign(one.features.begin(), one.features.begin() + (j + 1) * 8);
+        chain.features.insert(chain.features.end(), g1.begin() + j * 8, g1.begin() + (j + 1) * 8);
+        std::vector<float> gc((j + 2) * 8), lc((j + 2) * 11);
+        layer.forward(chain, gc.data(), lc.data(), pool);
+        for (int o = 0; o < 11; ++o) EXPECT_NEAR(l2[(4 + j + 1) * 11 + o], lc[(j + 1) * 11 + o], 1e-5) << j << " " << o;
+    }
+}
+
 TEST(train_models, a_new_eagle_layer_passes_the_feature_through) {
     cpu::thread_pool pool(1);
     const float_llama t = tiny_target(130);

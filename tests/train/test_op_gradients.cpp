@@ -130,6 +130,43 @@ TEST(train_ops, attention_rows_see_only_their_own_segment_up_to_themselves) {
     EXPECT_NE(o1[4 * 8], o2[4 * 8]);
 }
 
+TEST(train_ops, attention_over_stacked_passes_backward_matches_central_differences) {
+    cpu::thread_pool pool(2);
+    const attention_shape s{4, 2, 4};
+    const std::vector<int64_t> bounds{0, 9, 15};  // 3 passes of 3 positions, 3 passes of 2
+    const int64_t n = 15;
+    auto q = random_values(n * 4 * 4, 23), k = random_values(n * 2 * 4, 24), v = random_values(n * 2 * 4, 25);
+    const auto r = random_values(n * 4 * 4, 26);
+    std::vector<float> o(n * 4 * 4);
+    attention_cache cache;
+    auto loss = [&] {
+        attention_forward(q.data(), k.data(), v.data(), o.data(), bounds, s, cache, pool, 3);
+        return dot(o, r);
+    };
+    loss();
+    std::vector<float> dq(q.size(), 0.0f), dk(k.size(), 0.0f), dv(v.size(), 0.0f);
+    attention_backward(q.data(), k.data(), v.data(), r.data(), bounds, s, cache, dq.data(), dk.data(), dv.data(), pool,
+                       3);
+    expect_gradient("dq", q, dq, loss, 40);
+    expect_gradient("dk", k, dk, loss, 40);
+    expect_gradient("dv", v, dv, loss, 40);
+}
+
+TEST(train_ops, a_later_pass_row_sees_the_context_before_its_chain_and_its_chain) {
+    // 3 passes of 4 positions: rows 0-3 pass 1, 4-7 pass 2, 8-11 pass 3.
+    std::vector<int64_t> seen;
+    visible_rows(12, 3, 2, seen);  // pass 1, position 2: causal
+    EXPECT_EQ(seen, (std::vector<int64_t>{0, 1, 2}));
+    visible_rows(12, 3, 6, seen);  // pass 2, position 2: context 0..1, itself
+    EXPECT_EQ(seen, (std::vector<int64_t>{0, 1, 6}));
+    visible_rows(12, 3, 11, seen);  // pass 3, position 3: context 0..1, pass 2 at 2, itself
+    EXPECT_EQ(seen, (std::vector<int64_t>{0, 1, 6, 11}));
+    visible_rows(12, 3, 8, seen);  // pass 3, position 0: no chain before it, only itself
+    EXPECT_EQ(seen, (std::vector<int64_t>{8}));
+    visible_rows(4, 1, 3, seen);
+    EXPECT_EQ(seen, (std::vector<int64_t>{0, 1, 2, 3}));
+}
+
 TEST(train_ops, distillation_losses_give_the_gradient_of_what_they_report) {
     cpu::thread_pool pool(2);
     const int64_t n = 3, nv = 7;
