@@ -79,7 +79,6 @@ engine_config target_config(const std::string& path, int32_t threads, int32_t pa
     config.plugins.attention = plugin_config("gqa");
     config.plugins.quant = plugin_config("none");
     config.plugins.more_quant.clear();
-    config.kernels.activations = kernel_activations::float32;
     config.scheduler.max_running_seqs = parallel;
     return config;
 }

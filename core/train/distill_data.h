@@ -55,8 +55,11 @@ struct openings {
 };
 result<openings> read_openings(const tokenizer& tok, const data_params& p);
 
-// How the target runs for distillation: on the CPU with float activations and no quant plugin (the features and
-// logits are the model's own), the attention plugin gqa, `parallel` sequences at a time.
+// How the target runs for distillation: on the CPU with the default activation recipe and no quant plugin, the
+// attention plugin gqa, `parallel` sequences at a time. The default recipe (8-bit activation blocks before
+// quantized weights) is what the target runs with when it is drafted for, so the features and logits are the ones
+// the drafter will see; on the grown 110M Q8_0 it also makes the data 2x faster than float activations (64
+// openings: 29 s against 62 s).
 engine_config target_config(const std::string& path, int32_t threads, int32_t parallel);
 
 // Runs the target (a CPU model: its taps are attached for the run and detached after).
