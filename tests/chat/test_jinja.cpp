@@ -185,7 +185,7 @@ TEST(jinja, syntax_errors_name_line_and_column) {
          "ends with it"},
         {"{% frob %}",
          "template syntax error at line 1, column 4: unknown statement 'frob' (known: if, for, set, "
-         "macro, call, filter, raw, break, continue, generation)"},
+         "macro, call, filter, with, raw, break, continue, generation)"},
         {"{{ [1, 2 }}", "template syntax error at line 1, column 10: unexpected '}', expected ']'"},
         {"{{ 'open }}", "template syntax error at line 1, column 4: unterminated string literal"},
     };

@@ -121,7 +121,8 @@ struct for_stmt {
     expr_ptr iterable;
     expr_ptr filter;  // {% for x in xs if cond %}; may be null
     body loop_body;
-    body otherwise;  // runs when no item was visited
+    body otherwise;          // runs when no item was visited
+    bool recursive = false;  // {% for ... recursive %}: loop(items) renders the body over items, one level deeper
 };
 // {% set a = v %}, {% set a, b = v %}, {% set ns.attr = v %}.
 struct set_stmt {
@@ -164,10 +165,16 @@ struct continue_stmt {};
 struct generation_stmt {
     body content;
 };
+// {% with a = 1, b = x %}body{% endwith %}: the body in a scope of its own holding those names (each value
+// computed in the enclosing scope); nothing set inside leaks out.
+struct with_stmt {
+    std::vector<std::pair<std::string, expr_ptr>> assignments;
+    body content;
+};
 
 struct stmt {
     std::variant<text_stmt, output_stmt, if_stmt, for_stmt, set_stmt, set_block_stmt, macro_stmt, call_block_stmt,
-                 filter_block_stmt, break_stmt, continue_stmt, generation_stmt>
+                 filter_block_stmt, break_stmt, continue_stmt, generation_stmt, with_stmt>
         node;
     int line = 0;
     int column = 0;

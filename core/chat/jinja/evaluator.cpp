@@ -125,6 +125,21 @@ evaluator::flow evaluator::render_stmt(const stmt& s) {
                 [&](const break_stmt&) { return flow::break_loop; },
                 [&](const continue_stmt&) { return flow::continue_loop; },
                 [&](const generation_stmt& g) { return render_body(g.content); },
+                [&](const with_stmt& w) {
+                    dict names;
+                    for (const auto& [name, e] : w.assignments) names.set(name, eval(*e));
+                    const std::shared_ptr<scope> saved = scope_;
+                    scope_ = std::make_shared<scope>(scope{std::move(names), saved});
+                    flow f = flow::normal;
+                    try {
+                        f = render_body(w.content);
+                    } catch (...) {
+                        scope_ = saved;
+                        throw;
+                    }
+                    scope_ = saved;
+                    return f;
+                },
             },
             s.node);
     } catch (const located_error&) {
@@ -150,7 +165,7 @@ void bind_targets(dict& vars, const std::vector<std::string>& targets, const val
     for (size_t k = 0; k < targets.size(); ++k) vars.set(targets[k], parts[k]);
 }
 
-value make_loop(size_t index, const std::vector<value>& items) {
+value make_loop(size_t index, const std::vector<value>& items, int64_t depth0) {
     const auto n = static_cast<int64_t>(items.size());
     const auto k = static_cast<int64_t>(index);
     dict loop;
@@ -161,8 +176,8 @@ value make_loop(size_t index, const std::vector<value>& items) {
     loop.set("first", value::boolean(k == 0));
     loop.set("last", value::boolean(k == n - 1));
     loop.set("length", value::integer(n));
-    loop.set("depth", value::integer(1));
-    loop.set("depth0", value::integer(0));
+    loop.set("depth", value::integer(depth0 + 1));
+    loop.set("depth0", value::integer(depth0));
     loop.set("previtem", k > 0 ? items[index - 1] : value::undefined("there is no previous item"));
     loop.set("nextitem", k + 1 < n ? items[index + 1] : value::undefined("there is no next item"));
     loop.set("cycle", make_function("cycle", [index](const call_args& args, evaluator&) {
@@ -175,7 +190,11 @@ value make_loop(size_t index, const std::vector<value>& items) {
 }  // namespace
 
 evaluator::flow evaluator::render_for(const for_stmt& f) {
-    std::vector<value> items = iterate(eval(*f.iterable));
+    return render_loop(f, eval(*f.iterable), 0);
+}
+
+evaluator::flow evaluator::render_loop(const for_stmt& f, const value& iterable, int64_t depth0) {
+    std::vector<value> items = iterate(iterable);
     if (items.size() > limits_.max_loop_items) {
         throw render_error("a for loop over " + std::to_string(items.size()) + " items passes the limit of " +
                            std::to_string(limits_.max_loop_items));
@@ -195,7 +214,33 @@ evaluator::flow evaluator::render_for(const for_stmt& f) {
     const std::shared_ptr<scope> outer = scope_;
     for (size_t k = 0; k < items.size(); ++k) {
         scope_ = std::make_shared<scope>(scope{{}, outer});
-        scope_->vars.set("loop", make_loop(k, items));
+        value loop = make_loop(k, items, depth0);
+        if (f.recursive) {
+            // loop(xs): the same body over xs one level deeper, as text; `loop` keeps its attributes.
+            if (depth0 + 1 >= limits_.max_call_depth) {
+                throw render_error("a recursive loop nests deeper than " + std::to_string(limits_.max_call_depth));
+            }
+            value recurse = make_function("loop", [this, &f, depth0](const call_args& args, evaluator&) {
+                if (args.pos.size() != 1 || !args.kw.empty()) throw render_error("loop() takes one iterable");
+                std::string text;
+                std::string* saved_out = out_;
+                const std::shared_ptr<scope> saved_scope = scope_;
+                out_ = &text;
+                try {
+                    render_loop(f, args.pos[0], depth0 + 1);
+                } catch (...) {
+                    out_ = saved_out;
+                    scope_ = saved_scope;
+                    throw;
+                }
+                out_ = saved_out;
+                scope_ = saved_scope;
+                return value::string(std::move(text));
+            });
+            recurse.d = loop.d;
+            loop = std::move(recurse);
+        }
+        scope_->vars.set("loop", std::move(loop));
         flow fl = flow::normal;
         try {
             bind_targets(scope_->vars, f.targets, items[k]);

@@ -84,6 +84,7 @@ private:
     flow render_body(const body& b);
     flow render_stmt(const stmt& s);
     flow render_for(const for_stmt& s);
+    flow render_loop(const for_stmt& s, const value& iterable, int64_t depth0);
     void render_set(const set_stmt& s);
     std::string capture(const body& b);
     void write(std::string_view text);

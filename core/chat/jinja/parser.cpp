@@ -190,12 +190,28 @@ stmt_ptr parser::parse_statement() {
         expect_block_end("endgeneration");
         return make_stmt(at, std::move(g));
     }
+    if (tag == "with") {
+        with_stmt w;
+        while (current().kind != token_kind::block_end) {
+            if (!w.assignments.empty()) expect_op(",", "between the 'with' tag's assignments");
+            std::string name = expect_name("in the 'with' tag");
+            expect_op("=", "after a name in the 'with' tag");
+            w.assignments.emplace_back(std::move(name), parse_expression());
+        }
+        expect_block_end(tag);
+        open_blocks_.push_back(std::to_string(at.line));
+        w.content = parse_body({"endwith"}, "with");
+        open_blocks_.pop_back();
+        next();
+        expect_block_end("endwith");
+        return make_stmt(at, std::move(w));
+    }
     if (tag.starts_with("end") || tag == "elif" || tag == "else") {
         fail_at("unexpected '" + tag + "': no open block here ends with it", at);
     }
-    fail_at(
-        "unknown statement '" + tag + "' (known: if, for, set, macro, call, filter, raw, break, continue, generation)",
-        at);
+    fail_at("unknown statement '" + tag +
+                "' (known: if, for, set, macro, call, filter, with, raw, break, continue, generation)",
+            at);
 }
 
 stmt_ptr parser::parse_if(const token& at) {
@@ -235,7 +251,7 @@ stmt_ptr parser::parse_for(const token& at) {
     if (!skip_name("in")) fail("expected 'in' after the loop variables, got " + describe(current()));
     s.iterable = parse_expression(false);
     if (skip_name("if")) s.filter = parse_expression();
-    if (at_name("recursive")) fail("recursive for loops are not supported");
+    s.recursive = skip_name("recursive");
     expect_block_end("for");
     s.loop_body = parse_body({"else", "endfor"}, "for");
     if (next().text == "else") {
