@@ -138,7 +138,9 @@ value evaluator::eval_attribute(const value& object, const std::string& name) {
         return value::undefined("'Namespace' object has no attribute '" + name + "'");
     }
     if (is_unsafe_method(object, name)) return unsafe_attribute(object, name);
-    if (object.kind == value_kind::callable && object.d) {  // a recursive loop's `loop`: callable, with attributes
+    // Values with named attributes besides their kind: a recursive loop's `loop` (callable) and groupby's
+    // groups (tuples with .grouper and .list).
+    if ((object.kind == value_kind::callable || object.kind == value_kind::tuple) && object.d) {
         if (const value* v = object.d->find(name)) return *v;
     }
     value method = bound_method(object, name);

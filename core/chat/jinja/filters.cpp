@@ -7,14 +7,12 @@
 #include <unordered_map>
 
 #include "core/chat/jinja/evaluator.h"
+#include "core/chat/jinja/filter_support.h"
 #include "core/chat/jinja/printf_format.h"
 #include "core/chat/jinja/string_ops.h"
 #include "core/chat/jinja/unicode_case.h"
 
 namespace troupe::jinja {
-namespace {
-
-using filter_fn = value (*)(evaluator&, const value&, const call_args&);
 
 std::string need_string(const value& v, const char* what) {
     if (v.is_undefined()) return "";
@@ -48,6 +46,8 @@ value sort_key(const value& v, bool case_sensitive) {
     if (!case_sensitive && v.is_string()) return value::string(py_lower(v.s));
     return v;
 }
+
+namespace {
 
 value f_abs(evaluator&, const value& v, const call_args&) {
     if (v.kind == value_kind::floating) return value::floating(std::fabs(v.f));
@@ -118,32 +118,6 @@ value f_dictsort(evaluator&, const value& v, const call_args& a) {
     return value::list(std::move(items));
 }
 
-value f_escape(evaluator&, const value& v, const call_args&) {
-    std::string out;
-    for (char c : to_str(v)) {
-        switch (c) {
-            case '&':
-                out += "&amp;";
-                break;
-            case '<':
-                out += "&lt;";
-                break;
-            case '>':
-                out += "&gt;";
-                break;
-            case '"':
-                out += "&#34;";
-                break;
-            case '\'':
-                out += "&#39;";
-                break;
-            default:
-                out += c;
-        }
-    }
-    return value::string(std::move(out));
-}
-
 value f_first(evaluator&, const value& v, const call_args&) {
     auto items = iterate(v);
     if (items.empty()) return value::undefined("No first item, sequence was empty.");
@@ -189,24 +163,6 @@ value f_int(evaluator&, const value& v, const call_args& a) {
         if (auto f = parse_float(v.s); f && std::isfinite(*f)) return value::integer(static_cast<int64_t>(*f));
     }
     return fallback;
-}
-
-value f_indent(evaluator&, const value& v, const call_args& a) {
-    a.expect_at_most("indent()", 3, {"width", "first", "blank"});
-    const value width = a.get(0, "width", value::integer(4));
-    const std::string pad =
-        width.is_string() ? width.s : std::string(static_cast<size_t>(need_int(width, "indent() width")), ' ');
-    const bool first = a.get(1, "first", value::boolean(false)).truthy();
-    const bool blank = a.get(2, "blank", value::boolean(false)).truthy();
-    const std::vector<std::string> lines = py_splitlines(to_str(v) + "\n");
-    std::string out;
-    for (size_t k = 0; k < lines.size(); ++k) {
-        if (k > 0) out += "\n";
-        if (k > 0 && (blank || !lines[k].empty())) out += pad;
-        out += lines[k];
-    }
-    if (first) out = pad + out;
-    return value::string(std::move(out));
 }
 
 value f_items(evaluator&, const value& v, const call_args&) {
@@ -385,30 +341,6 @@ value f_sum(evaluator& ev, const value& v, const call_args& a) {
     return total;
 }
 
-value f_title(evaluator&, const value& v, const call_args&) {
-    // jinja2's title: split at runs of '-', whitespace and opening brackets; in each word the first character
-    // upper case (str.upper), the rest lowered (str.lower).
-    auto separator = [](char32_t c) {
-        return c == '-' || c == '(' || c == '{' || c == '[' || c == '<' || py_is_space(c);
-    };
-    std::string out;
-    std::string rest;  // the current word after its first character
-    bool word_start = true;
-    for (char32_t c : decode_utf8(to_str(v))) {
-        if (separator(c)) {
-            out += py_lower(std::exchange(rest, {}));
-            append_utf8(out, c);
-            word_start = true;
-        } else if (word_start) {
-            append_upper(out, c);
-            word_start = false;
-        } else {
-            append_utf8(rest, c);
-        }
-    }
-    return value::string(out + py_lower(rest));
-}
-
 value f_tojson(evaluator&, const value& v, const call_args& a) {
     a.expect_at_most("tojson()", 4, {"ensure_ascii", "indent", "separators", "sort_keys"});
     json_dump_options o;
@@ -454,18 +386,6 @@ value f_unique(evaluator& ev, const value& v, const call_args& a) {
     return value::list(std::move(out));
 }
 
-value f_wordcount(evaluator&, const value& v, const call_args&) {
-    int64_t n = 0;
-    bool in_word = false;
-    for (char c : to_str(v)) {
-        const auto u = static_cast<unsigned char>(c);
-        const bool word = std::isalnum(u) || c == '_' || u >= 0x80;
-        if (word && !in_word) ++n;
-        in_word = word;
-    }
-    return value::integer(n);
-}
-
 const std::unordered_map<std::string_view, filter_fn>& filters() {
     static const std::unordered_map<std::string_view, filter_fn> table = {
         {"abs", f_abs},
@@ -473,6 +393,7 @@ const std::unordered_map<std::string_view, filter_fn>& filters() {
         {"batch", f_batch},
         {"capitalize", f_capitalize},
         {"count", f_length},
+        {"center", f_center},
         {"d", f_default},
         {"default", f_default},
         {"dictsort", f_dictsort},
@@ -480,7 +401,9 @@ const std::unordered_map<std::string_view, filter_fn>& filters() {
         {"escape", f_escape},
         {"first", f_first},
         {"float", f_float},
+        {"forceescape", f_escape},
         {"format", format_filter},
+        {"groupby", f_groupby},
         {"indent", f_indent},
         {"int", f_int},
         {"items", f_items},
@@ -500,12 +423,14 @@ const std::unordered_map<std::string_view, filter_fn>& filters() {
         {"safe", f_safe},
         {"select", f_select},
         {"selectattr", f_selectattr},
+        {"slice", f_slice},
         {"sort", f_sort},
         {"string", f_string},
         {"sum", f_sum},
         {"title", f_title},
         {"tojson", f_tojson},
         {"trim", f_trim},
+        {"truncate", f_truncate},
         {"unique", f_unique},
         {"upper", f_upper},
         {"wordcount", f_wordcount},

@@ -46,7 +46,7 @@ struct value {
     double f = 0.0;
     std::string s;  // string; for undefined: the hint its use raises with
     list_ptr l;     // list, tuple
-    dict_ptr d;     // dict, namespace
+    dict_ptr d;     // dict, namespace; named attributes of a tuple (groupby's) or callable (a recursive loop)
     callable_ptr fn;
 
     value() = default;
