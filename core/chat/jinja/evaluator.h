@@ -105,7 +105,7 @@ bool contains(const value& container, const value& item);
 bool has_filter(std::string_view name);
 bool has_test(std::string_view name);
 
-// The built-in functions (globals.cpp): range, dict, namespace, raise_exception, strftime_now.
+// The built-in functions (globals.cpp): range, dict, namespace, joiner, cycler, raise_exception, strftime_now.
 void add_builtin_globals(dict& globals);
 
 // Methods of strings, lists and dicts (methods.cpp): a bound method, or undefined when `name` is none.

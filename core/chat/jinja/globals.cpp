@@ -1,6 +1,7 @@
 // The functions every template sees, as transformers' chat template environment provides them: jinja2's
-// range, dict, namespace, and transformers' raise_exception and strftime_now.
+// range, dict, namespace, joiner and cycler, and transformers' raise_exception and strftime_now.
 #include <ctime>
+#include <memory>
 
 #include "core/chat/jinja/evaluator.h"
 
@@ -63,9 +64,57 @@ dict dict_from(const call_args& args, const char* what) {
     return out;
 }
 
+// jinja2's joiner(sep=", "): a function that gives "" the first time and sep after.
+value joiner(const call_args& args, evaluator&) {
+    args.expect_at_most("joiner()", 1, {"sep"});
+    const value sep = args.get(0, "sep", value::string(", "));
+    auto used = std::make_shared<bool>(false);
+    return make_function("joiner", [sep, used](const call_args&, evaluator&) {
+        if (!*used) {
+            *used = true;
+            return value::string("");
+        }
+        return sep;
+    });
+}
+
+// jinja2's cycler(*items): .next() gives the current item and moves on (wrapping), .current the item next()
+// gives next, .reset() goes back to the first.
+value cycler(const call_args& args, evaluator&) {
+    if (args.pos.empty()) throw render_error("cycler() needs at least one item");
+    struct state {
+        std::vector<value> items;
+        size_t pos = 0;
+        std::weak_ptr<dict> names;  // the object's attributes, to keep .current in step
+        void set_current() const {
+            if (auto d = names.lock()) d->set("current", items[pos]);
+        }
+    };
+    auto st = std::make_shared<state>();
+    st->items = args.pos;
+    dict names;
+    names.set("next", make_function("next", [st](const call_args&, evaluator&) {
+                  value v = st->items[st->pos];
+                  st->pos = (st->pos + 1) % st->items.size();
+                  st->set_current();
+                  return v;
+              }));
+    names.set("reset", make_function("reset", [st](const call_args&, evaluator&) {
+                  st->pos = 0;
+                  st->set_current();
+                  return value::none();
+              }));
+    names.set("current", st->items[0]);
+    value object = value::ns(std::move(names));
+    st->names = object.d;
+    return object;
+}
+
 }  // namespace
 
 void add_builtin_globals(dict& globals) {
+    globals.set("joiner", make_function("joiner", joiner));
+    globals.set("cycler", make_function("cycler", cycler));
     globals.set("range", make_function("range", range));
     globals.set("dict", make_function("dict", [](const call_args& args, evaluator&) {
                     return value::dict(dict_from(args, "dict()"));
