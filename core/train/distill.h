@@ -73,16 +73,15 @@ eagle_rows make_eagle_rows(const std::vector<const distill_sample*>& samples, in
 std::vector<curve_point> train_eagle(eagle_layer& layer, const distill_dataset& data, const train_params& p,
                                      cpu::thread_pool& pool, const progress_fn& progress);
 double eagle_accuracy(eagle_layer& layer, const std::vector<distill_sample>& samples, cpu::thread_pool& pool);
-// Drafting two tokens as the plugin does: row j drafts t_{j+2} from h_j; a second row at position j + 1 takes
-// (embed(t_{j+2}), g_j), the layer's own output fed back, over the context rows 0 .. j, and drafts t_{j+3}.
-// Measured at every `stride`-th j of the held-out samples: the share of first drafts that match the target's greedy
-// token, and the share of second drafts that match among the rows whose first draft matched.
-struct eagle_chain_accuracy {
-    double first = 0;
-    double second_given_first = 0;
-};
-eagle_chain_accuracy eagle_two_step_accuracy(eagle_layer& layer, const std::vector<distill_sample>& samples,
-                                             int32_t stride, cpu::thread_pool& pool);
+// Row block u of `rows` stacked as training stacks it (distill.h, eagle): block 1 the rows as they are, block u > 1
+// fed the output of block u - 1 at the position before, taken from g_before ([rows, passes - 1 blocks, dim]).
+eagle_batch stack_passes(const eagle_batch& rows, int32_t passes, const std::vector<float>& g_before, int32_t dim);
+// Greedy chain drafting as the plugin does it, on held-out samples: after the context ending at each row, drafts of
+// depth 1 .. depth, each fed the one before's token and output feature. Entry u - 1: the share of depth-u drafts
+// that equal the target's greedy token among the chains whose drafts 1 .. u - 1 all did (and whose sample goes on
+// with those tokens): what the plugin's accept(u) follows on a chain.
+std::vector<double> eagle_chain_accuracy(eagle_layer& layer, const std::vector<distill_sample>& samples, int32_t depth,
+                                         cpu::thread_pool& pool);
 
 std::vector<curve_point> train_draft(tiny_llama& model, const distill_dataset& data, const train_params& p,
                                      cpu::thread_pool& pool, const progress_fn& progress);

@@ -150,53 +150,40 @@ int64_t argmax(const float* x, int64_t n) {
 
 }  // namespace
 
-eagle_chain_accuracy eagle_two_step_accuracy(eagle_layer& layer, const std::vector<distill_sample>& samples,
-                                             int32_t stride, cpu::thread_pool& pool) {
+std::vector<double> eagle_chain_accuracy(eagle_layer& layer, const std::vector<distill_sample>& samples, int32_t depth,
+                                         cpu::thread_pool& pool) {
     const int64_t d = layer.hp().dim, nv = layer.hp().n_vocab;
-    int64_t n_first = 0, first_ok = 0, second_ok = 0;
-    std::vector<float> g, logits, g2, logits2;
+    std::vector<int64_t> tried(static_cast<size_t>(depth), 0), matched(static_cast<size_t>(depth), 0);
+    std::vector<float> g, logits;
     for (const distill_sample& s : samples) {
         const eagle_rows r = make_eagle_rows({&s}, static_cast<int32_t>(d), static_cast<int32_t>(nv));
-        const int64_t n = static_cast<int64_t>(r.batch.tokens.size());  // rows j = 0 .. n-1 draft t_{j+2}
-        if (n < 2) continue;
-        g.resize(n * d);
-        logits.resize(n * nv);
-        layer.forward(r.batch, g.data(), logits.data(), pool);
-        // Second drafts: for each chosen j with j + 3 < size, the rows 0 .. j as they are, then one fed-back row.
-        eagle_batch b2;
-        b2.bounds.push_back(0);
-        std::vector<int64_t> js;
-        for (int64_t j = 0; j + 3 < s.size(); j += stride) {
-            const bool ok = argmax(logits.data() + j * nv, nv) == argmax(r.target_logits.data() + j * nv, nv);
-            n_first += 1;
-            first_ok += ok ? 1 : 0;
-            if (!ok) continue;
-            for (int64_t i = 0; i <= j; ++i) {
-                b2.tokens.push_back(r.batch.tokens[i]);
-                b2.positions.push_back(static_cast<int32_t>(i));
-            }
-            b2.features.insert(b2.features.end(), r.batch.features.begin(), r.batch.features.begin() + (j + 1) * d);
-            b2.tokens.push_back(s.tokens[j + 2]);
-            b2.positions.push_back(static_cast<int32_t>(j + 1));
-            b2.features.insert(b2.features.end(), g.begin() + j * d, g.begin() + (j + 1) * d);
-            b2.bounds.push_back(static_cast<int64_t>(b2.tokens.size()));
-            js.push_back(j);
+        const int64_t t = static_cast<int64_t>(r.batch.tokens.size());
+        if (t == 0) continue;
+        eagle_batch b = r.batch;  // as training stacks it: block u is depth u
+        for (int32_t u = 2; u <= depth; ++u) {
+            g.resize(b.tokens.size() * d);
+            logits.resize(b.tokens.size() * nv);
+            layer.forward(b, g.data(), logits.data(), pool);
+            b = stack_passes(r.batch, u, g, static_cast<int32_t>(d));
         }
-        if (js.empty()) continue;
-        const int64_t n2 = static_cast<int64_t>(b2.tokens.size());
-        g2.resize(n2 * d);
-        logits2.resize(n2 * nv);
-        layer.forward(b2, g2.data(), logits2.data(), pool);
-        for (size_t k = 0; k < js.size(); ++k) {
-            const int64_t row = b2.bounds[k + 1] - 1;  // the fed-back row: its draft of t_{j+3}
-            const float* target = s.logits.data() + (js[k] + 2) * nv;
-            second_ok += argmax(logits2.data() + row * nv, nv) == argmax(target, nv) ? 1 : 0;
+        g.resize(b.tokens.size() * d);
+        logits.resize(b.tokens.size() * nv);
+        layer.forward(b, g.data(), logits.data(), pool);
+        for (int64_t i0 = 0; i0 < t; ++i0) {  // a chain drafted after the context ending at row i0
+            for (int32_t u = 1; u <= depth && i0 + u - 1 < t; ++u) {
+                const int64_t i = i0 + u - 1;
+                const int64_t want = argmax(r.target_logits.data() + i * nv, nv);
+                tried[static_cast<size_t>(u - 1)] += 1;
+                if (argmax(logits.data() + ((u - 1) * t + i) * nv, nv) != want) break;
+                matched[static_cast<size_t>(u - 1)] += 1;
+                if (r.labels[static_cast<size_t>(i)] != want) break;  // the next row would be fed another token
+            }
         }
     }
-    eagle_chain_accuracy a;
-    a.first = n_first == 0 ? 0.0 : static_cast<double>(first_ok) / static_cast<double>(n_first);
-    a.second_given_first = first_ok == 0 ? 0.0 : static_cast<double>(second_ok) / static_cast<double>(first_ok);
-    return a;
+    std::vector<double> out(static_cast<size_t>(depth), 0.0);
+    for (size_t u = 0; u < out.size(); ++u)
+        out[u] = tried[u] == 0 ? 0.0 : static_cast<double>(matched[u]) / static_cast<double>(tried[u]);
+    return out;
 }
 
 }  // namespace troupe::train

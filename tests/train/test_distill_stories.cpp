@@ -160,6 +160,14 @@ TEST(distill_stories, training_the_eagle_layer_lowers_the_loss) {
     const auto [first, last] = ends(curve, 6);
     EXPECT_LT(last, 0.8 * first) << "loss " << first << " -> " << last;
     EXPECT_GT(curve.back().feature, 0.0);
+    // Depth 1 of a chain is every row's own draft: the plain accuracy; deeper drafts are counted where the ones
+    // before matched, so they are shares too.
+    const std::vector<double> chain = eagle_chain_accuracy(layer, s.data.held_out, 3, pool);
+    ASSERT_EQ(chain.size(), 3u);
+    EXPECT_NEAR(chain[0], eagle_accuracy(layer, s.data.held_out, pool), 1e-12);
+    EXPECT_GT(chain[1], 0.1);
+    EXPECT_GT(chain[2], 0.0) << chain[0] << " " << chain[1];
+    EXPECT_LE(chain[2], 1.0);
 
     const std::string out = (temp_dir() / "eagle.gguf").string();
     auto id = identify_target(*s.file);

@@ -153,7 +153,7 @@ TEST(train_models, eagle_layer_backward_over_two_passes_matches_central_differen
 }
 
 // What training's second pass computes for a row is what drafting computes for a depth-2 row: the context rows
-// before the chain, then one row fed the first row's output (eagle_two_step_accuracy's layout, the plugin's rows).
+// before the chain, then one row fed the first row's output (the plugin's rows).
 TEST(train_models, a_second_pass_row_computes_the_drafters_fed_back_row) {
     cpu::thread_pool pool(1);
     const float_llama t = tiny_target(150);
