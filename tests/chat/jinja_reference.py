@@ -139,6 +139,8 @@ ERROR_CASES = [
     ("macro_extra_keyword_without_kwargs", "{% macro m(a) %}{{ varargs }}{% endmacro %}{{ m(1, x=2) }}", "message"),
     ("loop_called_without_recursive", "{% for i in [1] %}{{ loop([2]) }}{% endfor %}", "error"),
     ("with_missing_comma", "{% with a = 1 b = 2 %}{% endwith %}", "syntax"),
+    ("str_format_missing_argument", "{{ '{} and {}'.format('one') }}", "error"),
+    ("str_format_single_brace", "{{ 'a } b'.format() }}", "error"),
     ("sandbox_list_append", "{% set xs = [] %}{% set _ = xs.append(1) %}{{ xs }}", "message"),
     ("sandbox_dict_update", "{% set d = {'a': 1} %}{{ d.update({'b': 2}) }}", "message"),
     ("sandbox_list_sort", "{% set xs = [2, 1] %}{{ xs.sort() }}", "message"),

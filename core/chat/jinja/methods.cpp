@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "core/chat/jinja/evaluator.h"
+#include "core/chat/jinja/str_format.h"
 #include "core/chat/jinja/string_ops.h"
 #include "core/chat/jinja/unicode_case.h"
 
@@ -64,6 +65,7 @@ value string_method(const std::string& s, const std::string& name, const call_ar
         return string_list(py_split(s, sep, int_arg(a.get(1, "maxsplit"), -1, what + " maxsplit"), name == "rsplit"));
     }
     if (name == "splitlines") return string_list(py_splitlines(s));
+    if (name == "format") return str_format(s, a);
     if (name == "startswith" || name == "endswith") {
         a.expect_at_most(what, 1, {});
         return value::boolean(affix(s, a.get(0, ""), name == "startswith", what + " argument"));
@@ -213,11 +215,11 @@ value list_method(const value& l, const std::string& name, const call_args& a) {
 
 bool is_method(const value& object, const std::string& name) {
     static const char* string_methods[] = {
-        "strip",     "lstrip",    "rstrip",    "split",      "rsplit",       "splitlines",  "startswith", "endswith",
-        "upper",     "lower",     "title",     "capitalize", "replace",      "find",        "rfind",      "index",
-        "count",     "join",      "isdigit",   "isalpha",    "isalnum",      "isspace",     "islower",    "isupper",
-        "isnumeric", "isdecimal", "isascii",   "istitle",    "casefold",     "swapcase",    "ljust",      "rjust",
-        "center",    "zfill",     "partition", "rpartition", "removeprefix", "removesuffix"};
+        "strip",     "lstrip",    "rstrip",    "split",      "rsplit",       "splitlines", "startswith",  "endswith",
+        "upper",     "lower",     "title",     "capitalize", "replace",      "find",       "rfind",       "index",
+        "count",     "join",      "isdigit",   "isalpha",    "isalnum",      "isspace",    "islower",     "isupper",
+        "isnumeric", "isdecimal", "isascii",   "istitle",    "casefold",     "swapcase",   "ljust",       "rjust",
+        "center",    "zfill",     "partition", "rpartition", "removeprefix", "format",     "removesuffix"};
     static const char* dict_methods[] = {"items", "keys", "values", "get", "copy"};
     static const char* list_methods[] = {"index", "count", "copy"};
     auto in = [&](const auto& names) {
