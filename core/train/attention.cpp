@@ -2,6 +2,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <string>
+
+#include "core/result.h"
 
 namespace troupe::train {
 namespace {
@@ -44,6 +47,9 @@ void attention_forward(const float* q, const float* k, const float* v, float* o,
     int64_t total = 0;
     for (int64_t sg = 0; sg < n_seg; ++sg) {
         const int64_t t = bounds[sg + 1] - bounds[sg];
+        TROUPE_ASSERT(passes >= 1 && t % passes == 0, "attention: segment " + std::to_string(sg) + " has " +
+                                                          std::to_string(t) + " rows, not " + std::to_string(passes) +
+                                                          " passes of equal length");
         cache.offsets[sg] = total;
         total += s.n_heads * t * t;
     }
