@@ -2,12 +2,30 @@
 
 #include <algorithm>
 #include <cctype>
+#include <optional>
+
+#include "core/chat/jinja/string_ops.h"
 
 namespace troupe::jinja {
 namespace {
 
 bool is_space(char c) {
     return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v';
+}
+// Whitespace control ({%- -%}, lstrip_blocks) strips what jinja2's regexes call \s: Python's Unicode
+// whitespace, so U+00A0 and U+3000 too. The length of the whitespace character at byte k, or 0.
+size_t space_at(std::string_view s, size_t k) {
+    if (is_space(s[k])) return 1;
+    if (static_cast<unsigned char>(s[k]) < 0x80) return 0;
+    const std::string stripped = py_strip(s.substr(k, std::min<size_t>(4, s.size() - k)), std::nullopt, true, false);
+    const size_t n = std::min<size_t>(4, s.size() - k) - stripped.size();
+    return n > 1 ? n : 0;
+}
+void strip_trailing_spaces(std::string& text) {
+    text = py_strip(text, std::nullopt, false, true);
+}
+bool all_spaces(std::string_view text) {
+    return py_strip(text, std::nullopt, true, true).empty();
 }
 bool is_digit(char c) {
     return c >= '0' && c <= '9';
@@ -128,11 +146,11 @@ private:
         const char sign = tag + 2 < src_.size() ? src_[tag + 2] : '\0';
         std::string text = src_.substr(pos_, tag - pos_);
         if (sign == '-') {
-            while (!text.empty() && is_space(text.back())) text.pop_back();
+            strip_trailing_spaces(text);
         } else if (sign != '+' && opt_.lstrip_blocks && type != '{') {
             const size_t line_pos = text.rfind('\n') == std::string::npos ? 0 : text.rfind('\n') + 1;
             if ((line_pos > 0 || line_starting_) && line_pos < text.size() &&
-                std::all_of(text.begin() + static_cast<std::ptrdiff_t>(line_pos), text.end(), is_space)) {
+                all_spaces(std::string_view(text).substr(line_pos))) {
                 text.resize(line_pos);
             }
         }
@@ -157,9 +175,9 @@ private:
     }
 
     void skip_spaces() {
-        while (pos_ < src_.size() && is_space(src_[pos_])) {
+        for (size_t n; pos_ < src_.size() && (n = space_at(src_, pos_)) > 0;) {
             line_starting_ = src_[pos_] == '\n';
-            ++pos_;
+            pos_ += n;
         }
     }
 
@@ -201,12 +219,12 @@ private:
             }
             std::string text = src_.substr(pos_, k - pos_);
             if (sign == '-') {
-                while (!text.empty() && is_space(text.back())) text.pop_back();
+                strip_trailing_spaces(text);
             } else if (sign != '+' && opt_.lstrip_blocks) {
                 const size_t nl = text.rfind('\n');
                 const size_t line_pos = nl == std::string::npos ? 0 : nl + 1;
                 if ((line_pos > 0 || line_starting_) && line_pos < text.size() &&
-                    std::all_of(text.begin() + static_cast<std::ptrdiff_t>(line_pos), text.end(), is_space)) {
+                    all_spaces(std::string_view(text).substr(line_pos))) {
                     text.resize(line_pos);
                 }
             }
@@ -224,7 +242,7 @@ private:
         emit(variable ? token_kind::var_begin : token_kind::block_begin, "", tag);
         std::vector<char> balance;
         while (true) {
-            while (pos_ < src_.size() && is_space(src_[pos_])) ++pos_;
+            for (size_t n; pos_ < src_.size() && (n = space_at(src_, pos_)) > 0;) pos_ += n;
             if (pos_ >= src_.size()) {
                 fail(std::string("unexpected end of template inside a ") + (variable ? "'{{ ... }}'" : "'{% ... %}'") +
                          " tag that starts here (missing '" + (variable ? "}}" : "%}") + "')",
