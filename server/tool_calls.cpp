@@ -35,6 +35,12 @@ std::string_view call_marker(tool_call_format f) {
             return "[TOOL_CALLS]";
         case tool_call_format::llama3:
             return "<|python_tag|>";
+        case tool_call_format::phi4:
+            return "<|tool_call|>";
+        case tool_call_format::nemotron:
+            return "<TOOLCALL>";
+        case tool_call_format::seed_oss:
+            return "<seed:tool_call>";
         case tool_call_format::none:
             break;
     }
@@ -213,7 +219,8 @@ std::optional<api_error> resolve_tools(const chat_formatter* formatter, tool_req
     if (formatter->tool_format() == tool_call_format::none) {
         return tools_error(
             "tools: the model's chat template reads tools, but its tool-call format is not one troupe parses "
-            "(hermes <tool_call>, llama3 <|python_tag|> / ipython, mistral [TOOL_CALLS])",
+            "(hermes <tool_call>, llama3 <|python_tag|> / ipython, mistral [TOOL_CALLS], phi4 <|tool_call|>, "
+            "nemotron <TOOLCALL>, seed_oss <seed:tool_call>)",
             "tools");
     }
     t.format = formatter->tool_format();

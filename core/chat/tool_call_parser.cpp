@@ -116,23 +116,39 @@ std::optional<parsed_tool_call> xml_function_call(std::string_view body) {
     return call;
 }
 
-parsed_reply parse_hermes(std::string_view text) {
+// Calls between an opening and a closing marker, repeated (Hermes' <tool_call>, Phi-4-mini's <|tool_call|>,
+// Nemotron's <TOOLCALL>, Seed-OSS's <seed:tool_call>): each body a JSON call, a JSON array of calls, or the
+// <function=f><parameter=k>v</parameter></function> XML of Qwen3-Coder and Seed-OSS.
+parsed_reply parse_tagged(std::string_view text, std::string_view open_marker, std::string_view close_marker) {
     parsed_reply out;
     std::string content;
     size_t pos = 0;
     while (true) {
-        const size_t open = text.find("<tool_call>", pos);
+        const size_t open = text.find(open_marker, pos);
         if (open == std::string_view::npos) break;
-        const size_t body = open + std::string_view("<tool_call>").size();
-        size_t close = text.find("</tool_call>", body);
+        const size_t body = open + open_marker.size();
+        size_t close = text.find(close_marker, body);
         const bool closed = close != std::string_view::npos;
         if (!closed) close = text.size();  // a reply cut at the stop token may lack the closing tag
-        auto v = parse_json(trim(text.substr(body, close - body)));
-        auto call = v ? call_of(*v) : xml_function_call(text.substr(body, close - body));
-        if (!call) return parsed_reply{std::string(text), {}};
+        const std::string_view inner = text.substr(body, close - body);
+        std::vector<parsed_tool_call> calls;
+        if (auto v = parse_json(trim(inner))) {
+            if (v->is_array()) {
+                for (const auto& item : v->get_array()) {
+                    auto call = call_of(item);
+                    if (!call) return parsed_reply{std::string(text), {}};
+                    calls.push_back(std::move(*call));
+                }
+            } else if (auto call = call_of(*v)) {
+                calls.push_back(std::move(*call));
+            }
+        } else if (auto call = xml_function_call(inner)) {
+            calls.push_back(std::move(*call));
+        }
+        if (calls.empty()) return parsed_reply{std::string(text), {}};
         content += text.substr(pos, open - pos);
-        out.tool_calls.push_back(std::move(*call));
-        pos = closed ? close + std::string_view("</tool_call>").size() : text.size();
+        for (auto& call : calls) out.tool_calls.push_back(std::move(call));
+        pos = closed ? close + close_marker.size() : text.size();
     }
     if (out.tool_calls.empty()) return parsed_reply{std::string(text), {}};
     content += text.substr(pos);
@@ -217,13 +233,20 @@ std::string_view tool_call_format_name(tool_call_format format) {
             return "llama3";
         case tool_call_format::mistral:
             return "mistral";
+        case tool_call_format::phi4:
+            return "phi4";
+        case tool_call_format::nemotron:
+            return "nemotron";
+        case tool_call_format::seed_oss:
+            return "seed_oss";
     }
     return "?";
 }
 
 std::optional<tool_call_format> parse_tool_call_format_name(std::string_view name) {
     for (auto f :
-         {tool_call_format::none, tool_call_format::hermes, tool_call_format::llama3, tool_call_format::mistral}) {
+         {tool_call_format::none, tool_call_format::hermes, tool_call_format::llama3, tool_call_format::mistral,
+          tool_call_format::phi4, tool_call_format::nemotron, tool_call_format::seed_oss}) {
         if (tool_call_format_name(f) == name) return f;
     }
     return std::nullopt;
@@ -231,6 +254,9 @@ std::optional<tool_call_format> parse_tool_call_format_name(std::string_view nam
 
 tool_call_format detect_tool_call_format(std::string_view t) {
     if (contains(t, "<tool_call>")) return tool_call_format::hermes;
+    if (contains(t, "<|tool_call|>")) return tool_call_format::phi4;
+    if (contains(t, "<TOOLCALL>")) return tool_call_format::nemotron;
+    if (contains(t, "<seed:tool_call>")) return tool_call_format::seed_oss;
     if (contains(t, "[TOOL_CALLS]")) return tool_call_format::mistral;
     if (contains(t, "<|python_tag|>") || (contains(t, "<|start_header_id|>") && contains(t, "\"parameters\""))) {
         return tool_call_format::llama3;
@@ -243,7 +269,13 @@ parsed_reply parse_tool_calls(tool_call_format format, std::string_view text) {
         case tool_call_format::none:
             return parsed_reply{std::string(text), {}};
         case tool_call_format::hermes:
-            return parse_hermes(text);
+            return parse_tagged(text, "<tool_call>", "</tool_call>");
+        case tool_call_format::phi4:
+            return parse_tagged(text, "<|tool_call|>", "<|/tool_call|>");
+        case tool_call_format::nemotron:
+            return parse_tagged(text, "<TOOLCALL>", "</TOOLCALL>");
+        case tool_call_format::seed_oss:
+            return parse_tagged(text, "<seed:tool_call>", "</seed:tool_call>");
         case tool_call_format::llama3:
             return parse_llama3(text);
         case tool_call_format::mistral:

@@ -68,6 +68,21 @@ TEST(tool_call_parser, each_familys_calls_become_tool_calls_with_json_arguments)
          "</tool_call>\n<tool_call>\n<function=now>\n</function>\n</tool_call>",
          "I'll look.",
          {{"", "search", R"({"query":"news\ntoday","limit":3,"tags":["a","b"]})"}, {"", "now", "{}"}}},
+        {tool_call_format::phi4,  // as Phi-4-mini's template writes a call
+         "<|tool_call|>{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}<|/tool_call|>"
+         "<|tool_call|>{\"name\": \"b\", \"arguments\": \"{}\"}<|/tool_call|>",
+         "",
+         {{"", "get_weather", R"({"city":"Paris"})"}, {"", "b", "{}"}}},
+        {tool_call_format::nemotron,  // Nemotron Nano v2: a JSON array inside <TOOLCALL>
+         "Checking.\n<TOOLCALL>[{\"name\": \"a\", \"arguments\": {\"x\": 1}}, {\"name\": \"b\", \"arguments\": "
+         "{}}]</TOOLCALL>",
+         "Checking.",
+         {{"", "a", R"({"x":1})"}, {"", "b", "{}"}}},
+        {tool_call_format::seed_oss,  // Seed-OSS: Qwen3-Coder's XML inside <seed:tool_call>, values unwrapped
+         "<seed:tool_call>\n<function=get_weather>\n<parameter=city>Paris</parameter>\n<parameter=days>2"
+         "</parameter>\n</function>\n</seed:tool_call>",
+         "",
+         {{"", "get_weather", R"({"city":"Paris","days":2})"}}},
     };
     for (const auto& r : rows) {
         const parsed_reply p = parse_tool_calls(r.format, r.text);
@@ -93,6 +108,8 @@ TEST(tool_call_parser, text_that_is_no_valid_call_stays_content_untouched) {
         {tool_call_format::mistral, "No calls here."},
         {tool_call_format::mistral, "[TOOL_CALLS] [{\"name\": 3}]"},
         {tool_call_format::none, "<tool_call>{\"name\": \"a\", \"arguments\": {}}</tool_call>"},
+        {tool_call_format::nemotron, "<TOOLCALL>[{\"name\": \"a\"}, {\"arguments\": {}}]</TOOLCALL>"},
+        {tool_call_format::phi4, "<|tool_call|>not json<|/tool_call|>"},
     };
     for (const auto& [format, text] : rows) {
         const parsed_reply p = parse_tool_calls(format, text);
@@ -123,8 +140,15 @@ TEST(tool_call_parser, the_format_is_detected_from_each_familys_template) {
         ASSERT_FALSE(text.empty()) << file;
         EXPECT_EQ(detect_tool_call_format(text), format) << file;
     }
+    // The markers of the families whose templates are not among tests/chat/templates, as their templates write them.
+    EXPECT_EQ(detect_tool_call_format("{{- '<|tool|>' + (tool | tojson) + '<|/tool|>' -}} <|tool_call|>"),
+              tool_call_format::phi4);
+    EXPECT_EQ(detect_tool_call_format("{{- '<TOOLCALL>[' -}}"), tool_call_format::nemotron);
+    EXPECT_EQ(detect_tool_call_format("{%- set toolcall_begin_token = '<seed:tool_call>' -%}"),
+              tool_call_format::seed_oss);
     for (auto f :
-         {tool_call_format::none, tool_call_format::hermes, tool_call_format::llama3, tool_call_format::mistral}) {
+         {tool_call_format::none, tool_call_format::hermes, tool_call_format::llama3, tool_call_format::mistral,
+          tool_call_format::phi4, tool_call_format::nemotron, tool_call_format::seed_oss}) {
         EXPECT_EQ(parse_tool_call_format_name(tool_call_format_name(f)), f);
     }
 }
