@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
-"""Writes unicode_case_table.inc: the case mappings of Python's str (upper, lower, title of one character)
-from the Unicode database of the Python that runs it, for unicode_case.cpp.
+"""Writes unicode_case_table.inc: the case mappings of Python's str (upper, lower, title of one character),
+the cased and case-ignorable characters, and the ones str.isprintable() rejects, from the Unicode database of
+the Python that runs it, for unicode_case.cpp.
 
     python3 core/chat/jinja/gen_unicode_case_table.py > core/chat/jinja/unicode_case_table.inc
 
@@ -65,6 +66,15 @@ def main():
     print("constexpr char32_t cased_only[][2] = {")
     for k in range(0, len(cased), 6):
         print("    " + " ".join("{0x%X, 0x%X}," % tuple(r) for r in cased[k:k + 6]))
+    print("};")
+    unprintable = []
+    for c in range(0x80, 0x110000):
+        if not chr(c).isprintable():
+            add_to_ranges(unprintable, c)
+    print("// {first, last}: characters above U+007F that str.isprintable() rejects (repr() escapes them)")
+    print("constexpr char32_t non_printable[][2] = {")
+    for k in range(0, len(unprintable), 6):
+        print("    " + " ".join("{0x%X, 0x%X}," % tuple(r) for r in unprintable[k:k + 6]))
     print("};")
     print("// {first, last}: case-ignorable characters without a case (a final sigma looks past them)")
     print("constexpr char32_t case_ignorable[][2] = {")

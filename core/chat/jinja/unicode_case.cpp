@@ -107,6 +107,14 @@ bool py_is_cased(char32_t c) {
                        [c](const char32_t* r) { return c >= r[0] && c <= r[1]; });
 }
 
+bool py_is_printable(char32_t c) {
+    if (c < 0x80) return c >= 0x20 && c != 0x7F;
+    const auto* end = std::end(non_printable);
+    const auto* it =
+        std::upper_bound(std::begin(non_printable), end, c, [](char32_t x, const char32_t* r) { return x < r[0]; });
+    return it == std::begin(non_printable) || c > (it - 1)[0][1];
+}
+
 bool py_is_case_ignorable(char32_t c) {
     return std::any_of(std::begin(case_ignorable), std::end(case_ignorable),
                        [c](const char32_t* r) { return c >= r[0] && c <= r[1]; });

@@ -15,6 +15,7 @@ void append_utf8(std::string& out, char32_t c);
 bool py_is_space(char32_t c);           // str.isspace() of one character
 bool py_is_line_break(char32_t c);      // the characters str.splitlines() splits at
 bool py_is_cased(char32_t c);           // an upper, lower or title case letter (what title() counts as a letter)
+bool py_is_printable(char32_t c);       // str.isprintable() of one character (repr() escapes the others)
 bool py_is_case_ignorable(char32_t c);  // without case and skipped by the final sigma rule (marks, apostrophes)
 
 // Case mapping of one character, appended to `out` (some map to two: "ß".upper() is "SS").

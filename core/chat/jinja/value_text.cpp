@@ -5,6 +5,7 @@
 #include <cstdio>
 
 #include "core/chat/jinja/callable.h"
+#include "core/chat/jinja/unicode_case.h"
 #include "core/chat/jinja/value.h"
 
 namespace troupe::jinja {
@@ -38,11 +39,8 @@ std::string string_repr(std::string_view s) {
             out += "\\r";
         } else if (cp == '\t') {
             out += "\\t";
-        } else if (cp < 0x20 || (cp >= 0x7F && cp <= 0xA0) || cp == 0xAD) {
-            std::snprintf(buf, sizeof buf, "\\x%02x", cp);
-            out += buf;
-        } else if (cp == 0x2028 || cp == 0x2029) {
-            std::snprintf(buf, sizeof buf, "\\u%04x", cp);
+        } else if (!py_is_printable(cp)) {  // as CPython's repr: \xNN, \uNNNN or \UNNNNNNNN
+            std::snprintf(buf, sizeof buf, cp < 0x100 ? "\\x%02x" : cp < 0x10000 ? "\\u%04x" : "\\U%08x", cp);
             out += buf;
         } else {
             out.append(s.substr(k, n));
