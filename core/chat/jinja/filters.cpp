@@ -208,6 +208,7 @@ value f_string(evaluator&, const value& v, const call_args&) {
 
 value f_map(evaluator& ev, const value& v, const call_args& a) {
     std::vector<value> out;
+    if (!v.truthy()) return value::list();  // jinja2 maps nothing over a falsy value (None included)
     if (a.has(99, "attribute")) {
         const value attribute = a.get(99, "attribute");
         const value fallback = a.get(99, "default");
@@ -257,6 +258,7 @@ value choose(evaluator& ev, const value& v, const call_args& a, bool by_attribut
     if (k < a.pos.size()) test = need_string(a.pos[k++], "test name");
     call_args rest{{a.pos.begin() + static_cast<std::ptrdiff_t>(std::min(k, a.pos.size())), a.pos.end()}, a.kw};
     std::vector<value> out;
+    if (!v.truthy()) return value::list();  // jinja2 selects nothing from a falsy value (None included)
     for (const auto& item : iterate(v)) {
         const value x = by_attribute ? attribute_path(ev, item, attribute) : item;
         const bool pass = test.empty() ? x.truthy() : ev.apply_test(test, x, rest);
