@@ -144,6 +144,23 @@ struct avx2 {
         }
         for (; i < n; ++i) dst[i] = _cvtss_sh(src[i], _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
     }
+    // The largest, and the sum, of s[0 .. n) (n <= chunk = 16): two vectors folded, then one 8-lane reduction.
+    static float max_of(const float* s, int32_t n) {
+        alignas(32) float x[chunk];
+        for (int32_t i = 0; i < chunk; ++i) x[i] = i < n ? s[i] : -INFINITY;
+        const __m256 v = _mm256_max_ps(_mm256_load_ps(x), _mm256_load_ps(x + 8));
+        __m128 h = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+        h = _mm_max_ps(h, _mm_movehl_ps(h, h));
+        return _mm_cvtss_f32(_mm_max_ss(h, _mm_movehdup_ps(h)));
+    }
+    static float sum_of(const float* s, int32_t n) {
+        alignas(32) float x[chunk];
+        for (int32_t i = 0; i < chunk; ++i) x[i] = i < n ? s[i] : 0.0f;
+        const __m256 v = _mm256_add_ps(_mm256_load_ps(x), _mm256_load_ps(x + 8));
+        __m128 h = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+        h = _mm_add_ps(h, _mm_movehl_ps(h, h));
+        return _mm_cvtss_f32(_mm_add_ss(h, _mm_movehdup_ps(h)));
+    }
     static void exp_shifted(float* s, int32_t n, float m) {
         alignas(32) float x[chunk];  // padded to whole vectors; the padding is never stored back
         for (int32_t i = 0; i < chunk; ++i) x[i] = i < n ? s[i] - m : 0.0f;

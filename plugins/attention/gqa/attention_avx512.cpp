@@ -184,6 +184,13 @@ struct avx512 {
             for (int32_t j = 0; i + j < n; ++j) dst[i + j] = h[j];
         }
     }
+    // The largest, and the sum, of s[0 .. n) (n <= chunk; s has room for a whole chunk): one vector each.
+    static float max_of(const float* s, int32_t n) {
+        return _mm512_mask_reduce_max_ps(tail_mask(n), _mm512_loadu_ps(s));
+    }
+    static float sum_of(const float* s, int32_t n) {
+        return _mm512_mask_reduce_add_ps(tail_mask(n), _mm512_loadu_ps(s));
+    }
     static void exp_shifted(float* s, int32_t n, float m) {
         const __mmask16 k = tail_mask(n);
         const vec x = _mm512_sub_ps(_mm512_maskz_loadu_ps(k, s), _mm512_set1_ps(m));
