@@ -7,8 +7,8 @@
 //                                              [threads (2) [f32 | f16 (f32)]]]]]]
 //
 // head_dim 64. Times are CPU time per call, all threads together (best of 10 alternated batches of 5); the pools are as
-// large as the context, so at 4096 keys one call reads context x n_kv_heads x 64 x 2 x 2 bytes. TROUPE_PLUGIN_DIR picks
-// another plugin folder (an older build's, to compare).
+// large as the context: one call reads context x n_kv_heads x 64 x 2 (K, V) x 4 (F32) or 2 (F16) bytes.
+// TROUPE_PLUGIN_DIR picks another plugin folder (an older build's, to compare).
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -104,9 +104,10 @@ int run(int32_t ctx, int32_t n_tokens, int32_t n_heads, int32_t n_kv_heads, int 
         }
     }
     std::printf(
-        "context %d, %d tokens of one sequence, %d heads, %d kv heads, head_dim %d, %d threads; KV read by "
-        "one pass %.1f MB\n",
-        ctx, n_tokens, n_heads, n_kv_heads, head_dim, n_threads, 2.0 * 2 * ctx * kvw / 1e6);
+        "context %d, %d tokens of one sequence, %d heads, %d kv heads, head_dim %d, %s pools (%.1f MB of K and V), "
+        "%d threads: CPU ms per call, all threads\n",
+        ctx, n_tokens, n_heads, n_kv_heads, head_dim, f16 ? "F16" : "F32", (f16 ? 2.0 : 4.0) * 2 * ctx * kvw / 1e6,
+        n_threads);
     for (const variant& x : variants) {
         std::printf("  %-30s %8.3f ms  (%.2fx one decode)\n", x.name.c_str(), x.best_ms,
                     x.best_ms / variants[0].best_ms);
