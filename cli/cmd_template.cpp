@@ -12,6 +12,7 @@
 #include "cli/commands.h"
 #include "core/chat/chat_formatter.h"
 #include "core/gguf/gguf_file.h"
+#include "core/json/precise_parse.h"
 #include "core/tokenizer/tokenizer.h"
 
 namespace troupe::cli {
@@ -29,7 +30,7 @@ result<boost::json::value> read_json(const std::string& path, const char* flag) 
     auto text = read_file(path, flag);
     if (!text) return text.err();
     boost::system::error_code ec;
-    boost::json::value v = boost::json::parse(*text, ec);
+    boost::json::value v = json_text::parse_precise(*text, ec);
     if (ec) return make_error(std::string(flag) + ": " + path + " is not valid JSON: " + ec.message());
     return v;
 }

@@ -7,6 +7,8 @@
 
 #include "server/json_kind_name.h"
 
+#include "core/json/precise_parse.h"
+
 #include <charconv>
 #include <cmath>
 #include <functional>
@@ -254,7 +256,7 @@ std::variant<json::object, api_error> parse_object(std::string_view body) {
     boost::system::error_code ec;
     json::parse_options opt;
     opt.max_depth = 32;
-    json::value v = json::parse(body, ec, {}, opt);
+    json::value v = json_text::parse_precise(body, ec, opt);  // doubles correctly rounded, as Python reads them
     if (ec) return bad_request("the request body is not valid JSON: " + ec.message());
     if (!v.is_object()) return bad_request("the request body must be a JSON object, got " + json_kind_name(v));
     return std::move(v.get_object());
