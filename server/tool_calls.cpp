@@ -5,6 +5,7 @@
 #include "server/json_kind_name.h"
 
 #include "core/chat/chat_formatter.h"
+#include "core/json/precise_parse.h"
 
 namespace troupe::server {
 
@@ -154,7 +155,7 @@ std::optional<api_error> read_message_tool_calls(const json::value& v, const std
         if (args && args->is_string()) {
             // OpenAI sends arguments as JSON text; the templates (transformers' convention) want the object.
             boost::system::error_code ec;
-            json::value parsed = json::parse(args->get_string(), ec);
+            json::value parsed = json_text::parse_precise(args->get_string(), ec);
             if (ec || !parsed.is_object()) {
                 return tools_error(at + ".function.arguments: expected a JSON object as text, got '" +
                                        std::string(args->get_string()) + "'",
