@@ -15,9 +15,11 @@
 //
 // Parameters:
 //   heads: PATH (required)   a file written by `troupe distill --kind medusa` for this target
-//   topk: [k_1, k_2, ...]    the tree: every combination of the top-k_d tokens of each depth d (default [2, 1, 1],
-//                            cut to the file's heads: on the CPU a node costs a good part of a token to verify, so
-//                            small trees win — 110M growth, batch 1: [2, 1, 1] 1.25x, [4, 2, 2, 1] 0.45x); or
+//   topk: [k_1, k_2, ...]    the tree: every combination of the top-k_d tokens of each depth d (default [1, 1, 1],
+//                            a chain, cut to the file's heads: on the CPU a node costs a good part of a token to
+//                            verify, so small trees win — grown 110M Q8_0, batch 1, heads from `troupe distill`'s
+//                            defaults, medians of 3 alternated runs: [1, 1, 1] 1.53x, [1, 1] 1.43x, [2, 1, 1]
+//                            1.44x; [4, 2, 2, 1] 0.45x); or
 //   choices: [[0], [1], [0, 0], ...]   explicit paths of ranks (Medusa's "medusa choices")
 //   max_nodes: 1..256        the proposal's size: the first max_nodes nodes of the tree (default: the whole tree)
 //   weights: f32 | f16 | q8  how the heads' matrices are kept (default q8: proposing is bound by their bytes;
@@ -103,7 +105,7 @@ int32_t medusa_create(const troupe_plugin_params* params, troupe_plugin_instance
         try {
             inst->tree = !choices.empty()
                              ? troupe::medusa::tree_from_choices(choices)
-                             : troupe::medusa::tree_from_topk(topk.empty() ? std::vector<int32_t>{2, 1, 1} : topk);
+                             : troupe::medusa::tree_from_topk(topk.empty() ? std::vector<int32_t>{1, 1, 1} : topk);
         } catch (const std::invalid_argument& e) {
             error = e.what();
             return TROUPE_ERR_INVALID_PARAMS;
