@@ -171,35 +171,42 @@ TEST_P(attention_batch_invariance, a_tokens_attention_is_the_same_alone_in_a_ver
                              "chain token at position " + std::to_string(prefix + i));
         }
 
-        // A tree after the prefix (mask_base = P), one mask word per node; rows P + node:
-        //   node 0 (position P) -> node 1 (P + 1) -> node 3 (P + 2) -> node 4 (P + 3)   the chain's tokens
-        //   node 0 -> node 2 (P + 1, a sibling draft) -> node 5 (P + 2)
-        // and a decode of the companion (plainly causal) in the same call.
-        const int32_t parents[6] = {-1, 0, 0, 1, 3, 2};
-        const int32_t chain_index[6] = {0, 1, -1, 2, 3, -1};  // node -> which decode it equals (-1: a sibling's)
-        std::vector<token> tree;
-        std::vector<int32_t> mask_base;
-        std::vector<uint64_t> masks;
-        for (int32_t node = 0; node < 6; ++node) {
+        // A tree step as the engine lays it out (core/model/draft_layout.cpp): the token at P is plainly causal (row P,
+        // prefix P + 1), its drafts are tree nodes after it (mask_base P + 1, rows P + 1 + node, positions by depth):
+        //   node 0 (P + 1) -> node 1 (P + 2) -> node 3 (P + 3) -> node 4 (P + 4)   the chain's tokens
+        //   node 0 -> node 2 (P + 2, a sibling draft) -> node 5 (P + 3); nodes 6 .. 39 siblings under the root
+        // (40 nodes: more tokens in the call than verify_tokens_max, of which one plainly causal), and a decode of the
+        // companion (plainly causal) in the same call.
+        constexpr int32_t n_nodes = 40;
+        std::vector<int32_t> parents = {-1, 0, 0, 1, 3, 2};
+        parents.resize(n_nodes, -1);
+        const int32_t chain_index[6] = {1, 2, -1, 3, 4, -1};  // node -> which decode it equals (-1: a sibling's)
+        std::vector<token> tree = {bench.at(0, prefix)};
+        std::vector<int32_t> mask_base = {prefix + 1};
+        std::vector<uint64_t> masks = {0};
+        for (int32_t node = 0; node < n_nodes; ++node) {
             int32_t depth = 0;
             uint64_t mask = uint64_t{1} << node;
             for (int32_t p = parents[node]; p >= 0; p = parents[p]) {
                 ++depth;
                 mask |= uint64_t{1} << p;
             }
-            tree.push_back(chain_index[node] >= 0 ? bench.at(0, prefix + depth, prefix + node)
-                                                  : bench.sibling(prefix + depth, prefix + node));
-            mask_base.push_back(prefix);
+            const bool on_chain = node < 6 && chain_index[node] >= 0;
+            tree.push_back(on_chain ? bench.at(0, prefix + 1 + depth, prefix + 1 + node)
+                                    : bench.sibling(prefix + 1 + depth, prefix + 1 + node));
+            mask_base.push_back(prefix + 1);
             masks.push_back(mask);
         }
         tree.push_back(bench.at(1, companion_tokens + 64));
         mask_base.push_back(companion_tokens + 65);
         masks.push_back(0);
         const auto in_tree = bench.run(attention, tree, mask_base, masks);
+        expect_same_bits(in_tree, 0, decoded[0], bench.row_floats(),
+                         "the tree step's first token, at position " + std::to_string(prefix));
         for (int32_t node = 0; node < 6; ++node) {
             if (chain_index[node] < 0) continue;
             expect_same_bits(
-                in_tree, node, decoded[chain_index[node]], bench.row_floats(),
+                in_tree, 1 + node, decoded[chain_index[node]], bench.row_floats(),
                 "tree node " + std::to_string(node) + " at position " + std::to_string(prefix + chain_index[node]));
         }
     }

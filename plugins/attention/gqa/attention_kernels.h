@@ -155,11 +155,11 @@ static inline bool fills_lanes(const query_tile& tile, int32_t group, int32_t he
 // One arithmetic per token, whatever else its call holds. The tiled kernel rounds a query row differently from the
 // per-token kernels (q scaled before the product, the dot product in head-dim order, another exponential), so a token
 // must take the same kernel whether it comes alone (a decode step) or among the tokens a speculative step verifies
-// (a chain of drafts, a tree): a sequence with at most verify_tokens_max tokens in a call has each of them computed
-// exactly as a one-token decode at its position would be (the per-token kernels, split over positions from
-// split_min_keys keys on, tree tokens included), and only longer runs (prefill chunks) take query tiles. Plain and
-// speculative greedy decoding then see the same attention bit for bit; the tiled kernel's rows are themselves
-// independent of the other rows of their tile (a masked key adds exactly nothing).
+// (a chain of drafts, a tree): a sequence with at most verify_tokens_max plainly causal tokens in a call (a tree's
+// drafts are not counted) has each of its tokens computed exactly as a one-token decode at its position would be (the
+// per-token kernels, split over positions from split_min_keys keys on, tree tokens included), and only longer runs
+// (prefill chunks) take query tiles. Plain and speculative greedy decoding then see the same attention bit for bit; the
+// tiled kernel's rows are themselves independent of the other rows of their tile (a masked key adds exactly nothing).
 constexpr int32_t verify_tokens_max = 32;
 
 // The per-token kernels (attention_online.h): items [begin, end), item = i * n_kv_heads + kv_head for the

@@ -245,10 +245,13 @@ int32_t gqa_forward(troupe_plugin_instance* inst, const troupe_attention_call* c
             std::vector<troupe::gqa::query_tile> tiles(static_cast<size_t>(c.n_tokens));
             const int32_t n_made =
                 troupe::gqa::make_query_tiles(c, std::max(1, inst->tile_lanes / group), tiles.data());
-            // Each sequence's tokens in this call: a sequence with few (a decode, a speculative step) has each token
-            // computed as a one-token decode would be (attention_kernels.h: verify_tokens_max).
+            // Each sequence's plainly causal tokens in this call: a sequence with few (a decode, a speculative step's
+            // chain, the token a tree of drafts follows) has each token computed as a one-token decode would be
+            // (attention_kernels.h: verify_tokens_max); a tree's drafts do not count, they never take tiles.
             std::vector<int32_t> tokens_of(static_cast<size_t>(c.n_seqs), 0);
-            for (int32_t t = 0; t < c.n_tokens; ++t) ++tokens_of[static_cast<size_t>(c.seq_of[t])];
+            for (int32_t t = 0; t < c.n_tokens; ++t) {
+                if (troupe::gqa::plain_causal(c, t)) ++tokens_of[static_cast<size_t>(c.seq_of[t])];
+            }
             // Tiles of prefill chunks that fill the lanes stay tiles (items kv head-major: a thread's consecutive
             // tiles of one sequence reuse that head's K/V in cache); the other tokens go to the per-token kernel,
             // items token-major (a thread's kv heads of one token are one pass over contiguous rows), or are split
