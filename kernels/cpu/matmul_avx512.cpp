@@ -368,8 +368,7 @@ void rows_avx512(const matmul_weight& w, prepared_x x, float* y, int64_t ldy, in
         const int64_t span = std::min<int64_t>(d, static_cast<int64_t>(w.row_stride) * (r1 - r0));
         for (int64_t i = 0; i < span; i += 64) _mm_prefetch(first + i, _MM_HINT_T0);
     }
-    if (n_tokens == 1 && (w.type == ggml_type::q4_k || w.type == ggml_type::q6_k) &&
-        w.row_stride <= k_max_grouped_row_bytes) {  // decode of short rows: in groups of four
+    if (n_tokens == 1 && kquant_groups_rows(w.type, w.row_stride)) {  // decode: rows in groups of four
         kquant_rows_one_token_avx512(w, static_cast<const block_q8_k*>(x.data), y, r0, r1);
         return;
     }
