@@ -5,6 +5,7 @@
 #include <optional>
 
 #include "core/chat/jinja/string_ops.h"
+#include "core/chat/jinja/unicode_case.h"
 
 namespace troupe::jinja {
 namespace {
@@ -50,24 +51,6 @@ std::string normalize_newlines(std::string_view in, bool keep_trailing_newline) 
     }
     if (!keep_trailing_newline && !out.empty() && out.back() == '\n') out.pop_back();
     return out;
-}
-
-void append_utf8(std::string& out, uint32_t cp) {
-    if (cp < 0x80) {
-        out += static_cast<char>(cp);
-    } else if (cp < 0x800) {
-        out += static_cast<char>(0xC0 | (cp >> 6));
-        out += static_cast<char>(0x80 | (cp & 0x3F));
-    } else if (cp < 0x10000) {
-        out += static_cast<char>(0xE0 | (cp >> 12));
-        out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-        out += static_cast<char>(0x80 | (cp & 0x3F));
-    } else {
-        out += static_cast<char>(0xF0 | (cp >> 18));
-        out += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
-        out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-        out += static_cast<char>(0x80 | (cp & 0x3F));
-    }
 }
 
 class lexer {
@@ -402,7 +385,7 @@ private:
                                      [](char h) { return std::isxdigit(static_cast<unsigned char>(h)); })) {
                         fail(std::string("truncated \\") + e + " escape in a string literal", pos_ - 2);
                     }
-                    append_utf8(out, static_cast<uint32_t>(std::stoul(src_.substr(pos_, n), nullptr, 16)));
+                    append_utf8(out, static_cast<char32_t>(std::stoul(src_.substr(pos_, n), nullptr, 16)));
                     pos_ += n;
                     break;
                 }

@@ -7,6 +7,8 @@
 #include <cstdlib>
 #include <optional>
 
+#include "core/chat/jinja/unicode_case.h"
+
 namespace troupe::jinja {
 namespace {
 
@@ -121,23 +123,8 @@ std::string format_float(const value& v, char conversion, const spec& sp) {
 std::string format_char(const value& v, const spec& sp) {
     if (v.is_string() && code_point_count(v.s) == 1) return pad(v.s, sp);
     if (v.kind != value_kind::integer || v.i < 0 || v.i > 0x10FFFF) throw render_error("%c requires int or char");
-    const auto cp = static_cast<uint32_t>(v.i);
     std::string out;
-    if (cp < 0x80) {
-        out += static_cast<char>(cp);
-    } else if (cp < 0x800) {
-        out += static_cast<char>(0xC0 | (cp >> 6));
-        out += static_cast<char>(0x80 | (cp & 0x3F));
-    } else if (cp < 0x10000) {
-        out += static_cast<char>(0xE0 | (cp >> 12));
-        out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-        out += static_cast<char>(0x80 | (cp & 0x3F));
-    } else {
-        out += static_cast<char>(0xF0 | (cp >> 18));
-        out += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
-        out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-        out += static_cast<char>(0x80 | (cp & 0x3F));
-    }
+    append_utf8(out, static_cast<char32_t>(v.i));
     return pad(out, sp);
 }
 
