@@ -162,6 +162,11 @@ std::vector<tile_case> all_cases() {
         // 40 rows of dim 512 more than its scratch holds (32 rows of 512): passes cut inside a token's heads.
         {"gqa_48_heads_24_kv_dim_64", 48, 24, 64},
         {"gqa_40_heads_5_kv_dim_512", 40, 5, 512},
+        // The whole-head kernels (AVX-512, head_dim a multiple of 16): a group of 20 rows in blocks of 8, 8 and 4 with
+        // a 48-wide head (64 + a 16-float tail is not it: 48 is three vectors), and a group of 12 whose third kv head
+        // is cut by the 32-row pass (rows 24-31, then 32-35).
+        {"mqa_20_heads_dim_48", 20, 1, 48},
+        {"gqa_36_heads_3_kv_dim_32", 36, 3, 32},
     };
     std::vector<tile_case> cases;
     for (const shape& s : shapes) {

@@ -135,6 +135,7 @@ struct avx2 {
             for (int32_t jj = 0; jj < n; ++jj) acc[d] += w[jj] * one(rows[jj][d]);
         }
     }
+    static constexpr bool head_kernels = false;  // attention_online.h's per-row dots and accumulate
     // n floats to halves (round to nearest even, as fp32_to_fp16).
     static void to_halves(uint16_t* dst, const float* src, int32_t n) {
         int32_t i = 0;

@@ -168,6 +168,209 @@ struct avx512 {
             _mm512_mask_storeu_ps(acc + d, k, a);
         }
     }
+    // A kv head's query rows at once (GQA groups with head_dim a multiple of 16; see attend_rows_grouped): the
+    // chunk's K rows transposed once into kt[d][16] (as floats), so that each query row's 16 scores are one vector of
+    // FMAs over d with the query element broadcast (no add tree per row, and each K element loaded and converted once
+    // rather than once per query row).
+    static constexpr bool head_kernels = true;
+
+    template <class T>
+    static void transpose_chunk(const T* const* rows, int32_t hd, float* kt) {
+        for (int32_t d0 = 0; d0 < hd; d0 += 16) {
+            __m512 r[16];
+#pragma GCC unroll 16
+            for (int32_t jj = 0; jj < 16; ++jj) r[jj] = row16(rows[jj] + d0);
+            transpose16(r);
+#pragma GCC unroll 16
+            for (int32_t i = 0; i < 16; ++i) _mm512_store_ps(kt + static_cast<size_t>(d0 + i) * 16, r[i]);
+        }
+    }
+    // r[i] lane j <- r[j] lane i (inlined, so that r stays in registers).
+    __attribute__((always_inline)) static void transpose16(__m512* r) {
+        __m512 t[16];
+#pragma GCC unroll 8
+        for (int32_t i = 0; i < 8; ++i) {
+            t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+            t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+        }
+#pragma GCC unroll 4
+        for (int32_t i = 0; i < 4; ++i) {
+            const __m512d a = _mm512_castps_pd(t[4 * i]), b = _mm512_castps_pd(t[4 * i + 1]);
+            const __m512d c = _mm512_castps_pd(t[4 * i + 2]), d = _mm512_castps_pd(t[4 * i + 3]);
+            r[4 * i] = _mm512_castpd_ps(_mm512_unpacklo_pd(a, c));
+            r[4 * i + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(a, c));
+            r[4 * i + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(b, d));
+            r[4 * i + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(b, d));
+        }
+        // Each 128-bit lane k of r[4i + c] now holds column (4k + c)'s elements of rows 4i .. 4i + 3.
+#pragma GCC unroll 4
+        for (int32_t c = 0; c < 4; ++c) {
+            t[c] = _mm512_shuffle_f32x4(r[c], r[4 + c], 0x88);      // lanes 0, 2 of rows 0-3, then of rows 4-7
+            t[4 + c] = _mm512_shuffle_f32x4(r[c], r[4 + c], 0xdd);  // lanes 1, 3
+            t[8 + c] = _mm512_shuffle_f32x4(r[8 + c], r[12 + c], 0x88);
+            t[12 + c] = _mm512_shuffle_f32x4(r[8 + c], r[12 + c], 0xdd);
+        }
+#pragma GCC unroll 4
+        for (int32_t c = 0; c < 4; ++c) {
+            r[c] = _mm512_shuffle_f32x4(t[c], t[8 + c], 0x88);            // column c
+            r[8 + c] = _mm512_shuffle_f32x4(t[c], t[8 + c], 0xdd);        // column 8 + c
+            r[4 + c] = _mm512_shuffle_f32x4(t[4 + c], t[12 + c], 0x88);   // column 4 + c
+            r[12 + c] = _mm512_shuffle_f32x4(t[4 + c], t[12 + c], 0xdd);  // column 12 + c
+        }
+    }
+    // sc[r] = scale * (q_r . k_jj for the chunk's 16 keys), rows r < n_rows of q ([n_rows, hd]), from kt.
+    static void head_scores(const float* q, int32_t n_rows, const float* kt, int32_t hd, float scale, float (*sc)[16]) {
+        int32_t r = 0;
+        for (; r + 8 <= n_rows; r += 8) score_rows<8>(q + static_cast<size_t>(r) * hd, kt, hd, scale, sc + r);
+        switch (n_rows - r) {
+            case 7:
+                return score_rows<7>(q + static_cast<size_t>(r) * hd, kt, hd, scale, sc + r);
+            case 6:
+                return score_rows<6>(q + static_cast<size_t>(r) * hd, kt, hd, scale, sc + r);
+            case 5:
+                return score_rows<5>(q + static_cast<size_t>(r) * hd, kt, hd, scale, sc + r);
+            case 4:
+                return score_rows<4>(q + static_cast<size_t>(r) * hd, kt, hd, scale, sc + r);
+            case 3:
+                return score_rows<3>(q + static_cast<size_t>(r) * hd, kt, hd, scale, sc + r);
+            case 2:
+                return score_rows<2>(q + static_cast<size_t>(r) * hd, kt, hd, scale, sc + r);
+            case 1:
+                return score_rows<1>(q + static_cast<size_t>(r) * hd, kt, hd, scale, sc + r);
+            default:
+                return;
+        }
+    }
+    template <int32_t R>
+    static void score_rows(const float* q, const float* kt, int32_t hd, float scale, float (*sc)[16]) {
+        __m512 a[R];
+#pragma GCC unroll 8
+        for (int32_t r = 0; r < R; ++r) a[r] = _mm512_setzero_ps();
+        for (int32_t d = 0; d < hd; ++d) {
+            const __m512 k = _mm512_load_ps(kt + static_cast<size_t>(d) * 16);
+#pragma GCC unroll 8
+            for (int32_t r = 0; r < R; ++r)
+                a[r] = _mm512_fmadd_ps(_mm512_set1_ps(q[static_cast<size_t>(r) * hd + d]), k, a[r]);
+        }
+#pragma GCC unroll 8
+        for (int32_t r = 0; r < R; ++r) _mm512_store_ps(sc[r], _mm512_mul_ps(a[r], _mm512_set1_ps(scale)));
+    }
+    // The online-softmax step of chunk_softmax for rows r < n_rows, eight rows at a time: their maxes in one add tree
+    // (max8), then each row's weights exp(s - m) (lanes >= n zero) added to its sum's lanes (lsum[r]: 16 partial sums,
+    // reduced once at the end, not once per chunk).
+    static void head_softmax(float (*sc)[16], int32_t n_rows, int32_t n, float* m, float (*lsum)[16], float* acc,
+                             int32_t hd) {
+        const __mmask16 k = tail_mask(n);
+        for (int32_t r0 = 0; r0 < n_rows; r0 += 8) {
+            const int32_t rows = n_rows - r0 < 8 ? n_rows - r0 : 8;
+            __m512 v[8];
+#pragma GCC unroll 8
+            for (int32_t i = 0; i < 8; ++i) {
+                v[i] = _mm512_mask_loadu_ps(_mm512_set1_ps(-INFINITY), k, sc[r0 + (i < rows ? i : rows - 1)]);
+            }
+            alignas(32) float cm[8];
+            _mm256_store_ps(cm, max8(v));
+            for (int32_t i = 0; i < rows; ++i) {
+                const int32_t r = r0 + i;
+                if (cm[i] > m[r]) {
+                    const float c = expf(m[r] - cm[i]);  // 0 on the first chunk (m = -inf)
+                    float* a = acc + static_cast<size_t>(r) * hd;
+                    scale(a, a, c, hd);
+                    _mm512_store_ps(lsum[r], _mm512_mul_ps(_mm512_load_ps(lsum[r]), _mm512_set1_ps(c)));
+                    m[r] = cm[i];
+                }
+            }
+#pragma GCC unroll 8
+            for (int32_t i = 0; i < 8; ++i) {
+                if (i < rows) {
+                    const int32_t r = r0 + i;
+                    const __m512 p =
+                        _mm512_maskz_mov_ps(k, exp_nonpositive<avx512>(_mm512_sub_ps(v[i], _mm512_set1_ps(m[r]))));
+                    _mm512_store_ps(sc[r], p);
+                    _mm512_store_ps(lsum[r], _mm512_add_ps(_mm512_load_ps(lsum[r]), p));
+                }
+            }
+        }
+    }
+    // Lane r (r < 8) of the result: the largest of v[r]'s 16 lanes.
+    static __m256 max8(const __m512* v) {
+        __m512 x[4];  // per 128-bit lane: [v(2i) 0|2, v(2i+1) 0|2, v(2i) 1|3, v(2i+1) 1|3]
+#pragma GCC unroll 4
+        for (int32_t i = 0; i < 4; ++i) {
+            x[i] =
+                _mm512_max_ps(_mm512_unpacklo_ps(v[2 * i], v[2 * i + 1]), _mm512_unpackhi_ps(v[2 * i], v[2 * i + 1]));
+        }
+        __m512 y[2];  // per 128-bit lane: that lane's maxes of v(4j) .. v(4j + 3)
+#pragma GCC unroll 2
+        for (int32_t j = 0; j < 2; ++j) {
+            const __m512d a = _mm512_castps_pd(x[2 * j]), b = _mm512_castps_pd(x[2 * j + 1]);
+            y[j] =
+                _mm512_max_ps(_mm512_castpd_ps(_mm512_unpacklo_pd(a, b)), _mm512_castpd_ps(_mm512_unpackhi_pd(a, b)));
+        }
+        // z: [rows 0-3 over lanes 0,1 | rows 0-3 over lanes 2,3 | rows 4-7 over 0,1 | rows 4-7 over 2,3]
+        const __m512 z = _mm512_max_ps(_mm512_shuffle_f32x4(y[0], y[1], 0x88), _mm512_shuffle_f32x4(y[0], y[1], 0xdd));
+        const __m512 w = _mm512_max_ps(z, _mm512_shuffle_f32x4(z, z, 0xb1));  // 128-bit lanes 0 and 2: the maxes
+        return _mm512_castps512_ps256(_mm512_shuffle_f32x4(w, w, 0x08));
+    }
+    // acc[r] += sum_{jj < n} w[r][jj] * rows[jj] for rows r < n_rows (acc: [n_rows, hd]): four rows by 64 floats at a
+    // time, sixteen sums in registers, each V vector loaded (and converted) once per four rows.
+    template <class T>
+    static void head_accumulate(float* acc, int32_t n_rows, const float (*w)[16], const T* const* rows, int32_t n,
+                                int32_t hd) {
+        int32_t r = 0;
+        for (; r + 4 <= n_rows; r += 4) accumulate_rows<4>(acc + static_cast<size_t>(r) * hd, w + r, rows, n, hd);
+        switch (n_rows - r) {
+            case 3:
+                return accumulate_rows<3>(acc + static_cast<size_t>(r) * hd, w + r, rows, n, hd);
+            case 2:
+                return accumulate_rows<2>(acc + static_cast<size_t>(r) * hd, w + r, rows, n, hd);
+            case 1:
+                return accumulate_rows<1>(acc + static_cast<size_t>(r) * hd, w + r, rows, n, hd);
+            default:
+                return;
+        }
+    }
+    template <int32_t R, class T>
+    static void accumulate_rows(float* acc, const float (*w)[16], const T* const* rows, int32_t n, int32_t hd) {
+        int32_t d = 0;
+        for (; d + 64 <= hd; d += 64) accumulate_block<R, 4>(acc + d, hd, w, rows, n, d);
+        switch ((hd - d) / 16) {
+            case 3:
+                return accumulate_block<R, 3>(acc + d, hd, w, rows, n, d);
+            case 2:
+                return accumulate_block<R, 2>(acc + d, hd, w, rows, n, d);
+            case 1:
+                return accumulate_block<R, 1>(acc + d, hd, w, rows, n, d);
+            default:
+                return;
+        }
+    }
+    template <int32_t R, int32_t Z, class T>
+    static void accumulate_block(float* acc, int32_t hd, const float (*w)[16], const T* const* rows, int32_t n,
+                                 int32_t d) {
+        __m512 a[R][Z];
+#pragma GCC unroll 4
+        for (int32_t r = 0; r < R; ++r) {
+#pragma GCC unroll 4
+            for (int32_t z = 0; z < Z; ++z) a[r][z] = _mm512_loadu_ps(acc + static_cast<size_t>(r) * hd + 16 * z);
+        }
+        for (int32_t jj = 0; jj < n; ++jj) {
+            __m512 v[Z];
+#pragma GCC unroll 4
+            for (int32_t z = 0; z < Z; ++z) v[z] = row16(rows[jj] + d + 16 * z);
+#pragma GCC unroll 4
+            for (int32_t r = 0; r < R; ++r) {
+                const __m512 wr = _mm512_set1_ps(w[r][jj]);
+#pragma GCC unroll 4
+                for (int32_t z = 0; z < Z; ++z) a[r][z] = _mm512_fmadd_ps(wr, v[z], a[r][z]);
+            }
+        }
+#pragma GCC unroll 4
+        for (int32_t r = 0; r < R; ++r) {
+#pragma GCC unroll 4
+            for (int32_t z = 0; z < Z; ++z) _mm512_storeu_ps(acc + static_cast<size_t>(r) * hd + 16 * z, a[r][z]);
+        }
+    }
     // n floats to halves (round to nearest even, as fp32_to_fp16).
     static void to_halves(uint16_t* dst, const float* src, int32_t n) {
         int32_t i = 0;
