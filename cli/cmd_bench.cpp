@@ -39,6 +39,7 @@ struct bench_inputs {
     int32_t n_seqs = 1;                // sequences decoded together
     int32_t reps = 3;                  // repetitions; the best is reported (beside the median)
     bool decode_after_prompt = false;  // decode at context n_prompt.. (after the prefill) rather than from 0
+    int32_t compare_depth = 0;         // with decode_after_prompt: also decode at this context, step for step
     bench::spec_bench_options spec;    // with a spec plugin
 };
 
@@ -103,6 +104,14 @@ result<bench_inputs> prepare_bench(const cli_args& args) {
     }
     in.config = std::move(*config);
     in.decode_after_prompt = args.has("--decode-after-prompt");
+    if (args.has("--compare-depth")) {
+        auto depth = positive(args, "--compare-depth", 128);
+        if (!depth) return depth.err();
+        if (!in.decode_after_prompt || in.n_seqs != 1) {
+            return make_error("--compare-depth: needs --decode-after-prompt and one sequence (--n-seqs 1)");
+        }
+        in.compare_depth = *depth;
+    }
     in.spec.n_gen = in.n_gen;
     in.spec.reps = in.reps;
     if (in.config.plugins.spec.name != "none") {
@@ -154,6 +163,23 @@ struct bench_run {
     }
 };
 
+// --compare-depth: a second sequence (id 1, its blocks after the first's) decoded at a shallow context, one step after
+// each step of the deep one, so that both see the same moments of a shared machine; its prompt is a prefix of the
+// deep one's.
+struct shallow_run {
+    model_runner& model;
+    int32_t first_block;
+    int32_t n_blocks;
+
+    forward_batch batch_at(int32_t pos0, std::vector<int32_t> tokens) const {
+        sequence_step st{1, std::move(tokens), pos0, {}, false};
+        for (int32_t i = 0; i < n_blocks; ++i) st.block_table.push_back(first_block + i);
+        forward_batch b;
+        b.seqs.push_back(std::move(st));
+        return b;
+    }
+};
+
 int measure(const bench_inputs& in) {
     set_log_level(in.config.log_level);
     auto model = load_model(in.config);
@@ -170,11 +196,19 @@ int measure(const bench_inputs& in) {
         return exit_usage;
     }
     const int32_t blocks_per_seq = (n_ctx_needed + kv.block_size - 1) / kv.block_size;
-    if (static_cast<int64_t>(blocks_per_seq) * in.n_seqs > kv.n_blocks) {
+    const int32_t shallow_blocks =
+        in.compare_depth > 0 ? (in.compare_depth + in.n_gen + kv.block_size - 1) / kv.block_size : 0;
+    if (static_cast<int64_t>(blocks_per_seq) * in.n_seqs + shallow_blocks > kv.n_blocks) {
         std::fprintf(stderr,
                      "troupe bench: %d sequences of %d tokens need %d KV blocks, the pool has %d "
                      "(raise kv.memory or scheduler.max_running_seqs)\n",
-                     in.n_seqs, n_ctx_needed, blocks_per_seq * in.n_seqs, kv.n_blocks);
+                     in.n_seqs + (shallow_blocks > 0 ? 1 : 0), n_ctx_needed,
+                     blocks_per_seq * in.n_seqs + shallow_blocks, kv.n_blocks);
+        return exit_usage;
+    }
+    if (in.compare_depth >= in.n_prompt) {
+        std::fprintf(stderr, "troupe bench: --compare-depth %d must be below --n-prompt %d\n", in.compare_depth,
+                     in.n_prompt);
         return exit_usage;
     }
     std::printf("model: %s\n", runner.description().c_str());
@@ -183,6 +217,9 @@ int measure(const bench_inputs& in) {
     std::printf("\n");
 
     bench_run run{runner, in.n_seqs, blocks_per_seq};
+    const shallow_run shallow{runner, blocks_per_seq * in.n_seqs, shallow_blocks};
+    std::vector<double> deep_share;  // --compare-depth: per rep, the deep decode's speed over the shallow one's
+    double deep_best = 0, shallow_best = 0;
     std::mt19937 rng(1234);
     std::uniform_int_distribution<int32_t> token(0, runner.n_vocab() - 1);
     std::vector<std::vector<int32_t>> prompt(in.n_seqs, std::vector<int32_t>(in.n_prompt));
@@ -209,6 +246,41 @@ int measure(const bench_inputs& in) {
         pp.push_back(static_cast<double>(in.n_prompt) * in.n_seqs / seconds_since(t0));
         if (cpu) bandwidth_runs.push_back(cpu::measure_read_bandwidth(cpu->pool()));
 
+        if (shallow_blocks > 0) {
+            const std::vector<int32_t> head(prompt[0].begin(), prompt[0].begin() + in.compare_depth);
+            if (auto st = runner.forward(shallow.batch_at(0, head), out); !st) {
+                std::fprintf(stderr, "troupe bench: %s\n", st.message().c_str());
+                return exit_failure;
+            }
+            double deep_s = 0, shallow_s = 0;
+            int32_t deep_next = 1, shallow_next = 1;
+            const auto argmax = [&] {
+                const auto row = out.row(0);
+                return static_cast<int32_t>(std::max_element(row.begin(), row.end()) - row.begin());
+            };
+            for (int32_t i = 0; i < in.n_gen; ++i) {
+                auto t = bench_clock::now();
+                auto st = runner.forward(run.batch_at(in.n_prompt + i, {{deep_next}}), out);
+                deep_s += seconds_since(t);
+                if (st) {
+                    deep_next = argmax();
+                    t = bench_clock::now();
+                    st = runner.forward(shallow.batch_at(in.compare_depth + i, {shallow_next}), out);
+                    shallow_s += seconds_since(t);
+                    shallow_next = argmax();
+                }
+                if (!st) {
+                    std::fprintf(stderr, "troupe bench: %s\n", st.message().c_str());
+                    return exit_failure;
+                }
+            }
+            deep_share.push_back(shallow_s / deep_s);
+            deep_best = std::max(deep_best, in.n_gen / deep_s);
+            shallow_best = std::max(shallow_best, in.n_gen / shallow_s);
+            tg.push_back(in.n_gen / deep_s);  // the rep's decode figure: the deep decode's
+            if (cpu) bandwidth_runs.push_back(cpu::measure_read_bandwidth(cpu->pool()));
+            continue;
+        }
         std::vector<std::vector<int32_t>> next(in.n_seqs, std::vector<int32_t>{1});
         const auto t1 = bench_clock::now();
         for (int32_t i = 0; i < in.n_gen; ++i) {
@@ -275,6 +347,13 @@ int measure(const bench_inputs& in) {
     } else {
         std::printf("pp%-6d %12.1f\ntg%-6d %12.1f\n", in.n_prompt, pp_tps, in.n_gen, tg_tps);
     }
+    if (!deep_share.empty()) {
+        std::printf(
+            "depth: decode at context %d..%d runs at %.1f%% of decode at context %d..%d (median of %zu reps, steps "
+            "alternated; best %.1f against %.1f tokens/s)\n",
+            in.n_prompt, in.n_prompt + in.n_gen - 1, 100.0 * median(deep_share), in.compare_depth,
+            in.compare_depth + in.n_gen - 1, deep_share.size(), deep_best, shallow_best);
+    }
     if (in.n_seqs > 1) std::printf("(%d sequences per step; tokens/s count all of them)\n", in.n_seqs);
     return exit_ok;
 }
@@ -288,7 +367,7 @@ const command_spec& bench_spec() {
             .summary = "measure prompt processing and generation throughput",
             .usage =
                 "troupe bench --model M.gguf [--n-prompt N] [--n-gen N] [--n-seqs N] [--reps N] "
-                "[--decode-after-prompt]\n"
+                "[--decode-after-prompt [--compare-depth N]]\n"
                 "       troupe bench --model M.gguf --spec NAME [--set plugins.spec.params.K=V] [--prompt TEXT | "
                 "--prompts FILE] [--n-prompts N] [--n-gen N] [--temperature T] [--reps N]",
         };
@@ -298,6 +377,9 @@ const command_spec& bench_spec() {
         s.flags.push_back({"--reps", "", "N", "repetitions, the best is reported (default 3)"});
         s.flags.push_back({"--decode-after-prompt", "", "",
                            "decode after the prompt (context n-prompt on), not from position 0 (llama-bench's depth)"});
+        s.flags.push_back({"--compare-depth", "", "N",
+                           "with --decode-after-prompt: also decode at context N, alternating steps with the deep "
+                           "decode, and print the deep decode's speed as a share of it"});
         s.flags.push_back({"--spec", "", "NAME",
                            "speculative decoding with this spec plugin (plugins.spec.name): "
                            "batch 1 with and without it"});

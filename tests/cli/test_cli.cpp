@@ -102,6 +102,19 @@ TEST(cli, detokenize_refuses_ids_outside_the_vocabulary) {
     EXPECT_TRUE(contains(r.err, "expected token ids, got 'x'")) << r.err;
 }
 
+TEST(cli, bench_compare_depth_decodes_both_contexts_step_for_step_and_prints_the_share) {
+    TROUPE_REQUIRE_SHARED(model, "models/stories260K.gguf");
+    auto r = troupe({"bench", "--model", model, "--n-prompt", "96", "--n-gen", "8", "--reps", "2",
+                     "--decode-after-prompt", "--compare-depth", "16"});
+    EXPECT_EQ(r.rc, 0) << r.err;
+    EXPECT_TRUE(contains(r.out, "depth: decode at context 96..103 runs at ")) << r.out;
+    EXPECT_TRUE(contains(r.out, "% of decode at context 16..23 (median of 2 reps, steps alternated; best ")) << r.out;
+    r = troupe({"bench", "--model", model, "--n-prompt", "16", "--n-gen", "8", "--decode-after-prompt",
+                "--compare-depth", "16"});
+    EXPECT_EQ(r.rc, 2);
+    EXPECT_TRUE(contains(r.err, "--compare-depth 16 must be below --n-prompt 16")) << r.err;
+}
+
 TEST(cli, info_describes_the_model) {
     TROUPE_REQUIRE_SHARED(model, "models/stories260K.gguf");
     auto r = troupe({"info", model});
@@ -159,6 +172,8 @@ TEST(cli, bad_command_lines_give_a_clear_error_and_exit_code_2) {
          "/nonexistent/c.yaml: cannot open the config file"},
         {{"run", "--top-k", "5", "--top-k", "6"}, "--top-k given twice"},
         {{"bench", "--model", "m.gguf", "--n-gen", "0"}, "--n-gen: must be between 1 and 1000000, got 0"},
+        {{"bench", "--model", "m.gguf", "--compare-depth", "128"},
+         "--compare-depth: needs --decode-after-prompt and one sequence (--n-seqs 1)"},
     };
     for (const auto& c : cases) {
         auto r = troupe(c.args);
