@@ -57,7 +57,7 @@ const command_spec& synth_spec() {
         .summary = "write a GGUF model in a named shape and architecture: seeded random weights, or a real model grown",
         .usage =
             "troupe synth --shape NAME [--arch ARCH] (--vocab V.gguf | --grow-from M.gguf [--noise X]) "
-            "[--type f32|f16|q8_0|q4_0|q4_k|q6_k|q4_1|w4_g64|w4_g128] -o OUT.gguf [--seed N]",
+            "[--type f32|f16|q8_0|q4_0|q4_k|q6_k|q4_1|w4_g64|w4_g128] [--ctx N] -o OUT.gguf [--seed N]",
         .flags =
             {
                 {"--shape", "", "NAME",
@@ -78,6 +78,9 @@ const command_spec& synth_spec() {
                 {"--type", "", "TYPE",
                  "weight type of the matrices: f32, f16, q8_0, q4_0, q4_k, q6_k, q4_1, w4_g64 or w4_g128 (default "
                  "f16)"},
+                {"--ctx", "", "N",
+                 "context length the file declares (default the shape's: 2048 for 1B, 1024 for 110M, 512 for tiny; "
+                 "a grown model keeps its source's when longer)"},
                 {"--output", "-o", "FILE", "the GGUF file to write"},
                 {"--seed", "", "N", "random seed (default 1); the same seed writes the same file"},
                 {"--threads", "-t", "N", "threads for generating and quantizing, 0 = all cores (default)"},
@@ -160,10 +163,19 @@ int synth_command(const cli_args& args) {
         else
             p.n_threads = static_cast<int>(*n);
     }
+    std::optional<int32_t> n_ctx;
+    if (auto v = args.value("--ctx")) {
+        auto n = parse_int_flag("--ctx", *v);
+        if (!n || *n < 16 || *n > (1 << 20))
+            problems.push_back("--ctx: expected 16 to 1048576, got '" + *v + "'");
+        else
+            n_ctx = static_cast<int32_t>(*n);
+    }
     if (!problems.empty()) {
         return usage_error(join_problems(problems));
     }
     p.shape = *shape;
+    if (n_ctx) p.shape.n_ctx = *n_ctx;
     p.type = *type;
     p.arch = *arch;
     if (grow_path) return grow_command(p, *grow_path, noise, type_name, *out_path);

@@ -337,6 +337,18 @@ TEST_F(synth_tiny, the_same_seed_writes_the_same_file_whatever_the_thread_count)
     EXPECT_FALSE(fa == read_file(c));
 }
 
+TEST_F(synth_tiny, ctx_sets_the_declared_context_length) {
+    TROUPE_REQUIRE_SHARED(vocab, "models/stories260K.gguf");
+    const std::string out = path("ctx.gguf");
+    auto r = troupe({"synth", "--shape", "tiny", "--vocab", vocab, "--ctx", "8192", "-o", out});
+    ASSERT_EQ(r.rc, 0) << r.err;
+    r = troupe({"info", out});
+    EXPECT_TRUE(contains(r.out, "llama.context_length = 8192")) << r.out;
+    r = troupe({"synth", "--shape", "tiny", "--vocab", vocab, "--ctx", "8k", "-o", out});
+    EXPECT_EQ(r.rc, 2);
+    EXPECT_TRUE(contains(r.err, "--ctx: expected 16 to 1048576, got '8k'")) << r.err;
+}
+
 TEST_F(synth_tiny, every_type_writes_its_matrices_in_that_type) {
     TROUPE_REQUIRE_SHARED(vocab, "models/stories260K.gguf");
     for (const auto& [name, type] : std::vector<std::pair<std::string, ggml_type>>{{"f32", ggml_type::f32},
