@@ -220,26 +220,12 @@ struct avx512 {
     }
     // sc[r] = scale * (q_r . k_jj for the chunk's 16 keys), rows r < n_rows of q ([n_rows, hd]), from kt.
     static void head_scores(const float* q, int32_t n_rows, const float* kt, int32_t hd, float scale, float (*sc)[16]) {
+        using rows_fn = void (*)(const float*, const float*, int32_t, float, float(*)[16]);
+        static constexpr rows_fn tail[8] = {nullptr,       score_rows<1>, score_rows<2>, score_rows<3>,
+                                            score_rows<4>, score_rows<5>, score_rows<6>, score_rows<7>};
         int32_t r = 0;
         for (; r + 8 <= n_rows; r += 8) score_rows<8>(q + static_cast<size_t>(r) * hd, kt, hd, scale, sc + r);
-        switch (n_rows - r) {
-            case 7:
-                return score_rows<7>(q + static_cast<size_t>(r) * hd, kt, hd, scale, sc + r);
-            case 6:
-                return score_rows<6>(q + static_cast<size_t>(r) * hd, kt, hd, scale, sc + r);
-            case 5:
-                return score_rows<5>(q + static_cast<size_t>(r) * hd, kt, hd, scale, sc + r);
-            case 4:
-                return score_rows<4>(q + static_cast<size_t>(r) * hd, kt, hd, scale, sc + r);
-            case 3:
-                return score_rows<3>(q + static_cast<size_t>(r) * hd, kt, hd, scale, sc + r);
-            case 2:
-                return score_rows<2>(q + static_cast<size_t>(r) * hd, kt, hd, scale, sc + r);
-            case 1:
-                return score_rows<1>(q + static_cast<size_t>(r) * hd, kt, hd, scale, sc + r);
-            default:
-                return;
-        }
+        if (r < n_rows) tail[n_rows - r](q + static_cast<size_t>(r) * hd, kt, hd, scale, sc + r);
     }
     template <int32_t R>
     static void score_rows(const float* q, const float* kt, int32_t hd, float scale, float (*sc)[16]) {
