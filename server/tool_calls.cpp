@@ -27,27 +27,6 @@ bool valid_function_name(std::string_view name) {
     return true;
 }
 
-// The text markers that open a call in each format (llama3 also: a reply that opens with '{').
-std::string_view call_marker(tool_call_format f) {
-    switch (f) {
-        case tool_call_format::hermes:
-            return "<tool_call>";
-        case tool_call_format::mistral:
-            return "[TOOL_CALLS]";
-        case tool_call_format::llama3:
-            return "<|python_tag|>";
-        case tool_call_format::phi4:
-            return "<|tool_call|>";
-        case tool_call_format::nemotron:
-            return "<TOOLCALL>";
-        case tool_call_format::seed_oss:
-            return "<seed:tool_call>";
-        case tool_call_format::none:
-            break;
-    }
-    return {};
-}
-
 }  // namespace
 
 std::optional<api_error> read_tools(const json::value& v, tool_request& out) {
@@ -220,8 +199,10 @@ std::optional<api_error> resolve_tools(const chat_formatter* formatter, tool_req
     if (formatter->tool_format() == tool_call_format::none) {
         return tools_error(
             "tools: the model's chat template reads tools, but its tool-call format is not one troupe parses "
-            "(hermes <tool_call>, llama3 <|python_tag|> / ipython, mistral [TOOL_CALLS], phi4 <|tool_call|>, "
-            "nemotron <TOOLCALL>, seed_oss <seed:tool_call>)",
+            "(hermes <tool_call>, llama3 <|python_tag|> / ipython, pythonic [f(k=v)], mistral [TOOL_CALLS], phi4 "
+            "<|tool_call|>, nemotron <TOOLCALL>, seed_oss <seed:tool_call>, glm45 <arg_key>, minimax_m2 "
+            "<minimax:tool_call>, command_r7b <|START_ACTION|>, deepseek <｜tool▁calls▁begin｜>, "
+            "kimi_k2 <|tool_calls_section_begin|>, gemma4 <|tool_call>)",
             "tools");
     }
     t.format = formatter->tool_format();
@@ -275,16 +256,18 @@ json::object assistant_message(std::string_view content, const json::array& tool
 std::string tool_call_stream::push(std::string_view delta) {
     held_ += delta;
     if (in_call_) return {};
-    if (format_ == tool_call_format::llama3 && at_start_) {
+    // llama3's and pythonic's call is the whole reply, opening with '{' or '['.
+    const char opening = format_ == tool_call_format::llama3 ? '{' : format_ == tool_call_format::pythonic ? '[' : '\0';
+    if (opening != '\0' && at_start_) {
         const size_t first = held_.find_first_not_of(" \t\r\n");
-        if (first == std::string::npos) return {};  // only spaces so far: the reply may still open with '{'
-        if (held_[first] == '{') {
-            in_call_ = true;  // llama3's call is the whole reply
+        if (first == std::string::npos) return {};  // only spaces so far: the reply may still open with a call
+        if (held_[first] == opening) {
+            in_call_ = true;
             return {};
         }
         at_start_ = false;
     }
-    const std::string_view marker = call_marker(format_);
+    const std::string_view marker = tool_call_open_marker(format_);
     if (marker.empty()) return std::exchange(held_, {});
     if (const size_t at = held_.find(marker); at != std::string::npos) {
         std::string out = held_.substr(0, at);

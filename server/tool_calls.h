@@ -7,7 +7,8 @@
 //             "tool_choice": "auto" | "none" | "required" | {"type": "function", "function": {"name"}}}
 //   template messages (tool_calls' arguments as objects, as Hermes/Qwen/Llama templates expect), tools
 //   reply    the format the template shows (<tool_call> hermes, [TOOL_CALLS] mistral, <|python_tag|> or
-//            ipython llama3): {"role": "assistant", "content": text or null, "tool_calls": [{"id": "call_...",
+//            ipython llama3, and the other families of core/chat/tool_call_parser.h):
+//            {"role": "assistant", "content": text or null, "tool_calls": [{"id": "call_...",
 //            "type": "function", "function": {"name", "arguments": "<JSON text>"}}]}, finish_reason "tool_calls"
 //
 // tool_choice "required" or {"type": "function", "function": {"name"}} forces a call by constrained decoding:
@@ -15,12 +16,12 @@
 // {"anyOf": [{"name": const, "parameters": the tool's parameters}, ...]} (response_format's grammar).
 // Refused with 400 (naming tools / tool_choice): tools for a model whose template never reads `tools` or
 // whose tool-call format troupe does not parse (rendering them anyway would answer text the client takes
-// for a refusal to call), and required / named for the hermes and mistral formats (their calls sit inside
-// text markers the JSON grammar cannot write) or beside a response_format. tool_choice "none" renders
-// without the tools and answers text, as OpenAI does.
-// Streaming: text is sent as it comes except what may be the start of a call (a marker's prefix, or for
-// llama3 a reply that opens with '{'); the calls are sent whole when the reply ends, as one delta carrying
-// each call's index, id, name and arguments, then finish_reason "tool_calls".
+// for a refusal to call), and required / named for every format but llama3 (their calls sit inside text
+// markers or Python syntax the JSON grammar cannot write) or beside a response_format. tool_choice "none"
+// renders without the tools and answers text, as OpenAI does.
+// Streaming: text is sent as it comes except what may be the start of a call (a marker's prefix, or a
+// reply that opens with '{' for llama3 and with '[' for pythonic); the calls are sent whole when the reply
+// ends, as one delta carrying each call's index, id, name and arguments, then finish_reason "tool_calls".
 #pragma once
 
 #include <boost/json/array.hpp>
@@ -99,7 +100,7 @@ private:
     tool_call_format format_;
     std::string held_;
     bool in_call_ = false;
-    bool at_start_ = true;  // llama3: nothing but spaces sent yet
+    bool at_start_ = true;  // llama3, pythonic: nothing but spaces sent yet
 };
 
 // A streamed chunk carrying the calls: delta {"tool_calls": [{"index", "id", "type", "function"}]}

@@ -2,78 +2,20 @@
 
 #include <boost/json.hpp>
 
+#include "core/chat/tool_call_families.h"
+#include "core/chat/tool_call_text.h"
+
 namespace troupe {
 namespace {
 
+using tool_text::as_content;
+using tool_text::call_of;
+using tool_text::leading_json;
+using tool_text::parse_json;
+using tool_text::trim;
+
 bool contains(std::string_view text, std::string_view marker) {
     return text.find(marker) != std::string_view::npos;
-}
-
-std::string trim(std::string_view s) {
-    size_t b = 0;
-    size_t e = s.size();
-    while (b < e && (s[b] == ' ' || s[b] == '\n' || s[b] == '\t' || s[b] == '\r')) ++b;
-    while (e > b && (s[e - 1] == ' ' || s[e - 1] == '\n' || s[e - 1] == '\t' || s[e - 1] == '\r')) --e;
-    return std::string(s.substr(b, e - b));
-}
-
-std::optional<boost::json::value> parse_json(std::string_view text) {
-    boost::system::error_code ec;
-    boost::json::value v = boost::json::parse(text, ec);
-    if (ec) return std::nullopt;
-    return v;
-}
-
-// {"name": ..., "arguments" | "parameters": {...} or "...", "id"?: ...} as a call; nullopt if it is not one.
-std::optional<parsed_tool_call> call_of(const boost::json::value& v) {
-    const auto* o = v.if_object();
-    if (!o) return std::nullopt;
-    const auto* name = o->if_contains("name");
-    if (!name || !name->is_string()) return std::nullopt;
-    parsed_tool_call call;
-    call.name = std::string(name->get_string());
-    const boost::json::value* args = o->if_contains("arguments");
-    if (!args) args = o->if_contains("parameters");
-    if (!args || args->is_null()) {
-        call.arguments = "{}";
-    } else if (args->is_string()) {
-        call.arguments = std::string(args->get_string());  // already JSON text, as some models write it
-    } else {
-        call.arguments = boost::json::serialize(*args);
-    }
-    if (const auto* id = o->if_contains("id"); id && id->is_string()) call.id = std::string(id->get_string());
-    return call;
-}
-
-// One JSON object or array at the start of `text` (after spaces): the value and the bytes it took. The
-// end is found by bracket depth outside strings, then that span is parsed.
-std::optional<std::pair<boost::json::value, size_t>> leading_json(std::string_view text) {
-    size_t start = 0;
-    while (start < text.size() && (text[start] == ' ' || text[start] == '\n' || text[start] == '\t')) ++start;
-    if (start >= text.size() || (text[start] != '{' && text[start] != '[')) return std::nullopt;
-    int depth = 0;
-    bool in_string = false;
-    for (size_t k = start; k < text.size(); ++k) {
-        const char c = text[k];
-        if (in_string) {
-            if (c == '\\') {
-                ++k;
-            } else if (c == '"') {
-                in_string = false;
-            }
-            continue;
-        }
-        if (c == '"') {
-            in_string = true;
-        } else if (c == '{' || c == '[') {
-            ++depth;
-        } else if ((c == '}' || c == ']') && --depth == 0) {
-            auto v = parse_json(text.substr(start, k + 1 - start));
-            if (!v) return std::nullopt;
-            return std::make_pair(std::move(*v), k + 1);
-        }
-    }
-    return std::nullopt;
 }
 
 // Qwen3-Coder's call inside <tool_call>: <function=NAME> then <parameter=KEY>VALUE</parameter> per argument,
@@ -107,53 +49,33 @@ std::optional<parsed_tool_call> xml_function_call(std::string_view body) {
         std::string_view value = rest.substr(key_end + 1, value_end - key_end - 1);
         if (value.starts_with('\n')) value.remove_prefix(1);
         if (value.ends_with('\n')) value.remove_suffix(1);
-        auto parsed = parse_json(value);
-        const bool json_value = parsed && !parsed->is_string();
-        args[key] = json_value ? *parsed : boost::json::value(boost::json::string(value));
+        args[key] = tool_text::typed_argument(value);
         rest = rest.substr(value_end + std::string_view("</parameter>").size());
     }
     call.arguments = boost::json::serialize(args);
     return call;
 }
 
-// Calls between an opening and a closing marker, repeated (Hermes' <tool_call>, Phi-4-mini's <|tool_call|>,
-// Nemotron's <TOOLCALL>, Seed-OSS's <seed:tool_call>): each body a JSON call, a JSON array of calls, or the
+// The body of one block of Hermes' <tool_call>, Phi-4-mini's <|tool_call|>, Nemotron's <TOOLCALL> or
+// Seed-OSS's <seed:tool_call>: a JSON call, a JSON array of calls, or the
 // <function=f><parameter=k>v</parameter></function> XML of Qwen3-Coder and Seed-OSS.
-parsed_reply parse_tagged(std::string_view text, std::string_view open_marker, std::string_view close_marker) {
-    parsed_reply out;
-    std::string content;
-    size_t pos = 0;
-    while (true) {
-        const size_t open = text.find(open_marker, pos);
-        if (open == std::string_view::npos) break;
-        const size_t body = open + open_marker.size();
-        size_t close = text.find(close_marker, body);
-        const bool closed = close != std::string_view::npos;
-        if (!closed) close = text.size();  // a reply cut at the stop token may lack the closing tag
-        const std::string_view inner = text.substr(body, close - body);
-        std::vector<parsed_tool_call> calls;
-        if (auto v = parse_json(trim(inner))) {
-            if (v->is_array()) {
-                for (const auto& item : v->get_array()) {
-                    auto call = call_of(item);
-                    if (!call) return parsed_reply{std::string(text), {}};
-                    calls.push_back(std::move(*call));
-                }
-            } else if (auto call = call_of(*v)) {
+std::optional<std::vector<parsed_tool_call>> tagged_body(std::string_view inner) {
+    std::vector<parsed_tool_call> calls;
+    if (auto v = parse_json(trim(inner))) {
+        if (v->is_array()) {
+            for (const auto& item : v->get_array()) {
+                auto call = call_of(item);
+                if (!call) return std::nullopt;
                 calls.push_back(std::move(*call));
             }
-        } else if (auto call = xml_function_call(inner)) {
+        } else if (auto call = call_of(*v)) {
             calls.push_back(std::move(*call));
         }
-        if (calls.empty()) return parsed_reply{std::string(text), {}};
-        content += text.substr(pos, open - pos);
-        for (auto& call : calls) out.tool_calls.push_back(std::move(call));
-        pos = closed ? close + close_marker.size() : text.size();
+    } else if (auto call = xml_function_call(inner)) {
+        calls.push_back(std::move(*call));
     }
-    if (out.tool_calls.empty()) return parsed_reply{std::string(text), {}};
-    content += text.substr(pos);
-    out.content = trim(content);
-    return out;
+    if (calls.empty()) return std::nullopt;
+    return calls;
 }
 
 parsed_reply parse_llama3(std::string_view text) {
@@ -165,17 +87,17 @@ parsed_reply parse_llama3(std::string_view text) {
     }
     parsed_reply out;
     const std::string trimmed = trim(body);
-    if (trimmed.empty() || trimmed.front() != '{') return parsed_reply{std::string(text), {}};
+    if (trimmed.empty() || trimmed.front() != '{') return as_content(text);
     std::string_view rest = trimmed;
     while (!rest.empty()) {
         auto v = leading_json(rest);
         auto call = v ? call_of(v->first) : std::nullopt;
-        if (!call) return parsed_reply{std::string(text), {}};
+        if (!call) return as_content(text);
         out.tool_calls.push_back(std::move(*call));
         rest = rest.substr(v->second);
         const std::string after = trim(rest);
         if (after.empty()) break;
-        if (after.front() != ';') return parsed_reply{std::string(text), {}};
+        if (after.front() != ';') return as_content(text);
         rest = rest.substr(rest.find(';') + 1);
     }
     out.content = prefix;
@@ -184,17 +106,17 @@ parsed_reply parse_llama3(std::string_view text) {
 
 parsed_reply parse_mistral(std::string_view text) {
     const size_t tag = text.find("[TOOL_CALLS]");
-    if (tag == std::string_view::npos) return parsed_reply{std::string(text), {}};
+    if (tag == std::string_view::npos) return as_content(text);
     parsed_reply out;
     out.content = trim(text.substr(0, tag));
     std::string_view rest = text.substr(tag + std::string_view("[TOOL_CALLS]").size());
     const std::string trimmed = trim(rest);
     if (!trimmed.empty() && trimmed.front() == '[') {  // v3: a JSON array of calls
         auto v = leading_json(trimmed);
-        if (!v || !v->first.is_array()) return parsed_reply{std::string(text), {}};
+        if (!v || !v->first.is_array()) return as_content(text);
         for (const auto& item : v->first.get_array()) {
             auto call = call_of(item);
-            if (!call) return parsed_reply{std::string(text), {}};
+            if (!call) return as_content(text);
             out.tool_calls.push_back(std::move(*call));
         }
         return out;
@@ -206,7 +128,7 @@ parsed_reply parse_mistral(std::string_view text) {
         parsed_tool_call call;
         call.name = trim(rest.substr(0, args));
         auto v = leading_json(rest.substr(args + std::string_view("[ARGS]").size()));
-        if (call.name.empty() || !v || !v->first.is_object()) return parsed_reply{std::string(text), {}};
+        if (call.name.empty() || !v || !v->first.is_object()) return as_content(text);
         call.arguments = boost::json::serialize(v->first);
         out.tool_calls.push_back(std::move(call));
         rest = rest.substr(args + std::string_view("[ARGS]").size() + v->second);
@@ -214,10 +136,10 @@ parsed_reply parse_mistral(std::string_view text) {
         if (after.starts_with("[TOOL_CALLS]")) {
             rest = rest.substr(rest.find("[TOOL_CALLS]") + std::string_view("[TOOL_CALLS]").size());
         } else if (!after.empty()) {
-            return parsed_reply{std::string(text), {}};
+            return as_content(text);
         }
     }
-    if (out.tool_calls.empty()) return parsed_reply{std::string(text), {}};
+    if (out.tool_calls.empty()) return as_content(text);
     return out;
 }
 
@@ -239,20 +161,85 @@ std::string_view tool_call_format_name(tool_call_format format) {
             return "nemotron";
         case tool_call_format::seed_oss:
             return "seed_oss";
+        case tool_call_format::glm45:
+            return "glm45";
+        case tool_call_format::minimax_m2:
+            return "minimax_m2";
+        case tool_call_format::command_r7b:
+            return "command_r7b";
+        case tool_call_format::deepseek:
+            return "deepseek";
+        case tool_call_format::kimi_k2:
+            return "kimi_k2";
+        case tool_call_format::gemma4:
+            return "gemma4";
+        case tool_call_format::pythonic:
+            return "pythonic";
     }
     return "?";
 }
 
+std::string_view tool_call_open_marker(tool_call_format format) {
+    switch (format) {
+        case tool_call_format::hermes:
+        case tool_call_format::glm45:
+            return "<tool_call>";
+        case tool_call_format::mistral:
+            return "[TOOL_CALLS]";
+        case tool_call_format::llama3:
+            return "<|python_tag|>";
+        case tool_call_format::phi4:
+            return "<|tool_call|>";
+        case tool_call_format::nemotron:
+            return "<TOOLCALL>";
+        case tool_call_format::seed_oss:
+            return "<seed:tool_call>";
+        case tool_call_format::minimax_m2:
+            return "<minimax:tool_call>";
+        case tool_call_format::command_r7b:
+            return "<|START_ACTION|>";
+        case tool_call_format::deepseek:
+            return deepseek_calls_begin;
+        case tool_call_format::kimi_k2:
+            return "<|tool_calls_section_begin|>";
+        case tool_call_format::gemma4:
+            return "<|tool_call>";
+        case tool_call_format::pythonic:
+            return "<|python_start|>";
+        case tool_call_format::none:
+            break;
+    }
+    return {};
+}
+
+std::span<const tool_call_format> all_tool_call_formats() {
+    static constexpr tool_call_format all[] = {
+        tool_call_format::none,        tool_call_format::hermes,   tool_call_format::llama3,
+        tool_call_format::mistral,     tool_call_format::phi4,     tool_call_format::nemotron,
+        tool_call_format::seed_oss,    tool_call_format::glm45,    tool_call_format::minimax_m2,
+        tool_call_format::command_r7b, tool_call_format::deepseek, tool_call_format::kimi_k2,
+        tool_call_format::gemma4,      tool_call_format::pythonic};
+    return all;
+}
+
 std::optional<tool_call_format> parse_tool_call_format_name(std::string_view name) {
-    for (auto f :
-         {tool_call_format::none, tool_call_format::hermes, tool_call_format::llama3, tool_call_format::mistral,
-          tool_call_format::phi4, tool_call_format::nemotron, tool_call_format::seed_oss}) {
+    for (auto f : all_tool_call_formats()) {
         if (tool_call_format_name(f) == name) return f;
     }
     return std::nullopt;
 }
 
 tool_call_format detect_tool_call_format(std::string_view t) {
+    // GLM-4.5 writes <tool_call> too, with <arg_key> pairs inside: checked before Hermes.
+    if (contains(t, "<arg_key>")) return tool_call_format::glm45;
+    if (contains(t, "<minimax:tool_call>")) return tool_call_format::minimax_m2;
+    if (contains(t, "<|START_ACTION|>")) return tool_call_format::command_r7b;
+    if (contains(t, deepseek_calls_begin)) return tool_call_format::deepseek;
+    if (contains(t, "<|tool_calls_section_begin|>")) return tool_call_format::kimi_k2;
+    if (contains(t, "<|tool_call>")) return tool_call_format::gemma4;
+    // Llama 3.2 / 4 and Gemma 3 pythonic templates quote the format they ask for:
+    // [func_name1(params_name1=params_value1, ...), func_name2(params)].
+    if (contains(t, "[func_name1(")) return tool_call_format::pythonic;
     if (contains(t, "<tool_call>")) return tool_call_format::hermes;
     if (contains(t, "<|tool_call|>")) return tool_call_format::phi4;
     if (contains(t, "<TOOLCALL>")) return tool_call_format::nemotron;
@@ -267,21 +254,35 @@ tool_call_format detect_tool_call_format(std::string_view t) {
 parsed_reply parse_tool_calls(tool_call_format format, std::string_view text) {
     switch (format) {
         case tool_call_format::none:
-            return parsed_reply{std::string(text), {}};
+            return as_content(text);
         case tool_call_format::hermes:
-            return parse_tagged(text, "<tool_call>", "</tool_call>");
+            return tool_text::parse_blocks(text, "<tool_call>", "</tool_call>", tagged_body);
         case tool_call_format::phi4:
-            return parse_tagged(text, "<|tool_call|>", "<|/tool_call|>");
+            return tool_text::parse_blocks(text, "<|tool_call|>", "<|/tool_call|>", tagged_body);
         case tool_call_format::nemotron:
-            return parse_tagged(text, "<TOOLCALL>", "</TOOLCALL>");
+            return tool_text::parse_blocks(text, "<TOOLCALL>", "</TOOLCALL>", tagged_body);
         case tool_call_format::seed_oss:
-            return parse_tagged(text, "<seed:tool_call>", "</seed:tool_call>");
+            return tool_text::parse_blocks(text, "<seed:tool_call>", "</seed:tool_call>", tagged_body);
         case tool_call_format::llama3:
             return parse_llama3(text);
         case tool_call_format::mistral:
             return parse_mistral(text);
+        case tool_call_format::glm45:
+            return parse_glm45(text);
+        case tool_call_format::minimax_m2:
+            return parse_minimax_m2(text);
+        case tool_call_format::command_r7b:
+            return parse_command_r7b(text);
+        case tool_call_format::deepseek:
+            return parse_deepseek(text);
+        case tool_call_format::kimi_k2:
+            return parse_kimi_k2(text);
+        case tool_call_format::gemma4:
+            return parse_gemma4(text);
+        case tool_call_format::pythonic:
+            return parse_pythonic(text);
     }
-    return parsed_reply{std::string(text), {}};
+    return as_content(text);
 }
 
 boost::json::array tool_calls_json(const std::vector<parsed_tool_call>& calls, std::string_view id_prefix) {
