@@ -2,6 +2,8 @@
 // WebSocket "start"), in plain values, before it is rendered and tokenized.
 #pragma once
 
+#include <boost/json/object.hpp>
+
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -31,6 +33,7 @@ struct generation_request {
 
     boost::json::array messages_json;  // chat: the conversation as the template sees it (tool turns kept)
     tool_request tools;                // chat: tools and tool_choice
+    boost::json::object template_kwargs;  // chat: chat_template_kwargs, further template variables
 
     sampling_params sampling;                        // the config's defaults with the request's fields applied
     response_format format;                          // chat: response_format (sampling.constraint made from it)

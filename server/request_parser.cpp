@@ -6,6 +6,7 @@
 #include <boost/json.hpp>
 
 #include "server/json_kind_name.h"
+#include "server/template_kwargs.h"
 
 #include "core/json/precise_parse.h"
 
@@ -474,6 +475,8 @@ parsed_request parse_chat_request(std::string_view body, const sampling_params& 
     fields.push_back({"response_format", [&](const json::value& v) { return read_response_format(v, r.format); }});
     fields.push_back({"tools", [&](const json::value& v) { return read_tools(v, r.tools); }});
     fields.push_back({"tool_choice", [&](const json::value& v) { return read_tool_choice(v, r.tools); }});
+    fields.push_back(
+        {"chat_template_kwargs", [&](const json::value& v) { return read_template_kwargs(v, r.template_kwargs); }});
     fields.push_back({"parallel_tool_calls", [&](const json::value& v) -> std::optional<api_error> {
                           if (v.is_bool() && v.get_bool()) return std::nullopt;
                           return bad_request(

@@ -34,9 +34,10 @@ prepared prepare_request(const serving_model& m, const server_config& config, ge
         std::string text;
         if (auto e = resolve_tools(m.chat_format.get(), r.tools, r.format)) return *e;
         if (m.chat_format) {
-            const boost::json::array messages =
-                r.messages_json.empty() ? messages_to_json(r.messages) : r.messages_json;
-            auto rendered = m.chat_format->prompt_for_tokenizer({&messages, template_tools(r.tools), true});
+            boost::json::array messages = r.messages_json.empty() ? messages_to_json(r.messages) : r.messages_json;
+            if (m.chat_format->wants_text_arguments()) messages = arguments_as_text(messages);
+            auto rendered =
+                m.chat_format->prompt_for_tokenizer({&messages, template_tools(r.tools), true, &r.template_kwargs});
             if (!rendered) {
                 return bad_request("messages: the model's chat template failed: " + rendered.message(), "messages");
             }

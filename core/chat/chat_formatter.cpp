@@ -2,6 +2,7 @@
 
 #include <boost/json.hpp>
 
+#include "core/chat/jinja/evaluator.h"
 #include "core/log/log.h"
 #include "core/tokenizer/tokenizer.h"
 
@@ -12,6 +13,17 @@ std::string_view chat_template_tokens::find(std::string_view name) const {
         if (k == name) return v;
     }
     return {};
+}
+
+bool is_reserved_template_variable(std::string_view name) {
+    static constexpr std::string_view reserved[] = {
+        "messages",  "tools", "documents", "add_generation_prompt", "bos_token",    "eos_token", "unk_token",
+        "pad_token", "range", "namespace", "raise_exception",       "strftime_now", "dict",      "joiner",
+        "cycler"};
+    for (std::string_view r : reserved) {
+        if (r == name) return true;
+    }
+    return false;
 }
 
 chat_template_tokens chat_tokens_from(const tokenizer& tok) {
@@ -45,6 +57,7 @@ result<chat_formatter> chat_formatter::from_jinja(std::string_view jinja_text, c
     f.tokens_ = std::move(tokens);
     f.reads_tools_ = jinja_text.find("tools") != std::string_view::npos;
     f.tool_format_ = detect_tool_call_format(jinja_text);
+    f.text_arguments_ = jinja_text.find("tool_calls") != std::string_view::npos && f.renders_text_arguments();
     f.why_ = "the model's own chat template (tokenizer.chat_template, " + std::to_string(jinja_text.size()) +
              " bytes of Jinja)";
     return f;
@@ -110,7 +123,50 @@ result<std::string> chat_formatter::render(const chat_render_request& request) c
     vars.set("documents", jinja::value::none());
     vars.set("add_generation_prompt", jinja::value::boolean(request.add_generation_prompt));
     for (const auto& [name, text] : tokens_.named) vars.set(name, jinja::value::string(text));
+    if (request.extra_variables) {
+        for (const auto& kv : *request.extra_variables) {
+            if (is_reserved_template_variable(kv.key())) {
+                return make_error("chat template: the extra variable '" + std::string(kv.key()) +
+                                  "' would replace one the renderer sets; use another name");
+            }
+            vars.set(std::string(kv.key()), jinja::value_from_json(kv.value()));
+        }
+    }
     return jinja_->render(vars);
+}
+
+bool chat_formatter::renders_text_arguments() const {
+    const std::string_view key = "troupe_probe_argument";
+    auto probe = [&](boost::json::value arguments) {
+        boost::json::object fn{{"name", "troupe_probe"}, {"arguments", std::move(arguments)}};
+        boost::json::object call{{"id", "abcdefghi"}, {"type", "function"}, {"function", std::move(fn)}};
+        const boost::json::array messages{
+            boost::json::object{{"role", "user"}, {"content", "x"}},
+            boost::json::object{{"role", "assistant"}, {"content", nullptr}, {"tool_calls", {std::move(call)}}}};
+        return render({&messages, nullptr, false});
+    };
+    const auto as_object = probe(boost::json::object{{key, "v"}});
+    const auto as_text = probe(boost::json::string("{\"troupe_probe_argument\": \"v\"}"));
+    const std::string quoted = "\"" + std::string(key) + "\"";
+    if (!as_text || as_text->find(quoted) == std::string::npos) return false;
+    if (!as_object) return true;
+    return as_object->find("'" + std::string(key) + "'") != std::string::npos &&
+           as_object->find(quoted) == std::string::npos;
+}
+
+boost::json::array arguments_as_text(const boost::json::array& messages) {
+    boost::json::array out = messages;
+    for (auto& m : out) {
+        auto* calls = m.is_object() ? m.get_object().if_contains("tool_calls") : nullptr;
+        if (!calls || !calls->is_array()) continue;
+        for (auto& call : calls->get_array()) {
+            auto* fn = call.is_object() ? call.get_object().if_contains("function") : nullptr;
+            auto* args = fn && fn->is_object() ? fn->get_object().if_contains("arguments") : nullptr;
+            if (!args || !args->is_object()) continue;
+            *args = boost::json::string(jinja::to_json(jinja::value_from_json(*args), jinja::json_dump_options{}));
+        }
+    }
+    return out;
 }
 
 result<std::string> chat_formatter::prompt_for_tokenizer(const chat_render_request& request) const {

@@ -5,7 +5,9 @@
 // Rendering follows apply_chat_template: the variables are messages (the request's message objects as
 // JSON, every field kept: role, content, tool_calls, tool_call_id, name, ...), tools (the tool schemas, or
 // None when the request has none), add_generation_prompt, and the special tokens (bos_token, eos_token,
-// unk_token, pad_token) as their texts.
+// unk_token, pad_token) as their texts, and the request's chat_template_kwargs as further variables (as
+// vLLM and llama-server pass them: {"enable_thinking": false} for Qwen3's and GLM's templates). Those may not
+// take the name of a variable set here or of the interpreter's globals (is_reserved_template_variable).
 //
 // Most templates begin with {{ bos_token }} while the tokenizer adds BOS itself: prompt_for_tokenizer()
 // removes that one leading BOS text so the model sees one BOS, as llama.cpp does.
@@ -19,6 +21,7 @@
 #include <vector>
 
 #include <boost/json/array.hpp>
+#include <boost/json/object.hpp>
 
 #include "core/chat/chat_template.h"
 #include "core/chat/jinja/template.h"
@@ -45,7 +48,12 @@ struct chat_render_request {
     const boost::json::array* messages = nullptr;  // required
     const boost::json::array* tools = nullptr;     // null: tools is None
     bool add_generation_prompt = true;
+    const boost::json::object* extra_variables = nullptr;  // chat_template_kwargs; null: none
 };
+
+// A name render() sets for every template (messages, tools, documents, add_generation_prompt, bos_token,
+// eos_token, unk_token, pad_token) or the interpreter defines (range, namespace, raise_exception, ...).
+bool is_reserved_template_variable(std::string_view name);
 
 class chat_formatter {
 public:
@@ -64,9 +72,15 @@ public:
     bool reads_tools() const { return reads_tools_; }
     // The tool-call format the model's template shows (detect_tool_call_format); none for built-ins.
     tool_call_format tool_format() const { return tool_format_; }
+    // The template prints a call's arguments as text: DeepSeek's templates add them to strings (an object
+    // fails there) or print them with |string (an object comes out as a Python dict). Found when the
+    // template is loaded, by rendering one call with object and with text arguments; the server then hands
+    // arguments over as JSON text (arguments_as_text) instead of transformers' objects.
+    bool wants_text_arguments() const { return text_arguments_; }
 
     // The rendered text, exactly as the template writes it. A template error (a raise_exception in the
-    // template, or a failure while rendering) is an error with the template's message.
+    // template, or a failure while rendering) is an error with the template's message; so is an extra
+    // variable with a reserved name. The built-in templates take no extra variables and ignore them.
     result<std::string> render(const chat_render_request& request) const;
     // render() less one leading BOS text when the tokenizer adds BOS itself.
     result<std::string> prompt_for_tokenizer(const chat_render_request& request) const;
@@ -78,7 +92,14 @@ private:
     std::string why_;
     bool reads_tools_ = false;
     tool_call_format tool_format_ = tool_call_format::none;
+    bool text_arguments_ = false;
+
+    bool renders_text_arguments() const;
 };
+
+// The messages with each assistant tool call's object arguments as JSON text, written as Python's
+// json.dumps writes them (what a client sending json.dumps(arguments) sends).
+boost::json::array arguments_as_text(const boost::json::array& messages);
 
 // The API's simple messages (role and text content) as the JSON the templates see.
 boost::json::array messages_to_json(std::span<const chat_message> messages);

@@ -46,6 +46,54 @@ TEST(chat_formatter, the_models_own_template_renders_with_messages_tools_and_the
     EXPECT_EQ(*no_prompt, "<s><|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n");
 }
 
+TEST(chat_formatter, extra_variables_reach_the_template_and_may_not_replace_the_renderers_own) {
+    const auto f = chat_formatter::from_model(
+        "{% if enable_thinking is defined and not enable_thinking %}/no_think {% endif %}{{ budget.tokens }} "
+        "{{ messages | length }}",
+        test_tokens(false));
+    const auto messages = conversation();
+    const auto extra = boost::json::parse(R"({"enable_thinking": false, "budget": {"tokens": 64}})").as_object();
+    auto text = f.render({&messages, nullptr, true, &extra});
+    ASSERT_TRUE(text) << text.message();
+    EXPECT_EQ(*text, "/no_think 64 2");
+    for (const char* name : {"messages", "add_generation_prompt", "eos_token", "range", "raise_exception"}) {
+        EXPECT_TRUE(is_reserved_template_variable(name)) << name;
+        const boost::json::object clash{{name, 1}};
+        auto refused = f.render({&messages, nullptr, true, &clash});
+        ASSERT_FALSE(refused) << name;
+        EXPECT_NE(refused.message().find("'" + std::string(name) + "'"), std::string::npos) << refused.message();
+    }
+    EXPECT_FALSE(is_reserved_template_variable("enable_thinking"));
+}
+
+TEST(chat_formatter, a_template_that_prints_call_arguments_as_text_is_found_and_gets_them_as_json_text) {
+    const std::pair<const char*, bool> rows[] = {
+        // DeepSeek R1 / V3.1 add the arguments to strings: an object fails there
+        {"{% for m in messages %}{% for c in m.tool_calls or [] %}{{ 'args: ' + c.function.arguments }}{% endfor %}"
+         "{% endfor %}",
+         true},
+        // DeepSeek V3 prints them with |string: an object comes out as a Python dict
+        {"{% for m in messages %}{% for c in m.tool_calls or [] %}{{ c.function.arguments | string }}{% endfor %}"
+         "{% endfor %}",
+         true},
+        {"{% for m in messages %}{% for c in m.tool_calls or [] %}{{ c.function.arguments | tojson }}{% endfor %}"
+         "{% endfor %}",
+         false},
+        {"{% for m in messages %}{{ m.content }}{% endfor %}", false},
+    };
+    for (const auto& [jinja, text] : rows) {
+        EXPECT_EQ(chat_formatter::from_model(jinja, test_tokens(false)).wants_text_arguments(), text) << jinja;
+    }
+    const auto messages = boost::json::parse(R"([{"role": "user", "content": "x"}, {"role": "assistant",
+        "tool_calls": [{"type": "function", "function": {"name": "f", "arguments": {"city": "Paris", "n": 2.5}}},
+                       {"type": "function", "function": {"name": "g", "arguments": "{\"a\":1}"}}]}])")
+                              .as_array();
+    const auto converted = arguments_as_text(messages);
+    EXPECT_EQ(converted[1].at("tool_calls").at(0).at("function").at("arguments"), R"({"city": "Paris", "n": 2.5})");
+    EXPECT_EQ(converted[1].at("tool_calls").at(1).at("function").at("arguments"), R"({"a":1})");
+    EXPECT_EQ(converted[0], messages[0]);
+}
+
 TEST(chat_formatter, the_tokenizer_gets_one_bos_when_it_adds_bos_itself) {
     const auto messages = conversation();
     const auto adds = chat_formatter::from_model(chatml_jinja, test_tokens(true));

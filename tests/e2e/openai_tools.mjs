@@ -3,7 +3,8 @@
 // written into the copy by run_e2e.py --clients tools). stories260K writes random text, so the reply that
 // must be a call is made one by constrained decoding (response_format: the call's JSON schema): the model's
 // real output then goes through the server's llama3 tool-call parsing, whole and streamed; tool_choice required
-// and a named function force the call through the server's own call schema.
+// and a named function force the call through the server's own call schema; chat_template_kwargs is taken as
+// template variables and one naming a variable the server sets is refused.
 //   node openai_tools.mjs            (TROUPE_BASE_URL=http://127.0.0.1:PORT, set by run_e2e.py)
 import assert from "node:assert/strict";
 import OpenAI from "openai";
@@ -129,12 +130,29 @@ async function check_refusals(model) {
         });
 }
 
+// chat_template_kwargs as vLLM's and llama-server's clients send it (a body field the package passes on):
+// accepted as template variables; one naming a variable the server sets is a 400 naming it.
+async function check_template_kwargs(model) {
+    const r = await client.chat.completions.create({ model, messages: question, max_tokens: 4,
+        chat_template_kwargs: { enable_thinking: false } });
+    assert.equal(r.object, "chat.completion");
+    await assert.rejects(
+        client.chat.completions.create({ model, messages: question, chat_template_kwargs: { tools: [] } }),
+        (e) => {
+            assert.equal(e.status, 400);
+            assert.equal(e.param, "chat_template_kwargs");
+            assert.ok(/chat_template_kwargs\.tools/.test(e.message), e.message);
+            return true;
+        });
+}
+
 async function main() {
     const model = (await client.models.list()).data[0].id;
     await check_rendering(model);
     await check_call_parsed(model);
     await check_forced(model);
     await check_refusals(model);
+    await check_template_kwargs(model);
     console.log("openai tools: PASS");
 }
 

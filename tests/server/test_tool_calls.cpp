@@ -145,9 +145,17 @@ TEST_F(tool_serving, a_qwen_template_shows_the_tools_and_the_tool_turns_and_its_
 }
 
 TEST_F(tool_serving, each_family_template_picks_its_reply_format) {
-    const std::pair<const char*, tool_call_format> cases[] = {{"hermes_tool_use.jinja", tool_call_format::hermes},
-                                                              {"llama3_tools.jinja", tool_call_format::llama3},
-                                                              {"mistral_v3_tools.jinja", tool_call_format::mistral}};
+    const std::pair<const char*, tool_call_format> cases[] = {
+        {"hermes_tool_use.jinja", tool_call_format::hermes},
+        {"llama3_tools.jinja", tool_call_format::llama3},
+        {"mistral_v3_tools.jinja", tool_call_format::mistral},
+        {"glm45_tools.jinja", tool_call_format::glm45},
+        {"minimax_m2_tools.jinja", tool_call_format::minimax_m2},
+        {"command_r7b_actions.jinja", tool_call_format::command_r7b},
+        {"deepseek_v31_tools.jinja", tool_call_format::deepseek},
+        {"kimi_k2_tools.jinja", tool_call_format::kimi_k2},
+        {"gemma4_tools.jinja", tool_call_format::gemma4},
+        {"llama32_pythonic.jinja", tool_call_format::pythonic}};
     for (const auto& [file, format] : cases) {
         load(read_template(file));
         if (HasFatalFailure() || IsSkipped()) return;
@@ -159,6 +167,51 @@ TEST_F(tool_serving, each_family_template_picks_its_reply_format) {
         EXPECT_NE(std::get<std::string>(text).find("get_weather"), std::string::npos) << file;
         EXPECT_EQ(r.tools.format, format) << file;
     }
+}
+
+TEST_F(tool_serving, chat_template_kwargs_reach_the_template_as_variables) {
+    load(read_template("glm45_tools.jinja"));
+    if (HasFatalFailure() || IsSkipped()) return;
+    const std::string messages = R"({"messages": [{"role": "user", "content": "Hi"}])";
+    auto plain = parse_ok(messages + "}");
+    auto no_thinking = parse_ok(messages + R"(, "chat_template_kwargs": {"enable_thinking": false}})");
+    auto a = rendered(plain);
+    auto b = rendered(no_thinking);
+    ASSERT_TRUE(std::holds_alternative<std::string>(a));
+    ASSERT_TRUE(std::holds_alternative<std::string>(b));
+    EXPECT_EQ(std::get<std::string>(a).find("/nothink"), std::string::npos) << std::get<std::string>(a);
+    EXPECT_NE(std::get<std::string>(b).find("Hi/nothink"), std::string::npos) << std::get<std::string>(b);
+    EXPECT_TRUE(std::get<std::string>(b).ends_with("<|assistant|>\n<think></think>")) << std::get<std::string>(b);
+}
+
+TEST_F(tool_serving, a_deepseek_template_gets_the_calls_arguments_as_json_text) {
+    for (const char* file : {"deepseek_v3.jinja", "qwen25_tools.jinja"}) {
+        load(read_template(file));
+        if (HasFatalFailure() || IsSkipped()) return;
+        auto r = parse_ok(R"({"messages": [{"role": "user", "content": "Weather in Paris?"},
+            {"role": "assistant", "content": null, "tool_calls": [{"id": "call_1", "type": "function",
+             "function": {"name": "get_weather", "arguments": "{\"city\": \"Paris\"}"}}]},
+            {"role": "tool", "tool_call_id": "call_1", "content": "18 C"}]})");
+        auto text = rendered(r);
+        auto* s = std::get_if<std::string>(&text);
+        ASSERT_NE(s, nullptr) << file << ": " << std::get<server::api_error>(text).message;
+        EXPECT_NE(s->find("{\"city\": \"Paris\"}"), std::string::npos) << file << "\n" << *s;
+        EXPECT_EQ(s->find("{'city': 'Paris'}"), std::string::npos) << file << "\n" << *s;
+    }
+}
+
+TEST(tool_request, chat_template_kwargs_not_an_object_or_naming_a_variable_the_server_sets_is_a_400) {
+    const std::string messages = R"({"messages": [{"role": "user", "content": "x"}], "chat_template_kwargs": )";
+    auto e = parse_error(messages + "[1]}");
+    EXPECT_EQ(e.param, "chat_template_kwargs");
+    EXPECT_NE(e.message.find("expected an object"), std::string::npos) << e.message;
+    for (const char* key : {"add_generation_prompt", "messages", "tools", "bos_token", "raise_exception"}) {
+        e = parse_error(messages + "{\"enable_thinking\": true, \"" + key + "\": 1}}");
+        EXPECT_EQ(e.param, "chat_template_kwargs") << key;
+        EXPECT_NE(e.message.find("chat_template_kwargs." + std::string(key) + ":"), std::string::npos) << e.message;
+    }
+    auto r = parse_ok(messages + R"({"enable_thinking": false, "thinking": {"budget": 3}}})");
+    EXPECT_EQ(r.template_kwargs, (json::object{{"enable_thinking", false}, {"thinking", {{"budget", 3}}}}));
 }
 
 TEST_F(tool_serving, a_required_or_named_call_is_forced_by_the_calls_json_schema_in_the_llama3_format) {
@@ -281,6 +334,65 @@ TEST(tool_call_stream, a_llama3_reply_opening_with_a_brace_is_held_and_given_bac
     server::tool_call_stream text(tool_call_format::llama3);
     EXPECT_EQ(text.push("Sunny"), "Sunny");
     EXPECT_EQ(text.push(" {x}"), " {x}");  // a brace later in a text reply is text
+}
+
+TEST(tool_reply, each_newer_familys_reply_becomes_tool_calls_and_finish_reason_tool_calls) {
+    const std::pair<tool_call_format, const char*> rows[] = {
+        {tool_call_format::glm45,
+         "<tool_call>get_weather\n<arg_key>city</arg_key>\n<arg_value>Paris</arg_value>\n"
+         "</tool_call>"},
+        {tool_call_format::minimax_m2,
+         "<minimax:tool_call>\n<invoke name=\"get_weather\">\n<parameter name=\"city\">"
+         "Paris</parameter>\n</invoke>\n</minimax:tool_call>"},
+        {tool_call_format::command_r7b,
+         "<|START_ACTION|>[{\"tool_call_id\": \"0\", \"tool_name\": \"get_weather\", "
+         "\"parameters\": {\"city\": \"Paris\"}}]<|END_ACTION|>"},
+        {tool_call_format::deepseek,
+         "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>get_weather<｜tool▁sep｜>{\"city\": "
+         "\"Paris\"}<｜tool▁call▁end｜><｜tool▁calls▁end｜>"},
+        {tool_call_format::kimi_k2,
+         "<|tool_calls_section_begin|><|tool_call_begin|>functions.get_weather:0"
+         "<|tool_call_argument_begin|>{\"city\": \"Paris\"}<|tool_call_end|>"
+         "<|tool_calls_section_end|>"},
+        {tool_call_format::gemma4, "<|tool_call>call:get_weather{city:<|\"|>Paris<|\"|>}<tool_call|>"},
+        {tool_call_format::pythonic, "[get_weather(city='Paris')]"},
+    };
+    for (const auto& [format, text] : rows) {
+        auto reply = server::parse_tool_reply(format, text, "stop", "5_0");
+        EXPECT_EQ(reply.finish_reason, "tool_calls") << text;
+        EXPECT_EQ(reply.content, "") << text;
+        ASSERT_EQ(reply.tool_calls.size(), 1u) << text;
+        EXPECT_EQ(reply.tool_calls[0].at("function"),
+                  json::parse(R"({"name": "get_weather", "arguments": "{\"city\":\"Paris\"}"})"))
+            << text;
+    }
+}
+
+TEST(tool_call_stream, a_deepseek_marker_split_inside_a_character_and_a_pythonic_list_are_held_back) {
+    server::tool_call_stream s(tool_call_format::deepseek);
+    const std::string marker = "<｜tool▁calls▁begin｜>";
+    EXPECT_EQ(s.push("Checking." + marker.substr(0, 3)), "Checking.");  // 3 bytes: '<' and part of U+FF5C
+    EXPECT_EQ(s.push(marker.substr(3) + "<｜tool▁call▁begin｜>now<｜tool▁sep｜>{}<｜tool▁call▁end｜>"), "");
+    std::string rest;
+    auto calls = s.finish(rest);
+    ASSERT_EQ(calls.size(), 1u);
+    EXPECT_EQ(calls[0].name, "now");
+    EXPECT_EQ(rest, "");
+
+    server::tool_call_stream py(tool_call_format::pythonic);
+    EXPECT_EQ(py.push(" [get_weather(city="), "");
+    EXPECT_EQ(py.push("\"Paris\")]"), "");
+    calls = py.finish(rest);
+    ASSERT_EQ(calls.size(), 1u);
+    EXPECT_EQ(calls[0].arguments, R"({"city":"Paris"})");
+
+    server::tool_call_stream list(tool_call_format::pythonic);  // a reply that opens with a list of numbers
+    EXPECT_EQ(list.push("[1, 2]"), "");
+    calls = list.finish(rest);
+    EXPECT_TRUE(calls.empty());
+    EXPECT_EQ(rest, "[1, 2]");
+    server::tool_call_stream text(tool_call_format::pythonic);
+    EXPECT_EQ(text.push("Sunny [really]"), "Sunny [really]");
 }
 
 // The collector's stream for a choice whose reply is a call: content first, then one chunk with the calls,

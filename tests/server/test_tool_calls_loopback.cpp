@@ -37,17 +37,23 @@ protected:
         if (!model_.empty()) std::filesystem::remove(model_);
     }
 
-    void SetUp() override {
-        TROUPE_REQUIRE_SHARED(source, "models/stories260K.gguf");
+    // The chat template the model copy carries.
+    virtual std::string chat_template() {
         std::ifstream in(std::string(TROUPE_E2E_DIR) + "/tools_template.jinja", std::ios::binary);
         std::stringstream jinja;
         jinja << in.rdbuf();
-        ASSERT_FALSE(jinja.str().empty());
+        return jinja.str();
+    }
+
+    void SetUp() override {
+        TROUPE_REQUIRE_SHARED(source, "models/stories260K.gguf");
+        const std::string jinja = chat_template();
+        ASSERT_FALSE(jinja.empty());
         auto file = gguf::gguf_file::open(source);
         ASSERT_TRUE(file) << file.message();
         gguf::gguf_writer w;
         w.copy_metadata(**file);
-        w.set_string("tokenizer.chat_template", jinja.str());
+        w.set_string("tokenizer.chat_template", jinja);
         for (const auto& t : (*file)->tensors()) w.add_tensor(t.name, t.type, t.dims, std::span(t.data, t.n_bytes));
         const auto path =
             std::filesystem::path(::testing::TempDir()) / ("troupe_tool_calls_" + std::to_string(::getpid()) + ".gguf");
@@ -118,6 +124,42 @@ TEST_F(tool_calls_loopback, tools_reach_the_template_and_a_free_reply_is_text_or
         EXPECT_TRUE(choice.at("message").at("content").is_string()) << with_tools.body;
         EXPECT_FALSE(choice.at("message").as_object().contains("tool_calls")) << with_tools.body;
     }
+}
+
+// chat_template_kwargs over HTTP: a template that reads enable_thinking, as Qwen3's and GLM's do.
+class template_kwargs_loopback : public tool_calls_loopback {
+protected:
+    std::string chat_template() override {
+        return "{{- bos_token }}{%- for m in messages %}<|start_header_id|>{{ m.role }}<|end_header_id|>\n\n"
+               "{{ m.content }}{% if enable_thinking is defined and not enable_thinking %} /no_think, answer in "
+               "one short sentence{% endif %}<|eot_id|>{%- endfor %}{%- if add_generation_prompt %}"
+               "<|start_header_id|>assistant<|end_header_id|>\n\n{% endif %}";
+    }
+};
+
+TEST_F(template_kwargs_loopback, chat_template_kwargs_reach_the_template_and_a_clash_or_a_non_object_is_a_400) {
+    if (IsSkipped() || HasFatalFailure()) return;
+    auto prompt_tokens = [](const http_reply& r) { return json::parse(r.body).at("usage").at("prompt_tokens"); };
+    http_reply plain = chat(R"("max_tokens": 4)");
+    http_reply off = chat(R"("max_tokens": 4, "chat_template_kwargs": {"enable_thinking": false})");
+    http_reply on = chat(R"("max_tokens": 4, "chat_template_kwargs": {"enable_thinking": true, "unread": [1]})");
+    ASSERT_EQ(plain.status, 200) << plain.body;
+    ASSERT_EQ(off.status, 200) << off.body;
+    ASSERT_EQ(on.status, 200) << on.body;
+    EXPECT_GT(prompt_tokens(off).as_int64(), prompt_tokens(plain).as_int64() + 3);
+    EXPECT_EQ(prompt_tokens(on), prompt_tokens(plain));  // read but true; a key the template never reads is ignored
+
+    http_reply clash = chat(R"("chat_template_kwargs": {"add_generation_prompt": false})");
+    EXPECT_EQ(clash.status, 400) << clash.body;
+    const json::value clash_body = json::parse(clash.body);
+    const json::value& e = clash_body.at("error");
+    EXPECT_EQ(e.at("param"), "chat_template_kwargs");
+    EXPECT_NE(std::string(e.at("message").as_string()).find("chat_template_kwargs.add_generation_prompt"),
+              std::string::npos)
+        << clash.body;
+    http_reply not_object = chat(R"("chat_template_kwargs": "enable_thinking=false")");
+    EXPECT_EQ(not_object.status, 400) << not_object.body;
+    EXPECT_EQ(json::parse(not_object.body).at("error").at("param"), "chat_template_kwargs");
 }
 
 }  // namespace
