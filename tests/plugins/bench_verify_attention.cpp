@@ -4,11 +4,12 @@
 // verification costs in attention, against the decode it stands in for; with n = 1, what a decode's attention costs.
 //
 //   build/tests/plugins/bench_verify_attention [context (4096) [n tokens (6) [n_heads (32) [n_kv_heads (8)
-//                                              [threads (2) [f32 | f16 (f32)]]]]]]
+//                                              [threads (2) [f32 | f16 (f32) [kernel (auto)]]]]]]]
 //
 // head_dim 64. Times are CPU time per call, all threads together (best of 10 alternated batches of 5); the pools are as
 // large as the context: one call reads context x n_kv_heads x 64 x 2 (K, V) x 4 (F32) or 2 (F16) bytes.
-// TROUPE_PLUGIN_DIR picks another plugin folder (an older build's, to compare).
+// TROUPE_PLUGIN_DIR picks another plugin folder (an older build's, to compare); kernel is the plugin's params.kernel
+// (auto, avx512, avx2, scalar), to time the AVX2 kernels on an AVX-512 machine.
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -72,10 +73,13 @@ private:
     void* data_;
 };
 
-int run(int32_t ctx, int32_t n_tokens, int32_t n_heads, int32_t n_kv_heads, int n_threads, bool f16) {
+int run(int32_t ctx, int32_t n_tokens, int32_t n_heads, int32_t n_kv_heads, int n_threads, bool f16,
+        const std::string& kernel) {
     const char* dir = std::getenv("TROUPE_PLUGIN_DIR");
     plugin_host host(plugin_host_options{dir != nullptr ? dir : TROUPE_DEFAULT_PLUGIN_DIR});
-    auto gqa = host.load_attention("gqa");
+    YAML::Node params;
+    params["kernel"] = kernel;
+    auto gqa = host.load_attention("gqa", params);
     if (!gqa.ok()) return std::fprintf(stderr, "%s\n", gqa.message().c_str()), 1;
     std::mt19937 rng(1);
     std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
@@ -145,5 +149,6 @@ int run(int32_t ctx, int32_t n_tokens, int32_t n_heads, int32_t n_kv_heads, int 
 int main(int argc, char** argv) {
     return troupe::run(argc > 1 ? std::atoi(argv[1]) : 4096, argc > 2 ? std::atoi(argv[2]) : 6,
                        argc > 3 ? std::atoi(argv[3]) : 32, argc > 4 ? std::atoi(argv[4]) : 8,
-                       argc > 5 ? std::atoi(argv[5]) : 2, argc > 6 && std::string(argv[6]) == "f16");
+                       argc > 5 ? std::atoi(argv[5]) : 2, argc > 6 && std::string(argv[6]) == "f16",
+                       argc > 7 ? argv[7] : "auto");
 }

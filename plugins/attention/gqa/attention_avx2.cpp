@@ -135,7 +135,143 @@ struct avx2 {
             for (int32_t jj = 0; jj < n; ++jj) acc[d] += w[jj] * one(rows[jj][d]);
         }
     }
-    static constexpr bool head_kernels = false;  // attention_online.h's per-row dots and accumulate
+    // A kv head's query rows at once (attend_rows_grouped's by_head path; head_dim a multiple of 16), as the AVX-512
+    // file's: the chunk's K transposed once into kt[d][16] in 8 x 8 blocks, each row's 16 scores two vectors of FMAs
+    // over d, the softmax's sums kept in lanes, V loaded (and converted) once per four rows.
+    static constexpr bool head_kernels = true;
+
+    template <class T>
+    static void transpose_chunk(const T* const* rows, int32_t hd, float* kt) {
+        for (int32_t d0 = 0; d0 < hd; d0 += 8) {
+            for (int32_t half = 0; half < 2; ++half) {
+                __m256 r[8];
+#pragma GCC unroll 8
+                for (int32_t i = 0; i < 8; ++i) r[i] = row8(rows[8 * half + i] + d0);
+                transpose8(r);
+#pragma GCC unroll 8
+                for (int32_t i = 0; i < 8; ++i) _mm256_store_ps(kt + static_cast<size_t>(d0 + i) * 16 + 8 * half, r[i]);
+            }
+        }
+    }
+    // r[i] lane j <- r[j] lane i.
+    __attribute__((always_inline)) static void transpose8(__m256* r) {
+        __m256 t[8], u[8];
+#pragma GCC unroll 4
+        for (int32_t i = 0; i < 4; ++i) {
+            t[2 * i] = _mm256_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+            t[2 * i + 1] = _mm256_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+        }
+        // u[4b + c]: column c (128-bit lane 0) and c + 4 (lane 1) of rows 4b .. 4b + 3.
+#pragma GCC unroll 2
+        for (int32_t b = 0; b < 2; ++b) {
+            u[4 * b] = _mm256_shuffle_ps(t[4 * b], t[4 * b + 2], 0x44);
+            u[4 * b + 1] = _mm256_shuffle_ps(t[4 * b], t[4 * b + 2], 0xee);
+            u[4 * b + 2] = _mm256_shuffle_ps(t[4 * b + 1], t[4 * b + 3], 0x44);
+            u[4 * b + 3] = _mm256_shuffle_ps(t[4 * b + 1], t[4 * b + 3], 0xee);
+        }
+#pragma GCC unroll 4
+        for (int32_t c = 0; c < 4; ++c) {
+            r[c] = _mm256_permute2f128_ps(u[c], u[4 + c], 0x20);
+            r[4 + c] = _mm256_permute2f128_ps(u[c], u[4 + c], 0x31);
+        }
+    }
+    // sc[r] = scale * (q_r . k_jj for the chunk's 16 keys), rows r < n_rows of q ([n_rows, hd]), from kt.
+    static void head_scores(const float* q, int32_t n_rows, const float* kt, int32_t hd, float scale, float (*sc)[16]) {
+        using rows_fn = void (*)(const float*, const float*, int32_t, float, float(*)[16]);
+        static constexpr rows_fn tail[4] = {nullptr, score_rows<1>, score_rows<2>, score_rows<3>};
+        int32_t r = 0;
+        for (; r + 4 <= n_rows; r += 4) score_rows<4>(q + static_cast<size_t>(r) * hd, kt, hd, scale, sc + r);
+        if (r < n_rows) tail[n_rows - r](q + static_cast<size_t>(r) * hd, kt, hd, scale, sc + r);
+    }
+    template <int32_t R>
+    static void score_rows(const float* q, const float* kt, int32_t hd, float scale, float (*sc)[16]) {
+        __m256 a[R][2];
+#pragma GCC unroll 4
+        for (int32_t r = 0; r < R; ++r) a[r][0] = a[r][1] = _mm256_setzero_ps();
+        for (int32_t d = 0; d < hd; ++d) {
+            const __m256 k0 = _mm256_load_ps(kt + static_cast<size_t>(d) * 16);
+            const __m256 k1 = _mm256_load_ps(kt + static_cast<size_t>(d) * 16 + 8);
+#pragma GCC unroll 4
+            for (int32_t r = 0; r < R; ++r) {
+                const __m256 qd = _mm256_broadcast_ss(q + static_cast<size_t>(r) * hd + d);
+                a[r][0] = _mm256_fmadd_ps(qd, k0, a[r][0]);
+                a[r][1] = _mm256_fmadd_ps(qd, k1, a[r][1]);
+            }
+        }
+        const __m256 s = _mm256_set1_ps(scale);
+#pragma GCC unroll 4
+        for (int32_t r = 0; r < R; ++r) {
+            _mm256_store_ps(sc[r], _mm256_mul_ps(a[r][0], s));
+            _mm256_store_ps(sc[r] + 8, _mm256_mul_ps(a[r][1], s));
+        }
+    }
+    // chunk_softmax's step for rows r < n_rows over a chunk's n scores, each row's sum kept in 16 lanes (lsum[r]).
+    static void head_softmax(float (*sc)[16], int32_t n_rows, int32_t n, float* m, float (*lsum)[16], float* acc,
+                             int32_t hd) {
+        const __m256i nv = _mm256_set1_epi32(n);
+        const __m256 in0 = _mm256_castsi256_ps(_mm256_cmpgt_epi32(nv, _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7)));
+        const __m256 in1 = _mm256_castsi256_ps(_mm256_cmpgt_epi32(nv, _mm256_setr_epi32(8, 9, 10, 11, 12, 13, 14, 15)));
+        const __m256 none = _mm256_set1_ps(-INFINITY);
+        for (int32_t r = 0; r < n_rows; ++r) {
+            const __m256 v0 = _mm256_blendv_ps(none, _mm256_load_ps(sc[r]), in0);
+            const __m256 v1 = _mm256_blendv_ps(none, _mm256_load_ps(sc[r] + 8), in1);
+            const __m256 v = _mm256_max_ps(v0, v1);
+            __m128 h = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+            h = _mm_max_ps(h, _mm_movehl_ps(h, h));
+            const float cm = _mm_cvtss_f32(_mm_max_ss(h, _mm_movehdup_ps(h)));
+            if (cm > m[r]) {
+                const float c = expf(m[r] - cm);  // 0 on the first chunk (m = -inf)
+                float* a = acc + static_cast<size_t>(r) * hd;
+                scale(a, a, c, hd);
+                scale(lsum[r], lsum[r], c, 16);
+                m[r] = cm;
+            }
+            const __m256 mv = _mm256_set1_ps(m[r]);
+            const __m256 p0 = _mm256_and_ps(exp_nonpositive<avx2>(_mm256_sub_ps(v0, mv)), in0);
+            const __m256 p1 = _mm256_and_ps(exp_nonpositive<avx2>(_mm256_sub_ps(v1, mv)), in1);
+            _mm256_store_ps(sc[r], p0);
+            _mm256_store_ps(sc[r] + 8, p1);
+            _mm256_store_ps(lsum[r], _mm256_add_ps(_mm256_load_ps(lsum[r]), p0));
+            _mm256_store_ps(lsum[r] + 8, _mm256_add_ps(_mm256_load_ps(lsum[r] + 8), p1));
+        }
+    }
+    // acc[r] += sum_{jj < n} w[r][jj] * rows[jj] for rows r < n_rows (acc: [n_rows, hd]): four rows by 16 floats at a
+    // time, eight sums in registers, each V vector loaded (and converted) once per four rows.
+    template <class T>
+    static void head_accumulate(float* acc, int32_t n_rows, const float (*w)[16], const T* const* rows, int32_t n,
+                                int32_t hd) {
+        using rows_fn = void (*)(float*, int32_t, const float(*)[16], const T* const*, int32_t);
+        static constexpr rows_fn tail[4] = {nullptr, accumulate_rows<1, T>, accumulate_rows<2, T>,
+                                            accumulate_rows<3, T>};
+        int32_t r = 0;
+        for (; r + 4 <= n_rows; r += 4) accumulate_rows<4, T>(acc + static_cast<size_t>(r) * hd, hd, w + r, rows, n);
+        if (r < n_rows) tail[n_rows - r](acc + static_cast<size_t>(r) * hd, hd, w + r, rows, n);
+    }
+    template <int32_t R, class T>
+    static void accumulate_rows(float* acc, int32_t hd, const float (*w)[16], const T* const* rows, int32_t n) {
+        for (int32_t d = 0; d < hd; d += 16) {
+            __m256 a[R][2];
+#pragma GCC unroll 4
+            for (int32_t r = 0; r < R; ++r) {
+                a[r][0] = _mm256_loadu_ps(acc + static_cast<size_t>(r) * hd + d);
+                a[r][1] = _mm256_loadu_ps(acc + static_cast<size_t>(r) * hd + d + 8);
+            }
+            for (int32_t jj = 0; jj < n; ++jj) {
+                const __m256 v0 = row8(rows[jj] + d), v1 = row8(rows[jj] + d + 8);
+#pragma GCC unroll 4
+                for (int32_t r = 0; r < R; ++r) {
+                    const __m256 wr = _mm256_broadcast_ss(&w[r][jj]);
+                    a[r][0] = _mm256_fmadd_ps(wr, v0, a[r][0]);
+                    a[r][1] = _mm256_fmadd_ps(wr, v1, a[r][1]);
+                }
+            }
+#pragma GCC unroll 4
+            for (int32_t r = 0; r < R; ++r) {
+                _mm256_storeu_ps(acc + static_cast<size_t>(r) * hd + d, a[r][0]);
+                _mm256_storeu_ps(acc + static_cast<size_t>(r) * hd + d + 8, a[r][1]);
+            }
+        }
+    }
     // n floats to halves (round to nearest even, as fp32_to_fp16).
     static void to_halves(uint16_t* dst, const float* src, int32_t n) {
         int32_t i = 0;
