@@ -33,6 +33,9 @@ prepared prepare_request(const serving_model& m, const server_config& config, ge
     if (r.kind == api_kind::chat) {
         std::string text;
         if (auto e = resolve_tools(m.chat_format.get(), r.tools, r.format)) return *e;
+        // The markers the reply is parsed by are written even where the GGUF makes them control tokens.
+        const auto markers = tool_call_marker_texts(r.tools.format);
+        r.sampling.shown_special_tokens.assign(markers.begin(), markers.end());
         if (m.chat_format) {
             boost::json::array messages = r.messages_json.empty() ? messages_to_json(r.messages) : r.messages_json;
             if (m.chat_format->wants_text_arguments()) messages = arguments_as_text(messages);

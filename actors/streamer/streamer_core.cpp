@@ -15,7 +15,7 @@ void streamer_core::open(const open_stream& m) {
     TROUPE_ASSERT(!streams_.contains(m.id), "stream " + std::to_string(m.id) + " opened twice");
     stream_state s;
     s.sink = m.sink;
-    s.decoder = codec_->make_decoder();
+    s.decoder = m.shown_specials ? codec_->make_decoder_showing(*m.shown_specials) : codec_->make_decoder();
     s.stop_strings = m.stop_strings;
     s.use.n_prompt_tokens = m.n_prompt_tokens;
     s.t_submit = m.t_submit;

@@ -16,7 +16,8 @@ struct open_stream {
     static constexpr const char* name = "open_stream";
     request_id id = 0;
     std::shared_ptr<const request_sink> sink;
-    std::shared_ptr<const std::vector<std::string>> stop_strings;  // may be null
+    std::shared_ptr<const std::vector<std::string>> stop_strings;    // may be null
+    std::shared_ptr<const std::vector<std::string>> shown_specials;  // special tokens written as text; may be null
     int32_t n_prompt_tokens = 0;
     time_point t_submit;
 };

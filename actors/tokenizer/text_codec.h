@@ -25,6 +25,12 @@ public:
     // The prompt's ids, with BOS where the model expects one.
     virtual std::vector<int32_t> encode(std::string_view text) const = 0;
     virtual std::unique_ptr<text_decoder> make_decoder() const = 0;
+    // A decoder that also writes these special tokens' texts, which make_decoder()'s leaves out (a tool-call
+    // format's markers); a codec without special tokens gives its plain decoder.
+    virtual std::unique_ptr<text_decoder> make_decoder_showing(const std::vector<std::string>& special_texts) const {
+        (void)special_texts;
+        return make_decoder();
+    }
     // End-of-generation ids (EOS, EOT, ...).
     virtual std::vector<int32_t> eog_ids() const = 0;
     // A token's raw bytes (may be part of a UTF-8 sequence), for logprobs; empty where unknown.

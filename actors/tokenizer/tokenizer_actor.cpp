@@ -30,6 +30,8 @@ void tokenizer_actor::open(const submit_request& r, int32_t n_prompt) {
     o.sink = r.sink;
     if (!r.params->stop_strings.empty())
         o.stop_strings = std::make_shared<const std::vector<std::string>>(r.params->stop_strings);
+    if (!r.params->shown_special_tokens.empty())
+        o.shown_specials = std::make_shared<const std::vector<std::string>>(r.params->shown_special_tokens);
     o.n_prompt_tokens = n_prompt;
     o.t_submit = r.t_submit;
     streamer_->post(std::move(o));

@@ -212,6 +212,57 @@ std::string_view tool_call_open_marker(tool_call_format format) {
     return {};
 }
 
+std::span<const std::string_view> tool_call_marker_texts(tool_call_format format) {
+    using sv = std::string_view;
+    static constexpr sv hermes[] = {"<tool_call>", "</tool_call>"};
+    static constexpr sv llama3[] = {"<|python_tag|>"};
+    static constexpr sv pythonic[] = {"<|python_start|>", "<|python_end|>", "<|python_tag|>"};
+    static constexpr sv mistral[] = {"[TOOL_CALLS]", "[ARGS]"};
+    static constexpr sv phi4[] = {"<|tool_call|>", "<|/tool_call|>"};
+    static constexpr sv nemotron[] = {"<TOOLCALL>", "</TOOLCALL>"};
+    static constexpr sv seed_oss[] = {"<seed:tool_call>", "</seed:tool_call>"};
+    static constexpr sv glm45[] = {"<tool_call>", "</tool_call>", "<arg_key>",
+                                   "</arg_key>",  "<arg_value>",  "</arg_value>"};
+    static constexpr sv minimax_m2[] = {"<minimax:tool_call>", "</minimax:tool_call>"};
+    static constexpr sv command_r7b[] = {"<|START_ACTION|>", "<|END_ACTION|>"};
+    static constexpr sv deepseek[] = {deepseek_calls_begin, deepseek_calls_end, deepseek_call_begin, deepseek_call_end,
+                                      deepseek_sep};
+    static constexpr sv kimi_k2[] = {"<|tool_calls_section_begin|>", "<|tool_calls_section_end|>",
+                                     "<|tool_call_begin|>", "<|tool_call_argument_begin|>", "<|tool_call_end|>"};
+    static constexpr sv gemma4[] = {"<|tool_call>", "<tool_call|>", "<|\"|>"};
+    switch (format) {
+        case tool_call_format::hermes:
+            return hermes;
+        case tool_call_format::llama3:
+            return llama3;
+        case tool_call_format::pythonic:
+            return pythonic;
+        case tool_call_format::mistral:
+            return mistral;
+        case tool_call_format::phi4:
+            return phi4;
+        case tool_call_format::nemotron:
+            return nemotron;
+        case tool_call_format::seed_oss:
+            return seed_oss;
+        case tool_call_format::glm45:
+            return glm45;
+        case tool_call_format::minimax_m2:
+            return minimax_m2;
+        case tool_call_format::command_r7b:
+            return command_r7b;
+        case tool_call_format::deepseek:
+            return deepseek;
+        case tool_call_format::kimi_k2:
+            return kimi_k2;
+        case tool_call_format::gemma4:
+            return gemma4;
+        case tool_call_format::none:
+            break;
+    }
+    return {};
+}
+
 std::span<const tool_call_format> all_tool_call_formats() {
     static constexpr tool_call_format all[] = {
         tool_call_format::none,        tool_call_format::hermes,   tool_call_format::llama3,

@@ -80,6 +80,10 @@ tool_call_format detect_tool_call_format(std::string_view jinja_template);
 // ('{' and '['); empty for none.
 std::string_view tool_call_open_marker(tool_call_format format);
 
+// Every marker text the format's parser reads (open and close markers, separators). A model's GGUF may make
+// them control tokens, which a detokenizer leaves out unless told to write them.
+std::span<const std::string_view> tool_call_marker_texts(tool_call_format format);
+
 struct parsed_tool_call {
     std::string id;  // as the model wrote it, or empty
     std::string name;

@@ -31,6 +31,9 @@ struct sampling_params {
     int32_t max_tokens = 128;
     std::vector<int32_t> stop_tokens;       // in addition to the model's end-of-generation tokens
     std::vector<std::string> stop_strings;  // checked on the detokenized text by the streamer
+    // Control tokens whose text the streamer writes, which it otherwise leaves out (a tool-call format's
+    // markers, such as <|python_tag|> or [TOOL_CALLS], that the server parses the reply by).
+    std::vector<std::string> shown_special_tokens;
     bool ignore_eos = false;
     std::vector<std::pair<int32_t, float>> logit_bias;  // (token id, added to its logit), after penalties
     // Only the tokens this grammar allows next (response_format); shared by the requests of one schema.

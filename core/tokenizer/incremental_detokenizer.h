@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "core/tokenizer/tokenizer.h"
 
@@ -22,6 +23,9 @@ public:
     // token first), so the SentencePiece space prefix is dropped as decode() drops it. Pass false when
     // pushing only generated tokens that continue a prompt, whose leading spaces are real.
     explicit incremental_detokenizer(std::shared_ptr<const tokenizer> tok, bool strip_leading_space = true);
+
+    // These control tokens are written as their text too (others are left out, as decode() leaves them).
+    void show_control_tokens(std::vector<int32_t> ids);
 
     // The text that became complete with this token (possibly empty).
     std::string push(int32_t id);
@@ -37,7 +41,8 @@ private:
     bool strip_leading_space_;
     bool first_was_bos_ = false;
     size_t n_pushed_ = 0;
-    std::string held_;  // bytes of an incomplete character
+    std::string held_;            // bytes of an incomplete character
+    std::vector<int32_t> shown_;  // sorted
 };
 
 }  // namespace troupe

@@ -103,6 +103,50 @@ TEST(streamer_core, endings_report_usage_and_reach_the_engine_once) {
     EXPECT_EQ(f.overhead.summary().n, 3);  // one record per token
 }
 
+// fake_codec whose "special" token k_fake_eos is written as the text the stream asks to show.
+class showing_codec : public testing::fake_codec {
+public:
+    std::unique_ptr<text_decoder> make_decoder_showing(const std::vector<std::string>& texts) const override {
+        struct decoder : testing::fake_decoder {
+            std::string shown;
+            std::string push(int32_t id) override { return id == testing::k_fake_eos ? shown : fake_decoder::push(id); }
+        };
+        auto d = std::make_unique<decoder>();
+        for (const auto& t : texts) d->shown += t;
+        return d;
+    }
+};
+
+TEST(streamer_core, a_stream_asking_for_special_tokens_gets_a_decoder_that_writes_them) {
+    latency_histogram overhead;
+    streamer_core core(std::make_shared<showing_codec>(), &overhead, [](request_id, request_outcome) {});
+    std::vector<std::shared_ptr<testing::sink_record>> records;
+    for (request_id id : {1, 2}) {
+        records.push_back(std::make_shared<testing::sink_record>());
+        open_stream o;
+        o.id = id;
+        o.sink = std::make_shared<const request_sink>(testing::record_into(records.back()));
+        if (id == 1)
+            o.shown_specials = std::make_shared<const std::vector<std::string>>(std::vector<std::string>{"<m>"});
+        o.t_submit = steady_clock::now();
+        core.open(o);
+    }
+    std::vector<token_delivery> entries;
+    for (request_id id : {1, 2}) {
+        token_delivery d;
+        d.id = id;
+        d.tokens = {testing::fake_id('a'), testing::k_fake_eos, testing::fake_id('b')};
+        d.n_counted = 3;
+        d.t_sampled = steady_clock::now();
+        d.t_admitted = d.t_sampled;
+        entries.push_back(std::move(d));
+    }
+    std::vector<request_id> stopped;
+    core.deliver(deliver_tokens{std::move(entries)}, stopped);
+    EXPECT_EQ(records[0]->text, "a<m>b");
+    EXPECT_EQ(records[1]->text, "ab");
+}
+
 TEST(streamer_core, close_all_fails_every_open_stream_with_the_reason) {
     fixture f;
     auto a = f.open(1, {});

@@ -12,6 +12,7 @@
 #include <sstream>
 #include <variant>
 
+#include "actors/tokenizer/tokenizer_codec.h"
 #include "core/chat/chat_formatter.h"
 #include "core/gguf/gguf_file.h"
 #include "core/tokenizer/tokenizer.h"
@@ -182,6 +183,34 @@ TEST_F(tool_serving, chat_template_kwargs_reach_the_template_as_variables) {
     EXPECT_EQ(std::get<std::string>(a).find("/nothink"), std::string::npos) << std::get<std::string>(a);
     EXPECT_NE(std::get<std::string>(b).find("Hi/nothink"), std::string::npos) << std::get<std::string>(b);
     EXPECT_TRUE(std::get<std::string>(b).ends_with("<|assistant|>\n<think></think>")) << std::get<std::string>(b);
+}
+
+// A GGUF may make a format's markers control tokens, which decoding leaves out: a request with tools has
+// the streamer write them (sampling.shown_special_tokens), so the parser finds them.
+TEST_F(tool_serving, a_request_with_tools_has_its_formats_markers_written_even_as_control_tokens) {
+    load(read_template("qwen25_tools.jinja"));
+    if (HasFatalFailure() || IsSkipped()) return;
+    auto with_tools =
+        parse_ok(std::string(R"({"messages": [{"role": "user", "content": "x"}], )") + weather_tools + "}");
+    ASSERT_TRUE(std::holds_alternative<std::string>(rendered(with_tools)));
+    EXPECT_EQ(with_tools.sampling.shown_special_tokens, (std::vector<std::string>{"<tool_call>", "</tool_call>"}));
+    auto plain = parse_ok(R"({"messages": [{"role": "user", "content": "x"}]})");
+    ASSERT_TRUE(std::holds_alternative<std::string>(rendered(plain)));
+    EXPECT_TRUE(plain.sampling.shown_special_tokens.empty());
+
+    // stories260K's </s> is a control token: left out by the plain decoder, written by one that shows it
+    const int32_t eos = model_.tok->eos_id();
+    ASSERT_GE(eos, 0);
+    ASSERT_TRUE(model_.tok->is_control(eos));
+    const auto codec = make_tokenizer_codec(model_.tok);
+    EXPECT_EQ(codec->make_decoder()->push(eos), "");
+    EXPECT_EQ(codec->make_decoder_showing({"</s>", "not one token"})->push(eos), "</s>");
+    for (auto f : all_tool_call_formats()) {
+        EXPECT_EQ(tool_call_marker_texts(f).empty(), f == tool_call_format::none) << tool_call_format_name(f);
+        if (f != tool_call_format::none) {
+            EXPECT_EQ(tool_call_marker_texts(f).front(), tool_call_open_marker(f)) << tool_call_format_name(f);
+        }
+    }
 }
 
 TEST_F(tool_serving, a_deepseek_template_gets_the_calls_arguments_as_json_text) {
