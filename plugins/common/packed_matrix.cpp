@@ -1,6 +1,7 @@
 #include "plugins/common/packed_matrix.h"
 
 #include <immintrin.h>
+#include <sys/mman.h>
 
 #include <algorithm>
 #include <cmath>
@@ -90,11 +91,34 @@ __attribute__((target("avx2,fma,f16c"))) float dot_q8q8_avx2(const int8_t* w, co
 // lanes: lanes 0-7 are one block of 32, lanes 8-15 the next, each scaled by its block's activation scale (sv: the
 // scales spread over the lanes, [n64, 16]). The +128 offset adds 128 · Σ x over each block, which depends on the
 // activations only: the caller subtracts it once per activation row (q8_activations::offset).
+constexpr int64_t k_weight_prefetch = 4096;  // bytes ahead in a q8 weight stream
+
+}  // namespace
+
+template <class T>
+T* huge_page_allocator<T>::allocate(size_t n) {
+    constexpr size_t huge = size_t{2} << 20;
+    const size_t bytes = n * sizeof(T);
+    const size_t align = bytes >= huge ? huge : 64;
+    void* p = std::aligned_alloc(align, (bytes + align - 1) / align * align);
+    if (p == nullptr) throw std::bad_alloc();
+    if (align == huge) (void)madvise(p, (bytes + align - 1) / align * align, MADV_HUGEPAGE);
+    return static_cast<T*>(p);
+}
+template struct huge_page_allocator<uint8_t>;
+
+namespace {
+
 __attribute__((target("avx512f,avx512bw,avx512vnni"))) float dot_u8q8_vnni(const uint8_t* w, const int8_t* x,
                                                                            const float* sv, int64_t n64) {
     __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
     int64_t i = 0;
     for (; i + 2 <= n64; i += 2) {
+        // The weight stream 4 KiB ahead (past this row's end: the next rows, which the caller reads next); asm
+        // volatile, as GCC deletes prefetches it judges useless. A prefetch of an address past the buffer does not
+        // fault.
+        asm volatile("prefetcht0 %0" : : "m"(w[64 * i + k_weight_prefetch]));
+        asm volatile("prefetcht0 %0" : : "m"(w[64 * i + 64 + k_weight_prefetch]));
         const __m512i p0 =
             _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_loadu_si512(w + 64 * i), _mm512_loadu_si512(x + 64 * i));
         const __m512i p1 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_loadu_si512(w + 64 * i + 64),

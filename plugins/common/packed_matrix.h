@@ -13,12 +13,30 @@
 #include <troupe/plugin.h>
 
 #include <cstdint>
+#include <cstdlib>
+#include <new>
 #include <string>
 #include <vector>
 
 namespace troupe::spec_common {
 
 enum class weight_format { f32, f16, q8 };
+
+// std::allocator for weight streams: blocks of 2 MiB and more 2 MiB aligned and advised for transparent huge pages
+// (drafting streams its layer every step; 4 KiB pages cost a TLB walk and stop the hardware prefetcher every 4 KiB).
+template <class T>
+struct huge_page_allocator {
+    using value_type = T;
+    huge_page_allocator() = default;
+    template <class U>
+    huge_page_allocator(const huge_page_allocator<U>&) noexcept {}
+    T* allocate(size_t n);
+    void deallocate(T* p, size_t) noexcept { std::free(p); }
+    template <class U>
+    bool operator==(const huge_page_allocator<U>&) const noexcept {
+        return true;
+    }
+};
 
 // "f32", "f16", "q8".
 const char* weight_format_name(weight_format f);
@@ -52,12 +70,13 @@ public:
 private:
     weight_format format_ = weight_format::f32;
     int64_t n_rows_ = 0, n_cols_ = 0;
-    std::vector<float> f32_;     // [n_rows, n_cols]
-    std::vector<uint16_t> f16_;  // [n_rows, n_cols] IEEE half bits
-    std::vector<int8_t> q8_;     // [n_rows, n_cols]
-    std::vector<uint8_t> u8_;    // [n_rows, n_cols] q8 codes + 128, in place of q8_ where AVX-512 VNNI takes rows
-                                 // of whole 64s (one dpbusd per 64 codes)
-    std::vector<float> scales_;  // [n_rows] q8: weight = scale · code
+    std::vector<float> f32_;                                 // [n_rows, n_cols]
+    std::vector<uint16_t> f16_;                              // [n_rows, n_cols] IEEE half bits
+    std::vector<int8_t> q8_;                                 // [n_rows, n_cols]
+    std::vector<uint8_t, huge_page_allocator<uint8_t>> u8_;  // [n_rows, n_cols] q8 codes + 128, in place of q8_
+                                                             // where AVX-512 VNNI takes rows
+                                                             // of whole 64s (one dpbusd per 64 codes)
+    std::vector<float> scales_;                              // [n_rows] q8: weight = scale · code
 };
 
 // x[n] (n a multiple of 32) as int8 codes q[n] and one scale per block of 32, scales[n / 32].
