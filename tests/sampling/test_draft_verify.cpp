@@ -43,6 +43,14 @@ std::vector<double> softmax(const std::vector<float>& logits) {
     return p;
 }
 
+// Greedy sampling parameters (assigned, not a designated initializer that leaves the rest to
+// -Wmissing-field-initializers).
+sampling_params greedy_params() {
+    sampling_params p;
+    p.temperature = 0;
+    return p;
+}
+
 int32_t argmax(const std::vector<float>& row) {
     return static_cast<int32_t>(std::max_element(row.begin(), row.end()) - row.begin());
 }
@@ -76,7 +84,7 @@ TEST(draft_verify_greedy, takes_the_longest_path_the_target_agrees_with_even_thr
     tree.tokens = {wrong(a[0]), a[0], wrong(a[1]), a[1], a[2], wrong(a[3])};
     tree.parents = {-1, -1, 1, 1, 3, 4};
     draft_verifier verifier;
-    sampler greedy_sampler(sampling_params{.temperature = 0});
+    sampler greedy_sampler(greedy_params());
     std::vector<int32_t> history;
     const auto rows = [&](int32_t node) {
         static thread_local std::vector<float> row;
@@ -94,7 +102,7 @@ TEST(draft_verify_greedy, emits_the_target_token_when_no_root_matches_and_picks_
     for (int i = 0; i < 2; ++i) a.push_back(argmax(target_logits(a)));
     auto wrong = [](int32_t t) { return (t + 1) % n_vocab; };
     draft_verifier verifier;
-    sampler greedy_sampler(sampling_params{.temperature = 0});
+    sampler greedy_sampler(greedy_params());
     draft_tree none;
     none.tokens = {wrong(a[0]), wrong(wrong(a[0]))};
     none.parents = {-1, -1};
