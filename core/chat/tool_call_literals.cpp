@@ -10,6 +10,7 @@
 
 #include <boost/json.hpp>
 
+#include "core/chat/jinja/lexer.h"
 #include "core/chat/jinja/unicode_case.h"
 #include "core/chat/tool_call_text.h"
 
@@ -163,30 +164,13 @@ private:
                 jinja::append_utf8(out, cp);
                 continue;
             }
-            switch (e) {
-                case 'n':
-                    out += '\n';
-                    break;
-                case 't':
-                    out += '\t';
-                    break;
-                case 'r':
-                    out += '\r';
-                    break;
-                case '0':
-                    out += '\0';
-                    break;
-                case '\\':
-                case '\'':
-                case '"':
-                    out += e;
-                    break;
-                case '\n':  // a line continuation
-                    break;
-                default:  // Python keeps an unknown escape as written
-                    out += '\\';
-                    out += e;
+            if (e == '\n') continue;  // a line continuation
+            if (const auto simple = jinja::python_simple_escape(e)) {
+                out += *simple;
+                continue;
             }
+            out += '\\';  // Python keeps an unknown escape as written
+            out += e;
         }
         if (pos_ >= s_.size()) return std::nullopt;
         ++pos_;  // the closing quote

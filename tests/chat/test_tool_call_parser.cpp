@@ -222,6 +222,11 @@ TEST(tool_call_parser, glm_minimax_command_r_deepseek_kimi_gemma_and_pythonic_ca
          {{"", "get_weather", R"({"city":"Paris","days":2,"metric":true})"},
           {"", "search", R"({"query":"it's été","opts":{"k":null},"span":[1,2]})"},
           {"", "now", "{}"}}},
+        {tool_call_format::pythonic,  // Python's one-letter escapes (\t \v \0 ...), hex, and an unknown one kept as
+                                      // written
+         "[f(s='a\\tb\\vc\\x41\\q')]",
+         "",
+         {{"", "f", R"({"s":"a\tb\u000bcA\\q"})"}}},
         {tool_call_format::pythonic,  // Llama 4's python block after text
          "Calling.<|python_start|>[f(a=-1.5e3, b=\"x\")]<|python_end|>",
          "Calling.",

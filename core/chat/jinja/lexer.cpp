@@ -339,66 +339,58 @@ private:
             }
             if (pos_ >= src_.size()) fail("unterminated string literal", start);
             const char e = src_[pos_++];
-            switch (e) {
-                case 'n':
-                    out += '\n';
-                    break;
-                case 't':
-                    out += '\t';
-                    break;
-                case 'r':
-                    out += '\r';
-                    break;
-                case '0':
-                    out += '\0';
-                    break;
-                case 'a':
-                    out += '\a';
-                    break;
-                case 'b':
-                    out += '\b';
-                    break;
-                case 'f':
-                    out += '\f';
-                    break;
-                case 'v':
-                    out += '\v';
-                    break;
-                case '\\':
-                    out += '\\';
-                    break;
-                case '\'':
-                    out += '\'';
-                    break;
-                case '"':
-                    out += '"';
-                    break;
-                case '\n':
-                    break;
-                case 'x':
-                case 'u':
-                case 'U': {
-                    const size_t n = e == 'x' ? 2 : e == 'u' ? 4 : 8;
-                    if (pos_ + n > src_.size() ||
-                        !std::all_of(src_.begin() + static_cast<std::ptrdiff_t>(pos_),
-                                     src_.begin() + static_cast<std::ptrdiff_t>(pos_ + n),
-                                     [](char h) { return std::isxdigit(static_cast<unsigned char>(h)); })) {
-                        fail(std::string("truncated \\") + e + " escape in a string literal", pos_ - 2);
-                    }
-                    append_utf8(out, static_cast<char32_t>(std::stoul(src_.substr(pos_, n), nullptr, 16)));
-                    pos_ += n;
-                    break;
-                }
-                default:
-                    out += '\\';
-                    out += e;
+            if (e == '\n') continue;  // a line continuation
+            if (const auto simple = python_simple_escape(e)) {
+                out += *simple;
+                continue;
             }
+            if (e == 'x' || e == 'u' || e == 'U') {
+                const size_t n = e == 'x' ? 2 : e == 'u' ? 4 : 8;
+                if (pos_ + n > src_.size() ||
+                    !std::all_of(src_.begin() + static_cast<std::ptrdiff_t>(pos_),
+                                 src_.begin() + static_cast<std::ptrdiff_t>(pos_ + n),
+                                 [](char h) { return std::isxdigit(static_cast<unsigned char>(h)); })) {
+                    fail(std::string("truncated \\") + e + " escape in a string literal", pos_ - 2);
+                }
+                append_utf8(out, static_cast<char32_t>(std::stoul(src_.substr(pos_, n), nullptr, 16)));
+                pos_ += n;
+                continue;
+            }
+            out += '\\';  // Python keeps an unknown escape as written
+            out += e;
         }
         emit(token_kind::string, std::move(out), start);
     }
 };
 
 }  // namespace
+
+std::optional<char> python_simple_escape(char e) {
+    switch (e) {
+        case 'n':
+            return '\n';
+        case 't':
+            return '\t';
+        case 'r':
+            return '\r';
+        case '0':
+            return '\0';
+        case 'a':
+            return '\a';
+        case 'b':
+            return '\b';
+        case 'f':
+            return '\f';
+        case 'v':
+            return '\v';
+        case '\\':
+        case '\'':
+        case '"':
+            return e;
+        default:
+            return std::nullopt;
+    }
+}
 
 std::vector<token> lex(std::string_view source, const lexer_options& options) {
     return lexer(source, options).run();

@@ -13,6 +13,7 @@
 // A tag ends only where its brackets are balanced, so "}}" inside a dict literal does not end it.
 #pragma once
 
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -45,5 +46,10 @@ struct syntax_error : std::runtime_error {
 
 // The tokens of a template, ending with one eof token. Throws syntax_error.
 std::vector<token> lex(std::string_view source, const lexer_options& options);
+
+// The character a one-letter Python string escape stands for (\n \t \r \0 \a \b \f \v \\ \' \"), or nothing
+// for any other letter (\x, \u and \U take digits; an unknown escape stays as written). Shared by the lexer and the
+// parser of Python literals in tool calls (tool_call_literals.cpp).
+std::optional<char> python_simple_escape(char e);
 
 }  // namespace troupe::jinja
