@@ -26,6 +26,34 @@ struct row {
     std::vector<expected_call> calls;
 };
 
+enum class arguments_compared { as_text, as_json };
+
+// The reply parsed in its format gives the row's content and calls; arguments equal as text, or as JSON values
+// (where a parser's own serialization of numbers is not what the row writes).
+void expect_parsed(const row& r, arguments_compared how) {
+    const parsed_reply p = parse_tool_calls(r.format, r.text);
+    EXPECT_EQ(p.content, r.content) << r.text;
+    ASSERT_EQ(p.tool_calls.size(), r.calls.size()) << r.text;
+    for (size_t k = 0; k < r.calls.size(); ++k) {
+        EXPECT_EQ(p.tool_calls[k].id, r.calls[k].id) << r.text;
+        EXPECT_EQ(p.tool_calls[k].name, r.calls[k].name) << r.text;
+        if (how == arguments_compared::as_text) {
+            EXPECT_EQ(p.tool_calls[k].arguments, r.calls[k].arguments) << r.text;
+        } else {
+            EXPECT_EQ(boost::json::parse(p.tool_calls[k].arguments), boost::json::parse(r.calls[k].arguments))
+                << r.text << "\n"
+                << p.tool_calls[k].arguments;
+        }
+    }
+}
+
+// Text that is no valid call in its format comes back as content, untouched, with no calls.
+void expect_left_as_content(tool_call_format format, const char* text) {
+    const parsed_reply p = parse_tool_calls(format, text);
+    EXPECT_EQ(p.content, text) << tool_call_format_name(format);
+    EXPECT_TRUE(p.tool_calls.empty()) << text;
+}
+
 TEST(tool_call_parser, each_familys_calls_become_tool_calls_with_json_arguments) {
     const row rows[] = {
         {tool_call_format::hermes,
@@ -85,16 +113,7 @@ TEST(tool_call_parser, each_familys_calls_become_tool_calls_with_json_arguments)
          "",
          {{"", "get_weather", R"({"city":"Paris","days":2})"}}},
     };
-    for (const auto& r : rows) {
-        const parsed_reply p = parse_tool_calls(r.format, r.text);
-        EXPECT_EQ(p.content, r.content) << r.text;
-        ASSERT_EQ(p.tool_calls.size(), r.calls.size()) << r.text;
-        for (size_t k = 0; k < r.calls.size(); ++k) {
-            EXPECT_EQ(p.tool_calls[k].id, r.calls[k].id) << r.text;
-            EXPECT_EQ(p.tool_calls[k].name, r.calls[k].name) << r.text;
-            EXPECT_EQ(p.tool_calls[k].arguments, r.calls[k].arguments) << r.text;
-        }
-    }
+    for (const auto& r : rows) expect_parsed(r, arguments_compared::as_text);
 }
 
 TEST(tool_call_parser, text_that_is_no_valid_call_stays_content_untouched) {
@@ -112,11 +131,7 @@ TEST(tool_call_parser, text_that_is_no_valid_call_stays_content_untouched) {
         {tool_call_format::nemotron, "<TOOLCALL>[{\"name\": \"a\"}, {\"arguments\": {}}]</TOOLCALL>"},
         {tool_call_format::phi4, "<|tool_call|>not json<|/tool_call|>"},
     };
-    for (const auto& [format, text] : rows) {
-        const parsed_reply p = parse_tool_calls(format, text);
-        EXPECT_EQ(p.content, text) << tool_call_format_name(format);
-        EXPECT_TRUE(p.tool_calls.empty()) << text;
-    }
+    for (const auto& [format, text] : rows) expect_left_as_content(format, text);
 }
 
 std::string template_text(const std::string& name) {
@@ -232,18 +247,7 @@ TEST(tool_call_parser, glm_minimax_command_r_deepseek_kimi_gemma_and_pythonic_ca
          "Calling.",
          {{"", "f", R"({"a":-1.5E3,"b":"x"})"}}},
     };
-    for (const auto& r : rows) {
-        const parsed_reply p = parse_tool_calls(r.format, r.text);
-        EXPECT_EQ(p.content, r.content) << r.text;
-        ASSERT_EQ(p.tool_calls.size(), r.calls.size()) << r.text;
-        for (size_t k = 0; k < r.calls.size(); ++k) {
-            EXPECT_EQ(p.tool_calls[k].id, r.calls[k].id) << r.text;
-            EXPECT_EQ(p.tool_calls[k].name, r.calls[k].name) << r.text;
-            EXPECT_EQ(boost::json::parse(p.tool_calls[k].arguments), boost::json::parse(r.calls[k].arguments))
-                << r.text << "\n"
-                << p.tool_calls[k].arguments;
-        }
-    }
+    for (const auto& r : rows) expect_parsed(r, arguments_compared::as_json);
 }
 
 TEST(tool_call_parser, malformed_calls_of_the_newer_families_stay_content_untouched) {
@@ -276,11 +280,7 @@ TEST(tool_call_parser, malformed_calls_of_the_newer_families_stay_content_untouc
         {tool_call_format::pythonic, "[f(x=unquoted)]"},
         {tool_call_format::pythonic, "[f(x=1)] and more"},
     };
-    for (const auto& [format, text] : rows) {
-        const parsed_reply p = parse_tool_calls(format, text);
-        EXPECT_EQ(p.content, text) << tool_call_format_name(format);
-        EXPECT_TRUE(p.tool_calls.empty()) << text;
-    }
+    for (const auto& [format, text] : rows) expect_left_as_content(format, text);
 }
 
 // Each family's template (tests/chat/templates) renders an assistant turn with two calls; the parser reads
