@@ -15,15 +15,15 @@
 #include <cstdlib>
 #include <ctime>
 #include <functional>
+#include <new>
 #include <random>
 #include <string>
 #include <thread>
 #include <vector>
 
-#include <sys/mman.h>
-
 #include "core/model/ops.h"
 #include "core/plugin_host/plugin_host.h"
+#include "kernels/cpu/huge_page_buffer.h"
 
 namespace troupe {
 namespace {
@@ -50,28 +50,17 @@ parallel_for_fn threads_for(int n_threads) {
     };
 }
 
-// n_pool elements of 0.5 (floats, or halves), 2 MiB aligned and advised for transparent huge pages.
-class pool_memory {
-public:
-    pool_memory(size_t n, bool f16) : bytes_((n * (f16 ? 2 : 4) + huge - 1) / huge * huge) {
-        data_ = std::aligned_alloc(huge, bytes_);
-        (void)madvise(data_, bytes_, MADV_HUGEPAGE);
-        if (f16) {
-            std::fill_n(static_cast<uint16_t*>(data_), n, uint16_t{0x3800});
-        } else {
-            std::fill_n(static_cast<float*>(data_), n, 0.5f);
-        }
+// n elements of 0.5 (floats, or halves) in huge pages, as the engine's KV memory is (cpu::huge_page_buffer).
+cpu::huge_page_buffer pool_of_halves(size_t n, bool f16) {
+    cpu::huge_page_buffer pool;
+    if (!pool.allocate(n * (f16 ? 2 : 4))) throw std::bad_alloc();
+    if (f16) {
+        std::fill_n(reinterpret_cast<uint16_t*>(pool.data()), n, uint16_t{0x3800});
+    } else {
+        std::fill_n(reinterpret_cast<float*>(pool.data()), n, 0.5f);
     }
-    pool_memory(const pool_memory&) = delete;
-    pool_memory& operator=(const pool_memory&) = delete;
-    ~pool_memory() { std::free(data_); }
-    float* data() const { return static_cast<float*>(data_); }  // attention_call's pools are float*, whatever they hold
-
-private:
-    static constexpr size_t huge = size_t{2} << 20;
-    size_t bytes_;
-    void* data_;
-};
+    return pool;
+}
 
 int run(int32_t ctx, int32_t n_tokens, int32_t n_heads, int32_t n_kv_heads, int n_threads, bool f16,
         const std::string& kernel) {
@@ -95,7 +84,7 @@ int run(int32_t ctx, int32_t n_tokens, int32_t n_heads, int32_t n_kv_heads, int 
     // Pools of 0.5 (F16 0x3800), as floats or halves, in huge pages as the engine's KV memory is (4 KiB pages
     // measured ~2x slower once the pools outgrow the caches).
     const size_t n_pool = table.size() * block_size * kvw;
-    const pool_memory k_pool(n_pool, f16), v_pool(n_pool, f16);
+    const cpu::huge_page_buffer k_pool = pool_of_halves(n_pool, f16), v_pool = pool_of_halves(n_pool, f16);
     const auto q = random_floats(static_cast<size_t>(n_tokens) * n_heads * head_dim);
     const auto k = random_floats(static_cast<size_t>(n_tokens) * kvw), v = random_floats(k.size());
     std::vector<float> out(q.size());
@@ -110,7 +99,8 @@ int run(int32_t ctx, int32_t n_tokens, int32_t n_heads, int32_t n_kv_heads, int 
         a.q = q.data() + static_cast<size_t>(first) * n_heads * head_dim, a.k = k.data() + first * kvw;
         a.v = v.data() + first * kvw, a.out = out.data() + static_cast<size_t>(first) * n_heads * head_dim;
         a.positions = positions.data() + first, a.seq_of = seq_of.data(), a.n_seqs = 1, a.block_tables = tables;
-        a.block_size = block_size, a.k_pool = k_pool.data(), a.v_pool = v_pool.data();
+        a.block_size = block_size, a.k_pool = reinterpret_cast<float*>(k_pool.data()),
+        a.v_pool = reinterpret_cast<float*>(v_pool.data());
         a.kv_type = f16 ? kv_dtype::f16 : kv_dtype::f32;
         (void)(*gqa)->forward(a, par);
     };
