@@ -9,6 +9,7 @@
 #include "plugins/common/dense_ops.h"
 #include "plugins/common/half.h"
 #include "plugins/common/plugin_support.h"
+#include "plugins/common/prefetch.h"
 
 namespace troupe::spec_common {
 namespace {
@@ -114,11 +115,9 @@ __attribute__((target("avx512f,avx512bw,avx512vnni"))) float dot_u8q8_vnni(const
     __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
     int64_t i = 0;
     for (; i + 2 <= n64; i += 2) {
-        // The weight stream 4 KiB ahead (past this row's end: the next rows, which the caller reads next); asm
-        // volatile, as GCC deletes prefetches it judges useless. A prefetch of an address past the buffer does not
-        // fault.
-        asm volatile("prefetcht0 %0" : : "m"(w[64 * i + k_weight_prefetch]));
-        asm volatile("prefetcht0 %0" : : "m"(w[64 * i + 64 + k_weight_prefetch]));
+        // The weight stream 4 KiB ahead (past this row's end: the next rows, which the caller reads next).
+        plugin_support::prefetch_l1(w + 64 * i + k_weight_prefetch);
+        plugin_support::prefetch_l1(w + 64 * i + 64 + k_weight_prefetch);
         const __m512i p0 =
             _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_loadu_si512(w + 64 * i), _mm512_loadu_si512(x + 64 * i));
         const __m512i p1 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_loadu_si512(w + 64 * i + 64),

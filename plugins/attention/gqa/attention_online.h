@@ -21,6 +21,7 @@
 #include <math.h>
 
 #include "attention_kernels.h"
+#include "plugins/common/prefetch.h"
 
 namespace troupe::gqa {
 namespace {
@@ -138,13 +139,13 @@ inline void chunk_rows(const T* pool, const size_t* offsets, int32_t n, size_t h
     for (int32_t jj = n; jj < chunk; ++jj) rows[jj] = rows[0];
 }
 
-// Requests into L2 the `bytes` from head_off of the rows at offsets[0 .. n). asm volatile, not __builtin_prefetch: GCC
-// 12 deleted this loop of prefetches (none was left in the object code; a decode at 65536 keys ran ~1.6x slower).
+// Requests into L2 the `bytes` from head_off of the rows at offsets[0 .. n) (plugin_support::prefetch_l2: a loop of
+// __builtin_prefetch was deleted by GCC).
 template <class T>
 inline void prefetch_rows(const T* pool, const size_t* offsets, int32_t n, size_t head_off, size_t bytes) {
     for (int32_t jj = 0; jj < n; ++jj) {
         const char* p = reinterpret_cast<const char*>(pool + offsets[jj] + head_off);
-        for (size_t b = 0; b < bytes; b += 64) asm volatile("prefetcht1 %0" : : "m"(p[b]));
+        for (size_t b = 0; b < bytes; b += 64) plugin_support::prefetch_l2(p + b);
     }
 }
 
