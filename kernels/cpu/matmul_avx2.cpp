@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cmath>
 #include <cstring>
 #include <utility>
 
@@ -30,6 +31,12 @@ inline float hsum(__m256 v) {
     const __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
     const __m128 s2 = _mm_add_ps(s, _mm_movehl_ps(s, s));
     return _mm_cvtss_f32(_mm_add_ss(s2, _mm_movehdup_ps(s2)));
+}
+
+inline int32_t hsum_i32(__m256i v) {
+    const __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+    const __m128i s2 = _mm_add_epi32(s, _mm_unpackhi_epi64(s, s));
+    return _mm_cvtsi128_si32(_mm_add_epi32(s2, _mm_shuffle_epi32(s2, 1)));
 }
 
 inline float fp16(uint16_t h) {
@@ -87,9 +94,13 @@ template <class B, int R, int T>
 void q8_tile(const uint8_t* w, size_t ws, const uint8_t* x, size_t xs, int64_t nb, float* y, int64_t ldy) {
     constexpr bool is_q8 = std::is_same_v<B, block_q8_0>;
     const __m256i ones16 = _mm256_set1_epi16(1);
-    __m256 acc[R][T];
+    __m256 acc[R][T];  // Q8_0: 8 lanes of 4-element sums per output, as ggml's vec_dot
+    float sum[R][T];   // Q4_0: one sum per output, as ggml's repacked Q4_0 kernels
 #pragma GCC unroll 16
-    for (int i = 0; i < R * T; ++i) acc[i / T][i % T] = _mm256_setzero_ps();
+    for (int i = 0; i < R * T; ++i) {
+        acc[i / T][i % T] = _mm256_setzero_ps();
+        sum[i / T][i % T] = 0.0f;
+    }
     for (int64_t b = 0; b < nb; ++b) {
         __m256i xq[T], corr[T];
         float dx[T];
@@ -123,13 +134,13 @@ void q8_tile(const uint8_t* w, size_t ws, const uint8_t* x, size_t xs, int64_t n
                 for (int t = 0; t < T; ++t) {
                     const __m256i s =
                         _mm256_sub_epi32(_mm256_madd_epi16(_mm256_maddubs_epi16(u, xq[t]), ones16), corr[t]);
-                    acc[r][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_set1_ps(dw * dx[t]), acc[r][t]);
+                    sum[r][t] = std::fma(static_cast<float>(hsum_i32(s)), dw * dx[t], sum[r][t]);
                 }
             }
         }
     }
     for (int r = 0; r < R; ++r) {
-        for (int t = 0; t < T; ++t) y[t * ldy + r] = hsum(acc[r][t]);
+        for (int t = 0; t < T; ++t) y[t * ldy + r] = is_q8 ? hsum(acc[r][t]) : sum[r][t];
     }
 }
 

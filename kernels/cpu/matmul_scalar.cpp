@@ -7,6 +7,7 @@
 #include "kernels/cpu/matmul_kernels.h"
 #include "kernels/fp16.h"
 #include "kernels/ref/kquant_dot.h"
+#include "kernels/ref/ops.h"
 #include "kernels/ref/quants.h"
 
 namespace troupe::cpu::detail {
@@ -14,28 +15,6 @@ namespace {
 
 const uint8_t* row_ptr(const matmul_weight& w, int64_t r) {
     return static_cast<const uint8_t*>(w.data) + static_cast<size_t>(r) * w.row_stride;
-}
-
-float dot_q8_0(const block_q8_0* w, const block_q8_0* x, int64_t nb) {
-    float sum = 0;
-    for (int64_t b = 0; b < nb; ++b) {
-        int32_t sumi = 0;
-        for (int i = 0; i < qk8_0; ++i) sumi += w[b].qs[i] * x[b].qs[i];
-        sum += static_cast<float>(sumi) * (fp16_to_fp32(w[b].d) * fp16_to_fp32(x[b].d));
-    }
-    return sum;
-}
-
-float dot_q4_0(const block_q4_0* w, const block_q8_0* x, int64_t nb) {
-    float sum = 0;
-    for (int64_t b = 0; b < nb; ++b) {
-        int32_t sumi = 0;
-        for (int i = 0; i < qk4_0 / 2; ++i) {
-            sumi += ((w[b].qs[i] & 0x0f) - 8) * x[b].qs[i] + ((w[b].qs[i] >> 4) - 8) * x[b].qs[i + qk4_0 / 2];
-        }
-        sum += static_cast<float>(sumi) * (fp16_to_fp32(w[b].d) * fp16_to_fp32(x[b].d));
-    }
-    return sum;
 }
 
 }  // namespace
@@ -68,12 +47,12 @@ void rows_scalar(const matmul_weight& w, prepared_x x, float* y, int64_t ldy, in
                     break;
                 }
                 case ggml_type::q8_0:
-                    v = dot_q8_0(reinterpret_cast<const block_q8_0*>(row), static_cast<const block_q8_0*>(xt),
-                                 n / qk8_0);
+                    v = ref::dot_q8_0(reinterpret_cast<const block_q8_0*>(row), static_cast<const block_q8_0*>(xt),
+                                      n / qk8_0);
                     break;
                 case ggml_type::q4_0:
-                    v = dot_q4_0(reinterpret_cast<const block_q4_0*>(row), static_cast<const block_q8_0*>(xt),
-                                 n / qk4_0);
+                    v = ref::dot_q4_0(reinterpret_cast<const block_q4_0*>(row), static_cast<const block_q8_0*>(xt),
+                                      n / qk4_0);
                     break;
                 case ggml_type::q4_k:
                     v = ref::dot_q4_k_q8_k(reinterpret_cast<const block_q4_k*>(row), static_cast<const block_q8_k*>(xt),

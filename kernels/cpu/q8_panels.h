@@ -28,7 +28,7 @@
 // registers) for that reason.
 //
 // Products with panels, for every token count: quantized recipe bit-identical to ref::matmul (same int sums, and
-// per block sum += float(sumi) * (d_w * d_x) in block order); float-activation recipe (W8A16,
+// per block sum += float(sumi) * (d_w * d_x) in block order, fused for Q4_0); float-activation recipe (W8A16,
 // q8_panels_float_act_avx512.cpp: each weight dequantized exactly in registers and FMA'd with the float
 // activations) equal to ref::matmul_float_act within float rounding, and faster than the row kernels from one
 // token on. cpu::matmul uses the panels when matmul_weight::panels is set and the active level has the kernels

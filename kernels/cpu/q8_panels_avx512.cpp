@@ -4,8 +4,9 @@
 //
 // Micro-tile: one panel (16 rows) x M tokens. Per block, per token: an int32 zmm starts at the token's
 // correction -offset * sum(x_block), takes 8 vpdpbusd (weight quad in a register, the token's 4 activation
-// bytes broadcast), then y += float(sum) * (d_w * d_x) with d_w the 16 rows' scales. No horizontal reductions;
-// each lane is one output, summed over blocks in order, so the result equals ref::matmul bit for bit.
+// bytes broadcast), then y += float(sum) * (d_w * d_x) with d_w the 16 rows' scales (Q8_0: the product rounded, then
+// the sum; Q4_0: one FMA, as llama.cpp's repacked Q4_0 kernels). No horizontal reductions; each lane is one output,
+// summed over blocks in order, so the result equals ref::matmul bit for bit.
 // Registers: M int sums + M float sums + a weight quad (+ its two nibble halves for Q4_0), so M <= 12.
 //
 // What bounds the speed once tokens are many is the vector pipes' share of vpdpbusd, the broadcasts and the two
@@ -38,7 +39,8 @@ inline int32_t load_i32(const int8_t* p) {
     return v;
 }
 
-// Adds float(sum) * (d_w * d_x) of one block to acc, for the M tokens at xb (adjacent blocks).
+// Adds float(sum) * (d_w * d_x) of one block to acc, for the M tokens at xb (adjacent blocks): rounded apart for Q8_0,
+// fused for Q4_0 (ref::dot_q8_0, ref::dot_q4_0).
 template <int Q, int M>
 __attribute__((always_inline)) inline void block_step(const uint8_t* quads, __m512 dw, const q8_act_block* xb,
                                                       __m512 (&acc)[M]) {
@@ -70,7 +72,11 @@ __attribute__((always_inline)) inline void block_step(const uint8_t* quads, __m5
 #pragma GCC unroll 12
     for (int m = 0; m < M; ++m) {
         const __m512 scale = _mm512_mul_ps(dw, _mm512_set1_ps(xb[m].d));
-        acc[m] = _mm512_add_ps(acc[m], _mm512_mul_ps(_mm512_cvtepi32_ps(s[m]), scale));
+        if constexpr (Q == 8) {
+            acc[m] = _mm512_add_ps(acc[m], _mm512_mul_ps(_mm512_cvtepi32_ps(s[m]), scale));
+        } else {
+            acc[m] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s[m]), scale, acc[m]);
+        }
     }
 }
 

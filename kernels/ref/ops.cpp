@@ -50,6 +50,8 @@ float dot_bf16(const uint16_t* w, const float* xr, int64_t n) {
     return sum;
 }
 
+}  // namespace
+
 float dot_q8_0(const block_q8_0* w, const block_q8_0* x, int64_t nb) {
     float sum = 0;
     for (int64_t b = 0; b < nb; ++b) {
@@ -69,12 +71,12 @@ float dot_q4_0(const block_q4_0* w, const block_q8_0* x, int64_t nb) {
             const int hi = (w[b].qs[i] >> 4) - 8;
             sumi += lo * x[b].qs[i] + hi * x[b].qs[i + qk4_0 / 2];
         }
-        sum += static_cast<float>(sumi) * (fp16_to_fp32(w[b].d) * fp16_to_fp32(x[b].d));
+        // One rounding per block (a fused multiply-add), as llama.cpp's x86 Q4_0 kernels (its repacked 8-row gemv and
+        // gemm) accumulate; Q8_0 above rounds the product and the sum apart.
+        sum = std::fma(static_cast<float>(sumi), fp16_to_fp32(w[b].d) * fp16_to_fp32(x[b].d), sum);
     }
     return sum;
 }
-
-}  // namespace
 
 void matmul(const matmul_weight& w, const float* x, float* y, int64_t n_tokens) {
     TROUPE_ASSERT(matmul_supports(w.type), std::string(traits(w.type).name));

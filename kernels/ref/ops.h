@@ -7,8 +7,8 @@
 //   F32     | F32                           | float
 //   F16     | rounded to F16                | float products of the rounded values, float sums
 //   BF16    | rounded to BF16               | same
-//   Q8_0    | Q8_0 blocks (per 32, fp16 d)  | int dot per block * d_w * d_x
-//   Q4_0    | Q8_0 blocks                   | int dot of (q - 8) per block * d_w * d_x
+//   Q8_0    | Q8_0 blocks (per 32, fp16 d)  | sum += float(int dot per block) * (d_w * d_x)
+//   Q4_0    | Q8_0 blocks                   | sum = fma(float(int dot of (q - 8) per block), d_w * d_x, sum)
 //   Q4_K    | Q8_K blocks (per 256, f32 d)  | d_x * (d * sum_j sc_j * int dot_j - dmin * sum_j m_j * bsum_j)
 //   Q6_K    | Q8_K blocks                   | d_x * d * sum_j scale_j * int dot_j of (q - 32)
 //
@@ -60,6 +60,10 @@ struct rope_params {
 };
 
 namespace ref {
+
+// One row's product with Q8_0 activation blocks (nb blocks), as the table above: the scalar twins of the kernels.
+float dot_q8_0(const block_q8_0* w, const block_q8_0* x, int64_t nb);
+float dot_q4_0(const block_q4_0* w, const block_q8_0* x, int64_t nb);
 
 // y[n_tokens, n_out] = x[n_tokens, n_in] * W^T with the activation recipe of the table above.
 void matmul(const matmul_weight& w, const float* x, float* y, int64_t n_tokens);

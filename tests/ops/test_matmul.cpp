@@ -94,6 +94,35 @@ INSTANTIATE_TEST_SUITE_P(all_weight_types, matmul_types,
                                            ggml_type::q4_0, ggml_type::q4_k, ggml_type::q6_k),
                          [](const auto& info) { return std::string(traits(info.param).name); });
 
+// Q4_0 in the quantized recipe: each block's integer sum times d_w * d_x added with one FMA, block after block, as
+// llama.cpp's x86 Q4_0 kernels do (its repacked 8-row gemv and gemm): the AVX2 dot kernels equal ref::matmul bit for
+// bit below the GEMM's token count (the AVX-512 panels at every count: test_q8_panels). Before, the AVX2 kernels summed
+// in 8 float lanes. AVX2 has no integer GEMM: from gemm_min_tokens on it multiplies dequantized floats (within
+// rounding).
+TEST(matmul, q4_0_at_the_avx2_level_equals_the_reference_bit_for_bit) {
+    const auto levels = cpu::available_levels();
+    if (std::find(levels.begin(), levels.end(), cpu::dispatch_level::avx2) == levels.end())
+        GTEST_SKIP() << "no AVX2 here";
+    scoped_level scope(cpu::dispatch_level::avx2);
+    cpu::thread_pool two(2);
+    uint32_t seed = 11;
+    for (int64_t n_in : {32, 96, 512}) {
+        for (int64_t n_out : {1, 3, 17, 67}) {
+            const auto w = make_weight(ggml_type::q4_0, n_in, n_out, seed++);
+            for (int64_t n_tokens = 1; n_tokens < cpu::gemm_min_tokens(ggml_type::q4_0); n_tokens += 4) {
+                const auto x = random_floats(n_tokens * n_in, seed++);
+                std::vector<float> want(n_tokens * n_out), got(n_tokens * n_out, NAN);
+                ref::matmul(w.view, x.data(), want.data(), n_tokens);
+                cpu::matmul(w.view, x.data(), got.data(), n_tokens, two);
+                for (size_t i = 0; i < got.size(); ++i) {
+                    ASSERT_EQ(got[i], want[i])
+                        << "n_in " << n_in << " n_out " << n_out << " n_tokens " << n_tokens << " output " << i;
+                }
+            }
+        }
+    }
+}
+
 TEST(matmul, through_a_callers_parallel_for_and_parallel_ranges_equals_the_pool_overload) {
     cpu::thread_pool pool(2);
     const parallel_for_fn host = pool.as_parallel_for();
