@@ -5,6 +5,7 @@
 
 #include <boost/json.hpp>
 
+#include <limits>
 #include <random>
 #include <string>
 #include <vector>
@@ -217,6 +218,23 @@ TEST(token_constraint, the_mask_allows_exactly_the_tokens_whose_bytes_the_gramma
     const token_mask end = c.compute(s);
     EXPECT_EQ(end.count(), 1);
     EXPECT_TRUE(end.allowed(v.eos));
+}
+
+TEST(token_mask, apply_sets_exactly_the_refused_tokens_to_minus_infinity) {
+    // Words all allowed, all refused and mixed, and a vocabulary ending inside the last word.
+    constexpr int32_t n_vocab = 64 * 4 + 37;
+    token_mask m;
+    m.bits = {~uint64_t{0}, 0, 0x8000'0000'0000'0001u, 0x0123'4567'89ab'cdefu, 0x1'0000'0006u};
+    std::vector<float> logits(n_vocab);
+    for (int32_t i = 0; i < n_vocab; ++i) logits[static_cast<size_t>(i)] = static_cast<float>(i);
+    m.apply(logits);
+    for (int32_t i = 0; i < n_vocab; ++i) {
+        if (m.allowed(i)) {
+            EXPECT_EQ(logits[static_cast<size_t>(i)], static_cast<float>(i)) << "token " << i;
+        } else {
+            EXPECT_EQ(logits[static_cast<size_t>(i)], -std::numeric_limits<float>::infinity()) << "token " << i;
+        }
+    }
 }
 
 TEST(token_constraint, masks_are_cached_by_state_and_a_batch_computes_each_missing_state_once) {

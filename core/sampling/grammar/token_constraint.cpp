@@ -51,12 +51,22 @@ vocab_index::vocab_index(std::vector<std::string> pieces, std::vector<int32_t> e
 
 void token_mask::apply(std::span<float> logits) const {
     constexpr float neg_inf = -std::numeric_limits<float>::infinity();
+    // Per 64 tokens: all allowed (inside a string, most words) nothing; all refused (outside one, most words) a
+    // plain fill the compiler vectorizes; otherwise only the refused ones (a bit test per token cost ~20 us a step on
+    // a 32,000-token vocabulary).
     for (size_t w = 0; w < bits.size(); ++w) {
         const uint64_t word = bits[w];
         if (word == ~uint64_t{0}) continue;
-        const size_t end = std::min(logits.size(), (w + 1) * 64);
-        for (size_t i = w * 64; i < end; ++i) {
-            if (!((word >> (i & 63)) & 1u)) logits[i] = neg_inf;
+        const size_t begin = w * 64;
+        if (begin >= logits.size()) break;
+        const size_t n = std::min<size_t>(64, logits.size() - begin);
+        if (word == 0) {
+            std::fill_n(logits.begin() + static_cast<std::ptrdiff_t>(begin), n, neg_inf);
+            continue;
+        }
+        for (uint64_t refused = ~word; refused != 0; refused &= refused - 1) {
+            const size_t i = begin + static_cast<size_t>(std::countr_zero(refused));
+            if (i < logits.size()) logits[i] = neg_inf;
         }
     }
 }
@@ -150,7 +160,11 @@ token_mask token_constraint::compute_locked(const grammar_state& s) const {
     const auto& sorted = vocab_->sorted();
     for (size_t i = 0; i < nodes.size();) {
         const vocab_index::node& n = nodes[i];
-        const int32_t next = step(m, at[n.depth - 1u], n.byte);
+        const int32_t from = at[n.depth - 1u];
+        // The transition table first (nearly every node once the DFA has its states), step() where it is unknown:
+        // a call per node cost a third of the walk.
+        int32_t next = dfa_.next[static_cast<size_t>(from)][n.byte];
+        if (next == -2) next = step(m, from, n.byte);
         if (next < 0) {
             i = n.end;
             continue;
