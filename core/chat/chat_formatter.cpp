@@ -58,6 +58,7 @@ result<chat_formatter> chat_formatter::from_jinja(std::string_view jinja_text, c
     f.reads_tools_ = jinja_text.find("tools") != std::string_view::npos;
     f.tool_format_ = detect_tool_call_format(jinja_text);
     f.text_arguments_ = jinja_text.find("tool_calls") != std::string_view::npos && f.renders_text_arguments();
+    f.system_role_ = f.shows_system_text();
     f.why_ = "the model's own chat template (tokenizer.chat_template, " + std::to_string(jinja_text.size()) +
              " bytes of Jinja)";
     return f;
@@ -169,8 +170,67 @@ boost::json::array arguments_as_text(const boost::json::array& messages) {
     return out;
 }
 
+bool chat_formatter::shows_system_text() const {
+    const std::string_view probe = "troupe system probe 7f3a";
+    const boost::json::array messages{boost::json::object{{"role", "system"}, {"content", probe}},
+                                      boost::json::object{{"role", "user"}, {"content", "x"}}};
+    const auto text = render({&messages, nullptr, false});
+    return text && text->find(probe) != std::string::npos;
+}
+
+boost::json::array fold_system_messages(const boost::json::array& messages) {
+    const auto role_of = [](const boost::json::value& m) -> std::string_view {
+        const auto* o = m.if_object();
+        const auto* r = o ? o->if_contains("role") : nullptr;
+        return r && r->is_string() ? std::string_view(r->get_string()) : std::string_view();
+    };
+    const auto text_of = [](const boost::json::value& content) {
+        if (content.is_string()) return std::string(content.get_string());
+        std::string text;
+        if (const auto* parts = content.if_array()) {
+            for (const auto& part : *parts) {
+                const auto* p = part.if_object();
+                const auto* t = p ? p->if_contains("text") : nullptr;
+                if (t && t->is_string()) text += std::string(t->get_string());
+            }
+        }
+        return text;
+    };
+    boost::json::array out;
+    std::string pending;  // system text waiting for the next user message
+    for (const auto& m : messages) {
+        const std::string_view role = role_of(m);
+        if (role == "system" || role == "developer") {
+            const auto* content = m.get_object().if_contains("content");
+            if (content != nullptr) pending += (pending.empty() ? "" : "\n") + text_of(*content);
+            continue;
+        }
+        if (role != "user" || pending.empty()) {
+            out.push_back(m);
+            continue;
+        }
+        boost::json::object user = m.get_object();
+        boost::json::value& content = user["content"];
+        if (auto* parts = content.if_array()) {
+            parts->insert(parts->begin(), boost::json::object{{"type", "text"}, {"text", pending + "\n"}});
+        } else {
+            content = pending + "\n" + text_of(content);
+        }
+        pending.clear();
+        out.push_back(std::move(user));
+    }
+    if (!pending.empty()) out.push_back(boost::json::object{{"role", "user"}, {"content", pending}});
+    return out;
+}
+
 result<std::string> chat_formatter::prompt_for_tokenizer(const chat_render_request& request) const {
-    auto text = render(request);
+    std::optional<boost::json::array> folded;
+    chat_render_request r = request;
+    if (!system_role_ && request.messages != nullptr) {
+        folded = fold_system_messages(*request.messages);
+        r.messages = &*folded;
+    }
+    auto text = render(r);
     if (!text) return text;
     if (jinja_ && tokens_.add_bos && !tokens_.bos.empty() && text->starts_with(tokens_.bos)) {
         text->erase(0, tokens_.bos.size());

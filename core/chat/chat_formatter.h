@@ -11,6 +11,11 @@
 //
 // Most templates begin with {{ bos_token }} while the tokenizer adds BOS itself: prompt_for_tokenizer()
 // removes that one leading BOS text so the model sees one BOS, as llama.cpp does.
+//
+// Some templates have no system turn: Gemma's and Mistral's first ones raise "System role not supported", some
+// of Phi-3's drop system messages without a word. Clients send one anyway (a UI's system prompt), so for such
+// a template prompt_for_tokenizer() folds each system message into the next user message ("system text\nuser
+// text"), as llama-server does; render() stays transformers' (it raises, or drops them).
 #pragma once
 
 #include <memory>
@@ -82,8 +87,13 @@ public:
     // template, or a failure while rendering) is an error with the template's message; so is an extra
     // variable with a reserved name. The built-in templates take no extra variables and ignore them.
     result<std::string> render(const chat_render_request& request) const;
-    // render() less one leading BOS text when the tokenizer adds BOS itself.
+    // render() less one leading BOS text when the tokenizer adds BOS itself, system messages folded into user
+    // messages where the template has no system turn.
     result<std::string> prompt_for_tokenizer(const chat_render_request& request) const;
+
+    // The model's template shows a system message's text (found when it is loaded, by rendering one); true for
+    // the built-ins, which fold system text themselves.
+    bool renders_system_role() const { return system_role_; }
 
 private:
     std::shared_ptr<const jinja::chat_jinja_template> jinja_;
@@ -92,14 +102,20 @@ private:
     std::string why_;
     bool reads_tools_ = false;
     tool_call_format tool_format_ = tool_call_format::none;
+    bool system_role_ = true;
     bool text_arguments_ = false;
 
     bool renders_text_arguments() const;
+    bool shows_system_text() const;
 };
 
 // The messages with each assistant tool call's object arguments as JSON text, written as Python's
 // json.dumps writes them (what a client sending json.dumps(arguments) sends).
 boost::json::array arguments_as_text(const boost::json::array& messages);
+
+// The messages with each system (or developer) message's text folded into the next user message, "system\nuser"
+// (text parts: a text part in front); system text after the last user message becomes a user message of its own.
+boost::json::array fold_system_messages(const boost::json::array& messages);
 
 // The API's simple messages (role and text content) as the JSON the templates see.
 boost::json::array messages_to_json(std::span<const chat_message> messages);

@@ -106,6 +106,69 @@ TEST(chat_formatter, the_tokenizer_gets_one_bos_when_it_adds_bos_itself) {
     EXPECT_TRUE(kept->starts_with("<s><|im_start|>system")) << *kept;
 }
 
+// Templates without a system turn: Gemma's raises on one, this Phi-3 one drops it. The prompt the model gets has the
+// system text at the head of the next user message, as llama-server renders these (its test-chat-template
+// expectations); render() stays transformers' (the raise, or the system text gone); a template with a system turn is
+// left as it is.
+TEST(chat_formatter, system_messages_fold_into_the_next_user_message_where_the_template_has_no_system_turn) {
+    const auto messages = boost::json::parse(R"([{"role": "system", "content": "You are a helpful assistant"},
+        {"role": "user", "content": "Hello"}, {"role": "assistant", "content": "Hi there"},
+        {"role": "user", "content": "Who are you"}, {"role": "assistant", "content": "   I am an assistant   "},
+        {"role": "user", "content": "Another question"}])")
+                              .as_array();
+    const auto gemma = chat_formatter::from_model(
+        "{{ bos_token }}{% if messages[0]['role'] == 'system' %}{{ raise_exception('System role not supported') }}"
+        "{% endif %}{% for message in messages %}{% if (message['role'] == 'user') != (loop.index0 % 2 == 0) %}"
+        "{{ raise_exception('Conversation roles must alternate user/assistant/user/assistant/...') }}{% endif %}"
+        "{% if (message['role'] == 'assistant') %}{% set role = 'model' %}{% else %}{% set role = message['role'] %}"
+        "{% endif %}{{ '<start_of_turn>' + role + '\n' + message['content'] | trim + '<end_of_turn>\n' }}{% endfor %}"
+        "{% if add_generation_prompt %}{{'<start_of_turn>model\n'}}{% endif %}",
+        test_tokens(true));
+    ASSERT_TRUE(gemma.uses_jinja()) << gemma.why();
+    EXPECT_FALSE(gemma.renders_system_role());
+    auto raised = gemma.render({&messages, nullptr, true});
+    ASSERT_FALSE(raised);
+    EXPECT_NE(raised.message().find("System role not supported"), std::string::npos) << raised.message();
+    auto folded = gemma.prompt_for_tokenizer({&messages, nullptr, true});
+    ASSERT_TRUE(folded) << folded.message();
+    EXPECT_EQ(*folded,
+              "<start_of_turn>user\nYou are a helpful assistant\nHello<end_of_turn>\n<start_of_turn>model\nHi "
+              "there<end_of_turn>\n<start_of_turn>user\nWho are you<end_of_turn>\n<start_of_turn>model\nI am an "
+              "assistant<end_of_turn>\n<start_of_turn>user\nAnother question<end_of_turn>\n<start_of_turn>model\n");
+
+    const auto phi3 = chat_formatter::from_model(
+        "{{ bos_token }}{% for message in messages %}{% if (message['role'] == 'user') %}{{'<|user|>' + '\n' + "
+        "message['content'] + '<|end|>' + '\n' + '<|assistant|>' + '\n'}}{% elif (message['role'] == 'assistant') %}"
+        "{{message['content'] + '<|end|>' + '\n'}}{% endif %}{% endfor %}",
+        test_tokens(true));
+    EXPECT_FALSE(phi3.renders_system_role());
+    auto dropped = phi3.render({&messages, nullptr, true});
+    ASSERT_TRUE(dropped) << dropped.message();
+    EXPECT_EQ(dropped->find("You are a helpful assistant"), std::string::npos);
+    auto kept = phi3.prompt_for_tokenizer({&messages, nullptr, true});
+    ASSERT_TRUE(kept) << kept.message();
+    EXPECT_EQ(*kept,
+              "<|user|>\nYou are a helpful assistant\nHello<|end|>\n<|assistant|>\nHi there<|end|>\n<|user|>\nWho are "
+              "you<|end|>\n<|assistant|>\n   I am an assistant   <|end|>\n<|user|>\nAnother question<|end|>\n"
+              "<|assistant|>\n");
+
+    const auto chatml = chat_formatter::from_model(chatml_jinja, test_tokens(true));
+    EXPECT_TRUE(chatml.renders_system_role());
+    auto as_is = chatml.prompt_for_tokenizer({&messages, nullptr, true});
+    ASSERT_TRUE(as_is) << as_is.message();
+    EXPECT_EQ(as_is->rfind("<|im_start|>system\nYou are a helpful assistant<|im_end|>\n", 0), 0u) << *as_is;
+}
+
+TEST(chat_formatter, folding_puts_each_system_text_before_the_next_user_message_text_parts_included) {
+    const auto messages = boost::json::parse(R"([{"role": "system", "content": "A"}, {"role": "developer",
+        "content": [{"type": "text", "text": "B"}]}, {"role": "user", "content": [{"type": "text", "text": "hi"}]},
+        {"role": "assistant", "content": "ok"}, {"role": "system", "content": "C"}])")
+                              .as_array();
+    EXPECT_EQ(boost::json::serialize(fold_system_messages(messages)),
+              R"([{"role":"user","content":[{"type":"text","text":"A\nB\n"},{"type":"text","text":"hi"}]},)"
+              R"({"role":"assistant","content":"ok"},{"role":"user","content":"C"}])");
+}
+
 TEST(chat_formatter, a_template_that_does_not_parse_falls_back_to_the_builtin_its_markers_show_and_says_why) {
     const auto f = chat_formatter::from_model("{% for m in messages %}<|im_start|>{{ m.role }}", test_tokens(true));
     EXPECT_FALSE(f.uses_jinja());

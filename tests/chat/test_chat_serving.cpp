@@ -1,5 +1,6 @@
 // The server's chat path with a model's own template: server::prepare_request renders the messages with the
-// Jinja template (one BOS: the tokenizer's), and a template that raises is a 400 carrying its message.
+// Jinja template (one BOS: the tokenizer's), a template that raises is a 400 carrying its message, and a system
+// message reaches a template without a system turn inside the user message.
 #include <gtest/gtest.h>
 
 #include <variant>
@@ -56,17 +57,30 @@ TEST_F(chat_serving, a_chat_request_is_rendered_by_the_models_own_template_with_
 
 TEST_F(chat_serving, a_template_that_raises_answers_400_with_its_message) {
     load(
-        "{% for m in messages %}{% if m.role == 'system' %}{{ raise_exception('System messages are not "
-        "supported by this model') }}{% endif %}{{ m.content }}{% endfor %}");
+        "{% if messages[-1].role != 'user' %}{{ raise_exception('The conversation must end with a user message') }}"
+        "{% endif %}{% for m in messages %}{{ m.content }}{% endfor %}");
     if (HasFatalFailure() || IsSkipped()) return;
-    auto p = prepare({{"system", "Be kind."}, {"user", "Hi"}});
+    auto p = prepare({{"user", "Hi"}, {"assistant", "Hello"}});
     auto* err = std::get_if<server::api_error>(&p);
     ASSERT_NE(err, nullptr);
     EXPECT_EQ(err->status, 400);
     EXPECT_EQ(err->param, "messages");
     EXPECT_EQ(err->message,
-              "messages: the model's chat template failed: System messages are not supported by this model");
+              "messages: the model's chat template failed: The conversation must end with a user message");
     EXPECT_TRUE(std::holds_alternative<server::prepared_request>(prepare({{"user", "Hi"}})));
+}
+
+// A template without a system turn (Gemma's raises on one) still takes a client's system prompt: folded into the
+// user message, as llama-server does, instead of a 400.
+TEST_F(chat_serving, a_system_message_reaches_a_template_without_a_system_turn_in_the_user_message) {
+    load(
+        "{% for m in messages %}{% if m.role == 'system' %}{{ raise_exception('System role not supported') }}"
+        "{% endif %}{{ m.role | upper }}: {{ m.content }}\n{% endfor %}");
+    if (HasFatalFailure() || IsSkipped()) return;
+    auto p = prepare({{"system", "Be kind."}, {"user", "Once upon a time"}});
+    auto* ok = std::get_if<server::prepared_request>(&p);
+    ASSERT_NE(ok, nullptr) << std::get<server::api_error>(p).message;
+    EXPECT_EQ(*ok->req.prompt_ids, model_.tok->encode("USER: Be kind.\nOnce upon a time\n", true));
 }
 
 TEST_F(chat_serving, a_template_that_does_not_parse_falls_back_to_the_builtin_its_markers_show) {
