@@ -5,6 +5,9 @@
 
 #include <boost/json.hpp>
 
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <limits>
 #include <random>
 #include <string>
@@ -110,10 +113,124 @@ TEST(json_schema_grammar, any_of_const_refs_and_additional_properties_follow_the
     }
 }
 
+// Integer bounds give exactly the integers in range (checked against every integer from -1200 to 1200 for random
+// bounds, one-sided ones included) in JSON's form only (no "-0", leading zeros or '+').
+TEST(json_schema_grammar, integer_bounds_accept_exactly_the_integers_in_range) {
+    std::mt19937 rng(5);
+    std::uniform_int_distribution<int> pick(-1000, 1000);
+    for (int round = 0; round < 40; ++round) {
+        int lo = pick(rng), hi = pick(rng);
+        if (lo > hi) std::swap(lo, hi);
+        const int kind = round % 4;  // both bounds, minimum only, maximum only, exclusive both
+        std::string schema = R"({"type": "integer")";
+        if (kind == 0 || kind == 1) schema += ", \"minimum\": " + std::to_string(lo);
+        if (kind == 0 || kind == 2) schema += ", \"maximum\": " + std::to_string(hi);
+        if (kind == 3) {
+            schema += ", \"exclusiveMinimum\": " + std::to_string(lo) + ", \"exclusiveMaximum\": " + std::to_string(hi);
+        }
+        schema += "}";
+        auto g = json_schema_grammar(json::parse(schema));
+        if (kind == 3 && hi - lo < 2) {
+            EXPECT_FALSE(g.ok()) << schema;
+            continue;
+        }
+        ASSERT_TRUE(g.ok()) << schema << ": " << g.message();
+        for (int v = -1200; v <= 1200; ++v) {
+            const bool in = kind == 3 ? (v > lo && v < hi) : ((kind == 2 || v >= lo) && (kind == 1 || v <= hi));
+            ASSERT_EQ(accepts(*g, std::to_string(v)), in) << schema << " on " << v;
+        }
+        for (const char* odd : {"-0", "00", "01", "+1", "1.0", "1e2"}) EXPECT_FALSE(accepts(*g, odd)) << odd;
+    }
+    const grammar big = schema_grammar(R"({"type": "integer", "minimum": 999999999, "maximum": 1000000001})");
+    EXPECT_TRUE(accepts(big, "999999999"));
+    EXPECT_TRUE(accepts(big, "1000000001"));
+    EXPECT_FALSE(accepts(big, "1000000002"));
+    EXPECT_FALSE(accepts(big, "99999999"));
+}
+
+// Number bounds: every accepted text is a number in range (a subset: decimals of a bound's fractional unit are
+// left out), the integers in range are all accepted, and so are decimals well inside it.
+TEST(json_schema_grammar, number_bounds_accept_only_numbers_in_range) {
+    const struct {
+        const char* schema;
+        double lo, hi;
+        bool lo_open, hi_open;
+        std::vector<const char*> inside;
+    } rows[] = {
+        {R"({"type": "number", "minimum": 0, "maximum": 1})", 0, 1, false, false, {"0", "0.5", "0.999", "1"}},
+        {R"({"type": "number", "minimum": -2.5, "maximum": 3})", -2.5, 3, false, false, {"-2", "-1.75", "-0.5", "2.9"}},
+        {R"({"type": "number", "exclusiveMinimum": 0})", 0, 1e300, true, false, {"1", "0.25", "12345.5"}},
+        {R"({"type": "number", "maximum": -1, "exclusiveMaximum": -3})",
+         -1e300,
+         -3,
+         false,
+         true,
+         {"-4", "-17.5", "-3.5"}},
+        {R"({"type": "number", "exclusiveMinimum": -5, "exclusiveMaximum": 0})", -5, 0, true, true, {"-4.5", "-0.5"}},
+    };
+    for (const auto& row : rows) {
+        const grammar g = schema_grammar(row.schema);
+        for (const char* text : row.inside) EXPECT_TRUE(accepts(g, text)) << row.schema << " on " << text;
+        // Texts at and beside the bounds: zero fractions of an excluded bound, -0.0 below an excluded 0.
+        for (const char* text : {"0", "0.0", "-0.0", "-0.000", "1.0", "-3.0", "-3.00", "-5.0", "-1.5", "0.5"}) {
+            if (!accepts(g, text)) continue;
+            const double x = std::strtod(text, nullptr);
+            EXPECT_TRUE(row.lo_open ? x > row.lo : x >= row.lo) << row.schema << " accepted " << text;
+            EXPECT_TRUE(row.hi_open ? x < row.hi : x <= row.hi) << row.schema << " accepted " << text;
+        }
+        std::mt19937 rng(9);
+        std::uniform_real_distribution<double> any(-30, 30);
+        for (int i = 0; i < 3000; ++i) {
+            char text[32];
+            const double v = any(rng);
+            std::snprintf(text, sizeof text, i % 3 == 0 ? "%.0f" : (i % 3 == 1 ? "%.1f" : "%.3f"), v);
+            if (!accepts(g, text)) continue;
+            const double x = std::strtod(text, nullptr);
+            EXPECT_TRUE(row.lo_open ? x > row.lo : x >= row.lo) << row.schema << " accepted " << text;
+            EXPECT_TRUE(row.hi_open ? x < row.hi : x <= row.hi) << row.schema << " accepted " << text;
+        }
+    }
+}
+
+TEST(json_schema_grammar, date_time_and_uuid_formats_and_tuples) {
+    const grammar date = schema_grammar(R"({"type": "string", "format": "date"})");
+    EXPECT_TRUE(accepts(date, R"("2026-12-02")"));
+    for (const char* bad : {R"("2026-13-02")", R"("2026-00-10")", R"("2026-12-32")", R"("26-12-02")", "20261202"})
+        EXPECT_FALSE(accepts(date, bad)) << bad;
+    const grammar time = schema_grammar(R"({"type": "string", "format": "time"})");
+    for (const char* good : {R"("23:59:59Z")", R"("07:05:00.123+01:00")", R"("00:00:00-11:30")"})
+        EXPECT_TRUE(accepts(time, good)) << good;
+    for (const char* bad : {R"("24:00:00Z")", R"("12:60:00Z")", R"("12:00:00")"})
+        EXPECT_FALSE(accepts(time, bad)) << bad;
+    const grammar stamp = schema_grammar(R"({"type": "string", "format": "date-time"})");
+    EXPECT_TRUE(accepts(stamp, R"("2026-12-02T07:16:16Z")"));
+    EXPECT_FALSE(accepts(stamp, R"("2026-12-02 07:16:16Z")"));
+    const grammar uuid = schema_grammar(R"({"type": "string", "format": "uuid"})");
+    EXPECT_TRUE(accepts(uuid, R"("123e4567-e89b-12d3-a456-426614174000")"));
+    EXPECT_FALSE(accepts(uuid, R"("123e4567-e89b-12d3-a456-42661417400")"));
+
+    const grammar pair =
+        schema_grammar(R"({"type": "array", "prefixItems": [{"type": "integer"}, {"type": "string"}]})");
+    EXPECT_TRUE(accepts(pair, R"([1, "a"])"));
+    EXPECT_FALSE(accepts(pair, R"(["a", 1])"));
+    EXPECT_FALSE(accepts(pair, R"([1, "a", 2])"));
+    const grammar more = schema_grammar(
+        R"({"type": "array", "prefixItems": [{"type": "boolean"}], "items": {"type": "null"}, "maxItems": 3})");
+    EXPECT_TRUE(accepts(more, "[true]"));
+    EXPECT_TRUE(accepts(more, "[true, null, null]"));
+    EXPECT_FALSE(accepts(more, "[true, null, null, null]"));
+    const grammar old_style = schema_grammar(R"({"items": [{"format": "date"}, {"const": 1}]})");
+    EXPECT_TRUE(accepts(old_style, R"(["2026-01-31", 1])"));
+}
+
 TEST(json_schema_grammar, unsupported_or_malformed_schemas_are_refused_with_their_path) {
     const std::vector<std::pair<std::string_view, std::string_view>> rows = {
         {R"({"type": "object", "properties": {"a": {"type": "string", "pattern": "x+"}}})",
          "#/properties/a: the keyword 'pattern' is not supported"},
+        {R"({"type": "string", "format": "email"})", "#/format: the format 'email' is not supported"},
+        {R"({"type": "integer", "minimum": 5, "maximum": 4})", "no number lies between its minimum and maximum"},
+        {R"({"type": "number", "minimum": "0"})", "#/minimum: must be a number"},
+        {R"({"type": "array", "prefixItems": [{}, {}], "maxItems": 1})", "maxItems is below the number of prefixItems"},
         {R"({"type": "strin"})", "#/type: unknown type 'strin'"},
         {R"({"$ref": "#/$defs/missing"})", "'#/$defs/missing' names no definition"},
         {R"({"type": "object", "properties": {"a": {}}, "required": ["b"]})", "names 'b'"},

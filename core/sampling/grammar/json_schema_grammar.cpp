@@ -9,6 +9,8 @@
 
 #include <boost/json.hpp>
 
+#include <algorithm>
+#include <cmath>
 #include <map>
 #include <optional>
 
@@ -178,19 +180,44 @@ public:
         if (!s.is_object()) return fail(path, "a schema must be an object or a boolean");
         const json::object& o = s.get_object();
         for (const auto& kv : o) {
-            static constexpr std::string_view known[] = {
-                "type",        "properties", "required",    "additionalProperties",
-                "items",       "minItems",   "maxItems",    "minLength",
-                "maxLength",   "enum",       "const",       "anyOf",
-                "oneOf",       "allOf",      "$ref",        "$defs",
-                "definitions", "title",      "description", "default",
-                "examples",    "$schema",    "$id",         "$comment"};
+            static constexpr std::string_view known[] = {"type",
+                                                         "properties",
+                                                         "required",
+                                                         "additionalProperties",
+                                                         "items",
+                                                         "prefixItems",
+                                                         "additionalItems",
+                                                         "minItems",
+                                                         "maxItems",
+                                                         "minLength",
+                                                         "maxLength",
+                                                         "format",
+                                                         "minimum",
+                                                         "maximum",
+                                                         "exclusiveMinimum",
+                                                         "exclusiveMaximum",
+                                                         "enum",
+                                                         "const",
+                                                         "anyOf",
+                                                         "oneOf",
+                                                         "allOf",
+                                                         "$ref",
+                                                         "$defs",
+                                                         "definitions",
+                                                         "title",
+                                                         "description",
+                                                         "default",
+                                                         "examples",
+                                                         "$schema",
+                                                         "$id",
+                                                         "$comment"};
             bool ok = false;
             for (auto k : known) ok = ok || kv.key() == k;
             if (!ok) {
                 return fail(path, "the keyword '" + std::string(kv.key()) +
                                       "' is not supported (supported: type, properties, required, "
-                                      "additionalProperties, items, minItems, maxItems, minLength, maxLength, "
+                                      "additionalProperties, items, prefixItems, minItems, maxItems, minLength, "
+                                      "maxLength, format, minimum, maximum, exclusiveMinimum, exclusiveMaximum, "
                                       "enum, const, anyOf, oneOf, allOf, $ref, $defs)");
             }
         }
@@ -219,7 +246,7 @@ public:
         const json::value* type = o.if_contains("type");
         if (!type) {
             if (o.contains("properties")) return typed(o, "object", path);
-            if (o.contains("items")) return typed(o, "array", path);
+            if (o.contains("items") || o.contains("prefixItems")) return typed(o, "array", path);
             return any_value();
         }
         if (type->is_string()) return typed(o, type->get_string(), path);
@@ -271,10 +298,20 @@ private:
             const int64_t min = bound(o, "minLength", path).value_or(0);
             const auto max = bound(o, "maxLength", path);
             if (max && *max < min) return fail(path, "maxLength is below minLength");
+            if (const json::value* f = o.if_contains("format")) {
+                if (o.contains("minLength") || max)
+                    return fail(path, "format with minLength / maxLength is not supported");
+                return formatted(*f, path + "/format");
+            }
             return string(min, max.value_or(-1));
         }
-        if (type == "number") return number(false);
-        if (type == "integer") return number(true);
+        if (type == "number" || type == "integer") {
+            const bool integer = type == "integer";
+            for (const char* key : {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"}) {
+                if (o.contains(key)) return bounded_number(o, integer, path);
+            }
+            return number(integer);
+        }
         if (type == "boolean") {
             const uint32_t r = g.declare("boolean");
             add(r, {g.ref(g.literal("true"))});
@@ -292,6 +329,10 @@ private:
         const int64_t min = bound(o, "minItems", path).value_or(0);
         const auto max = bound(o, "maxItems", path);
         if (max && *max < min) return fail(path, "maxItems is below minItems");
+        if (o.contains("prefixItems")) return tuple(o, "prefixItems", "items", path);
+        if (const json::value* items = o.if_contains("items"); items && items->is_array()) {
+            return tuple(o, "items", "additionalItems", path);  // drafts 4-7 write tuples as an items array
+        }
         const json::value* items = o.if_contains("items");
         const uint32_t item = items ? schema(*items, path + "/items") : any_value();
         const uint32_t r = g.declare("array");
@@ -390,6 +431,259 @@ private:
         return r;
     }
 
+    // A tuple: the listed item schemas in order, every one present (a subset of what the schema allows when it
+    // lets a tuple end early), then items of the `rest` schema where it is one (false or absent: no more).
+    uint32_t tuple(const json::object& o, const char* listed, const char* rest_key, const std::string& path) {
+        const json::value* list = o.if_contains(listed);
+        const std::string where = path + "/" + listed;
+        if (!list->is_array() || list->get_array().empty()) return fail(where, "must be a non-empty array of schemas");
+        const auto& schemas = list->get_array();
+        const int64_t n = static_cast<int64_t>(schemas.size());
+        if (const auto max = bound(o, "maxItems", path); max && *max < n) {
+            return fail(path, "maxItems is below the number of " + std::string(listed) + " (" + std::to_string(n) +
+                                  "), which are all written");
+        }
+        std::vector<element> seq = {g.byte('['), g.ref(ws())};
+        for (int64_t i = 0; i < n; ++i) {
+            if (i > 0) seq.insert(seq.end(), {g.ref(ws()), g.byte(','), g.ref(ws())});
+            seq.push_back(g.ref(schema(schemas[static_cast<size_t>(i)], where + "/" + std::to_string(i))));
+        }
+        const json::value* rest = o.if_contains(rest_key);
+        if (rest && !(rest->is_bool() && !rest->get_bool())) {
+            const uint32_t item = schema(*rest, path + "/" + rest_key);
+            const auto max = bound(o, "maxItems", path);
+            seq.push_back(
+                g.ref(repeat("items", {g.ref(ws()), g.byte(','), g.ref(ws()), g.ref(item)},
+                             std::max<int64_t>(bound(o, "minItems", path).value_or(0) - n, 0), max ? *max - n : -1)));
+        }
+        seq.insert(seq.end(), {g.ref(ws()), g.byte(']')});
+        const uint32_t r = g.declare("tuple");
+        add(r, seq);
+        return r;
+    }
+
+    // A string of a format: date (YYYY-MM-DD), time (hh:mm:ss[.fff] with Z or an offset), date-time (date T time)
+    // and uuid (8-4-4-4-12 hex digits), quoted.
+    uint32_t formatted(const json::value& f, const std::string& path) {
+        const std::string_view name = f.is_string() ? std::string_view(f.get_string()) : std::string_view();
+        if (name != "date" && name != "time" && name != "date-time" && name != "uuid") {
+            return fail(path, "the format '" + std::string(name) +
+                                  "' is not supported (supported: date, time, "
+                                  "date-time, uuid)");
+        }
+        const element digit = g.bytes(range('0', '9'));
+        const auto two_digits = [&](const char* name, char first_max, char last_max_with_max_first) {
+            // 00 .. first_max last_max: [0-(first_max-1)][0-9] | first_max [0-last_max]
+            const uint32_t r = g.declare(name);
+            add(r, {g.bytes(range('0', static_cast<unsigned>(first_max - 1))), digit});
+            add(r, {g.byte(static_cast<unsigned char>(first_max)),
+                    g.bytes(range('0', static_cast<unsigned>(last_max_with_max_first)))});
+            return r;
+        };
+        std::vector<element> body;
+        const auto date = [&]() {
+            const uint32_t month = g.declare("month");
+            add(month, {g.byte('0'), g.bytes(range('1', '9'))});
+            add(month, {g.byte('1'), g.bytes(range('0', '2'))});
+            const uint32_t day = g.declare("day");
+            add(day, {g.byte('0'), g.bytes(range('1', '9'))});
+            add(day, {g.bytes(range('1', '2')), digit});
+            add(day, {g.byte('3'), g.bytes(range('0', '1'))});
+            body.insert(body.end(), {digit, digit, digit, digit, g.byte('-'), g.ref(month), g.byte('-'), g.ref(day)});
+        };
+        const auto time = [&]() {
+            const uint32_t hour = two_digits("hour", '2', '3');
+            const element sixty = g.bytes(range('0', '5'));
+            const uint32_t frac = g.declare("fraction");
+            g.add_alternative(frac, {});
+            add(frac, {g.byte('.'), g.ref(repeat("fdigits", {digit}, 1, 9))});
+            const uint32_t zone = g.declare("zone");
+            add(zone, {g.byte('Z')});
+            add(zone, {g.bytes(chars("+-")), g.ref(hour), g.byte(':'), sixty, digit});
+            body.insert(body.end(),
+                        {g.ref(hour), g.byte(':'), sixty, digit, g.byte(':'), sixty, digit, g.ref(frac), g.ref(zone)});
+        };
+        if (name == "date" || name == "date-time") date();
+        if (name == "date-time") body.push_back(g.byte('T'));
+        if (name == "time" || name == "date-time") time();
+        if (name == "uuid") {
+            const element hex = g.bytes(chars("0123456789abcdefABCDEF"));
+            for (int group : {8, 4, 4, 4, 12}) {
+                if (!body.empty()) body.push_back(g.byte('-'));
+                body.insert(body.end(), static_cast<size_t>(group), hex);
+            }
+        }
+        const uint32_t r = g.declare(std::string(name));
+        body.insert(body.begin(), g.byte('"'));
+        body.push_back(g.byte('"'));
+        add(r, body);
+        return r;
+    }
+
+    // A bound of a number schema: minimum / maximum, and exclusiveMinimum / exclusiveMaximum as numbers (draft 6
+    // on) or as booleans that make minimum / maximum exclusive (draft 4). Empty where absent; false (with the
+    // error set) where malformed.
+    struct number_bound {
+        std::optional<double> value;
+        bool exclusive = false;
+    };
+    bool read_bound(const json::object& o, const char* key, const char* exclusive_key, number_bound& b,
+                    const std::string& path) {
+        const auto as_number = [&](const json::value& v, const std::string& where) -> std::optional<double> {
+            if (v.is_int64()) return static_cast<double>(v.get_int64());
+            if (v.is_uint64()) return static_cast<double>(v.get_uint64());
+            if (v.is_double()) return v.get_double();
+            fail(where, "must be a number");
+            return std::nullopt;
+        };
+        if (const json::value* v = o.if_contains(key)) {
+            b.value = as_number(*v, path + "/" + key);
+            if (!b.value) return false;
+        }
+        if (const json::value* x = o.if_contains(exclusive_key)) {
+            if (x->is_bool()) {
+                b.exclusive = x->get_bool() && b.value;
+                return true;
+            }
+            const auto v = as_number(*x, path + "/" + exclusive_key);
+            if (!v) return false;
+            // The tighter of the two, when both are given.
+            if (!b.value || (std::string_view(key) == "minimum" ? *v >= *b.value : *v <= *b.value)) {
+                b.value = v;
+                b.exclusive = true;
+            }
+        }
+        if (b.value && std::fabs(*b.value) > 1e15) {
+            fail(path + "/" + key, "bounds beyond 1e15 in magnitude are not supported");
+            return false;
+        }
+        return true;
+    }
+
+    // Numbers within the schema's bounds. Integers: exactly the integers in range, no exponent. Numbers: those
+    // integers, and decimals I.F whose every value lies inside (for I >= 0: I in range and I + 1 at most the
+    // maximum; for I < 0: I - 1 at least the minimum; -0.F where the range holds (-1, 0]), no exponent: a subset
+    // of the numbers in range (fractional bounds cut off the decimals of their first or last unit), never a number
+    // outside it.
+    uint32_t bounded_number(const json::object& o, bool integer, const std::string& path) {
+        number_bound lo, hi;
+        if (!read_bound(o, "minimum", "exclusiveMinimum", lo, path) ||
+            !read_bound(o, "maximum", "exclusiveMaximum", hi, path)) {
+            return 0;
+        }
+        std::optional<int64_t> lo_int, hi_int;  // the integers in range
+        if (lo.value) lo_int = static_cast<int64_t>(lo.exclusive ? std::floor(*lo.value) + 1 : std::ceil(*lo.value));
+        if (hi.value) hi_int = static_cast<int64_t>(hi.exclusive ? std::ceil(*hi.value) - 1 : std::floor(*hi.value));
+        const uint32_t r = g.declare(integer ? "integer_range" : "number_range");
+        const size_t before = alternatives_added_;
+        int_range(r, lo_int, hi_int, {});
+        if (!integer) {
+            const element digit = g.bytes(range('0', '9'));
+            const uint32_t frac = repeat("fdigits", {digit}, 1, o_.max_digits);
+            const std::vector<element> tail = {g.byte('.'), g.ref(frac)};
+            // A fraction that is not zero: zeros, a digit 1-9, any digits.
+            const uint32_t nonzero = g.declare("nonzero_fdigits");
+            add(nonzero, {g.ref(repeat("fzeros", {g.byte('0')}, 0, o_.max_digits - 1)), g.bytes(range('1', '9')),
+                          g.ref(repeat("fdigits", {digit}, 0, o_.max_digits - 1))});
+            const std::vector<element> nonzero_tail = {g.byte('.'), g.ref(nonzero)};
+            const auto is_int = [](double x) { return x == std::floor(x); };
+            // I >= 0: [I, I + 1) inside when I >= lo_int and I + 1 <= max; past an exclusive integer minimum L,
+            // L.F with F not zero.
+            std::optional<int64_t> pos_hi;
+            if (hi.value) pos_hi = static_cast<int64_t>(std::floor(*hi.value)) - 1;
+            int_range(r, std::max<int64_t>(lo_int.value_or(0), 0), pos_hi, tail);
+            if (lo.exclusive && is_int(*lo.value) && *lo.value >= 0 && (!hi.value || *lo.value + 1 <= *hi.value)) {
+                const auto l = static_cast<int64_t>(*lo.value);
+                int_range(r, l, l, nonzero_tail);
+            }
+            // I <= -1: (I - 1, I] inside when I - 1 >= min and I <= hi_int; below an exclusive integer maximum
+            // U <= -1, U.F with F not zero.
+            std::optional<int64_t> neg_lo;
+            if (lo.value) neg_lo = static_cast<int64_t>(std::ceil(*lo.value)) + 1;
+            const int64_t neg_hi = std::min<int64_t>(hi_int.value_or(-1), -1);
+            int_range(r, neg_lo, neg_hi, tail);
+            if (hi.exclusive && is_int(*hi.value) && *hi.value <= -1 && (!lo.value || *hi.value - 1 >= *lo.value)) {
+                const auto u = static_cast<int64_t>(*hi.value);
+                int_range(r, u, u, nonzero_tail);
+            }
+            // -0.F: (-1, 0] inside when min <= -1 and max >= 0 (F not zero where 0 itself is excluded).
+            if ((!lo.value || *lo.value <= -1) && (!hi.value || *hi.value >= 0)) {
+                const bool zero_out = hi.value && *hi.value == 0 && hi.exclusive;
+                std::vector<element> seq = {g.byte('-'), g.byte('0')};
+                const auto& t = zero_out ? nonzero_tail : tail;
+                seq.insert(seq.end(), t.begin(), t.end());
+                add(r, seq);
+            }
+        }
+        if (alternatives_added_ == before) return fail(path, "no number lies between its minimum and maximum");
+        return r;
+    }
+
+    // Adds to `rule` one alternative per piece of the decimal forms (JSON's: no leading zeros, '-' for negatives)
+    // of the integers in [lo, hi] (absent: unbounded, up to max_digits digits), each followed by `tail`.
+    void int_range(uint32_t rule, std::optional<int64_t> lo, std::optional<int64_t> hi,
+                   const std::vector<element>& tail) {
+        if (lo && hi && *lo > *hi) return;
+        if (!lo || *lo < 0) {  // negatives: '-' then magnitudes [max(1, -hi), -lo]
+            const int64_t m_lo = hi && *hi < 0 ? -*hi : 1;
+            const std::optional<int64_t> m_hi = lo ? std::optional<int64_t>(-*lo) : std::nullopt;
+            magnitudes(rule, m_lo, m_hi, {g.byte('-')}, tail);
+        }
+        if (!hi || *hi >= 0) magnitudes(rule, std::max<int64_t>(lo.value_or(0), 0), hi, {}, tail);
+    }
+
+    // Non-negative integers [lo, hi] (hi absent: up to max_digits digits), by their number of digits.
+    void magnitudes(uint32_t rule, int64_t lo, std::optional<int64_t> hi, const std::vector<element>& prefix,
+                    const std::vector<element>& tail) {
+        if (hi && lo > *hi) return;
+        const std::string lo_digits = std::to_string(lo);
+        const size_t max_len = hi ? std::to_string(*hi).size() : static_cast<size_t>(o_.max_digits);
+        for (size_t len = lo_digits.size(); len <= max_len; ++len) {
+            const std::string first = len == lo_digits.size() ? lo_digits : "1" + std::string(len - 1, '0');
+            const std::string last = hi && len == max_len ? std::to_string(*hi) : std::string(len, '9');
+            same_length(rule, first, last, prefix, tail);
+        }
+    }
+
+    // Decimal strings of one length from `first` to `last` (first <= last), digit by digit.
+    void same_length(uint32_t rule, std::string_view first, std::string_view last, std::vector<element> prefix,
+                     const std::vector<element>& tail) {
+        const element digit = g.bytes(range('0', '9'));
+        const auto close = [&](std::vector<element> seq) {
+            seq.insert(seq.end(), tail.begin(), tail.end());
+            add(rule, seq);
+            ++alternatives_added_;
+        };
+        while (!first.empty() && first[0] == last[0]) {
+            prefix.push_back(g.byte(static_cast<unsigned char>(first[0])));
+            first.remove_prefix(1);
+            last.remove_prefix(1);
+        }
+        if (first.empty()) return close(prefix);
+        const size_t rest = first.size() - 1;
+        const bool low_full = first.substr(1) == std::string(rest, '0');
+        const bool high_full = last.substr(1) == std::string(rest, '9');
+        // The first digits from first[0] (or the one after) to last[0] (or the one before), any digits after.
+        const unsigned a = static_cast<unsigned char>(first[0]) + (low_full ? 0 : 1);
+        const unsigned b = static_cast<unsigned char>(last[0]) - (high_full ? 0 : 1);
+        if (!low_full) {
+            std::vector<element> p = prefix;
+            p.push_back(g.byte(static_cast<unsigned char>(first[0])));
+            same_length(rule, first.substr(1), std::string(rest, '9'), p, tail);
+        }
+        if (a <= b) {
+            std::vector<element> p = prefix;
+            p.push_back(g.bytes(range(a, b)));
+            p.insert(p.end(), rest, digit);
+            close(p);
+        }
+        if (!high_full) {
+            std::vector<element> p = prefix;
+            p.push_back(g.byte(static_cast<unsigned char>(last[0])));
+            same_length(rule, std::string(rest, '0'), last.substr(1), p, tail);
+        }
+    }
+
     uint32_t reference(const json::value& ref, const std::string& path) {
         if (!ref.is_string()) return fail(path, "must be a string");
         const std::string target(ref.get_string());
@@ -414,6 +708,7 @@ private:
     const json::value* root_;
     json_grammar_options o_;
     std::optional<uint32_t> ws_, char_, number_, integer_, any_, any_object_;
+    size_t alternatives_added_ = 0;  // by int_range, to tell an empty range
     std::map<std::pair<int64_t, int64_t>, uint32_t> strings_;
     std::map<std::string, uint32_t> refs_;
 };

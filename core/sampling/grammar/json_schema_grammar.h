@@ -4,10 +4,13 @@
 // Supported: type (string, number, integer, boolean, null, object, array, or a list of them), properties
 // (in the schema's order; required ones always present, optional ones may be left out),
 // additionalProperties (false or absent: no other keys; true or a schema: other keys after the named
-// ones), items, minItems / maxItems, minLength / maxLength (in characters), enum, const, anyOf, oneOf,
-// allOf of one schema, $ref into #/$defs or #/definitions (recursion allowed); descriptive keywords
-// (title, description, default, examples, $schema, $id, $comment) are ignored. Other keywords (pattern,
-// format, minimum, ...) are refused with the schema path, never silently ignored.
+// ones), items, tuples (prefixItems, or items as an array, with items / additionalItems for the rest; every
+// listed item written), minItems / maxItems, minLength / maxLength (in characters), format date, time,
+// date-time and uuid, minimum / maximum / exclusiveMinimum / exclusiveMaximum (integers: exactly the integers
+// in range; numbers: the integers and the decimals without exponent whose whole unit lies in range, a subset
+// that never leaves it), enum, const, anyOf, oneOf, allOf of one schema, $ref into #/$defs or #/definitions
+// (recursion allowed); descriptive keywords (title, description, default, examples, $schema, $id, $comment)
+// are ignored. Other keywords and formats are refused with the schema path, never silently ignored.
 //
 // Text shape: strings are valid UTF-8 with JSON's escapes; numbers are JSON numbers with at most
 // max_digits digits in each part; whitespace is bounded: between tokens nothing, one space, or a
