@@ -7,6 +7,8 @@
 // rules for k properties.
 #include "core/sampling/grammar/json_schema_grammar.h"
 
+#include "core/sampling/grammar/regex_grammar.h"
+
 #include <boost/json.hpp>
 
 #include <algorithm>
@@ -79,7 +81,6 @@ public:
 
     uint32_t string_char() {
         if (!char_) {
-            const element cont = g.bytes(range(0x80, 0xBF));
             const element hex = g.bytes(chars("0123456789abcdefABCDEF"));
             const uint32_t esc = g.declare("escape");
             add(esc, {g.bytes(chars("\"\\/bfnrt"))});
@@ -90,17 +91,43 @@ public:
             plain.reset('\\');
             add(*char_, {g.bytes(plain)});
             add(*char_, {g.byte('\\'), g.ref(esc)});
-            // UTF-8 without overlong forms, surrogates or code points past U+10FFFF (RFC 3629's table).
-            add(*char_, {g.bytes(range(0xC2, 0xDF)), cont});
-            add(*char_, {g.byte(0xE0), g.bytes(range(0xA0, 0xBF)), cont});
-            add(*char_, {g.bytes(range(0xE1, 0xEC)), cont, cont});
-            add(*char_, {g.byte(0xED), g.bytes(range(0x80, 0x9F)), cont});
-            add(*char_, {g.bytes(range(0xEE, 0xEF)), cont, cont});
-            add(*char_, {g.byte(0xF0), g.bytes(range(0x90, 0xBF)), cont, cont});
-            add(*char_, {g.bytes(range(0xF1, 0xF3)), cont, cont, cont});
-            add(*char_, {g.byte(0xF4), g.bytes(range(0x80, 0x8F)), cont, cont});
+            add(*char_, {g.ref(non_ascii_char())});
         }
         return *char_;
+    }
+
+    // One UTF-8 character past U+007F, without overlong forms, surrogates or code points past U+10FFFF (RFC 3629's
+    // table).
+    uint32_t non_ascii_char() {
+        if (!non_ascii_) {
+            const element cont = g.bytes(range(0x80, 0xBF));
+            non_ascii_ = g.declare("non_ascii");
+            add(*non_ascii_, {g.bytes(range(0xC2, 0xDF)), cont});
+            add(*non_ascii_, {g.byte(0xE0), g.bytes(range(0xA0, 0xBF)), cont});
+            add(*non_ascii_, {g.bytes(range(0xE1, 0xEC)), cont, cont});
+            add(*non_ascii_, {g.byte(0xED), g.bytes(range(0x80, 0x9F)), cont});
+            add(*non_ascii_, {g.bytes(range(0xEE, 0xEF)), cont, cont});
+            add(*non_ascii_, {g.byte(0xF0), g.bytes(range(0x90, 0xBF)), cont, cont});
+            add(*non_ascii_, {g.bytes(range(0xF1, 0xF3)), cont, cont, cont});
+            add(*non_ascii_, {g.byte(0xF4), g.bytes(range(0x80, 0x8F)), cont, cont});
+        }
+        return *non_ascii_;
+    }
+
+    // A string whose body `pattern` matches in full (regex_grammar.h).
+    uint32_t patterned(const json::value& pattern, const std::string& path) {
+        if (!pattern.is_string()) return fail(path, "must be a string");
+        regex_helpers h;
+        h.repeat = [this](const std::string& name, std::vector<element> x, int64_t min, int64_t max) {
+            return repeat(name, std::move(x), min, max);
+        };
+        h.non_ascii_char = non_ascii_char();
+        h.max_repetition = o_.max_repetition;
+        auto body = regex_string_body(g, pattern.get_string(), h);
+        if (!body) return fail(path, body.message());
+        const uint32_t r = g.declare("pattern");
+        add(r, {g.byte('"'), g.ref(*body), g.byte('"')});
+        return r;
     }
 
     uint32_t string(int64_t min, int64_t max) {
@@ -180,45 +207,22 @@ public:
         if (!s.is_object()) return fail(path, "a schema must be an object or a boolean");
         const json::object& o = s.get_object();
         for (const auto& kv : o) {
-            static constexpr std::string_view known[] = {"type",
-                                                         "properties",
-                                                         "required",
-                                                         "additionalProperties",
-                                                         "items",
-                                                         "prefixItems",
-                                                         "additionalItems",
-                                                         "minItems",
-                                                         "maxItems",
-                                                         "minLength",
-                                                         "maxLength",
-                                                         "format",
-                                                         "minimum",
-                                                         "maximum",
-                                                         "exclusiveMinimum",
-                                                         "exclusiveMaximum",
-                                                         "enum",
-                                                         "const",
-                                                         "anyOf",
-                                                         "oneOf",
-                                                         "allOf",
-                                                         "$ref",
-                                                         "$defs",
-                                                         "definitions",
-                                                         "title",
-                                                         "description",
-                                                         "default",
-                                                         "examples",
-                                                         "$schema",
-                                                         "$id",
-                                                         "$comment"};
+            // clang-format off
+            static constexpr std::string_view known[] = {
+                "type", "properties", "required", "additionalProperties", "items", "prefixItems", "additionalItems",
+                "minItems", "maxItems", "minLength", "maxLength", "pattern", "format", "minimum", "maximum",
+                "exclusiveMinimum", "exclusiveMaximum", "enum", "const", "anyOf", "oneOf", "allOf", "$ref", "$defs",
+                "definitions", "title", "description", "default", "examples", "$schema", "$id", "$comment"};
+            // clang-format on
             bool ok = false;
             for (auto k : known) ok = ok || kv.key() == k;
             if (!ok) {
-                return fail(path, "the keyword '" + std::string(kv.key()) +
-                                      "' is not supported (supported: type, properties, required, "
-                                      "additionalProperties, items, prefixItems, minItems, maxItems, minLength, "
-                                      "maxLength, format, minimum, maximum, exclusiveMinimum, exclusiveMaximum, "
-                                      "enum, const, anyOf, oneOf, allOf, $ref, $defs)");
+                return fail(path,
+                            "the keyword '" + std::string(kv.key()) +
+                                "' is not supported (supported: type, properties, required, "
+                                "additionalProperties, items, prefixItems, minItems, maxItems, minLength, "
+                                "maxLength, pattern, format, minimum, maximum, exclusiveMinimum, exclusiveMaximum, "
+                                "enum, const, anyOf, oneOf, allOf, $ref, $defs)");
             }
         }
         if (const json::value* ref = o.if_contains("$ref")) return reference(*ref, path + "/$ref");
@@ -298,6 +302,12 @@ private:
             const int64_t min = bound(o, "minLength", path).value_or(0);
             const auto max = bound(o, "maxLength", path);
             if (max && *max < min) return fail(path, "maxLength is below minLength");
+            if (const json::value* p = o.if_contains("pattern")) {
+                if (o.contains("minLength") || max || o.contains("format")) {
+                    return fail(path, "pattern with minLength / maxLength / format is not supported");
+                }
+                return patterned(*p, path + "/pattern");
+            }
             if (const json::value* f = o.if_contains("format")) {
                 if (o.contains("minLength") || max)
                     return fail(path, "format with minLength / maxLength is not supported");
@@ -626,7 +636,8 @@ private:
         if (lo && hi && *lo > *hi) return;
         if (!lo || *lo < 0) {  // negatives: '-' then magnitudes [max(1, -hi), -lo]
             const int64_t m_lo = hi && *hi < 0 ? -*hi : 1;
-            const std::optional<int64_t> m_hi = lo ? std::optional<int64_t>(-*lo) : std::nullopt;
+            std::optional<int64_t> m_hi;  // -lo; absent: unbounded
+            if (lo) m_hi = -*lo;
             magnitudes(rule, m_lo, m_hi, {g.byte('-')}, tail);
         }
         if (!hi || *hi >= 0) magnitudes(rule, std::max<int64_t>(lo.value_or(0), 0), hi, {}, tail);
@@ -707,7 +718,7 @@ private:
 
     const json::value* root_;
     json_grammar_options o_;
-    std::optional<uint32_t> ws_, char_, number_, integer_, any_, any_object_;
+    std::optional<uint32_t> ws_, char_, non_ascii_, number_, integer_, any_, any_object_;
     size_t alternatives_added_ = 0;  // by int_range, to tell an empty range
     std::map<std::pair<int64_t, int64_t>, uint32_t> strings_;
     std::map<std::string, uint32_t> refs_;

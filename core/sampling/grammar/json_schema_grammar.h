@@ -5,7 +5,8 @@
 // (in the schema's order; required ones always present, optional ones may be left out),
 // additionalProperties (false or absent: no other keys; true or a schema: other keys after the named
 // ones), items, tuples (prefixItems, or items as an array, with items / additionalItems for the rest; every
-// listed item written), minItems / maxItems, minLength / maxLength (in characters), format date, time,
+// listed item written), minItems / maxItems, minLength / maxLength (in characters), pattern (matched in full:
+// regex_grammar.h), format date, time,
 // date-time and uuid, minimum / maximum / exclusiveMinimum / exclusiveMaximum (integers: exactly the integers
 // in range; numbers: the integers and the decimals without exponent whose whole unit lies in range, a subset
 // that never leaves it), enum, const, anyOf, oneOf, allOf of one schema, $ref into #/$defs or #/definitions
