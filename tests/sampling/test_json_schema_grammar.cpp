@@ -285,6 +285,9 @@ TEST(json_schema_grammar, a_pattern_accepts_exactly_the_strings_it_matches_in_fu
     const grammar non_ascii = schema_grammar(R"({"type": "string", "pattern": "^[é😀]+.$"})");
     EXPECT_TRUE(accepts(non_ascii, "\"é😀é中\""));
     EXPECT_FALSE(accepts(non_ascii, "\"e😀x\""));
+    const grammar escaped = schema_grammar(R"({"type": "string", "pattern": "a\\é+"})");
+    EXPECT_TRUE(accepts(escaped, "\"aéé\""));
+    EXPECT_FALSE(accepts(escaped, "\"aÃ\""));
 }
 
 TEST(json_schema_grammar, unsupported_or_malformed_schemas_are_refused_with_their_path) {

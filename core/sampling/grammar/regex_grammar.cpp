@@ -285,6 +285,11 @@ private:
         }
         if (e >= '1' && e <= '9') return refuse("a backreference");
         if (std::isalnum(static_cast<unsigned char>(e))) return refuse(std::string("the escape \\") + e);
+        if (static_cast<unsigned char>(e) >= 0x80) {  // an escaped non-ASCII character: the whole of it
+            --at_;
+            add_char(s, read_utf8());
+            return true;
+        }
         add_char(s, static_cast<unsigned char>(e));  // escaped punctuation stands for itself
         return true;
     }
