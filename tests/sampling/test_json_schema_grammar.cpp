@@ -222,6 +222,10 @@ TEST(json_schema_grammar, date_time_and_uuid_formats_and_tuples) {
     EXPECT_FALSE(accepts(more, "[true, null, null, null]"));
     const grammar old_style = schema_grammar(R"({"items": [{"format": "date"}, {"const": 1}]})");
     EXPECT_TRUE(accepts(old_style, R"(["2026-01-31", 1])"));
+    EXPECT_FALSE(accepts(old_style, R"(["yesterday", 1])"));  // no type: format still makes it a date string
+    const grammar untyped = schema_grammar(R"({"minimum": 1, "maximum": 2})");
+    EXPECT_TRUE(accepts(untyped, "1.5"));
+    EXPECT_FALSE(accepts(untyped, "3"));
 }
 
 // A pattern's grammar accepts a string exactly when std::regex (ECMAScript) matches it in full: random strings

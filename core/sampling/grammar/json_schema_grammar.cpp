@@ -251,6 +251,14 @@ public:
         if (!type) {
             if (o.contains("properties")) return typed(o, "object", path);
             if (o.contains("items") || o.contains("prefixItems")) return typed(o, "array", path);
+            // A string's or a number's keywords without a type: values of that type (a subset of what the schema
+            // allows, which takes any value of another type, but the one its keywords constrain).
+            for (const char* key : {"format", "pattern", "minLength", "maxLength"}) {
+                if (o.contains(key)) return typed(o, "string", path);
+            }
+            for (const char* key : {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"}) {
+                if (o.contains(key)) return typed(o, "number", path);
+            }
             return any_value();
         }
         if (type->is_string()) return typed(o, type->get_string(), path);
