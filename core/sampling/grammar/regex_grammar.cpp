@@ -8,6 +8,8 @@
 #include <cctype>
 #include <cstdio>
 
+#include "core/tokenizer/utf8.h"
+
 namespace troupe::grammar {
 namespace {
 
@@ -22,24 +24,6 @@ struct char_set {
     bool all_non_ascii = false;
     std::vector<uint32_t> non_ascii;  // code points
 };
-
-void append_utf8(uint32_t cp, std::string& out) {
-    if (cp < 0x80) {
-        out += static_cast<char>(cp);
-    } else if (cp < 0x800) {
-        out += static_cast<char>(0xC0 | (cp >> 6));
-        out += static_cast<char>(0x80 | (cp & 0x3F));
-    } else if (cp < 0x10000) {
-        out += static_cast<char>(0xE0 | (cp >> 12));
-        out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-        out += static_cast<char>(0x80 | (cp & 0x3F));
-    } else {
-        out += static_cast<char>(0xF0 | (cp >> 18));
-        out += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
-        out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-        out += static_cast<char>(0x80 | (cp & 0x3F));
-    }
-}
 
 class compiler {
 public:
@@ -192,13 +176,12 @@ private:
         return set_rule(s);
     }
 
+    // The code point at at_ (the pattern is JSON text, so well-formed UTF-8), moving past it.
     uint32_t read_utf8() {
-        const auto b = static_cast<unsigned char>(p_[at_++]);
-        if (b < 0x80) return b;
-        const int n = b >= 0xF0 ? 3 : b >= 0xE0 ? 2 : 1;
-        uint32_t cp = b & (0x3F >> n);
-        for (int i = 0; i < n && at_ < p_.size(); ++i) cp = (cp << 6) | (static_cast<unsigned char>(p_[at_++]) & 0x3F);
-        return cp;
+        const size_t n = std::min(tok::utf8_sequence_length(static_cast<uint8_t>(p_[at_])), p_.size() - at_);
+        const std::vector<uint32_t> cps = tok::decode_utf8_lenient(p_.substr(at_, n));
+        at_ += n;
+        return cps.empty() ? tok::k_replacement_char : cps[0];
     }
 
     static void add_char(char_set& s, uint32_t cp) {
@@ -364,61 +347,49 @@ private:
 
     // The rule for one character of s, as JSON writes it.
     piece set_rule(const char_set& s) {
-        piece r{g_.declare("re_char"), false};
+        std::vector<std::vector<element>> alternatives;
         byte_set plain;
         for (unsigned c = 0x20; c < 0x80; ++c) {
             if (s.ascii.test(c) && c != '"' && c != '\\') plain.set(c);
         }
-        bool any = false;
-        if (plain.any()) {
-            g_.add_alternative(r.rule, std::vector<element>{g_.bytes(plain)});
-            any = true;
-        }
-        for (unsigned c : {static_cast<unsigned>('"'), static_cast<unsigned>('\\')}) {
-            if (!s.ascii.test(c)) continue;
-            g_.add_alternative(r.rule, std::vector<element>{g_.byte('\\'), g_.byte(static_cast<unsigned char>(c))});
-            any = true;
-        }
+        if (plain.any()) alternatives.push_back({g_.bytes(plain)});
         for (unsigned c = 0; c < 0x20; ++c) {
-            if (!s.ascii.test(c)) continue;
-            std::string esc;
-            switch (c) {
-                case '\b':
-                    esc = "\\b";
-                    break;
-                case '\f':
-                    esc = "\\f";
-                    break;
-                case '\n':
-                    esc = "\\n";
-                    break;
-                case '\r':
-                    esc = "\\r";
-                    break;
-                case '\t':
-                    esc = "\\t";
-                    break;
-                default: {
-                    char buf[8];
-                    std::snprintf(buf, sizeof buf, "\\u%04x", c);
-                    esc = buf;
-                }
-            }
-            g_.add_alternative(r.rule, std::vector<element>{g_.ref(g_.literal(esc))});
-            any = true;
+            if (s.ascii.test(c)) alternatives.push_back({g_.ref(g_.literal(json_escape(c)))});
         }
-        if (s.all_non_ascii) {
-            g_.add_alternative(r.rule, std::vector<element>{g_.ref(h_.non_ascii_char)});
-            any = true;
+        for (unsigned char c : {'"', '\\'}) {
+            if (s.ascii.test(c)) alternatives.push_back({g_.byte('\\'), g_.byte(c)});
         }
+        if (s.all_non_ascii) alternatives.push_back({g_.ref(h_.non_ascii_char)});
         for (uint32_t cp : s.non_ascii) {
             std::string bytes;
-            append_utf8(cp, bytes);
-            g_.add_alternative(r.rule, std::vector<element>{g_.ref(g_.literal(bytes))});
-            any = true;
+            tok::append_utf8(bytes, cp);
+            alternatives.push_back({g_.ref(g_.literal(bytes))});
         }
-        if (!any) return fail("a class that matches no character");
+        if (alternatives.empty()) return fail("a class that matches no character");
+        const piece r{g_.declare("re_char"), false};
+        for (const auto& a : alternatives) g_.add_alternative(r.rule, a);
         return r;
+    }
+
+    // A control character as JSON writes it: \b \f \n \r \t, else \u00XX.
+    static std::string json_escape(unsigned c) {
+        switch (c) {
+            case '\b':
+                return "\\b";
+            case '\f':
+                return "\\f";
+            case '\n':
+                return "\\n";
+            case '\r':
+                return "\\r";
+            case '\t':
+                return "\\t";
+            default: {
+                char buf[8];
+                std::snprintf(buf, sizeof buf, "\\u%04x", c);
+                return buf;
+            }
+        }
     }
 };
 
