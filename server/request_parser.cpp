@@ -113,6 +113,28 @@ field ignored_string(std::string_view name) {
             }};
 }
 
+// OpenAI fields that change nothing troupe produces (bookkeeping and hints), checked for their type and accepted: a
+// client written for OpenAI sends them (metadata and store for stored completions, service_tier).
+field ignored_metadata() {
+    return {"metadata", [](const json::value& v) -> std::optional<api_error> {
+                if (v.is_null()) return std::nullopt;
+                if (!v.is_object()) return wrong_type("metadata", "an object of strings", v);
+                for (const auto& kv : v.get_object()) {
+                    if (!kv.value().is_string()) {
+                        return wrong_type("metadata." + std::string(kv.key()), "a string", kv.value());
+                    }
+                }
+                return std::nullopt;
+            }};
+}
+
+field ignored_bool(std::string_view name) {
+    return {name, [name](const json::value& v) -> std::optional<api_error> {
+                if (!v.is_bool() && !v.is_null()) return wrong_type(name, "a boolean", v);
+                return std::nullopt;
+            }};
+}
+
 field unsupported(std::string_view name, std::string why) {
     return {name, [name, why](const json::value&) -> std::optional<api_error> {
                 return bad_request(std::string(name) + ": " + why, std::string(name));
@@ -231,6 +253,9 @@ struct common_fields {
                  return std::nullopt;
              }},
             ignored_string("user"),
+            ignored_metadata(),
+            ignored_bool("store"),
+            ignored_string("service_tier"),
             {"logit_bias", [&s](const json::value& v) { return read_logit_bias(v, s.logit_bias); }},
         };
     }
@@ -482,6 +507,29 @@ parsed_request parse_chat_request(std::string_view body, const sampling_params& 
                           return bad_request(
                               "parallel_tool_calls: only true is supported (the reply's calls are all returned)",
                               "parallel_tool_calls");
+                      }});
+    // reasoning_effort is for models that reason at a set effort (OpenAI's o-series); a chat template that reads it
+    // gets it through chat_template_kwargs.
+    fields.push_back(ignored_string("reasoning_effort"));
+    fields.push_back({"modalities", [](const json::value& v) -> std::optional<api_error> {
+                          if (!v.is_array()) return wrong_type("modalities", "an array of strings", v);
+                          for (const auto& m : v.get_array()) {
+                              if (!m.is_string() || m.get_string() != "text") {
+                                  return bad_request("modalities: only \"text\" is supported (troupe writes text)",
+                                                     "modalities");
+                              }
+                          }
+                          return std::nullopt;
+                      }});
+    // Predicted outputs only speed OpenAI up; the reply does not depend on them.
+    fields.push_back({"prediction", [](const json::value& v) -> std::optional<api_error> {
+                          const json::object* o = v.if_object();
+                          const json::value* type = o ? o->if_contains("type") : nullptr;
+                          if (!type || !type->is_string() || type->get_string() != "content" ||
+                              !o->contains("content")) {
+                              return wrong_type("prediction", "{\"type\": \"content\", \"content\": ...}", v);
+                          }
+                          return std::nullopt;
                       }});
     for (const char* name : {"functions", "function_call"}) {
         fields.push_back(unsupported(name, "the deprecated functions API is not supported by troupe; use tools"));

@@ -158,6 +158,29 @@ TEST(request_parser, chat_requests_read_messages_logprobs_and_max_completion_tok
     }
 }
 
+// What clients written for OpenAI also send: bookkeeping (metadata, store, service_tier, user), hints (prediction,
+// reasoning_effort) and modalities ["text"] are accepted and change nothing; wrong types and audio are 400s.
+TEST(request_parser, openai_bookkeeping_and_hint_fields_are_accepted_and_checked) {
+    auto p = parse_chat_request(
+        R"({"messages":[{"role":"user","content":"x"}],"metadata":{"run":"7"},"store":false,"service_tier":"auto",
+            "user":"u","reasoning_effort":"low","modalities":["text"],"prediction":{"type":"content","content":"x"}})",
+        defaults);
+    ASSERT_TRUE(std::holds_alternative<generation_request>(p)) << std::get<api_error>(p).message;
+    EXPECT_TRUE(std::holds_alternative<generation_request>(
+        parse_completion_request(R"({"prompt":"a","metadata":{},"store":true,"service_tier":"default"})", defaults)));
+    const std::pair<const char*, const char*> rows[] = {
+        {R"({"messages":[{"role":"user","content":"x"}],"metadata":{"run":7}})", "metadata.run: expected a string"},
+        {R"({"messages":[{"role":"user","content":"x"}],"store":"yes"})", "store: expected a boolean"},
+        {R"({"messages":[{"role":"user","content":"x"}],"modalities":["text","audio"]})", "only \"text\""},
+        {R"({"messages":[{"role":"user","content":"x"}],"prediction":{"type":"other"}})", "prediction: expected"},
+    };
+    for (const auto& [body, part] : rows) {
+        api_error e = error_of(parse_chat_request(body, defaults));
+        EXPECT_EQ(e.status, 400) << body;
+        EXPECT_NE(e.message.find(part), std::string::npos) << body << " -> " << e.message;
+    }
+}
+
 TEST(ws_protocol, start_cancel_and_bad_messages_parse_as_documented) {
     auto m = parse_ws_message(
         R"({"type":"start","id":"c1","messages":[{"role":"user","content":"Hi"}],"params":{"temperature":0,"max_tokens":5}})",
