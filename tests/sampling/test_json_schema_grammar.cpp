@@ -292,6 +292,9 @@ TEST(json_schema_grammar, a_pattern_accepts_exactly_the_strings_it_matches_in_fu
     const grammar escaped = schema_grammar(R"({"type": "string", "pattern": "a\\é+"})");
     EXPECT_TRUE(accepts(escaped, "\"aéé\""));
     EXPECT_FALSE(accepts(escaped, "\"aÃ\""));
+    const grammar controls = schema_grammar(R"({"type": "string", "pattern": "x\\n\\t\\u0041\\x42\\0"})");
+    EXPECT_TRUE(accepts(controls, R"("x\n\tAB\u0000")"));
+    EXPECT_FALSE(accepts(controls, R"("xn\tAB\u0000")"));
 }
 
 TEST(json_schema_grammar, unsupported_or_malformed_schemas_are_refused_with_their_path) {

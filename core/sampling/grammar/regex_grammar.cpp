@@ -7,6 +7,7 @@
 #include <bitset>
 #include <cctype>
 #include <cstdio>
+#include <utility>
 
 #include "core/tokenizer/utf8.h"
 
@@ -234,25 +235,16 @@ private:
             }
             return v;
         };
+        // The escapes of single control characters.
+        static constexpr std::pair<char, char> k_controls[] = {{'n', '\n'}, {'t', '\t'}, {'r', '\r'},
+                                                               {'f', '\f'}, {'v', '\v'}, {'0', '\0'}};
+        for (const auto& [letter, control] : k_controls) {
+            if (e == letter) {
+                add_char(s, static_cast<unsigned char>(control));
+                return true;
+            }
+        }
         switch (e) {
-            case 'n':
-                add_char(s, '\n');
-                return true;
-            case 't':
-                add_char(s, '\t');
-                return true;
-            case 'r':
-                add_char(s, '\r');
-                return true;
-            case 'f':
-                add_char(s, '\f');
-                return true;
-            case 'v':
-                add_char(s, '\v');
-                return true;
-            case '0':
-                add_char(s, 0);
-                return true;
             case 'x':
             case 'u': {
                 const int64_t v = hex(e == 'x' ? 2 : 4);
