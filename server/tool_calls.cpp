@@ -196,34 +196,32 @@ std::optional<api_error> resolve_tools(const chat_formatter* formatter, tool_req
                                "supports tool calling",
                            "tools");
     }
+    if (t.choice == tool_choice_mode::required) {
+        // A required or named call is forced as vLLM forces it, for every template: the reply is held to the call
+        // as JSON, {"name": <a tool's>, "parameters": <its schema>}, and read as such (the llama3 parser reads that
+        // form), whatever markers the template's own format writes around its calls.
+        const std::string what = t.forced_name.empty() ? "\"required\"" : "a named function";
+        if (format.what != response_format::kind::text) {
+            return tools_error(
+                "tool_choice: " + what + " cannot be combined with response_format (both set the output's grammar)",
+                "tool_choice");
+        }
+        t.format = tool_call_format::llama3;
+        format.what = response_format::kind::json_schema;
+        format.schema = json::serialize(forced_call_schema(t));
+        return std::nullopt;
+    }
     if (formatter->tool_format() == tool_call_format::none) {
         return tools_error(
             "tools: the model's chat template reads tools, but its tool-call format is not one troupe parses "
             "(hermes <tool_call>, llama3 <|python_tag|> / ipython, pythonic [f(k=v)], mistral [TOOL_CALLS], phi4 "
             "<|tool_call|>, nemotron <TOOLCALL>, seed_oss <seed:tool_call>, glm45 <arg_key>, minimax_m2 "
             "<minimax:tool_call>, command_r7b <|START_ACTION|>, deepseek <｜tool▁calls▁begin｜>, "
-            "kimi_k2 <|tool_calls_section_begin|>, gemma4 <|tool_call>)",
+            "kimi_k2 <|tool_calls_section_begin|>, gemma4 <|tool_call>); tool_choice \"required\" or a named "
+            "function still works",
             "tools");
     }
     t.format = formatter->tool_format();
-    if (t.choice != tool_choice_mode::required) return std::nullopt;
-    const std::string what = t.forced_name.empty() ? "\"required\"" : "a named function";
-    if (t.format != tool_call_format::llama3) {
-        return tools_error("tool_choice: " + what +
-                               " is forced by constrained decoding for templates whose call is the "
-                               "whole reply as JSON (llama3 format); this model's template uses the " +
-                               std::string(tool_call_format_name(t.format)) +
-                               " format, whose calls sit inside text markers; use \"auto\"",
-                           "tool_choice");
-    }
-    if (format.what != response_format::kind::text) {
-        return tools_error("tool_choice: " + what +
-                               " cannot be combined with response_format (both set the output's "
-                               "grammar)",
-                           "tool_choice");
-    }
-    format.what = response_format::kind::json_schema;
-    format.schema = json::serialize(forced_call_schema(t));
     return std::nullopt;
 }
 
