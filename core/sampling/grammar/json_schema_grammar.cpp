@@ -15,6 +15,7 @@
 #include <cmath>
 #include <map>
 #include <optional>
+#include <utility>
 
 namespace troupe::grammar {
 namespace json = boost::json;
@@ -484,10 +485,23 @@ private:
     // and uuid (8-4-4-4-12 hex digits), quoted.
     uint32_t formatted(const json::value& f, const std::string& path) {
         const std::string_view name = f.is_string() ? std::string_view(f.get_string()) : std::string_view();
+        // Formats written as patterns: each accepts a common subset of the valid texts (plain ASCII addresses,
+        // http(s) URIs), never an invalid one.
+        static constexpr std::pair<std::string_view, std::string_view> k_patterns[] = {
+            {"email", R"([A-Za-z0-9._%+-]{1,64}@[A-Za-z0-9-]{1,63}(\.[A-Za-z0-9-]{1,63})*\.[A-Za-z]{2,24})"},
+            {"hostname",
+             R"(([A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?\.){0,8}[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)"},
+            {"ipv4", R"(((25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)\.){3}(25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d))"},
+            {"uri",
+             R"(https?://[A-Za-z0-9.-]{1,253}(:\d{1,5})?(/[A-Za-z0-9._~%!$&'()*+,;=:@-]*){0,16}(\?[A-Za-z0-9._~%!$&'()*+,;=:@/?-]*)?)"},
+        };
+        for (const auto& [format, pattern] : k_patterns) {
+            if (name == format) return patterned(json::string(pattern), path);
+        }
         if (name != "date" && name != "time" && name != "date-time" && name != "uuid") {
             return fail(path, "the format '" + std::string(name) +
-                                  "' is not supported (supported: date, time, "
-                                  "date-time, uuid)");
+                                  "' is not supported (supported: date, time, date-time, uuid, email, hostname, "
+                                  "ipv4, uri)");
         }
         const element digit = g.bytes(range('0', '9'));
         const auto two_digits = [&](const char* name, char first_max, char last_max_with_max_first) {
