@@ -9,12 +9,15 @@
 //      applying it, advancing the grammar, each timed on its own) beside the step (forward and constrained
 //      sampling), first run (cold cache) and the rest (warm) apart.
 //   bench_json_schema [--model M] [--runs 100] [--cost-model 110M.gguf] [--cost-runs 8] [--threads T] [--out DIR]
+// --out: where the schema and the outputs go for the Python check (default: a folder in the system's temp
+// directory, so a run from the source tree leaves nothing in it).
 #include <boost/json.hpp>
 
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <memory>
 #include <string>
@@ -290,7 +293,7 @@ int cost(const std::string& model_path, int32_t runs, int32_t threads) {
 int main_impl(int argc, char** argv) {
     std::string model = testing::shared_file("models/stories260K.gguf").value_or("");
     std::string cost_model;
-    std::string out_dir = ".";
+    std::string out_dir = (std::filesystem::temp_directory_path() / "troupe_bench_json_schema").string();
     int32_t runs = 100, cost_runs = 8, threads = 0;
     for (int i = 1; i + 1 < argc; i += 2) {
         if (!std::strcmp(argv[i], "--model")) model = argv[i + 1];
@@ -307,6 +310,8 @@ int main_impl(int argc, char** argv) {
     }
     std::printf("== 1. validity: %d runs at temperature 1 (no truncation) on %s, schema:\n%s\n", runs, model.c_str(),
                 schema_text);
+    std::error_code made;
+    std::filesystem::create_directories(out_dir, made);
     int rc = validity(model, runs, threads, out_dir);
     if (cost_model.empty()) {
         std::printf(
