@@ -311,6 +311,33 @@ TEST(json_schema_grammar, a_pattern_accepts_exactly_the_strings_it_matches_in_fu
     EXPECT_FALSE(accepts(controls, R"("xn\tAB\u0000")"));
 }
 
+// allOf of several schemas: merged (refs resolved, anyOf inside distributed, properties and required united,
+// bounds tightened, a closed part keeping only its own properties).
+TEST(json_schema_grammar, all_of_several_schemas_is_their_conjunction) {
+    // llama.cpp's "mix of allOf, anyOf and $ref" case (like schemastore's tsconfig.json).
+    const grammar mix = schema_grammar(R"({"allOf": [{"$ref": "#/definitions/foo"}, {"$ref": "#/definitions/bar"},
+        {"anyOf": [{"$ref": "#/definitions/baz"}, {"$ref": "#/definitions/bam"}]}],
+        "definitions": {"foo": {"properties": {"a": {"type": "number"}}}, "bar": {"properties": {"b": {"type": "number"}}},
+        "bam": {"properties": {"d": {"type": "number"}}}, "baz": {"properties": {"c": {"type": "string"}}}}})");
+    EXPECT_TRUE(accepts(mix, R"({"a": 1, "b": 2, "c": "x"})"));
+    EXPECT_TRUE(accepts(mix, R"({"b": 2, "d": 4})"));
+    EXPECT_FALSE(accepts(mix, R"({"a": "x"})"));
+
+    const grammar both = schema_grammar(R"({"allOf": [
+        {"type": "object", "properties": {"x": {"type": "integer", "minimum": 0}}, "required": ["x"]},
+        {"properties": {"y": {"type": "string"}, "x": {"maximum": 10}}, "required": ["y"], "additionalProperties": false}]})");
+    EXPECT_TRUE(accepts(both, R"({"x": 3, "y": "a"})"));
+    EXPECT_FALSE(accepts(both, R"({"x": 3})"));
+    EXPECT_FALSE(accepts(both, R"({"x": 11, "y": "a"})"));
+    EXPECT_FALSE(accepts(both, R"({"x": -1, "y": "a"})"));
+    EXPECT_FALSE(accepts(both, R"({"x": 3, "y": "a", "z": 1})"));
+
+    const grammar beside = schema_grammar(R"({"type": "integer", "allOf": [{"minimum": 2}, {"maximum": 4}]})");
+    EXPECT_TRUE(accepts(beside, "3"));
+    EXPECT_FALSE(accepts(beside, "5"));
+    EXPECT_FALSE(accepts(beside, "2.5"));
+}
+
 TEST(json_schema_grammar, unsupported_or_malformed_schemas_are_refused_with_their_path) {
     const std::vector<std::pair<std::string_view, std::string_view>> rows = {
         {R"j({"type": "object", "properties": {"a": {"type": "string", "pattern": "(a)\\1"}}})j",
@@ -321,6 +348,11 @@ TEST(json_schema_grammar, unsupported_or_malformed_schemas_are_refused_with_thei
         {R"j({"type": "string", "pattern": "a{1,99999}"})j", "{n,m} beyond 4096"},
         {R"j({"type": "string", "pattern": "(ab"})j", "an unclosed '('"},
         {R"({"type": "string", "format": "ipv6"})", "#/format: the format 'ipv6' is not supported"},
+        {R"({"allOf": [{"type": "string"}, {"type": "integer"}]})", "allOf parts whose types have nothing in common"},
+        {R"({"allOf": [{"properties": {"a": {}}, "additionalProperties": false},
+             {"properties": {"b": {}}, "required": ["b"]}]})",
+         "no object satisfies every allOf part: 'b' is required"},
+        {R"({"allOf": [{"const": 1}, {"const": 2}]})", "allOf parts that disagree on 'const'"},
         {R"({"type": "integer", "minimum": 5, "maximum": 4})", "no number lies between its minimum and maximum"},
         {R"({"type": "number", "minimum": "0"})", "#/minimum: must be a number"},
         {R"({"type": "array", "prefixItems": [{}, {}], "maxItems": 1})", "maxItems is below the number of prefixItems"},

@@ -9,10 +9,11 @@
 // regex_grammar.h), format date, time,
 // date-time, uuid, email, hostname, ipv4 and uri (the last four a common subset: ASCII, http(s)), minimum / maximum /
 // exclusiveMinimum / exclusiveMaximum (integers: exactly the integers in range; numbers: the integers and the decimals
-// without exponent whose whole unit lies in range, a subset that never leaves it), enum, const, anyOf, oneOf, allOf of
-// one schema, $ref into #/$defs or #/definitions (recursion allowed); without a type, a schema's object, array, string
-// or number keywords give values of that type; descriptive keywords (title, description, default, examples, $schema,
-// $id, $comment) are ignored. Other keywords and formats are refused with the schema path, never silently ignored.
+// without exponent whose whole unit lies in range, a subset that never leaves it), enum, const, anyOf, oneOf, allOf
+// (merged: properties and required united, bounds tightened, anyOf inside distributed), $ref into #/$defs or
+// #/definitions (recursion allowed); without a type, a schema's object, array, string or number keywords give values of
+// that type; descriptive keywords (title, description, default, examples, $schema, $id, $comment) are ignored. Other
+// keywords and formats are refused with the schema path, never silently ignored.
 //
 // Text shape: strings are valid UTF-8 with JSON's escapes; numbers are JSON numbers with at most
 // max_digits digits in each part; whitespace is bounded: between tokens nothing, one space, or a
