@@ -735,17 +735,8 @@ private:
             const json::object* o = at->if_object();
             const json::value* ref = o ? o->if_contains("$ref") : nullptr;
             if (!ref || !ref->is_string()) return at;
-            const std::string target(ref->get_string());
-            const json::value* found = nullptr;
-            for (std::string_view prefix : {"#/$defs/", "#/definitions/"}) {
-                if (!target.starts_with(prefix) || !root_ || !root_->is_object()) continue;
-                const json::value* defs = root_->get_object().if_contains(prefix.substr(2, prefix.size() - 3));
-                if (defs && defs->is_object()) found = defs->get_object().if_contains(target.substr(prefix.size()));
-            }
-            if (!found) {
-                fail(path, "'" + target + "' names no definition");
-                return nullptr;
-            }
+            const json::value* found = definition(std::string(ref->get_string()), path);
+            if (!found) return nullptr;
             at = found;
         }
         return at;
@@ -932,21 +923,28 @@ private:
         return out;
     }
 
+    // The definition a $ref names, or null with the error set.
+    const json::value* definition(const std::string& target, const std::string& path) {
+        for (std::string_view prefix : {"#/$defs/", "#/definitions/"}) {
+            if (!target.starts_with(prefix)) continue;
+            const json::value* defs = root_ && root_->is_object()
+                                          ? root_->get_object().if_contains(prefix.substr(2, prefix.size() - 3))
+                                          : nullptr;
+            const json::value* def =
+                defs && defs->is_object() ? defs->get_object().if_contains(target.substr(prefix.size())) : nullptr;
+            if (!def) fail(path, "'" + target + "' names no definition");
+            return def;
+        }
+        fail(path, "only references into #/$defs/ or #/definitions/ are supported");
+        return nullptr;
+    }
+
     uint32_t reference(const json::value& ref, const std::string& path) {
         if (!ref.is_string()) return fail(path, "must be a string");
         const std::string target(ref.get_string());
         if (auto it = refs_.find(target); it != refs_.end()) return it->second;
-        std::string_view name;
-        const json::value* defs = nullptr;
-        for (std::string_view prefix : {"#/$defs/", "#/definitions/"}) {
-            if (target.starts_with(prefix) && root_ && root_->is_object()) {
-                name = std::string_view(target).substr(prefix.size());
-                defs = root_->get_object().if_contains(prefix.substr(2, prefix.size() - 3));
-            }
-        }
-        if (name.empty()) return fail(path, "only references into #/$defs/ or #/definitions/ are supported");
-        const json::value* def = defs && defs->is_object() ? defs->get_object().if_contains(name) : nullptr;
-        if (!def) return fail(path, "'" + target + "' names no definition");
+        const json::value* def = definition(target, path);
+        if (!def) return 0;
         const uint32_t r = g.declare("ref");
         refs_[target] = r;  // before the body: the definition may refer to itself
         add(r, {g.ref(schema(*def, target))});
