@@ -7,6 +7,8 @@
 // rules for k properties.
 #include "core/sampling/grammar/json_schema_grammar.h"
 
+#include "core/sampling/grammar/integer_range_grammar.h"
+#include "core/sampling/grammar/json_schema_all_of.h"
 #include "core/sampling/grammar/regex_grammar.h"
 
 #include <boost/json.hpp>
@@ -246,9 +248,9 @@ public:
                 rest.erase("allOf");
                 if (!rest.empty()) parts.push_back(std::move(rest));
                 if (parts.size() > 1) {
-                    auto merged = merge_all_of(parts, where);
-                    if (!merged) return 0;
-                    merged_.push_back(std::move(*merged));
+                    auto merged = merge_all_of(root_, parts, where);
+                    if (auto* e = std::get_if<schema_error>(&merged)) return fail(e->path, e->message);
+                    merged_.push_back(std::move(std::get<json::value>(merged)));
                     return schema(merged_.back(), where);
                 }
             }
@@ -617,8 +619,7 @@ private:
         if (lo.value) lo_int = static_cast<int64_t>(lo.exclusive ? std::floor(*lo.value) + 1 : std::ceil(*lo.value));
         if (hi.value) hi_int = static_cast<int64_t>(hi.exclusive ? std::ceil(*hi.value) - 1 : std::floor(*hi.value));
         const uint32_t r = g.declare(integer ? "integer_range" : "number_range");
-        const size_t before = alternatives_added_;
-        int_range(r, lo_int, hi_int, {});
+        size_t n_alternatives = add_integer_range(g, r, lo_int, hi_int, {}, o_.max_digits);
         if (!integer) {
             const element digit = g.bytes(range('0', '9'));
             const uint32_t frac = repeat("fdigits", {digit}, 1, o_.max_digits);
@@ -633,20 +634,21 @@ private:
             // L.F with F not zero.
             std::optional<int64_t> pos_hi;
             if (hi.value) pos_hi = static_cast<int64_t>(std::floor(*hi.value)) - 1;
-            int_range(r, std::max<int64_t>(lo_int.value_or(0), 0), pos_hi, tail);
+            n_alternatives +=
+                add_integer_range(g, r, std::max<int64_t>(lo_int.value_or(0), 0), pos_hi, tail, o_.max_digits);
             if (lo.exclusive && is_int(*lo.value) && *lo.value >= 0 && (!hi.value || *lo.value + 1 <= *hi.value)) {
                 const auto l = static_cast<int64_t>(*lo.value);
-                int_range(r, l, l, nonzero_tail);
+                n_alternatives += add_integer_range(g, r, l, l, nonzero_tail, o_.max_digits);
             }
             // I <= -1: (I - 1, I] inside when I - 1 >= min and I <= hi_int; below an exclusive integer maximum
             // U <= -1, U.F with F not zero.
             std::optional<int64_t> neg_lo;
             if (lo.value) neg_lo = static_cast<int64_t>(std::ceil(*lo.value)) + 1;
             const int64_t neg_hi = std::min<int64_t>(hi_int.value_or(-1), -1);
-            int_range(r, neg_lo, neg_hi, tail);
+            n_alternatives += add_integer_range(g, r, neg_lo, neg_hi, tail, o_.max_digits);
             if (hi.exclusive && is_int(*hi.value) && *hi.value <= -1 && (!lo.value || *hi.value - 1 >= *lo.value)) {
                 const auto u = static_cast<int64_t>(*hi.value);
-                int_range(r, u, u, nonzero_tail);
+                n_alternatives += add_integer_range(g, r, u, u, nonzero_tail, o_.max_digits);
             }
             // -0.F: (-1, 0] inside when min <= -1 and max >= 0 (F not zero where 0 itself is excluded).
             if ((!lo.value || *lo.value <= -1) && (!hi.value || *hi.value >= 0)) {
@@ -657,304 +659,26 @@ private:
                 add(r, seq);
             }
         }
-        if (alternatives_added_ == before) return fail(path, "no number lies between its minimum and maximum");
+        if (n_alternatives == 0) return fail(path, "no number lies between its minimum and maximum");
         return r;
-    }
-
-    // Adds to `rule` one alternative per piece of the decimal forms (JSON's: no leading zeros, '-' for negatives)
-    // of the integers in [lo, hi] (absent: unbounded, up to max_digits digits), each followed by `tail`.
-    void int_range(uint32_t rule, std::optional<int64_t> lo, std::optional<int64_t> hi,
-                   const std::vector<element>& tail) {
-        if (lo && hi && *lo > *hi) return;
-        if (!lo || *lo < 0) {  // negatives: '-' then magnitudes [max(1, -hi), -lo]
-            const int64_t m_lo = hi && *hi < 0 ? -*hi : 1;
-            std::optional<int64_t> m_hi;  // -lo; absent: unbounded
-            if (lo) m_hi = -*lo;
-            magnitudes(rule, m_lo, m_hi, {g.byte('-')}, tail);
-        }
-        if (!hi || *hi >= 0) magnitudes(rule, std::max<int64_t>(lo.value_or(0), 0), hi, {}, tail);
-    }
-
-    // Non-negative integers [lo, hi] (hi absent: up to max_digits digits), by their number of digits.
-    void magnitudes(uint32_t rule, int64_t lo, std::optional<int64_t> hi, const std::vector<element>& prefix,
-                    const std::vector<element>& tail) {
-        if (hi && lo > *hi) return;
-        const std::string lo_digits = std::to_string(lo);
-        const size_t max_len = hi ? std::to_string(*hi).size() : static_cast<size_t>(o_.max_digits);
-        for (size_t len = lo_digits.size(); len <= max_len; ++len) {
-            const std::string first = len == lo_digits.size() ? lo_digits : "1" + std::string(len - 1, '0');
-            const std::string last = hi && len == max_len ? std::to_string(*hi) : std::string(len, '9');
-            same_length(rule, first, last, prefix, tail);
-        }
-    }
-
-    // Decimal strings of one length from `first` to `last` (first <= last), digit by digit.
-    void same_length(uint32_t rule, std::string_view first, std::string_view last, std::vector<element> prefix,
-                     const std::vector<element>& tail) {
-        const element digit = g.bytes(range('0', '9'));
-        const auto close = [&](std::vector<element> seq) {
-            seq.insert(seq.end(), tail.begin(), tail.end());
-            add(rule, seq);
-            ++alternatives_added_;
-        };
-        while (!first.empty() && first[0] == last[0]) {
-            prefix.push_back(g.byte(static_cast<unsigned char>(first[0])));
-            first.remove_prefix(1);
-            last.remove_prefix(1);
-        }
-        if (first.empty()) return close(prefix);
-        const size_t rest = first.size() - 1;
-        const bool low_full = first.substr(1) == std::string(rest, '0');
-        const bool high_full = last.substr(1) == std::string(rest, '9');
-        // The first digits from first[0] (or the one after) to last[0] (or the one before), any digits after.
-        const unsigned a = static_cast<unsigned char>(first[0]) + (low_full ? 0 : 1);
-        const unsigned b = static_cast<unsigned char>(last[0]) - (high_full ? 0 : 1);
-        if (!low_full) {
-            std::vector<element> p = prefix;
-            p.push_back(g.byte(static_cast<unsigned char>(first[0])));
-            same_length(rule, first.substr(1), std::string(rest, '9'), p, tail);
-        }
-        if (a <= b) {
-            std::vector<element> p = prefix;
-            p.push_back(g.bytes(range(a, b)));
-            p.insert(p.end(), rest, digit);
-            close(p);
-        }
-        if (!high_full) {
-            std::vector<element> p = prefix;
-            p.push_back(g.byte(static_cast<unsigned char>(last[0])));
-            same_length(rule, std::string(rest, '0'), last.substr(1), p, tail);
-        }
-    }
-
-    // The definition a {"$ref": ...} schema names (following refs to refs), else the schema itself; null (the
-    // error set) where a ref names nothing.
-    const json::value* resolved(const json::value& s, const std::string& path) {
-        const json::value* at = &s;
-        for (int depth = 0; depth < 16; ++depth) {
-            const json::object* o = at->if_object();
-            const json::value* ref = o ? o->if_contains("$ref") : nullptr;
-            if (!ref || !ref->is_string()) return at;
-            const json::value* found = definition(std::string(ref->get_string()), path);
-            if (!found) return nullptr;
-            at = found;
-        }
-        return at;
-    }
-
-    // allOf of several schemas as one (the conjunction, for the keywords this builder reads): $refs resolved;
-    // anyOf / oneOf inside distributed (allOf(A, anyOf(B, C)) = anyOf(allOf(A, B), allOf(A, C)), at most 64 ways);
-    // properties united, a property in several the allOf of its schemas; required united; types intersected;
-    // lower bounds the largest, upper bounds the smallest; where a part closes its object (additionalProperties
-    // false) only the properties it names stay. Other keywords must agree.
-    std::optional<json::value> merge_all_of(const json::array& parts, const std::string& path) {
-        std::vector<std::vector<json::object>> ways = {{}};
-        for (size_t i = 0; i < parts.size(); ++i) {
-            const json::value* part = resolved(parts[i], path + "/" + std::to_string(i));
-            if (!part) return std::nullopt;
-            if (!part->is_object()) {
-                fail(path + "/" + std::to_string(i), "allOf of several schemas takes object schemas");
-                return std::nullopt;
-            }
-            json::object base = part->get_object();
-            const json::value* options = nullptr;
-            for (const char* key : {"anyOf", "oneOf"}) {
-                if (const json::value* v = base.if_contains(key)) options = v;
-            }
-            std::vector<json::object> alternatives;
-            if (options == nullptr) {
-                alternatives.push_back(base);
-            } else {
-                if (!options->is_array() || options->get_array().empty()) {
-                    fail(path, "an anyOf / oneOf inside allOf must be a non-empty array");
-                    return std::nullopt;
-                }
-                const json::array choices = options->get_array();
-                base.erase("anyOf");
-                base.erase("oneOf");
-                for (const auto& c : choices) {
-                    const json::value* r = resolved(c, path);
-                    if (!r) return std::nullopt;
-                    if (!r->is_object()) {
-                        fail(path, "allOf of several schemas takes object schemas");
-                        return std::nullopt;
-                    }
-                    auto both = merge_two({base, r->get_object()}, path);
-                    if (!both) return std::nullopt;
-                    alternatives.push_back(std::move(*both));
-                }
-            }
-            std::vector<std::vector<json::object>> next;
-            for (const auto& way : ways) {
-                for (const auto& alt : alternatives) {
-                    next.push_back(way);
-                    next.back().push_back(alt);
-                }
-            }
-            if (next.size() > 64) {
-                fail(path, "allOf with anyOf inside it makes more than 64 combinations");
-                return std::nullopt;
-            }
-            ways = std::move(next);
-        }
-        json::array merged;
-        for (const auto& way : ways) {
-            auto one = merge_two(way, path);
-            if (!one) return std::nullopt;
-            merged.push_back(std::move(*one));
-        }
-        if (merged.size() == 1) return std::move(merged[0]);
-        return json::value(json::object{{"anyOf", std::move(merged)}});
-    }
-
-    // The parts (object schemas, refs resolved) as one schema (merge_all_of's rules).
-    std::optional<json::object> merge_two(const std::vector<json::object>& parts, const std::string& path) {
-        static constexpr std::string_view lower[] = {"minLength", "minItems", "minimum", "exclusiveMinimum"};
-        static constexpr std::string_view upper[] = {"maxLength", "maxItems", "maximum", "exclusiveMaximum"};
-        static constexpr std::string_view notes[] = {"title",   "description", "default", "examples",   "$comment",
-                                                     "$schema", "$id",         "$defs",   "definitions"};
-        const auto in = [](std::string_view k, const auto& list) {
-            return std::find(std::begin(list), std::end(list), k) != std::end(list);
-        };
-        const auto number_of = [](const json::value& v) {
-            return v.is_int64()    ? static_cast<double>(v.get_int64())
-                   : v.is_uint64() ? static_cast<double>(v.get_uint64())
-                   : v.is_double() ? v.get_double()
-                                   : 0.0;
-        };
-        const auto types_of = [](const json::value& t) {
-            std::vector<std::string> out;
-            if (t.is_string()) out.emplace_back(t.get_string());
-            if (const auto* a = t.if_array()) {
-                for (const auto& x : *a) {
-                    if (x.is_string()) out.emplace_back(x.get_string());
-                }
-            }
-            return out;
-        };
-        json::object out;
-        std::vector<std::vector<std::string>> closed;  // the properties of each part that closes its object
-        for (const json::object& part : parts) {
-            if (const json::value* extra = part.if_contains("additionalProperties");
-                extra && extra->is_bool() && !extra->get_bool()) {
-                std::vector<std::string> names;
-                if (const json::value* props = part.if_contains("properties"); props && props->is_object()) {
-                    for (const auto& kv : props->get_object()) names.emplace_back(kv.key());
-                }
-                closed.push_back(std::move(names));
-            }
-            for (const auto& kv : part) {
-                const std::string_view k = kv.key();
-                json::value* have = out.if_contains(k);
-                if (have == nullptr) {
-                    out[k] = kv.value();
-                } else if (in(k, notes)) {
-                    // the first part's stays
-                } else if (k == "properties" && have->is_object() && kv.value().is_object()) {
-                    for (const auto& p : kv.value().get_object()) {
-                        json::object& props = have->get_object();
-                        if (json::value* same = props.if_contains(p.key())) {
-                            *same = json::object{{"allOf", json::array{*same, p.value()}}};
-                        } else {
-                            props[p.key()] = p.value();
-                        }
-                    }
-                } else if (k == "required" && have->is_array() && kv.value().is_array()) {
-                    for (const auto& n : kv.value().get_array()) {
-                        const auto& list = have->get_array();
-                        if (std::find(list.begin(), list.end(), n) == list.end()) have->get_array().push_back(n);
-                    }
-                } else if (k == "type") {
-                    std::vector<std::string> both;
-                    for (const std::string& a : types_of(*have)) {
-                        for (const std::string& b : types_of(kv.value())) {
-                            if (a == b || (a == "integer" && b == "number")) both.push_back(a);
-                            if (a == "number" && b == "integer") both.push_back(b);
-                        }
-                    }
-                    if (both.empty()) {
-                        fail(path, "allOf parts whose types have nothing in common");
-                        return std::nullopt;
-                    }
-                    json::array types;
-                    for (const auto& t : both) types.emplace_back(t);
-                    *have = types.size() == 1 ? json::value(types[0]) : json::value(std::move(types));
-                } else if (in(k, lower) && have->is_number() && kv.value().is_number()) {
-                    if (number_of(kv.value()) > number_of(*have)) *have = kv.value();
-                } else if (in(k, upper) && have->is_number() && kv.value().is_number()) {
-                    if (number_of(kv.value()) < number_of(*have)) *have = kv.value();
-                } else if (k == "items" || (k == "additionalProperties" && !have->is_bool() && !kv.value().is_bool())) {
-                    *have = json::object{{"allOf", json::array{*have, kv.value()}}};
-                } else if (k == "additionalProperties") {
-                    if (have->is_bool() && have->get_bool()) *have = kv.value();
-                    if (kv.value().is_bool() && !kv.value().get_bool()) *have = false;
-                } else if (*have != kv.value()) {
-                    fail(path, "allOf parts that disagree on '" + std::string(k) + "' are not supported");
-                    return std::nullopt;
-                }
-            }
-        }
-        // A part that closes its object admits only its own properties.
-        if (!closed.empty()) {
-            if (json::value* props = out.if_contains("properties"); props && props->is_object()) {
-                json::object kept;
-                for (const auto& kv : props->get_object()) {
-                    bool everywhere = true;
-                    for (const auto& names : closed) {
-                        everywhere = everywhere && std::find(names.begin(), names.end(), kv.key()) != names.end();
-                    }
-                    if (everywhere) kept[kv.key()] = kv.value();
-                }
-                *props = std::move(kept);
-            }
-            out["additionalProperties"] = false;
-            if (const json::value* req = out.if_contains("required"); req && req->is_array()) {
-                const json::value* props = out.if_contains("properties");
-                for (const auto& n : req->get_array()) {
-                    if (!n.is_string() || !props || !props->get_object().contains(n.get_string())) {
-                        fail(path, "no object satisfies every allOf part: '" +
-                                       std::string(n.is_string() ? n.get_string() : "") +
-                                       "' is required but a part with additionalProperties false does not name it");
-                        return std::nullopt;
-                    }
-                }
-            }
-        }
-        return out;
-    }
-
-    // The definition a $ref names, or null with the error set.
-    const json::value* definition(const std::string& target, const std::string& path) {
-        for (std::string_view prefix : {"#/$defs/", "#/definitions/"}) {
-            if (!target.starts_with(prefix)) continue;
-            const json::value* defs = root_ && root_->is_object()
-                                          ? root_->get_object().if_contains(prefix.substr(2, prefix.size() - 3))
-                                          : nullptr;
-            const json::value* def =
-                defs && defs->is_object() ? defs->get_object().if_contains(target.substr(prefix.size())) : nullptr;
-            if (!def) fail(path, "'" + target + "' names no definition");
-            return def;
-        }
-        fail(path, "only references into #/$defs/ or #/definitions/ are supported");
-        return nullptr;
     }
 
     uint32_t reference(const json::value& ref, const std::string& path) {
         if (!ref.is_string()) return fail(path, "must be a string");
         const std::string target(ref.get_string());
         if (auto it = refs_.find(target); it != refs_.end()) return it->second;
-        const json::value* def = definition(target, path);
-        if (!def) return 0;
+        auto def = schema_definition(root_, target);
+        if (auto* e = std::get_if<std::string>(&def)) return fail(path, *e);
+        const json::value* found = std::get<const json::value*>(def);
         const uint32_t r = g.declare("ref");
         refs_[target] = r;  // before the body: the definition may refer to itself
-        add(r, {g.ref(schema(*def, target))});
+        add(r, {g.ref(schema(*found, target))});
         return r;
     }
 
     const json::value* root_;
     json_grammar_options o_;
     std::optional<uint32_t> ws_, char_, non_ascii_, number_, integer_, any_, any_object_;
-    size_t alternatives_added_ = 0;   // by int_range, to tell an empty range
     std::deque<json::value> merged_;  // allOf parts merged into one schema (stable addresses)
     std::map<std::pair<int64_t, int64_t>, uint32_t> strings_;
     std::map<std::string, uint32_t> refs_;
