@@ -48,7 +48,8 @@ install_e2e_dependencies() {
 
 build_dir=${TROUPE_BUILD_DIR:-build}
 jobs=$(nproc)
-if [ ! -f "$build_dir/CMakeCache.txt" ]; then
+# A configure that failed (say, before the packages above were there) leaves a cache but no Makefile: redo it.
+if [ ! -f "$build_dir/CMakeCache.txt" ] || [ ! -f "$build_dir/Makefile" ]; then
     cmake -S . -B "$build_dir" -DCMAKE_BUILD_TYPE=Release >&2
 fi
 cmake --build "$build_dir" -j"$jobs" >&2
