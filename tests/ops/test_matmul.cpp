@@ -96,9 +96,8 @@ INSTANTIATE_TEST_SUITE_P(all_weight_types, matmul_types,
 
 // Q4_0 in the quantized recipe: each block's integer sum times d_w * d_x added with one FMA, block after block, as
 // llama.cpp's x86 Q4_0 kernels do (its repacked 8-row gemv and gemm): the AVX2 dot kernels equal ref::matmul bit for
-// bit below the GEMM's token count (the AVX-512 panels at every count: test_q8_panels). Before, the AVX2 kernels summed
-// in 8 float lanes. AVX2 has no integer GEMM: from gemm_min_tokens on it multiplies dequantized floats (within
-// rounding).
+// bit at every token count (the AVX-512 panels too: test_q8_panels). Before, the AVX2 kernels summed in 8 float lanes.
+// AVX2 has no integer GEMM and does not multiply dequantized floats instead (see the test below).
 TEST(matmul, q4_0_at_the_avx2_level_equals_the_reference_bit_for_bit) {
     const auto levels = cpu::available_levels();
     if (std::find(levels.begin(), levels.end(), cpu::dispatch_level::avx2) == levels.end())
@@ -109,7 +108,7 @@ TEST(matmul, q4_0_at_the_avx2_level_equals_the_reference_bit_for_bit) {
     for (int64_t n_in : {32, 96, 512}) {
         for (int64_t n_out : {1, 3, 17, 67}) {
             const auto w = make_weight(ggml_type::q4_0, n_in, n_out, seed++);
-            for (int64_t n_tokens = 1; n_tokens < cpu::gemm_min_tokens(ggml_type::q4_0); n_tokens += 4) {
+            for (int64_t n_tokens : {1, 2, 5, 9, 24, 37}) {
                 const auto x = random_floats(n_tokens * n_in, seed++);
                 std::vector<float> want(n_tokens * n_out), got(n_tokens * n_out, NAN);
                 ref::matmul(w.view, x.data(), want.data(), n_tokens);
@@ -117,6 +116,38 @@ TEST(matmul, q4_0_at_the_avx2_level_equals_the_reference_bit_for_bit) {
                 for (size_t i = 0; i < got.size(); ++i) {
                     ASSERT_EQ(got[i], want[i])
                         << "n_in " << n_in << " n_out " << n_out << " n_tokens " << n_tokens << " output " << i;
+                }
+            }
+        }
+    }
+}
+
+// A token's outputs must not depend on how many tokens share its step (a verified draft tree, a batch of streams):
+// speculation keeps greedy text only so. At the AVX2 level the quantized weight types stay on the dot kernels, whose
+// order of operations does not depend on the tile, or (Q6_K, int8 recipe) an integer GEMM with their arithmetic; a
+// float GEMM on dequantized panels from 24 (int8 recipe) or 6 (float recipe) tokens on made spec/ngram, spec/draft and
+// spec/lookahead part from plain decoding on stories260K-Q8_0 and rand10M-Q4_0 (test_spec) on an AVX2-only machine.
+TEST(matmul, at_the_avx2_level_a_tokens_outputs_do_not_depend_on_the_tokens_beside_it) {
+    const auto levels = cpu::available_levels();
+    if (std::find(levels.begin(), levels.end(), cpu::dispatch_level::avx2) == levels.end())
+        GTEST_SKIP() << "no AVX2 here";
+    scoped_level scope(cpu::dispatch_level::avx2);
+    cpu::thread_pool two(2);
+    constexpr int64_t n_in = 512, n_out = 19, max_tokens = 70;
+    const auto x = random_floats(max_tokens * n_in, 5);
+    for (ggml_type type : {ggml_type::q8_0, ggml_type::q4_0, ggml_type::q4_k, ggml_type::q6_k}) {
+        const auto w = make_weight(type, n_in, n_out, 6);
+        for (auto recipe : {cpu::activation_recipe::quantized, cpu::activation_recipe::float32}) {
+            SCOPED_TRACE(std::string(traits(type).name) +
+                         (recipe == cpu::activation_recipe::quantized ? " int8 recipe" : " float recipe"));
+            std::vector<float> alone(n_out), batch(max_tokens * n_out);
+            for (int64_t n_tokens : {int64_t{7}, int64_t{24}, int64_t{33}, max_tokens}) {
+                cpu::matmul(w.view, x.data(), batch.data(), n_tokens, two, recipe);
+                for (int64_t t : {int64_t{0}, n_tokens / 2, n_tokens - 1}) {
+                    cpu::matmul(w.view, x.data() + t * n_in, alone.data(), 1, two, recipe);
+                    for (int64_t r = 0; r < n_out; ++r) {
+                        ASSERT_EQ(batch[t * n_out + r], alone[r]) << n_tokens << " tokens, token " << t << " row " << r;
+                    }
                 }
             }
         }
