@@ -43,12 +43,22 @@ inline float fp16(uint16_t h) {
     return _cvtsh_ss(h);
 }
 
+// Requests the bytes [at, at + n) (n <= 256) into L1.
+inline void prefetch_bytes(const uint8_t* at, size_t n) {
+    _mm_prefetch(reinterpret_cast<const char*>(at), _MM_HINT_T0);
+    if (n > 64) _mm_prefetch(reinterpret_cast<const char*>(at + 64), _MM_HINT_T0);
+    if (n > 128) _mm_prefetch(reinterpret_cast<const char*>(at + 128), _MM_HINT_T0);
+    if (n > 192) _mm_prefetch(reinterpret_cast<const char*>(at + 192), _MM_HINT_T0);
+}
+
 struct load_f32 {
+    static constexpr size_t bytes = 4;
     static __m256 full(const uint8_t* p, int64_t k) { return _mm256_loadu_ps(reinterpret_cast<const float*>(p) + k); }
     static float one(const uint8_t* p, int64_t k) { return reinterpret_cast<const float*>(p)[k]; }
 };
 
 struct load_f16 {
+    static constexpr size_t bytes = 2;
     static __m256 full(const uint8_t* p, int64_t k) {
         return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 2 * k)));
     }
@@ -56,6 +66,7 @@ struct load_f16 {
 };
 
 struct load_bf16 {
+    static constexpr size_t bytes = 2;
     static __m256 full(const uint8_t* p, int64_t k) {
         const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 2 * k));
         return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
@@ -68,8 +79,14 @@ void float_tile(const uint8_t* w, size_t ws, const float* x, int64_t xs, int64_t
     __m256 acc[R][T];
 #pragma GCC unroll 16
     for (int i = 0; i < R * T; ++i) acc[i / T][i % T] = _mm256_setzero_ps();
+    // F16 / BF16: the next tile's rows prefetched as this one runs (see q8_tile), R rows x 8 elements per step walked
+    // linearly (on a Zen 1 EPYC, 2 threads, 110M shape: decode 17.5 -> 11.8 ms). F32 rows, read twice as fast, keep
+    // the hardware prefetcher alone (85-99% of the read bandwidth without).
+    const uint8_t* ahead = w + R * ws;
+    constexpr size_t step_bytes = R * 8 * L::bytes;
     int64_t k = 0;
     for (; k + 8 <= n; k += 8) {
+        if constexpr (L::bytes < 4) prefetch_bytes(ahead + (k / 8) * step_bytes, step_bytes);
         __m256 xv[T];
 #pragma GCC unroll 4
         for (int t = 0; t < T; ++t) xv[t] = _mm256_loadu_ps(x + t * xs + k);
@@ -90,9 +107,13 @@ void float_tile(const uint8_t* w, size_t ws, const float* x, int64_t xs, int64_t
 }
 
 // Q8_0 (signed bytes, sign trick) or Q4_0 (nibbles 0..15, minus 8 * sum(x)) against Q8_0 activations.
+// The rows after the tile's (the next tile's, R rows further) are prefetched as the tile runs, a block's worth of all
+// R rows per block: the hardware prefetcher alone, following R interleaved streams that advance 34 bytes per block,
+// left one Zen 1 core at 6.8 ns per block and row from DRAM against 3.4 from cache; with these requests 3.7.
 template <class B, int R, int T>
 void q8_tile(const uint8_t* w, size_t ws, const uint8_t* x, size_t xs, int64_t nb, float* y, int64_t ldy) {
     constexpr bool is_q8 = std::is_same_v<B, block_q8_0>;
+    const uint8_t* ahead = w + R * ws;  // the next R rows (past the weight's end: a prefetch never faults)
     const __m256i ones16 = _mm256_set1_epi16(1);
     __m256 acc[R][T];  // Q8_0: 8 lanes of 4-element sums per output, as ggml's vec_dot
     float sum[R][T];   // Q4_0: one sum per output, as ggml's repacked Q4_0 kernels
@@ -102,6 +123,7 @@ void q8_tile(const uint8_t* w, size_t ws, const uint8_t* x, size_t xs, int64_t n
         sum[i / T][i % T] = 0.0f;
     }
     for (int64_t b = 0; b < nb; ++b) {
+        prefetch_bytes(ahead + b * R * sizeof(B), R * sizeof(B));
         __m256i xq[T], corr[T];
         float dx[T];
 #pragma GCC unroll 4
@@ -148,8 +170,10 @@ void q8_tile(const uint8_t* w, size_t ws, const uint8_t* x, size_t xs, int64_t n
 // vpmaddubsw of unsigned weights with the activation bytes, vpmaddwd with the sub-block scale, 8 int32 lane sums
 // per super-block accumulated by FMA with d_x * d_w; Q4_K's mins in a 4-lane chain over pairs of sub-blocks;
 // Q6_K's -32 offset subtracted per pair of products (q x - 32 x), as ggml does.
+// `ahead`: a row further on, prefetched as this one runs (as q8_tile does).
 template <int T>
-void q4_k_row(const block_q4_k* w, const uint8_t* x, size_t xs, int64_t nb, float* y, int64_t ldy) {
+void q4_k_row(const block_q4_k* w, const uint8_t* ahead, const uint8_t* x, size_t xs, int64_t nb, float* y,
+              int64_t ldy) {
     const __m256i low4 = _mm256_set1_epi8(0x0f);
     __m256 acc[T];
     __m128 acc_m[T];  // [4 lanes] -d_x * dmin * (mins . bsums) per pair of sub-blocks
@@ -158,6 +182,7 @@ void q4_k_row(const block_q4_k* w, const uint8_t* x, size_t xs, int64_t nb, floa
         acc_m[t] = _mm_setzero_ps();
     }
     for (int64_t b = 0; b < nb; ++b) {
+        prefetch_bytes(ahead + b * sizeof(block_q4_k), sizeof(block_q4_k));
         const block_q4_k& wb = w[b];
         uint32_t s[3];
         std::memcpy(s, wb.scales, 12);
@@ -202,11 +227,13 @@ void q4_k_row(const block_q4_k* w, const uint8_t* x, size_t xs, int64_t nb, floa
 }
 
 template <int T>
-void q6_k_row(const block_q6_k* w, const uint8_t* x, size_t xs, int64_t nb, float* y, int64_t ldy) {
+void q6_k_row(const block_q6_k* w, const uint8_t* ahead, const uint8_t* x, size_t xs, int64_t nb, float* y,
+              int64_t ldy) {
     const __m256i low4 = _mm256_set1_epi8(0x0f), bits45 = _mm256_set1_epi8(0x30);
     __m256 acc[T];
     for (int t = 0; t < T; ++t) acc[t] = _mm256_setzero_ps();
     for (int64_t b = 0; b < nb; ++b) {
+        prefetch_bytes(ahead + b * sizeof(block_q6_k), sizeof(block_q6_k));
         const block_q6_k& wb = w[b];
         const float dw = fp16(wb.d);
         const __m256i k32 = _mm256_set1_epi8(32);
@@ -272,14 +299,14 @@ void tile(const matmul_weight& w, prepared_x x, float* y, int64_t ldy, int64_t r
             break;
         case ggml_type::q4_k:
             for (int i = 0; i < R; ++i) {
-                q4_k_row<T>(reinterpret_cast<const block_q4_k*>(wr + i * w.row_stride), xt, x.stride, n / qk_k, yt + i,
-                            ldy);
+                q4_k_row<T>(reinterpret_cast<const block_q4_k*>(wr + i * w.row_stride), wr + (i + R) * w.row_stride, xt,
+                            x.stride, n / qk_k, yt + i, ldy);
             }
             break;
         case ggml_type::q6_k:
             for (int i = 0; i < R; ++i) {
-                q6_k_row<T>(reinterpret_cast<const block_q6_k*>(wr + i * w.row_stride), xt, x.stride, n / qk_k, yt + i,
-                            ldy);
+                q6_k_row<T>(reinterpret_cast<const block_q6_k*>(wr + i * w.row_stride), wr + (i + R) * w.row_stride, xt,
+                            x.stride, n / qk_k, yt + i, ldy);
             }
             break;
         default:
