@@ -166,6 +166,56 @@ void q8_tile(const uint8_t* w, size_t ws, const uint8_t* x, size_t xs, int64_t n
     }
 }
 
+// q8_tile's Q4_0 arithmetic for 4 rows at once: each row's block sum is an exact integer, so the four rows' 8-lane
+// sums are reduced together (three hadds instead of four horizontal sums) and the block's four FMAs run as lanes of
+// one: lane r computes fma(float(sumi_r), d_w,r * d_x, sum_r) exactly as q8_tile's scalar std::fma does. The 110M
+// shape's Q4_0 matmuls on a Zen 1 EPYC (troupe_kernels_bench 2 128 2): prefill of 128 tokens 139 -> 176 tokens/s,
+// decode 7.8 -> 7.6 ms (as many operations per block and row as Q8_0 now; both bound by them there).
+template <int T>
+void q4_0_tile4(const uint8_t* w, size_t ws, const uint8_t* x, size_t xs, int64_t nb, float* y, int64_t ldy) {
+    constexpr int R = 4;
+    const uint8_t* ahead = w + R * ws;
+    const __m256i ones16 = _mm256_set1_epi16(1);
+    __m128 sum[T];  // lane r: row r's sum
+#pragma GCC unroll 4
+    for (int t = 0; t < T; ++t) sum[t] = _mm_setzero_ps();
+    for (int64_t b = 0; b < nb; ++b) {
+        prefetch_bytes(ahead + b * R * sizeof(block_q4_0), R * sizeof(block_q4_0));
+        __m256i u[R];
+        alignas(16) float dw[R];
+#pragma GCC unroll 4
+        for (int r = 0; r < R; ++r) {
+            const block_q4_0& wb = reinterpret_cast<const block_q4_0*>(w + r * ws)[b];
+            dw[r] = fp16(wb.d);
+            const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(wb.qs));
+            u[r] = _mm256_and_si256(_mm256_inserti128_si256(_mm256_castsi128_si256(q), _mm_srli_epi16(q, 4), 1),
+                                    _mm256_set1_epi8(0x0f));
+        }
+        const __m128 dw4 = _mm_load_ps(dw);
+#pragma GCC unroll 4
+        for (int t = 0; t < T; ++t) {
+            const block_q8_0& xb = reinterpret_cast<const block_q8_0*>(x + t * xs)[b];
+            const __m256i xq = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xb.qs));
+            const __m256i corr = _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_set1_epi8(8), xq), ones16);
+            __m256i s[R];
+#pragma GCC unroll 4
+            for (int r = 0; r < R; ++r) {
+                s[r] = _mm256_sub_epi32(_mm256_madd_epi16(_mm256_maddubs_epi16(u[r], xq), ones16), corr);
+            }
+            // Per 128-bit half: [row 0, row 1, row 2, row 3] partial sums; the halves added give the totals.
+            const __m256i h = _mm256_hadd_epi32(_mm256_hadd_epi32(s[0], s[1]), _mm256_hadd_epi32(s[2], s[3]));
+            const __m128i totals = _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
+            sum[t] = _mm_fmadd_ps(_mm_cvtepi32_ps(totals), _mm_mul_ps(dw4, _mm_set1_ps(fp16(xb.d))), sum[t]);
+        }
+    }
+#pragma GCC unroll 4
+    for (int t = 0; t < T; ++t) {
+        alignas(16) float out[R];
+        _mm_store_ps(out, sum[t]);
+        for (int r = 0; r < R; ++r) y[t * ldy + r] = out[r];
+    }
+}
+
 // Q4_K / Q6_K against Q8_K (one row, T tokens): ggml's AVX2 recipe bit for bit (kernels/ref/kquant_dot.h):
 // vpmaddubsw of unsigned weights with the activation bytes, vpmaddwd with the sub-block scale, 8 int32 lane sums
 // per super-block accumulated by FMA with d_x * d_w; Q4_K's mins in a 4-lane chain over pairs of sub-blocks;
@@ -295,7 +345,11 @@ void tile(const matmul_weight& w, prepared_x x, float* y, int64_t ldy, int64_t r
             q8_tile<block_q8_0, R, T>(wr, w.row_stride, xt, x.stride, n / qk8_0, yt, ldy);
             break;
         case ggml_type::q4_0:
-            q8_tile<block_q4_0, R, T>(wr, w.row_stride, xt, x.stride, n / qk4_0, yt, ldy);
+            if constexpr (R == 4) {
+                q4_0_tile4<T>(wr, w.row_stride, xt, x.stride, n / qk4_0, yt, ldy);
+            } else {
+                q8_tile<block_q4_0, R, T>(wr, w.row_stride, xt, x.stride, n / qk4_0, yt, ldy);
+            }
             break;
         case ggml_type::q4_k:
             for (int i = 0; i < R; ++i) {
