@@ -3,8 +3,8 @@
 // the pages and the running streams must not wait for it.
 //
 // Two threads: a huge prompt does not hold up every small one behind it, and the executor's threads keep
-// most of the cores. At nice 10: tokenizing is batch work, so where cores are short the I/O thread and the
-// engine's lanes (the running streams) go first; a new request's preparation still gets a share (about a
+// most of the cores. Ten nice levels below the server: tokenizing is batch work, so where cores are short the I/O
+// thread and the engine's lanes (the running streams) go first; a new request's preparation still gets a share (about a
 // tenth of a core against one busy thread at nice 0), so its first token does not starve behind a busy
 // engine. The threads are named troupe-prep (top -H, /proc/<pid>/task/*/comm). /metrics counts the requests
 // waiting for or in the pool (troupe_requests_preparing).
@@ -22,8 +22,8 @@
 
 namespace troupe::server {
 
-// Names the calling thread troupe-prep and lowers its priority to nice 10, once per thread (Linux: the nice
-// value is per thread).
+// Names the calling thread troupe-prep and lowers its priority ten nice levels below the caller's (SCHED_IDLE where
+// that would pass 19), once per thread (Linux: the nice value is per thread).
 void enter_prep_thread();
 
 class prep_pool {
