@@ -29,6 +29,11 @@ using testing::scoped_level;
 
 constexpr float k_rel_tol = 4e-6f;
 
+bool has_level(cpu::dispatch_level level) {
+    const auto levels = cpu::available_levels();
+    return std::find(levels.begin(), levels.end(), level) != levels.end();
+}
+
 std::vector<int64_t> row_lengths(ggml_type type) {
     switch (type) {
         case ggml_type::q4_k:
@@ -99,9 +104,7 @@ INSTANTIATE_TEST_SUITE_P(all_weight_types, matmul_types,
 // bit at every token count (the AVX-512 panels too: test_q8_panels). Before, the AVX2 kernels summed in 8 float lanes.
 // AVX2 has no integer GEMM and does not multiply dequantized floats instead (see the test below).
 TEST(matmul, q4_0_at_the_avx2_level_equals_the_reference_bit_for_bit) {
-    const auto levels = cpu::available_levels();
-    if (std::find(levels.begin(), levels.end(), cpu::dispatch_level::avx2) == levels.end())
-        GTEST_SKIP() << "no AVX2 here";
+    if (!has_level(cpu::dispatch_level::avx2)) GTEST_SKIP() << "no AVX2 here";
     scoped_level scope(cpu::dispatch_level::avx2);
     cpu::thread_pool two(2);
     uint32_t seed = 11;
@@ -128,9 +131,7 @@ TEST(matmul, q4_0_at_the_avx2_level_equals_the_reference_bit_for_bit) {
 // float GEMM on dequantized panels from 24 (int8 recipe) or 6 (float recipe) tokens on made spec/ngram, spec/draft and
 // spec/lookahead part from plain decoding on stories260K-Q8_0 and rand10M-Q4_0 (test_spec) on an AVX2-only machine.
 TEST(matmul, at_the_avx2_level_a_tokens_outputs_do_not_depend_on_the_tokens_beside_it) {
-    const auto levels = cpu::available_levels();
-    if (std::find(levels.begin(), levels.end(), cpu::dispatch_level::avx2) == levels.end())
-        GTEST_SKIP() << "no AVX2 here";
+    if (!has_level(cpu::dispatch_level::avx2)) GTEST_SKIP() << "no AVX2 here";
     scoped_level scope(cpu::dispatch_level::avx2);
     cpu::thread_pool two(2);
     constexpr int64_t n_in = 512, n_out = 19, max_tokens = 70;
