@@ -106,6 +106,13 @@ void float_tile(const uint8_t* w, size_t ws, const float* x, int64_t xs, int64_t
     }
 }
 
+// A Q4_0 block's 32 weights as unsigned nibbles 0..15 in element order (low nibbles, then high).
+inline __m256i q4_0_nibbles(const block_q4_0& b) {
+    const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b.qs));
+    return _mm256_and_si256(_mm256_inserti128_si256(_mm256_castsi128_si256(q), _mm_srli_epi16(q, 4), 1),
+                            _mm256_set1_epi8(0x0f));
+}
+
 // Q8_0 (signed bytes, sign trick) or Q4_0 (nibbles 0..15, minus 8 * sum(x)) against Q8_0 activations.
 // The rows after the tile's (the next tile's, R rows further) are prefetched as the tile runs, a block's worth of all
 // R rows per block: the hardware prefetcher alone, following R interleaved streams that advance 34 bytes per block,
@@ -148,10 +155,7 @@ void q8_tile(const uint8_t* w, size_t ws, const uint8_t* x, size_t xs, int64_t n
                     acc[r][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_set1_ps(dw * dx[t]), acc[r][t]);
                 }
             } else {
-                const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(wb.qs));
-                const __m256i u =
-                    _mm256_and_si256(_mm256_inserti128_si256(_mm256_castsi128_si256(q), _mm_srli_epi16(q, 4), 1),
-                                     _mm256_set1_epi8(0x0f));
+                const __m256i u = q4_0_nibbles(wb);
 #pragma GCC unroll 4
                 for (int t = 0; t < T; ++t) {
                     const __m256i s =
@@ -187,9 +191,7 @@ void q4_0_tile4(const uint8_t* w, size_t ws, const uint8_t* x, size_t xs, int64_
         for (int r = 0; r < R; ++r) {
             const block_q4_0& wb = reinterpret_cast<const block_q4_0*>(w + r * ws)[b];
             dw[r] = fp16(wb.d);
-            const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(wb.qs));
-            u[r] = _mm256_and_si256(_mm256_inserti128_si256(_mm256_castsi128_si256(q), _mm_srli_epi16(q, 4), 1),
-                                    _mm256_set1_epi8(0x0f));
+            u[r] = q4_0_nibbles(wb);
         }
         const __m128 dw4 = _mm_load_ps(dw);
 #pragma GCC unroll 4
