@@ -1,6 +1,6 @@
 // Packing of Q8_0 / Q4_0 weights into row panels (layout in q8_panels.h) and the matmul driver of the panel
 // kernels. Packing runs once at load, in portable C++; the products are in q8_panels_avx512.cpp (quantized
-// activations) and q8_panels_float_act_avx512.cpp (float activations).
+// activations), q8_panels_float_act_avx512.cpp (float activations) and q8_panels_avx2.cpp (quantized, AVX2).
 #include "kernels/cpu/q8_panels.h"
 
 #include <algorithm>
@@ -72,6 +72,7 @@ void matmul_q8_panels(const matmul_weight& w, const float* x, float* y, int64_t 
                       const parallel_for_fn& parallel_for, const row_streamer& streamer) {
     const q8_panel_geometry g = q8_panel_geometry_of(w.type, w.n_in, w.n_out);
     const bool quantized = recipe == activation_recipe::quantized;
+    const bool avx512 = active_level() == dispatch_level::avx512;  // else AVX2 (q8_panels_supported)
     // Activations once per call, [n_blocks][n_tokens] blocks: a tile's tokens are adjacent for every block.
     static thread_local aligned_buffer x_buffer;
     auto* xq = quantized ? x_buffer.as<q8_act_block>(static_cast<size_t>(g.n_blocks * n_tokens)) : nullptr;
@@ -79,7 +80,11 @@ void matmul_q8_panels(const matmul_weight& w, const float* x, float* y, int64_t 
     const auto prepare = [&](int64_t t0, int64_t t1) {
         for (int64_t t = t0; t < t1; ++t) {
             if (quantized) {
-                q8_panels_prepare_avx512(x + t * w.n_in, w.n_in, w.type, xq + t, n_tokens);
+                if (avx512) {
+                    q8_panels_prepare_avx512(x + t * w.n_in, w.n_in, w.type, xq + t, n_tokens);
+                } else {
+                    q8_panels_prepare_avx2(x + t * w.n_in, w.n_in, w.type, xq + t, n_tokens);
+                }
                 continue;
             }
             for (int64_t b = 0; b < g.n_blocks; ++b)
@@ -92,8 +97,10 @@ void matmul_q8_panels(const matmul_weight& w, const float* x, float* y, int64_t 
         for_each_piece(w, p0 * k_panel_rows, r1,
                        [&](const matmul_weight& piece, int64_t first_row, int64_t a, int64_t b) {
                            const int64_t pa = a / k_panel_rows, pb = (b + k_panel_rows - 1) / k_panel_rows;
-                           if (quantized) {
+                           if (quantized && avx512) {
                                q8_panels_product_avx512(piece, xq, n_tokens, y + first_row, w.n_out, pa, pb);
+                           } else if (quantized) {
+                               q8_panels_product_avx2(piece, xq, n_tokens, y + first_row, w.n_out, pa, pb);
                            } else {
                                q8_panels_float_act_avx512(piece, xf, n_tokens, y + first_row, w.n_out, pa, pb);
                            }
@@ -119,8 +126,15 @@ void matmul_q8_panels(const matmul_weight& w, const float* x, float* y, int64_t 
 }  // namespace detail
 
 bool q8_panels_supported(ggml_type type, activation_recipe recipe) {
-    (void)recipe;  // both recipes have panel kernels
-    return detail::is_panel_type(type) && active_level() == dispatch_level::avx512;
+    if (!detail::is_panel_type(type)) return false;
+    switch (active_level()) {
+        case dispatch_level::avx512:
+            return true;  // both recipes have panel kernels
+        case dispatch_level::avx2:
+            return recipe == activation_recipe::quantized;  // the float-activation recipe keeps the row kernels
+        default:
+            return false;
+    }
 }
 
 size_t q8_panels_bytes(const matmul_weight& w) {

@@ -125,7 +125,8 @@ void q8_panels_float_act_avx512(const matmul_weight& w, const float* x, int64_t 
     const q8_panel_geometry g = q8_panel_geometry_of(w.type, w.n_in, w.n_out);
     const auto& tiles = w.type == ggml_type::q8_0 ? k_q8_float_tiles : k_q4_float_tiles;
     for_each_panel_tile(w, g, n_tokens, p0, p1, k_max_tile, static_cast<size_t>(w.n_in) * sizeof(float),
-                        [&](const uint8_t* panel, __mmask16 rows, int64_t p, int64_t t0, int m, bool first) {
+                        [&](const uint8_t* panel, int n_rows, int64_t p, int64_t t0, int m, bool first) {
+                            const auto rows = panel_row_mask(n_rows);
                             tiles[m - 1](panel, g.n_blocks, g.group_bytes, x + t0 * 32, n_tokens,
                                          y + t0 * ldy + p * k_panel_rows, ldy, rows, first);
                         });

@@ -1,6 +1,5 @@
-// Internal: the panel kernels of q8_panels.h (q8_panels_avx512.cpp, q8_panels_float_act_avx512.cpp) and the matmul
-// driver that cpu::matmul
-// calls for weights with panels (q8_panels.cpp).
+// Internal: the panel kernels of q8_panels.h (q8_panels_avx512.cpp, q8_panels_float_act_avx512.cpp,
+// q8_panels_avx2.cpp) and the matmul driver that cpu::matmul calls for weights with panels (q8_panels.cpp).
 #pragma once
 
 #include <cstddef>
@@ -58,5 +57,11 @@ void q8_panels_product_avx512(const matmul_weight& w, const q8_act_block* x, int
 // The float-activation recipe (q8_panels_float_act_avx512.cpp): y as above; x: [n_blocks][n_tokens][32] floats.
 void q8_panels_float_act_avx512(const matmul_weight& w, const float* x, int64_t n_tokens, float* y, int64_t ldy,
                                 int64_t p0, int64_t p1);
+
+// AVX2 kernels (q8_panels_avx2.cpp), quantized activations only; the same contracts as the two above. Q8_0 does not
+// read neg_corr there (its products are signed).
+void q8_panels_prepare_avx2(const float* x, int64_t n_in, ggml_type type, q8_act_block* out, int64_t stride);
+void q8_panels_product_avx2(const matmul_weight& w, const q8_act_block* x, int64_t n_tokens, float* y, int64_t ldy,
+                            int64_t p0, int64_t p1);
 
 }  // namespace troupe::cpu::detail

@@ -1,6 +1,7 @@
-// Internal, for the AVX-512 panel kernel files only (q8_panels_avx512.cpp, q8_panels_float_act_avx512.cpp, both
-// built with the same flags): the walk over panels and token tiles that the integer and float-activation panel
-// kernels share, and the prefetch of the panel stream.
+// Internal, for the panel kernel files only (q8_panels_avx512.cpp, q8_panels_float_act_avx512.cpp,
+// q8_panels_avx2.cpp): the walk over panels and token tiles that the integer and float-activation panel kernels
+// share, and the prefetch of the panel stream. Built with different ISA flags, so everything here is a template or
+// internal to each file (no one out-of-line copy the linker could pick for the wrong level).
 //
 // Loop order: a chunk of tokens whose activations fit in L2 outermost, then the panels of the work item, then
 // tiles of up to max_tile tokens of equal size (within one): a panel (13 KB for Q8_0 n_in 768) is read from
@@ -23,13 +24,19 @@ namespace troupe::cpu::detail {
 constexpr int k_panel_prefetch_distance = 8192;    // bytes ahead of the loads (as the row kernels)
 constexpr size_t k_panel_chunk_bytes = 256 << 10;  // activations per token chunk (an L2 share)
 
-inline void prefetch_panel_ahead(const uint8_t* p, size_t n_bytes) {
+static inline void prefetch_panel_ahead(const uint8_t* p, size_t n_bytes) {
     for (size_t i = 0; i < n_bytes; i += 64)
         _mm_prefetch(reinterpret_cast<const char*>(p) + k_panel_prefetch_distance + i, _MM_HINT_T0);
 }
 
-// Calls tile(panel, rows, t0, m, first) for panels [p0, p1) of w and tiles [t0, t0 + m) of n_tokens: panel is the
-// panel's bytes, rows the mask of its real rows, first whether this is the panel's first tile in this chunk.
+// The lane mask of a panel's n_rows real rows (AVX-512 masked stores).
+static inline uint16_t panel_row_mask(int n_rows) {
+    return static_cast<uint16_t>(n_rows >= 16 ? 0xffff : (1u << n_rows) - 1);
+}
+
+// Calls tile(panel, n_rows, p, t0, m, first) for panels [p0, p1) of w and tiles [t0, t0 + m) of n_tokens: panel is
+// the panel's bytes, n_rows its real rows (16 but in the last panel), first whether this is the panel's first tile in
+// this chunk.
 // token_bytes: the activations of one token (for the chunk size).
 template <class Tile>
 void for_each_panel_tile(const matmul_weight& w, const q8_panel_geometry& g, int64_t n_tokens, int64_t p0, int64_t p1,
@@ -41,13 +48,12 @@ void for_each_panel_tile(const matmul_weight& w, const q8_panel_geometry& g, int
         const int64_t n_tiles = (nc + max_tile - 1) / max_tile;
         const int64_t base = nc / n_tiles, n_longer = nc % n_tiles;
         for (int64_t p = p0; p < p1; ++p) {
-            const int64_t n_rows = std::min<int64_t>(k_panel_rows, w.n_out - p * k_panel_rows);
-            const auto rows = static_cast<__mmask16>(n_rows >= 16 ? 0xffff : (1u << n_rows) - 1);
+            const int n_rows = static_cast<int>(std::min<int64_t>(k_panel_rows, w.n_out - p * k_panel_rows));
             const uint8_t* panel = panels + static_cast<size_t>(p) * g.panel_bytes;
             int64_t t0 = c0;
             for (int64_t i = 0; i < n_tiles; ++i) {
                 const int64_t m = base + (i < n_longer ? 1 : 0);
-                tile(panel, rows, p, t0, static_cast<int>(m), i == 0);
+                tile(panel, n_rows, p, t0, static_cast<int>(m), i == 0);
                 t0 += m;
             }
         }

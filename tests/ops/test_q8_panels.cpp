@@ -2,7 +2,8 @@
 // cpu::matmul with panels set must equal ref::matmul bit for bit (same int sums per block, the same float
 // operations in block order), and stay within the row path's tolerance of it, for row counts that are not a
 // multiple of 16, every token count 1..33 and 512, odd block counts and padded row strides, with 1 and 2
-// threads. With float activations (W8A16) it must stay within float rounding of ref::matmul_float_act
+// threads, at every level this CPU runs that has panel kernels (AVX-512 VNNI; AVX2, quantized activations only).
+// With float activations (W8A16, AVX-512) it must stay within float rounding of ref::matmul_float_act
 // (|y - y_ref| <= 4e-6 * sum_k |w_k x_k|, as the row kernels), 1 and 2 threads bit for bit.
 #include <gtest/gtest.h>
 
@@ -37,9 +38,22 @@ void pack(panel_weight& pw, cpu::thread_pool* pool) {
     pw.with_panels.panels = dst;
 }
 
-bool panels_run_here(ggml_type type) {
-    return cpu::q8_panels_supported(type, cpu::activation_recipe::quantized);
+bool panels_run_here(ggml_type type, cpu::activation_recipe recipe = cpu::activation_recipe::quantized) {
+    return cpu::q8_panels_supported(type, recipe);
 }
+
+// The levels this CPU runs whose kernels have panels for type and recipe.
+std::vector<cpu::dispatch_level> panel_levels(ggml_type type, cpu::activation_recipe recipe) {
+    std::vector<cpu::dispatch_level> levels;
+    for (cpu::dispatch_level level : cpu::available_levels()) {
+        testing::scoped_level scope(level);
+        if (cpu::q8_panels_supported(type, recipe)) levels.push_back(level);
+    }
+    return levels;
+}
+
+const std::vector<cpu::activation_recipe> k_recipes = {cpu::activation_recipe::quantized,
+                                                       cpu::activation_recipe::float32};
 
 // 1..33 (every tile size, one tile and several) and 512 (several token chunks).
 std::vector<int64_t> every_token_count() {
@@ -58,7 +72,8 @@ class q8_panels_types : public ::testing::TestWithParam<ggml_type> {};
 
 TEST_P(q8_panels_types, equal_the_reference_recipe_bit_for_bit_at_every_token_count_and_thread_count) {
     const ggml_type type = GetParam();
-    if (!panels_run_here(type)) GTEST_SKIP() << "no AVX-512 VNNI: the panel kernels do not run on this CPU";
+    const auto levels = panel_levels(type, cpu::activation_recipe::quantized);
+    if (levels.empty()) GTEST_SKIP() << "no AVX2 or AVX-512 VNNI: the panel kernels do not run on this CPU";
     cpu::thread_pool one(1), two(2);
     const shape_case shapes[] = {{32, 1, 0}, {96, 17, 6}, {256, 67, 0}, {768, 40, 0}};
     uint32_t seed = 11;
@@ -67,16 +82,62 @@ TEST_P(q8_panels_types, equal_the_reference_recipe_bit_for_bit_at_every_token_co
         pack(pw, &two);
         for (int64_t n_tokens : every_token_count()) {
             if (n_tokens == 512 && s.n_in > 256) continue;  // keeps the reference's cost down
-            SCOPED_TRACE(std::string(traits(type).name) + " n_in " + std::to_string(s.n_in) + " n_out " +
-                         std::to_string(s.n_out) + " n_tokens " + std::to_string(n_tokens));
             const auto x = random_floats(n_tokens * s.n_in, seed++);
-            std::vector<float> y_ref(n_tokens * s.n_out), y1(y_ref.size(), NAN), y2(y_ref.size(), NAN);
+            std::vector<float> y_ref(n_tokens * s.n_out);
             ref::matmul(pw.base.view, x.data(), y_ref.data(), n_tokens);
-            cpu::matmul(pw.with_panels, x.data(), y1.data(), n_tokens, one);
-            cpu::matmul(pw.with_panels, x.data(), y2.data(), n_tokens, two);
-            for (size_t i = 0; i < y_ref.size(); ++i) {
-                ASSERT_EQ(y1[i], y_ref[i]) << "1 thread, output " << i;
-                ASSERT_EQ(y2[i], y_ref[i]) << "2 threads, output " << i;
+            for (cpu::dispatch_level level : levels) {
+                testing::scoped_level scope(level);
+                SCOPED_TRACE(std::string(traits(type).name) + " n_in " + std::to_string(s.n_in) + " n_out " +
+                             std::to_string(s.n_out) + " n_tokens " + std::to_string(n_tokens) + " level " +
+                             testing::level_name(level));
+                std::vector<float> y1(y_ref.size(), NAN), y2(y_ref.size(), NAN);
+                cpu::matmul(pw.with_panels, x.data(), y1.data(), n_tokens, one);
+                cpu::matmul(pw.with_panels, x.data(), y2.data(), n_tokens, two);
+                for (size_t i = 0; i < y_ref.size(); ++i) {
+                    ASSERT_EQ(y1[i], y_ref[i]) << "1 thread, output " << i;
+                    ASSERT_EQ(y2[i], y_ref[i]) << "2 threads, output " << i;
+                }
+            }
+        }
+    }
+}
+
+// Weights at the extremes of their codes (Q8_0 -128 and 127, Q4_0 0 and 15) against activations quantized to
+// +-127: the int16 partial sums of the AVX2 kernels at their largest must not saturate.
+TEST_P(q8_panels_types, do_not_saturate_at_the_extreme_codes) {
+    const ggml_type type = GetParam();
+    const auto levels = panel_levels(type, cpu::activation_recipe::quantized);
+    if (levels.empty()) GTEST_SKIP() << "no AVX2 or AVX-512 VNNI: the panel kernels do not run on this CPU";
+    const int64_t n_in = 128, n_out = 16;
+    testing::test_weight w = make_weight(type, n_in, n_out, 7);
+    for (int64_t r = 0; r < n_out; ++r) {  // row r: every code at its maximum or minimum, by row parity
+        auto* row = static_cast<uint8_t*>(const_cast<void*>(w.view.data)) + r * w.view.row_stride;
+        for (int64_t b = 0; b < n_in / 32; ++b) {
+            if (type == ggml_type::q8_0) {
+                auto* blk = reinterpret_cast<block_q8_0*>(row) + b;
+                for (auto& q : blk->qs) q = static_cast<int8_t>(r % 2 ? -128 : 127);
+            } else {
+                auto* blk = reinterpret_cast<block_q4_0*>(row) + b;
+                for (auto& q : blk->qs) q = static_cast<uint8_t>(r % 2 ? 0x00 : 0xff);
+            }
+        }
+    }
+    panel_weight pw{std::move(w), {}, {}};
+    pack(pw, nullptr);
+    cpu::thread_pool pool(1);
+    for (float sign : {1.0f, -1.0f}) {
+        std::vector<float> x(2 * n_in);
+        for (int64_t i = 0; i < n_in; ++i) x[i] = sign;                         // token 0: all +-1 -> codes +-127
+        for (int64_t i = 0; i < n_in; ++i) x[n_in + i] = i % 2 ? sign : -sign;  // token 1: alternating
+        std::vector<float> y_ref(2 * n_out);
+        ref::matmul(pw.base.view, x.data(), y_ref.data(), 2);
+        for (cpu::dispatch_level level : levels) {
+            testing::scoped_level scope(level);
+            for (int64_t n_tokens : {1, 2}) {
+                std::vector<float> y(n_tokens * n_out, NAN);
+                cpu::matmul(pw.with_panels, x.data(), y.data(), n_tokens, pool);
+                for (int64_t i = 0; i < n_tokens * n_out; ++i)
+                    ASSERT_EQ(y[i], y_ref[i]) << "level " << testing::level_name(level) << " output " << i;
             }
         }
     }
@@ -84,7 +145,7 @@ TEST_P(q8_panels_types, equal_the_reference_recipe_bit_for_bit_at_every_token_co
 
 TEST_P(q8_panels_types, agree_with_the_row_kernels_within_float_rounding) {
     const ggml_type type = GetParam();
-    if (!panels_run_here(type)) GTEST_SKIP() << "no AVX-512 VNNI: the panel kernels do not run on this CPU";
+    if (!panels_run_here(type)) GTEST_SKIP() << "no AVX2 or AVX-512 VNNI: the panel kernels do not run on this CPU";
     cpu::thread_pool pool(2);
     const int64_t n_in = 512, n_out = 83;
     panel_weight pw{make_weight(type, n_in, n_out, 5), {}, {}};
@@ -109,7 +170,8 @@ TEST_P(q8_panels_types, agree_with_the_row_kernels_within_float_rounding) {
 
 TEST_P(q8_panels_types, with_float_activations_equal_the_float_reference_within_float_rounding) {
     const ggml_type type = GetParam();
-    if (!panels_run_here(type)) GTEST_SKIP() << "no AVX-512 VNNI: the panel kernels do not run on this CPU";
+    if (!panels_run_here(type, cpu::activation_recipe::float32))
+        GTEST_SKIP() << "no AVX-512 VNNI: the float-activation panel kernels do not run on this CPU";
     cpu::thread_pool one(1), two(2);
     const shape_case shapes[] = {{32, 1, 0}, {96, 17, 6}, {256, 67, 0}};
     uint32_t seed = 31;
@@ -171,25 +233,31 @@ TEST(q8_panels, packing_with_a_pool_writes_the_same_bytes_as_without) {
     }
 }
 
-TEST(q8_panels, are_supported_for_q8_0_and_q4_0_at_the_avx512_level_only) {
-    EXPECT_FALSE(cpu::q8_panels_supported(ggml_type::q4_k, cpu::activation_recipe::quantized));
-    EXPECT_FALSE(cpu::q8_panels_supported(ggml_type::f32, cpu::activation_recipe::quantized));
-    const bool avx512 = cpu::active_level() == cpu::dispatch_level::avx512;
-    for (auto recipe : {cpu::activation_recipe::quantized, cpu::activation_recipe::float32}) {
-        EXPECT_EQ(cpu::q8_panels_supported(ggml_type::q8_0, recipe), avx512);
-        EXPECT_EQ(cpu::q8_panels_supported(ggml_type::q4_0, recipe), avx512);
+TEST(q8_panels, are_supported_for_q8_0_and_q4_0_at_avx512_and_for_quantized_activations_at_avx2) {
+    for (cpu::dispatch_level level : cpu::available_levels()) {
+        testing::scoped_level scope(level);
+        SCOPED_TRACE(testing::level_name(level));
+        EXPECT_FALSE(cpu::q8_panels_supported(ggml_type::q4_k, cpu::activation_recipe::quantized));
+        EXPECT_FALSE(cpu::q8_panels_supported(ggml_type::f32, cpu::activation_recipe::quantized));
+        const bool avx512 = level == cpu::dispatch_level::avx512, avx2 = level == cpu::dispatch_level::avx2;
+        for (ggml_type type : {ggml_type::q8_0, ggml_type::q4_0}) {
+            EXPECT_EQ(cpu::q8_panels_supported(type, cpu::activation_recipe::quantized), avx512 || avx2);
+            EXPECT_EQ(cpu::q8_panels_supported(type, cpu::activation_recipe::float32), avx512);
+        }
     }
 }
 
-TEST(q8_panels, never_read_the_rows_with_either_recipe) {
-    if (!panels_run_here(ggml_type::q4_0)) GTEST_SKIP() << "no AVX-512 VNNI: the panel kernels do not run on this CPU";
+TEST(q8_panels, never_read_the_rows_with_a_recipe_they_support) {
+    if (!panels_run_here(ggml_type::q4_0))
+        GTEST_SKIP() << "no AVX2 or AVX-512 VNNI: the panel kernels do not run on this CPU";
     cpu::thread_pool pool(2);
     const int64_t n_in = 128, n_out = 35;
     panel_weight pw{make_weight(ggml_type::q4_0, n_in, n_out, 17), {}, {}};
     pack(pw, &pool);
     matmul_weight panels_only = pw.with_panels;
     panels_only.data = nullptr;  // the loader may drop the rows (q8_panels.h)
-    for (auto recipe : {cpu::activation_recipe::quantized, cpu::activation_recipe::float32}) {
+    for (auto recipe : k_recipes) {
+        if (!panels_run_here(ggml_type::q4_0, recipe)) continue;
         for (int64_t n_tokens : {1, 2, 16, 40}) {
             const auto x = random_floats(n_tokens * n_in, 3);
             std::vector<float> a(n_tokens * n_out), b(a.size());
@@ -201,7 +269,8 @@ TEST(q8_panels, never_read_the_rows_with_either_recipe) {
 }
 
 TEST(q8_panels, through_a_callers_parallel_for_and_parallel_ranges_equal_the_pool_overload) {
-    if (!panels_run_here(ggml_type::q8_0)) GTEST_SKIP() << "no AVX-512 VNNI: the panel kernels do not run on this CPU";
+    if (!panels_run_here(ggml_type::q8_0))
+        GTEST_SKIP() << "no AVX2 or AVX-512 VNNI: the panel kernels do not run on this CPU";
     cpu::thread_pool pool(2);
     const parallel_for_fn host = pool.as_parallel_for();
     int64_t ranged_calls = 0;  // decode-sized steps must stream through the caller's parallel_ranges
@@ -213,7 +282,8 @@ TEST(q8_panels, through_a_callers_parallel_for_and_parallel_ranges_equal_the_poo
     const int64_t n_in = 512, n_out = 67;
     panel_weight pw{make_weight(ggml_type::q8_0, n_in, n_out, 41), {}, {}};
     pack(pw, nullptr);
-    for (auto recipe : {cpu::activation_recipe::quantized, cpu::activation_recipe::float32}) {
+    for (auto recipe : k_recipes) {
+        if (!panels_run_here(ggml_type::q8_0, recipe)) continue;
         for (int64_t n_tokens : {1, 5, 33}) {
             const auto x = random_floats(n_tokens * n_in, 13);
             std::vector<float> a(n_tokens * n_out), b(a.size()), c(a.size());
@@ -228,23 +298,25 @@ TEST(q8_panels, through_a_callers_parallel_for_and_parallel_ranges_equal_the_poo
     }
 }
 
-TEST(q8_panels, a_weight_with_panels_falls_back_to_its_rows_below_the_avx512_level) {
+TEST(q8_panels, a_weight_with_panels_falls_back_to_its_rows_where_the_level_has_no_panel_kernel) {
     cpu::thread_pool pool(2);
     const int64_t n_in = 96, n_out = 17, n_tokens = 3;
     panel_weight pw{make_weight(ggml_type::q8_0, n_in, n_out, 21), {}, {}};
     pack(pw, nullptr);
     const auto x = random_floats(n_tokens * n_in, 4);
+    int fallbacks = 0;
     for (cpu::dispatch_level level : cpu::available_levels()) {
-        if (level == cpu::dispatch_level::avx512) continue;
         testing::scoped_level scope(level);
-        for (auto recipe : {cpu::activation_recipe::quantized, cpu::activation_recipe::float32}) {
-            EXPECT_FALSE(cpu::q8_panels_supported(ggml_type::q8_0, recipe));
+        for (auto recipe : k_recipes) {
+            if (cpu::q8_panels_supported(ggml_type::q8_0, recipe)) continue;
+            ++fallbacks;
             std::vector<float> a(n_tokens * n_out), b(a.size());
             cpu::matmul(pw.base.view, x.data(), a.data(), n_tokens, pool, recipe);
             cpu::matmul(pw.with_panels, x.data(), b.data(), n_tokens, pool, recipe);
             EXPECT_EQ(a, b) << "level " << testing::level_name(level);
         }
     }
+    EXPECT_GT(fallbacks, 0);  // the scalar level (every CPU) has no panel kernel
 }
 
 }  // namespace

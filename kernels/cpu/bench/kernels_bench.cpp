@@ -180,7 +180,8 @@ int main(int argc, char** argv) {
     }
     for (size_t i = 0; i < types.size(); ++i) {
         if (types[i] != ggml_type::f32) rows.push_back({i, cpu::activation_recipe::float32, false});
-        if (!panels[i].views.empty()) rows.push_back({i, cpu::activation_recipe::float32, true});
+        if (!panels[i].views.empty() && cpu::q8_panels_supported(types[i], cpu::activation_recipe::float32))
+            rows.push_back({i, cpu::activation_recipe::float32, true});
     }
     const auto views_of = [&](const bench_row& r) -> const std::vector<matmul_weight>& {
         return r.panels ? panels[r.type_index].views : weights[r.type_index].views;
