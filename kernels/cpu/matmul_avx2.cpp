@@ -489,6 +489,38 @@ void round_f16_avx2(const float* x, float* y, int64_t n) {
     round_f16_scalar(x + i, y + i, n - i);
 }
 
+// ref::quantize_activations_q8_0 eight floats at a time (the same operations on each element: the block's largest
+// |x|, x * (127 / amax) rounded half to even), bit for bit; the scalar version was ~3% of a 110M decode step.
+void quantize_q8_0_avx2(const float* x, block_q8_0* y, int64_t n) {
+    const __m256 sign_bit = _mm256_set1_ps(-0.0f);
+    const __m256i dword_order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);  // undoes the packs' lane interleave
+    for (int64_t b = 0; b < n / qk8_0; ++b) {
+        __m256 v[4];
+        __m256 m = _mm256_setzero_ps();
+#pragma GCC unroll 4
+        for (int i = 0; i < 4; ++i) {
+            v[i] = _mm256_loadu_ps(x + b * qk8_0 + 8 * i);
+            m = _mm256_max_ps(_mm256_andnot_ps(sign_bit, v[i]), m);  // a NaN |x| keeps m, as std::max in ref
+        }
+        __m128 h = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+        h = _mm_max_ps(h, _mm_movehl_ps(h, h));
+        h = _mm_max_ss(h, _mm_movehdup_ps(h));
+        const float amax = _mm_cvtss_f32(h);
+        const float d = amax / 127.0f;
+        const float id = amax != 0.0f ? 127.0f / amax : 0.0f;
+        y[b].d = fp32_to_fp16(d);
+        const __m256 s = _mm256_set1_ps(id);
+        __m256i q[4];
+#pragma GCC unroll 4
+        for (int i = 0; i < 4; ++i) {
+            q[i] = _mm256_cvtps_epi32(
+                _mm256_round_ps(_mm256_mul_ps(v[i], s), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+        }
+        const __m256i bytes = _mm256_packs_epi16(_mm256_packs_epi32(q[0], q[1]), _mm256_packs_epi32(q[2], q[3]));
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(y[b].qs), _mm256_permutevar8x32_epi32(bytes, dword_order));
+    }
+}
+
 }  // namespace
 
 const matmul_kernels& avx2_kernels() {
@@ -510,7 +542,7 @@ const matmul_kernels& avx2_kernels() {
         .gemm_min_tokens_float_act = INT64_MAX,
         .gemm_q8 = nullptr,
         .gemm_q8_rows = 0,
-        .quantize_q8_0 = ref::quantize_activations_q8_0,
+        .quantize_q8_0 = quantize_q8_0_avx2,
         .quantize_q8_k = ref::quantize_row_q8_k,
         .round_f16 = round_f16_avx2,
         .round_bf16 = round_bf16_scalar,
