@@ -1,5 +1,5 @@
-// Q8_0 / Q4_0 weights pre-packed into row panels at load, for integer (VNNI) products against Q8_0 activations
-// that are fast at every token count.
+// Q8_0 / Q4_0 weights pre-packed into row panels at load, for integer products (AVX-512 VNNI, or AVX2 on half a panel
+// per ymm: q8_panels_avx2.cpp) against Q8_0 activations that are fast at every token count.
 //
 // Why: the row-streaming dot kernels (decode) reduce each output horizontally and pay a convert + multiply per
 // row, token and pair of blocks, so a 16-token step costs ~5x a 1-token step; the integer GEMM (prefill)
@@ -49,8 +49,8 @@ namespace troupe::cpu {
 // Rows per panel (one zmm of int32 sums).
 constexpr int64_t q8_panel_rows = 16;
 
-// Whether panels of this weight type are used with this recipe at the active dispatch level (Q8_0 / Q4_0, either
-// recipe, AVX-512 VNNI).
+// Whether panels of this weight type are used with this recipe at the active dispatch level (Q8_0 / Q4_0: either
+// recipe at AVX-512 VNNI, the quantized recipe at AVX2).
 bool q8_panels_supported(ggml_type type, activation_recipe recipe);
 
 // Bytes of the panel form of w (Q8_0 or Q4_0; a multiple of 64).
