@@ -10,9 +10,11 @@
 #include "core/result.h"
 #include "kernels/cpu/aligned_buffer.h"
 #include "kernels/cpu/cpu_features.h"
+#include "kernels/cpu/matmul_kernels.h"
 #include "kernels/cpu/q8_panels_kernels.h"
 #include "kernels/cpu/streamed_rows.h"
 #include "kernels/cpu/weight_pieces.h"
+#include "kernels/fp16.h"
 
 namespace troupe::cpu {
 namespace detail {
@@ -64,6 +66,24 @@ q8_panel_geometry q8_panel_geometry_of(ggml_type type, int64_t n_in, int64_t n_o
     return g;
 }
 
+void q8_panels_prepare(const float* x, int64_t n_in, ggml_type type, q8_act_block* out, int64_t stride) {
+    const int64_t nb = n_in / qk8_0;
+    static thread_local aligned_buffer row_buffer;
+    auto* q = row_buffer.as<block_q8_0>(static_cast<size_t>(nb));
+    const auto quantize =
+        active_level() == dispatch_level::avx512 ? avx512_kernels().quantize_q8_0 : avx2_kernels().quantize_q8_0;
+    quantize(x, q, n_in);
+    const int32_t offset = type == ggml_type::q8_0 ? 128 : 8;
+    for (int64_t b = 0; b < nb; ++b) {
+        q8_act_block& a = out[b * stride];
+        std::memcpy(a.qs, q[b].qs, qk8_0);
+        int32_t sum = 0;
+        for (int i = 0; i < qk8_0; ++i) sum += q[b].qs[i];
+        a.d = fp16_to_fp32(q[b].d);
+        a.neg_corr = -offset * sum;
+    }
+}
+
 bool q8_panels_active(const matmul_weight& w, activation_recipe recipe) {
     return has_panels(w) && q8_panels_supported(w.type, recipe);
 }
@@ -80,11 +100,7 @@ void matmul_q8_panels(const matmul_weight& w, const float* x, float* y, int64_t 
     const auto prepare = [&](int64_t t0, int64_t t1) {
         for (int64_t t = t0; t < t1; ++t) {
             if (quantized) {
-                if (avx512) {
-                    q8_panels_prepare_avx512(x + t * w.n_in, w.n_in, w.type, xq + t, n_tokens);
-                } else {
-                    q8_panels_prepare_avx2(x + t * w.n_in, w.n_in, w.type, xq + t, n_tokens);
-                }
+                q8_panels_prepare(x + t * w.n_in, w.n_in, w.type, xq + t, n_tokens);
                 continue;
             }
             for (int64_t b = 0; b < g.n_blocks; ++b)

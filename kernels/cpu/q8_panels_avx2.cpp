@@ -24,8 +24,6 @@
 
 #include <cstring>
 
-#include "kernels/cpu/aligned_buffer.h"
-#include "kernels/cpu/matmul_kernels.h"
 #include "kernels/cpu/q8_panels_tiles.h"
 
 namespace troupe::cpu::detail {
@@ -40,6 +38,15 @@ inline __m256i broadcast_4_bytes(const int8_t* p) {
     return _mm256_set1_epi32(v);
 }
 
+template <class V, int H, int M>
+__attribute__((always_inline)) inline void fill(V (&v)[H][M], V value) {
+#pragma GCC unroll 2
+    for (int h = 0; h < H; ++h) {
+#pragma GCC unroll 4
+        for (int m = 0; m < M; ++m) v[h][m] = value;
+    }
+}
+
 // The int32 sums of one block for H halves (from `half` on) and M tokens; quads: the block's first quad.
 template <int Q, int H, int M>
 __attribute__((always_inline)) inline void block_sums(const uint8_t* quads, int half, const q8_act_block* xb,
@@ -47,11 +54,7 @@ __attribute__((always_inline)) inline void block_sums(const uint8_t* quads, int 
     const __m256i ones16 = _mm256_set1_epi16(1);
     if constexpr (Q == 8) {
         const __m256i flip = _mm256_set1_epi8(static_cast<char>(0x80));
-#pragma GCC unroll 2
-        for (int h = 0; h < H; ++h) {
-#pragma GCC unroll 4
-            for (int m = 0; m < M; ++m) s[h][m] = _mm256_setzero_si256();
-        }
+        fill(s, _mm256_setzero_si256());
 #pragma GCC unroll 8
         for (int q = 0; q < 8; ++q) {
 #pragma GCC unroll 2
@@ -69,11 +72,7 @@ __attribute__((always_inline)) inline void block_sums(const uint8_t* quads, int 
     } else {
         const __m256i low4 = _mm256_set1_epi8(0x0f);
         __m256i s16[H][M];
-#pragma GCC unroll 2
-        for (int h = 0; h < H; ++h) {
-#pragma GCC unroll 4
-            for (int m = 0; m < M; ++m) s16[h][m] = _mm256_setzero_si256();
-        }
+        fill(s16, _mm256_setzero_si256());
 #pragma GCC unroll 4
         for (int q = 0; q < 4; ++q) {
 #pragma GCC unroll 2
@@ -105,11 +104,7 @@ template <int Q, int H, int M>
 void half_panel_tile(const uint8_t* panel, int64_t nb, size_t group_bytes, const q8_act_block* x, int64_t x_stride,
                      float* y, int64_t ldy, int half, int n_rows, bool prefetch) {
     __m256 acc[H][M];
-#pragma GCC unroll 2
-    for (int h = 0; h < H; ++h) {
-#pragma GCC unroll 4
-        for (int m = 0; m < M; ++m) acc[h][m] = _mm256_setzero_ps();
-    }
+    fill(acc, _mm256_setzero_ps());
     for (int64_t b = 0; b < nb; ++b) {
         const uint8_t* group = panel + static_cast<size_t>(b / 2) * group_bytes;
         if (prefetch && b % 2 == 0) prefetch_panel_ahead(group, group_bytes);
@@ -168,31 +163,9 @@ constexpr auto k_q4_tiles = tile_table<k_max_tile>([]<int M>() { return &panel_t
 
 }  // namespace
 
-void q8_panels_prepare_avx2(const float* x, int64_t n_in, ggml_type type, q8_act_block* out, int64_t stride) {
-    const int64_t nb = n_in / qk8_0;
-    static thread_local aligned_buffer row_buffer;
-    auto* q = row_buffer.as<block_q8_0>(static_cast<size_t>(nb));
-    avx2_kernels().quantize_q8_0(x, q, n_in);  // bit-exact with ref::quantize_activations_q8_0
-    const int32_t offset = type == ggml_type::q8_0 ? 128 : 8;
-    for (int64_t b = 0; b < nb; ++b) {
-        q8_act_block& a = out[b * stride];
-        std::memcpy(a.qs, q[b].qs, qk8_0);
-        int32_t sum = 0;
-        for (int i = 0; i < qk8_0; ++i) sum += q[b].qs[i];
-        a.d = _cvtsh_ss(q[b].d);
-        a.neg_corr = -offset * sum;
-    }
-}
-
 void q8_panels_product_avx2(const matmul_weight& w, const q8_act_block* x, int64_t n_tokens, float* y, int64_t ldy,
                             int64_t p0, int64_t p1) {
-    const q8_panel_geometry g = q8_panel_geometry_of(w.type, w.n_in, w.n_out);
-    const auto& tiles = w.type == ggml_type::q8_0 ? k_q8_tiles : k_q4_tiles;
-    for_each_panel_tile(w, g, n_tokens, p0, p1, k_max_tile, static_cast<size_t>(g.n_blocks) * sizeof(q8_act_block),
-                        [&](const uint8_t* panel, int n_rows, int64_t p, int64_t t0, int m, bool first) {
-                            tiles[m - 1](panel, g.n_blocks, g.group_bytes, x + t0, n_tokens,
-                                         y + t0 * ldy + p * k_panel_rows, ldy, n_rows, first);
-                        });
+    panel_product(w, x, n_tokens, y, ldy, p0, p1, k_q8_tiles, k_q4_tiles);
 }
 
 }  // namespace troupe::cpu::detail
@@ -202,10 +175,6 @@ void q8_panels_product_avx2(const matmul_weight& w, const q8_act_block* x, int64
 #include "core/result.h"
 
 namespace troupe::cpu::detail {
-
-void q8_panels_prepare_avx2(const float*, int64_t, ggml_type, q8_act_block*, int64_t) {
-    TROUPE_ASSERT(false, "q8 panels: built without AVX2");
-}
 
 void q8_panels_product_avx2(const matmul_weight&, const q8_act_block*, int64_t, float*, int64_t, int64_t, int64_t) {
     TROUPE_ASSERT(false, "q8 panels: built without AVX2");

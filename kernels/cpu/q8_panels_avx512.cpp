@@ -24,8 +24,6 @@
 #include <algorithm>
 #include <cstring>
 
-#include "kernels/cpu/aligned_buffer.h"
-#include "kernels/cpu/matmul_kernels.h"
 #include "kernels/cpu/q8_panels_tiles.h"
 
 namespace troupe::cpu::detail {
@@ -84,7 +82,8 @@ __attribute__((always_inline)) inline void block_step(const uint8_t* quads, __m5
 // blocks x[b * x_stride + m].
 template <int Q, int M>
 void panel_tile(const uint8_t* panel, int64_t nb, size_t group_bytes, const q8_act_block* x, int64_t x_stride, float* y,
-                int64_t ldy, __mmask16 rows, bool prefetch) {
+                int64_t ldy, int n_rows, bool prefetch) {
+    const __mmask16 rows = panel_row_mask(n_rows);
     __m512 acc[M];
 #pragma GCC unroll 12
     for (int m = 0; m < M; ++m) acc[m] = _mm512_setzero_ps();
@@ -107,32 +106,9 @@ constexpr auto k_q4_tiles = tile_table<k_max_tile>([]<int M>() { return &panel_t
 
 }  // namespace
 
-void q8_panels_prepare_avx512(const float* x, int64_t n_in, ggml_type type, q8_act_block* out, int64_t stride) {
-    const int64_t nb = n_in / qk8_0;
-    static thread_local aligned_buffer row_buffer;
-    auto* q = row_buffer.as<block_q8_0>(static_cast<size_t>(nb));
-    avx512_kernels().quantize_q8_0(x, q, n_in);  // bit-exact with ref::quantize_activations_q8_0
-    const int32_t offset = type == ggml_type::q8_0 ? 128 : 8;
-    for (int64_t b = 0; b < nb; ++b) {
-        q8_act_block& a = out[b * stride];
-        std::memcpy(a.qs, q[b].qs, qk8_0);
-        int32_t sum = 0;
-        for (int i = 0; i < qk8_0; ++i) sum += q[b].qs[i];
-        a.d = _cvtsh_ss(q[b].d);
-        a.neg_corr = -offset * sum;
-    }
-}
-
 void q8_panels_product_avx512(const matmul_weight& w, const q8_act_block* x, int64_t n_tokens, float* y, int64_t ldy,
                               int64_t p0, int64_t p1) {
-    const q8_panel_geometry g = q8_panel_geometry_of(w.type, w.n_in, w.n_out);
-    const auto& tiles = w.type == ggml_type::q8_0 ? k_q8_tiles : k_q4_tiles;
-    for_each_panel_tile(w, g, n_tokens, p0, p1, k_max_tile, static_cast<size_t>(g.n_blocks) * sizeof(q8_act_block),
-                        [&](const uint8_t* panel, int n_rows, int64_t p, int64_t t0, int m, bool first) {
-                            const auto rows = panel_row_mask(n_rows);
-                            tiles[m - 1](panel, g.n_blocks, g.group_bytes, x + t0, n_tokens,
-                                         y + t0 * ldy + p * k_panel_rows, ldy, rows, first);
-                        });
+    panel_product(w, x, n_tokens, y, ldy, p0, p1, k_q8_tiles, k_q4_tiles);
 }
 
 }  // namespace troupe::cpu::detail
@@ -142,10 +118,6 @@ void q8_panels_product_avx512(const matmul_weight& w, const q8_act_block* x, int
 #include "core/result.h"
 
 namespace troupe::cpu::detail {
-
-void q8_panels_prepare_avx512(const float*, int64_t, ggml_type, q8_act_block*, int64_t) {
-    TROUPE_ASSERT(false, "q8 panels: built without AVX-512");
-}
 
 void q8_panels_product_avx512(const matmul_weight&, const q8_act_block*, int64_t, float*, int64_t, int64_t, int64_t) {
     TROUPE_ASSERT(false, "q8 panels: built without AVX-512");

@@ -44,12 +44,13 @@ struct row_streamer;
 void matmul_q8_panels(const matmul_weight& w, const float* x, float* y, int64_t n_tokens, activation_recipe recipe,
                       const parallel_for_fn& parallel_for, const row_streamer& streamer);
 
+// One token's activations x[n_in] -> blocks out[b * stride] for b < n_in / 32 (the driver lays them out
+// [n_blocks][n_tokens], so the tokens of a tile are adjacent), quantized by the active level's quantizer (bit-exact
+// with ref::quantize_activations_q8_0); `type` is the weight type (the correction). q8_panels.cpp.
+void q8_panels_prepare(const float* x, int64_t n_in, ggml_type type, q8_act_block* out, int64_t stride);
+
 // AVX-512 VNNI kernels (q8_panels_avx512.cpp; they assert where the build has no AVX-512).
 //
-// One token's activations x[n_in] -> blocks out[b * stride] for b < n_in / 32 (the driver lays them out
-// [n_blocks][n_tokens], so the tokens of a tile are adjacent); `type` is the weight type (the correction).
-void q8_panels_prepare_avx512(const float* x, int64_t n_in, ggml_type type, q8_act_block* out, int64_t stride);
-
 // y[t * w.n_out + r] for t < n_tokens and the rows of panels [p0, p1); x: [n_blocks][n_tokens] blocks.
 void q8_panels_product_avx512(const matmul_weight& w, const q8_act_block* x, int64_t n_tokens, float* y, int64_t ldy,
                               int64_t p0, int64_t p1);
@@ -58,9 +59,8 @@ void q8_panels_product_avx512(const matmul_weight& w, const q8_act_block* x, int
 void q8_panels_float_act_avx512(const matmul_weight& w, const float* x, int64_t n_tokens, float* y, int64_t ldy,
                                 int64_t p0, int64_t p1);
 
-// AVX2 kernels (q8_panels_avx2.cpp), quantized activations only; the same contracts as the two above. Q8_0 does not
-// read neg_corr there (its products are signed).
-void q8_panels_prepare_avx2(const float* x, int64_t n_in, ggml_type type, q8_act_block* out, int64_t stride);
+// AVX2 kernel (q8_panels_avx2.cpp), quantized activations only; the contract of q8_panels_product_avx512. Q8_0 does
+// not read neg_corr there (its products are signed).
 void q8_panels_product_avx2(const matmul_weight& w, const q8_act_block* x, int64_t n_tokens, float* y, int64_t ldy,
                             int64_t p0, int64_t p1);
 

@@ -60,6 +60,22 @@ void for_each_panel_tile(const matmul_weight& w, const q8_panel_geometry& g, int
     }
 }
 
+// The integer panel product of one level: panels [p0, p1) of w times the tokens' blocks x ([n_blocks][n_tokens]),
+// tiles of up to N tokens; q8_tiles / q4_tiles[m - 1](panel, n_blocks, group_bytes, x + t0, n_tokens, y tile, ldy,
+// n_rows, first) computes one panel x m tokens.
+template <size_t N, class Tile>
+void panel_product(const matmul_weight& w, const q8_act_block* x, int64_t n_tokens, float* y, int64_t ldy, int64_t p0,
+                   int64_t p1, const std::array<Tile, N>& q8_tiles, const std::array<Tile, N>& q4_tiles) {
+    const q8_panel_geometry g = q8_panel_geometry_of(w.type, w.n_in, w.n_out);
+    const auto& tiles = w.type == ggml_type::q8_0 ? q8_tiles : q4_tiles;
+    for_each_panel_tile(w, g, n_tokens, p0, p1, static_cast<int>(N),
+                        static_cast<size_t>(g.n_blocks) * sizeof(q8_act_block),
+                        [&](const uint8_t* panel, int n_rows, int64_t p, int64_t t0, int m, bool first) {
+                            tiles[m - 1](panel, g.n_blocks, g.group_bytes, x + t0, n_tokens,
+                                         y + t0 * ldy + p * k_panel_rows, ldy, n_rows, first);
+                        });
+}
+
 // The kernel instances for tile sizes 1..N: {make.template operator()<1>(), ..., make.template operator()<N>()},
 // make a lambda []<int M>() { return &kernel<..., M>; }.
 template <int N, class Make>
