@@ -140,40 +140,49 @@ struct avx2 {
     // over d, the softmax's sums kept in lanes, V loaded (and converted) once per four rows.
     static constexpr bool head_kernels = true;
 
+    // kt[d * 16 + jj] = rows[jj][d]. Each 8 x 8 block without lane-crossing permutes (vperm2f128 is 8 micro-ops on a
+    // Zen 1 EPYC; with two per column the transposition was a quarter of a 4096-key decode's attention there): rows i
+    // and i + 4 share a register, one in each 128-bit lane, so 4 x 4 transposes inside the lanes give whole columns.
     template <class T>
     static void transpose_chunk(const T* const* rows, int32_t hd, float* kt) {
         for (int32_t d0 = 0; d0 < hd; d0 += 8) {
             for (int32_t half = 0; half < 2; ++half) {
-                __m256 r[8];
-#pragma GCC unroll 8
-                for (int32_t i = 0; i < 8; ++i) r[i] = row8(rows[8 * half + i] + d0);
-                transpose8(r);
-#pragma GCC unroll 8
-                for (int32_t i = 0; i < 8; ++i) _mm256_store_ps(kt + static_cast<size_t>(d0 + i) * 16 + 8 * half, r[i]);
+                const T* const* rr = rows + 8 * half;
+                __m256 lo[4], hi[4];  // dims d0 .. d0 + 3 and d0 + 4 .. d0 + 7 of rows (i, i + 4)
+#pragma GCC unroll 4
+                for (int32_t i = 0; i < 4; ++i) {
+                    lo[i] = two_rows4(rr[i] + d0, rr[i + 4] + d0);
+                    hi[i] = two_rows4(rr[i] + d0 + 4, rr[i + 4] + d0 + 4);
+                }
+                transpose4_in_lanes(lo);
+                transpose4_in_lanes(hi);
+#pragma GCC unroll 4
+                for (int32_t c = 0; c < 4; ++c) {
+                    _mm256_store_ps(kt + static_cast<size_t>(d0 + c) * 16 + 8 * half, lo[c]);
+                    _mm256_store_ps(kt + static_cast<size_t>(d0 + 4 + c) * 16 + 8 * half, hi[c]);
+                }
             }
         }
     }
-    // r[i] lane j <- r[j] lane i.
-    __attribute__((always_inline)) static void transpose8(__m256* r) {
-        __m256 t[8], u[8];
-#pragma GCC unroll 4
-        for (int32_t i = 0; i < 4; ++i) {
-            t[2 * i] = _mm256_unpacklo_ps(r[2 * i], r[2 * i + 1]);
-            t[2 * i + 1] = _mm256_unpackhi_ps(r[2 * i], r[2 * i + 1]);
-        }
-        // u[4b + c]: column c (128-bit lane 0) and c + 4 (lane 1) of rows 4b .. 4b + 3.
-#pragma GCC unroll 2
-        for (int32_t b = 0; b < 2; ++b) {
-            u[4 * b] = _mm256_shuffle_ps(t[4 * b], t[4 * b + 2], 0x44);
-            u[4 * b + 1] = _mm256_shuffle_ps(t[4 * b], t[4 * b + 2], 0xee);
-            u[4 * b + 2] = _mm256_shuffle_ps(t[4 * b + 1], t[4 * b + 3], 0x44);
-            u[4 * b + 3] = _mm256_shuffle_ps(t[4 * b + 1], t[4 * b + 3], 0xee);
-        }
-#pragma GCC unroll 4
-        for (int32_t c = 0; c < 4; ++c) {
-            r[c] = _mm256_permute2f128_ps(u[c], u[4 + c], 0x20);
-            r[4 + c] = _mm256_permute2f128_ps(u[c], u[4 + c], 0x31);
-        }
+    static __m128 row4(const float* p) {
+        return _mm_loadu_ps(p);
+    }
+    static __m128 row4(const uint16_t* p) {
+        return _mm_cvtph_ps(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
+    }
+    // a's 4 values in the low 128-bit lane, b's in the high one.
+    template <class T>
+    static __m256 two_rows4(const T* a, const T* b) {
+        return _mm256_insertf128_ps(_mm256_castps128_ps256(row4(a)), row4(b), 1);
+    }
+    // In each 128-bit lane: r[c] element j <- r[j] element c.
+    __attribute__((always_inline)) static void transpose4_in_lanes(__m256* r) {
+        const __m256 t0 = _mm256_unpacklo_ps(r[0], r[1]), t1 = _mm256_unpackhi_ps(r[0], r[1]);
+        const __m256 t2 = _mm256_unpacklo_ps(r[2], r[3]), t3 = _mm256_unpackhi_ps(r[2], r[3]);
+        r[0] = _mm256_shuffle_ps(t0, t2, 0x44);
+        r[1] = _mm256_shuffle_ps(t0, t2, 0xee);
+        r[2] = _mm256_shuffle_ps(t1, t3, 0x44);
+        r[3] = _mm256_shuffle_ps(t1, t3, 0xee);
     }
     // sc[r] = scale * (q_r . k_jj for the chunk's 16 keys), rows r < n_rows of q ([n_rows, hd]), from kt.
     static void head_scores(const float* q, int32_t n_rows, const float* kt, int32_t hd, float scale, float (*sc)[16]) {
