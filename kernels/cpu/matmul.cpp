@@ -12,19 +12,22 @@
 #include "kernels/fp16.h"
 
 namespace troupe::cpu {
-namespace {
 
-const detail::matmul_kernels& active_kernels() {
+const detail::matmul_kernels& detail::active_kernels() {
     switch (active_level()) {
         case dispatch_level::scalar:
-            return detail::scalar_kernels();
+            return scalar_kernels();
         case dispatch_level::avx2:
-            return detail::avx2_kernels();
+            return avx2_kernels();
         case dispatch_level::avx512:
-            return detail::avx512_kernels();
+            return avx512_kernels();
     }
-    return detail::scalar_kernels();
+    return scalar_kernels();
 }
+
+namespace {
+
+using detail::active_kernels;
 
 bool is_float_type(ggml_type type) {
     return type == ggml_type::f32 || type == ggml_type::f16 || type == ggml_type::bf16;

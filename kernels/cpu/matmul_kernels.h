@@ -68,6 +68,8 @@ struct matmul_kernels {
 const matmul_kernels& scalar_kernels();
 const matmul_kernels& avx2_kernels();
 const matmul_kernels& avx512_kernels();
+// The table of the active dispatch level (cpu::active_level()); matmul.cpp.
+const matmul_kernels& active_kernels();
 
 // Scalar building blocks other levels fall back to.
 void rows_scalar(const matmul_weight& w, prepared_x x, float* y, int64_t ldy, int64_t n_tokens, int64_t r0, int64_t r1);

@@ -70,9 +70,7 @@ void q8_panels_prepare(const float* x, int64_t n_in, ggml_type type, q8_act_bloc
     const int64_t nb = n_in / qk8_0;
     static thread_local aligned_buffer row_buffer;
     auto* q = row_buffer.as<block_q8_0>(static_cast<size_t>(nb));
-    const auto quantize =
-        active_level() == dispatch_level::avx512 ? avx512_kernels().quantize_q8_0 : avx2_kernels().quantize_q8_0;
-    quantize(x, q, n_in);
+    active_kernels().quantize_q8_0(x, q, n_in);  // bit-exact with ref::quantize_activations_q8_0 at every level
     const int32_t offset = type == ggml_type::q8_0 ? 128 : 8;
     for (int64_t b = 0; b < nb; ++b) {
         q8_act_block& a = out[b * stride];
