@@ -432,6 +432,9 @@ void micro_kernel(const float* panel, const float* xp, int64_t kc, float* y, int
         }
     }
     const __m256i m0 = lane_mask(std::min(nr, 8)), m1 = lane_mask(std::max(nr - 8, 0));
+    // Unrolled like the k loop: indexed by a run-time m here, the accumulators would live in memory and GCC stores all
+    // 12 of them on every k step (one store port: half the FMA rate; F32 prefill 113 -> 215 tokens/s on a Zen 1).
+#pragma GCC unroll 6
     for (int m = 0; m < M; ++m) {
         float* yr = y + m * ldy;
         if (accumulate) {
