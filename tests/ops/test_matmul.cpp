@@ -1,6 +1,6 @@
 // Optimized matmul against the reference recipe (ref::matmul) at every dispatch level this CPU has,
 // on odd shapes (row counts 1, 3, 17, 67; token counts 1, 2, 5 for the dot-product kernels and 33, 130
-// for the GEMM), with 1 and 2 threads.
+// for the GEMM; row lengths up to 1100 for the float types, several GEMM k blocks), with 1 and 2 threads.
 //
 // Tolerance: both sides compute the same recipe (same quantized / rounded activations, exact integer
 // dots), so they differ only by float summation order: |y - y_ref| <= 4e-6 * sum_k |w_k x_k| + 1e-30.
@@ -43,7 +43,7 @@ std::vector<int64_t> row_lengths(ggml_type type) {
         case ggml_type::q4_0:
             return {32, 96, 512};
         default:
-            return {32, 172, 512};
+            return {32, 172, 512, 1100};  // 1100: several k blocks of the GEMMs (256 or 512), the last one ragged
     }
 }
 
