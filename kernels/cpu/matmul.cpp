@@ -35,13 +35,14 @@ bool is_float_type(ggml_type type) {
 
 // Tokens from which the GEMM runs for this weight type and recipe (never where the level has none).
 int64_t gemm_threshold(const detail::matmul_kernels& k, ggml_type type, cpu::activation_recipe recipe) {
-    if (k.gemm == nullptr) return INT64_MAX;
     if (recipe == cpu::activation_recipe::float32) {
+        if (k.gemm == nullptr) return INT64_MAX;
         return is_float_type(type) ? k.gemm_min_tokens_float : k.gemm_min_tokens_float_act;
     }
     switch (type) {
         case ggml_type::q8_0:
         case ggml_type::q4_0:
+            if (k.gemm == nullptr && k.gemm_q8 == nullptr) return INT64_MAX;
             return k.gemm_min_tokens_q8;
         case ggml_type::q4_k:
         case ggml_type::q6_k:
@@ -50,6 +51,7 @@ int64_t gemm_threshold(const detail::matmul_kernels& k, ggml_type type, cpu::act
             if (k.gemm_kquant == nullptr) return INT64_MAX;
             return type == ggml_type::q4_k ? k.gemm_min_tokens_q4_k : k.gemm_min_tokens_q6_k;
         default:
+            if (k.gemm == nullptr) return INT64_MAX;
             return k.gemm_min_tokens_float;
     }
 }

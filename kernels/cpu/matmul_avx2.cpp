@@ -1,9 +1,9 @@
 // The AVX2 level (AVX2, FMA, F16C), for x86-64 CPUs without AVX-512: compiled with those flags only.
 //
-// Dot-product kernels: 4 rows x up to 4 tokens per pass for F32/F16/BF16 (8 floats per FMA) and for
-// Q8_0/Q4_0 (vpmaddubsw on |w| and sign(w) * x for Q8_0; unsigned nibbles minus 8 * sum(x) for Q4_0).
-// Q4_K and Q6_K: one row x up to 4 tokens, vpmaddubsw + vpmaddwd with the scales. GEMM: 6 tokens x 16 rows in 12 ymm
-// accumulators, weights packed as float panels [kc][16], activations as [kc][6].
+// Dot-product kernels: F32/F16/BF16 4 rows x 1 token (decode) or 3 rows x up to 4 tokens (8 floats per FMA, the same
+// sums in the same order either way); Q8_0/Q4_0 4 rows x up to 4 tokens (vpmaddubsw on |w| and sign(w) * x for Q8_0;
+// unsigned nibbles minus 8 * sum(x) for Q4_0); Q4_K and Q6_K one row x up to 4 tokens, vpmaddubsw + vpmaddwd with the
+// scales. No float GEMM: every output's arithmetic is independent of the tile, so of the tokens beside it.
 #include "kernels/cpu/matmul_kernels.h"
 
 #if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
@@ -11,12 +11,9 @@
 #include <immintrin.h>
 
 #include <algorithm>
-#include <array>
 #include <cmath>
 #include <cstring>
-#include <utility>
 
-#include "kernels/cpu/aligned_buffer.h"
 #include "kernels/fp16.h"
 #include "kernels/ref/quants.h"
 
@@ -54,7 +51,6 @@ inline void prefetch_bytes(const uint8_t* at, size_t n) {
 struct load_f32 {
     static constexpr size_t bytes = 4;
     static __m256 full(const uint8_t* p, int64_t k) { return _mm256_loadu_ps(reinterpret_cast<const float*>(p) + k); }
-    static __m128 four(const uint8_t* p, int64_t k) { return _mm_loadu_ps(reinterpret_cast<const float*>(p) + k); }
     static float one(const uint8_t* p, int64_t k) { return reinterpret_cast<const float*>(p)[k]; }
 };
 
@@ -62,9 +58,6 @@ struct load_f16 {
     static constexpr size_t bytes = 2;
     static __m256 full(const uint8_t* p, int64_t k) {
         return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 2 * k)));
-    }
-    static __m128 four(const uint8_t* p, int64_t k) {
-        return _mm_cvtph_ps(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p + 2 * k)));
     }
     static float one(const uint8_t* p, int64_t k) { return fp16_to_fp32(reinterpret_cast<const uint16_t*>(p)[k]); }
 };
@@ -74,10 +67,6 @@ struct load_bf16 {
     static __m256 full(const uint8_t* p, int64_t k) {
         const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 2 * k));
         return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
-    }
-    static __m128 four(const uint8_t* p, int64_t k) {
-        const __m128i h = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p + 2 * k));
-        return _mm_castsi128_ps(_mm_slli_epi32(_mm_cvtepu16_epi32(h), 16));
     }
     static float one(const uint8_t* p, int64_t k) { return bf16_to_fp32(reinterpret_cast<const uint16_t*>(p)[k]); }
 };
@@ -95,17 +84,21 @@ void float_tile(const uint8_t* w, size_t ws, const float* x, int64_t xs, int64_t
     int64_t k = 0;
     for (; k + 8 <= n; k += 8) {
         if constexpr (L::bytes < 4) prefetch_bytes(ahead + (k / 8) * step_bytes, step_bytes);
-        __m256 xv[T];
+        // R weight vectors, then one token's vector at a time: R x T accumulators + R + 1 registers (3 x 4: 16).
+        __m256 wv[R];
 #pragma GCC unroll 4
-        for (int t = 0; t < T; ++t) xv[t] = _mm256_loadu_ps(x + t * xs + k);
+        for (int r = 0; r < R; ++r) wv[r] = L::full(w + r * ws, k);
 #pragma GCC unroll 4
-        for (int r = 0; r < R; ++r) {
-            const __m256 wv = L::full(w + r * ws, k);
+        for (int t = 0; t < T; ++t) {
+            const __m256 xv = _mm256_loadu_ps(x + t * xs + k);
 #pragma GCC unroll 4
-            for (int t = 0; t < T; ++t) acc[r][t] = _mm256_fmadd_ps(wv, xv[t], acc[r][t]);
+            for (int r = 0; r < R; ++r) acc[r][t] = _mm256_fmadd_ps(wv[r], xv, acc[r][t]);
         }
     }
+    // Unrolled: indexed at run time, the accumulators would live in memory (a store each per k step).
+#pragma GCC unroll 4
     for (int r = 0; r < R; ++r) {
+#pragma GCC unroll 4
         for (int t = 0; t < T; ++t) {
             float v = hsum(acc[r][t]);
             for (int64_t i = k; i < n; ++i) v += L::one(w + r * ws, i) * x[t * xs + i];
@@ -396,7 +389,63 @@ void tile_tokens(const matmul_weight& w, prepared_x x, float* y, int64_t ldy, in
     }
 }
 
+// Float weights, several tokens: tiles of 3 rows x 4 tokens (12 accumulators, 3 weight vectors and one token's: all 16
+// registers), each output's arithmetic float_tile's at every tile shape, so a token's outputs do not depend on the
+// tokens beside it (a verified draft, a batch) and equal a one-token decode's bit for bit. This replaced a packed float
+// GEMM (6 tokens x 16 rows), whose sums differ: with its k block at 512 instead of 256, five spec plugins parted from
+// plain decoding on rand10M-F16 (spec_greedy). troupe_kernels_bench 2 128, the same session: F32 prefill 300-311
+// tokens/s here against the GEMM's 287-294, F16 220-226 against 248-294, BF16 259-265 against 248-292.
+template <int R, int T>
+void float_tile_at(const matmul_weight& w, prepared_x x, float* y, int64_t ldy, int64_t r, int64_t t0) {
+    const uint8_t* wr = row_ptr(w, r);
+    const auto* xf = reinterpret_cast<const float*>(static_cast<const uint8_t*>(x.data) + t0 * x.stride);
+    const int64_t xs = static_cast<int64_t>(x.stride / 4);
+    float* yt = y + t0 * ldy + r;
+    switch (w.type) {
+        case ggml_type::f32:
+            float_tile<load_f32, R, T>(wr, w.row_stride, xf, xs, w.n_in, yt, ldy);
+            break;
+        case ggml_type::f16:
+            float_tile<load_f16, R, T>(wr, w.row_stride, xf, xs, w.n_in, yt, ldy);
+            break;
+        default:
+            float_tile<load_bf16, R, T>(wr, w.row_stride, xf, xs, w.n_in, yt, ldy);
+            break;
+    }
+}
+
+template <int R>
+void float_tiles_of_rows(const matmul_weight& w, prepared_x x, float* y, int64_t ldy, int64_t n_tokens, int64_t r) {
+    int64_t t0 = 0;
+    for (; t0 + 4 <= n_tokens; t0 += 4) float_tile_at<R, 4>(w, x, y, ldy, r, t0);
+    switch (n_tokens - t0) {
+        case 3:
+            float_tile_at<R, 3>(w, x, y, ldy, r, t0);
+            break;
+        case 2:
+            float_tile_at<R, 2>(w, x, y, ldy, r, t0);
+            break;
+        case 1:
+            float_tile_at<R, 1>(w, x, y, ldy, r, t0);
+            break;
+        default:
+            break;
+    }
+}
+
+void float_rows_avx2(const matmul_weight& w, prepared_x x, float* y, int64_t ldy, int64_t n_tokens, int64_t r0,
+                     int64_t r1) {
+    int64_t r = r0;
+    for (; r + 3 <= r1; r += 3) float_tiles_of_rows<3>(w, x, y, ldy, n_tokens, r);
+    for (; r < r1; ++r) float_tiles_of_rows<1>(w, x, y, ldy, n_tokens, r);
+}
+
 void rows_avx2(const matmul_weight& w, prepared_x x, float* y, int64_t ldy, int64_t n_tokens, int64_t r0, int64_t r1) {
+    const bool float_weights = w.type == ggml_type::f32 || w.type == ggml_type::f16 || w.type == ggml_type::bf16;
+    if (float_weights && n_tokens >= 2) {
+        float_rows_avx2(w, x, y, ldy, n_tokens, r0, r1);
+        return;
+    }
     int64_t r = r0;
     for (; r + 4 <= r1; r += 4) {
         for (int64_t t0 = 0; t0 < n_tokens; t0 += 4) {
@@ -406,134 +455,6 @@ void rows_avx2(const matmul_weight& w, prepared_x x, float* y, int64_t ldy, int6
     for (; r < r1; ++r) {
         for (int64_t t0 = 0; t0 < n_tokens; t0 += 4) {
             tile_tokens<1>(w, x, y, ldy, r, t0, std::min<int64_t>(4, n_tokens - t0));
-        }
-    }
-}
-
-// ---- GEMM ----
-
-constexpr int k_nr = 16;
-constexpr int k_mr = 6;
-constexpr int k_kc = 256;
-
-inline __m256i lane_mask(int n) {  // first n of 8 int lanes set
-    return _mm256_cmpgt_epi32(_mm256_set1_epi32(n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
-}
-
-template <int M>
-void micro_kernel(const float* panel, const float* xp, int64_t kc, float* y, int64_t ldy, int nr, bool accumulate) {
-    __m256 c0[M], c1[M];
-#pragma GCC unroll 6
-    for (int m = 0; m < M; ++m) {
-        c0[m] = _mm256_setzero_ps();
-        c1[m] = _mm256_setzero_ps();
-    }
-    for (int64_t k = 0; k < kc; ++k) {
-        const __m256 b0 = _mm256_load_ps(panel + k * k_nr);
-        const __m256 b1 = _mm256_load_ps(panel + k * k_nr + 8);
-        const float* a = xp + k * k_mr;
-#pragma GCC unroll 6
-        for (int m = 0; m < M; ++m) {
-            const __m256 av = _mm256_broadcast_ss(a + m);
-            c0[m] = _mm256_fmadd_ps(av, b0, c0[m]);
-            c1[m] = _mm256_fmadd_ps(av, b1, c1[m]);
-        }
-    }
-    const __m256i m0 = lane_mask(std::min(nr, 8)), m1 = lane_mask(std::max(nr - 8, 0));
-    // Unrolled like the k loop: indexed by a run-time m here, the accumulators would live in memory and GCC stores all
-    // 12 of them on every k step (one store port: half the FMA rate; F32 prefill 113 -> 215 tokens/s on a Zen 1).
-#pragma GCC unroll 6
-    for (int m = 0; m < M; ++m) {
-        float* yr = y + m * ldy;
-        if (accumulate) {
-            c0[m] = _mm256_add_ps(c0[m], _mm256_maskload_ps(yr, m0));
-            c1[m] = _mm256_add_ps(c1[m], _mm256_maskload_ps(yr + 8, m1));
-        }
-        _mm256_maskstore_ps(yr, m0, c0[m]);
-        _mm256_maskstore_ps(yr + 8, m1, c1[m]);
-    }
-}
-
-using micro_fn = void (*)(const float*, const float*, int64_t, float*, int64_t, int, bool);
-
-template <size_t... I>
-constexpr std::array<micro_fn, sizeof...(I)> micro_table(std::index_sequence<I...>) {
-    return {&micro_kernel<static_cast<int>(I) + 1>...};
-}
-
-constexpr auto k_micro = micro_table(std::make_index_sequence<k_mr>());
-
-// In each 128-bit lane: r[c] element j <- r[j] element c.
-__attribute__((always_inline)) inline void transpose4_in_lanes(__m256 (&r)[4]) {
-    const __m256 t0 = _mm256_unpacklo_ps(r[0], r[1]), t1 = _mm256_unpackhi_ps(r[0], r[1]);
-    const __m256 t2 = _mm256_unpacklo_ps(r[2], r[3]), t3 = _mm256_unpackhi_ps(r[2], r[3]);
-    r[0] = _mm256_shuffle_ps(t0, t2, 0x44);
-    r[1] = _mm256_shuffle_ps(t0, t2, 0xee);
-    r[2] = _mm256_shuffle_ps(t1, t3, 0x44);
-    r[3] = _mm256_shuffle_ps(t1, t3, 0xee);
-}
-
-// panel[k][16] <- rows p0 .. p0 + 15 of w, elements [k0, k0 + kc) (kc a multiple of 8), as floats: 8 rows x 4
-// elements at a time, rows i and i + 4 sharing a register (one per 128-bit lane) so that 4x4 transposes inside the
-// lanes give whole panel rows; no lane-crossing shuffle (vperm2f128 is 8 micro-ops on a Zen 1). The element-wise copy
-// through dequantize_range it replaces was ~15% of an F32 prefill there.
-template <class L>
-void pack_panel(const matmul_weight& w, int64_t p0, int64_t k0, int64_t kc, float* panel) {
-    for (int half = 0; half < 2; ++half) {
-        const uint8_t* rows[8];
-        for (int i = 0; i < 8; ++i) rows[i] = row_ptr(w, p0 + 8 * half + i);
-        for (int64_t k = k0; k < k0 + kc; k += 4) {
-            __m256 v[4];
-#pragma GCC unroll 4
-            for (int i = 0; i < 4; ++i) {
-                v[i] = _mm256_insertf128_ps(_mm256_castps128_ps256(L::four(rows[i], k)), L::four(rows[i + 4], k), 1);
-            }
-            transpose4_in_lanes(v);
-#pragma GCC unroll 4
-            for (int c = 0; c < 4; ++c) _mm256_store_ps(panel + (k - k0 + c) * k_nr + 8 * half, v[c]);
-        }
-    }
-}
-
-// The same for any type and a panel of nr <= 16 real rows (the rest zero), element by element.
-void pack_panel_any(const matmul_weight& w, int64_t p0, int nr, int64_t k0, int64_t kc, float* panel, float* tmp) {
-    for (int i = 0; i < k_nr; ++i) {
-        if (i < nr) {
-            dequantize_range(w, p0 + i, k0, kc, tmp);
-            for (int64_t k = 0; k < kc; ++k) panel[k * k_nr + i] = tmp[k];
-        } else {
-            for (int64_t k = 0; k < kc; ++k) panel[k * k_nr + i] = 0.0f;
-        }
-    }
-}
-
-void gemm_avx2(const matmul_weight& w, const float* xp, float* y, int64_t ldy, int64_t n_tokens, int64_t r0,
-               int64_t r1) {
-    static thread_local aligned_buffer panel_buf, tmp_buf;
-    const int64_t n = w.n_in;
-    const int64_t n_tiles = (n_tokens + k_mr - 1) / k_mr;
-    float* panel = panel_buf.as<float>(k_kc * k_nr);
-    float* tmp = tmp_buf.as<float>(k_kc);
-    for (int64_t k0 = 0; k0 < n; k0 += k_kc) {
-        const int64_t kc = std::min<int64_t>(k_kc, n - k0);
-        const float* xk = xp + n_tiles * k_mr * k0;  // this k block's packed activations
-        for (int64_t p0 = r0; p0 < r1; p0 += k_nr) {
-            const int nr = static_cast<int>(std::min<int64_t>(k_nr, r1 - p0));
-            if (nr < k_nr || kc % 8 != 0) {
-                pack_panel_any(w, p0, nr, k0, kc, panel, tmp);
-            } else if (w.type == ggml_type::f32) {
-                pack_panel<load_f32>(w, p0, k0, kc, panel);
-            } else if (w.type == ggml_type::f16) {
-                pack_panel<load_f16>(w, p0, k0, kc, panel);
-            } else if (w.type == ggml_type::bf16) {
-                pack_panel<load_bf16>(w, p0, k0, kc, panel);
-            } else {
-                pack_panel_any(w, p0, nr, k0, kc, panel, tmp);
-            }
-            for (int64_t t0 = 0; t0 < n_tokens; t0 += k_mr) {
-                const int mr = static_cast<int>(std::min<int64_t>(k_mr, n_tokens - t0));
-                k_micro[mr - 1](panel, xk + (t0 / k_mr) * kc * k_mr, kc, y + t0 * ldy + p0, ldy, nr, k0 > 0);
-            }
         }
     }
 }
@@ -584,18 +505,18 @@ void quantize_q8_0_avx2(const float* x, block_q8_0* y, int64_t n) {
 const matmul_kernels& avx2_kernels() {
     static const matmul_kernels k{
         .rows = rows_avx2,
-        .gemm = gemm_avx2,
-        .gemm_min_tokens_float = 6,
-        // Quantized weights never take the float GEMM here: its sums are not the dot kernels', so a token's logits
+        .gemm = nullptr,  // no float GEMM: see float_rows_avx2 (float weights) and the next comment
+        .gemm_min_tokens_float = INT64_MAX,
+        // Quantized weights never take a float GEMM here either: its sums are not the dot kernels', so a token's logits
         // would depend on how many tokens share its step (a verified draft tree, a batch) and speculation would
         // change greedy text. The dot kernels' order does not depend on the tile. On a Zen 1 EPYC (2 threads,
         // troupe_kernels_bench 2 128) the int8 dot kernels also prefill faster than the float GEMM did: Q8_0 169
         // against 132 tokens/s, Q4_0 143 against 136; the float-activation recipe (opt-in) gives up 12-35% of its
         // prefill (Q8_0 130 against 148, Q4_K 91 against 141).
         .gemm_min_tokens_q8 = INT64_MAX,
-        .gemm_rows = k_nr,
-        .gemm_mr = k_mr,
-        .gemm_kc = k_kc,
+        .gemm_rows = 0,
+        .gemm_mr = 0,
+        .gemm_kc = 0,
         .rows_float_act = rows_float_act_avx2,
         .gemm_min_tokens_float_act = INT64_MAX,
         .gemm_q8 = nullptr,

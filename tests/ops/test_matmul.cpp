@@ -130,13 +130,16 @@ TEST(matmul, q4_0_at_the_avx2_level_equals_the_reference_bit_for_bit) {
 // order of operations does not depend on the tile, or (Q6_K, int8 recipe) an integer GEMM with their arithmetic; a
 // float GEMM on dequantized panels from 24 (int8 recipe) or 6 (float recipe) tokens on made spec/ngram, spec/draft and
 // spec/lookahead part from plain decoding on stories260K-Q8_0 and rand10M-Q4_0 (test_spec) on an AVX2-only machine.
+// Float weights too: their packed GEMM (from 6 tokens) made five spec plugins part from plain decoding on rand10M-F16
+// once its k block changed from 256 to 512; they now take 3-row x 4-token dot tiles at every token count.
 TEST(matmul, at_the_avx2_level_a_tokens_outputs_do_not_depend_on_the_tokens_beside_it) {
     if (!has_level(cpu::dispatch_level::avx2)) GTEST_SKIP() << "no AVX2 here";
     scoped_level scope(cpu::dispatch_level::avx2);
     cpu::thread_pool two(2);
     constexpr int64_t n_in = 512, n_out = 19, max_tokens = 70;
     const auto x = random_floats(max_tokens * n_in, 5);
-    for (ggml_type type : {ggml_type::q8_0, ggml_type::q4_0, ggml_type::q4_k, ggml_type::q6_k}) {
+    for (ggml_type type : {ggml_type::f32, ggml_type::f16, ggml_type::bf16, ggml_type::q8_0, ggml_type::q4_0,
+                           ggml_type::q4_k, ggml_type::q6_k}) {
         const auto w = make_weight(type, n_in, n_out, 6);
         for (auto recipe : {cpu::activation_recipe::quantized, cpu::activation_recipe::float32}) {
             SCOPED_TRACE(std::string(traits(type).name) +
