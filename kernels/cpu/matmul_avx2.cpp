@@ -416,21 +416,11 @@ void float_tile_at(const matmul_weight& w, prepared_x x, float* y, int64_t ldy, 
 
 template <int R>
 void float_tiles_of_rows(const matmul_weight& w, prepared_x x, float* y, int64_t ldy, int64_t n_tokens, int64_t r) {
+    using tile_fn = void (*)(const matmul_weight&, prepared_x, float*, int64_t, int64_t, int64_t);
+    static constexpr tile_fn tail[4] = {nullptr, float_tile_at<R, 1>, float_tile_at<R, 2>, float_tile_at<R, 3>};
     int64_t t0 = 0;
     for (; t0 + 4 <= n_tokens; t0 += 4) float_tile_at<R, 4>(w, x, y, ldy, r, t0);
-    switch (n_tokens - t0) {
-        case 3:
-            float_tile_at<R, 3>(w, x, y, ldy, r, t0);
-            break;
-        case 2:
-            float_tile_at<R, 2>(w, x, y, ldy, r, t0);
-            break;
-        case 1:
-            float_tile_at<R, 1>(w, x, y, ldy, r, t0);
-            break;
-        default:
-            break;
-    }
+    if (t0 < n_tokens) tail[n_tokens - t0](w, x, y, ldy, r, t0);
 }
 
 void float_rows_avx2(const matmul_weight& w, prepared_x x, float* y, int64_t ldy, int64_t n_tokens, int64_t r0,
