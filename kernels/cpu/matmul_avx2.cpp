@@ -327,22 +327,43 @@ void q6_k_row(const block_q6_k* w, const uint8_t* ahead, const uint8_t* x, size_
     for (int t = 0; t < T; ++t) y[t * ldy] = hsum(acc[t]);
 }
 
+// Float weights, one tile of R rows x T tokens: decode takes 4 x 1 (through tile), several tokens 3 x 4
+// (float_rows_avx2: 12 accumulators, 3 weight vectors and one token's, all 16 registers). Each output's arithmetic is
+// float_tile's at every tile shape, so a token's outputs do not depend on the tokens beside it (a verified draft, a
+// batch) and equal a one-token decode's bit for bit. This replaced a packed float GEMM (6 tokens x 16 rows), whose sums
+// differ: with its k block at 512 instead of 256, five spec plugins parted from plain decoding on rand10M-F16
+// (spec_greedy). troupe_kernels_bench 2 128, the same session: F32 prefill 300-311 tokens/s here against the GEMM's
+// 287-294, F16 220-226 against 248-294, BF16 259-265 against 248-292.
+template <int R, int T>
+void float_tile_at(const matmul_weight& w, prepared_x x, float* y, int64_t ldy, int64_t r, int64_t t0) {
+    const uint8_t* wr = row_ptr(w, r);
+    const auto* xf = reinterpret_cast<const float*>(static_cast<const uint8_t*>(x.data) + t0 * x.stride);
+    const int64_t xs = static_cast<int64_t>(x.stride / 4);
+    float* yt = y + t0 * ldy + r;
+    switch (w.type) {
+        case ggml_type::f32:
+            float_tile<load_f32, R, T>(wr, w.row_stride, xf, xs, w.n_in, yt, ldy);
+            break;
+        case ggml_type::f16:
+            float_tile<load_f16, R, T>(wr, w.row_stride, xf, xs, w.n_in, yt, ldy);
+            break;
+        default:
+            float_tile<load_bf16, R, T>(wr, w.row_stride, xf, xs, w.n_in, yt, ldy);
+            break;
+    }
+}
+
 template <int R, int T>
 void tile(const matmul_weight& w, prepared_x x, float* y, int64_t ldy, int64_t r, int64_t t0) {
     const uint8_t* wr = row_ptr(w, r);
     const auto* xt = static_cast<const uint8_t*>(x.data) + static_cast<size_t>(t0) * x.stride;
     float* yt = y + t0 * ldy + r;
     const int64_t n = w.n_in;
-    const auto* xf = reinterpret_cast<const float*>(xt);
     switch (w.type) {
         case ggml_type::f32:
-            float_tile<load_f32, R, T>(wr, w.row_stride, xf, x.stride / 4, n, yt, ldy);
-            break;
         case ggml_type::f16:
-            float_tile<load_f16, R, T>(wr, w.row_stride, xf, x.stride / 4, n, yt, ldy);
-            break;
         case ggml_type::bf16:
-            float_tile<load_bf16, R, T>(wr, w.row_stride, xf, x.stride / 4, n, yt, ldy);
+            float_tile_at<R, T>(w, x, y, ldy, r, t0);
             break;
         case ggml_type::q8_0:
             q8_tile<block_q8_0, R, T>(wr, w.row_stride, xt, x.stride, n / qk8_0, yt, ldy);
@@ -385,31 +406,6 @@ void tile_tokens(const matmul_weight& w, prepared_x x, float* y, int64_t ldy, in
             break;
         default:
             tile<R, 4>(w, x, y, ldy, r, t0);
-            break;
-    }
-}
-
-// Float weights, several tokens: tiles of 3 rows x 4 tokens (12 accumulators, 3 weight vectors and one token's: all 16
-// registers), each output's arithmetic float_tile's at every tile shape, so a token's outputs do not depend on the
-// tokens beside it (a verified draft, a batch) and equal a one-token decode's bit for bit. This replaced a packed float
-// GEMM (6 tokens x 16 rows), whose sums differ: with its k block at 512 instead of 256, five spec plugins parted from
-// plain decoding on rand10M-F16 (spec_greedy). troupe_kernels_bench 2 128, the same session: F32 prefill 300-311
-// tokens/s here against the GEMM's 287-294, F16 220-226 against 248-294, BF16 259-265 against 248-292.
-template <int R, int T>
-void float_tile_at(const matmul_weight& w, prepared_x x, float* y, int64_t ldy, int64_t r, int64_t t0) {
-    const uint8_t* wr = row_ptr(w, r);
-    const auto* xf = reinterpret_cast<const float*>(static_cast<const uint8_t*>(x.data) + t0 * x.stride);
-    const int64_t xs = static_cast<int64_t>(x.stride / 4);
-    float* yt = y + t0 * ldy + r;
-    switch (w.type) {
-        case ggml_type::f32:
-            float_tile<load_f32, R, T>(wr, w.row_stride, xf, xs, w.n_in, yt, ldy);
-            break;
-        case ggml_type::f16:
-            float_tile<load_f16, R, T>(wr, w.row_stride, xf, xs, w.n_in, yt, ldy);
-            break;
-        default:
-            float_tile<load_bf16, R, T>(wr, w.row_stride, xf, xs, w.n_in, yt, ldy);
             break;
     }
 }
