@@ -28,6 +28,9 @@ cpu_features detect() {
 }
 
 dispatch_level detect_best(const cpu_features& f) {
+#if defined(TROUPE_EMULATED_AVX512)  // kernels/emulation: the AVX-512 kernels run on AVX2 through SIMDe
+    if (f.avx2 && f.fma && f.f16c) return dispatch_level::avx512;
+#endif
     if (f.avx512f && f.avx512bw && f.avx512vl && f.avx512vnni && f.fma && f.f16c) return dispatch_level::avx512;
     if (f.avx2 && f.fma && f.f16c) return dispatch_level::avx2;
     return dispatch_level::scalar;
