@@ -14,6 +14,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "kernels/cpu/float_tile_walk.h"
 #include "kernels/fp16.h"
 #include "kernels/ref/quants.h"
 
@@ -328,30 +329,23 @@ void q6_k_row(const block_q6_k* w, const uint8_t* ahead, const uint8_t* x, size_
 }
 
 // Float weights, one tile of R rows x T tokens: decode takes 4 x 1 (through tile), several tokens 3 x 4
-// (float_rows_avx2: 12 accumulators, 3 weight vectors and one token's, all 16 registers). Each output's arithmetic is
+// (float_tile_walk.h: 12 accumulators, 3 weight vectors and one token's, all 16 registers). Each output's arithmetic is
 // float_tile's at every tile shape, so a token's outputs do not depend on the tokens beside it (a verified draft, a
 // batch) and equal a one-token decode's bit for bit. This replaced a packed float GEMM (6 tokens x 16 rows), whose sums
 // differ: with its k block at 512 instead of 256, five spec plugins parted from plain decoding on rand10M-F16
 // (spec_greedy). troupe_kernels_bench 2 128, the same session: F32 prefill 300-311 tokens/s here against the GEMM's
 // 287-294, F16 220-226 against 248-294, BF16 259-265 against 248-292.
-template <int R, int T>
-void float_tile_at(const matmul_weight& w, prepared_x x, float* y, int64_t ldy, int64_t r, int64_t t0) {
-    const uint8_t* wr = row_ptr(w, r);
-    const auto* xf = reinterpret_cast<const float*>(static_cast<const uint8_t*>(x.data) + t0 * x.stride);
-    const int64_t xs = static_cast<int64_t>(x.stride / 4);
-    float* yt = y + t0 * ldy + r;
-    switch (w.type) {
-        case ggml_type::f32:
-            float_tile<load_f32, R, T>(wr, w.row_stride, xf, xs, w.n_in, yt, ldy);
-            break;
-        case ggml_type::f16:
-            float_tile<load_f16, R, T>(wr, w.row_stride, xf, xs, w.n_in, yt, ldy);
-            break;
-        default:
-            float_tile<load_bf16, R, T>(wr, w.row_stride, xf, xs, w.n_in, yt, ldy);
-            break;
+// Float weights over several tokens: float_tile_walk.h's 3-row x 4-token tiles of float_tile.
+struct float_kernel {
+    using f32 = load_f32;
+    using f16 = load_f16;
+    using bf16 = load_bf16;
+    template <class L, int R, int T>
+    static void tile(const uint8_t* w, size_t ws, const float* x, int64_t xs, int64_t n, float* y, int64_t ldy) {
+        float_tile<L, R, T>(w, ws, x, xs, n, y, ldy);
     }
-}
+};
+using float_tiles_here = float_tiles<float_kernel>;
 
 template <int R, int T>
 void tile(const matmul_weight& w, prepared_x x, float* y, int64_t ldy, int64_t r, int64_t t0) {
@@ -363,7 +357,7 @@ void tile(const matmul_weight& w, prepared_x x, float* y, int64_t ldy, int64_t r
         case ggml_type::f32:
         case ggml_type::f16:
         case ggml_type::bf16:
-            float_tile_at<R, T>(w, x, y, ldy, r, t0);
+            float_tiles_here::at<R, T>(w, x, y, ldy, r, t0);
             break;
         case ggml_type::q8_0:
             q8_tile<block_q8_0, R, T>(wr, w.row_stride, xt, x.stride, n / qk8_0, yt, ldy);
@@ -410,26 +404,10 @@ void tile_tokens(const matmul_weight& w, prepared_x x, float* y, int64_t ldy, in
     }
 }
 
-template <int R>
-void float_tiles_of_rows(const matmul_weight& w, prepared_x x, float* y, int64_t ldy, int64_t n_tokens, int64_t r) {
-    using tile_fn = void (*)(const matmul_weight&, prepared_x, float*, int64_t, int64_t, int64_t);
-    static constexpr tile_fn tail[4] = {nullptr, float_tile_at<R, 1>, float_tile_at<R, 2>, float_tile_at<R, 3>};
-    int64_t t0 = 0;
-    for (; t0 + 4 <= n_tokens; t0 += 4) float_tile_at<R, 4>(w, x, y, ldy, r, t0);
-    if (t0 < n_tokens) tail[n_tokens - t0](w, x, y, ldy, r, t0);
-}
-
-void float_rows_avx2(const matmul_weight& w, prepared_x x, float* y, int64_t ldy, int64_t n_tokens, int64_t r0,
-                     int64_t r1) {
-    int64_t r = r0;
-    for (; r + 3 <= r1; r += 3) float_tiles_of_rows<3>(w, x, y, ldy, n_tokens, r);
-    for (; r < r1; ++r) float_tiles_of_rows<1>(w, x, y, ldy, n_tokens, r);
-}
-
 void rows_avx2(const matmul_weight& w, prepared_x x, float* y, int64_t ldy, int64_t n_tokens, int64_t r0, int64_t r1) {
     const bool float_weights = w.type == ggml_type::f32 || w.type == ggml_type::f16 || w.type == ggml_type::bf16;
     if (float_weights && n_tokens >= 2) {
-        float_rows_avx2(w, x, y, ldy, n_tokens, r0, r1);
+        float_rows_in_tiles<float_tiles_here>(w, x, y, ldy, n_tokens, r0, r1);
         return;
     }
     int64_t r = r0;
@@ -491,7 +469,7 @@ void quantize_q8_0_avx2(const float* x, block_q8_0* y, int64_t n) {
 const matmul_kernels& avx2_kernels() {
     static const matmul_kernels k{
         .rows = rows_avx2,
-        .gemm = nullptr,  // no float GEMM: see float_rows_avx2 (float weights) and the next comment
+        .gemm = nullptr,  // no float GEMM: see float_tile (float weights) and the next comment
         .gemm_min_tokens_float = INT64_MAX,
         // Quantized weights never take a float GEMM here either: its sums are not the dot kernels', so a token's logits
         // would depend on how many tokens share its step (a verified draft tree, a batch) and speculation would

@@ -24,6 +24,7 @@
 #include <utility>
 
 #include "kernels/cpu/aligned_buffer.h"
+#include "kernels/cpu/float_tile_walk.h"
 #include "kernels/cpu/gemm_avx512.h"
 #include "kernels/cpu/kquant_rows_avx512.h"
 #include "kernels/cpu/matmul_avx512_blocks.h"
@@ -54,28 +55,62 @@ inline void prefetch_ahead(const void* p, int n_bytes) {
 // ---------------------------------------------------------------------------------------------------------
 // Float weights
 
-// y[t, r] for R rows at w (stride ws bytes) and T tokens at x (stride xs floats).
-template <class L, int T>
-void float_row(const uint8_t* w, const float* x, int64_t xs, int64_t n, float* y, int64_t ldy) {
-    __m512 acc0[T], acc1[T];  // even and odd steps of 16: two FMA chains per token
-#pragma GCC unroll 4
-    for (int t = 0; t < T; ++t) acc0[t] = acc1[t] = _mm512_setzero_ps();
+// y[t * ldy + r] for R rows at w (stride ws bytes) and T tokens at x (stride xs floats). Each output's arithmetic
+// is the same at every R and T (two FMA chains, the even and the odd steps of 16, a masked tail into the first,
+// then one reduction), so a token's outputs do not depend on the tokens beside it (a verified draft, a batch) and
+// equal a one-token decode's (R = T = 1) bit for bit. Several tokens take 3 x 4 tiles: 24 accumulators, 3 weight
+// vectors and one token's (28 of 32 registers), 3 weight and 4 activation loads per 12 FMAs. This replaced a packed
+// float GEMM from 6 tokens whose sums were not these (see avx512_kernels).
+template <class L, int R, int T>
+void float_tile(const uint8_t* w, size_t ws, const float* x, int64_t xs, int64_t n, float* y, int64_t ldy) {
+    __m512 acc0[R][T], acc1[R][T];  // even and odd steps of 16: two FMA chains per output
+#pragma GCC unroll 12
+    for (int i = 0; i < R * T; ++i) acc0[i / T][i % T] = acc1[i / T][i % T] = _mm512_setzero_ps();
     int64_t k = 0;
     for (; k + 32 <= n; k += 32) {
-        prefetch_ahead(w + k * L::bytes, 32 * L::bytes);
-        const __m512 w0 = L::full(w, k), w1 = L::full(w, k + 16);
+        __m512 wv[R];
+#pragma GCC unroll 3
+        for (int r = 0; r < R; ++r) {
+            prefetch_ahead(w + r * ws + k * L::bytes, 32 * L::bytes);
+            wv[r] = L::full(w + r * ws, k);
+        }
 #pragma GCC unroll 4
         for (int t = 0; t < T; ++t) {
-            acc0[t] = _mm512_fmadd_ps(w0, _mm512_loadu_ps(x + t * xs + k), acc0[t]);
-            acc1[t] = _mm512_fmadd_ps(w1, _mm512_loadu_ps(x + t * xs + k + 16), acc1[t]);
+            const __m512 xv = _mm512_loadu_ps(x + t * xs + k);
+#pragma GCC unroll 3
+            for (int r = 0; r < R; ++r) acc0[r][t] = _mm512_fmadd_ps(wv[r], xv, acc0[r][t]);
+        }
+#pragma GCC unroll 3
+        for (int r = 0; r < R; ++r) wv[r] = L::full(w + r * ws, k + 16);
+#pragma GCC unroll 4
+        for (int t = 0; t < T; ++t) {
+            const __m512 xv = _mm512_loadu_ps(x + t * xs + k + 16);
+#pragma GCC unroll 3
+            for (int r = 0; r < R; ++r) acc1[r][t] = _mm512_fmadd_ps(wv[r], xv, acc1[r][t]);
         }
     }
     for (; k < n; k += 16) {
         const __mmask16 m = static_cast<__mmask16>(n - k >= 16 ? 0xffff : (1u << (n - k)) - 1);
-        const __m512 wv = L::part(w, k, m);
-        for (int t = 0; t < T; ++t) acc0[t] = _mm512_fmadd_ps(wv, _mm512_maskz_loadu_ps(m, x + t * xs + k), acc0[t]);
+#pragma GCC unroll 3
+        for (int r = 0; r < R; ++r) {
+            const __m512 wv = L::part(w + r * ws, k, m);
+#pragma GCC unroll 4
+            for (int t = 0; t < T; ++t) {
+                acc0[r][t] = _mm512_fmadd_ps(wv, _mm512_maskz_loadu_ps(m, x + t * xs + k), acc0[r][t]);
+            }
+        }
     }
-    for (int t = 0; t < T; ++t) y[t * ldy] = _mm512_reduce_add_ps(_mm512_add_ps(acc0[t], acc1[t]));
+    // Unrolled: indexed at run time, the accumulators would live in memory.
+#pragma GCC unroll 3
+    for (int r = 0; r < R; ++r) {
+#pragma GCC unroll 4
+        for (int t = 0; t < T; ++t) y[t * ldy + r] = _mm512_reduce_add_ps(_mm512_add_ps(acc0[r][t], acc1[r][t]));
+    }
+}
+
+template <class L, int T>
+void float_row(const uint8_t* w, const float* x, int64_t xs, int64_t n, float* y, int64_t ldy) {
+    float_tile<L, 1, T>(w, 0, x, xs, n, y, ldy);
 }
 
 // ---------------------------------------------------------------------------------------------------------
@@ -348,6 +383,18 @@ void row_tile(const matmul_weight& w, prepared_x x, const q8_0_pair* pairs, floa
     }
 }
 
+// Float weights over several tokens: float_tile_walk.h's 3-row x 4-token tiles of float_tile.
+struct float_kernel {
+    using f32 = load_f32;
+    using f16 = load_f16;
+    using bf16 = load_bf16;
+    template <class L, int R, int T>
+    static void tile(const uint8_t* w, size_t ws, const float* x, int64_t xs, int64_t n, float* y, int64_t ldy) {
+        float_tile<L, R, T>(w, ws, x, xs, n, y, ldy);
+    }
+};
+using float_tiles_here = float_tiles<float_kernel>;
+
 // One weight row at a time (a single sequential stream per thread is what the memory system serves
 // fastest here; interleaving 4 rows measured 3x slower from DRAM), every token of the step in tiles of
 // up to 4 while the row (or, past 4 tokens, a block of rows) is in cache.
@@ -367,6 +414,11 @@ void rows_avx512(const matmul_weight& w, prepared_x x, float* y, int64_t ldy, in
         const auto* first = reinterpret_cast<const char*>(row_ptr(w, r0));
         const int64_t span = std::min<int64_t>(d, static_cast<int64_t>(w.row_stride) * (r1 - r0));
         for (int64_t i = 0; i < span; i += 64) _mm_prefetch(first + i, _MM_HINT_T0);
+    }
+    const bool float_weights = w.type == ggml_type::f32 || w.type == ggml_type::f16 || w.type == ggml_type::bf16;
+    if (float_weights && n_tokens >= 2) {
+        float_rows_in_tiles<float_tiles_here>(w, x, y, ldy, n_tokens, r0, r1);
+        return;
     }
     if (n_tokens == 1 && kquant_groups_rows(w.type, w.row_stride)) {  // decode: rows in groups of four
         kquant_rows_one_token_avx512(w, static_cast<const block_q8_k*>(x.data), y, r0, r1);
@@ -504,16 +556,23 @@ void round_bf16_avx512(const float* x, float* y, int64_t n) {
 const matmul_kernels& avx512_kernels() {
     static const matmul_kernels k{
         .rows = rows_avx512,
-        .gemm = gemm_avx512,
-        .gemm_min_tokens_float = 6,
-        .gemm_min_tokens_q8 = 24,
-        .gemm_rows = k_avx512_gemm_rows,
-        .gemm_mr = k_avx512_gemm_mr,
-        .gemm_kc = k_avx512_gemm_kc,
+        // No float GEMM and no Q8_0 GEMM on rows, as at the AVX2 level (see the comment there): their sums are not
+        // the dot kernels', so a token's outputs depended on how many tokens shared its step. Float weights take
+        // float_tile's 3 x 4 tiles; Q8_0 / Q4_0 take the panels (kernels.weights: copy, the default) or q8_row
+        // (mmap); the float-activation recipe the dot kernels. test_matmul's at_every_level test, run here with
+        // AVX-512 emulated by SIMDe (kernels/emulation/README.md), failed for F32 from 7 tokens, Q8_0 rows from 24
+        // and the float recipe's Q8_0 from 33 before. Not measured on an AVX-512 CPU: the prefill figures of F32 /
+        // F16 / BF16, of mmap'd Q8_0 / Q4_0 and of the float recipe there may be lower than with the GEMMs.
+        .gemm = nullptr,
+        .gemm_min_tokens_float = INT64_MAX,
+        .gemm_min_tokens_q8 = INT64_MAX,
+        .gemm_rows = 0,
+        .gemm_mr = 0,
+        .gemm_kc = 0,
         .rows_float_act = rows_float_act_avx512,
-        .gemm_min_tokens_float_act = 32,
-        .gemm_q8 = gemm_q8_avx512,
-        .gemm_q8_rows = k_avx512_gemm_q8_rows,
+        .gemm_min_tokens_float_act = INT64_MAX,
+        .gemm_q8 = nullptr,
+        .gemm_q8_rows = 0,
         .quantize_q8_0 = quantize_q8_0_avx512,
         .quantize_q8_k = quantize_q8_k_avx512,
         .round_f16 = round_f16_avx512,

@@ -1,8 +1,7 @@
 // The float-activation recipe (cpu::activation_recipe::float32) against its scalar twin ref::matmul_float_act at
 // every dispatch level this CPU has, on odd shapes: row counts 1, 3, 17 (with padded row stride), 67; token
 // counts 1-4 through matmul for the dequantize-in-registers dot kernels (5-9 by calling them directly: tiles of 4
-// and their remainders), 5-8, 33, 130 for the GEMM on dequantized panels (from gemm_min_tokens on); 1 and 2
-// threads.
+// and their remainders), 5-8, 33, 130 through matmul too (no level has a GEMM for this recipe); 1 and 2 threads.
 //
 // Tolerance: both sides multiply the exactly dequantized weights with the same float activations, so they differ
 // only by float summation order: |y - y_ref| <= 4e-6 * sum_k |w_k x_k| + 1e-30. The scalar level is the reference
@@ -103,7 +102,7 @@ const cpu::detail::matmul_kernels& kernels_of(cpu::dispatch_level level) {
 }
 
 TEST(matmul_float_act, the_dot_kernels_match_the_reference_for_token_counts_past_the_gemm_threshold_too) {
-    // matmul hands 5+ tokens to the GEMM; the dot kernels (tiles of 4 tokens and a remainder) are called directly.
+    // The dot kernels (tiles of 4 tokens and a remainder) called directly.
     for (ggml_type type : {ggml_type::q8_0, ggml_type::q4_0, ggml_type::q4_k, ggml_type::q6_k}) {
         const int64_t n_in = 512, n_out = 9;
         const auto w = make_weight(type, n_in, n_out, 31, 10);
@@ -205,19 +204,13 @@ TEST(matmul_float_act, a_nan_activation_reaches_only_its_tokens_outputs_at_every
     }
 }
 
-// Decode batches (up to 31 sequences on AVX-512) stay on the dot kernels, which dequantize in registers;
-// prefill-sized steps take the GEMM, whose panel packing pays off only over many tokens (crossover
-// measured at about 32 tokens on the 110M shape). At the AVX2 level quantized weights never take it (a token's
-// outputs would depend on its step's other tokens: test_matmul's at_the_avx2_level test).
-TEST(matmul_float_act, uses_the_gemm_for_prefill_sized_steps_for_every_type) {
-    for (ggml_type type : {ggml_type::f32, ggml_type::q8_0, ggml_type::q4_k}) {
-        const int64_t from = cpu::gemm_min_tokens(type, k_float);
-        EXPECT_GE(from, 1);
-        // The AVX2 level has no float GEMM: every type stays on kernels whose sums do not depend on the tile
-        // (test_matmul's at_the_avx2_level_a_tokens_outputs_do_not_depend_on_the_tokens_beside_it).
-        const bool avx2 = cpu::active_level() == cpu::dispatch_level::avx2;
-        if (cpu::active_level() != cpu::dispatch_level::scalar && !avx2) {
-            EXPECT_LE(from, 64) << traits(type).name;
+// No level takes a GEMM for this recipe any more: its sums were not the dot kernels', so a token's outputs depended on
+// the tokens beside it (test_matmul's at_every_level test). Before, AVX-512 took one from 32 tokens.
+TEST(matmul_float_act, every_level_stays_on_the_dot_kernels_at_every_token_count) {
+    for (auto level : cpu::available_levels()) {
+        scoped_level scope(level);
+        for (ggml_type type : {ggml_type::f32, ggml_type::q8_0, ggml_type::q4_0, ggml_type::q4_k, ggml_type::q6_k}) {
+            EXPECT_EQ(cpu::gemm_min_tokens(type, k_float), INT64_MAX) << traits(type).name << " " << cpu::name(level);
         }
     }
 }
