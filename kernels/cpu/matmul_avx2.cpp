@@ -72,41 +72,47 @@ struct load_bf16 {
     static float one(const uint8_t* p, int64_t k) { return bf16_to_fp32(reinterpret_cast<const uint16_t*>(p)[k]); }
 };
 
-template <class L, int R, int T>
-void float_tile(const uint8_t* w, size_t ws, const float* x, int64_t xs, int64_t n, float* y, int64_t ldy) {
-    __m256 acc[R][T];
+struct float_kernel {  // float_tile_walk.h's Kernel
+    using f32 = load_f32;
+    using f16 = load_f16;
+    using bf16 = load_bf16;
+
+    template <class L, int R, int T>
+    static void tile(const uint8_t* w, size_t ws, const float* x, int64_t xs, int64_t n, float* y, int64_t ldy) {
+        __m256 acc[R][T];
 #pragma GCC unroll 16
-    for (int i = 0; i < R * T; ++i) acc[i / T][i % T] = _mm256_setzero_ps();
-    // F16 / BF16: the next tile's rows prefetched as this one runs (see q8_tile), R rows x 8 elements per step walked
-    // linearly (on a Zen 1 EPYC, 2 threads, 110M shape: decode 17.5 -> 11.8 ms). F32 rows, read twice as fast, keep
-    // the hardware prefetcher alone (85-99% of the read bandwidth without).
-    const uint8_t* ahead = w + R * ws;
-    constexpr size_t step_bytes = R * 8 * L::bytes;
-    int64_t k = 0;
-    for (; k + 8 <= n; k += 8) {
-        if constexpr (L::bytes < 4) prefetch_bytes(ahead + (k / 8) * step_bytes, step_bytes);
-        // R weight vectors, then one token's vector at a time: R x T accumulators + R + 1 registers (3 x 4: 16).
-        __m256 wv[R];
+        for (int i = 0; i < R * T; ++i) acc[i / T][i % T] = _mm256_setzero_ps();
+        // F16 / BF16: the next tile's rows prefetched as this one runs (see q8_tile), R rows x 8 elements per step
+        // walked linearly (on a Zen 1 EPYC, 2 threads, 110M shape: decode 17.5 -> 11.8 ms). F32 rows, read twice as
+        // fast, keep the hardware prefetcher alone (85-99% of the read bandwidth without).
+        const uint8_t* ahead = w + R * ws;
+        constexpr size_t step_bytes = R * 8 * L::bytes;
+        int64_t k = 0;
+        for (; k + 8 <= n; k += 8) {
+            if constexpr (L::bytes < 4) prefetch_bytes(ahead + (k / 8) * step_bytes, step_bytes);
+            // R weight vectors, then one token's vector at a time: R x T accumulators + R + 1 registers (3 x 4: 16).
+            __m256 wv[R];
 #pragma GCC unroll 4
-        for (int r = 0; r < R; ++r) wv[r] = L::full(w + r * ws, k);
+            for (int r = 0; r < R; ++r) wv[r] = L::full(w + r * ws, k);
 #pragma GCC unroll 4
-        for (int t = 0; t < T; ++t) {
-            const __m256 xv = _mm256_loadu_ps(x + t * xs + k);
+            for (int t = 0; t < T; ++t) {
+                const __m256 xv = _mm256_loadu_ps(x + t * xs + k);
 #pragma GCC unroll 4
-            for (int r = 0; r < R; ++r) acc[r][t] = _mm256_fmadd_ps(wv[r], xv, acc[r][t]);
+                for (int r = 0; r < R; ++r) acc[r][t] = _mm256_fmadd_ps(wv[r], xv, acc[r][t]);
+            }
+        }
+        // Unrolled: indexed at run time, the accumulators would live in memory (a store each per k step).
+#pragma GCC unroll 4
+        for (int r = 0; r < R; ++r) {
+#pragma GCC unroll 4
+            for (int t = 0; t < T; ++t) {
+                float v = hsum(acc[r][t]);
+                for (int64_t i = k; i < n; ++i) v += L::one(w + r * ws, i) * x[t * xs + i];
+                y[t * ldy + r] = v;
+            }
         }
     }
-    // Unrolled: indexed at run time, the accumulators would live in memory (a store each per k step).
-#pragma GCC unroll 4
-    for (int r = 0; r < R; ++r) {
-#pragma GCC unroll 4
-        for (int t = 0; t < T; ++t) {
-            float v = hsum(acc[r][t]);
-            for (int64_t i = k; i < n; ++i) v += L::one(w + r * ws, i) * x[t * xs + i];
-            y[t * ldy + r] = v;
-        }
-    }
-}
+};
 
 // A Q4_0 block's 32 weights as unsigned nibbles 0..15 in element order (low nibbles, then high).
 inline __m256i q4_0_nibbles(const block_q4_0& b) {
@@ -330,21 +336,12 @@ void q6_k_row(const block_q6_k* w, const uint8_t* ahead, const uint8_t* x, size_
 
 // Float weights, one tile of R rows x T tokens: decode takes 4 x 1 (through tile), several tokens 3 x 4
 // (float_tile_walk.h: 12 accumulators, 3 weight vectors and one token's, all 16 registers). Each output's arithmetic is
-// float_tile's at every tile shape, so a token's outputs do not depend on the tokens beside it (a verified draft, a
-// batch) and equal a one-token decode's bit for bit. This replaced a packed float GEMM (6 tokens x 16 rows), whose sums
-// differ: with its k block at 512 instead of 256, five spec plugins parted from plain decoding on rand10M-F16
-// (spec_greedy). troupe_kernels_bench 2 128, the same session: F32 prefill 300-311 tokens/s here against the GEMM's
-// 287-294, F16 220-226 against 248-294, BF16 259-265 against 248-292.
-// Float weights over several tokens: float_tile_walk.h's 3-row x 4-token tiles of float_tile.
-struct float_kernel {
-    using f32 = load_f32;
-    using f16 = load_f16;
-    using bf16 = load_bf16;
-    template <class L, int R, int T>
-    static void tile(const uint8_t* w, size_t ws, const float* x, int64_t xs, int64_t n, float* y, int64_t ldy) {
-        float_tile<L, R, T>(w, ws, x, xs, n, y, ldy);
-    }
-};
+// float_kernel::tile's at every tile shape, so a token's outputs do not depend on the tokens beside it (a verified
+// draft, a batch) and equal a one-token decode's bit for bit. This replaced a packed float GEMM (6 tokens x 16 rows),
+// whose sums differ: with its k block at 512 instead of 256, five spec plugins parted from plain decoding on
+// rand10M-F16 (spec_greedy). troupe_kernels_bench 2 128, the same session: F32 prefill 300-311 tokens/s here against
+// the GEMM's 287-294, F16 220-226 against 248-294, BF16 259-265 against 248-292. Float weights over several tokens:
+// float_tile_walk.h's 3-row x 4-token tiles of float_kernel::tile.
 using float_tiles_here = float_tiles<float_kernel>;
 
 template <int R, int T>
@@ -469,7 +466,7 @@ void quantize_q8_0_avx2(const float* x, block_q8_0* y, int64_t n) {
 const matmul_kernels& avx2_kernels() {
     static const matmul_kernels k{
         .rows = rows_avx2,
-        .gemm = nullptr,  // no float GEMM: see float_tile (float weights) and the next comment
+        .gemm = nullptr,  // no float GEMM: see float_kernel (float weights) and the next comment
         .gemm_min_tokens_float = INT64_MAX,
         // Quantized weights never take a float GEMM here either: its sums are not the dot kernels', so a token's logits
         // would depend on how many tokens share its step (a verified draft tree, a batch) and speculation would

@@ -61,56 +61,62 @@ inline void prefetch_ahead(const void* p, int n_bytes) {
 // equal a one-token decode's (R = T = 1) bit for bit. Several tokens take 3 x 4 tiles: 24 accumulators, 3 weight
 // vectors and one token's (28 of 32 registers), 3 weight and 4 activation loads per 12 FMAs. This replaced a packed
 // float GEMM from 6 tokens whose sums were not these (see avx512_kernels).
-template <class L, int R, int T>
-void float_tile(const uint8_t* w, size_t ws, const float* x, int64_t xs, int64_t n, float* y, int64_t ldy) {
-    __m512 acc0[R][T], acc1[R][T];  // even and odd steps of 16: two FMA chains per output
+struct float_kernel {  // float_tile_walk.h's Kernel
+    using f32 = load_f32;
+    using f16 = load_f16;
+    using bf16 = load_bf16;
+
+    template <class L, int R, int T>
+    static void tile(const uint8_t* w, size_t ws, const float* x, int64_t xs, int64_t n, float* y, int64_t ldy) {
+        __m512 acc0[R][T], acc1[R][T];  // even and odd steps of 16: two FMA chains per output
 #pragma GCC unroll 12
-    for (int i = 0; i < R * T; ++i) acc0[i / T][i % T] = acc1[i / T][i % T] = _mm512_setzero_ps();
-    int64_t k = 0;
-    for (; k + 32 <= n; k += 32) {
-        __m512 wv[R];
+        for (int i = 0; i < R * T; ++i) acc0[i / T][i % T] = acc1[i / T][i % T] = _mm512_setzero_ps();
+        int64_t k = 0;
+        for (; k + 32 <= n; k += 32) {
+            __m512 wv[R];
 #pragma GCC unroll 3
-        for (int r = 0; r < R; ++r) {
-            prefetch_ahead(w + r * ws + k * L::bytes, 32 * L::bytes);
-            wv[r] = L::full(w + r * ws, k);
-        }
-#pragma GCC unroll 4
-        for (int t = 0; t < T; ++t) {
-            const __m512 xv = _mm512_loadu_ps(x + t * xs + k);
-#pragma GCC unroll 3
-            for (int r = 0; r < R; ++r) acc0[r][t] = _mm512_fmadd_ps(wv[r], xv, acc0[r][t]);
-        }
-#pragma GCC unroll 3
-        for (int r = 0; r < R; ++r) wv[r] = L::full(w + r * ws, k + 16);
-#pragma GCC unroll 4
-        for (int t = 0; t < T; ++t) {
-            const __m512 xv = _mm512_loadu_ps(x + t * xs + k + 16);
-#pragma GCC unroll 3
-            for (int r = 0; r < R; ++r) acc1[r][t] = _mm512_fmadd_ps(wv[r], xv, acc1[r][t]);
-        }
-    }
-    for (; k < n; k += 16) {
-        const __mmask16 m = static_cast<__mmask16>(n - k >= 16 ? 0xffff : (1u << (n - k)) - 1);
-#pragma GCC unroll 3
-        for (int r = 0; r < R; ++r) {
-            const __m512 wv = L::part(w + r * ws, k, m);
+            for (int r = 0; r < R; ++r) {
+                prefetch_ahead(w + r * ws + k * L::bytes, 32 * L::bytes);
+                wv[r] = L::full(w + r * ws, k);
+            }
 #pragma GCC unroll 4
             for (int t = 0; t < T; ++t) {
-                acc0[r][t] = _mm512_fmadd_ps(wv, _mm512_maskz_loadu_ps(m, x + t * xs + k), acc0[r][t]);
+                const __m512 xv = _mm512_loadu_ps(x + t * xs + k);
+#pragma GCC unroll 3
+                for (int r = 0; r < R; ++r) acc0[r][t] = _mm512_fmadd_ps(wv[r], xv, acc0[r][t]);
+            }
+#pragma GCC unroll 3
+            for (int r = 0; r < R; ++r) wv[r] = L::full(w + r * ws, k + 16);
+#pragma GCC unroll 4
+            for (int t = 0; t < T; ++t) {
+                const __m512 xv = _mm512_loadu_ps(x + t * xs + k + 16);
+#pragma GCC unroll 3
+                for (int r = 0; r < R; ++r) acc1[r][t] = _mm512_fmadd_ps(wv[r], xv, acc1[r][t]);
             }
         }
-    }
-    // Unrolled: indexed at run time, the accumulators would live in memory.
+        for (; k < n; k += 16) {
+            const __mmask16 m = static_cast<__mmask16>(n - k >= 16 ? 0xffff : (1u << (n - k)) - 1);
 #pragma GCC unroll 3
-    for (int r = 0; r < R; ++r) {
+            for (int r = 0; r < R; ++r) {
+                const __m512 wv = L::part(w + r * ws, k, m);
 #pragma GCC unroll 4
-        for (int t = 0; t < T; ++t) y[t * ldy + r] = _mm512_reduce_add_ps(_mm512_add_ps(acc0[r][t], acc1[r][t]));
+                for (int t = 0; t < T; ++t) {
+                    acc0[r][t] = _mm512_fmadd_ps(wv, _mm512_maskz_loadu_ps(m, x + t * xs + k), acc0[r][t]);
+                }
+            }
+        }
+        // Unrolled: indexed at run time, the accumulators would live in memory.
+#pragma GCC unroll 3
+        for (int r = 0; r < R; ++r) {
+#pragma GCC unroll 4
+            for (int t = 0; t < T; ++t) y[t * ldy + r] = _mm512_reduce_add_ps(_mm512_add_ps(acc0[r][t], acc1[r][t]));
+        }
     }
-}
+};
 
 template <class L, int T>
 void float_row(const uint8_t* w, const float* x, int64_t xs, int64_t n, float* y, int64_t ldy) {
-    float_tile<L, 1, T>(w, 0, x, xs, n, y, ldy);
+    float_kernel::tile<L, 1, T>(w, 0, x, xs, n, y, ldy);
 }
 
 // ---------------------------------------------------------------------------------------------------------
@@ -383,16 +389,7 @@ void row_tile(const matmul_weight& w, prepared_x x, const q8_0_pair* pairs, floa
     }
 }
 
-// Float weights over several tokens: float_tile_walk.h's 3-row x 4-token tiles of float_tile.
-struct float_kernel {
-    using f32 = load_f32;
-    using f16 = load_f16;
-    using bf16 = load_bf16;
-    template <class L, int R, int T>
-    static void tile(const uint8_t* w, size_t ws, const float* x, int64_t xs, int64_t n, float* y, int64_t ldy) {
-        float_tile<L, R, T>(w, ws, x, xs, n, y, ldy);
-    }
-};
+// Float weights over several tokens: float_tile_walk.h's 3-row x 4-token tiles of float_kernel::tile.
 using float_tiles_here = float_tiles<float_kernel>;
 
 // One weight row at a time (a single sequential stream per thread is what the memory system serves
@@ -558,7 +555,7 @@ const matmul_kernels& avx512_kernels() {
         .rows = rows_avx512,
         // No float GEMM and no Q8_0 GEMM on rows, as at the AVX2 level (see the comment there): their sums are not
         // the dot kernels', so a token's outputs depended on how many tokens shared its step. Float weights take
-        // float_tile's 3 x 4 tiles; Q8_0 / Q4_0 take the panels (kernels.weights: copy, the default) or q8_row
+        // float_kernel's 3 x 4 tiles; Q8_0 / Q4_0 take the panels (kernels.weights: copy, the default) or q8_row
         // (mmap); the float-activation recipe the dot kernels. test_matmul's at_every_level test, run here with
         // AVX-512 emulated by SIMDe (kernels/emulation/README.md), failed for F32 from 7 tokens, Q8_0 rows from 24
         // and the float recipe's Q8_0 from 33 before. Not measured on an AVX-512 CPU: the prefill figures of F32 /
