@@ -249,15 +249,99 @@ struct avx2 {
     template <class T>
     static void head_accumulate(float* acc, int32_t n_rows, const float (*w)[16], const T* const* rows, int32_t n,
                                 int32_t hd) {
-        using rows_fn = void (*)(float*, int32_t, const float(*)[16], const T* const*, int32_t);
+        using rows_fn = void (*)(float*, int32_t, const float*, const T* const*, int32_t);
         static constexpr rows_fn tail[4] = {nullptr, accumulate_rows<1, T>, accumulate_rows<2, T>,
                                             accumulate_rows<3, T>};
         int32_t r = 0;
-        for (; r + 4 <= n_rows; r += 4) accumulate_rows<4, T>(acc + static_cast<size_t>(r) * hd, hd, w + r, rows, n);
-        if (r < n_rows) tail[n_rows - r](acc + static_cast<size_t>(r) * hd, hd, w + r, rows, n);
+        for (; r + 4 <= n_rows; r += 4) accumulate_rows<4, T>(acc + static_cast<size_t>(r) * hd, hd, w[r], rows, n);
+        if (r < n_rows) tail[n_rows - r](acc + static_cast<size_t>(r) * hd, hd, w[r], rows, n);
     }
-    template <int32_t R, class T>
-    static void accumulate_rows(float* acc, int32_t hd, const float (*w)[16], const T* const* rows, int32_t n) {
+
+    // attend_rows_in_lanes' kernels (attention_online.h): blocks of 8 query rows of one kv head, a row per lane.
+    static constexpr int32_t row_lanes = 8;
+    template <class T>
+    static constexpr bool converts_rows = sizeof(T) != sizeof(float);
+
+    // The chunk's n K rows as floats for lane_scores: a float pool's rows as they are, a half pool's converted into
+    // kf ([chunk][hd]); the rows from n on repeat row 0 (their scores are never read).
+    static void float_rows(const float* const* rows, int32_t, int32_t, float*, const float** out) {
+        for (int32_t jj = 0; jj < chunk; ++jj) out[jj] = rows[jj];
+    }
+    static void float_rows(const uint16_t* const* rows, int32_t n, int32_t hd, float* kf, const float** out) {
+        for (int32_t jj = 0; jj < n; ++jj) {
+            copy(kf + static_cast<size_t>(jj) * hd, rows[jj], hd);
+            out[jj] = kf + static_cast<size_t>(jj) * hd;
+        }
+        for (int32_t jj = n; jj < chunk; ++jj) out[jj] = out[0];
+    }
+    // p[jj] = scale * (q_i . k_jj) in lane i for the chunk's keys jj < n (qt [hd][8]: the block's rows transposed),
+    // eight keys at a time: k_jj's element d broadcast against qt[d], the products added over d in order as
+    // score_rows adds them, so each score is score_rows' float. K is read where it lies, never transposed. Out of
+    // line: inlined into the driver, its eight row pointers were reloaded from the stack at every step.
+    __attribute__((noinline)) static void lane_scores(const float* qt, const float* const* k, int32_t n, int32_t hd,
+                                                      float scale, float (*p)[8]) {
+        const __m256 s = _mm256_set1_ps(scale);
+        for (int32_t j0 = 0; j0 < n; j0 += 8) {
+            const float* const* kk = k + j0;
+            __m256 a[8];
+#pragma GCC unroll 8
+            for (int32_t jj = 0; jj < 8; ++jj) a[jj] = _mm256_setzero_ps();
+            for (int32_t d = 0; d < hd; ++d) {
+                const __m256 qd = _mm256_load_ps(qt + static_cast<size_t>(d) * 8);
+#pragma GCC unroll 8
+                for (int32_t jj = 0; jj < 8; ++jj) a[jj] = _mm256_fmadd_ps(_mm256_broadcast_ss(kk[jj] + d), qd, a[jj]);
+            }
+#pragma GCC unroll 8
+            for (int32_t jj = 0; jj < 8; ++jj) _mm256_store_ps(p[j0 + jj], _mm256_mul_ps(a[jj], s));
+        }
+    }
+    // head_softmax's step for blocks b < n_blocks of 8 rows over a chunk's n keys, p[b][jj] holding key jj's scores
+    // of the block's rows: the max, the exponentials and the sums down the lanes. Where a row's max rises, its sum
+    // lanes and accumulator are scaled by expf(m_old - m_new) as head_softmax scales them (the other rows' sum lanes
+    // by 1: exact).
+    static void lane_softmax(float (*p)[chunk][8], int32_t n_blocks, int32_t n, float* m, float (*lsum)[chunk][8],
+                             float* acc, int32_t hd) {
+        for (int32_t b = 0; b < n_blocks; ++b) {
+            __m256 cm = _mm256_load_ps(p[b][0]);
+            for (int32_t jj = 1; jj < n; ++jj) cm = _mm256_max_ps(cm, _mm256_load_ps(p[b][jj]));
+            float* mb = m + 8 * b;
+            const int rise = _mm256_movemask_ps(_mm256_cmp_ps(cm, _mm256_loadu_ps(mb), _CMP_GT_OQ));
+            if (rise != 0) {
+                alignas(32) float new_m[8];
+                alignas(32) float c[8];
+                _mm256_store_ps(new_m, cm);
+                for (int32_t i = 0; i < 8; ++i) {
+                    c[i] = 1.0f;
+                    if ((rise >> i) & 1) {
+                        c[i] = expf(mb[i] - new_m[i]);  // 0 on the first chunk (m = -inf)
+                        float* a = acc + static_cast<size_t>(8 * b + i) * hd;
+                        scale(a, a, c[i], hd);
+                        mb[i] = new_m[i];
+                    }
+                }
+                const __m256 cv = _mm256_load_ps(c);
+                for (int32_t jj = 0; jj < chunk; ++jj) {
+                    _mm256_store_ps(lsum[b][jj], _mm256_mul_ps(_mm256_load_ps(lsum[b][jj]), cv));
+                }
+            }
+            const __m256 mv = _mm256_loadu_ps(mb);
+            for (int32_t jj = 0; jj < n; ++jj) {
+                const __m256 e = exp_nonpositive<avx2>(_mm256_sub_ps(_mm256_load_ps(p[b][jj]), mv));
+                _mm256_store_ps(p[b][jj], e);
+                _mm256_store_ps(lsum[b][jj], _mm256_add_ps(_mm256_load_ps(lsum[b][jj]), e));
+            }
+        }
+    }
+    // acc[i] += sum_{jj < n} p[jj][i] * rows[jj] for the block's 8 rows (acc [8, hd]), as head_accumulate adds them.
+    template <class T>
+    static void lane_accumulate(float* acc, const float (*p)[8], const T* const* rows, int32_t n, int32_t hd) {
+        accumulate_rows<4, T, 1, 8>(acc, hd, p[0], rows, n);
+        accumulate_rows<4, T, 1, 8>(acc + static_cast<size_t>(4) * hd, hd, p[0] + 4, rows, n);
+    }
+    // w[r * RS + jj * KS] is row r's weight of key jj: RS 16, KS 1 for head_softmax's rows of 16 keys; RS 1, KS 8
+    // for lane_softmax's keys of 8 rows.
+    template <int32_t R, class T, int32_t RS = 16, int32_t KS = 1>
+    static void accumulate_rows(float* acc, int32_t hd, const float* w, const T* const* rows, int32_t n) {
         for (int32_t d = 0; d < hd; d += 16) {
             __m256 a[R][2];
 #pragma GCC unroll 4
@@ -269,7 +353,7 @@ struct avx2 {
                 const __m256 v0 = row8(rows[jj] + d), v1 = row8(rows[jj] + d + 8);
 #pragma GCC unroll 4
                 for (int32_t r = 0; r < R; ++r) {
-                    const __m256 wr = _mm256_broadcast_ss(&w[r][jj]);
+                    const __m256 wr = _mm256_broadcast_ss(w + r * RS + jj * KS);
                     a[r][0] = _mm256_fmadd_ps(wr, v0, a[r][0]);
                     a[r][1] = _mm256_fmadd_ps(wr, v1, a[r][1]);
                 }

@@ -173,6 +173,7 @@ struct avx512 {
     // FMAs over d with the query element broadcast (no add tree per row, and each K element loaded and converted once
     // rather than once per query row).
     static constexpr bool head_kernels = true;
+    static constexpr int32_t row_lanes = 0;  // no attend_rows_in_lanes: its 16 lanes take whole chunks of keys
 
     template <class T>
     static void transpose_chunk(const T* const* rows, int32_t hd, float* kt) {

@@ -30,7 +30,8 @@ namespace {
 // (b and v of the pools' element type T: float, or uint16_t halves); for GQA, dots(q, rows, hd, scale, s): s[jj] =
 // scale * q . rows[jj] for a chunk's 16 rows, and accumulate(acc, w, rows, n, hd): acc += sum_{jj < n} w[jj] *
 // rows[jj]; scale(out, acc, f, n): out = f * acc (out may be acc); exp_shifted(s, n, m): s[i] = exp(s[i] - m) for i < n
-// (n <= chunk).
+// (n <= chunk). For GQA groups whose rows fill whole vectors, isa::row_lanes > 0 and its kernels float_rows,
+// lane_scores, lane_softmax and lane_accumulate (attend_rows_in_lanes); 0 where the set has none.
 constexpr int32_t chunk = 16;
 constexpr int32_t prefetch_distance = 4;   // positions ahead whose rows are prefetched
 constexpr int32_t rows_per_pass = 32;      // query rows (kv heads x group) of one pass over the positions
@@ -149,6 +150,94 @@ inline void prefetch_rows(const T* pool, const size_t* offsets, int32_t n, size_
     }
 }
 
+// attend_rows_grouped's whole-head path with a kv head's query rows in vector lanes, isa::row_lanes (L) rows per
+// vector, for GQA groups that are whole multiples of L (8 on AVX2: the 1B shape's 32 heads over 4 kv heads). Each
+// key's element is broadcast against the lanes' query elements (q transposed once per pass, [hd][L] per block of L
+// rows), so K is read as it lies in the pool and never transposed, and the softmax runs down the lanes: one vector
+// per key for the max, the exponentials and the sums. Every score, weight and sum is the float the whole-head
+// kernels compute (the same products added in the same order, the same exponential, each row's sum kept per key lane
+// and reduced by isa::sum_of), so the output is theirs bit for bit. Layouts: p[block][key][lane] and lsum likewise.
+template <class isa, class T, class cursor>
+void attend_rows_in_lanes(const troupe_attention_call& call, int64_t t, int32_t r0, int32_t n_rows, float* acc,
+                          cursor at, int32_t n_keys, rows_out dst) {
+    constexpr int32_t L = isa::row_lanes;
+    constexpr int32_t max_blocks = rows_per_pass / L;
+    const T* k_pool = reinterpret_cast<const T*>(call.k_pool);
+    const T* v_pool = reinterpret_cast<const T*>(call.v_pool);
+    const int32_t group = call.n_heads / call.n_kv_heads;
+    const int32_t hd = call.head_dim;
+    const int32_t n_blocks = n_rows / L;
+    const float* q = call.q + (static_cast<size_t>(t) * call.n_heads + r0) * hd;
+    const float softcap = call.softcap;
+    alignas(64) float qt[acc_floats];              // [block][hd][L]: n_rows x hd <= acc_floats (pass_rows)
+    alignas(64) float p[max_blocks][chunk][L];     // the chunk's scores, then their weights
+    alignas(64) float lsum[max_blocks][chunk][L];  // each row's sum, per key lane
+    alignas(64) float m[rows_per_pass];            // each row's running max
+    alignas(64) float kf[isa::template converts_rows<T> ? chunk * max_head_dim : 1];  // a half pool's K rows, as floats
+    for (int32_t b = 0; b < n_blocks; ++b) {
+        for (int32_t d = 0; d < hd; ++d) {
+            for (int32_t i = 0; i < L; ++i) qt[(static_cast<size_t>(b) * hd + d) * L + i] = q[(b * L + i) * hd + d];
+        }
+    }
+    for (int32_t r = 0; r < n_rows; ++r) m[r] = -INFINITY;
+    for (int32_t b = 0; b < n_blocks; ++b) {
+        for (int32_t jj = 0; jj < chunk; ++jj) {
+            for (int32_t i = 0; i < L; ++i) lsum[b][jj][i] = 0.0f;
+        }
+    }
+    for (int32_t i = 0; i < n_rows * hd; ++i) acc[i] = 0.0f;
+    cursor ahead = at;
+    for (int32_t j = 0; j < chunk && j < n_keys; ++j) (void)ahead.next();
+    size_t offsets[chunk];
+    size_t ahead_offsets[chunk];
+    const size_t head_bytes = static_cast<size_t>(hd) * sizeof(T);
+    const T* rows[chunk];
+    const float* k_rows[chunk];
+    for (int32_t j0 = 0; j0 < n_keys; j0 += chunk) {
+        const int32_t n = n_keys - j0 < chunk ? n_keys - j0 : chunk;
+        int32_t n_ahead = 0;
+        for (int32_t jj = 0; jj < n; ++jj) {
+            offsets[jj] = at.next();
+            if (j0 + chunk + jj < n_keys) ahead_offsets[n_ahead++] = ahead.next();
+        }
+        // Scores, block by block; a kv head's rows (and their prefetches) fetched once for its blocks.
+        int32_t h_rows = -1;
+        for (int32_t b = 0; b < n_blocks; ++b) {
+            const int32_t h = (r0 + b * L) / group;
+            if (h != h_rows) {
+                chunk_rows(k_pool, offsets, n, static_cast<size_t>(h) * hd, rows);
+                prefetch_rows(k_pool, ahead_offsets, n_ahead, static_cast<size_t>(h) * hd, head_bytes);
+                isa::float_rows(rows, n, hd, kf, k_rows);
+                h_rows = h;
+            }
+            isa::lane_scores(qt + static_cast<size_t>(b) * hd * L, k_rows, n, hd, call.scale, p[b]);
+        }
+        if (softcap > 0.0f) {  // Gemma 2: before the max
+            for (int32_t b = 0; b < n_blocks; ++b) cap_scores(p[b][0], L, n, L, softcap);
+        }
+        isa::lane_softmax(p, n_blocks, n, m, lsum, acc, hd);
+        h_rows = -1;
+        for (int32_t b = 0; b < n_blocks; ++b) {
+            const int32_t h = (r0 + b * L) / group;
+            if (h != h_rows) {
+                chunk_rows(v_pool, offsets, n, static_cast<size_t>(h) * hd, rows);
+                prefetch_rows(v_pool, ahead_offsets, n_ahead, static_cast<size_t>(h) * hd, head_bytes);
+                h_rows = h;
+            }
+            isa::lane_accumulate(acc + static_cast<size_t>(b) * L * hd, p[b], rows, n, hd);
+        }
+    }
+    float l[rows_per_pass];
+    for (int32_t b = 0; b < n_blocks; ++b) {
+        for (int32_t i = 0; i < L; ++i) {
+            alignas(64) float row_sum[chunk];
+            for (int32_t jj = 0; jj < chunk; ++jj) row_sum[jj] = lsum[b][jj][i];
+            l[b * L + i] = isa::sum_of(row_sum, chunk);
+        }
+    }
+    finish_rows<isa>(dst, acc, m, l, n_rows, hd);
+}
+
 // attend_rows for GQA/MQA (a group of two or more query rows per kv head): chunk by chunk, a kv head's 16 keys against
 // each of its query rows, the 16 dot products reduced together (isa::dots: a transposing add tree, not a horizontal sum
 // per key) and each row's accumulator loaded and stored once per chunk (isa::accumulate); prefetches one chunk ahead.
@@ -163,6 +252,13 @@ void attend_rows_grouped(const troupe_attention_call& call, int64_t t, int32_t r
     const T* v_pool = reinterpret_cast<const T*>(call.v_pool);
     const int32_t group = call.n_heads / call.n_kv_heads;
     const int32_t hd = call.head_dim;
+    const bool by_head = group >= head_kernel_group && hd % chunk == 0;
+    if constexpr (isa::row_lanes > 0) {
+        constexpr int32_t L = isa::row_lanes;
+        if (by_head && group % L == 0 && r0 % L == 0 && n_rows % L == 0) {
+            return attend_rows_in_lanes<isa, T>(call, t, r0, n_rows, acc, at, n_keys, dst);
+        }
+    }
     const int32_t h_first = r0 / group;
     const int32_t h_last = (r0 + n_rows - 1) / group;
     // The stretch of a position's row this pass reads, for the prefetches.
@@ -189,7 +285,6 @@ void attend_rows_grouped(const troupe_attention_call& call, int64_t t, int32_t r
     // chunk's K transposed once and shared by the group's rows, scores in vectors, the softmax's sums kept in lanes.
     // 1B shape (32 heads, 4 kv heads, head_dim 64), F16 pools, one thread (bench_verify_attention 4096|65536 1 32 4 1
     // f16): 0.31 against 0.66 ms at 4096 keys (in cache), 6.4 against 12.7 ms at 65536 (from DRAM).
-    const bool by_head = group >= head_kernel_group && hd % chunk == 0;
     alignas(64) float kt[isa::head_kernels ? max_head_dim * chunk : 1];    // [head_dim][chunk] K, transposed
     alignas(64) float lsum[isa::head_kernels ? rows_per_pass : 1][chunk];  // by_head: each row's sum, in lanes
     if constexpr (isa::head_kernels) {
