@@ -8,7 +8,11 @@
 //   - with params.activations: bf16 (the default) decode multiplies the same weights by the activations rounded to
 //     bf16 (to nearest even): every kernel gives that product within the summation error of its recipe (the
 //     AVX-512 BF16 kernel sums d (128 + q) x and subtracts 128 d sum x, so its error scales with that), and prefill
-//     is the float product as before.
+//     is the float product as before;
+//   - with params.activations: int16 (the default with the AVX2 kernels) decode multiplies them by the activations
+//     quantized per group to int16 (s = max |x| / 32767, x ~ s round(x / s): quantized here apart from the plugin),
+//     and every kernel forms the recipe's float terms in the scalar twin's order: equal to it bit for bit.
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -82,13 +86,28 @@ TEST_P(w4a16_plugin, every_kernel_gives_the_float_product_of_the_dequantized_wei
     const int g = ref::w4_group_size(c.type);
     const std::vector<float> x = random_floats(static_cast<size_t>(c.n_in * c.n_tokens), 5 + c.n_tokens, -2.0f, 2.0f);
     plugin_host host = real_plugins();
-    for (const char* activations : {"float", "bf16"}) {
+    for (const char* activations : {"float", "bf16", "int16"}) {
         SCOPED_TRACE(activations);
-        // Decode with bf16 activations multiplies by x rounded to bf16; prefill always by x.
+        // Decode with bf16 activations multiplies by x rounded to bf16, with int16 ones by x quantized per group;
+        // prefill always by x.
         const bool rounded = std::string(activations) == "bf16" && c.n_tokens <= 16;
-        std::vector<float> xa = x;
+        const bool int16 = std::string(activations) == "int16" && c.n_tokens <= 16;
+        std::vector<double> xa(x.begin(), x.end());
         if (rounded) {
-            for (float& v : xa) v = to_bf16(v);
+            for (double& v : xa) v = to_bf16(static_cast<float>(v));
+        }
+        if (int16) {
+            for (int64_t t = 0; t < c.n_tokens; ++t) {
+                for (int64_t g0 = 0; g0 < c.n_in; g0 += g) {
+                    double max = 0.0;
+                    for (int64_t i = g0; i < g0 + g; ++i) max = std::max(max, std::fabs(xa[t * c.n_in + i]));
+                    const float s_g = static_cast<float>(max) / 32767.0f, inv = 32767.0f / static_cast<float>(max);
+                    for (int64_t i = g0; i < g0 + g; ++i) {
+                        double& v = xa[t * c.n_in + i];
+                        v = double{s_g} * std::nearbyint(static_cast<float>(v) * inv);
+                    }
+                }
+            }
         }
         // The product in double and the scale of float summation error, per output: sum |w x| for the float
         // recipe; with bf16 activations sum |x| (|d| (128 + q) + |m - 128 d|), the terms the AVX-512 BF16 kernel sums.
@@ -96,12 +115,14 @@ TEST_P(w4a16_plugin, every_kernel_gives_the_float_product_of_the_dequantized_wei
         for (int64_t t = 0; t < c.n_tokens; ++t) {
             for (int64_t o = 0; o < c.n_out; ++o) {
                 for (int64_t i = 0; i < c.n_in; ++i) {
-                    const float w = s.dequantized[o * c.n_in + i], xi = xa[t * c.n_in + i];
-                    exact[t * c.n_out + o] += double{w} * xi;
-                    double scale = std::fabs(double{w});
-                    if (rounded) {
+                    const double w = s.dequantized[o * c.n_in + i], xi = xa[t * c.n_in + i];
+                    exact[t * c.n_out + o] += w * xi;
+                    double scale = std::fabs(w);
+                    if (rounded || int16) {
                         const double d = s.d[o * (c.n_in / g) + i / g], m = s.m[o * (c.n_in / g) + i / g];
-                        scale = std::fabs(d) * (128 + std::round((w - m) / d)) + std::fabs(m - 128 * d);
+                        const double q = std::round((w - m) / d);
+                        scale = rounded ? std::fabs(d) * (128 + q) + std::fabs(m - 128 * d)
+                                        : std::fabs(d) * q + std::fabs(m);
                     }
                     magnitude[t * c.n_out + o] += scale * std::fabs(xi);
                 }
@@ -130,9 +151,9 @@ TEST_P(w4a16_plugin, every_kernel_gives_the_float_product_of_the_dequantized_wei
             }
             if (std::string(kernel) == "scalar") {
                 scalar_y = y;
-            } else if (c.n_tokens > 16) {
+            } else if (c.n_tokens > 16 || int16) {
                 ASSERT_EQ(0, std::memcmp(y.data(), scalar_y.data(), y.size() * sizeof(float)))
-                    << "the prefill tiles' sums differ from the scalar twin's";
+                    << (int16 ? "the int16 decode's" : "the prefill tiles'") << " sums differ from the scalar twin's";
             } else {
                 for (size_t i = 0; i < y.size(); ++i) {  // another summation order: within float summation error
                     ASSERT_LE(std::fabs(y[i] - scalar_y[i]), 4e-6 * magnitude[i] + 1e-6) << "element " << i;

@@ -4,6 +4,7 @@
 // The layout of w4a16_format.h: a span's 64 bytes of codes are two registers of 8 lanes; shifting by 4k and masking
 // gives the codes of weights 16b.. (lanes 0..7) and 16b + 8.. (lanes 8..15) of block b = slot_block(k) as int32, then
 // floats, then weights d * q + m (a multiply, then an add: the reference's values exactly), then FMAs with the tokens.
+#include "w4a16_i16.h"
 #include "w4a16_kernels.h"
 
 #if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
@@ -136,6 +137,118 @@ void decode_avx2(const matrix& w, const float* x, int64_t n_tokens, float* y, in
     }
 }
 
+// ---- decode with int16 activations (w4a16_i16.h) ----------------------------------------------------------------
+
+// Block C (0..3) of a span's codes as 16-bit pairs: lane i of v0 (v1) = (q[32C + i], q[32C + 16 + i]) for i = 0..7
+// (8..15), the pairs the activations' words hold.
+template <int C>
+inline __m256i pair_codes(__m256i v) {
+    if constexpr (C == 3) return _mm256_srli_epi16(v, 12);
+    if constexpr (C == 0) return _mm256_and_si256(v, _mm256_set1_epi16(15));
+    return _mm256_and_si256(_mm256_srli_epi16(v, 4 * C), _mm256_set1_epi16(15));
+}
+inline __m256i pair_codes(__m256i v, int c) {
+    return _mm256_and_si256(_mm256_srl_epi16(v, _mm_cvtsi32_si128(4 * c)), _mm256_set1_epi16(15));
+}
+
+inline int32_t hsum_epi32(__m256i v) {
+    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4e));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xb1));
+    return _mm_cvtsi128_si32(s);
+}
+
+// y[t * ldy] = row r . x of tokens t0 .. t0 + T - 1 by the int16 recipe: each 32-block's codes extracted once and
+// multiplied with each token's words (vpmaddwd), the int32 lanes summed over the group, then the group's float terms
+// as the scalar twin forms them. (Making eight groups' float terms in one vector measured no faster on Zen 1: the
+// multiply-adds bound it.)
+template <int G, int T>
+void row_dot_i16(const matrix& w, int64_t r, const i16_activations& a, int64_t t0, float* y, int64_t ldy) {
+    constexpr int64_t blocks_per_group = G / 32;
+    const uint8_t* spans = w.spans(r);
+    const float* sc = w.scales(r);
+    const int16_t* x[T];
+    const float* s[T];
+    const int32_t* xsum[T];
+    float acc[T];
+    __m256i isum[T];
+    for (int t = 0; t < T; ++t) {
+        x[t] = a.x + (t0 + t) * a.n_in;
+        s[t] = a.s + (t0 + t) * a.n_groups;
+        xsum[t] = a.xsum + (t0 + t) * a.n_groups;
+        acc[t] = 0.0f;
+        isum[t] = _mm256_setzero_si256();
+    }
+    auto block = [&](__m256i c0, __m256i c1, int64_t j) {  // j: the 32-block's index in the row
+        for (int t = 0; t < T; ++t) {
+            const int16_t* xj = x[t] + 32 * j;
+            const __m256i p0 = _mm256_madd_epi16(c0, _mm256_load_si256(reinterpret_cast<const __m256i*>(xj)));
+            const __m256i p1 = _mm256_madd_epi16(c1, _mm256_load_si256(reinterpret_cast<const __m256i*>(xj + 16)));
+            isum[t] = _mm256_add_epi32(isum[t], _mm256_add_epi32(p0, p1));
+        }
+        if ((j + 1) % blocks_per_group == 0) {
+            const int64_t gi = j / blocks_per_group;
+            const float d = sc[2 * gi], m = sc[2 * gi + 1];
+            for (int t = 0; t < T; ++t) {
+                const float dq = static_cast<float>(hsum_epi32(isum[t])) * d;
+                const float mq = static_cast<float>(xsum[t][gi]) * m;
+                acc[t] += s[t][gi] * (dq + mq);
+                isum[t] = _mm256_setzero_si256();
+            }
+        }
+    };
+    const int64_t n_full = w.n_in / k_span;
+    for (int64_t sp_i = 0; sp_i < n_full; ++sp_i) {
+        const uint8_t* sp = spans + sp_i * k_span_bytes;
+        _mm_prefetch(reinterpret_cast<const char*>(sp) + k_prefetch_distance, _MM_HINT_T0);
+        const __m256i v0 = _mm256_load_si256(reinterpret_cast<const __m256i*>(sp));
+        const __m256i v1 = _mm256_load_si256(reinterpret_cast<const __m256i*>(sp + 32));
+        block(pair_codes<0>(v0), pair_codes<0>(v1), 4 * sp_i);
+        block(pair_codes<1>(v0), pair_codes<1>(v1), 4 * sp_i + 1);
+        block(pair_codes<2>(v0), pair_codes<2>(v1), 4 * sp_i + 2);
+        block(pair_codes<3>(v0), pair_codes<3>(v1), 4 * sp_i + 3);
+    }
+    if (const int64_t rest = w.n_in - n_full * k_span; rest > 0) {  // a short last span: 1 .. 3 blocks of 32
+        const uint8_t* sp = spans + n_full * k_span_bytes;
+        const __m256i v0 = _mm256_load_si256(reinterpret_cast<const __m256i*>(sp));
+        const __m256i v1 = _mm256_load_si256(reinterpret_cast<const __m256i*>(sp + 32));
+        for (int c = 0; c < rest / 32; ++c) block(pair_codes(v0, c), pair_codes(v1, c), 4 * n_full + c);
+    }
+    for (int t = 0; t < T; ++t) y[t * ldy] = acc[t];
+}
+
+template <int G>
+void decode_i16_g(const matrix& w, const i16_activations& a, float* y, int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+        int64_t t = 0;
+        for (; t + 4 <= a.n_tokens; t += 4) row_dot_i16<G, 4>(w, r, a, t, y + t * w.n_out + r, w.n_out);
+        switch (a.n_tokens - t) {
+            case 3:
+                row_dot_i16<G, 3>(w, r, a, t, y + t * w.n_out + r, w.n_out);
+                break;
+            case 2:
+                row_dot_i16<G, 2>(w, r, a, t, y + t * w.n_out + r, w.n_out);
+                break;
+            case 1:
+                row_dot_i16<G, 1>(w, r, a, t, y + t * w.n_out + r, w.n_out);
+                break;
+            default:
+                break;
+        }
+    }
+}
+
+void decode_i16_avx2(const matrix& w, const i16_activations& a, float* y, int64_t r0, int64_t r1) {
+    switch (w.g) {
+        case 32:
+            return decode_i16_g<32>(w, a, y, r0, r1);
+        case 64:
+            return decode_i16_g<64>(w, a, y, r0, r1);
+        default:
+            return decode_i16_g<128>(w, a, y, r0, r1);
+    }
+}
+
 // Prefill: 6 rows x 16 tokens per register tile (12 accumulators).
 struct tiles_avx2 {
     static constexpr int64_t nr = 6;
@@ -194,12 +307,19 @@ const kernel_set* avx2_kernels() {
     return &k_avx2;
 }
 
+i16_decode_fn i16_decode_avx2() {
+    return decode_i16_avx2;
+}
+
 }  // namespace troupe::w4a16
 
 #else
 
 namespace troupe::w4a16 {
 const kernel_set* avx2_kernels() {
+    return nullptr;
+}
+i16_decode_fn i16_decode_avx2() {
     return nullptr;
 }
 }  // namespace troupe::w4a16

@@ -8,13 +8,15 @@
 //     split over the host's parallel_for in blocks of rows: a decode path for up to 16 tokens and a prefill path
 //     of register tiles (w4a16_kernels.h);
 //   - the kernels are AVX-512, AVX2 or scalar, the best the CPU runs unless params.kernel names one;
-//   - decode (<= 16 tokens) rounds the activations to bf16 once per product by default (W4A16's 16-bit activations,
-//     w4a16_bf16.h): on a CPU with AVX-512 BF16 the avx512 kernels then multiply bf16 pairs by vdpbf16ps, the others
-//     round and run their float decode (the same recipe). Prefill keeps float activations (it is FMA bound).
+//   - decode (<= 16 tokens) takes 16-bit activations, made once per product: with the AVX-512 kernels rounded to bf16
+//     (w4a16_bf16.h; on a CPU with AVX-512 BF16 multiplied in bf16 pairs by vdpbf16ps), with the AVX2 kernels
+//     quantized to int16 per group (w4a16_i16.h: the codes meet them in vpmaddwd). Prefill keeps float activations
+//     (it is FMA bound).
 //
 // Parameters:
 //   kernel: auto | scalar | avx2 | avx512   (default auto; naming one the CPU cannot run fails create)
-//   activations: bf16 | float               (decode's activations; default bf16, float is the exact float product)
+//   activations: auto | bf16 | int16 | float  (decode's activations; auto: int16 with the AVX2 kernels, else bf16;
+//                                             int16 is w4a16_i16.h's recipe, float the exact float product)
 #include <troupe/plugin.h>
 
 #include <sys/mman.h>
@@ -30,6 +32,7 @@
 #include "plugins/common/plugin_support.h"
 #include "w4a16_bf16.h"
 #include "w4a16_format.h"
+#include "w4a16_i16.h"
 #include "w4a16_kernels.h"
 #ifdef TROUPE_PLUGIN_CUDA
 #include "w4a16_cuda.h"
@@ -67,6 +70,7 @@ struct troupe_plugin_instance {
     const w4::kernel_set* kernels = nullptr;
     bool bf16_activations = true;                       // decode rounds the activations to bf16
     const w4::bf16_kernel_set* bf16_kernels = nullptr;  // the bf16 decode where `kernels` has one, else null
+    w4::i16_decode_fn i16_decode = nullptr;             // decode with int16 activations (w4a16_i16.h), else null
     int32_t backend = TROUPE_BACKEND_CPU;               // CUDA: every weight it prepares is a w4a16_cuda::device_weight
     std::string error;
 };
@@ -245,7 +249,23 @@ int32_t w4_matmul(troupe_plugin_instance* inst, const troupe_prepared_weight* w,
         const w4::kernel_set& k = *inst->kernels;
         const w4::matrix& m = w->m;
         int32_t rc;
-        if (n_tokens <= w4::k_decode_max_tokens && inst->bf16_kernels != nullptr) {
+        if (n_tokens <= w4::k_decode_max_tokens && inst->i16_decode != nullptr) {
+            const int64_t n_groups = m.n_in / m.g;
+            const size_t x_bytes = static_cast<size_t>(n_tokens * m.n_in) * sizeof(int16_t);  // a multiple of 64
+            const size_t s_bytes = static_cast<size_t>(n_tokens * n_groups) * sizeof(float);
+            const aligned_bytes buffer(x_bytes + s_bytes + static_cast<size_t>(n_tokens * n_groups) * sizeof(int32_t));
+            auto* xi = reinterpret_cast<int16_t*>(buffer.data);
+            auto* scale = reinterpret_cast<float*>(buffer.data + x_bytes);
+            auto* xsum = reinterpret_cast<int32_t*>(buffer.data + x_bytes + s_bytes);
+            w4::make_i16_activations(x, n_tokens, m.n_in, m.g, xi, scale, xsum);
+            const w4::i16_activations a{xi, scale, xsum, n_tokens, m.n_in, n_groups};
+            constexpr int64_t rows = k_decode_item_rows;
+            rc = stream_items(par, *w, [&](int64_t b, int64_t e) {
+                for_each_piece(
+                    *w, b * rows, std::min(e * rows, m.n_out),
+                    [&](const w4::matrix& piece, int64_t r0, int64_t r1) { inst->i16_decode(piece, a, y, r0, r1); });
+            });
+        } else if (n_tokens <= w4::k_decode_max_tokens && inst->bf16_kernels != nullptr) {
             const int64_t u_stride = w4::bf16_u_stride(m.n_in, m.g);
             const size_t x_bytes = static_cast<size_t>(n_tokens * m.n_in) * sizeof(uint16_t);  // a multiple of 64
             const aligned_bytes buffer(x_bytes + static_cast<size_t>(n_tokens * u_stride) * sizeof(float));
@@ -394,7 +414,7 @@ int32_t w4_create(const troupe_plugin_params* params, troupe_plugin_instance** o
     const int32_t rc = guarded(error, [&]() -> int32_t {
         param_reader reader(params);
         const std::string kernel = reader.choice("kernel", {"auto", "scalar", "avx2", "avx512"}, "auto");
-        const std::string activations = reader.choice("activations", {"bf16", "float"}, "bf16");
+        std::string activations = reader.choice("activations", {"auto", "bf16", "int16", "float"}, "auto");
         const int32_t backend = params != nullptr && TROUPE_HAS_FIELD(params, troupe_plugin_params, backend)
                                     ? params->backend
                                     : TROUPE_BACKEND_CPU;
@@ -409,18 +429,30 @@ int32_t w4_create(const troupe_plugin_params* params, troupe_plugin_instance** o
         }
         const w4::kernel_set* kernels = pick_kernels(kernel, &error);
         if (kernels == nullptr) return TROUPE_ERR_INVALID_PARAMS;
+        // auto: int16 where the kernels are AVX2's (their float decode is compute bound far below the memory's
+        // speed, w4a16_i16.h), else bf16 (the AVX-512 BF16 kernel, or the float decode on rounded activations).
+        if (activations == "auto") activations = kernels == w4::avx2_kernels() ? "int16" : "bf16";
         auto* inst = new troupe_plugin_instance;
         inst->kernels = kernels;
         inst->bf16_activations = activations == "bf16";
+        if (activations == "int16") {
+            inst->i16_decode = kernels == &w4::scalar_kernels() ? w4::i16_decode_scalar() : nullptr;
+            if (inst->i16_decode == nullptr) {  // the AVX2 kernel, which AVX-512 CPUs run too
+                inst->i16_decode = cpu_runs_avx2() && w4::i16_decode_avx2() != nullptr ? w4::i16_decode_avx2()
+                                                                                       : w4::i16_decode_scalar();
+            }
+        }
         if (inst->bf16_activations && kernels == w4::avx512_kernels() && cpu_runs_avx512_bf16()) {
             inst->bf16_kernels = w4::avx512_bf16_kernels();
         }
         inst->backend = backend;
         host_log::write(TROUPE_LOG_LEVEL_INFO, source,
                         "Q4_1 / W4_G64 / W4_G128 weights, %s activations in decode, %s kernels", activations.c_str(),
-                        backend == TROUPE_BACKEND_CUDA  ? "cuda"
-                        : inst->bf16_kernels != nullptr ? inst->bf16_kernels->name
-                                                        : kernels->name);
+                        backend == TROUPE_BACKEND_CUDA                ? "cuda"
+                        : inst->bf16_kernels != nullptr               ? inst->bf16_kernels->name
+                        : inst->i16_decode == w4::i16_decode_scalar() ? "scalar"
+                        : inst->i16_decode != nullptr                 ? "avx2"
+                                                                      : kernels->name);
         *out = inst;
         return TROUPE_OK;
     });

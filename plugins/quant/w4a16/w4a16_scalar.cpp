@@ -5,6 +5,7 @@
 #include <cmath>
 #include <vector>
 
+#include "w4a16_i16.h"
 #include "w4a16_kernels.h"
 
 namespace troupe::w4a16 {
@@ -48,10 +49,65 @@ void prefill_scalar(const matrix& w, const float* xt, int64_t n_pad, int64_t n_t
 
 const kernel_set k_scalar = {"scalar", decode_scalar, prefill_scalar, 16};
 
+// The int16 recipe (w4a16_i16.h), group by group.
+void decode_i16(const matrix& w, const i16_activations& a, float* y, int64_t r0, int64_t r1) {
+    const int g = w.g;
+    for (int64_t r = r0; r < r1; ++r) {
+        const uint8_t* spans = w.spans(r);
+        const float* scales = w.scales(r);
+        for (int64_t t = 0; t < a.n_tokens; ++t) {
+            const int16_t* xt = a.x + t * a.n_in;
+            float acc = 0.0f;
+            for (int64_t gi = 0; gi < a.n_groups; ++gi) {
+                int32_t isum = 0;
+                for (int64_t k = gi * g; k < (gi + 1) * g; ++k) {
+                    const int64_t o = k % 32;
+                    isum += layout_code(spans, k) * xt[k - o + 2 * (o % 16) + o / 16];
+                }
+                const float dq = static_cast<float>(isum) * scales[2 * gi];
+                const float mq = static_cast<float>(a.xsum[t * a.n_groups + gi]) * scales[2 * gi + 1];
+                acc += a.s[t * a.n_groups + gi] * (dq + mq);
+            }
+            y[t * w.n_out + r] = acc;
+        }
+    }
+}
+
 }  // namespace
 
 const kernel_set& scalar_kernels() {
     return k_scalar;
+}
+
+i16_decode_fn i16_decode_scalar() {
+    return decode_i16;
+}
+
+void make_i16_activations(const float* x, int64_t n_tokens, int64_t n_in, int g, int16_t* xi, float* s, int32_t* xsum) {
+    const int64_t n_groups = n_in / g;
+    for (int64_t t = 0; t < n_tokens; ++t) {
+        for (int64_t gi = 0; gi < n_groups; ++gi) {
+            const float* xg = x + t * n_in + gi * g;
+            float max = 0.0f;
+            for (int k = 0; k < g; ++k) {
+                const float v = std::fabs(xg[k]);
+                if (!(v <= max)) max = v;  // a NaN makes max NaN
+            }
+            const bool finite = max < INFINITY;
+            const float inv = finite && max > 0.0f ? 32767.0f / max : 0.0f;
+            int32_t sum = 0;
+            for (int k = 0; k < g; ++k) {
+                const int64_t at = gi * g + k;  // word of element `at` in pair order
+                const int64_t o = at % 32;
+                int32_t q = finite ? static_cast<int32_t>(std::nearbyint(xg[k] * inv)) : 0;
+                q = std::clamp(q, -32767, 32767);
+                xi[t * n_in + at - o + 2 * (o % 16) + o / 16] = static_cast<int16_t>(q);
+                sum += q;
+            }
+            s[t * n_groups + gi] = finite ? max / 32767.0f : NAN;
+            xsum[t * n_groups + gi] = sum;
+        }
+    }
 }
 
 void transpose_activations(const float* x, int64_t n_tokens, int64_t n_in, int64_t n_pad, float* dst, int64_t k0,

@@ -1,0 +1,47 @@
+// quant/w4a16's decode with 16-bit integer activations (params.activations: int16, the default where the kernels are
+// AVX2's): the activations of a product are quantized once per group of g (the weights' group) to int16 with a
+// float scale, s_g = max |x| / 32767 and x_k = s_g xi_k (xi_k = x_k / s_g rounded to nearest), and every kernel
+// computes, group by group in order,
+//
+//   y += s_g * (float(isum_g) * d_g + float(xsum_g) * m_g),   isum_g = sum_k q_k xi_k,   xsum_g = sum_k xi_k
+//
+// (isum_g exact in int32; a multiply, a multiply, an add, a multiply and an add, each rounded): the exact product of
+// the dequantized weights (d q + m) with the quantized activations, to float rounding. Why: on AVX2 a weight in the
+// float recipe costs a shift, a mask, a conversion, a multiply, an add and an FMA, so decode is compute bound far
+// below the memory's speed (W4_G128 on a 2-thread Zen 1: 17% of the bandwidth bound); here the codes, as 16-bit pairs
+// (w4a16_format.h's words shifted and masked), meet the activations in vpmaddwd: 32 weights in a shift, a mask, two
+// multiply-adds and two adds. 16-bit activations keep 15 bits of each group's range (bf16 keeps 8 of each value).
+#pragma once
+
+#include <cstdint>
+
+#include "w4a16_format.h"
+
+namespace troupe::w4a16 {
+
+// The activations of an int16 decode product.
+//   x:    [n_tokens, n_in] int16 in pair order: word 32c + 2i = xi[32c + i], word 32c + 2i + 1 = xi[32c + 16 + i]
+//   s:    [n_tokens, n_groups] each group's scale (NaN where the group holds a NaN or an infinity)
+//   xsum: [n_tokens, n_groups] each group's sum of xi
+struct i16_activations {
+    const int16_t* x;
+    const float* s;
+    const int32_t* xsum;
+    int64_t n_tokens;
+    int64_t n_in;
+    int64_t n_groups;
+};
+
+// Quantizes x [n_tokens, n_in] (n_in a multiple of g) into xi, s and xsum (the layouts above); the one
+// implementation every kernel's activations come from.
+void make_i16_activations(const float* x, int64_t n_tokens, int64_t n_in, int g, int16_t* xi, float* s, int32_t* xsum);
+
+// y rows [r0, r1) of every token: y[t, r] = the recipe above.   y: [n_tokens, n_out]
+using i16_decode_fn = void (*)(const matrix& w, const i16_activations& a, float* y, int64_t r0, int64_t r1);
+
+// The scalar twin, and the AVX2 kernel (null where the plugin was built without AVX2; whether the CPU runs it is the
+// caller's check).
+i16_decode_fn i16_decode_scalar();
+i16_decode_fn i16_decode_avx2();
+
+}  // namespace troupe::w4a16
