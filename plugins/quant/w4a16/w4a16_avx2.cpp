@@ -12,6 +12,7 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <cmath>
 #include <type_traits>
 
 #include "w4a16_prefill_blocks.h"
@@ -151,17 +152,9 @@ inline __m256i pair_codes(__m256i v, int c) {
     return _mm256_and_si256(_mm256_srl_epi16(v, _mm_cvtsi32_si128(4 * c)), _mm256_set1_epi16(15));
 }
 
-inline int32_t hsum_epi32(__m256i v) {
-    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
-    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4e));
-    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xb1));
-    return _mm_cvtsi128_si32(s);
-}
-
-// y[t * ldy] = row r . x of tokens t0 .. t0 + T - 1 by the int16 recipe: each 32-block's codes extracted once and
-// multiplied with each token's words (vpmaddwd), the int32 lanes summed over the group, then the group's float terms
-// as the scalar twin forms them. (Making eight groups' float terms in one vector measured no faster on Zen 1: the
-// multiply-adds bound it.)
+// y[t * ldy] = row r . x of tokens t0 .. t0 + T - 1 by the int16 recipe (w4a16_i16.h): each 32-block's codes
+// extracted once and multiplied with each token's words (vpmaddwd), the int32 lanes summed over the group, then
+// converted and added into the row's 8 float lanes with the group's s d (one FMA), and s m xsum into a scalar sum.
 template <int G, int T>
 void row_dot_i16(const matrix& w, int64_t r, const i16_activations& a, int64_t t0, float* y, int64_t ldy) {
     constexpr int64_t blocks_per_group = G / 32;
@@ -170,13 +163,15 @@ void row_dot_i16(const matrix& w, int64_t r, const i16_activations& a, int64_t t
     const int16_t* x[T];
     const float* s[T];
     const int32_t* xsum[T];
-    float acc[T];
+    __m256 acc[T];
+    float acc_m[T];
     __m256i isum[T];
     for (int t = 0; t < T; ++t) {
         x[t] = a.x + (t0 + t) * a.n_in;
         s[t] = a.s + (t0 + t) * a.n_groups;
         xsum[t] = a.xsum + (t0 + t) * a.n_groups;
-        acc[t] = 0.0f;
+        acc[t] = _mm256_setzero_ps();
+        acc_m[t] = 0.0f;
         isum[t] = _mm256_setzero_si256();
     }
     auto block = [&](__m256i c0, __m256i c1, int64_t j) {  // j: the 32-block's index in the row
@@ -190,9 +185,9 @@ void row_dot_i16(const matrix& w, int64_t r, const i16_activations& a, int64_t t
             const int64_t gi = j / blocks_per_group;
             const float d = sc[2 * gi], m = sc[2 * gi + 1];
             for (int t = 0; t < T; ++t) {
-                const float dq = static_cast<float>(hsum_epi32(isum[t])) * d;
-                const float mq = static_cast<float>(xsum[t][gi]) * m;
-                acc[t] += s[t][gi] * (dq + mq);
+                const float sd = s[t][gi] * d, sm = s[t][gi] * m;
+                acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[t]), _mm256_set1_ps(sd), acc[t]);
+                acc_m[t] = std::fmaf(sm, static_cast<float>(xsum[t][gi]), acc_m[t]);
                 isum[t] = _mm256_setzero_si256();
             }
         }
@@ -214,7 +209,7 @@ void row_dot_i16(const matrix& w, int64_t r, const i16_activations& a, int64_t t
         const __m256i v1 = _mm256_load_si256(reinterpret_cast<const __m256i*>(sp + 32));
         for (int c = 0; c < rest / 32; ++c) block(pair_codes(v0, c), pair_codes(v1, c), 4 * n_full + c);
     }
-    for (int t = 0; t < T; ++t) y[t * ldy] = acc[t];
+    for (int t = 0; t < T; ++t) y[t * ldy] = hsum(acc[t]) + acc_m[t];
 }
 
 template <int G>

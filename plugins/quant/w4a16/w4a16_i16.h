@@ -1,16 +1,19 @@
 // quant/w4a16's decode with 16-bit integer activations (params.activations: int16, the default where the kernels are
 // AVX2's): the activations of a product are quantized once per group of g (the weights' group) to int16 with a
 // float scale, s_g = max |x| / 32767 and x_k = s_g xi_k (xi_k = x_k / s_g rounded to nearest), and every kernel
-// computes, group by group in order,
+// computes, in 8 lanes (lane L takes the weights k with k % 8 == L: the AVX2 kernel's int32 lanes), group by group
 //
-//   y += s_g * (float(isum_g) * d_g + float(xsum_g) * m_g),   isum_g = sum_k q_k xi_k,   xsum_g = sum_k xi_k
+//   lane_L = fma(float(isum_gL), s_g * d_g, lane_L),   isum_gL = sum_{k in g, k % 8 == L} q_k xi_k
+//   acc_m  = fma(s_g * m_g, float(xsum_g), acc_m),      xsum_g = sum_{k in g} xi_k
+//   y      = ((lane_0 + lane_4) + (lane_2 + lane_6)) + ((lane_1 + lane_5) + (lane_3 + lane_7)) + acc_m
 //
-// (isum_g exact in int32; a multiply, a multiply, an add, a multiply and an add, each rounded): the exact product of
-// the dequantized weights (d q + m) with the quantized activations, to float rounding. Why: on AVX2 a weight in the
-// float recipe costs a shift, a mask, a conversion, a multiply, an add and an FMA, so decode is compute bound far
-// below the memory's speed (W4_G128 on a 2-thread Zen 1: 17% of the bandwidth bound); here the codes, as 16-bit pairs
-// (w4a16_format.h's words shifted and masked), meet the activations in vpmaddwd: 32 weights in a shift, a mask, two
-// multiply-adds and two adds. 16-bit activations keep 15 bits of each group's range (bf16 keeps 8 of each value).
+// (the isums exact in int32): the exact product of the dequantized weights (d q + m) with the quantized activations,
+// to float rounding. Why: on AVX2 a weight in the float recipe costs a shift, a mask, a conversion, a multiply, an
+// add and an FMA, so decode is compute bound far below the memory's speed (W4_G128 on a 2-thread Zen 1: 17% of the
+// bandwidth bound); here the codes, as 16-bit pairs (w4a16_format.h's words shifted and masked), meet the activations
+// in vpmaddwd: 32 weights in a shift, a mask, two multiply-adds and two adds, and a group costs one conversion and
+// one FMA (a horizontal sum and scalar terms per group measured 25% slower). 16-bit activations keep 15 bits of each
+// group's range (bf16 keeps 8 of each value).
 #pragma once
 
 #include <cstdint>

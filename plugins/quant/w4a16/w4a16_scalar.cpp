@@ -49,7 +49,7 @@ void prefill_scalar(const matrix& w, const float* xt, int64_t n_pad, int64_t n_t
 
 const kernel_set k_scalar = {"scalar", decode_scalar, prefill_scalar, 16};
 
-// The int16 recipe (w4a16_i16.h), group by group.
+// The int16 recipe (w4a16_i16.h): lane L of 8 sums the weights k with k % 8 == L.
 void decode_i16(const matrix& w, const i16_activations& a, float* y, int64_t r0, int64_t r1) {
     const int g = w.g;
     for (int64_t r = r0; r < r1; ++r) {
@@ -57,18 +57,24 @@ void decode_i16(const matrix& w, const i16_activations& a, float* y, int64_t r0,
         const float* scales = w.scales(r);
         for (int64_t t = 0; t < a.n_tokens; ++t) {
             const int16_t* xt = a.x + t * a.n_in;
-            float acc = 0.0f;
+            float lanes[8] = {};
+            float acc_m = 0.0f;
             for (int64_t gi = 0; gi < a.n_groups; ++gi) {
-                int32_t isum = 0;
+                int32_t isum[8] = {};
                 for (int64_t k = gi * g; k < (gi + 1) * g; ++k) {
                     const int64_t o = k % 32;
-                    isum += layout_code(spans, k) * xt[k - o + 2 * (o % 16) + o / 16];
+                    isum[k % 8] += layout_code(spans, k) * xt[k - o + 2 * (o % 16) + o / 16];
                 }
-                const float dq = static_cast<float>(isum) * scales[2 * gi];
-                const float mq = static_cast<float>(a.xsum[t * a.n_groups + gi]) * scales[2 * gi + 1];
-                acc += a.s[t * a.n_groups + gi] * (dq + mq);
+                const float s = a.s[t * a.n_groups + gi];
+                const float sd = s * scales[2 * gi], sm = s * scales[2 * gi + 1];
+                for (int lane = 0; lane < 8; ++lane)
+                    lanes[lane] = std::fmaf(static_cast<float>(isum[lane]), sd, lanes[lane]);
+                acc_m = std::fmaf(sm, static_cast<float>(a.xsum[t * a.n_groups + gi]), acc_m);
             }
-            y[t * w.n_out + r] = acc;
+            // The AVX2 kernel's reduction of its 8 lanes: halves, then pairs, then the last two.
+            float h[4];
+            for (int i = 0; i < 4; ++i) h[i] = lanes[i] + lanes[i + 4];
+            y[t * w.n_out + r] = ((h[0] + h[2]) + (h[1] + h[3])) + acc_m;
         }
     }
 }
