@@ -154,27 +154,33 @@ inline __m256i pair_codes(__m256i v, int c) {
 
 // y[t * ldy] = row r . x of tokens t0 .. t0 + T - 1 by the int16 recipe (w4a16_i16.h): each 32-block's codes
 // extracted once and multiplied with each token's words (vpmaddwd), the int32 lanes summed over the group, then
-// converted and added into the row's 8 float lanes with the group's s d (one FMA), and s m xsum into a scalar sum.
+// converted and added into the row's 8 float lanes with the group's d s (one FMA). Every 4 groups, one vector of
+// their (d, m) scales makes the 4 d s (a multiply) and adds the 4 m s xsum into the m lanes (an FMA).
 template <int G, int T>
 void row_dot_i16(const matrix& w, int64_t r, const i16_activations& a, int64_t t0, float* y, int64_t ldy) {
     constexpr int64_t blocks_per_group = G / 32;
     const uint8_t* spans = w.spans(r);
     const float* sc = w.scales(r);
     const int16_t* x[T];
-    const float* s[T];
-    const int32_t* xsum[T];
-    __m256 acc[T];
-    float acc_m[T];
+    const float* u[T];
+    __m256 acc[T], macc[T];
     __m256i isum[T];
+    alignas(32) float sd[T][8];  // the current 4 groups' d s at 0, 2, 4, 6
     for (int t = 0; t < T; ++t) {
         x[t] = a.x + (t0 + t) * a.n_in;
-        s[t] = a.s + (t0 + t) * a.n_groups;
-        xsum[t] = a.xsum + (t0 + t) * a.n_groups;
-        acc[t] = _mm256_setzero_ps();
-        acc_m[t] = 0.0f;
+        u[t] = a.u + (t0 + t) * 2 * a.u_stride;
+        acc[t] = macc[t] = _mm256_setzero_ps();
         isum[t] = _mm256_setzero_si256();
     }
     auto block = [&](__m256i c0, __m256i c1, int64_t j) {  // j: the 32-block's index in the row
+        if (j % (4 * blocks_per_group) == 0) {             // the first of 4 groups: their scales' terms
+            const int64_t i = 2 * (j / blocks_per_group);
+            const __m256 dm = _mm256_load_ps(sc + i);
+            for (int t = 0; t < T; ++t) {
+                _mm256_store_ps(sd[t], _mm256_mul_ps(dm, _mm256_load_ps(u[t] + i)));
+                macc[t] = _mm256_fmadd_ps(dm, _mm256_load_ps(u[t] + a.u_stride + i), macc[t]);
+            }
+        }
         for (int t = 0; t < T; ++t) {
             const int16_t* xj = x[t] + 32 * j;
             const __m256i p0 = _mm256_madd_epi16(c0, _mm256_load_si256(reinterpret_cast<const __m256i*>(xj)));
@@ -182,12 +188,9 @@ void row_dot_i16(const matrix& w, int64_t r, const i16_activations& a, int64_t t
             isum[t] = _mm256_add_epi32(isum[t], _mm256_add_epi32(p0, p1));
         }
         if ((j + 1) % blocks_per_group == 0) {
-            const int64_t gi = j / blocks_per_group;
-            const float d = sc[2 * gi], m = sc[2 * gi + 1];
+            const int64_t lane = 2 * ((j / blocks_per_group) % 4);
             for (int t = 0; t < T; ++t) {
-                const float sd = s[t][gi] * d, sm = s[t][gi] * m;
-                acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[t]), _mm256_set1_ps(sd), acc[t]);
-                acc_m[t] = std::fmaf(sm, static_cast<float>(xsum[t][gi]), acc_m[t]);
+                acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[t]), _mm256_broadcast_ss(&sd[t][lane]), acc[t]);
                 isum[t] = _mm256_setzero_si256();
             }
         }
@@ -209,7 +212,7 @@ void row_dot_i16(const matrix& w, int64_t r, const i16_activations& a, int64_t t
         const __m256i v1 = _mm256_load_si256(reinterpret_cast<const __m256i*>(sp + 32));
         for (int c = 0; c < rest / 32; ++c) block(pair_codes(v0, c), pair_codes(v1, c), 4 * n_full + c);
     }
-    for (int t = 0; t < T; ++t) y[t * ldy] = hsum(acc[t]) + acc_m[t];
+    for (int t = 0; t < T; ++t) y[t * ldy] = hsum(_mm256_add_ps(acc[t], macc[t]));
 }
 
 template <int G>

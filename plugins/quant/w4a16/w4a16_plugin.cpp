@@ -250,15 +250,13 @@ int32_t w4_matmul(troupe_plugin_instance* inst, const troupe_prepared_weight* w,
         const w4::matrix& m = w->m;
         int32_t rc;
         if (n_tokens <= w4::k_decode_max_tokens && inst->i16_decode != nullptr) {
-            const int64_t n_groups = m.n_in / m.g;
+            const int64_t u_stride = w4::i16_u_stride(m.n_in, m.g);
             const size_t x_bytes = static_cast<size_t>(n_tokens * m.n_in) * sizeof(int16_t);  // a multiple of 64
-            const size_t s_bytes = static_cast<size_t>(n_tokens * n_groups) * sizeof(float);
-            const aligned_bytes buffer(x_bytes + s_bytes + static_cast<size_t>(n_tokens * n_groups) * sizeof(int32_t));
+            const aligned_bytes buffer(x_bytes + static_cast<size_t>(n_tokens * 2 * u_stride) * sizeof(float));
             auto* xi = reinterpret_cast<int16_t*>(buffer.data);
-            auto* scale = reinterpret_cast<float*>(buffer.data + x_bytes);
-            auto* xsum = reinterpret_cast<int32_t*>(buffer.data + x_bytes + s_bytes);
-            w4::make_i16_activations(x, n_tokens, m.n_in, m.g, xi, scale, xsum);
-            const w4::i16_activations a{xi, scale, xsum, n_tokens, m.n_in, n_groups};
+            auto* u = reinterpret_cast<float*>(buffer.data + x_bytes);  // [n_tokens, 2, u_stride]
+            w4::make_i16_activations(x, n_tokens, m.n_in, m.g, xi, u);
+            const w4::i16_activations a{xi, u, n_tokens, m.n_in, m.n_in / m.g, u_stride};
             constexpr int64_t rows = k_decode_item_rows;
             rc = stream_items(par, *w, [&](int64_t b, int64_t e) {
                 for_each_piece(

@@ -57,24 +57,26 @@ void decode_i16(const matrix& w, const i16_activations& a, float* y, int64_t r0,
         const float* scales = w.scales(r);
         for (int64_t t = 0; t < a.n_tokens; ++t) {
             const int16_t* xt = a.x + t * a.n_in;
+            const float* us = a.u + t * 2 * a.u_stride;  // (s_g, 0) pairs
+            const float* um = us + a.u_stride;           // (0, s_g xsum_g) pairs
             float lanes[8] = {};
-            float acc_m = 0.0f;
+            float mlanes[8] = {};
             for (int64_t gi = 0; gi < a.n_groups; ++gi) {
                 int32_t isum[8] = {};
                 for (int64_t k = gi * g; k < (gi + 1) * g; ++k) {
                     const int64_t o = k % 32;
                     isum[k % 8] += layout_code(spans, k) * xt[k - o + 2 * (o % 16) + o / 16];
                 }
-                const float s = a.s[t * a.n_groups + gi];
-                const float sd = s * scales[2 * gi], sm = s * scales[2 * gi + 1];
-                for (int lane = 0; lane < 8; ++lane)
+                const float sd = scales[2 * gi] * us[2 * gi];
+                for (int lane = 0; lane < 8; ++lane) {
                     lanes[lane] = std::fmaf(static_cast<float>(isum[lane]), sd, lanes[lane]);
-                acc_m = std::fmaf(sm, static_cast<float>(a.xsum[t * a.n_groups + gi]), acc_m);
+                }
             }
+            for (int64_t i = 0; i < 2 * a.n_groups; ++i) mlanes[i % 8] = std::fmaf(scales[i], um[i], mlanes[i % 8]);
             // The AVX2 kernel's reduction of its 8 lanes: halves, then pairs, then the last two.
             float h[4];
-            for (int i = 0; i < 4; ++i) h[i] = lanes[i] + lanes[i + 4];
-            y[t * w.n_out + r] = ((h[0] + h[2]) + (h[1] + h[3])) + acc_m;
+            for (int i = 0; i < 4; ++i) h[i] = (lanes[i] + mlanes[i]) + (lanes[i + 4] + mlanes[i + 4]);
+            y[t * w.n_out + r] = (h[0] + h[2]) + (h[1] + h[3]);
         }
     }
 }
@@ -89,9 +91,13 @@ i16_decode_fn i16_decode_scalar() {
     return decode_i16;
 }
 
-void make_i16_activations(const float* x, int64_t n_tokens, int64_t n_in, int g, int16_t* xi, float* s, int32_t* xsum) {
+void make_i16_activations(const float* x, int64_t n_tokens, int64_t n_in, int g, int16_t* xi, float* u) {
     const int64_t n_groups = n_in / g;
+    const int64_t u_stride = i16_u_stride(n_in, g);
     for (int64_t t = 0; t < n_tokens; ++t) {
+        float* us = u + t * 2 * u_stride;
+        float* um = us + u_stride;
+        std::fill(us, us + 2 * u_stride, 0.0f);
         for (int64_t gi = 0; gi < n_groups; ++gi) {
             const float* xg = x + t * n_in + gi * g;
             float max = 0.0f;
@@ -110,8 +116,9 @@ void make_i16_activations(const float* x, int64_t n_tokens, int64_t n_in, int g,
                 xi[t * n_in + at - o + 2 * (o % 16) + o / 16] = static_cast<int16_t>(q);
                 sum += q;
             }
-            s[t * n_groups + gi] = finite ? max / 32767.0f : NAN;
-            xsum[t * n_groups + gi] = sum;
+            const float s = finite ? max / 32767.0f : NAN;
+            us[2 * gi] = s;
+            um[2 * gi + 1] = s * static_cast<float>(sum);
         }
     }
 }
