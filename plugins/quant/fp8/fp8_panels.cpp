@@ -62,7 +62,7 @@ bool cpu_has(kernel k) {
 }
 
 float x_prescale(kernel k) {
-    return k == kernel::avx512 ? 0x1p64f : 1.0f;
+    return k == kernel::avx512 || k == kernel::avx2 ? 0x1p64f : 1.0f;
 }
 
 int max_tile(kernel k) {

@@ -17,7 +17,8 @@
 // The SIMD kernels turn the codes into floats in registers through IEEE halves (vcvtph2ps) or float bits: an e5m2
 // code is the high byte of the half with the same value; an e4m3 code s eeee mmm becomes the half s 0 eeee mmm
 // 0000000, whose value is the e4m3 value times 2^-8 (normal and subnormal alike), so the kernels use scale * 256 for
-// e4m3 (kernel_scales); the float-bits path (fp8_kernels_avx512.cpp) undoes its own powers of two.
+// e4m3 (kernel_scales); the float-bits paths (fp8_kernels_avx512.cpp, fp8_kernels_avx2.cpp) undo their own powers of
+// two.
 //
 // Products y[n_tokens, n_out] = x[n_tokens, n_in] * W^T: the work is split over the host's threads by panels. Tokens
 // go in tiles (at most 12 for AVX-512, 6 for AVX2, balanced), each tile's activations repacked k-major ([n_in][tile])
@@ -113,7 +114,7 @@ struct tile_call {
 
 int max_tile(kernel k);
 // The factor the driver multiplies the activations by when it packs them for kernel k (exact: a power of two; 2^64
-// for AVX-512, whose float-bits decode leaves the weights 2^-120 / 2^-112 small, fp8_kernels_avx512.cpp).
+// for AVX-512 and AVX2, whose float-bits decode leaves the weights 2^-120 / 2^-112 small, fp8_kernels_avx512.cpp).
 // Activations beyond 2^63 in magnitude would overflow there.
 float x_prescale(kernel k);
 void tile_scalar(const tile_call& c);
