@@ -215,6 +215,16 @@ TEST_P(kv_plugin, avx512_kernels_equal_their_scalar_twin_up_to_summation_order) 
     EXPECT_LE(max_abs_diff(scalar.out, simd.out), 2e-5f);
 }
 
+TEST_P(kv_plugin, avx2_kernels_equal_their_scalar_twin_up_to_summation_order) {
+    if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma") || !__builtin_cpu_supports("f16c")) {
+        GTEST_SKIP() << "this CPU has no AVX2/FMA/F16C";
+    }
+    const kv_run scalar = run(GetParam(), "scalar");
+    const kv_run simd = run(GetParam(), "avx2");
+    ASSERT_EQ(scalar.out.size(), simd.out.size());
+    EXPECT_LE(max_abs_diff(scalar.out, simd.out), 2e-5f);
+}
+
 // Max bounds: about the worst rounding of one value (int8: amax / 254, doubled for the keys' effect; fp8: half an ulp
 // at 1, 2^-4 for e4m3 and 2^-3 for e5m2; kivi: a third of the range), as a token early in a full block averages few
 // values. Mean bounds: about twice the mean measured on this schedule.

@@ -28,12 +28,19 @@
 namespace troupe::kv {
 
 // A format chosen by the parameters, before the shape is known.
+// The kernels a plugin instance runs: the scalar twins, AVX2 (+FMA, F16C) or AVX-512 (F, BW, VL; VNNI where present).
+enum class kernel_level { scalar, avx2, avx512 };
+
+inline const char* level_name(kernel_level level) {
+    return level == kernel_level::avx512 ? "avx512" : level == kernel_level::avx2 ? "avx2" : "scalar";
+}
+
 class format_choice {
 public:
     virtual ~format_choice() = default;
-    // Makes the format for `geometry` with the scalar or AVX-512 kernels: fills codec and layout (bytes_per_token,
+    // Makes the format for `geometry` with the kernels of `level`: fills codec and layout (bytes_per_token,
     // bytes_per_block, and whether there is a window), or returns why the shape cannot be served.
-    virtual std::string make(const kv_geometry& geometry, bool avx512, block_codec& codec,
+    virtual std::string make(const kv_geometry& geometry, kernel_level level, block_codec& codec,
                              troupe_kv_layout& layout) = 0;
 };
 
@@ -42,11 +49,15 @@ inline bool cpu_has_avx512() {
            __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("f16c");
 }
 
+inline bool cpu_has_avx2() {
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+}
+
 }  // namespace troupe::kv
 
 struct troupe_plugin_instance {
     std::string source;  // "kv/int8"
-    bool avx512 = false;
+    troupe::kv::kernel_level level = troupe::kv::kernel_level::scalar;
     std::unique_ptr<troupe::kv::format_choice> choice;
     bool has_layout = false;
     troupe::kv::kv_geometry geometry;
@@ -250,7 +261,7 @@ inline int32_t layout(troupe_plugin_instance* inst, const troupe_kv_shape* shape
         kv_geometry g{shape->n_kv_heads, shape->head_dim, shape->block_size};
         block_codec codec;
         troupe_kv_layout l{};
-        if (std::string why = inst->choice->make(g, inst->avx512, codec, l); !why.empty()) {
+        if (std::string why = inst->choice->make(g, inst->level, codec, l); !why.empty()) {
             return fail(inst, TROUPE_ERR_UNSUPPORTED, why);
         }
         const int32_t n_parts = (codec.window_keys ? 1 : 0) + (codec.window_values ? 1 : 0);
@@ -288,10 +299,12 @@ inline int32_t create(const plugin_description& d, const troupe_plugin_params* p
     *out = nullptr;
     const int32_t rc = guarded(error, [&]() -> int32_t {
         param_reader reader(params);
-        const std::string kernel = reader.choice("kernel", {"auto", "scalar", "avx512"}, "auto");
+        const std::string kernel = reader.choice("kernel", {"auto", "scalar", "avx2", "avx512"}, "auto");
         if (kernel == "avx512" && !cpu_has_avx512()) {
             reader.fail("kernel", "avx512 requested but this CPU lacks AVX-512F/BW/VL");
         }
+        if (kernel == "avx2" && !cpu_has_avx2())
+            reader.fail("kernel", "avx2 requested but this CPU lacks AVX2/FMA/F16C");
         std::unique_ptr<format_choice> choice = d.parse(reader);
         if (params != nullptr && TROUPE_HAS_FIELD(params, troupe_plugin_params, backend) &&
             params->backend != TROUPE_BACKEND_CPU) {
@@ -306,9 +319,11 @@ inline int32_t create(const plugin_description& d, const troupe_plugin_params* p
         }
         auto* inst = new troupe_plugin_instance;
         inst->source = d.source;
-        inst->avx512 = kernel == "avx512" || (kernel == "auto" && cpu_has_avx512());
+        inst->level = kernel == "avx512" || (kernel == "auto" && cpu_has_avx512()) ? kernel_level::avx512
+                      : kernel == "avx2" || (kernel == "auto" && cpu_has_avx2())   ? kernel_level::avx2
+                                                                                   : kernel_level::scalar;
         inst->choice = std::move(choice);
-        host_log::write(TROUPE_LOG_LEVEL_INFO, d.source, "using the %s kernels", inst->avx512 ? "avx512" : "scalar");
+        host_log::write(TROUPE_LOG_LEVEL_INFO, d.source, "using the %s kernels", level_name(inst->level));
         *out = inst;
         return TROUPE_OK;
     });

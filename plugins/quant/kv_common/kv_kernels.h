@@ -1,6 +1,6 @@
 // The per-block attention kernels of every quantized format, generic over a decoder and an instruction set. Included
-// by each format's scalar file (isa_ref) and AVX-512 file (isa_avx512); everything here has internal linkage, so a
-// copy compiled with AVX-512 flags is never the one the scalar file runs.
+// by each format's scalar file (isa_ref), AVX2 file (isa_avx2) and AVX-512 file (isa_avx512); everything here has
+// internal linkage, so a copy compiled with AVX2 or AVX-512 flags is never the one the scalar file runs.
 //
 // A decoder D (one per format and instruction set) turns one row of one kv head of a block into floats, in a
 // row-sized scratch in registers / L1, never the context:
@@ -22,7 +22,7 @@
 
 #include "kv_format.h"
 
-#if defined(__AVX512F__)
+#if defined(__AVX512F__) || (defined(__AVX2__) && defined(__FMA__))
 #include <immintrin.h>
 #endif
 
@@ -124,6 +124,103 @@ struct isa_avx512 {
             const __mmask16 m = lanes_mask(n - i);
             _mm512_mask_storeu_ps(
                 y + i, m, _mm512_fmadd_ps(wv, _mm512_maskz_loadu_ps(m, x + i), _mm512_maskz_loadu_ps(m, y + i)));
+        }
+    }
+};
+#endif
+
+#if defined(__AVX2__) && defined(__FMA__) && !defined(__AVX512F__)
+// The first n of 8 lanes (n <= 0: none) as a maskload / maskstore mask.
+inline __m256i lanes8(int32_t n) {
+    return _mm256_cmpgt_epi32(_mm256_set1_epi32(n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+}
+
+// exp(x) for x <= 0 as exp_le0 (the same reduction and polynomial); below -87, where 2^n would leave the normal
+// floats, 0 (exp(-87) = 1.6e-38 next to a sum of at least 1).
+inline __m256 exp_le0_avx2(__m256 x) {
+    const __m256 xc = _mm256_max_ps(x, _mm256_set1_ps(-87.0f));
+    const __m256 n =
+        _mm256_round_ps(_mm256_mul_ps(xc, _mm256_set1_ps(1.44269504f)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693145752f), xc);
+    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(1.42860677e-06f), r);
+    __m256 p = _mm256_set1_ps(1.0f / 720);
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 120));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 24));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 6));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(0.5f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+    const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+    const __m256 y = _mm256_mul_ps(p, _mm256_castsi256_ps(e));
+    return _mm256_and_ps(y, _mm256_cmp_ps(x, _mm256_set1_ps(-87.0f), _CMP_GE_OQ));
+}
+
+inline float hsum8(__m256 v) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    return _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)));
+}
+
+inline float hmax8(__m256 v) {
+    __m128 s = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_max_ps(s, _mm_movehl_ps(s, s));
+    return _mm_cvtss_f32(_mm_max_ss(s, _mm_movehdup_ps(s)));
+}
+
+// isa_avx512's operations in 8 lanes, masked tails by maskload / maskstore.
+struct isa_avx2 {
+    static float exp_sum(float* x, int32_t n, float m) {
+        const __m256 mv = _mm256_set1_ps(m);
+        __m256 sum = _mm256_setzero_ps();
+        for (int32_t i = 0; i < n; i += 8) {
+            const __m256i k = lanes8(n - i);
+            const __m256 e =
+                _mm256_and_ps(exp_le0_avx2(_mm256_sub_ps(_mm256_maskload_ps(x + i, k), mv)), _mm256_castsi256_ps(k));
+            _mm256_maskstore_ps(x + i, k, e);
+            sum = _mm256_add_ps(sum, e);
+        }
+        return hsum8(sum);
+    }
+    static float max(const float* x, int32_t n, float m) {
+        __m256 v = _mm256_set1_ps(m);
+        for (int32_t i = 0; i < n; i += 8) {
+            const __m256i k = lanes8(n - i);
+            v = _mm256_max_ps(
+                v, _mm256_blendv_ps(_mm256_set1_ps(m), _mm256_maskload_ps(x + i, k), _mm256_castsi256_ps(k)));
+        }
+        return hmax8(v);
+    }
+    static void scale(float* y, float w, int32_t n) {
+        const __m256 wv = _mm256_set1_ps(w);
+        for (int32_t i = 0; i < n; i += 8) {
+            const __m256i k = lanes8(n - i);
+            _mm256_maskstore_ps(y + i, k, _mm256_mul_ps(wv, _mm256_maskload_ps(y + i, k)));
+        }
+    }
+    static float dot(const float* a, const float* b, int32_t n) {
+        __m256 s0 = _mm256_setzero_ps();
+        __m256 s1 = _mm256_setzero_ps();
+        int32_t i = 0;
+        for (; i + 16 <= n; i += 16) {
+            s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), s0);
+            s1 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 8), _mm256_loadu_ps(b + i + 8), s1);
+        }
+        for (; i < n; i += 8) {
+            const __m256i k = lanes8(n - i);
+            s0 = _mm256_fmadd_ps(_mm256_maskload_ps(a + i, k), _mm256_maskload_ps(b + i, k), s0);
+        }
+        return hsum8(_mm256_add_ps(s0, s1));
+    }
+    static void axpy(float w, const float* x, float* y, int32_t n) {
+        const __m256 wv = _mm256_set1_ps(w);
+        int32_t i = 0;
+        for (; i + 8 <= n; i += 8) {
+            _mm256_storeu_ps(y + i, _mm256_fmadd_ps(wv, _mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i)));
+        }
+        if (i < n) {
+            const __m256i k = lanes8(n - i);
+            _mm256_maskstore_ps(y + i, k,
+                                _mm256_fmadd_ps(wv, _mm256_maskload_ps(x + i, k), _mm256_maskload_ps(y + i, k)));
         }
     }
 };

@@ -84,7 +84,7 @@ public:
         }
     }
 
-    std::string make(const kv_geometry& g, bool avx512, block_codec& codec, troupe_kv_layout& layout) override {
+    std::string make(const kv_geometry& g, kernel_level level, block_codec& codec, troupe_kv_layout& layout) override {
         if (g.head_dim % 2 != 0) return "head_dim " + std::to_string(g.head_dim) + " is odd; kv/fp8 needs it even";
         format_.geometry = g;
         codec.format = &format_;
@@ -97,7 +97,7 @@ public:
             codec.close = fp8_close;
             codec.reload = fp8_reload;
         }
-        codec.kernels = avx512 ? fp8_kernels_avx512() : fp8_kernels_ref();
+        codec.kernels = level == kernel_level::avx512 ? fp8_kernels_avx512() : fp8_kernels_ref();
         layout.bytes_per_token = format_.bytes_per_token();
         layout.bytes_per_block = 0;
         return "";

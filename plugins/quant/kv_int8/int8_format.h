@@ -111,6 +111,7 @@ static inline float int8_quantize_weights(const float* p, const float* v_scales,
 }
 
 block_kernels int8_kernels_ref();
+block_kernels int8_kernels_avx2();         // AVX2 (+FMA, F16C)
 block_kernels int8_kernels_avx512();       // AVX-512F/BW: vpdpbusd emulated by vpmaddwd
 block_kernels int8_kernels_avx512_vnni();  // AVX-512 VNNI
 

@@ -1,7 +1,8 @@
 // kv/int8: a KV cache of int8 codes (int8_format.h), about half the bytes of an f16 cache per token.
 //
 // Parameters:
-//   kernel: auto | scalar | avx512   (default auto: AVX-512 where the CPU has it; with VNNI where it has that too)
+//   kernel: auto | scalar | avx2 | avx512   (default auto: AVX-512 where the CPU has it, with VNNI where it has that
+//                                           too; else AVX2)
 #include <troupe/plugin.h>
 
 #include "int8_format.h"
@@ -52,7 +53,7 @@ void int8_reload(const void* f, const uint8_t* block, float* win_k, float*, int3
 
 class int8_choice final : public format_choice {
 public:
-    std::string make(const kv_geometry& g, bool avx512, block_codec& codec, troupe_kv_layout& layout) override {
+    std::string make(const kv_geometry& g, kernel_level level, block_codec& codec, troupe_kv_layout& layout) override {
         if (g.head_dim % 4 != 0) {
             return "head_dim " + std::to_string(g.head_dim) +
                    " is not a multiple of 4; kv/int8 stores keys in groups of 4 channels";
@@ -64,7 +65,8 @@ public:
         codec.write = int8_write;
         codec.close = int8_close;
         codec.reload = int8_reload;
-        codec.kernels = !avx512                                ? int8_kernels_ref()
+        codec.kernels = level == kernel_level::scalar          ? int8_kernels_ref()
+                        : level == kernel_level::avx2          ? int8_kernels_avx2()
                         : __builtin_cpu_supports("avx512vnni") ? int8_kernels_avx512_vnni()
                                                                : int8_kernels_avx512();
         layout.bytes_per_token = format_.bytes_per_token();

@@ -85,7 +85,7 @@ public:
     kivi_choice(int32_t value_group, int32_t residual_blocks)
         : value_group_(value_group), residual_blocks_(residual_blocks) {}
 
-    std::string make(const kv_geometry& g, bool avx512, block_codec& codec, troupe_kv_layout& layout) override {
+    std::string make(const kv_geometry& g, kernel_level level, block_codec& codec, troupe_kv_layout& layout) override {
         const int32_t group = std::min(value_group_, g.head_dim);
         if (g.head_dim % 4 != 0 || g.head_dim % group != 0) {
             return "head_dim " + std::to_string(g.head_dim) + " must be a multiple of 4 and of params.value_group " +
@@ -100,7 +100,7 @@ public:
         codec.write = kivi_write;
         codec.close = kivi_close;
         codec.reload = kivi_reload;
-        codec.kernels = !avx512                                ? kivi_kernels_ref()
+        codec.kernels = level != kernel_level::avx512          ? kivi_kernels_ref()
                         : __builtin_cpu_supports("avx512vnni") ? kivi_kernels_avx512_vnni_for(format_)
                                                                : kivi_kernels_avx512_for(format_);
         layout.bytes_per_token = format_.bytes_per_token();
