@@ -72,6 +72,7 @@ struct fp8_decoder_base {
 };
 
 block_kernels fp8_kernels_ref();
+block_kernels fp8_kernels_avx2();
 block_kernels fp8_kernels_avx512();
 
 }  // namespace troupe::kv

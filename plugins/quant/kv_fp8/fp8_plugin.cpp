@@ -1,7 +1,7 @@
 // kv/fp8: a KV cache of FP8 codes (fp8_format.h), about half the bytes of an f16 cache per token.
 //
 // Parameters:
-//   kernel: auto | scalar | avx512   (default auto: AVX-512 where the CPU has it)
+//   kernel: auto | scalar | avx2 | avx512   (default auto: AVX-512 where the CPU has it, else AVX2)
 //   format: e4m3 | e5m2              (default e4m3: 3 mantissa bits; e5m2 has 2, and range instead)
 //   scale:  token | none             (default token: a float scale per (token, kv head) row of K and of V)
 //   residual_blocks: 0..64           (default 2: each running sequence's newest R blocks are read in float from its
@@ -97,7 +97,9 @@ public:
             codec.close = fp8_close;
             codec.reload = fp8_reload;
         }
-        codec.kernels = level == kernel_level::avx512 ? fp8_kernels_avx512() : fp8_kernels_ref();
+        codec.kernels = level == kernel_level::avx512 ? fp8_kernels_avx512()
+                        : level == kernel_level::avx2 ? fp8_kernels_avx2()
+                                                      : fp8_kernels_ref();
         layout.bytes_per_token = format_.bytes_per_token();
         layout.bytes_per_block = 0;
         return "";
