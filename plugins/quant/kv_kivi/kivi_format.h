@@ -174,6 +174,7 @@ static inline void kivi_accumulate_scalar(const void* format, const uint8_t* blo
 }
 
 block_kernels kivi_kernels_ref();
+block_kernels kivi_kernels_avx2_for(const kivi_format& f);         // AVX2 (+FMA, F16C)
 block_kernels kivi_kernels_avx512_for(const kivi_format& f);       // AVX-512F/BW: vpdpbusd emulated
 block_kernels kivi_kernels_avx512_vnni_for(const kivi_format& f);  // AVX-512 VNNI
 

@@ -2,7 +2,7 @@
 // open block of each running sequence in float.
 //
 // Parameters:
-//   kernel: auto | scalar | avx512   (default auto: AVX-512 where the CPU has it)
+//   kernel: auto | scalar | avx2 | avx512   (default auto: AVX-512 where the CPU has it, else AVX2)
 //   value_group: channels per (scale, min) of a value row, 1..256 (default 32; capped at head_dim, which it
 //                must divide)
 //   residual_blocks: KIVI's float residual R, in blocks: each running sequence's newest 1..64 blocks (the open
@@ -100,7 +100,8 @@ public:
         codec.write = kivi_write;
         codec.close = kivi_close;
         codec.reload = kivi_reload;
-        codec.kernels = level != kernel_level::avx512          ? kivi_kernels_ref()
+        codec.kernels = level == kernel_level::scalar          ? kivi_kernels_ref()
+                        : level == kernel_level::avx2          ? kivi_kernels_avx2_for(format_)
                         : __builtin_cpu_supports("avx512vnni") ? kivi_kernels_avx512_vnni_for(format_)
                                                                : kivi_kernels_avx512_for(format_);
         layout.bytes_per_token = format_.bytes_per_token();
