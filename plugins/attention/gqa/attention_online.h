@@ -150,6 +150,32 @@ inline void prefetch_rows(const T* pool, const size_t* offsets, int32_t n, size_
     }
 }
 
+// A pass's keys chunk by chunk: each chunk's row offsets, and the next chunk's, whose rows the whole-head kernels
+// prefetch while this one's are computed.
+template <class cursor>
+struct chunk_walk {
+    cursor at;
+    cursor ahead;
+    int32_t n_keys;
+    size_t offsets[chunk];        // this chunk's rows
+    size_t ahead_offsets[chunk];  // the next chunk's
+    int32_t n_ahead = 0;
+
+    chunk_walk(cursor keys, int32_t n) : at(keys), ahead(keys), n_keys(n) {
+        for (int32_t j = 0; j < chunk && j < n; ++j) (void)ahead.next();
+    }
+    // Moves to the chunk that starts at key j0; returns its number of keys.
+    int32_t load(int32_t j0) {
+        const int32_t n = n_keys - j0 < chunk ? n_keys - j0 : chunk;
+        n_ahead = 0;
+        for (int32_t jj = 0; jj < n; ++jj) {
+            offsets[jj] = at.next();
+            if (j0 + chunk + jj < n_keys) ahead_offsets[n_ahead++] = ahead.next();
+        }
+        return n;
+    }
+};
+
 // attend_rows_grouped's whole-head path with a kv head's query rows in vector lanes, isa::row_lanes (L) rows per
 // vector, for GQA groups that are whole multiples of L (8 on AVX2: the 1B shape's 32 heads over 4 kv heads). Each
 // key's element is broadcast against the lanes' query elements (q transposed once per pass, [hd][L] per block of L
@@ -186,20 +212,15 @@ void attend_rows_in_lanes(const troupe_attention_call& call, int64_t t, int32_t 
         }
     }
     for (int32_t i = 0; i < n_rows * hd; ++i) acc[i] = 0.0f;
-    cursor ahead = at;
-    for (int32_t j = 0; j < chunk && j < n_keys; ++j) (void)ahead.next();
-    size_t offsets[chunk];
-    size_t ahead_offsets[chunk];
+    chunk_walk<cursor> walk(at, n_keys);
+    const size_t* offsets = walk.offsets;
+    const size_t* ahead_offsets = walk.ahead_offsets;
     const size_t head_bytes = static_cast<size_t>(hd) * sizeof(T);
     const T* rows[chunk];
     const float* k_rows[chunk];
     for (int32_t j0 = 0; j0 < n_keys; j0 += chunk) {
-        const int32_t n = n_keys - j0 < chunk ? n_keys - j0 : chunk;
-        int32_t n_ahead = 0;
-        for (int32_t jj = 0; jj < n; ++jj) {
-            offsets[jj] = at.next();
-            if (j0 + chunk + jj < n_keys) ahead_offsets[n_ahead++] = ahead.next();
-        }
+        const int32_t n = walk.load(j0);
+        const int32_t n_ahead = walk.n_ahead;
         // Scores, block by block; a kv head's rows (and their prefetches) fetched once for its blocks.
         int32_t h_rows = -1;
         for (int32_t b = 0; b < n_blocks; ++b) {
@@ -275,10 +296,9 @@ void attend_rows_grouped(const troupe_attention_call& call, int64_t t, int32_t r
     }
     for (int32_t i = 0; i < n_rows * hd; ++i) acc[i] = 0.0f;
     // Prefetches run one chunk ahead: the next chunk's rows are requested while this one's are computed.
-    cursor ahead = at;
-    for (int32_t j = 0; j < chunk && j < n_keys; ++j) (void)ahead.next();
-    size_t offsets[chunk];
-    size_t ahead_offsets[chunk];
+    chunk_walk<cursor> walk(at, n_keys);
+    const size_t* offsets = walk.offsets;
+    const size_t* ahead_offsets = walk.ahead_offsets;
     const size_t head_bytes = static_cast<size_t>(hd) * sizeof(T);
     const T* rows[chunk];
     // Where the instruction set has them, whole-head kernels (isa::head_kernels) for a GQA group's query rows: the
@@ -293,12 +313,8 @@ void attend_rows_grouped(const troupe_attention_call& call, int64_t t, int32_t r
         }
     }
     for (int32_t j0 = 0; j0 < n_keys; j0 += chunk) {
-        const int32_t n = n_keys - j0 < chunk ? n_keys - j0 : chunk;
-        int32_t n_ahead = 0;  // the next chunk's keys, whose rows are prefetched
-        for (int32_t jj = 0; jj < n; ++jj) {
-            offsets[jj] = at.next();
-            if (j0 + chunk + jj < n_keys) ahead_offsets[n_ahead++] = ahead.next();
-        }
+        const int32_t n = walk.load(j0);
+        const int32_t n_ahead = walk.n_ahead;  // the next chunk's keys, whose rows are prefetched
         // The by_head kernels prefetch a head's rows just before its work on this chunk, so that the requests are
         // spread over the chunk (a burst of every row of the next chunk stalled once the miss buffers were full).
         if (!by_head) {
