@@ -227,7 +227,7 @@ int measure(const bench_inputs& in) {
         for (auto& t : p) t = token(rng);
     }
     forward_output out;
-    std::vector<double> pp, tg, bandwidth_runs, fma_peak_runs, int8_peak_runs;
+    std::vector<double> pp, tg, bandwidth_runs, fma_peak_runs, int8_peak_runs, nibble_peak_runs;
     cpu_llama* cpu = model->cpu;
     // The limits are measured between the phases of every rep, so a busy moment on a shared machine
     // lowers a figure and its limit alike; each is reported as the best of the reps (the bandwidth as the best
@@ -236,6 +236,8 @@ int measure(const bench_inputs& in) {
         if (cpu) {
             fma_peak_runs.push_back(cpu::measure_fma_peak(cpu->pool()));
             int8_peak_runs.push_back(cpu::measure_int8_peak(cpu->pool()));
+            if (cpu->int8_macs_per_token(true) > 0)
+                nibble_peak_runs.push_back(cpu::measure_int8_nibble_peak(cpu->pool()));
         }
         const forward_batch prefill = run.batch_at(0, prompt);
         const auto t0 = bench_clock::now();
@@ -311,14 +313,33 @@ int measure(const bench_inputs& in) {
         const double tg_bound = bandwidth * 1e9 / bytes_per_token * in.n_seqs;
         const auto macs = static_cast<double>(cpu->matmul_macs_per_token());
         const auto int8_macs = static_cast<double>(cpu->int8_macs_per_token());
+        const auto nibble_macs = static_cast<double>(cpu->int8_macs_per_token(true));
+        const double nibble_peak = nibble_peak_runs.empty() ? 0.0 : best(nibble_peak_runs);
         const double float_macs = macs - int8_macs;
         const double gops = 2.0 * macs * pp_tps / 1e9;
-        // Seconds per token at the peaks (int8 peak 0: no int8 arithmetic at this level, none counted as such).
-        const double int8_seconds = int8_macs > 0 && int8_peak > 0 ? 2.0 * int8_macs / (int8_peak * 1e9) : 0;
+        // Seconds per token at the peaks (int8 peak 0: no int8 arithmetic at this level, none counted as such); the
+        // Q4_0 panels' 4-bit products at their own peak.
+        const double byte_macs = nibble_peak > 0 ? int8_macs - nibble_macs : int8_macs;
+        double int8_seconds = byte_macs > 0 && int8_peak > 0 ? 2.0 * byte_macs / (int8_peak * 1e9) : 0;
+        if (nibble_peak > 0) int8_seconds += 2.0 * nibble_macs / (nibble_peak * 1e9);
         const double pp_bound = 1.0 / (int8_seconds + 2.0 * float_macs / (fma_peak * 1e9));
-        char peak[200];
+        char peak[300];
         if (int8_macs == 0) {
             std::snprintf(peak, sizeof peak, "of the FMA peak %.1f GFLOP/s", fma_peak);
+        } else if (nibble_peak > 0 && nibble_macs == int8_macs && float_macs == 0) {
+            std::snprintf(peak, sizeof peak, "of the int8 peak for 4-bit codes %.1f GOP/s", nibble_peak);
+        } else if (nibble_peak > 0 && float_macs == 0) {
+            std::snprintf(peak, sizeof peak,
+                          "of the bound %.1f tokens/s (%.0f%% of the multiply-adds on 4-bit codes at their int8 peak "
+                          "%.1f GOP/s, the rest at the int8 dot-product peak %.1f GOP/s)",
+                          pp_bound, 100.0 * nibble_macs / macs, nibble_peak, int8_peak);
+        } else if (nibble_peak > 0) {
+            std::snprintf(peak, sizeof peak,
+                          "of the bound %.1f tokens/s (%.0f%% of the multiply-adds on 4-bit codes at their int8 peak "
+                          "%.1f GOP/s, %.0f%% at the int8 dot-product peak %.1f GOP/s, the rest at the FMA peak %.1f "
+                          "GFLOP/s)",
+                          pp_bound, 100.0 * nibble_macs / macs, nibble_peak, 100.0 * byte_macs / macs, int8_peak,
+                          fma_peak);
         } else if (float_macs == 0) {
             std::snprintf(peak, sizeof peak, "of the int8 dot-product peak %.1f GOP/s", int8_peak);
         } else {
@@ -339,11 +360,17 @@ int measure(const bench_inputs& in) {
             "(%.1f MB of weights per step, %.1f GB/s read bandwidth)\n",
             in.n_gen, tg_tps, tg_tps / in.n_seqs * bytes_per_token / 1e9, 100.0 * tg_tps / tg_bound, tg_bound,
             bytes_per_token / 1e6, bandwidth);
-        std::printf("limits: read bandwidth %.1f GB/s, FMA peak %.1f GFLOP/s, int8 dot-product peak %.1f GOP/s (%s)\n",
+        std::printf("limits: read bandwidth %.1f GB/s, FMA peak %.1f GFLOP/s, int8 dot-product peak %.1f GOP/s (%s)",
                     bandwidth, fma_peak, int8_peak,
                     cpu::active_level() == cpu::dispatch_level::avx512 ? "AVX-512 VNNI vpdpbusd"
                     : cpu::active_level() == cpu::dispatch_level::avx2 ? "AVX2 vpmaddubsw + vpmaddwd"
                                                                        : "scalar: none");
+        if (nibble_peak > 0) {
+            std::printf(
+                ", for Q4_0 panels' 4-bit codes %.1f GOP/s%s", nibble_peak,
+                cpu::active_level() == cpu::dispatch_level::avx2 ? " (8 vpmaddubsw summed in int16, 1 vpmaddwd)" : "");
+        }
+        std::printf("\n");
     } else {
         std::printf("pp%-6d %12.1f\ntg%-6d %12.1f\n", in.n_prompt, pp_tps, in.n_gen, tg_tps);
     }

@@ -298,9 +298,10 @@ int64_t cpu_llama::matmul_macs_per_token() const {
     return macs;
 }
 
-int64_t cpu_llama::int8_macs_per_token() const {
-    const auto int8_macs = [](const linear& m) -> int64_t {
+int64_t cpu_llama::int8_macs_per_token(bool nibbles_only) const {
+    const auto int8_macs = [nibbles_only](const linear& m) -> int64_t {
         if (m.by_plugin() || m.recipe() != cpu::activation_recipe::quantized) return 0;
+        if (nibbles_only) return m.stored_type() == ggml_type::q4_0 && m.packed() ? m.n_in() * m.n_out() : 0;
         switch (m.stored_type()) {
             case ggml_type::q8_0:
             case ggml_type::q4_0:

@@ -137,4 +137,19 @@ double measure_int8_peak(thread_pool& pool) {
     });
 }
 
+double measure_int8_nibble_peak(thread_pool& pool) {
+    constexpr int64_t iterations = 10'000;  // 8 products per chain an iteration
+    return measure_peak(pool, [](dispatch_level level) {
+        switch (level) {
+            case dispatch_level::avx512:
+                return detail::int8_dot_chains_avx512(iterations * 4);
+            case dispatch_level::avx2:
+                return detail::int8_nibble_chains_avx2(iterations);
+            case dispatch_level::scalar:
+                return 0.0;
+        }
+        return 0.0;
+    });
+}
+
 }  // namespace troupe::cpu

@@ -20,4 +20,9 @@ double measure_fma_peak(thread_pool& pool);
 // scalar level (no int8 arithmetic to speak of). The best of a few runs.
 double measure_int8_peak(thread_pool& pool);
 
+// The same for the 4-bit codes of Q4_0 panels, whose products fit int16 sums (q8_panels_avx2.cpp): at avx2, eight
+// vpmaddubsw each added in int16, then one vpmaddwd per 256 multiply-adds, not one per 32 (up to ~1.8x
+// measure_int8_peak); at avx512 measure_int8_peak's figure (vpdpbusd for every code width); 0 at scalar.
+double measure_int8_nibble_peak(thread_pool& pool);
+
 }  // namespace troupe::cpu

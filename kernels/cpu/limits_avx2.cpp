@@ -56,6 +56,30 @@ double int8_dot_chains_avx2(int64_t iterations) {
     return static_cast<double>(iterations) * k_chains * 32 * 2;
 }
 
+double int8_nibble_chains_avx2(int64_t iterations) {
+    constexpr int k_chains = 6;  // int16 sums, each fed back into its next product (nothing loop-invariant)
+    __m256i s16[k_chains], acc[k_chains];
+    for (int c = 0; c < k_chains; ++c) acc[c] = s16[c] = _mm256_set1_epi32(c);
+    const __m256i a = _mm256_set1_epi8(3), ones = _mm256_set1_epi16(1);
+    for (int64_t i = 0; i < iterations; ++i) {
+        // As q8_panels_avx2.cpp's Q4_0 block: eight vpmaddubsw added in int16, then one vpmaddwd.
+#pragma GCC unroll 8
+        for (int k = 0; k < 8; ++k) {
+#pragma GCC unroll 6
+            for (int c = 0; c < k_chains; ++c) s16[c] = _mm256_add_epi16(s16[c], _mm256_maddubs_epi16(a, s16[c]));
+        }
+#pragma GCC unroll 6
+        for (int c = 0; c < k_chains; ++c) acc[c] = _mm256_add_epi32(acc[c], _mm256_madd_epi16(s16[c], ones));
+    }
+    __m256i s = acc[0];
+    for (int c = 1; c < k_chains; ++c) s = _mm256_add_epi32(s, _mm256_add_epi32(acc[c], s16[c]));
+    alignas(32) int v[8];
+    _mm256_store_si256(reinterpret_cast<__m256i*>(v), s);
+    volatile int sink = v[0];
+    (void)sink;
+    return static_cast<double>(iterations) * k_chains * 8 * 32 * 2;
+}
+
 }  // namespace troupe::cpu::detail
 #else
 namespace troupe::cpu::detail {
@@ -66,6 +90,9 @@ double fma_chains_avx2(int64_t) {
     return 0;
 }
 double int8_dot_chains_avx2(int64_t) {
+    return 0;
+}
+double int8_nibble_chains_avx2(int64_t) {
     return 0;
 }
 }  // namespace troupe::cpu::detail

@@ -17,5 +17,7 @@ double fma_chains_avx2(int64_t iterations);
 // multiply-add of two bytes counts 2).
 double int8_dot_chains_avx512(int64_t iterations);
 double int8_dot_chains_avx2(int64_t iterations);
+// Q4_0 panels' instruction mix (limits.h: measure_int8_nibble_peak).
+double int8_nibble_chains_avx2(int64_t iterations);
 
 }  // namespace troupe::cpu::detail
