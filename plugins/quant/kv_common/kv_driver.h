@@ -27,7 +27,6 @@
 
 namespace troupe::kv {
 
-// A format chosen by the parameters, before the shape is known.
 // The kernels a plugin instance runs: the scalar twins, AVX2 (+FMA, F16C) or AVX-512 (F, BW, VL; VNNI where present).
 enum class kernel_level { scalar, avx2, avx512 };
 
@@ -35,6 +34,7 @@ inline const char* level_name(kernel_level level) {
     return level == kernel_level::avx512 ? "avx512" : level == kernel_level::avx2 ? "avx2" : "scalar";
 }
 
+// A format chosen by the parameters, before the shape is known.
 class format_choice {
 public:
     virtual ~format_choice() = default;
