@@ -16,7 +16,14 @@ void kv_dot_bytes(bool vnni, const uint8_t* a, const int8_t* b, const int32_t* a
 float kv_quantize_query_avx512(const float* q, const float* k_scales, int32_t n, float scale, int8_t* codes,
                                int32_t* sum);
 
+float kv_quantize_query_avx2(const float* q, const float* k_scales, int32_t n, float scale, int8_t* codes,
+                             int32_t* sum);
+
 namespace {
+
+bool has_avx2() {
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+}
 
 bool has_avx512() {
     return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
@@ -52,8 +59,8 @@ TEST(kv_byte_dots, both_products_equal_the_sum_of_four_unsigned_by_signed_bytes_
     }
 }
 
-TEST(kv_byte_dots, the_vectorized_query_codes_equal_the_references_on_odd_lengths) {
-    if (!has_avx512()) GTEST_SKIP() << "this CPU has no AVX-512F/BW/VL";
+// Each level's query codes against quantize_query_ref (codes, scale and sum equal).
+void expect_reference_query_codes(float (*quantize)(const float*, const float*, int32_t, float, int8_t*, int32_t*)) {
     std::mt19937 rng(5);
     std::normal_distribution<float> normal(0.0f, 1.0f);
     std::uniform_real_distribution<float> positive(0.001f, 0.1f);
@@ -68,12 +75,22 @@ TEST(kv_byte_dots, the_vectorized_query_codes_equal_the_references_on_odd_length
             std::vector<int8_t> want(n), got(n);
             const kv::quantized_query ref = kv::quantize_query_ref(q.data(), ks.data(), n, 0.125f, want.data());
             int32_t sum = 0;
-            const float scale = kv_quantize_query_avx512(q.data(), ks.data(), n, 0.125f, got.data(), &sum);
+            const float scale = quantize(q.data(), ks.data(), n, 0.125f, got.data(), &sum);
             EXPECT_EQ(scale, ref.scale) << "n " << n << " round " << round;
             EXPECT_EQ(sum, ref.sum) << "n " << n << " round " << round;
             EXPECT_EQ(got, want) << "n " << n << " round " << round;
         }
     }
+}
+
+TEST(kv_byte_dots, the_vectorized_query_codes_equal_the_references_on_odd_lengths) {
+    if (!has_avx512()) GTEST_SKIP() << "this CPU has no AVX-512F/BW/VL";
+    expect_reference_query_codes(kv_quantize_query_avx512);
+}
+
+TEST(kv_byte_dots, the_avx2_query_codes_equal_the_references_on_odd_lengths) {
+    if (!has_avx2()) GTEST_SKIP() << "this CPU has no AVX2/FMA/F16C";
+    expect_reference_query_codes(kv_quantize_query_avx2);
 }
 
 }  // namespace

@@ -1,6 +1,6 @@
 // kv/int8 AVX2 kernels (built with -mavx2 -mfma -mf16c; called only when the CPU has them and lacks AVX-512F/BW/VL):
 // int8_kernels_avx512.h's integer dot products in 8 lanes, with the scalar twin's query and weight codes
-// (quantize_query_ref, int8_quantize_weights), so every integer sum is the twin's.
+// (kv_query_avx2.h: quantize_query_ref vectorized; int8_quantize_weights), so every integer sum is the twin's.
 //
 // Scores: per query row, per 8 rows of the block (one per lane) and channel group, one 32-byte load of the codes
 // [8 rows, 4 channels] meets the query's 4 codes of that group broadcast to every lane. The key codes are biased by
@@ -12,6 +12,7 @@
 
 #include "int8_format.h"
 #include "plugins/quant/kv_common/kv_kernels.h"
+#include "plugins/quant/kv_common/kv_query_avx2.h"
 
 namespace troupe::kv {
 namespace {
@@ -31,9 +32,9 @@ void int8_scores_avx2(const void* format, const uint8_t* block, int32_t h, const
     const uint8_t* k0 = f.k_group(block, h, 0);
     const size_t group_bytes = static_cast<size_t>(f.geometry.block_size) * 4;
     const __m256i unbias = _mm256_set1_epi8(static_cast<char>(0x80));
-    int8_t qi[max_head_dim];
+    int8_t qi[max_head_dim + 8];
     for (int32_t g = 0; g < group; ++g) {
-        const quantized_query iq = quantize_query_ref(q + static_cast<size_t>(g) * hd, ks, hd, scale, qi);
+        const quantized_query iq = quantize_query_avx2(q + static_cast<size_t>(g) * hd, ks, hd, scale, qi);
         const __m256 qs = _mm256_set1_ps(iq.scale);
         for (int32_t r0 = 0; r0 < n_rows; r0 += 8) {
             const __m256i m = lanes8(n_rows - r0);

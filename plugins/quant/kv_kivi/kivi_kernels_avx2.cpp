@@ -1,5 +1,5 @@
 // kv/kivi AVX2 kernels (built with -mavx2 -mfma -mf16c; called only when the CPU has them and lacks AVX-512F/BW/VL):
-// kivi_kernels_avx512.h in 8 lanes, with the scalar twin's query and weight codes (quantize_query_ref,
+// kivi_kernels_avx512.h in 8 lanes, with the scalar twin's query and weight codes (kv_query_avx2.h,
 // kivi_quantize_weights), so every integer sum is the twin's. The 2-bit codes are at most 3, so vpmaddubsw's pairs
 // cannot saturate (3 * 127 * 2 with the query, 255 * 3 * 2 with the weights): one vpmaddubsw and one vpmaddwd per
 // 8 lanes of four codes.
@@ -9,6 +9,7 @@
 
 #include "kivi_format.h"
 #include "plugins/quant/kv_common/kv_kernels.h"
+#include "plugins/quant/kv_common/kv_query_avx2.h"
 
 namespace troupe::kv {
 namespace {
@@ -40,11 +41,11 @@ void kivi_scores_avx2(const void* format, const uint8_t* block, int32_t h, const
     float add[max_head_dim];
     kivi_decoder_base<isa_avx2>::key_channels(f, block, h, mul, add);
     const uint8_t* k0 = f.k_group(block, h, 0);
-    int8_t qi[max_head_dim];
+    int8_t qi[max_head_dim + 8];
     for (int32_t g = 0; g < group; ++g) {
         const float* qg = q + static_cast<size_t>(g) * hd;
         const float qa = scale * isa_avx2::dot(qg, add, hd);  // scale * (q . min)
-        const quantized_query iq = quantize_query_ref(qg, mul, hd, scale, qi);
+        const quantized_query iq = quantize_query_avx2(qg, mul, hd, scale, qi);
         const __m256 qs = _mm256_set1_ps(iq.scale);
         const __m256 qav = _mm256_set1_ps(qa);
         for (int32_t r0 = 0; r0 < n_rows; r0 += 8) {
