@@ -24,6 +24,7 @@
 #include "core/train/side_files.h"
 #include "kernels/ref/quants.h"
 #include "plugins/common/target_model.h"
+#include "plugins/spec/eagle/eagle_drafter.h"
 #include "plugins/spec/eagle/eagle_forward.h"
 #include "tests/common/shared_data.h"
 #include "tests/golden/golden_runs.h"
@@ -321,6 +322,76 @@ TEST(spec_heads, the_plugins_eagle_forward_equals_the_training_forward_on_the_sa
     EXPECT_GT(wo_norm, 0.0);
     EXPECT_LT(max_g, 1e-3) << "features";
     EXPECT_LT(max_logit, 1e-3) << "logits";
+}
+
+// After a prompt (or a stretch run without drafts) the drafter keeps and computes only the newest `catch_up` context
+// rows of the layer, and still proposes; with 0 it keeps and computes every row the target's features cover.
+TEST(spec_heads, the_eagle_drafter_catches_up_at_most_its_bound_of_context_rows) {
+    REQUIRE_STORIES();
+    const fixture_data& d = data();
+    const distill_sample& s = d.data.held_out.front();
+    const llama_hparams& hp = d.target.hp;
+    const auto n = static_cast<int32_t>(s.size());
+    ASSERT_GT(n, 12);
+    const eagle::eagle_shape sh = eagle::shape_of(hp);
+    using spec_common::packed_matrix;
+    using spec_common::weight_format;
+    const auto f32 = [](const param& p) {
+        return packed_matrix(p.v(), p.dims.size() > 1 ? p.dims[1] : 1, p.dims[0], weight_format::f32);
+    };
+    for (const int32_t bound : {0, 5}) {
+        SCOPED_TRACE(bound);
+        eagle::eagle_weights w = eagle::layer_weights(*d.eagle, f32, [](const param& p) { return p.v(); });
+        w.output = packed_matrix(d.target.output.data(), hp.n_vocab, hp.dim, weight_format::f32);
+        w.token_embd = d.target.token_embd.data();
+        w.output_norm = d.target.output_norm.data();
+        eagle::drafter_params dp;
+        dp.catch_up = bound;
+        eagle::eagle_drafter drafter(sh, std::move(w), dp);
+        constexpr int64_t seq = 7;
+        drafter.begin(seq);
+        // The target's features of positions 0 .. n-2 (its prefill of the sample's first n - 1 tokens).
+        std::vector<int64_t> seq_ids(static_cast<size_t>(n - 1), seq);
+        std::vector<int32_t> positions(static_cast<size_t>(n - 1));
+        std::iota(positions.begin(), positions.end(), 0);
+        troupe_tap_data tap{};
+        tap.struct_size = sizeof tap;
+        tap.version = TROUPE_TAP_DATA_VERSION;
+        tap.tap = TROUPE_TAP_LAYER_OUT;
+        tap.layer = hp.n_layers - 1;
+        tap.n_rows = n - 1;
+        tap.width = hp.dim;
+        tap.data = s.hidden.data();
+        tap.seq_ids = seq_ids.data();
+        tap.positions = positions.data();
+        drafter.taps().observe(tap);
+        // A step without drafts: the features the bound leaves out go, the others stay.
+        const int32_t own_token[] = {-1};
+        drafter.accepted(seq, own_token, 1);
+        EXPECT_EQ(drafter.taps().at(seq, n - 2 - 4) != nullptr, true);
+        EXPECT_EQ(drafter.taps().at(seq, n - 2 - 5) != nullptr, bound == 0);
+
+        troupe_spec_request q{};
+        q.struct_size = sizeof q;
+        q.version = TROUPE_SPEC_REQUEST_VERSION;
+        q.seq_id = seq;
+        q.tokens = s.tokens.data();
+        q.n_tokens = n;
+        q.n_new = 1;
+        q.max_nodes = dp.max_nodes;
+        q.max_depth = dp.depth;
+        std::vector<int32_t> tokens(static_cast<size_t>(dp.max_nodes)), parents(tokens.size());
+        troupe_spec_proposal out{};
+        out.struct_size = sizeof out;
+        out.version = TROUPE_SPEC_PROPOSAL_VERSION;
+        out.tokens = tokens.data();
+        out.parents = parents.data();
+        ASSERT_EQ(drafter.propose(&q, 1, &out, nullptr), TROUPE_OK);
+        // Rows j = 0 .. n-2 take (t_{j+1}, h_j): n - 1 rows in all, the newest `bound` of them when bounded.
+        EXPECT_EQ(drafter.context_rows(seq), bound == 0 ? n - 1 : bound);
+        EXPECT_EQ(out.n_nodes, dp.max_nodes);
+        EXPECT_EQ(out.parents[0], -1);
+    }
 }
 
 // The weight formats drafting may keep its matrices in, on odd shapes (vector tails) and on whole blocks of 32 (q8's

@@ -21,8 +21,16 @@ void eagle_drafter::end(int64_t seq_id) {
     seqs_.erase(seq_id);
 }
 
+int32_t eagle_drafter::context_rows(int64_t seq_id) const {
+    auto it = seqs_.find(seq_id);
+    return it == seqs_.end() ? 0 : it->second.cache.n_rows;
+}
+
 void eagle_drafter::accepted(int64_t seq_id, const int32_t* nodes, int32_t n) {
     taps_.accepted(seq_id, nodes, n);
+    // Features the next catch-up cannot use go now, so steps run without drafts do not pile them up.
+    if (const int32_t latest = taps_.latest(seq_id); p_.catch_up > 0 && latest >= 0)
+        taps_.drop_below(seq_id, latest - p_.catch_up + 1);
 }
 
 // One batched forward over every request's missing context rows; a request whose row n - 2 is there gets a drafting
@@ -39,7 +47,8 @@ int32_t eagle_drafter::catch_up(const troupe_spec_request* requests, int32_t n, 
         if (it == seqs_.end()) continue;
         sequence& s = it->second;
         const auto last = static_cast<int32_t>(q.n_tokens - 2);
-        for (int32_t j = s.next_position; j <= last; ++j) {
+        const int32_t first = p_.catch_up > 0 ? std::max(s.next_position, last - p_.catch_up + 1) : s.next_position;
+        for (int32_t j = first; j <= last; ++j) {
             const float* h = taps_.at(q.seq_id, j);
             if (h == nullptr) continue;
             eagle_row row;

@@ -8,6 +8,8 @@
 //   max_nodes: 1..256        the most nodes a proposal holds (default 2: CPU figures in eagle_drafter.h)
 //   depth: 1..16             the deepest draft (default 2)
 //   topk: 1..16              children per expanded node, and nodes expanded per level (default 1)
+//   catch_up: 0..            the most context rows one proposal computes, the newest (default 16; 0: all;
+//                            eagle_drafter.h)
 //   weights: f32 | f16 | q8  how the layer's matrices (and the target's output matrix) are kept for drafting
 //                            (default q8: drafting is bound by their bytes; packed_matrix.h)
 #include <troupe/plugin.h>
@@ -93,11 +95,12 @@ int32_t eagle_create(const troupe_plugin_params* params, troupe_plugin_instance*
         dp.max_nodes = static_cast<int32_t>(reader.integer("max_nodes", 1, 256, dp.max_nodes));
         dp.depth = static_cast<int32_t>(reader.integer("depth", 1, 16, dp.depth));
         dp.topk = static_cast<int32_t>(reader.integer("topk", 1, 16, dp.topk));
+        dp.catch_up = static_cast<int32_t>(reader.integer("catch_up", 0, 1 << 20, dp.catch_up));
         const weight_format format = weight_format_of(reader.choice("weights", {"f32", "f16", "q8"}, "q8"));
         if (layer_path.empty()) {
             reader.fail("layer", "required: the path of a file written by troupe distill --kind eagle for this model");
         }
-        if (!finish_params(reader, {"layer", "max_nodes", "depth", "topk", "weights"}, error))
+        if (!finish_params(reader, {"layer", "max_nodes", "depth", "topk", "weights", "catch_up"}, error))
             return TROUPE_ERR_INVALID_PARAMS;
         auto inst = std::make_unique<troupe_plugin_instance>();
         try {
