@@ -276,9 +276,17 @@ void quantize_activations(const float* x, int64_t n, int8_t* q, float* scales) {
     }
 }
 
-// Integer products run ~4x faster than float ones (VNNI: ~40 GMAC/s a thread), so they stay on the calling thread
-// up to 4M multiply-adds (~0.1 ms): one EAGLE row's FFN or a Medusa head is cheaper inline than waking the workers.
-constexpr int64_t integer_inline_below = int64_t{1} << 22;
+// Below this many multiply-adds an integer product stays on the calling thread. With VNNI (~40 GMAC/s a thread) up
+// to 4M (~0.1 ms): one EAGLE row's FFN or a Medusa head is cheaper inline than waking the workers. Without it the
+// AVX2 products are ~4x slower and bound by the thread's share of the bandwidth, so they split from 256K (on a
+// 2-core first-generation EPYC, the grown 110M's EAGLE propose 3.3 -> 2.2-2.4 ms a step, Medusa's 0.47 -> 0.32;
+// 1M: 2.6 ms, 64K: as 256K).
+namespace {
+int64_t integer_inline_below() {
+    static const int64_t below = has_vnni() ? int64_t{1} << 22 : int64_t{1} << 18;
+    return below;
+}
+}  // namespace
 
 int32_t matmul(const troupe_parallel* parallel, const float* x, int64_t n, const packed_matrix& w, const float* b,
                float* y) {
@@ -297,7 +305,7 @@ int32_t matmul(const troupe_parallel* parallel, const float* x, int64_t n, const
                 y[r * out + o] = (integer ? w.row_dot_q8(o, xq, r) : w.row_dot(o, x + r * in)) + bias;
             }
         },
-        integer ? integer_inline_below : int64_t{1} << 20);
+        integer ? integer_inline_below() : int64_t{1} << 20);
 }
 
 }  // namespace troupe::spec_common
