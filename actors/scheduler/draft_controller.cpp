@@ -106,6 +106,14 @@ void draft_controller::close_window(bucket& b) {
     } else {
         b.probe_interval = std::clamp(2 * b.probe_interval, params_.min_probe_interval, params_.max_probe_interval);
     }
+    // The mode now not chosen ran at r times the chosen one's rate: probing it loses (1 - r) of a window.
+    if (both && params_.probe_loss_budget > 0) {
+        const double faster = std::max(b.with.tokens_per_s, b.without.tokens_per_s);
+        const double r = faster > 0 ? std::min(b.with.tokens_per_s, b.without.tokens_per_s) / faster : 1.0;
+        const double floor = (1 - r) / params_.probe_loss_budget - 1;
+        if (floor > b.probe_interval)
+            b.probe_interval = static_cast<int32_t>(std::min<double>(floor, params_.max_probe_interval));
+    }
     // The next probe runs the mode not chosen for one window; it waits until the chosen mode has run
     // probe_interval times that mode's last window duration.
     b.seconds_to_probe = b.last_window_s[b.on ? 0 : 1] * b.probe_interval;

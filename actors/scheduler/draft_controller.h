@@ -21,10 +21,11 @@
 // chosen mode has run `probe_interval` times the other mode's last window duration (seconds, not steps: a
 // drafting step can cost several plain ones); the interval starts at min_probe_interval and doubles (up to
 // max_probe_interval) each time a probe confirms the decision, so a settled decision costs little: with
-// speculation off, probes take ~1/(64+1) of the time. It runs at once, though, when the chosen mode's rate falls
-// below the other's last figure (acceptance dropped, the load changed). A switch resets the interval. The first
-// window of each bucket measures drafting and the second probes plain decoding, so a fresh bucket decides after
-// two windows.
+// speculation off, probes take ~1/(64+1) of the time. It never starts below what keeps the probes' loss within
+// probe_loss_budget of the time, given how much slower the probed mode ran. It runs at once, though, when the chosen
+// mode's rate falls below the other's last figure (acceptance dropped, the load changed). A switch resets the interval.
+// The first window of each bucket measures drafting and the second probes plain decoding, so a fresh bucket decides
+// after two windows.
 //
 // Each batch size is its own case (speculation that pays at batch 1 often does not at 16, where the step is
 // compute-bound): the state is kept per bucket of running sequences, 1, 2, 3-5, 6-11, 12-23, 24-47, ...: each
@@ -46,6 +47,10 @@ struct draft_controller_params {
     int32_t max_probe_interval = 64;  // ... after probes keep confirming the decision
     double smoothing = 0.5;           // EMA weight of the newest window's rate
     double hysteresis = 0.03;         // relative margin before the decision changes
+    // The share of time probes may cost: a probe of a mode that ran at r times the chosen one's rate loses (1 - r)
+    // of its window, so the interval is at least (1 - r) / budget - 1 windows (up to max_probe_interval). Where
+    // drafting runs at 0.4x (a compute-bound batch) probes wait 59 windows from the start, not 16.
+    double probe_loss_budget = 0.01;
 };
 
 // One finished step as the controller sees it.

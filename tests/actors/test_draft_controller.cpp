@@ -171,6 +171,31 @@ TEST(draft_controller, probes_of_a_settled_off_decision_back_off_to_a_few_percen
     EXPECT_LT(late.steps_with_drafts, 10000 / 50);
 }
 
+// Where drafting runs far slower (a compute-bound batch: here 0.44x), probing it at the minimum interval, doubling
+// from there, costs a few percent of a run's first seconds. From the first decision on, the interval starts where the
+// probes' loss is probe_loss_budget (1%): (1 - 0.44) / 0.01 - 1 = 55 windows of drafting's duration (8 steps of
+// 8.2 ms), ~2000 plain steps of 1.8 ms, where the old schedule's 16 gave ~590.
+TEST(draft_controller, probes_of_a_much_slower_mode_cost_about_the_loss_budget_from_the_first_decision) {
+    const fake_target base{.fixed_s = 1e-3, .per_row_s = 2e-4, .draft_per_node_s = 0, .accept_per_node = 0.125};
+    fake_target t_on = base, t_off = base, t_ctl = base;
+    draft_controller unused = make();
+    const double on = run(unused, t_on, 4, 3000, k_max_draft).per_s();
+    const double off = run(unused, t_off, 4, 3000, 0).per_s();
+    ASSERT_LT(on, 0.5 * off) << "the case's cost model: drafting far slower";
+    draft_controller c = make();
+    run(c, t_ctl, 4, 24);  // the first drafting window, the plain probe, the decision
+    ASSERT_FALSE(c.drafting(4));
+    int32_t plain_before_probe = 0;
+    while (c.cap_for(4) == 0 && plain_before_probe < 10000) {
+        run(c, t_ctl, 4, 1);
+        ++plain_before_probe;
+    }
+    EXPECT_GE(plain_before_probe, 1500);
+    const double controlled = run(c, t_ctl, 4, 6000).per_s();
+    EXPECT_FALSE(c.drafting(4));
+    EXPECT_GE(controlled, 0.99 * off) << "on " << on << ", off " << off;
+}
+
 TEST(draft_controller, ignores_prefill_steps_and_steps_planned_in_another_mode) {
     draft_controller c = make();
     draft_step_observation prefill{
