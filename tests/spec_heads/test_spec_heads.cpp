@@ -266,6 +266,22 @@ TEST(spec_heads, bad_heads_files_and_trees_are_refused_with_one_clear_error_each
     }
 }
 
+// The fixture's distilled EAGLE layer as the plugin holds it, in float32 (no rounding of its own), with the target's
+// tables.
+eagle::eagle_weights fixture_eagle_weights() {
+    const fixture_data& d = data();
+    using spec_common::packed_matrix;
+    using spec_common::weight_format;
+    const auto f32 = [](const param& p) {
+        return packed_matrix(p.v(), p.dims.size() > 1 ? p.dims[1] : 1, p.dims[0], weight_format::f32);
+    };
+    eagle::eagle_weights w = eagle::layer_weights(*d.eagle, f32, [](const param& p) { return p.v(); });
+    w.output = packed_matrix(d.target.output.data(), d.target.hp.n_vocab, d.target.hp.dim, weight_format::f32);
+    w.token_embd = d.target.token_embd.data();
+    w.output_norm = d.target.output_norm.data();
+    return w;
+}
+
 // Context rows of a held-out sample through the plugin's forward (its own cache, rows one by one as at inference)
 // and through core/train's eagle_layer (the training graph): the same features and logits.
 TEST(spec_heads, the_plugins_eagle_forward_equals_the_training_forward_on_the_same_rows) {
@@ -287,16 +303,7 @@ TEST(spec_heads, the_plugins_eagle_forward_equals_the_training_forward_on_the_sa
     layer.forward(b, g_train.data(), logits_train.data(), pool);
 
     const eagle::eagle_shape sh = eagle::shape_of(hp);
-    using spec_common::packed_matrix;
-    using spec_common::weight_format;
-    const auto f32 = [](const param& p) {
-        return packed_matrix(p.v(), p.dims.size() > 1 ? p.dims[1] : 1, p.dims[0], weight_format::f32);
-    };
-    eagle::eagle_weights w = eagle::layer_weights(layer, f32, [](const param& p) { return p.v(); });
-    w.output = packed_matrix(d.target.output.data(), nv, dim, weight_format::f32);
-    w.token_embd = d.target.token_embd.data();
-    w.output_norm = d.target.output_norm.data();
-    eagle::eagle_forward fwd(sh, std::move(w));
+    eagle::eagle_forward fwd(sh, fixture_eagle_weights());
     eagle::eagle_cache cache;
     std::vector<float> g(dim), logits(nv);
     double max_g = 0, max_logit = 0;
@@ -334,20 +341,11 @@ TEST(spec_heads, the_eagle_drafter_catches_up_at_most_its_bound_of_context_rows)
     const auto n = static_cast<int32_t>(s.size());
     ASSERT_GT(n, 12);
     const eagle::eagle_shape sh = eagle::shape_of(hp);
-    using spec_common::packed_matrix;
-    using spec_common::weight_format;
-    const auto f32 = [](const param& p) {
-        return packed_matrix(p.v(), p.dims.size() > 1 ? p.dims[1] : 1, p.dims[0], weight_format::f32);
-    };
     for (const int32_t bound : {0, 5}) {
         SCOPED_TRACE(bound);
-        eagle::eagle_weights w = eagle::layer_weights(*d.eagle, f32, [](const param& p) { return p.v(); });
-        w.output = packed_matrix(d.target.output.data(), hp.n_vocab, hp.dim, weight_format::f32);
-        w.token_embd = d.target.token_embd.data();
-        w.output_norm = d.target.output_norm.data();
         eagle::drafter_params dp;
         dp.catch_up = bound;
-        eagle::eagle_drafter drafter(sh, std::move(w), dp);
+        eagle::eagle_drafter drafter(sh, fixture_eagle_weights(), dp);
         constexpr int64_t seq = 7;
         drafter.begin(seq);
         // The target's features of positions 0 .. n-2 (its prefill of the sample's first n - 1 tokens).
