@@ -49,6 +49,7 @@ size_t linear::n_bytes() const {
 matmul_weight linear::kernel_weight() const {
     matmul_weight w{w_.type, w_.data, w_.n_in, w_.n_out, w_.row_stride};
     w.panels = panels_;
+    w.codes = panel_codes_;
     w.pieces = pieces_.empty() ? nullptr : pieces_.data();
     w.n_pieces = static_cast<int32_t>(pieces_.size());
     return w;
@@ -113,7 +114,7 @@ std::optional<linear> linear::concatenated(std::span<const linear* const> parts)
         const linear& part = *parts[i];
         if (part.prepared_ || part.w_.type != first.w_.type || part.recipe_ != first.recipe_ ||
             part.w_.n_in != first.w_.n_in || part.w_.row_stride != first.w_.row_stride ||
-            part.packed() != first.packed()) {
+            part.packed() != first.packed() || (part.packed() && part.panel_codes_ != first.panel_codes_)) {
             return std::nullopt;
         }
         // Panels of a part's last rows are padded with zero rows: only whole panels concatenate (and rows that
@@ -184,7 +185,7 @@ status linear::place(std::span<const int64_t> bounds, std::span<uint8_t* const> 
             if (a == r0 && b == r1) single_source = src;
             if (panels) {  // sources start panels: parts of a concatenation are whole panels
                 const matmul_weight part{w_.type, src, w_.n_in, b - a, w_.row_stride};
-                cpu::pack_q8_panels(part, dst + panel_bytes(w_, a - r0), pool);
+                panel_codes_ = cpu::pack_q8_panels(part, dst + panel_bytes(w_, a - r0), pool);
             } else {
                 std::memcpy(dst + w_.row_stride * (a - r0), src, w_.row_stride * (b - a));
             }

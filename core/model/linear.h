@@ -68,7 +68,8 @@ private:
     quant_op* quant_ = nullptr;
     cpu::activation_recipe recipe_ = cpu::activation_recipe::quantized;
     std::shared_ptr<const prepared_weight> prepared_;
-    const void* panels_ = nullptr;      // the packed form of the whole weight, or null
+    const void* panels_ = nullptr;                     // the packed form of the whole weight, or null
+    panel_codes panel_codes_ = panel_codes::plus_128;  // of the panels (the form place() packed them in)
     std::vector<weight_piece> pieces_;  // where the rows are stored in several places (then w_.data, panels_ unused)
 };
 

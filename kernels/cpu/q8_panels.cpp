@@ -24,9 +24,11 @@ bool is_panel_type(ggml_type type) {
     return type == ggml_type::q8_0 || type == ggml_type::q4_0;
 }
 
-// Writes panel p of w at dst (geometry g; dst zeroed by the caller, so padding rows stay zero).
-void pack_panel(const matmul_weight& w, const q8_panel_geometry& g, int64_t p, uint8_t* dst) {
+// Writes panel p of w at dst (geometry g; dst zeroed by the caller, so padding rows stay zero), Q8_0 codes in form
+// `codes`.
+void pack_panel(const matmul_weight& w, const q8_panel_geometry& g, int64_t p, panel_codes codes, uint8_t* dst) {
     const bool q8 = w.type == ggml_type::q8_0;
+    const uint8_t q8_flip = codes == panel_codes::plus_128 ? 0x80 : 0x00;
     const size_t block_bytes = q8 ? sizeof(block_q8_0) : sizeof(block_q4_0);
     const int64_t n_rows = std::min<int64_t>(k_panel_rows, w.n_out - p * k_panel_rows);
     for (int64_t b = 0; b < g.n_blocks; ++b) {
@@ -43,7 +45,7 @@ void pack_panel(const matmul_weight& w, const q8_panel_geometry& g, int64_t p, u
             for (int q = 0; q < g.quads; ++q) {
                 for (int j = 0; j < 4; ++j) {
                     const uint8_t byte = qs[4 * q + j];
-                    quads[q * 64 + r * 4 + j] = q8 ? static_cast<uint8_t>(byte ^ 0x80) : byte;
+                    quads[q * 64 + r * 4 + j] = q8 ? static_cast<uint8_t>(byte ^ q8_flip) : byte;
                 }
             }
         }
@@ -156,7 +158,13 @@ size_t q8_panels_bytes(const matmul_weight& w) {
     return static_cast<size_t>(g.n_panels) * g.panel_bytes;
 }
 
-void pack_q8_panels(const matmul_weight& w, void* dst, thread_pool* pool) {
+panel_codes pack_q8_panels(const matmul_weight& w, void* dst, thread_pool* pool) {
+    const panel_codes codes = active_level() == dispatch_level::avx512 ? panel_codes::plus_128 : panel_codes::as_is;
+    pack_q8_panels(w, dst, pool, codes);
+    return codes;
+}
+
+void pack_q8_panels(const matmul_weight& w, void* dst, thread_pool* pool, panel_codes codes) {
     TROUPE_ASSERT(reinterpret_cast<uintptr_t>(dst) % 64 == 0, "pack_q8_panels: dst is not 64-byte aligned");
     const detail::q8_panel_geometry g = detail::q8_panel_geometry_of(w.type, w.n_in, w.n_out);
     auto* out = static_cast<uint8_t*>(dst);
@@ -164,7 +172,7 @@ void pack_q8_panels(const matmul_weight& w, void* dst, thread_pool* pool) {
         for (int64_t p = p0; p < p1; ++p) {
             uint8_t* panel = out + static_cast<size_t>(p) * g.panel_bytes;
             std::memset(panel, 0, g.panel_bytes);
-            detail::pack_panel(w, g, p, panel);
+            detail::pack_panel(w, g, p, codes, panel);
         }
     };
     if (pool != nullptr) {

@@ -16,9 +16,10 @@
 //   +--------------------+-----------------------------------+-----------------------------------+
 //   ... (an odd last block: a group with one block, the second half of its scales zero)
 //
-//   Q8_0 (Q = 8): quad q of a block, lane r = the 4 bytes qs[4q .. 4q + 3] of row r, stored + 128 (unsigned)
-//                 so vpdpbusd(u8 weights, s8 activations) applies; the extra 128 * sum(x) of each block is
-//                 removed by starting the int32 sum at -128 * sum(x_block).
+//   Q8_0 (Q = 8): quad q of a block, lane r = the 4 bytes qs[4q .. 4q + 3] of row r; packed at AVX-512 VNNI
+//                 stored + 128 (unsigned) so vpdpbusd(u8 weights, s8 activations) applies, the extra
+//                 128 * sum(x) of each block removed by starting the int32 sum at -128 * sum(x_block); packed at
+//                 AVX2 stored as they are (panel_codes, ref/ops.h). Every kernel reads both forms.
 //   Q4_0 (Q = 4): quad q, lane r = the 4 bytes qs[4q .. 4q + 3] of row r as stored: low nibbles are the
 //                 elements 4q .. 4q + 3, high nibbles 16 + 4q .. 16 + 4q + 3 (unsigned 0..15, correction
 //                 -8 * sum(x_block)).
@@ -56,8 +57,11 @@ bool q8_panels_supported(ggml_type type, activation_recipe recipe);
 // Bytes of the panel form of w (Q8_0 or Q4_0; a multiple of 64).
 size_t q8_panels_bytes(const matmul_weight& w);
 
-// Writes the panel form of w to dst (q8_panels_bytes(w) bytes, 64-byte aligned); panels are split over pool
-// when it is not null.
-void pack_q8_panels(const matmul_weight& w, void* dst, thread_pool* pool);
+// Writes the panel form of w to dst (q8_panels_bytes(w) bytes, 64-byte aligned), Q8_0 codes in the form the active
+// level's kernels read fastest; returns that form, for matmul_weight::codes. Panels are split over pool when it is
+// not null.
+[[nodiscard]] panel_codes pack_q8_panels(const matmul_weight& w, void* dst, thread_pool* pool);
+// The same in a form of the caller's choice (tests: every kernel reads both).
+void pack_q8_panels(const matmul_weight& w, void* dst, thread_pool* pool, panel_codes codes);
 
 }  // namespace troupe::cpu

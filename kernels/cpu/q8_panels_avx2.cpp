@@ -7,9 +7,9 @@
 //   Q4_0: vpmaddubsw of the unsigned nibbles with the token's 4 activation bytes broadcast, the eight products of a
 //         block summed in int16 (|sum| <= 8 * 2 * 15 * 128 = 30720, no overflow), one vpmaddwd to int32, plus the
 //         correction -8 * sum(x_block);
-//   Q8_0: the panel's bytes are w + 128, which vpmaddubsw cannot take (pairs of 255 * 127 saturate int16): the weights
-//         are restored (xor 0x80) and multiplied as |w| with sign(x, w) (pairs <= 2 * 128 * 127), each product
-//         widened to int32 by vpmaddwd; the correction is not used.
+//   Q8_0: the weights multiplied as |w| with sign(x, w) (pairs <= 2 * 128 * 127; w + 128 would saturate vpmaddubsw),
+//         each product widened to int32 by vpmaddwd; the correction is not used. Panels packed at this level hold
+//         w itself; ones packed at AVX-512 VNNI (w + 128) are restored with an xor first.
 // then y += float(sum) * (d_w * d_x) with the 8 rows' scales: rounded apart for Q8_0, one FMA for Q4_0, so every
 // output equals ref::matmul bit for bit at every token count (a token's result never depends on its neighbours).
 //
@@ -47,8 +47,9 @@ __attribute__((always_inline)) inline void fill(V (&v)[H][M], V value) {
     }
 }
 
-// The int32 sums of one block for H halves (from `half` on) and M tokens; quads: the block's first quad.
-template <int Q, int H, int M>
+// The int32 sums of one block for H halves (from `half` on) and M tokens; quads: the block's first quad. Plus128:
+// Q8_0 codes stored + 128 (panel_codes::plus_128).
+template <int Q, bool Plus128, int H, int M>
 __attribute__((always_inline)) inline void block_sums(const uint8_t* quads, int half, const q8_act_block* xb,
                                                       __m256i (&s)[H][M]) {
     const __m256i ones16 = _mm256_set1_epi16(1);
@@ -59,8 +60,8 @@ __attribute__((always_inline)) inline void block_sums(const uint8_t* quads, int 
         for (int q = 0; q < 8; ++q) {
 #pragma GCC unroll 2
             for (int h = 0; h < H; ++h) {
-                const __m256i w = _mm256_xor_si256(
-                    _mm256_load_si256(reinterpret_cast<const __m256i*>(quads + 64 * q + 32 * (half + h))), flip);
+                __m256i w = _mm256_load_si256(reinterpret_cast<const __m256i*>(quads + 64 * q + 32 * (half + h)));
+                if constexpr (Plus128) w = _mm256_xor_si256(w, flip);
                 const __m256i u = _mm256_abs_epi8(w);
 #pragma GCC unroll 4
                 for (int m = 0; m < M; ++m) {
@@ -100,7 +101,7 @@ __attribute__((always_inline)) inline void block_sums(const uint8_t* quads, int 
 
 // y[m * ldy + 8 (half + h) + r] for m < M, h < H and the panel's real rows (n_rows of 16): halves [half, half + H)
 // of the panel (nb blocks, groups of group_bytes) times the tokens' blocks x[b * x_stride + m].
-template <int Q, int H, int M>
+template <int Q, bool Plus128, int H, int M>
 void half_panel_tile(const uint8_t* panel, int64_t nb, size_t group_bytes, const q8_act_block* x, int64_t x_stride,
                      float* y, int64_t ldy, int half, int n_rows, bool prefetch) {
     __m256 acc[H][M];
@@ -110,7 +111,7 @@ void half_panel_tile(const uint8_t* panel, int64_t nb, size_t group_bytes, const
         if (prefetch && b % 2 == 0) prefetch_panel_ahead(group, group_bytes);
         const q8_act_block* xb = x + b * x_stride;
         __m256i s[H][M];
-        block_sums<Q, H, M>(group + 64 + (b % 2) * Q * 64, half, xb, s);
+        block_sums<Q, Plus128, H, M>(group + 64 + (b % 2) * Q * 64, half, xb, s);
 #pragma GCC unroll 2
         for (int h = 0; h < H; ++h) {
             const auto* scales = reinterpret_cast<const __m128i*>(group + 32 * (b % 2) + 16 * (half + h));
@@ -146,26 +147,28 @@ void half_panel_tile(const uint8_t* panel, int64_t nb, size_t group_bytes, const
 
 // One panel x M tokens: one token reads both halves in one pass (two independent chains per block); more tokens
 // take the halves one after the other (the registers hold M tokens of one half), the second from L1.
-template <int Q, int M>
+template <int Q, bool Plus128, int M>
 void panel_tile(const uint8_t* panel, int64_t nb, size_t group_bytes, const q8_act_block* x, int64_t x_stride, float* y,
                 int64_t ldy, int n_rows, bool prefetch) {
     if constexpr (M == 1) {
-        half_panel_tile<Q, 2, 1>(panel, nb, group_bytes, x, x_stride, y, ldy, 0, n_rows, prefetch);
+        half_panel_tile<Q, Plus128, 2, 1>(panel, nb, group_bytes, x, x_stride, y, ldy, 0, n_rows, prefetch);
     } else {
-        half_panel_tile<Q, 1, M>(panel, nb, group_bytes, x, x_stride, y, ldy, 0, n_rows, prefetch);
+        half_panel_tile<Q, Plus128, 1, M>(panel, nb, group_bytes, x, x_stride, y, ldy, 0, n_rows, prefetch);
         if (n_rows > k_half_rows)
-            half_panel_tile<Q, 1, M>(panel, nb, group_bytes, x, x_stride, y, ldy, 1, n_rows, false);
+            half_panel_tile<Q, Plus128, 1, M>(panel, nb, group_bytes, x, x_stride, y, ldy, 1, n_rows, false);
     }
 }
 
-constexpr auto k_q8_tiles = tile_table<k_max_tile>([]<int M>() { return &panel_tile<8, M>; });
-constexpr auto k_q4_tiles = tile_table<k_max_tile>([]<int M>() { return &panel_tile<4, M>; });
+constexpr auto k_q8_tiles = tile_table<k_max_tile>([]<int M>() { return &panel_tile<8, false, M>; });
+constexpr auto k_q8_plus128_tiles = tile_table<k_max_tile>([]<int M>() { return &panel_tile<8, true, M>; });
+constexpr auto k_q4_tiles = tile_table<k_max_tile>([]<int M>() { return &panel_tile<4, false, M>; });
 
 }  // namespace
 
 void q8_panels_product_avx2(const matmul_weight& w, const q8_act_block* x, int64_t n_tokens, float* y, int64_t ldy,
                             int64_t p0, int64_t p1) {
-    panel_product(w, x, n_tokens, y, ldy, p0, p1, k_q8_tiles, k_q4_tiles);
+    panel_product(w, x, n_tokens, y, ldy, p0, p1, w.codes == panel_codes::as_is ? k_q8_tiles : k_q8_plus128_tiles,
+                  k_q4_tiles);
 }
 
 }  // namespace troupe::cpu::detail

@@ -38,8 +38,9 @@ inline int32_t load_i32(const int8_t* p) {
 }
 
 // Adds float(sum) * (d_w * d_x) of one block to acc, for the M tokens at xb (adjacent blocks): rounded apart for Q8_0,
-// fused for Q4_0 (ref::dot_q8_0, ref::dot_q4_0).
-template <int Q, int M>
+// fused for Q4_0 (ref::dot_q8_0, ref::dot_q4_0). AsIs: Q8_0 codes stored as they are (panels packed at AVX2), + 128
+// here before the products.
+template <int Q, bool AsIs, int M>
 __attribute__((always_inline)) inline void block_step(const uint8_t* quads, __m512 dw, const q8_act_block* xb,
                                                       __m512 (&acc)[M]) {
     __m512i s[M];
@@ -48,7 +49,8 @@ __attribute__((always_inline)) inline void block_step(const uint8_t* quads, __m5
     if constexpr (Q == 8) {
 #pragma GCC unroll 8
         for (int q = 0; q < 8; ++q) {
-            const __m512i wq = _mm512_load_si512(quads + 64 * q);
+            __m512i wq = _mm512_load_si512(quads + 64 * q);
+            if constexpr (AsIs) wq = _mm512_xor_si512(wq, _mm512_set1_epi8(static_cast<char>(0x80)));
 #pragma GCC unroll 12
             for (int m = 0; m < M; ++m)
                 s[m] = _mm512_dpbusd_epi32(s[m], wq, _mm512_set1_epi32(load_i32(xb[m].qs + 4 * q)));
@@ -80,7 +82,7 @@ __attribute__((always_inline)) inline void block_step(const uint8_t* quads, __m5
 
 // y[m * ldy + r] for m < M, lanes r in `rows`: panel (nb blocks, groups of group_bytes) times the tokens'
 // blocks x[b * x_stride + m].
-template <int Q, int M>
+template <int Q, bool AsIs, int M>
 void panel_tile(const uint8_t* panel, int64_t nb, size_t group_bytes, const q8_act_block* x, int64_t x_stride, float* y,
                 int64_t ldy, int n_rows, bool prefetch) {
     const __mmask16 rows = panel_row_mask(n_rows);
@@ -91,24 +93,26 @@ void panel_tile(const uint8_t* panel, int64_t nb, size_t group_bytes, const q8_a
     for (const uint8_t* group = panel; b < nb; b += 2, group += group_bytes) {
         if (prefetch) prefetch_panel_ahead(group, group_bytes);
         const __m512 scales = _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(group)));
-        block_step<Q, M>(group + 64, scales, x + b * x_stride, acc);
+        block_step<Q, AsIs, M>(group + 64, scales, x + b * x_stride, acc);
         if (b + 1 < nb) {
             const __m512 scales1 = _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(group) + 1));
-            block_step<Q, M>(group + 64 + Q * 64, scales1, x + (b + 1) * x_stride, acc);
+            block_step<Q, AsIs, M>(group + 64 + Q * 64, scales1, x + (b + 1) * x_stride, acc);
         }
     }
 #pragma GCC unroll 12
     for (int m = 0; m < M; ++m) _mm512_mask_storeu_ps(y + m * ldy, rows, acc[m]);
 }
 
-constexpr auto k_q8_tiles = tile_table<k_max_tile>([]<int M>() { return &panel_tile<8, M>; });
-constexpr auto k_q4_tiles = tile_table<k_max_tile>([]<int M>() { return &panel_tile<4, M>; });
+constexpr auto k_q8_tiles = tile_table<k_max_tile>([]<int M>() { return &panel_tile<8, false, M>; });
+constexpr auto k_q8_as_is_tiles = tile_table<k_max_tile>([]<int M>() { return &panel_tile<8, true, M>; });
+constexpr auto k_q4_tiles = tile_table<k_max_tile>([]<int M>() { return &panel_tile<4, false, M>; });
 
 }  // namespace
 
 void q8_panels_product_avx512(const matmul_weight& w, const q8_act_block* x, int64_t n_tokens, float* y, int64_t ldy,
                               int64_t p0, int64_t p1) {
-    panel_product(w, x, n_tokens, y, ldy, p0, p1, k_q8_tiles, k_q4_tiles);
+    panel_product(w, x, n_tokens, y, ldy, p0, p1, w.codes == panel_codes::plus_128 ? k_q8_tiles : k_q8_as_is_tiles,
+                  k_q4_tiles);
 }
 
 }  // namespace troupe::cpu::detail

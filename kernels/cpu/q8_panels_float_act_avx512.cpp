@@ -77,12 +77,13 @@ __attribute__((always_inline)) inline void quad_element(__m512i v, __m512 dw, co
 
 // y[m * ldy + r] for m < M, lanes r in `rows`: panel (nb blocks, groups of group_bytes) times the tokens' float
 // blocks x[(b * x_stride + m) * 32 ..].
-template <int Q, int M>
+template <int Q, panel_codes Codes, int M>
 void float_tile(const uint8_t* panel, int64_t nb, size_t group_bytes, const float* x, int64_t x_stride, float* y,
                 int64_t ldy, __mmask16 rows, bool prefetch) {
     constexpr int C = chains_for(M);
-    // Stored bytes to signed values: Q8_0 q + 128 -> q; Q4_0 nibble n -> n ^ 8, which read as a signed 4-bit
-    // field is n - 8.
+    // Stored bytes to signed values: Q8_0 q + 128 -> q (codes plus_128; as_is are q already); Q4_0 nibble n -> n ^ 8,
+    // which read as a signed 4-bit field is n - 8.
+    constexpr bool restore = Q == 4 || Codes == panel_codes::plus_128;
     const __m512i flip = _mm512_set1_epi8(static_cast<char>(Q == 8 ? 0x80 : 0x88));
     const __m512 unit = _mm512_set1_ps(Q == 8 ? 1.0f / 16777216.0f : 1.0f);  // 2^-24 for byte_to_top
     __m512 acc[C][M];
@@ -99,7 +100,8 @@ void float_tile(const uint8_t* panel, int64_t nb, size_t group_bytes, const floa
         const uint8_t* quads = group + 64 + (b % 2) * Q * 64;
         const float* xb = x + b * x_stride * 32;
         for (int q = 0; q < Q; ++q) {
-            const __m512i v = _mm512_xor_si512(_mm512_load_si512(quads + 64 * q), flip);
+            __m512i v = _mm512_load_si512(quads + 64 * q);
+            if constexpr (restore) v = _mm512_xor_si512(v, flip);
             quad_element<Q, C, M, 0>(v, dw, xb, q, acc);
             quad_element<Q, C, M, 1>(v, dw, xb, q, acc);
             quad_element<Q, C, M, 2>(v, dw, xb, q, acc);
@@ -115,15 +117,20 @@ void float_tile(const uint8_t* panel, int64_t nb, size_t group_bytes, const floa
     }
 }
 
-constexpr auto k_q8_float_tiles = tile_table<k_max_tile>([]<int M>() { return &float_tile<8, M>; });
-constexpr auto k_q4_float_tiles = tile_table<k_max_tile>([]<int M>() { return &float_tile<4, M>; });
+constexpr auto k_q8_float_tiles =
+    tile_table<k_max_tile>([]<int M>() { return &float_tile<8, panel_codes::plus_128, M>; });
+constexpr auto k_q8_as_is_float_tiles =
+    tile_table<k_max_tile>([]<int M>() { return &float_tile<8, panel_codes::as_is, M>; });
+constexpr auto k_q4_float_tiles = tile_table<k_max_tile>([]<int M>() { return &float_tile<4, panel_codes::as_is, M>; });
 
 }  // namespace
 
 void q8_panels_float_act_avx512(const matmul_weight& w, const float* x, int64_t n_tokens, float* y, int64_t ldy,
                                 int64_t p0, int64_t p1) {
     const q8_panel_geometry g = q8_panel_geometry_of(w.type, w.n_in, w.n_out);
-    const auto& tiles = w.type == ggml_type::q8_0 ? k_q8_float_tiles : k_q4_float_tiles;
+    const auto& tiles = w.type != ggml_type::q8_0          ? k_q4_float_tiles
+                        : w.codes == panel_codes::plus_128 ? k_q8_float_tiles
+                                                           : k_q8_as_is_float_tiles;
     for_each_panel_tile(w, g, n_tokens, p0, p1, k_max_tile, static_cast<size_t>(w.n_in) * sizeof(float),
                         [&](const uint8_t* panel, int n_rows, int64_t p, int64_t t0, int m, bool first) {
                             const auto rows = panel_row_mask(n_rows);

@@ -23,7 +23,8 @@ void for_each_piece(const matmul_weight& w, int64_t r0, int64_t r1, const Fn& fn
         const int64_t end = i + 1 < w.n_pieces ? w.pieces[i + 1].row_begin : w.n_out;
         const int64_t a = std::max(r0, begin), b = std::min(r1, end);
         if (a >= b) continue;
-        const matmul_weight piece{w.type, w.pieces[i].data, w.n_in, end - begin, w.row_stride, w.pieces[i].panels};
+        const matmul_weight piece{w.type,       w.pieces[i].data,   w.n_in, end - begin,
+                                  w.row_stride, w.pieces[i].panels, w.codes};
         fn(piece, begin, a - begin, b - begin);
     }
 }

@@ -31,13 +31,20 @@ struct weight_piece {
     const void* panels;  // the piece's q8 panels (its first row starts a panel), or null
 };
 
+// How q8 panels (cpu::pack_q8_panels) hold Q8_0 codes: plus 128, the unsigned operand of AVX-512 VNNI's products
+// (a block's extra 128 * sum(x) removed once per block); or as they are, for AVX2, whose products take |w| and
+// sign(x, w) (codes + 128 would cost an xor per 32 bytes there, ~14% of a decode step on a Zen 1). Q4_0 panels
+// are the same in both.
+enum class panel_codes : uint8_t { plus_128, as_is };
+
 struct matmul_weight {
     ggml_type type;
     const void* data;  // [n_out] rows of row_stride bytes
     int64_t n_in;
     int64_t n_out;
-    size_t row_stride;             // bytes between rows, >= row_bytes(type, n_in)
-    const void* panels = nullptr;  // the q8 panel form (cpu::pack_q8_panels) or null; data stays valid too
+    size_t row_stride;                          // bytes between rows, >= row_bytes(type, n_in)
+    const void* panels = nullptr;               // the q8 panel form (cpu::pack_q8_panels) or null; data stays valid too
+    panel_codes codes = panel_codes::plus_128;  // of the panels (and every piece's): what pack_q8_panels returned
     // Rows stored in several places instead of at data / panels (kernels.weights: copy lays each thread's share
     // of every weight out in that thread's own region; fused q/k/v read from the file): pieces[0 .. n_pieces),
     // ascending, pieces[0].row_begin == 0, each with panels exactly when `panels` would be set. Only cpu::matmul

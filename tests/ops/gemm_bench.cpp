@@ -87,7 +87,7 @@ int run(int n_threads, int64_t n_tokens, int reps, int64_t n_in, int64_t n_out) 
         cpu::aligned_buffer panels;
         matmul_weight with_panels = m.view;
         if (cpu::q8_panels_supported(t, cpu::activation_recipe::quantized)) {
-            cpu::pack_q8_panels(m.view, panels.reserve(cpu::q8_panels_bytes(m.view)), &pool);
+            with_panels.codes = cpu::pack_q8_panels(m.view, panels.reserve(cpu::q8_panels_bytes(m.view)), &pool);
             with_panels.panels = panels.reserve(0);
             variants.emplace_back("cpu::matmul (panels)",
                                   [&] { cpu::matmul(with_panels, x.data(), y.data(), n_tokens, pool); });

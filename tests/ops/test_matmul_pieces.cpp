@@ -32,18 +32,20 @@ pieced_weight cut(const matmul_weight& whole, const std::vector<int64_t>& firsts
         const auto* src = static_cast<const uint8_t*>(whole.data) + begin * whole.row_stride;
         p.rows[i].assign(src, src + (end - begin) * whole.row_stride);
     }
+    panel_codes codes = panel_codes::plus_128;
     for (size_t i = 0; i < firsts.size(); ++i) {
         const int64_t begin = firsts[i], end = i + 1 < firsts.size() ? firsts[i + 1] : whole.n_out;
         const void* panels = nullptr;
         if (with_panels) {
             const matmul_weight piece{whole.type, p.rows[i].data(), whole.n_in, end - begin, whole.row_stride};
             void* dst = p.panels[i].reserve(cpu::q8_panels_bytes(piece));
-            cpu::pack_q8_panels(piece, dst, nullptr);
+            codes = cpu::pack_q8_panels(piece, dst, nullptr);
             panels = dst;
         }
         p.pieces.push_back(weight_piece{begin, p.rows[i].data(), panels});
     }
     p.view = matmul_weight{whole.type, nullptr, whole.n_in, whole.n_out, whole.row_stride};
+    p.view.codes = codes;
     p.view.pieces = p.pieces.data();
     p.view.n_pieces = static_cast<int32_t>(p.pieces.size());
     return p;
@@ -87,7 +89,7 @@ TEST(matmul_pieces, panels_in_pieces_multiply_exactly_like_panels_in_one_place) 
         cpu::aligned_buffer whole_panels;
         matmul_weight whole = w.view;
         whole.panels = whole_panels.reserve(cpu::q8_panels_bytes(w.view));
-        cpu::pack_q8_panels(w.view, const_cast<void*>(whole.panels), nullptr);
+        whole.codes = cpu::pack_q8_panels(w.view, const_cast<void*>(whole.panels), nullptr);
         // Pieces start panels (multiples of 16 rows).
         for (const std::vector<int64_t>& firsts : {std::vector<int64_t>{0, 96}, std::vector<int64_t>{0, 16, 32, 192}}) {
             const pieced_weight p = cut(w.view, firsts, /*with_panels=*/true);

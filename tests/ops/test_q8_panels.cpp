@@ -31,11 +31,30 @@ struct panel_weight {
     matmul_weight with_panels;
 };
 
+void pack(panel_weight& pw, cpu::thread_pool* pool, panel_codes codes) {
+    pw.with_panels = pw.base.view;
+    void* dst = pw.panel_bytes.reserve(cpu::q8_panels_bytes(pw.base.view));
+    cpu::pack_q8_panels(pw.base.view, dst, pool, codes);
+    pw.with_panels.panels = dst;
+    pw.with_panels.codes = codes;
+}
+
+// As a loader packs: in the form the active level's kernels read fastest.
 void pack(panel_weight& pw, cpu::thread_pool* pool) {
     pw.with_panels = pw.base.view;
     void* dst = pw.panel_bytes.reserve(cpu::q8_panels_bytes(pw.base.view));
-    cpu::pack_q8_panels(pw.base.view, dst, pool);
+    pw.with_panels.codes = cpu::pack_q8_panels(pw.base.view, dst, pool);
     pw.with_panels.panels = dst;
+}
+
+// The Q8_0 code forms every kernel must read (packed at AVX-512 VNNI or at AVX2); Q4_0 panels have one form.
+std::vector<panel_codes> code_forms(ggml_type type) {
+    if (type == ggml_type::q4_0) return {panel_codes::as_is};
+    return {panel_codes::plus_128, panel_codes::as_is};
+}
+
+std::string form_name(panel_codes codes) {
+    return codes == panel_codes::plus_128 ? "codes + 128" : "codes as they are";
 }
 
 bool panels_run_here(ggml_type type, cpu::activation_recipe recipe = cpu::activation_recipe::quantized) {
@@ -79,23 +98,25 @@ TEST_P(q8_panels_types, equal_the_reference_recipe_bit_for_bit_at_every_token_co
     uint32_t seed = 11;
     for (const shape_case& s : shapes) {
         panel_weight pw{make_weight(type, s.n_in, s.n_out, seed++, s.extra_stride), {}, {}};
-        pack(pw, &two);
         for (int64_t n_tokens : every_token_count()) {
             if (n_tokens == 512 && s.n_in > 256) continue;  // keeps the reference's cost down
             const auto x = random_floats(n_tokens * s.n_in, seed++);
             std::vector<float> y_ref(n_tokens * s.n_out);
             ref::matmul(pw.base.view, x.data(), y_ref.data(), n_tokens);
-            for (cpu::dispatch_level level : levels) {
-                testing::scoped_level scope(level);
-                SCOPED_TRACE(std::string(traits(type).name) + " n_in " + std::to_string(s.n_in) + " n_out " +
-                             std::to_string(s.n_out) + " n_tokens " + std::to_string(n_tokens) + " level " +
-                             testing::level_name(level));
-                std::vector<float> y1(y_ref.size(), NAN), y2(y_ref.size(), NAN);
-                cpu::matmul(pw.with_panels, x.data(), y1.data(), n_tokens, one);
-                cpu::matmul(pw.with_panels, x.data(), y2.data(), n_tokens, two);
-                for (size_t i = 0; i < y_ref.size(); ++i) {
-                    ASSERT_EQ(y1[i], y_ref[i]) << "1 thread, output " << i;
-                    ASSERT_EQ(y2[i], y_ref[i]) << "2 threads, output " << i;
+            for (panel_codes codes : code_forms(type)) {
+                pack(pw, &two, codes);
+                for (cpu::dispatch_level level : levels) {
+                    testing::scoped_level scope(level);
+                    SCOPED_TRACE(std::string(traits(type).name) + " n_in " + std::to_string(s.n_in) + " n_out " +
+                                 std::to_string(s.n_out) + " n_tokens " + std::to_string(n_tokens) + " level " +
+                                 testing::level_name(level) + ", " + form_name(codes));
+                    std::vector<float> y1(y_ref.size(), NAN), y2(y_ref.size(), NAN);
+                    cpu::matmul(pw.with_panels, x.data(), y1.data(), n_tokens, one);
+                    cpu::matmul(pw.with_panels, x.data(), y2.data(), n_tokens, two);
+                    for (size_t i = 0; i < y_ref.size(); ++i) {
+                        ASSERT_EQ(y1[i], y_ref[i]) << "1 thread, output " << i;
+                        ASSERT_EQ(y2[i], y_ref[i]) << "2 threads, output " << i;
+                    }
                 }
             }
         }
@@ -123,21 +144,24 @@ TEST_P(q8_panels_types, do_not_saturate_at_the_extreme_codes) {
         }
     }
     panel_weight pw{std::move(w), {}, {}};
-    pack(pw, nullptr);
     cpu::thread_pool pool(1);
-    for (float sign : {1.0f, -1.0f}) {
-        std::vector<float> x(2 * n_in);
-        for (int64_t i = 0; i < n_in; ++i) x[i] = sign;                         // token 0: all +-1 -> codes +-127
-        for (int64_t i = 0; i < n_in; ++i) x[n_in + i] = i % 2 ? sign : -sign;  // token 1: alternating
-        std::vector<float> y_ref(2 * n_out);
-        ref::matmul(pw.base.view, x.data(), y_ref.data(), 2);
-        for (cpu::dispatch_level level : levels) {
-            testing::scoped_level scope(level);
-            for (int64_t n_tokens : {1, 2}) {
-                std::vector<float> y(n_tokens * n_out, NAN);
-                cpu::matmul(pw.with_panels, x.data(), y.data(), n_tokens, pool);
-                for (int64_t i = 0; i < n_tokens * n_out; ++i)
-                    ASSERT_EQ(y[i], y_ref[i]) << "level " << testing::level_name(level) << " output " << i;
+    for (panel_codes codes : code_forms(type)) {
+        pack(pw, nullptr, codes);
+        for (float sign : {1.0f, -1.0f}) {
+            std::vector<float> x(2 * n_in);
+            for (int64_t i = 0; i < n_in; ++i) x[i] = sign;                         // token 0: all +-1 -> codes +-127
+            for (int64_t i = 0; i < n_in; ++i) x[n_in + i] = i % 2 ? sign : -sign;  // token 1: alternating
+            std::vector<float> y_ref(2 * n_out);
+            ref::matmul(pw.base.view, x.data(), y_ref.data(), 2);
+            for (cpu::dispatch_level level : levels) {
+                testing::scoped_level scope(level);
+                for (int64_t n_tokens : {1, 2}) {
+                    std::vector<float> y(n_tokens * n_out, NAN);
+                    cpu::matmul(pw.with_panels, x.data(), y.data(), n_tokens, pool);
+                    for (int64_t i = 0; i < n_tokens * n_out; ++i)
+                        ASSERT_EQ(y[i], y_ref[i])
+                            << "level " << testing::level_name(level) << ", " << form_name(codes) << ", output " << i;
+                }
             }
         }
     }
@@ -176,27 +200,30 @@ TEST_P(q8_panels_types, with_float_activations_equal_the_float_reference_within_
     const shape_case shapes[] = {{32, 1, 0}, {96, 17, 6}, {256, 67, 0}};
     uint32_t seed = 31;
     float worst_ratio = 0;
-    for (const shape_case& s : shapes) {
-        panel_weight pw{make_weight(type, s.n_in, s.n_out, seed++, s.extra_stride), {}, {}};
-        pack(pw, &two);
-        for (int64_t n_tokens : every_token_count()) {
-            SCOPED_TRACE(std::string(traits(type).name) + " n_in " + std::to_string(s.n_in) + " n_out " +
-                         std::to_string(s.n_out) + " n_tokens " + std::to_string(n_tokens));
-            const auto x = random_floats(n_tokens * s.n_in, seed++);
-            std::vector<float> y_ref(n_tokens * s.n_out), y1(y_ref.size(), NAN), y2(y_ref.size(), NAN);
-            ref::matmul_float_act(pw.base.view, x.data(), y_ref.data(), n_tokens);
-            cpu::matmul(pw.with_panels, x.data(), y1.data(), n_tokens, one, cpu::activation_recipe::float32);
-            cpu::matmul(pw.with_panels, x.data(), y2.data(), n_tokens, two, cpu::activation_recipe::float32);
-            for (int64_t t = 0; t < n_tokens; ++t) {
-                for (int64_t r = 0; r < s.n_out; ++r) {
-                    double bound = 0;  // sum_k |w_k x_k|
-                    for (int64_t k = 0; k < s.n_in; ++k)
-                        bound += std::fabs(pw.base.dequantized[r * s.n_in + k] * x[t * s.n_in + k]);
-                    const size_t i = t * s.n_out + r;
-                    ASSERT_EQ(y1[i], y2[i]) << "1 vs 2 threads differ at output " << i;
-                    const double err = std::fabs(y1[i] - y_ref[i]);
-                    ASSERT_LE(err, 4e-6 * bound + 1e-30) << "output " << i << ": " << y1[i] << " vs " << y_ref[i];
-                    if (bound > 0) worst_ratio = std::max(worst_ratio, static_cast<float>(err / bound));
+    for (panel_codes codes : code_forms(type)) {
+        for (const shape_case& s : shapes) {
+            panel_weight pw{make_weight(type, s.n_in, s.n_out, seed++, s.extra_stride), {}, {}};
+            pack(pw, &two, codes);
+            for (int64_t n_tokens : every_token_count()) {
+                SCOPED_TRACE(std::string(traits(type).name) + " n_in " + std::to_string(s.n_in) + " n_out " +
+                             std::to_string(s.n_out) + " n_tokens " + std::to_string(n_tokens) + ", " +
+                             form_name(codes));
+                const auto x = random_floats(n_tokens * s.n_in, seed++);
+                std::vector<float> y_ref(n_tokens * s.n_out), y1(y_ref.size(), NAN), y2(y_ref.size(), NAN);
+                ref::matmul_float_act(pw.base.view, x.data(), y_ref.data(), n_tokens);
+                cpu::matmul(pw.with_panels, x.data(), y1.data(), n_tokens, one, cpu::activation_recipe::float32);
+                cpu::matmul(pw.with_panels, x.data(), y2.data(), n_tokens, two, cpu::activation_recipe::float32);
+                for (int64_t t = 0; t < n_tokens; ++t) {
+                    for (int64_t r = 0; r < s.n_out; ++r) {
+                        double bound = 0;  // sum_k |w_k x_k|
+                        for (int64_t k = 0; k < s.n_in; ++k)
+                            bound += std::fabs(pw.base.dequantized[r * s.n_in + k] * x[t * s.n_in + k]);
+                        const size_t i = t * s.n_out + r;
+                        ASSERT_EQ(y1[i], y2[i]) << "1 vs 2 threads differ at output " << i;
+                        const double err = std::fabs(y1[i] - y_ref[i]);
+                        ASSERT_LE(err, 4e-6 * bound + 1e-30) << "output " << i << ": " << y1[i] << " vs " << y_ref[i];
+                        if (bound > 0) worst_ratio = std::max(worst_ratio, static_cast<float>(err / bound));
+                    }
                 }
             }
         }
@@ -217,6 +244,22 @@ TEST(q8_panels, size_is_the_original_row_bytes_rounded_up_to_whole_panels_and_ca
     // 17 rows -> 2 panels; 3 blocks -> a full group (1088 B) and a half one (64 + 512 B).
     const matmul_weight odd{ggml_type::q8_0, nullptr, 96, 17, row_bytes(ggml_type::q8_0, 96)};
     EXPECT_EQ(cpu::q8_panels_bytes(odd), 2u * (1088 + 576));
+}
+
+TEST(q8_panels, are_packed_in_the_code_form_of_the_level_that_packs_them) {
+    const auto w = make_weight(ggml_type::q8_0, 64, 16, 2);
+    cpu::aligned_buffer dst;
+    for (cpu::dispatch_level level : cpu::available_levels()) {
+        testing::scoped_level scope(level);
+        if (!cpu::q8_panels_supported(ggml_type::q8_0, cpu::activation_recipe::quantized)) continue;
+        const panel_codes codes = cpu::pack_q8_panels(w.view, dst.reserve(cpu::q8_panels_bytes(w.view)), nullptr);
+        EXPECT_EQ(codes, level == cpu::dispatch_level::avx512 ? panel_codes::plus_128 : panel_codes::as_is)
+            << testing::level_name(level);
+        // Row 0's first code, in the first quad of the first block (after 64 B of scales).
+        const int8_t code = reinterpret_cast<const block_q8_0*>(w.view.data)->qs[0];
+        const uint8_t stored = static_cast<const uint8_t*>(dst.reserve(0))[64];
+        EXPECT_EQ(stored, static_cast<uint8_t>(codes == panel_codes::plus_128 ? code + 128 : code));
+    }
 }
 
 TEST(q8_panels, packing_with_a_pool_writes_the_same_bytes_as_without) {

@@ -38,7 +38,7 @@ TEST(q8_scalar_twin, the_sdk_only_scalar_loops_match_the_plugin_built_on_the_ker
 
         std::vector<float> by_scalar(by_plugin.size());
         const q8::parallel_fn inline_fn = [](int64_t n, const q8::range_fn& fn) { fn(0, n); };
-        q8::matmul(w.data(), nullptr, c.n_in, c.n_out, stride, x.data(), by_scalar.data(), c.n_tokens, inline_fn,
+        q8::matmul(w.data(), nullptr, 0, c.n_in, c.n_out, stride, x.data(), by_scalar.data(), c.n_tokens, inline_fn,
                    c.int8_activations ? q8::activations::int8 : q8::activations::float32);
         for (size_t i = 0; i < by_plugin.size(); ++i) {
             ASSERT_TRUE(std::isfinite(by_plugin[i])) << i;

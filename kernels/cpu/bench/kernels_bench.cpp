@@ -6,6 +6,7 @@
 //   prefill: 512 tokens through the same matmuls: GFLOP/s vs the measured FMA peak.
 //
 // Usage: troupe_kernels_bench [n_threads (default 2)] [prefill tokens (default 512)] [rounds (default 3)]
+//                             [types, e.g. Q8_0,Q4_0 (default all)]
 // (Q8_0 and Q4_0 prefill run the integer GEMM: their GFLOP/s count multiply-adds as 2 flops like the others
 // but are not bound by the float FMA peak.) Rows with activations "float" run the float-activation recipe
 // (cpu::activation_recipe::float32: weight blocks dequantized in registers for decode, the float GEMM on
@@ -97,9 +98,10 @@ panel_weights make_panels(const model_weights& m, cpu::thread_pool& pool) {
         const size_t n = cpu::q8_panels_bytes(w);
         p.panels.push_back(std::make_unique<cpu::aligned_buffer>());
         void* dst = p.panels.back()->reserve(n);
-        cpu::pack_q8_panels(w, dst, &pool);
+        const panel_codes codes = cpu::pack_q8_panels(w, dst, &pool);
         p.views.push_back(w);
         p.views.back().panels = dst;
+        p.views.back().codes = codes;
         p.total_bytes += n;
     }
     return p;
@@ -156,8 +158,18 @@ int main(int argc, char** argv) {
     std::normal_distribution<float> normal(0.0f, 1.0f);
     for (auto& v : x) v = normal(rng);
 
-    const std::vector<ggml_type> types = {ggml_type::f32,  ggml_type::q8_0, ggml_type::f16, ggml_type::bf16,
-                                          ggml_type::q4_0, ggml_type::q4_k, ggml_type::q6_k};
+    std::vector<ggml_type> types = {ggml_type::f32,  ggml_type::q8_0, ggml_type::f16, ggml_type::bf16,
+                                    ggml_type::q4_0, ggml_type::q4_k, ggml_type::q6_k};
+    if (argc > 4) {  // only the named types (a comparison of two kernels in one quick run)
+        const std::string only = std::string(",") + argv[4] + ",";
+        std::erase_if(types, [&](ggml_type t) {
+            return only.find("," + std::string(traits(t).name) + ",") == std::string::npos;
+        });
+        if (types.empty()) {
+            std::fprintf(stderr, "troupe_kernels_bench: no type in '%s' (F32,Q8_0,F16,BF16,Q4_0,Q4_K,Q6_K)\n", argv[4]);
+            return 2;
+        }
+    }
     std::vector<model_weights> weights;
     for (ggml_type type : types) weights.push_back(make_weights(type, shapes));
     std::vector<panel_weights> panels(types.size());  // Q8_0 / Q4_0 where the panel kernels run

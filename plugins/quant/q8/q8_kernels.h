@@ -47,12 +47,14 @@ void quantize_rows(uint32_t type, const void* src, size_t row_stride, int64_t n_
 // less than that many single steps; only where the plugin is built with troupe_kernels and the CPU has the
 // panel kernels (AVX-512 VNNI), else panel_bytes is 0 and nothing is packed.
 size_t panel_bytes(int64_t n_in, int64_t n_out, activations recipe);
-void pack_panels(const block_q8_0* w, int64_t n_in, int64_t n_out, size_t row_stride, void* dst);
+// Returns the form the codes were packed in (the library picks it by CPU level), for matmul.
+[[nodiscard]] int pack_panels(const block_q8_0* w, int64_t n_in, int64_t n_out, size_t row_stride, void* dst);
 
 // y[n_tokens, n_out] = x[n_tokens, n_in] * W^T, W: n_out rows of n_in / 32 Q8_0 blocks, row_stride bytes apart,
-// and its panels (or null) from pack_panels, used where the kernels prefer them; the rows must stay valid.
-void matmul(const block_q8_0* w, const void* panels, int64_t n_in, int64_t n_out, size_t row_stride, const float* x,
-            float* y, int64_t n_tokens, const parallel_fn& parallel_for, activations recipe,
+// and its panels (or null) from pack_panels with the form it returned, used where the kernels prefer them; the rows
+// must stay valid.
+void matmul(const block_q8_0* w, const void* panels, int panel_form, int64_t n_in, int64_t n_out, size_t row_stride,
+            const float* x, float* y, int64_t n_tokens, const parallel_fn& parallel_for, activations recipe,
             const ranges_fn& parallel_ranges = {});
 
 // Which implementation matmul uses: "troupe_kernels" or "scalar".

@@ -40,10 +40,12 @@ size_t panel_bytes(int64_t, int64_t, activations) {
     return 0;
 }
 
-void pack_panels(const block_q8_0*, int64_t, int64_t, size_t, void*) {}
+int pack_panels(const block_q8_0*, int64_t, int64_t, size_t, void*) {
+    return 0;
+}
 
-void matmul(const block_q8_0* w, const void*, int64_t n_in, int64_t n_out, size_t row_stride, const float* x, float* y,
-            int64_t n_tokens, const parallel_fn& parallel_for, activations recipe, const ranges_fn&) {
+void matmul(const block_q8_0* w, const void*, int, int64_t n_in, int64_t n_out, size_t row_stride, const float* x,
+            float* y, int64_t n_tokens, const parallel_fn& parallel_for, activations recipe, const ranges_fn&) {
     if (recipe == activations::float32) return matmul_float(w, n_in, n_out, row_stride, x, y, n_tokens, parallel_for);
     const int64_t n_blocks = n_in / qk8_0;
     std::vector<block_q8_0> xq(static_cast<size_t>(n_tokens * n_blocks));  // [n_tokens, n_blocks]

@@ -28,15 +28,17 @@ size_t panel_bytes(int64_t n_in, int64_t n_out, activations recipe) {
     return cpu::q8_panels_bytes(matmul_weight{ggml_type::q8_0, nullptr, n_in, n_out, row_bytes(ggml_type::q8_0, n_in)});
 }
 
-void pack_panels(const block_q8_0* w, int64_t n_in, int64_t n_out, size_t row_stride, void* dst) {
-    cpu::pack_q8_panels(matmul_weight{ggml_type::q8_0, library_blocks(w), n_in, n_out, row_stride}, dst, nullptr);
+int pack_panels(const block_q8_0* w, int64_t n_in, int64_t n_out, size_t row_stride, void* dst) {
+    return static_cast<int>(
+        cpu::pack_q8_panels(matmul_weight{ggml_type::q8_0, library_blocks(w), n_in, n_out, row_stride}, dst, nullptr));
 }
 
-void matmul(const block_q8_0* w, const void* panels, int64_t n_in, int64_t n_out, size_t row_stride, const float* x,
-            float* y, int64_t n_tokens, const parallel_fn& parallel_for, activations recipe,
+void matmul(const block_q8_0* w, const void* panels, int panel_form, int64_t n_in, int64_t n_out, size_t row_stride,
+            const float* x, float* y, int64_t n_tokens, const parallel_fn& parallel_for, activations recipe,
             const ranges_fn& parallel_ranges) {
     matmul_weight mw{ggml_type::q8_0, library_blocks(w), n_in, n_out, row_stride};
     mw.panels = panels;
+    mw.codes = static_cast<panel_codes>(panel_form);
     if (parallel_ranges) {
         cpu::matmul(mw, x, y, n_tokens, parallel_for, parallel_ranges, kernel_recipe(recipe));
     } else {

@@ -52,6 +52,7 @@ struct troupe_prepared_weight {
     // where the kernels have none. The rows stay valid (the kernels fall back to them where panels are not
     // supported), but are not read while panels are.
     void* panels = nullptr;
+    int panel_form = 0;  // what pack_panels returned
     size_t panels_bytes = 0;
     ~troupe_prepared_weight() {
         if (panels != nullptr) ::munmap(panels, panels_bytes);
@@ -181,7 +182,7 @@ int32_t q8_prepare(troupe_plugin_instance* inst, const troupe_weight* w, troupe_
             ::madvise(mem, bytes, MADV_HUGEPAGE);  // streamed every step: fewer TLB misses
             p->panels = mem;
             p->panels_bytes = bytes;
-            troupe::q8::pack_panels(p->data, p->n_in_padded, p->n_out, p->row_stride, mem);
+            p->panel_form = troupe::q8::pack_panels(p->data, p->n_in_padded, p->n_out, p->row_stride, mem);
         }
         *out = p;
         return TROUPE_OK;
@@ -212,7 +213,7 @@ int32_t q8_matmul(troupe_plugin_instance* inst, const troupe_prepared_weight* w,
             xin = x_padded.data();
         }
         std::atomic<bool> failed{false};
-        troupe::q8::matmul(w->data, w->panels, w->n_in_padded, w->n_out, w->row_stride, xin, y, n_tokens,
+        troupe::q8::matmul(w->data, w->panels, w->panel_form, w->n_in_padded, w->n_out, w->row_stride, xin, y, n_tokens,
                            to_parallel_fn(par, failed), inst->activations, to_ranges_fn(par, failed));
         if (failed.load()) return fail(inst, TROUPE_ERR_INTERNAL, "the host's parallel_for failed");
         return TROUPE_OK;
