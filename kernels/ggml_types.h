@@ -63,7 +63,7 @@ constexpr std::optional<ggml_type_traits> type_traits(uint32_t t) {
         case 1: return ggml_type_traits{"F16", 1, 2, true};
         case 2: return ggml_type_traits{"Q4_0", 32, 18, true};
         case 3: return ggml_type_traits{"Q4_1", 32, 20, true};
-        case 6: return ggml_type_traits{"Q5_0", 32, 22, false};
+        case 6: return ggml_type_traits{"Q5_0", 32, 22, true};
         case 7: return ggml_type_traits{"Q5_1", 32, 24, false};
         case 8: return ggml_type_traits{"Q8_0", 32, 34, true};
         case 9: return ggml_type_traits{"Q8_1", 32, 36, false};
@@ -109,6 +109,7 @@ constexpr size_t row_bytes(ggml_type t, int64_t n) {
 
 constexpr int qk4_0 = 32;
 constexpr int qk4_1 = 32;
+constexpr int qk5_0 = 32;
 constexpr int qk8_0 = 32;
 constexpr int qk_k = 256;
 constexpr int k_scale_size = 12;
@@ -123,6 +124,15 @@ struct block_q8_0 {
 struct block_q4_0 {
     uint16_t d;  // fp16 scale
     uint8_t qs[qk4_0 / 2];
+};
+
+// x = d * (q - 16), q 5 bits: element j < 16 is the low nibble of qs[j], element j + 16 the high nibble; bit j of
+// qh (little-endian uint32) is bit 4 of element j. llama.cpp writes it for rows that are not whole blocks of 256 in
+// a Q4_K file (Qwen2's 896-wide inputs in Q4_K_M).
+struct block_q5_0 {
+    uint16_t d;  // fp16 scale
+    uint8_t qh[4];
+    uint8_t qs[qk5_0 / 2];
 };
 
 // The 4-bit group formats with a scale and a min (zero point): x = d * q + m, q in 0..15, over groups of G.
@@ -164,6 +174,7 @@ struct block_q8_k {
 static_assert(sizeof(block_q8_0) == 34);
 static_assert(sizeof(block_q4_0) == 18);
 static_assert(sizeof(block_q4_1) == 20);
+static_assert(sizeof(block_q5_0) == 22);
 static_assert(sizeof(block_w4_g64) == 36);
 static_assert(sizeof(block_w4_g128) == 68);
 static_assert(sizeof(block_q4_k) == 144);

@@ -107,7 +107,7 @@ bool cuda_takes_weight_type(ggml_type type) {
                   TROUPE_CUDA_F16 == static_cast<uint32_t>(ggml_type::f16) &&
                   TROUPE_CUDA_BF16 == static_cast<uint32_t>(ggml_type::bf16));
     return type == ggml_type::f32 || type == ggml_type::f16 || type == ggml_type::bf16 || type == ggml_type::q8_0 ||
-           type == ggml_type::q4_0 || type == ggml_type::q4_k || type == ggml_type::q6_k;
+           type == ggml_type::q4_0 || type == ggml_type::q5_0 || type == ggml_type::q4_k || type == ggml_type::q6_k;
 }
 
 result<std::unique_ptr<cuda_upload>> prepare_cuda_upload(const llama_weights_view& view,

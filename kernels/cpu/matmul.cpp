@@ -44,6 +44,8 @@ int64_t gemm_threshold(const detail::matmul_kernels& k, ggml_type type, cpu::act
         case ggml_type::q4_0:
             if (k.gemm == nullptr && k.gemm_q8 == nullptr) return INT64_MAX;
             return k.gemm_min_tokens_q8;
+        case ggml_type::q5_0:
+            return INT64_MAX;  // the dot kernels at every token count (no GEMM computes ggml's Q5_0 lanes)
         case ggml_type::q4_k:
         case ggml_type::q6_k:
             // Only the integer GEMM, bit-equal to the dot kernels (ggml's k-quant arithmetic,
@@ -105,6 +107,7 @@ const float* recipe_floats(const detail::matmul_kernels& k, ggml_type type, cons
             return row;
         case ggml_type::q8_0:
         case ggml_type::q4_0:
+        case ggml_type::q5_0:
             k.q8_0_values(x, row, n);
             return row;
         case ggml_type::q4_k:
@@ -214,7 +217,7 @@ void matmul_impl(const matmul_weight& w, const float* x, float* y, int64_t n_tok
         const auto round = w.type == ggml_type::f16 ? k.round_f16 : k.round_bf16;
         for_tokens([&](int64_t t) { round(x + t * n, xr + t * n, n); });
         px = {xr, static_cast<size_t>(n) * sizeof(float)};
-    } else if (w.type == ggml_type::q8_0 || w.type == ggml_type::q4_0) {
+    } else if (w.type == ggml_type::q8_0 || w.type == ggml_type::q4_0 || w.type == ggml_type::q5_0) {
         const int64_t nb = n / qk8_0;
         auto* xq = x_buffer.as<block_q8_0>(static_cast<size_t>(n_tokens * nb));
         for_tokens([&](int64_t t) { k.quantize_q8_0(x + t * n, xq + t * nb, n); });

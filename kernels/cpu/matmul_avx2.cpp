@@ -15,6 +15,7 @@
 #include <cstring>
 
 #include "kernels/cpu/float_tile_walk.h"
+#include "kernels/cpu/q5_0_row.h"
 #include "kernels/fp16.h"
 #include "kernels/ref/quants.h"
 
@@ -364,6 +365,12 @@ void tile(const matmul_weight& w, prepared_x x, float* y, int64_t ldy, int64_t r
                 q4_0_tile4<T>(wr, w.row_stride, xt, x.stride, n / qk4_0, yt, ldy);
             } else {
                 q8_tile<block_q4_0, R, T>(wr, w.row_stride, xt, x.stride, n / qk4_0, yt, ldy);
+            }
+            break;
+        case ggml_type::q5_0:
+            for (int i = 0; i < R; ++i) {
+                q5_0_row<T>(reinterpret_cast<const block_q5_0*>(wr + i * w.row_stride), wr + (i + R) * w.row_stride, xt,
+                            x.stride, n / qk5_0, yt + i, ldy);
             }
             break;
         case ggml_type::q4_k:

@@ -28,6 +28,7 @@
 #include "kernels/cpu/gemm_avx512.h"
 #include "kernels/cpu/kquant_rows_avx512.h"
 #include "kernels/cpu/matmul_avx512_blocks.h"
+#include "kernels/cpu/q5_0_row.h"
 #include "kernels/fp16.h"
 
 namespace troupe::cpu::detail {
@@ -377,6 +378,9 @@ void row_tile(const matmul_weight& w, prepared_x x, const q8_0_pair* pairs, floa
         case ggml_type::q4_0:
             q8_row<block_q4_0, T>(reinterpret_cast<const block_q4_0*>(wr), pairs + t0 * n_pairs(n / qk4_0), n / qk4_0,
                                   yt, ldy);
+            break;
+        case ggml_type::q5_0:
+            q5_0_row<T>(reinterpret_cast<const block_q5_0*>(wr), wr + w.row_stride, xt, x.stride, n / qk5_0, yt, ldy);
             break;
         case ggml_type::q4_k:
             q4_k_row<T>(reinterpret_cast<const block_q4_k*>(wr), xt, x.stride, n / qk_k, yt, ldy);

@@ -17,6 +17,7 @@ bool matmul_supports(ggml_type type) {
         case ggml_type::bf16:
         case ggml_type::q8_0:
         case ggml_type::q4_0:
+        case ggml_type::q5_0:
         case ggml_type::q4_k:
         case ggml_type::q6_k:
             return true;
@@ -78,6 +79,21 @@ float dot_q4_0(const block_q4_0* w, const block_q8_0* x, int64_t nb) {
     return sum;
 }
 
+float dot_q5_0(const block_q5_0* w, const block_q8_0* x, int64_t nb) {
+    float acc[8] = {};  // per lane: sum over blocks of d * lane sum
+    for (int64_t b = 0; b < nb; ++b) {
+        const float d = fp16_to_fp32(w[b].d) * fp16_to_fp32(x[b].d);
+        for (int k = 0; k < 8; ++k) {
+            int32_t lane = 0;  // elements 4k .. 4k + 3
+            for (int i = 4 * k; i < 4 * k + 4; ++i) lane += (q5_0_code(w[b], i) - 16) * int32_t{x[b].qs[i]};
+            acc[k] = std::fma(d, static_cast<float>(lane), acc[k]);
+        }
+    }
+    float r[4];  // ggml's hsum_float_8
+    for (int k = 0; k < 4; ++k) r[k] = acc[k + 4] + acc[k];
+    return (r[0] + r[2]) + (r[1] + r[3]);
+}
+
 void matmul(const matmul_weight& w, const float* x, float* y, int64_t n_tokens) {
     TROUPE_ASSERT(matmul_supports(w.type), std::string(traits(w.type).name));
     TROUPE_ASSERT(w.n_pieces == 0, "ref::matmul reads the rows at data, not pieces");
@@ -98,6 +114,7 @@ void matmul(const matmul_weight& w, const float* x, float* y, int64_t n_tokens) 
                 break;
             case ggml_type::q8_0:
             case ggml_type::q4_0:
+            case ggml_type::q5_0:
                 quantize_activations_q8_0(xt, x8.data(), n);
                 break;
             case ggml_type::q4_k:
@@ -124,6 +141,9 @@ void matmul(const matmul_weight& w, const float* x, float* y, int64_t n_tokens) 
                     break;
                 case ggml_type::q4_0:
                     yt[r] = dot_q4_0(static_cast<const block_q4_0*>(row), x8.data(), n / qk4_0);
+                    break;
+                case ggml_type::q5_0:
+                    yt[r] = dot_q5_0(static_cast<const block_q5_0*>(row), x8.data(), n / qk5_0);
                     break;
                 case ggml_type::q4_k:
                     yt[r] = dot_q4_k_q8_k(static_cast<const block_q4_k*>(row), xk.data(), n / qk_k);

@@ -9,6 +9,7 @@
 //   BF16    | rounded to BF16               | same
 //   Q8_0    | Q8_0 blocks (per 32, fp16 d)  | sum += float(int dot per block) * (d_w * d_x)
 //   Q4_0    | Q8_0 blocks                   | sum = fma(float(int dot of (q - 8) per block), d_w * d_x, sum)
+//   Q5_0    | Q8_0 blocks                   | 8 lanes of 4-element int dots of (q - 16), FMA per lane (dot_q5_0)
 //   Q4_K    | Q8_K blocks (per 256, f32 d)  | d_x * (d * sum_j sc_j * int dot_j - dmin * sum_j m_j * bsum_j)
 //   Q6_K    | Q8_K blocks                   | d_x * d * sum_j scale_j * int dot_j of (q - 32)
 //
@@ -71,6 +72,10 @@ namespace ref {
 // One row's product with Q8_0 activation blocks (nb blocks), as the table above: the scalar twins of the kernels.
 float dot_q8_0(const block_q8_0* w, const block_q8_0* x, int64_t nb);
 float dot_q4_0(const block_q4_0* w, const block_q8_0* x, int64_t nb);
+// Q5_0 in ggml's x86 recipe (ggml_vec_dot_q5_0_q8_0's AVX2 form, which llama.cpp runs on AVX2 and AVX-512 CPUs alike):
+// 8 int32 lanes per block, lane k the dot of elements 4k .. 4k + 3; acc[k] = fma(d_w * d_x, float(lane k), acc[k]);
+// result = hsum_8(acc) as kernels/ref/kquant_dot.h.
+float dot_q5_0(const block_q5_0* w, const block_q8_0* x, int64_t nb);
 
 // y[n_tokens, n_out] = x[n_tokens, n_in] * W^T with the activation recipe of the table above.
 void matmul(const matmul_weight& w, const float* x, float* y, int64_t n_tokens);

@@ -47,6 +47,21 @@ void dequantize_row_q4_0(const block_q4_0* x, float* y, int64_t n) {
     }
 }
 
+// Element j of a Q5_0 block as its 5-bit code q (x = d * (q - 16)).
+int q5_0_code(const block_q5_0& b, int j) {
+    uint32_t qh;
+    std::memcpy(&qh, b.qh, sizeof qh);
+    const int low = j < qk5_0 / 2 ? (b.qs[j] & 0x0f) : (b.qs[j - qk5_0 / 2] >> 4);
+    return low | static_cast<int>(((qh >> j) & 1u) << 4);
+}
+
+void dequantize_row_q5_0(const block_q5_0* x, float* y, int64_t n) {
+    for (int64_t b = 0; b < n / qk5_0; ++b) {
+        const float d = fp16_to_fp32(x[b].d);
+        for (int j = 0; j < qk5_0; ++j) y[b * qk5_0 + j] = (q5_0_code(x[b], j) - 16) * d;
+    }
+}
+
 void q4_k_scale_min(int j, const uint8_t* scales, uint8_t* sc, uint8_t* m) {
     if (j < 4) {
         *sc = scales[j] & 63;
@@ -124,6 +139,8 @@ void dequantize_row(ggml_type type, const void* src, float* dst, int64_t n) {
             return dequantize_row_q8_0(static_cast<const block_q8_0*>(src), dst, n);
         case ggml_type::q4_0:
             return dequantize_row_q4_0(static_cast<const block_q4_0*>(src), dst, n);
+        case ggml_type::q5_0:
+            return dequantize_row_q5_0(static_cast<const block_q5_0*>(src), dst, n);
         case ggml_type::q4_k:
             return dequantize_row_q4_k(static_cast<const block_q4_k*>(src), dst, n);
         case ggml_type::q6_k:
@@ -134,7 +151,6 @@ void dequantize_row(ggml_type type, const void* src, float* dst, int64_t n) {
         case ggml_type::w4_g64:
         case ggml_type::w4_g128:
             return dequantize_row_w4(type, src, dst, n);
-        case ggml_type::q5_0:
         case ggml_type::q5_1:
         case ggml_type::q8_1:
         case ggml_type::q2_k:
@@ -220,18 +236,28 @@ void quantize_row_q8_k(const float* x, block_q8_k* y, int64_t n) {
     }
 }
 
+namespace {
+
+// The element of largest |x| with its sign (the first of equals; 0 for none above 0): ggml's Q4_0 / Q5_0 scale
+// maps it to the lowest code.
+float signed_absmax(const float* x, int n) {
+    float amax = 0.0f, max = 0.0f;
+    for (int j = 0; j < n; ++j) {
+        if (std::fabs(x[j]) > amax) {
+            amax = std::fabs(x[j]);
+            max = x[j];
+        }
+    }
+    return max;
+}
+
+}  // namespace
+
 void quantize_row_q4_0(const float* x, block_q4_0* y, int64_t n) {
     TROUPE_ASSERT(n % qk4_0 == 0);
     for (int64_t b = 0; b < n / qk4_0; ++b) {
         const float* xb = x + b * qk4_0;
-        float amax = 0.0f, max = 0.0f;
-        for (int j = 0; j < qk4_0; ++j) {
-            if (std::fabs(xb[j]) > amax) {
-                amax = std::fabs(xb[j]);
-                max = xb[j];
-            }
-        }
-        const float d = max / -8.0f;
+        const float d = signed_absmax(xb, qk4_0) / -8.0f;
         const float id = d != 0.0f ? 1.0f / d : 0.0f;
         y[b].d = fp32_to_fp16(d);
         for (int j = 0; j < qk4_0 / 2; ++j) {
@@ -239,6 +265,25 @@ void quantize_row_q4_0(const float* x, block_q4_0* y, int64_t n) {
             const int q1 = std::min(15, static_cast<int>(xb[j + qk4_0 / 2] * id + 8.5f));
             y[b].qs[j] = static_cast<uint8_t>(q0 | (q1 << 4));
         }
+    }
+}
+
+void quantize_row_q5_0(const float* x, block_q5_0* y, int64_t n) {
+    TROUPE_ASSERT(n % qk5_0 == 0);
+    for (int64_t b = 0; b < n / qk5_0; ++b) {
+        const float* xb = x + b * qk5_0;
+        const float d = signed_absmax(xb, qk5_0) / -16.0f;
+        const float id = d != 0.0f ? 1.0f / d : 0.0f;
+        y[b].d = fp32_to_fp16(d);
+        uint32_t qh = 0;
+        for (int j = 0; j < qk5_0 / 2; ++j) {
+            const int q0 = std::min(31, static_cast<int>(xb[j] * id + 16.5f));
+            const int q1 = std::min(31, static_cast<int>(xb[j + qk5_0 / 2] * id + 16.5f));
+            y[b].qs[j] = static_cast<uint8_t>((q0 & 0x0f) | ((q1 & 0x0f) << 4));
+            qh |= static_cast<uint32_t>((q0 >> 4) & 1) << j;
+            qh |= static_cast<uint32_t>((q1 >> 4) & 1) << (j + qk5_0 / 2);
+        }
+        std::memcpy(y[b].qh, &qh, sizeof qh);
     }
 }
 
@@ -438,6 +483,9 @@ size_t quantize_row(ggml_type type, const float* x, void* dst, int64_t n) {
         case ggml_type::q4_0:
             quantize_row_q4_0(x, static_cast<block_q4_0*>(dst), n);
             break;
+        case ggml_type::q5_0:
+            quantize_row_q5_0(x, static_cast<block_q5_0*>(dst), n);
+            break;
         case ggml_type::q4_k:
             quantize_row_q4_k(x, static_cast<block_q4_k*>(dst), n);
             break;
@@ -452,7 +500,6 @@ size_t quantize_row(ggml_type type, const float* x, void* dst, int64_t n) {
         case ggml_type::w4_g128:
             quantize_row_w4(type, x, dst, n);
             break;
-        case ggml_type::q5_0:
         case ggml_type::q5_1:
         case ggml_type::q8_1:
         case ggml_type::q2_k:

@@ -18,11 +18,14 @@ namespace troupe::ref {
 int nearest_int(float x);
 
 // dst[0..n) = the n values of a row of `type` at src; n is a multiple of the type's block size.
-// Types: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q4_K, Q6_K, Q8_K, W4_G64, W4_G128 (others assert).
+// Types: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q4_K, Q6_K, Q8_K, W4_G64, W4_G128 (others assert).
 void dequantize_row(ggml_type type, const void* src, float* dst, int64_t n);
 
 void dequantize_row_q8_0(const block_q8_0* x, float* y, int64_t n);
 void dequantize_row_q4_0(const block_q4_0* x, float* y, int64_t n);
+void dequantize_row_q5_0(const block_q5_0* x, float* y, int64_t n);
+// Element j (0..31) of a Q5_0 block as its 5-bit code q (x = d * (q - 16)).
+int q5_0_code(const block_q5_0& b, int j);
 void dequantize_row_q4_k(const block_q4_k* x, float* y, int64_t n);
 void dequantize_row_q6_k(const block_q6_k* x, float* y, int64_t n);
 void dequantize_row_q8_k(const block_q8_k* x, float* y, int64_t n);
@@ -42,6 +45,8 @@ void quantize_activations_q8_0(const float* x, block_q8_0* y, int64_t n);
 void quantize_row_q8_k(const float* x, block_q8_k* y, int64_t n);
 // Q4_0: the element of largest |x| maps to -8: d = max / -8, q = min(15, trunc(x / d + 8.5)).
 void quantize_row_q4_0(const float* x, block_q4_0* y, int64_t n);
+// Q5_0: the element of largest |x| maps to -16: d = max / -16, q = min(31, trunc(x / d + 16.5)) (ggml's recipe).
+void quantize_row_q5_0(const float* x, block_q5_0* y, int64_t n);
 // Q4_K: per sub-block of 32 a least-squares scale and min (min <= 0), then 6-bit scale/min codes.
 void quantize_row_q4_k(const float* x, block_q4_k* y, int64_t n);
 // Q6_K: per sub-block of 16 a scale mapping the largest |x| to -32, refined by least squares, then 8-bit
@@ -77,7 +82,7 @@ void quantize_row_w4(ggml_type type, const float* x, void* dst, int64_t n);
 void dequantize_row_w4(ggml_type type, const void* src, float* y, int64_t n);
 
 // Quantizes a row of n floats into dst in `type`'s layout; returns the bytes written
-// (row_bytes(type, n)). Types: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q4_K, Q6_K, Q8_K, W4_G64, W4_G128 (others
+// (row_bytes(type, n)). Types: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q4_K, Q6_K, Q8_K, W4_G64, W4_G128 (others
 // assert).
 size_t quantize_row(ggml_type type, const float* x, void* dst, int64_t n);
 

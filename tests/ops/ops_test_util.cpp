@@ -1,5 +1,10 @@
 #include "ops_test_util.h"
 
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "kernels/cpu/matmul.h"
 #include "kernels/ref/quants.h"
 
 namespace troupe::testing {
@@ -30,6 +35,24 @@ test_weight make_weight(ggml_type type, int64_t n_in, int64_t n_out, uint32_t se
 
 std::string level_name(cpu::dispatch_level level) {
     return std::string(cpu::name(level));
+}
+
+void expect_every_level_equals_the_reference(const test_weight& w, int64_t n_tokens, uint32_t seed) {
+    static cpu::thread_pool one(1), two(2);
+    const int64_t n_in = w.view.n_in, n_out = w.view.n_out;
+    const auto x = random_floats(n_tokens * n_in, seed);
+    std::vector<float> y_ref(n_tokens * n_out);
+    ref::matmul(w.view, x.data(), y_ref.data(), n_tokens);
+    for (cpu::dispatch_level level : cpu::available_levels()) {
+        SCOPED_TRACE("level " + level_name(level));
+        scoped_level scope(level);
+        for (cpu::thread_pool* pool : {&one, &two}) {
+            std::vector<float> y(n_tokens * n_out, NAN);
+            cpu::matmul(w.view, x.data(), y.data(), n_tokens, *pool);
+            for (size_t i = 0; i < y.size(); ++i)
+                ASSERT_EQ(y[i], y_ref[i]) << "output " << i << " with " << pool->n_threads() << " threads";
+        }
+    }
 }
 
 }  // namespace troupe::testing

@@ -36,4 +36,8 @@ private:
 
 std::string level_name(cpu::dispatch_level level);
 
+// cpu::matmul of w with n_tokens random tokens (seeded) equals ref::matmul bit for bit at every level this CPU runs,
+// on one thread and on two (fatal failures: the caller may stop on HasFatalFailure()).
+void expect_every_level_equals_the_reference(const test_weight& w, int64_t n_tokens, uint32_t seed);
+
 }  // namespace troupe::testing

@@ -202,7 +202,6 @@ TEST(kquant_recipe, reference_dots_equal_ggmls_avx2_code_bit_for_bit) {
 }
 
 TEST(kquant_recipe, every_level_equals_the_reference_bit_for_bit_for_decode_and_prefill_token_counts) {
-    cpu::thread_pool one(1), two(2);
     uint32_t seed = 500;
     for (const ggml_type type : {ggml_type::q4_k, ggml_type::q6_k}) {
         for (const int64_t n_in : {256, 2048}) {
@@ -211,20 +210,8 @@ TEST(kquant_recipe, every_level_equals_the_reference_bit_for_bit_for_decode_and_
                 for (const int64_t n_tokens : {1, 2, 4, 5, 9, 33, 70}) {
                     SCOPED_TRACE(std::string(traits(type).name) + " n_in " + std::to_string(n_in) + " n_out " +
                                  std::to_string(n_out) + " n_tokens " + std::to_string(n_tokens));
-                    const auto x = random_floats(n_tokens * n_in, seed++);
-                    std::vector<float> y_ref(n_tokens * n_out);
-                    ref::matmul(w.view, x.data(), y_ref.data(), n_tokens);
-                    for (cpu::dispatch_level level : cpu::available_levels()) {
-                        SCOPED_TRACE("level " + testing::level_name(level));
-                        scoped_level scope(level);
-                        for (cpu::thread_pool* pool : {&one, &two}) {
-                            std::vector<float> y(n_tokens * n_out, NAN);
-                            cpu::matmul(w.view, x.data(), y.data(), n_tokens, *pool);
-                            for (size_t i = 0; i < y.size(); ++i)
-                                ASSERT_EQ(y[i], y_ref[i])
-                                    << "output " << i << " with " << pool->n_threads() << " threads";
-                        }
-                    }
+                    testing::expect_every_level_equals_the_reference(w, n_tokens, seed++);
+                    if (HasFatalFailure()) return;
                 }
             }
         }

@@ -1,14 +1,15 @@
 #!/usr/bin/env python3
 """Greedy tokens of troupe beside llama.cpp's on prompts of one's own (not a test: it needs a llama.cpp build).
 
-    check_greedy.py LLAMA_DIR TROUPE_BUILD_DIR [N_NEW] [SETUP]
+    check_greedy.py LLAMA_DIR TROUPE_BUILD_DIR [N_NEW] [SETUP] [MODEL.gguf ...]
 
 LLAMA_DIR is a llama.cpp checkout built in LLAMA_DIR/build (its CPU backend); TROUPE_BUILD_DIR holds
 tests/golden/troupe_greedy_ids. For every rand10M file in ../shared/models and every prompt below, it prints how
 many of the N_NEW (32) greedy tokens agree before the two part, the first-step logit difference, and at how many of
 the agreeing steps the largest logit is the same float (all of them: the arithmetic is llama.cpp's bit for bit). SETUP
 (default builtin_quantized: llama.cpp's CPU arithmetic, the recipe the goldens call 8-bit activations) is one
-of tests/golden/golden_model.h's.
+of tests/golden/golden_model.h's. MODEL.gguf ...: other files instead of the rand10M ones (e.g. rand10M-F16 written
+as Q5_0 by llama.cpp's `llama-quantize --pure`).
 """
 import os
 import subprocess
@@ -41,8 +42,8 @@ def main():
                     "-I" + os.path.join(llama, "ggml", "include"), "-L" + lib, "-lllama", "-lggml", "-lggml-base",
                     "-Wl,-rpath," + lib, "-o", tool], check=True)
     all_equal = True
-    for m in MODELS:
-        model = os.path.join(shared, "models", f"rand10M-{m}.gguf")
+    models = sys.argv[5:] or [os.path.join(shared, "models", f"rand10M-{m}.gguf") for m in MODELS]
+    for model in models:
         out = subprocess.run([os.path.join(build, "tests", "golden", "troupe_greedy_ids"), model, str(n_new), setup]
                              + PROMPTS, check=True, capture_output=True, text=True).stdout.split("\n")
         agree = []
@@ -63,7 +64,7 @@ def main():
             agree.append(f"{k}/{n_new} ({len(prompt)} prompt tokens, first logits within {dl:.1e}, "
                          f"top logit bit-equal at {same} of {k} steps)")
             all_equal = all_equal and k == n_new
-        print(f"rand10M-{m}.gguf, {setup}: " + ", ".join(agree), flush=True)
+        print(f"{os.path.basename(model)}, {setup}: " + ", ".join(agree), flush=True)
     print("all equal" if all_equal else "some runs part from llama.cpp")
 
 
