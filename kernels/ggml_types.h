@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <optional>
+#include <string>
 #include <string_view>
 
 namespace troupe {
@@ -99,6 +100,16 @@ constexpr std::optional<ggml_type_traits> type_traits(uint32_t t) {
 
 constexpr ggml_type_traits traits(ggml_type t) {
     return *type_traits(static_cast<uint32_t>(t));
+}
+
+// The names of the types troupe computes with, comma-separated in id order (for errors).
+inline std::string computable_type_names() {
+    std::string names;
+    for (uint32_t t = 0; t <= static_cast<uint32_t>(ggml_type::w4_g128); ++t) {
+        if (const auto tr = type_traits(t); tr && tr->computable)
+            names += (names.empty() ? "" : ", ") + std::string(tr->name);
+    }
+    return names;
 }
 
 // Bytes of one row of n elements (n must be a multiple of the block size).

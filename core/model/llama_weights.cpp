@@ -60,8 +60,7 @@ private:
         }
         if (!traits(t->type).computable) {
             fail(f_.path() + ": tensor " + name + " has type " + std::string(traits(t->type).name) +
-                 ", which troupe cannot compute with (supported: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q4_K, Q6_K, W4_G64, "
-                 "W4_G128)");
+                 ", which troupe cannot compute with (supported: " + computable_type_names() + ")");
             return {};
         }
         if (must_be_f32 && t->type != ggml_type::f32) {

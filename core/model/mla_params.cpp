@@ -45,7 +45,8 @@ weight_view bind(const gguf::gguf_file& f, const std::string& name, std::initial
     const gguf::tensor_info& info = **t;
     if (!traits(info.type).computable || (must_be_f32 && info.type != ggml_type::f32)) {
         errors += "\n  " + f.path() + ": tensor " + name + " has type " + std::string(traits(info.type).name) +
-                  (must_be_f32 ? ", expected F32" : ", which troupe cannot compute with");
+                  (must_be_f32 ? ", expected F32"
+                               : ", which troupe cannot compute with (supported: " + computable_type_names() + ")");
         return {};
     }
     const int64_t n_rows = info.dims.size() > 1 ? info.dims[1] : 1;

@@ -91,7 +91,7 @@ weight_view bind(const gguf::gguf_file& f, const std::string& name, std::initial
     const gguf::tensor_info& info = **t;
     if (!traits(info.type).computable) {
         errors += "\n  " + f.path() + ": tensor " + name + " has type " + std::string(traits(info.type).name) +
-                  ", which troupe cannot compute with";
+                  ", which troupe cannot compute with (supported: " + computable_type_names() + ")";
         return {};
     }
     if (must_be_f32 && info.type != ggml_type::f32) {

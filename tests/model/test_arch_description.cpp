@@ -125,6 +125,22 @@ TEST(arch_weights, a_missing_tensor_is_one_error_naming_the_file_the_tensor_and_
         << bias.message();
 }
 
+TEST(arch_weights, a_tensor_of_a_type_troupe_cannot_compute_with_is_one_error_listing_the_types_it_can) {
+    const tiny_spec spec{"llama", {"blk.0.ffn_down.weight"}, [](gguf::gguf_writer& w) {
+                             w.add_tensor("blk.0.ffn_down.weight", ggml_type::i16, {16, 8}, std::vector<uint8_t>(256));
+                         }};
+    auto w = bind_tiny(spec);
+    ASSERT_FALSE(w.ok());
+    const std::string& m = w.message();
+    EXPECT_NE(m.find("tensor blk.0.ffn_down.weight has type I16, which troupe cannot compute with (supported: " +
+                     computable_type_names() + ")"),
+              std::string::npos)
+        << m;
+    for (const char* type : {"F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q4_K", "Q6_K", "W4_G64"})
+        EXPECT_NE(computable_type_names().find(type), std::string::npos) << type;
+    EXPECT_EQ(computable_type_names().find("Q5_K"), std::string::npos);
+}
+
 TEST(arch_weights, a_fused_tensor_of_the_wrong_size_names_its_expected_shape) {
     auto w = bind_tiny({"phi3", {"blk.0.attn_qkv.weight"}, {}});
     ASSERT_FALSE(w.ok());
