@@ -158,15 +158,16 @@ int main(int argc, char** argv) {
     std::normal_distribution<float> normal(0.0f, 1.0f);
     for (auto& v : x) v = normal(rng);
 
-    std::vector<ggml_type> types = {ggml_type::f32,  ggml_type::q8_0, ggml_type::f16, ggml_type::bf16,
-                                    ggml_type::q4_0, ggml_type::q4_k, ggml_type::q6_k};
+    std::vector<ggml_type> types = {ggml_type::f32,  ggml_type::q8_0, ggml_type::f16,  ggml_type::bf16,
+                                    ggml_type::q4_0, ggml_type::q5_0, ggml_type::q4_k, ggml_type::q6_k};
     if (argc > 4) {  // only the named types (a comparison of two kernels in one quick run)
         const std::string only = std::string(",") + argv[4] + ",";
         std::erase_if(types, [&](ggml_type t) {
             return only.find("," + std::string(traits(t).name) + ",") == std::string::npos;
         });
         if (types.empty()) {
-            std::fprintf(stderr, "troupe_kernels_bench: no type in '%s' (F32,Q8_0,F16,BF16,Q4_0,Q4_K,Q6_K)\n", argv[4]);
+            std::fprintf(stderr, "troupe_kernels_bench: no type in '%s' (F32,Q8_0,F16,BF16,Q4_0,Q5_0,Q4_K,Q6_K)\n",
+                         argv[4]);
             return 2;
         }
     }
