@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 
 #include "plugins/common/half.h"
 #include "plugins/common/quant_codec.h"
@@ -38,6 +39,26 @@ std::string shape_text(const int64_t* ne, int32_t n_dims) {
 std::string dims_text(int64_t n_vocab, int64_t dim, int64_t n_layers) {
     return "n_vocab " + std::to_string(n_vocab) + ", dim " + std::to_string(dim) + ", n_layers " +
            std::to_string(n_layers);
+}
+
+// Q5_0 (what llama.cpp writes for rows that are not whole blocks of 256 in a Q4_K file: Qwen2-0.5B's embeddings in
+// Q4_K_M): per block of 32 {fp16 d, qh[4], qs[16]}, weight = d * (q - 16), q's low 4 bits the nibbles of qs (low
+// nibbles elements 0..15), bit 4 of element j bit j of qh.
+void decode_q5_0(const uint8_t* b, float* y, int64_t count) {
+    constexpr int block_bytes = 22;
+    for (int64_t i = 0; i < count / 32; ++i, b += block_bytes, y += 32) {
+        uint16_t d16;
+        uint32_t qh;
+        std::memcpy(&d16, b, sizeof d16);
+        std::memcpy(&qh, b + 2, sizeof qh);
+        const float d = quant_common::fp16_to_fp32(d16);
+        const uint8_t* qs = b + 6;
+        for (int j = 0; j < 16; ++j) {
+            const int bit_lo = static_cast<int>((qh >> j) & 1), bit_hi = static_cast<int>((qh >> (j + 16)) & 1);
+            y[j] = static_cast<float>(((qs[j] & 0x0f) | (bit_lo << 4)) - 16) * d;
+            y[j + 16] = static_cast<float>(((qs[j] >> 4) | (bit_hi << 4)) - 16) * d;
+        }
+    }
 }
 
 // Q6_K (what k-quant files keep the output matrix in): per block of 256, weight = d * scales[i] * (q - 32) with a
@@ -80,6 +101,12 @@ void decode(uint32_t type, const void* src, float* y, int64_t count, const std::
             for (int64_t i = 0; i < count; ++i) y[i] = quant_common::fp32_from_bits(static_cast<uint32_t>(h[i]) << 16);
             return;
         }
+        case TROUPE_TYPE_Q5_0:
+            if (count % 32 == 0) {
+                decode_q5_0(static_cast<const uint8_t*>(src), y, count);
+                return;
+            }
+            break;
         case TROUPE_TYPE_Q6_K:
             if (count % TROUPE_QK_K == 0) {
                 decode_q6_k(static_cast<const troupe_block_q6_k*>(src), y, count);
@@ -93,7 +120,7 @@ void decode(uint32_t type, const void* src, float* y, int64_t count, const std::
     if (c == nullptr || count % c->block_size() != 0) {
         throw plugin_error(
             where + ": stored as type " + std::to_string(type) +
-            ", which this plugin does not read (F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q4_K, Q6_K, W4_G64/128)");
+            ", which this plugin does not read (F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q4_K, Q6_K, W4_G64/128)");
     }
     c->decode(src, y, count);
 }

@@ -6,6 +6,7 @@
 #include <unistd.h>
 #include <yaml-cpp/yaml.h>
 
+#include <cmath>
 #include <condition_variable>
 #include <cstring>
 #include <filesystem>
@@ -18,6 +19,7 @@
 #include "actors/engine/engine_params_from.h"
 #include "actors/tokenizer/tokenizer_codec.h"
 #include "core/gguf/gguf_file.h"
+#include "core/gguf/gguf_writer.h"
 #include "core/loader/model_loader.h"
 #include "core/plugin_host/plugin_model_services.h"
 #include "core/train/distill.h"
@@ -484,6 +486,41 @@ TEST(spec_heads, the_targets_q6_k_output_matrix_decodes_as_the_reference_does) {
     for (int64_t r : {int64_t{0}, n_out / 2, n_out - 1}) {
         ref::dequantize_row_q6_k(reinterpret_cast<const block_q6_k*>(t->data + static_cast<size_t>(r) * row_bytes),
                                  ref.data(), n_in);
+        for (int64_t i = 0; i < n_in; ++i)
+            ASSERT_EQ(m.row(r)[i], ref[static_cast<size_t>(i)]) << "row " << r << ", " << i;
+    }
+}
+
+// Q5_0 (the embeddings of a Q4_K_M file whose rows are not whole blocks of 256, e.g. Qwen2-0.5B's): decoded by
+// plugins/common as the reference dequantizer does.
+TEST(spec_heads, a_q5_0_tensor_of_the_target_decodes_as_the_reference_does) {
+    const int64_t n_in = 96, n_out = 5;
+    const size_t row_bytes = troupe::row_bytes(ggml_type::q5_0, n_in);
+    std::vector<uint8_t> bytes(row_bytes * n_out);
+    const std::vector<float> values = [&] {
+        std::vector<float> v(static_cast<size_t>(n_in * n_out));
+        for (size_t i = 0; i < v.size(); ++i)
+            v[i] = std::sin(0.37f * static_cast<float>(i)) * (i % 7 == 0 ? 4.0f : 1.0f);
+        return v;
+    }();
+    for (int64_t r = 0; r < n_out; ++r)
+        ref::quantize_row_q5_0(values.data() + r * n_in, reinterpret_cast<block_q5_0*>(bytes.data() + r * row_bytes),
+                               n_in);
+    gguf::gguf_writer w;
+    w.set_string("general.architecture", "llama");
+    w.add_tensor("token_embd.weight", ggml_type::q5_0, {n_in, n_out}, std::span<const uint8_t>(bytes));
+    const std::string path =
+        (std::filesystem::temp_directory_path() / ("troupe_q5_0_" + std::to_string(::getpid()) + ".gguf")).string();
+    ASSERT_TRUE(w.write(path).ok());
+    auto file = gguf::gguf_file::open(path);
+    std::filesystem::remove(path);
+    ASSERT_TRUE(file.ok()) << file.message();
+    auto services = make_model_services(*file);
+    auto m =
+        spec_common::float_matrix::read(*services, services->model, "q5_0 file", "token_embd.weight", {n_in, n_out});
+    std::vector<float> ref(static_cast<size_t>(n_in));
+    for (int64_t r = 0; r < n_out; ++r) {
+        ref::dequantize_row_q5_0(reinterpret_cast<const block_q5_0*>(bytes.data() + r * row_bytes), ref.data(), n_in);
         for (int64_t i = 0; i < n_in; ++i)
             ASSERT_EQ(m.row(r)[i], ref[static_cast<size_t>(i)]) << "row " << r << ", " << i;
     }
