@@ -57,7 +57,7 @@ private:
         std::string plugins;
         for (const auto& op : quant_) plugins += (plugins.empty() ? "" : ", ") + (op ? op->name() : "?");
         return make_error(what + " is " + std::string(traits(w.type).name) +
-                          ": the CUDA backend takes F32, F16, BF16, Q8_0, Q4_0, Q4_K and Q6_K weights" +
+                          ": the CUDA backend takes F32, F16, BF16, Q8_0, Q4_0, Q5_0, Q4_K and Q6_K weights" +
                           (plugins.empty() ? std::string(", and no quant plugin was loaded for cuda")
                                            : ", and no quant plugin loaded for cuda (" + plugins + ") claims it"));
     }

@@ -168,14 +168,14 @@ TEST(cuda_upload, quantized_weights_are_dequantized_exactly_to_f32_or_rounded_to
 
 TEST(cuda_upload, a_weight_type_without_kernels_is_refused_by_name) {
     auto m = make_tiny_model(ggml_type::f32, false);
-    m->view.layers[1].w_down.type = ggml_type::q5_0;  // rows of 64: two whole blocks, only the type is wrong
-    m->view.layers[1].w_down.row_stride = row_bytes(ggml_type::q5_0, 64);
+    m->view.layers[1].w_down.type = ggml_type::q5_1;  // rows of 64: two whole blocks, only the type is wrong
+    m->view.layers[1].w_down.row_stride = row_bytes(ggml_type::q5_1, 64);
     ASSERT_TRUE(check_llama_view(m->view).ok());
     auto up = prepare_cuda_upload(m->view, cuda_runner_params{});
     ASSERT_FALSE(up.ok());
     EXPECT_EQ(up.message(),
-              "tiny.gguf: layer 1 w_down is Q5_0: the CUDA backend takes F32, F16, BF16, Q8_0, Q4_0, Q4_K and Q6_K "
-              "weights, and no quant plugin was loaded for cuda");
+              "tiny.gguf: layer 1 w_down is Q5_1: the CUDA backend takes F32, F16, BF16, Q8_0, Q4_0, Q5_0, Q4_K and "
+              "Q6_K weights, and no quant plugin was loaded for cuda");
 }
 
 TEST(cuda_library, a_missing_backend_is_reported_with_the_path_looked_at) {
