@@ -9,13 +9,6 @@
 namespace troupe::ref {
 namespace {
 
-// hsum_float_8: (a4 + a0, a5 + a1, a6 + a2, a7 + a3) = r, then (r0 + r2) + (r1 + r3).
-float hsum_8_lanes(const float* a) {
-    float r[4];
-    for (int k = 0; k < 4; ++k) r[k] = a[k + 4] + a[k];
-    return (r[0] + r[2]) + (r[1] + r[3]);
-}
-
 // Element e (0..255) of a Q6_K block as the unsigned 6-bit value q (x = d * scale * (q - 32)).
 int q6_k_value(const block_q6_k& b, int e) {
     const int half = e / 128, k = (e % 128) / 32, l = e % 32;
@@ -26,6 +19,12 @@ int q6_k_value(const block_q6_k& b, int e) {
 }
 
 }  // namespace
+
+float hsum_8_lanes(const float* a) {
+    float r[4];
+    for (int k = 0; k < 4; ++k) r[k] = a[k + 4] + a[k];
+    return (r[0] + r[2]) + (r[1] + r[3]);
+}
 
 float dot_q4_k_q8_k(const block_q4_k* w, const block_q8_k* x, int64_t nb) {
     float acc[8] = {};    // per lane: sum over super-blocks of d * lane sum

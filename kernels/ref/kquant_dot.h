@@ -23,4 +23,7 @@ namespace troupe::ref {
 float dot_q4_k_q8_k(const block_q4_k* w, const block_q8_k* x, int64_t nb);
 float dot_q6_k_q8_k(const block_q6_k* w, const block_q8_k* x, int64_t nb);
 
+// ggml's hsum_float_8 of 8 float lanes a: (r0 + r2) + (r1 + r3), r_k = a[k + 4] + a[k] (also ref::dot_q5_0's).
+float hsum_8_lanes(const float* a);
+
 }  // namespace troupe::ref

@@ -89,9 +89,7 @@ float dot_q5_0(const block_q5_0* w, const block_q8_0* x, int64_t nb) {
             acc[k] = std::fma(d, static_cast<float>(lane), acc[k]);
         }
     }
-    float r[4];  // ggml's hsum_float_8
-    for (int k = 0; k < 4; ++k) r[k] = acc[k + 4] + acc[k];
-    return (r[0] + r[2]) + (r[1] + r[3]);
+    return hsum_8_lanes(acc);
 }
 
 void matmul(const matmul_weight& w, const float* x, float* y, int64_t n_tokens) {
