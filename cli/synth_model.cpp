@@ -46,6 +46,8 @@ uint32_t gguf_file_type(ggml_type t) {
             return 8;
         case ggml_type::q4_k:
             return 14;  // Q4_K_S: all matrices Q4_K
+        case ggml_type::q5_k:
+            return 16;  // Q5_K_S: all matrices Q5_K
         case ggml_type::q6_k:
             return 18;
         default:
@@ -115,6 +117,7 @@ std::optional<ggml_type> parse_synth_type(std::string_view name) {
     if (name == "q4_0") return ggml_type::q4_0;
     if (name == "q5_0") return ggml_type::q5_0;
     if (name == "q4_k") return ggml_type::q4_k;
+    if (name == "q5_k") return ggml_type::q5_k;
     if (name == "q6_k") return ggml_type::q6_k;
     if (name == "q4_1") return ggml_type::q4_1;
     if (name == "w4_g64") return ggml_type::w4_g64;

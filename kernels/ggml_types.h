@@ -71,7 +71,7 @@ constexpr std::optional<ggml_type_traits> type_traits(uint32_t t) {
         case 10: return ggml_type_traits{"Q2_K", 256, 84, false};
         case 11: return ggml_type_traits{"Q3_K", 256, 110, false};
         case 12: return ggml_type_traits{"Q4_K", 256, 144, true};
-        case 13: return ggml_type_traits{"Q5_K", 256, 176, false};
+        case 13: return ggml_type_traits{"Q5_K", 256, 176, true};
         case 14: return ggml_type_traits{"Q6_K", 256, 210, true};
         case 15: return ggml_type_traits{"Q8_K", 256, 292, false};
         case 16: return ggml_type_traits{"IQ2_XXS", 256, 66, false};
@@ -167,6 +167,16 @@ struct block_q4_k {
     uint8_t qs[qk_k / 2];
 };
 
+// Q4_K with a fifth bit: x = d * sc[j] * q - dmin * m[j], q in 0..31; scales as Q4_K's; qs as Q4_K's (the low 4 bits);
+// bit 4 of element 64c + l (l < 32) is bit 2c of qh[l], of element 64c + 32 + l bit 2c + 1 of qh[l].
+struct block_q5_k {
+    uint16_t d;     // fp16 super-block scale for the sub-block scales
+    uint16_t dmin;  // fp16 super-block scale for the sub-block mins
+    uint8_t scales[k_scale_size];
+    uint8_t qh[qk_k / 8];
+    uint8_t qs[qk_k / 2];
+};
+
 // 16 sub-blocks of 16: x = d * scales[j] * (q - 32), q 6 bits = 4 low bits in ql, 2 high bits in qh.
 struct block_q6_k {
     uint8_t ql[qk_k / 2];
@@ -189,6 +199,7 @@ static_assert(sizeof(block_q5_0) == 22);
 static_assert(sizeof(block_w4_g64) == 36);
 static_assert(sizeof(block_w4_g128) == 68);
 static_assert(sizeof(block_q4_k) == 144);
+static_assert(sizeof(block_q5_k) == 176);
 static_assert(sizeof(block_q6_k) == 210);
 static_assert(sizeof(block_q8_k) == 292);
 

@@ -62,6 +62,10 @@ void rows_scalar(const matmul_weight& w, prepared_x x, float* y, int64_t ldy, in
                     v = ref::dot_q4_k_q8_k(reinterpret_cast<const block_q4_k*>(row), static_cast<const block_q8_k*>(xt),
                                            n / qk_k);
                     break;
+                case ggml_type::q5_k:
+                    v = ref::dot_q5_k_q8_k(reinterpret_cast<const block_q5_k*>(row), static_cast<const block_q8_k*>(xt),
+                                           n / qk_k);
+                    break;
                 case ggml_type::q6_k:
                     v = ref::dot_q6_k_q8_k(reinterpret_cast<const block_q6_k*>(row), static_cast<const block_q8_k*>(xt),
                                            n / qk_k);

@@ -18,7 +18,7 @@
 namespace troupe::cpu::detail {
 namespace {
 
-inline float q5_0_hsum_8(__m256 v) {  // ggml's hsum_float_8
+inline float ggml_hsum_float_8(__m256 v) {  // ggml's hsum_float_8
     const __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
     const __m128 s2 = _mm_add_ps(s, _mm_movehl_ps(s, s));
     return _mm_cvtss_f32(_mm_add_ss(s2, _mm_movehdup_ps(s2)));
@@ -61,7 +61,7 @@ void q5_0_row(const block_q5_0* w, const uint8_t* ahead, const uint8_t* x, size_
             acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(dw * _cvtsh_ss(xb.d)), _mm256_cvtepi32_ps(lanes), acc[t]);
         }
     }
-    for (int t = 0; t < T; ++t) y[t * ldy] = q5_0_hsum_8(acc[t]);
+    for (int t = 0; t < T; ++t) y[t * ldy] = ggml_hsum_float_8(acc[t]);
 }
 
 }  // namespace

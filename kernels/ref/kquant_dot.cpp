@@ -58,6 +58,32 @@ float dot_q4_k_q8_k(const block_q4_k* w, const block_q8_k* x, int64_t nb) {
     return hsum_8_lanes(acc) + ((acc_m[0] + acc_m[2]) + (acc_m[1] + acc_m[3]));
 }
 
+float dot_q5_k_q8_k(const block_q5_k* w, const block_q8_k* x, int64_t nb) {
+    float acc[8] = {};   // per lane: sum over super-blocks of d * lane sum
+    float summs = 0.0f;  // sum over super-blocks of -d_x * dmin * (mins . bsums), one scalar
+    for (int64_t b = 0; b < nb; ++b) {
+        const float d = x[b].d * fp16_to_fp32(w[b].d);
+        const float dmin = -x[b].d * fp16_to_fp32(w[b].dmin);
+        uint8_t sc[8], m[8];
+        for (int j = 0; j < 8; ++j) q4_k_scale_min(j, w[b].scales, &sc[j], &m[j]);
+        const int16_t* bs = x[b].bsums;
+        int32_t mins_dot = 0;
+        for (int j = 0; j < 8; ++j) mins_dot += m[j] * (bs[2 * j] + bs[2 * j + 1]);
+        summs = std::fma(dmin, static_cast<float>(mins_dot), summs);
+        int32_t sumi[8] = {};          // [lane]
+        for (int c = 0; c < 8; ++c) {  // sub-block of 32
+            const int8_t* a = x[b].qs + 32 * c;
+            for (int k = 0; k < 8; ++k) {
+                int32_t dot = 0;
+                for (int i = 4 * k; i < 4 * k + 4; ++i) dot += q5_k_code(w[b], 32 * c + i) * a[i];
+                sumi[k] += sc[c] * dot;
+            }
+        }
+        for (int k = 0; k < 8; ++k) acc[k] = std::fma(d, static_cast<float>(sumi[k]), acc[k]);
+    }
+    return hsum_8_lanes(acc) + summs;
+}
+
 float dot_q6_k_q8_k(const block_q6_k* w, const block_q8_k* x, int64_t nb) {
     float acc[8] = {};  // per lane, as dot_q4_k
     for (int64_t b = 0; b < nb; ++b) {

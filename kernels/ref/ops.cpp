@@ -19,6 +19,7 @@ bool matmul_supports(ggml_type type) {
         case ggml_type::q4_0:
         case ggml_type::q5_0:
         case ggml_type::q4_k:
+        case ggml_type::q5_k:
         case ggml_type::q6_k:
             return true;
         default:
@@ -116,6 +117,7 @@ void matmul(const matmul_weight& w, const float* x, float* y, int64_t n_tokens) 
                 quantize_activations_q8_0(xt, x8.data(), n);
                 break;
             case ggml_type::q4_k:
+            case ggml_type::q5_k:
             case ggml_type::q6_k:
                 quantize_row_q8_k(xt, xk.data(), n);
                 break;
@@ -145,6 +147,9 @@ void matmul(const matmul_weight& w, const float* x, float* y, int64_t n_tokens) 
                     break;
                 case ggml_type::q4_k:
                     yt[r] = dot_q4_k_q8_k(static_cast<const block_q4_k*>(row), xk.data(), n / qk_k);
+                    break;
+                case ggml_type::q5_k:
+                    yt[r] = dot_q5_k_q8_k(static_cast<const block_q5_k*>(row), xk.data(), n / qk_k);
                     break;
                 case ggml_type::q6_k:
                     yt[r] = dot_q6_k_q8_k(static_cast<const block_q6_k*>(row), xk.data(), n / qk_k);

@@ -90,6 +90,26 @@ void dequantize_row_q4_k(const block_q4_k* x, float* y, int64_t n) {
     }
 }
 
+int q5_k_code(const block_q5_k& b, int e) {
+    const int c = e / 64, l = e % 32, high_nibble = (e % 64) / 32;
+    const int low = high_nibble ? (b.qs[32 * c + l] >> 4) : (b.qs[32 * c + l] & 0x0f);
+    return low | ((b.qh[l] >> (2 * c + high_nibble)) & 1) << 4;
+}
+
+void dequantize_row_q5_k(const block_q5_k* x, float* y, int64_t n) {
+    for (int64_t b = 0; b < n / qk_k; ++b) {
+        const float d = fp16_to_fp32(x[b].d);
+        const float dmin = fp16_to_fp32(x[b].dmin);
+        float* out = y + b * qk_k;
+        for (int j = 0; j < 8; ++j) {  // sub-blocks of 32, in ggml's order of operations (d * sc) * q - dmin * m
+            uint8_t sc, m;
+            q4_k_scale_min(j, x[b].scales, &sc, &m);
+            const float dj = d * sc, mj = dmin * m;
+            for (int i = 0; i < 32; ++i) out[32 * j + i] = dj * q5_k_code(x[b], 32 * j + i) - mj;
+        }
+    }
+}
+
 void dequantize_row_q6_k(const block_q6_k* x, float* y, int64_t n) {
     for (int64_t b = 0; b < n / qk_k; ++b) {
         const float d = fp16_to_fp32(x[b].d);
@@ -143,6 +163,8 @@ void dequantize_row(ggml_type type, const void* src, float* dst, int64_t n) {
             return dequantize_row_q5_0(static_cast<const block_q5_0*>(src), dst, n);
         case ggml_type::q4_k:
             return dequantize_row_q4_k(static_cast<const block_q4_k*>(src), dst, n);
+        case ggml_type::q5_k:
+            return dequantize_row_q5_k(static_cast<const block_q5_k*>(src), dst, n);
         case ggml_type::q6_k:
             return dequantize_row_q6_k(static_cast<const block_q6_k*>(src), dst, n);
         case ggml_type::q8_k:
@@ -155,7 +177,6 @@ void dequantize_row(ggml_type type, const void* src, float* dst, int64_t n) {
         case ggml_type::q8_1:
         case ggml_type::q2_k:
         case ggml_type::q3_k:
-        case ggml_type::q5_k:
         case ggml_type::iq2_xxs:
         case ggml_type::iq2_xs:
         case ggml_type::iq3_xxs:
@@ -295,31 +316,31 @@ int grid_code(float x, float scale, float offset, int lo, int hi) {
     return std::clamp(nearest_int((x - offset) / scale), lo, hi);
 }
 
-float grid_error(const float* x, int n, float scale, float offset) {
+float grid_error(const float* x, int n, float scale, float offset, int q_max) {
     float err = 0.0f;
     for (int i = 0; i < n; ++i) {
-        const float e = x[i] - (offset + scale * grid_code(x[i], scale, offset, 0, 15));
+        const float e = x[i] - (offset + scale * grid_code(x[i], scale, offset, 0, q_max));
         err += e * e;
     }
     return err;
 }
 
-// Q4_K sub-block fit: x ~ scale * q + offset with q in 0..15 and offset <= 0 (so that -offset, the "min",
-// is stored unsigned). Starts from the min/max range, then alternates code assignment and a least-squares
+// Q4_K / Q5_K sub-block fit: x ~ scale * q + offset with q in 0..q_max (15 or 31) and offset <= 0 (so that -offset,
+// the "min", is stored unsigned). Starts from the min/max range, then alternates code assignment and a least-squares
 // refit of (scale, offset) while the squared error drops.
-void fit_q4_k_sub_block(const float* x, int n, float* scale, float* min) {
+void fit_k_sub_block(const float* x, int n, int q_max, float* scale, float* min) {
     float lo = 0.0f, hi = x[0];
     for (int i = 0; i < n; ++i) {
         lo = std::min(lo, x[i]);
         hi = std::max(hi, x[i]);
     }
-    float best_scale = (hi - lo) / 15.0f, best_offset = lo;
+    float best_scale = (hi - lo) / static_cast<float>(q_max), best_offset = lo;
     if (best_scale > 0.0f) {
-        float best_err = grid_error(x, n, best_scale, best_offset);
+        float best_err = grid_error(x, n, best_scale, best_offset, q_max);
         for (int iter = 0; iter < 8; ++iter) {
             double sq = 0, sqq = 0, sx = 0, sqx = 0;
             for (int i = 0; i < n; ++i) {
-                const int q = grid_code(x[i], best_scale, best_offset, 0, 15);
+                const int q = grid_code(x[i], best_scale, best_offset, 0, q_max);
                 sq += q;
                 sqq += static_cast<double>(q) * q;
                 sx += x[i];
@@ -334,7 +355,7 @@ void fit_q4_k_sub_block(const float* x, int n, float* scale, float* min) {
                 s = sqx / sqq;
             }
             if (s <= 0) break;
-            const float err = grid_error(x, n, static_cast<float>(s), static_cast<float>(off));
+            const float err = grid_error(x, n, static_cast<float>(s), static_cast<float>(off), q_max);
             if (err >= best_err) break;
             best_err = err;
             best_scale = static_cast<float>(s);
@@ -376,40 +397,67 @@ float refit_symmetric_scale(const float* x, int n, float scale, int lo, int hi) 
 
 }  // namespace
 
+namespace {
+
+// The scales, mins and codes of one Q4_K / Q5_K super-block (q_max 15 / 31): per sub-block of 32 a least-squares
+// scale and min (min <= 0), then 6-bit scale / min codes against fp16 d and dmin, packed as Q4_K packs them; q[256]
+// the codes against the stored (rounded) scales.
+void quantize_k_super_block(const float* xb, int q_max, uint16_t* d_out, uint16_t* dmin_out, uint8_t* packed,
+                            uint8_t* q) {
+    float scales[8], mins[8];  // [8 sub-blocks]
+    float max_scale = 0.0f, max_min = 0.0f;
+    for (int j = 0; j < 8; ++j) {
+        fit_k_sub_block(xb + 32 * j, 32, q_max, &scales[j], &mins[j]);
+        max_scale = std::max(max_scale, scales[j]);
+        max_min = std::max(max_min, mins[j]);
+    }
+    *d_out = fp32_to_fp16(max_scale / 63.0f);
+    *dmin_out = fp32_to_fp16(max_min / 63.0f);
+    const float d = fp16_to_fp32(*d_out), dmin = fp16_to_fp32(*dmin_out);
+    uint8_t sc[8], m[8];
+    for (int j = 0; j < 8; ++j) {
+        sc[j] = static_cast<uint8_t>(d > 0.0f ? std::clamp(nearest_int(scales[j] / d), 0, 63) : 0);
+        m[j] = static_cast<uint8_t>(dmin > 0.0f ? std::clamp(nearest_int(mins[j] / dmin), 0, 63) : 0);
+    }
+    std::memset(packed, 0, k_scale_size);
+    for (int j = 0; j < 4; ++j) {
+        packed[j] = sc[j] | static_cast<uint8_t>((sc[j + 4] >> 4) << 6);
+        packed[j + 4] = m[j] | static_cast<uint8_t>((m[j + 4] >> 4) << 6);
+        packed[j + 8] = static_cast<uint8_t>((sc[j + 4] & 0x0f) | ((m[j + 4] & 0x0f) << 4));
+    }
+    for (int j = 0; j < 8; ++j) {
+        const float step = d * sc[j], offset = -(dmin * m[j]);
+        for (int i = 0; i < 32; ++i)
+            q[32 * j + i] = static_cast<uint8_t>(grid_code(xb[32 * j + i], step, offset, 0, q_max));
+    }
+}
+
+}  // namespace
+
 void quantize_row_q4_k(const float* x, block_q4_k* y, int64_t n) {
     TROUPE_ASSERT(n % qk_k == 0);
     for (int64_t b = 0; b < n / qk_k; ++b) {
-        const float* xb = x + b * qk_k;
-        float scales[8], mins[8];  // [8 sub-blocks]
-        float max_scale = 0.0f, max_min = 0.0f;
-        for (int j = 0; j < 8; ++j) {
-            fit_q4_k_sub_block(xb + 32 * j, 32, &scales[j], &mins[j]);
-            max_scale = std::max(max_scale, scales[j]);
-            max_min = std::max(max_min, mins[j]);
-        }
-        y[b].d = fp32_to_fp16(max_scale / 63.0f);
-        y[b].dmin = fp32_to_fp16(max_min / 63.0f);
-        const float d = fp16_to_fp32(y[b].d), dmin = fp16_to_fp32(y[b].dmin);
-        uint8_t sc[8], m[8];
-        for (int j = 0; j < 8; ++j) {
-            sc[j] = static_cast<uint8_t>(d > 0.0f ? std::clamp(nearest_int(scales[j] / d), 0, 63) : 0);
-            m[j] = static_cast<uint8_t>(dmin > 0.0f ? std::clamp(nearest_int(mins[j] / dmin), 0, 63) : 0);
-        }
-        std::memset(y[b].scales, 0, sizeof y[b].scales);
-        for (int j = 0; j < 4; ++j) {
-            y[b].scales[j] = sc[j] | static_cast<uint8_t>((sc[j + 4] >> 4) << 6);
-            y[b].scales[j + 4] = m[j] | static_cast<uint8_t>((m[j + 4] >> 4) << 6);
-            y[b].scales[j + 8] = static_cast<uint8_t>((sc[j + 4] & 0x0f) | ((m[j + 4] & 0x0f) << 4));
-        }
-        uint8_t q[qk_k];  // [256] codes 0..15 against the stored (rounded) scales
-        for (int j = 0; j < 8; ++j) {
-            const float step = d * sc[j], offset = -(dmin * m[j]);
-            for (int i = 0; i < 32; ++i)
-                q[32 * j + i] = static_cast<uint8_t>(grid_code(xb[32 * j + i], step, offset, 0, 15));
-        }
+        uint8_t q[qk_k];  // [256] codes 0..15
+        quantize_k_super_block(x + b * qk_k, 15, &y[b].d, &y[b].dmin, y[b].scales, q);
         for (int c = 0; c < 4; ++c) {
             for (int l = 0; l < 32; ++l)
                 y[b].qs[32 * c + l] = static_cast<uint8_t>(q[64 * c + l] | (q[64 * c + 32 + l] << 4));
+        }
+    }
+}
+
+void quantize_row_q5_k(const float* x, block_q5_k* y, int64_t n) {
+    TROUPE_ASSERT(n % qk_k == 0);
+    for (int64_t b = 0; b < n / qk_k; ++b) {
+        uint8_t q[qk_k];  // [256] codes 0..31
+        quantize_k_super_block(x + b * qk_k, 31, &y[b].d, &y[b].dmin, y[b].scales, q);
+        std::memset(y[b].qh, 0, sizeof y[b].qh);
+        for (int c = 0; c < 4; ++c) {
+            for (int l = 0; l < 32; ++l) {
+                const int lo = q[64 * c + l], hi = q[64 * c + 32 + l];
+                y[b].qs[32 * c + l] = static_cast<uint8_t>((lo & 0x0f) | ((hi & 0x0f) << 4));
+                y[b].qh[l] |= static_cast<uint8_t>(((lo >> 4) << (2 * c)) | ((hi >> 4) << (2 * c + 1)));
+            }
         }
     }
 }
@@ -489,6 +537,9 @@ size_t quantize_row(ggml_type type, const float* x, void* dst, int64_t n) {
         case ggml_type::q4_k:
             quantize_row_q4_k(x, static_cast<block_q4_k*>(dst), n);
             break;
+        case ggml_type::q5_k:
+            quantize_row_q5_k(x, static_cast<block_q5_k*>(dst), n);
+            break;
         case ggml_type::q6_k:
             quantize_row_q6_k(x, static_cast<block_q6_k*>(dst), n);
             break;
@@ -504,7 +555,6 @@ size_t quantize_row(ggml_type type, const float* x, void* dst, int64_t n) {
         case ggml_type::q8_1:
         case ggml_type::q2_k:
         case ggml_type::q3_k:
-        case ggml_type::q5_k:
         case ggml_type::iq2_xxs:
         case ggml_type::iq2_xs:
         case ggml_type::iq3_xxs:

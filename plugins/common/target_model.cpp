@@ -61,6 +61,33 @@ void decode_q5_0(const uint8_t* b, float* y, int64_t count) {
     }
 }
 
+// Q5_K (Q5_K_M files' embeddings and some of their matrices): per block of 256 {fp16 d, fp16 dmin, scales[12] packed
+// as Q4_K's 6-bit scales and mins, qh[32], qs[128]}, weight = (d * sc[j]) * q - dmin * m[j] for sub-block j of 32, q's
+// low 4 bits Q4_K's nibbles, bit 4 of element 64c + l (l < 32) bit 2c of qh[l], of element 64c + 32 + l bit 2c + 1.
+void decode_q5_k(const uint8_t* b, float* y, int64_t count) {
+    constexpr int block_bytes = 176;
+    for (int64_t i = 0; i < count / 256; ++i, b += block_bytes, y += 256) {
+        uint16_t d16, dmin16;
+        std::memcpy(&d16, b, sizeof d16);
+        std::memcpy(&dmin16, b + 2, sizeof dmin16);
+        const float d = quant_common::fp16_to_fp32(d16), dmin = quant_common::fp16_to_fp32(dmin16);
+        const uint8_t* scales = b + 4;
+        const uint8_t* qh = b + 16;
+        const uint8_t* qs = b + 48;
+        for (int j = 0; j < 8; ++j) {
+            const int sc = j < 4 ? (scales[j] & 63) : ((scales[j + 4] & 0x0f) | ((scales[j - 4] >> 6) << 4));
+            const int m = j < 4 ? (scales[j + 4] & 63) : ((scales[j + 4] >> 4) | ((scales[j] >> 6) << 4));
+            const float dj = d * static_cast<float>(sc), mj = dmin * static_cast<float>(m);
+            const int c = j / 2, high = j % 2;
+            for (int l = 0; l < 32; ++l) {
+                const int low = high ? (qs[32 * c + l] >> 4) : (qs[32 * c + l] & 0x0f);
+                const int q = low | (((qh[l] >> j) & 1) << 4);
+                y[32 * j + l] = dj * static_cast<float>(q) - mj;
+            }
+        }
+    }
+}
+
 // Q6_K (what k-quant files keep the output matrix in): per block of 256, weight = d * scales[i] * (q - 32) with a
 // 6-bit q, its low 4 bits in ql and high 2 in qh, in the reference dequantizer's order.
 void decode_q6_k(const troupe_block_q6_k* b, float* y, int64_t count) {
@@ -107,6 +134,12 @@ void decode(uint32_t type, const void* src, float* y, int64_t count, const std::
                 return;
             }
             break;
+        case TROUPE_TYPE_Q5_K:
+            if (count % TROUPE_QK_K == 0) {
+                decode_q5_k(static_cast<const uint8_t*>(src), y, count);
+                return;
+            }
+            break;
         case TROUPE_TYPE_Q6_K:
             if (count % TROUPE_QK_K == 0) {
                 decode_q6_k(static_cast<const troupe_block_q6_k*>(src), y, count);
@@ -120,7 +153,7 @@ void decode(uint32_t type, const void* src, float* y, int64_t count, const std::
     if (c == nullptr || count % c->block_size() != 0) {
         throw plugin_error(
             where + ": stored as type " + std::to_string(type) +
-            ", which this plugin does not read (F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q4_K, Q6_K, W4_G64/128)");
+            ", which this plugin does not read (F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q4_K, Q5_K, Q6_K, W4_G64/128)");
     }
     c->decode(src, y, count);
 }

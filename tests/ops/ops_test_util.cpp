@@ -55,4 +55,19 @@ void expect_every_level_equals_the_reference(const test_weight& w, int64_t n_tok
     }
 }
 
+void expect_every_level_equals_the_reference_over_shapes(ggml_type type, std::initializer_list<int64_t> n_ins,
+                                                         uint32_t seed) {
+    for (const int64_t n_in : n_ins) {
+        for (const int64_t n_out : {1, 17, 67}) {
+            const auto w = make_weight(type, n_in, n_out, seed++, n_out == 17 ? 6 : 0);
+            for (const int64_t n_tokens : {1, 2, 3, 4, 5, 9, 33, 70}) {
+                SCOPED_TRACE(std::string(traits(type).name) + " n_in " + std::to_string(n_in) + " n_out " +
+                             std::to_string(n_out) + " n_tokens " + std::to_string(n_tokens));
+                expect_every_level_equals_the_reference(w, n_tokens, seed++);
+                if (::testing::Test::HasFatalFailure()) return;
+            }
+        }
+    }
+}
+
 }  // namespace troupe::testing

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <initializer_list>
 #include <random>
 #include <string>
 #include <vector>
@@ -39,5 +40,10 @@ std::string level_name(cpu::dispatch_level level);
 // cpu::matmul of w with n_tokens random tokens (seeded) equals ref::matmul bit for bit at every level this CPU runs,
 // on one thread and on two (fatal failures: the caller may stop on HasFatalFailure()).
 void expect_every_level_equals_the_reference(const test_weight& w, int64_t n_tokens, uint32_t seed);
+
+// The same for weights of `type` with each row length in n_ins, 1, 17 (rows padded: a longer stride) and 67 rows, and
+// decode and prefill token counts (1, 2, 3, 4, 5, 9, 33, 70); stops at the first fatal failure.
+void expect_every_level_equals_the_reference_over_shapes(ggml_type type, std::initializer_list<int64_t> n_ins,
+                                                         uint32_t seed);
 
 }  // namespace troupe::testing
