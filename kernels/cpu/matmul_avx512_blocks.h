@@ -74,13 +74,20 @@ inline void q4_k_scales(const block_q4_k& wb, uint8_t* sc, uint8_t* mn) {
 inline void q6_k_values(const block_q6_k& wb, int half, __m512i& qa, __m512i& qb) {
     const __m512i low4 = _mm512_set1_epi8(0x0f);
     const __m512i bits45 = _mm512_set1_epi8(0x30);
+    // qh's bits 2k, 2k + 1 to bits 4, 5 of each byte: k = 0 (shift left 4) and 1 (left 2) for qa's two halves, 2 (none)
+    // and 3 (right 2) for qb's. Per-word variable shifts do both halves in one operation each; bits that cross into
+    // the neighbouring byte are masked off with everything else outside bits 4, 5.
+    const __m512i shift_a =
+        _mm512_set_epi64(0x0002000200020002, 0x0002000200020002, 0x0002000200020002, 0x0002000200020002,
+                         0x0004000400040004, 0x0004000400040004, 0x0004000400040004, 0x0004000400040004);
+    const __m512i shift_b =
+        _mm512_set_epi64(0x0002000200020002, 0x0002000200020002, 0x0002000200020002, 0x0002000200020002, 0, 0, 0, 0);
     const __m512i l = _mm512_loadu_si512(wb.ql + 64 * half);
     const __m512i h = _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(wb.qh + 32 * half)));
-    const __m512i ha =
-        _mm512_and_si512(_mm512_mask_blend_epi64(0xf0, _mm512_slli_epi16(h, 4), _mm512_slli_epi16(h, 2)), bits45);
-    const __m512i hb = _mm512_and_si512(_mm512_mask_blend_epi64(0xf0, h, _mm512_srli_epi16(h, 2)), bits45);
-    qa = _mm512_or_si512(_mm512_and_si512(l, low4), ha);
-    qb = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(l, 4), low4), hb);
+    const __m512i ha = _mm512_and_si512(_mm512_sllv_epi16(h, shift_a), bits45);
+    const __m512i hb = _mm512_and_si512(_mm512_srlv_epi16(h, shift_b), bits45);
+    qa = _mm512_ternarylogic_epi32(l, low4, ha, 0xea);  // (l & low4) | ha
+    qb = _mm512_ternarylogic_epi32(_mm512_srli_epi16(l, 4), low4, hb, 0xea);
 }
 
 // q[256] = the block's values minus 32, in element order.
