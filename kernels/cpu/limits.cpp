@@ -63,7 +63,7 @@ double measure_read_bandwidth(thread_pool& pool, size_t buffer_bytes) {
             float s = 0;
             switch (level) {
                 case dispatch_level::avx512:
-                    s = detail::read_stream_avx512(p, count);
+                    s = detail::read_stream_avx512(p, count, run % 2 == 1);  // both prefetch hints, the best
                     break;
                 case dispatch_level::avx2:
                     s = detail::read_stream_avx2(p, count);

@@ -5,21 +5,32 @@
 
 namespace troupe::cpu::detail {
 
-float read_stream_avx512(const float* p, size_t n) {
-    // Software prefetch 8 KiB ahead: on the machines measured, the hardware prefetcher alone leaves a thread
-    // well below what the memory delivers (the matmul kernels prefetch the same way).
+namespace {
+
+template <int Hint>
+float read_stream(const float* p, size_t n) {
     __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
     for (size_t i = 0; i < n; i += 64) {
-        _mm_prefetch(reinterpret_cast<const char*>(p + i) + 8192, _MM_HINT_T0);
-        _mm_prefetch(reinterpret_cast<const char*>(p + i) + 8192 + 64, _MM_HINT_T0);
-        _mm_prefetch(reinterpret_cast<const char*>(p + i) + 8192 + 128, _MM_HINT_T0);
-        _mm_prefetch(reinterpret_cast<const char*>(p + i) + 8192 + 192, _MM_HINT_T0);
+        const char* ahead = reinterpret_cast<const char*>(p + i) + 8192;
+        _mm_prefetch(ahead, static_cast<_mm_hint>(Hint));
+        _mm_prefetch(ahead + 64, static_cast<_mm_hint>(Hint));
+        _mm_prefetch(ahead + 128, static_cast<_mm_hint>(Hint));
+        _mm_prefetch(ahead + 192, static_cast<_mm_hint>(Hint));
         a0 = _mm512_add_ps(a0, _mm512_load_ps(p + i));
         a1 = _mm512_add_ps(a1, _mm512_load_ps(p + i + 16));
         a2 = _mm512_add_ps(a2, _mm512_load_ps(p + i + 32));
         a3 = _mm512_add_ps(a3, _mm512_load_ps(p + i + 48));
     }
     return _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)));
+}
+
+}  // namespace
+
+float read_stream_avx512(const float* p, size_t n, bool prefetch_to_l2) {
+    // Software prefetch 8 KiB ahead: on the machines measured, the hardware prefetcher alone leaves a thread
+    // well below what the memory delivers (the matmul kernels prefetch the same way). Into L1 (T0) or L2 (T1): the
+    // kernels use both, and which reads faster differs by CPU, so the probe tries both (limits.cpp).
+    return prefetch_to_l2 ? read_stream<_MM_HINT_T1>(p, n) : read_stream<_MM_HINT_T0>(p, n);
 }
 
 double fma_chains_avx512(int64_t iterations) {
@@ -57,7 +68,7 @@ double int8_dot_chains_avx512(int64_t iterations) {
 }  // namespace troupe::cpu::detail
 #else
 namespace troupe::cpu::detail {
-float read_stream_avx512(const float*, size_t) {
+float read_stream_avx512(const float*, size_t, bool) {
     return 0;
 }
 double fma_chains_avx512(int64_t) {
