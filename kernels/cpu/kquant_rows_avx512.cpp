@@ -30,12 +30,12 @@ using namespace avx512;
 
 constexpr int k_group = 4;  // rows per pass
 
-// As matmul_avx512.cpp: prefetch the weights this far ahead of their loads.
+// As matmul_avx512.cpp: prefetch the weights this far ahead of their loads, into L2.
 constexpr int k_prefetch_distance = 8192;
 
 inline void prefetch_ahead(const void* p, int n_bytes) {
     const char* q = static_cast<const char*>(p) + k_prefetch_distance;
-    for (int i = 0; i < n_bytes; i += 64) _mm_prefetch(q + i, _MM_HINT_T0);
+    for (int i = 0; i < n_bytes; i += 64) _mm_prefetch(q + i, _MM_HINT_T1);
 }
 
 // Byte shuffles (vpshufb, within each 128-bit lane) of 8 scale words repeated in every lane: Q4_K chunk c (64
