@@ -22,6 +22,7 @@
 #include <immintrin.h>
 
 #include "kernels/cpu/matmul_avx512_blocks.h"
+#include "kernels/cpu/q5_k_row.h"
 
 namespace troupe::cpu::detail {
 namespace {
@@ -251,6 +252,100 @@ void q4_k_rows4(const uint8_t* w, size_t stride, const block_q8_k* x, int64_t nb
     store_rows<4>(_mm_add_ps(hsum8_rows<4>(acc), hsum4_rows<4>(acc_m4)), y);
 }
 
+// Four consecutive rows of Q5_K: q4_k_rows4's walk (the same scale decode, activation order and integer lanes) with
+// bit 4 of every code from qh, and the mins as ggml's Q5_K sums them: one integer per row and super-block (the four
+// products' sum, exact in any order), summs = fma(-d_x * dmin, it, summs) per row (lane 4r of a 16-lane chain).
+void q5_k_rows4(const uint8_t* w, size_t stride, const block_q8_k* x, int64_t nb, float* y) {
+    const __m512i low4 = _mm512_set1_epi8(0x0f);
+    const __m512i bit4 = _mm512_set1_epi8(0x10);
+    const auto shuffle = [](int a, int b) {
+        const int64_t lo = q4_k_byte_scale(a), hi = q4_k_byte_scale(b);
+        return _mm512_set_epi64(hi, hi, hi, hi, lo, lo, lo, lo);
+    };
+    const __m512i idx0 = shuffle(0, 2), idx1 = shuffle(1, 3), idx2 = shuffle(4, 6), idx3 = shuffle(5, 7);
+    // Bit j of qh (sub-block j's fifth bits) moved to bit 4, per 256-bit half: v0 holds sub-blocks (0, 2), v1 (1, 3),
+    // v2 (4, 6), v3 (5, 7).
+    const auto halves = [](int64_t lo, int64_t hi) { return _mm512_set_epi64(hi, hi, hi, hi, lo, lo, lo, lo); };
+    const __m512i left0 = halves(0x0004000400040004, 0x0002000200020002);   // bits 0, 2 left by 4, 2
+    const __m512i left1 = halves(0x0003000300030003, 0x0001000100010001);   // bits 1, 3 left by 3, 1
+    const __m512i right2 = halves(0, 0x0002000200020002);                   // bits 4, 6 right by 0, 2
+    const __m512i right3 = halves(0x0001000100010001, 0x0003000300030003);  // bits 5, 7 right by 1, 3
+    const __m512i mins_idx =
+        _mm512_set_epi64(q4_k_mins_shuffle(1), q4_k_mins_shuffle(0), q4_k_mins_shuffle(1), q4_k_mins_shuffle(0),
+                         q4_k_mins_shuffle(1), q4_k_mins_shuffle(0), q4_k_mins_shuffle(1), q4_k_mins_shuffle(0));
+    const __m512i lo_shift = _mm512_set_epi32(4, 0, 0, 0, 4, 0, 0, 0, 4, 0, 0, 0, 4, 0, 0, 0);
+    const __m512i lo_mask = _mm512_set_epi32(0x0f0f0f0f, 0x3f3f3f3f, 0x0f0f0f0f, 0x3f3f3f3f, 0x0f0f0f0f, 0x3f3f3f3f,
+                                             0x0f0f0f0f, 0x3f3f3f3f, 0x0f0f0f0f, 0x3f3f3f3f, 0x0f0f0f0f, 0x3f3f3f3f,
+                                             0x0f0f0f0f, 0x3f3f3f3f, 0x0f0f0f0f, 0x3f3f3f3f);
+    const __m512i hi_mask = _mm512_set_epi32(0x30303030, 0, 0x30303030, 0, 0x30303030, 0, 0x30303030, 0, 0x30303030, 0,
+                                             0x30303030, 0, 0x30303030, 0, 0x30303030, 0);
+    const __m512i dword0 = _mm512_set_epi32(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 12, 8, 4, 0);
+    const __m512i dmin_idx = _mm512_set_epi32(7, 7, 7, 7, 5, 5, 5, 5, 3, 3, 3, 3, 1, 1, 1, 1);
+    __m256 acc[4];                       // [8 lanes] per row: sum of d * lane sums
+    __m512 summs = _mm512_setzero_ps();  // lane 4r (and its three neighbours): row r's summs
+    for (int r = 0; r < 4; ++r) acc[r] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < nb; ++b) {
+        const block_q8_k& xb = x[b];
+        const __m512i xa = _mm512_loadu_si512(xb.qs), xb1 = _mm512_loadu_si512(xb.qs + 64);
+        const __m512i xc = _mm512_loadu_si512(xb.qs + 128), xd = _mm512_loadu_si512(xb.qs + 192);
+        const __m512i x0 = _mm512_shuffle_i64x2(xa, xb1, 0x44), x1 = _mm512_shuffle_i64x2(xa, xb1, 0xee);
+        const __m512i x2 = _mm512_shuffle_i64x2(xc, xd, 0x44), x3 = _mm512_shuffle_i64x2(xc, xd, 0xee);
+        const __m256i bs = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xb.bsums));
+        const __m512i bsum32 =
+            _mm512_broadcast_i32x4(_mm_hadd_epi16(_mm256_castsi256_si128(bs), _mm256_extracti128_si256(bs, 1)));
+        const block_q5_k* wb[4];
+        for (int r = 0; r < 4; ++r) {
+            wb[r] = reinterpret_cast<const block_q5_k*>(w + r * stride) + b;
+            prefetch_ahead(wb[r], sizeof(block_q5_k));
+        }
+        const auto head = [&](int r) { return _mm_loadu_si128(reinterpret_cast<const __m128i*>(wb[r])); };
+        __m512i t = _mm512_castsi128_si512(head(0));
+        t = _mm512_inserti32x4(t, head(1), 1);
+        t = _mm512_inserti32x4(t, head(2), 2);
+        t = _mm512_inserti32x4(t, head(3), 3);
+        const __m512i p = _mm512_shuffle_epi32(t, static_cast<_MM_PERM_ENUM>(_MM_SHUFFLE(3, 2, 3, 1)));
+        const __m512i q = _mm512_shuffle_epi32(t, static_cast<_MM_PERM_ENUM>(_MM_SHUFFLE(2, 2, 1, 1)));
+        const __m512i scales = _mm512_or_si512(_mm512_and_si512(_mm512_srlv_epi32(p, lo_shift), lo_mask),
+                                               _mm512_and_si512(_mm512_srli_epi32(q, 2), hi_mask));
+        const __m256 dw = _mm256_cvtph_ps(_mm512_castsi512_si128(_mm512_permutexvar_epi32(dword0, t)));
+        const __m256 dd = _mm256_mul_ps(_mm256_setr_ps(xb.d, -xb.d, xb.d, -xb.d, xb.d, -xb.d, xb.d, -xb.d), dw);
+        __m512i msum = _mm512_madd_epi16(_mm512_shuffle_epi8(scales, mins_idx), bsum32);
+        msum = _mm512_add_epi32(msum, _mm512_shuffle_epi32(msum, static_cast<_MM_PERM_ENUM>(_MM_SHUFFLE(1, 0, 3, 2))));
+        msum = _mm512_add_epi32(msum, _mm512_shuffle_epi32(msum, static_cast<_MM_PERM_ENUM>(_MM_SHUFFLE(2, 3, 0, 1))));
+        summs = _mm512_fmadd_ps(_mm512_permutexvar_ps(dmin_idx, _mm512_castps256_ps512(dd)), _mm512_cvtepi32_ps(msum),
+                                summs);
+#pragma GCC unroll 4
+        for (int r = 0; r < 4; ++r) {
+            const __m512i sc = _mm512_shuffle_i32x4(scales, scales, r * 0x55);  // row r's bytes in every lane
+            const __m512i q01 = _mm512_loadu_si512(wb[r]->qs), q23 = _mm512_loadu_si512(wb[r]->qs + 64);
+            const __m512i h = _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(wb[r]->qh)));
+            const auto fifth = [&](__m512i bits) { return _mm512_and_si512(bits, bit4); };
+            // (nibbles & low4) | fifth bits, by ternary logic.
+            const __m512i v0 = _mm512_ternarylogic_epi32(q01, low4, fifth(_mm512_sllv_epi16(h, left0)), 0xea);
+            const __m512i v1 =
+                _mm512_ternarylogic_epi32(_mm512_srli_epi16(q01, 4), low4, fifth(_mm512_sllv_epi16(h, left1)), 0xea);
+            const __m512i v2 = _mm512_ternarylogic_epi32(q23, low4, fifth(_mm512_srlv_epi16(h, right2)), 0xea);
+            const __m512i v3 =
+                _mm512_ternarylogic_epi32(_mm512_srli_epi16(q23, 4), low4, fifth(_mm512_srlv_epi16(h, right3)), 0xea);
+            __m512i sum = _mm512_dpwssd_epi32(_mm512_setzero_si512(), _mm512_maddubs_epi16(v0, x0),
+                                              _mm512_shuffle_epi8(sc, idx0));
+            sum = _mm512_dpwssd_epi32(sum, _mm512_maddubs_epi16(v1, x1), _mm512_shuffle_epi8(sc, idx1));
+            sum = _mm512_dpwssd_epi32(sum, _mm512_maddubs_epi16(v2, x2), _mm512_shuffle_epi8(sc, idx2));
+            sum = _mm512_dpwssd_epi32(sum, _mm512_maddubs_epi16(v3, x3), _mm512_shuffle_epi8(sc, idx3));
+            const __m256 d = _mm256_permutexvar_ps(_mm256_set1_epi32(2 * r), dd);
+            acc[r] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(fold_lanes(sum)), acc[r]);
+        }
+    }
+    const __m128 row_summs = _mm512_castps512_ps128(
+        _mm512_permutexvar_ps(_mm512_set_epi32(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 12, 8, 4, 0), summs));
+    store_rows<4>(_mm_add_ps(hsum8_rows<4>(acc), row_summs), y);
+}
+
+// The rows past the last group of four: the one-row kernel of the matmul files (kernels/cpu/q5_k_row.h).
+void q5_k_one_row(const uint8_t* w, size_t stride, const block_q8_k* x, int64_t nb, float* y) {
+    q5_k_row<1>(reinterpret_cast<const block_q5_k*>(w), w + stride, reinterpret_cast<const uint8_t*>(x), 0, nb, y, 0);
+}
+
 // R rows of Q6_K against one token's Q8_K blocks.
 template <int R>
 void q6_k_rows(const uint8_t* w, size_t stride, const block_q8_k* x, int64_t nb, float* y) {
@@ -304,6 +399,8 @@ void by_groups(const matmul_weight& w, const block_q8_k* x, float* y, int64_t r0
 void kquant_rows_one_token_avx512(const matmul_weight& w, const block_q8_k* x, float* y, int64_t r0, int64_t r1) {
     if (w.type == ggml_type::q4_k) {
         by_groups<q4_k_rows4, q4_k_rows<1>>(w, x, y, r0, r1);
+    } else if (w.type == ggml_type::q5_k) {
+        by_groups<q5_k_rows4, q5_k_one_row>(w, x, y, r0, r1);
     } else {
         by_groups<q6_k_rows<k_group>, q6_k_rows<1>>(w, x, y, r0, r1);
     }
