@@ -19,9 +19,15 @@ struct command_entry {
 };
 
 const command_entry commands[] = {
-    {run_spec, run_command},   {serve_spec, serve_command},       {bench_spec, bench_command},
-    {info_spec, info_command}, {tokenize_spec, tokenize_command}, {synth_spec, synth_command},
-    {perplexity_spec, perplexity_command}, {quantize_spec, quantize_command}, {distill_spec, distill_command},
+    {run_spec, run_command},
+    {serve_spec, serve_command},
+    {bench_spec, bench_command},
+    {info_spec, info_command},
+    {tokenize_spec, tokenize_command},
+    {synth_spec, synth_command},
+    {perplexity_spec, perplexity_command},
+    {quantize_spec, quantize_command},
+    {distill_spec, distill_command},
     {template_spec, template_command},
 };
 

@@ -18,12 +18,35 @@ int q6_k_value(const block_q6_k& b, int e) {
     return low | (((qh >> (2 * k)) & 3) << 4);
 }
 
+// The lanes of the formats with a scale per 16 elements (Q3_K, Q6_K): value(b, e) and scale(b, j) of block b.
+template <class Block, class Value, class Scale>
+float dot_sixteens(const Block* w, const block_q8_k* x, int64_t nb, const Value& value, const Scale& scale) {
+    float acc[8] = {};  // per lane: sum over super-blocks of d * lane sum
+    for (int64_t b = 0; b < nb; ++b) {
+        const float d = x[b].d * fp16_to_fp32(w[b].d);
+        int32_t sumi[8] = {};          // [lane]
+        for (int c = 0; c < 8; ++c) {  // chunk of 32: sub-blocks 2c and 2c + 1
+            for (int k = 0; k < 8; ++k) {
+                int32_t dot = 0;
+                for (int i = 4 * k; i < 4 * k + 4; ++i) dot += value(w[b], 32 * c + i) * x[b].qs[32 * c + i];
+                sumi[k] += scale(w[b], 2 * c + k / 4) * dot;
+            }
+        }
+        for (int k = 0; k < 8; ++k) acc[k] = std::fma(d, static_cast<float>(sumi[k]), acc[k]);
+    }
+    return hsum_8_lanes(acc);
+}
+
 }  // namespace
 
 float hsum_8_lanes(const float* a) {
     float r[4];
     for (int k = 0; k < 4; ++k) r[k] = a[k + 4] + a[k];
     return (r[0] + r[2]) + (r[1] + r[3]);
+}
+
+float dot_q3_k_q8_k(const block_q3_k* w, const block_q8_k* x, int64_t nb) {
+    return dot_sixteens(w, x, nb, q3_k_value, q3_k_scale);
 }
 
 float dot_q4_k_q8_k(const block_q4_k* w, const block_q8_k* x, int64_t nb) {
@@ -85,21 +108,9 @@ float dot_q5_k_q8_k(const block_q5_k* w, const block_q8_k* x, int64_t nb) {
 }
 
 float dot_q6_k_q8_k(const block_q6_k* w, const block_q8_k* x, int64_t nb) {
-    float acc[8] = {};  // per lane, as dot_q4_k
-    for (int64_t b = 0; b < nb; ++b) {
-        const float d = x[b].d * fp16_to_fp32(w[b].d);
-        int32_t sumi[8] = {};          // [lane]
-        for (int c = 0; c < 8; ++c) {  // chunk of 32: sub-blocks 2c and 2c + 1
-            for (int k = 0; k < 8; ++k) {
-                int32_t dot = 0;
-                for (int i = 4 * k; i < 4 * k + 4; ++i)
-                    dot += (q6_k_value(w[b], 32 * c + i) - 32) * x[b].qs[32 * c + i];
-                sumi[k] += w[b].scales[2 * c + k / 4] * dot;
-            }
-        }
-        for (int k = 0; k < 8; ++k) acc[k] = std::fma(d, static_cast<float>(sumi[k]), acc[k]);
-    }
-    return hsum_8_lanes(acc);
+    return dot_sixteens(
+        w, x, nb, [](const block_q6_k& b, int e) { return q6_k_value(b, e) - 32; },
+        [](const block_q6_k& b, int j) { return int{b.scales[j]}; });
 }
 
 }  // namespace troupe::ref

@@ -10,7 +10,8 @@
 //   Q8_0    | Q8_0 blocks (per 32, fp16 d)  | sum += float(int dot per block) * (d_w * d_x)
 //   Q4_0    | Q8_0 blocks                   | sum = fma(float(int dot of (q - 8) per block), d_w * d_x, sum)
 //   Q5_0    | Q8_0 blocks                   | 8 lanes of 4-element int dots of (q - 16), FMA per lane (dot_q5_0)
-//   Q4_K    | Q8_K blocks (per 256, f32 d)  | d_x * (d * sum_j sc_j * int dot_j - dmin * sum_j m_j * bsum_j)
+//   Q3_K    | Q8_K blocks (per 256, f32 d)  | as Q6_K with values -4..3 (kquant_dot.h)
+//   Q4_K    | Q8_K blocks                   | d_x * (d * sum_j sc_j * int dot_j - dmin * sum_j m_j * bsum_j)
 //   Q5_K    | Q8_K blocks                   | as Q4_K with 5-bit codes, the mins in one scalar (kquant_dot.h)
 //   Q6_K    | Q8_K blocks                   | d_x * d * sum_j scale_j * int dot_j of (q - 32)
 //

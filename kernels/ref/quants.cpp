@@ -90,6 +90,29 @@ void dequantize_row_q4_k(const block_q4_k* x, float* y, int64_t n) {
     }
 }
 
+int q3_k_scale(const block_q3_k& b, int j) {
+    const int low = j < 8 ? (b.scales[j] & 0x0f) : (b.scales[j - 8] >> 4);
+    const int high = (b.scales[8 + j % 4] >> (2 * (j / 4))) & 3;
+    return (low | high << 4) - 32;
+}
+
+int q3_k_value(const block_q3_k& b, int e) {
+    const int low = (b.qs[32 * (e / 128) + e % 32] >> (2 * ((e % 128) / 32))) & 3;
+    const bool high = (b.hmask[e % 32] >> (e / 32)) & 1;
+    return high ? low : low - 4;
+}
+
+void dequantize_row_q3_k(const block_q3_k* x, float* y, int64_t n) {
+    for (int64_t b = 0; b < n / qk_k; ++b) {
+        const float d = fp16_to_fp32(x[b].d);
+        for (int j = 0; j < 16; ++j) {  // sub-blocks of 16, in ggml's order of operations (d * sc) * q
+            const float dj = d * static_cast<float>(q3_k_scale(x[b], j));
+            for (int i = 0; i < 16; ++i)
+                y[b * qk_k + 16 * j + i] = dj * static_cast<float>(q3_k_value(x[b], 16 * j + i));
+        }
+    }
+}
+
 int q5_k_code(const block_q5_k& b, int e) {
     const int c = e / 64, l = e % 32, high_nibble = (e % 64) / 32;
     const int low = high_nibble ? (b.qs[32 * c + l] >> 4) : (b.qs[32 * c + l] & 0x0f);
@@ -161,6 +184,8 @@ void dequantize_row(ggml_type type, const void* src, float* dst, int64_t n) {
             return dequantize_row_q4_0(static_cast<const block_q4_0*>(src), dst, n);
         case ggml_type::q5_0:
             return dequantize_row_q5_0(static_cast<const block_q5_0*>(src), dst, n);
+        case ggml_type::q3_k:
+            return dequantize_row_q3_k(static_cast<const block_q3_k*>(src), dst, n);
         case ggml_type::q4_k:
             return dequantize_row_q4_k(static_cast<const block_q4_k*>(src), dst, n);
         case ggml_type::q5_k:
@@ -176,7 +201,6 @@ void dequantize_row(ggml_type type, const void* src, float* dst, int64_t n) {
         case ggml_type::q5_1:
         case ggml_type::q8_1:
         case ggml_type::q2_k:
-        case ggml_type::q3_k:
         case ggml_type::iq2_xxs:
         case ggml_type::iq2_xs:
         case ggml_type::iq3_xxs:
@@ -395,6 +419,27 @@ float refit_symmetric_scale(const float* x, int n, float scale, int lo, int hi) 
     return scale;
 }
 
+// Q3_K / Q6_K: the signed scale of each of a super-block's 16 sub-blocks of 16 (the element of largest |x| on q_min,
+// then refit_symmetric_scale); returns the scale of largest magnitude, with its sign.
+float symmetric_sub_block_scales(const float* xb, int q_min, int q_max, float* scales) {
+    float max_scale = 0.0f, amax_scale = 0.0f;
+    for (int j = 0; j < 16; ++j) {
+        float amax = 0.0f, max = 0.0f;
+        for (int i = 0; i < 16; ++i) {
+            if (std::fabs(xb[16 * j + i]) > amax) {
+                amax = std::fabs(xb[16 * j + i]);
+                max = xb[16 * j + i];
+            }
+        }
+        scales[j] = refit_symmetric_scale(xb + 16 * j, 16, max / static_cast<float>(q_min), q_min, q_max);
+        if (std::fabs(scales[j]) > amax_scale) {
+            amax_scale = std::fabs(scales[j]);
+            max_scale = scales[j];
+        }
+    }
+    return max_scale;
+}
+
 }  // namespace
 
 namespace {
@@ -462,26 +507,45 @@ void quantize_row_q5_k(const float* x, block_q5_k* y, int64_t n) {
     }
 }
 
+void quantize_row_q3_k(const float* x, block_q3_k* y, int64_t n) {
+    TROUPE_ASSERT(n % qk_k == 0);
+    for (int64_t b = 0; b < n / qk_k; ++b) {
+        const float* xb = x + b * qk_k;
+        float scales[16];  // [16 sub-blocks] signed: the largest |x| of the sub-block maps to q = -4
+        const float max_scale = symmetric_sub_block_scales(xb, -4, 3, scales);
+        const float amax_scale = std::fabs(max_scale);
+        std::memset(&y[b], 0, sizeof y[b]);
+        if (amax_scale == 0.0f) continue;  // d = 0: every value 0
+        // 6-bit scale codes sc - 32 in -32..31, the largest |scale| on -32 (ggml's packing).
+        const float iscale = -32.0f / max_scale;
+        for (int j = 0; j < 16; ++j) {
+            const int l = std::clamp(nearest_int(iscale * scales[j]), -32, 31) + 32;
+            if (j < 8) {
+                y[b].scales[j] = static_cast<uint8_t>(l & 0x0f);
+            } else {
+                y[b].scales[j - 8] |= static_cast<uint8_t>((l & 0x0f) << 4);
+            }
+            y[b].scales[8 + j % 4] |= static_cast<uint8_t>((l >> 4) << (2 * (j / 4)));
+        }
+        y[b].d = fp32_to_fp16(1.0f / iscale);
+        const float d = fp16_to_fp32(y[b].d);
+        for (int e = 0; e < qk_k; ++e) {
+            const float step = d * static_cast<float>(q3_k_scale(y[b], e / 16));
+            const int q = grid_code(xb[e], step, 0.0f, -4, 3);  // -4..3
+            if (q >= 0) y[b].hmask[e % 32] |= static_cast<uint8_t>(1u << (e / 32));
+            const int low = q >= 0 ? q : q + 4;
+            y[b].qs[32 * (e / 128) + e % 32] |= static_cast<uint8_t>(low << (2 * ((e % 128) / 32)));
+        }
+    }
+}
+
 void quantize_row_q6_k(const float* x, block_q6_k* y, int64_t n) {
     TROUPE_ASSERT(n % qk_k == 0);
     for (int64_t b = 0; b < n / qk_k; ++b) {
         const float* xb = x + b * qk_k;
         float scales[16];  // [16 sub-blocks] signed: the largest |x| of the sub-block maps to q - 32 = -32
-        float max_scale = 0.0f, amax_scale = 0.0f;
-        for (int j = 0; j < 16; ++j) {
-            float amax = 0.0f, max = 0.0f;
-            for (int i = 0; i < 16; ++i) {
-                if (std::fabs(xb[16 * j + i]) > amax) {
-                    amax = std::fabs(xb[16 * j + i]);
-                    max = xb[16 * j + i];
-                }
-            }
-            scales[j] = refit_symmetric_scale(xb + 16 * j, 16, max / -32.0f, -32, 31);
-            if (std::fabs(scales[j]) > amax_scale) {
-                amax_scale = std::fabs(scales[j]);
-                max_scale = scales[j];
-            }
-        }
+        const float max_scale = symmetric_sub_block_scales(xb, -32, 31, scales);
+        const float amax_scale = std::fabs(max_scale);
         std::memset(y[b].ql, 0, sizeof y[b].ql);
         std::memset(y[b].qh, 0, sizeof y[b].qh);
         if (amax_scale == 0.0f) {
@@ -534,6 +598,9 @@ size_t quantize_row(ggml_type type, const float* x, void* dst, int64_t n) {
         case ggml_type::q5_0:
             quantize_row_q5_0(x, static_cast<block_q5_0*>(dst), n);
             break;
+        case ggml_type::q3_k:
+            quantize_row_q3_k(x, static_cast<block_q3_k*>(dst), n);
+            break;
         case ggml_type::q4_k:
             quantize_row_q4_k(x, static_cast<block_q4_k*>(dst), n);
             break;
@@ -554,7 +621,6 @@ size_t quantize_row(ggml_type type, const float* x, void* dst, int64_t n) {
         case ggml_type::q5_1:
         case ggml_type::q8_1:
         case ggml_type::q2_k:
-        case ggml_type::q3_k:
         case ggml_type::iq2_xxs:
         case ggml_type::iq2_xs:
         case ggml_type::iq3_xxs:

@@ -61,6 +61,33 @@ void decode_q5_0(const uint8_t* b, float* y, int64_t count) {
     }
 }
 
+// Q3_K (Q3_K_M / Q3_K_S files): per block of 256 {hmask[32], qs[64], scales[12], fp16 d}, weight = (d * (sc[j] - 32))
+// * q for sub-block j of 16, q = the low 2 bits of element e (qs[32 (e / 128) + e % 32] at bit 2 ((e % 128) / 32))
+// minus 4 where its high bit (bit e / 32 of hmask[e % 32]) is clear; sc[j] 6 bits, the low 4 in nibble j / 8 of
+// scales[j % 8], the high 2 in scales[8 + j % 4] at bit 2 (j / 4).
+void decode_q3_k(const uint8_t* b, float* y, int64_t count) {
+    constexpr int block_bytes = 110;
+    for (int64_t i = 0; i < count / 256; ++i, b += block_bytes, y += 256) {
+        const uint8_t* hmask = b;
+        const uint8_t* qs = b + 32;
+        const uint8_t* scales = b + 96;
+        uint16_t d16;
+        std::memcpy(&d16, b + 108, sizeof d16);
+        const float d = quant_common::fp16_to_fp32(d16);
+        for (int j = 0; j < 16; ++j) {
+            const int low4 = j < 8 ? (scales[j] & 0x0f) : (scales[j - 8] >> 4);
+            const int sc = (low4 | (((scales[8 + j % 4] >> (2 * (j / 4))) & 3) << 4)) - 32;
+            const float dj = d * static_cast<float>(sc);
+            for (int l = 0; l < 16; ++l) {
+                const int e = 16 * j + l;
+                const int low = (qs[32 * (e / 128) + e % 32] >> (2 * ((e % 128) / 32))) & 3;
+                const int q = ((hmask[e % 32] >> (e / 32)) & 1) ? low : low - 4;
+                y[e] = dj * static_cast<float>(q);
+            }
+        }
+    }
+}
+
 // Q5_K (Q5_K_M files' embeddings and some of their matrices): per block of 256 {fp16 d, fp16 dmin, scales[12] packed
 // as Q4_K's 6-bit scales and mins, qh[32], qs[128]}, weight = (d * sc[j]) * q - dmin * m[j] for sub-block j of 32, q's
 // low 4 bits Q4_K's nibbles, bit 4 of element 64c + l (l < 32) bit 2c of qh[l], of element 64c + 32 + l bit 2c + 1.
@@ -134,6 +161,12 @@ void decode(uint32_t type, const void* src, float* y, int64_t count, const std::
                 return;
             }
             break;
+        case TROUPE_TYPE_Q3_K:
+            if (count % TROUPE_QK_K == 0) {
+                decode_q3_k(static_cast<const uint8_t*>(src), y, count);
+                return;
+            }
+            break;
         case TROUPE_TYPE_Q5_K:
             if (count % TROUPE_QK_K == 0) {
                 decode_q5_k(static_cast<const uint8_t*>(src), y, count);
@@ -151,9 +184,9 @@ void decode(uint32_t type, const void* src, float* y, int64_t count, const std::
     }
     const quant_common::codec* c = quant_common::codec::of(type);
     if (c == nullptr || count % c->block_size() != 0) {
-        throw plugin_error(
-            where + ": stored as type " + std::to_string(type) +
-            ", which this plugin does not read (F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q4_K, Q5_K, Q6_K, W4_G64/128)");
+        throw plugin_error(where + ": stored as type " + std::to_string(type) +
+                           ", which this plugin does not read (F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q3_K, Q4_K, "
+                           "Q5_K, Q6_K, W4_G64/128)");
     }
     c->decode(src, y, count);
 }
