@@ -21,6 +21,8 @@
 
 #include <immintrin.h>
 
+#include <cstring>
+
 #include "kernels/cpu/matmul_avx512_blocks.h"
 #include "kernels/cpu/q5_k_row.h"
 
@@ -346,6 +348,65 @@ void q5_k_one_row(const uint8_t* w, size_t stride, const block_q8_k* x, int64_t 
     q5_k_row<1>(reinterpret_cast<const block_q5_k*>(w), w + stride, reinterpret_cast<const uint8_t*>(x), 0, nb, y, 0);
 }
 
+// R rows of Q3_K against one token's Q8_K blocks: ggml's lanes (ref::dot_q3_k_q8_k) with Q6_K's walk. Each value
+// -4..3 is taken as its 3-bit code (the 2 low bits, bit 2 its high bit) times x minus 4 x, the same integer per pair of
+// products as ggml's (low x - (4 where the high bit is clear) x); 4 x is made once per block for every row.
+template <int R>
+void q3_k_rows(const uint8_t* w, size_t stride, const block_q8_k* x, int64_t nb, float* y) {
+    const __m512i k4 = _mm512_set1_epi8(4), k3 = _mm512_set1_epi8(3);
+    const __m512i idx0 = load_idx(k_q6_k_scale_idx[0]), idx1 = load_idx(k_q6_k_scale_idx[1]);
+    const __m512i idx2 = load_idx(k_q6_k_scale_idx[2]), idx3 = load_idx(k_q6_k_scale_idx[3]);
+    const auto halves = [](int64_t lo, int64_t hi) { return _mm512_set_epi64(hi, hi, hi, hi, lo, lo, lo, lo); };
+    const auto words = [](int n) { return int64_t{n} * 0x0001000100010001; };
+    // Elements 64 i .. 64 i + 63 (i = 0..3): quarters 2 (i % 2) and 2 (i % 2) + 1 of half i / 2, so their low bits sit
+    // at bits 4 (i % 2) and 4 (i % 2) + 2 of qs[32 (i / 2) + l], their high bits at bits 2 i and 2 i + 1 of hmask[l].
+    const __m512i low_shift[2] = {halves(words(0), words(2)), halves(words(4), words(6))};
+    const __m512i high_left0 = halves(words(2), words(1));  // bits 0, 1 up to bit 2
+    const __m512i high_right[3] = {halves(words(0), words(1)), halves(words(2), words(3)), halves(words(4), words(5))};
+    __m256 acc[R];  // [8 lanes] sum of d * lane sums
+    for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < nb; ++b) {
+        const block_q8_k& xb = x[b];
+        __m512i xv[4], x4[4];
+        for (int i = 0; i < 4; ++i) {
+            xv[i] = _mm512_loadu_si512(xb.qs + 64 * i);
+            x4[i] = _mm512_maddubs_epi16(k4, xv[i]);
+        }
+#pragma GCC unroll 4
+        for (int r = 0; r < R; ++r) {
+            const block_q3_k& wb = reinterpret_cast<const block_q3_k*>(w + r * stride)[b];
+            prefetch_ahead(&wb, sizeof wb);
+            uint32_t aux[3];
+            std::memcpy(aux, wb.scales, 12);
+            const __m128i scales128 = _mm_sub_epi8(
+                _mm_set_epi32(static_cast<int>(((aux[1] >> 4) & 0x0f0f0f0fu) | (((aux[2] >> 6) & 0x03030303u) << 4)),
+                              static_cast<int>(((aux[0] >> 4) & 0x0f0f0f0fu) | (((aux[2] >> 4) & 0x03030303u) << 4)),
+                              static_cast<int>((aux[1] & 0x0f0f0f0fu) | (((aux[2] >> 2) & 0x03030303u) << 4)),
+                              static_cast<int>((aux[0] & 0x0f0f0f0fu) | (((aux[2] >> 0) & 0x03030303u) << 4))),
+                _mm_set1_epi8(32));
+            const __m512i scales512 = _mm512_castsi256_si512(_mm256_cvtepi8_epi16(scales128));
+            const __m512i h = _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(wb.hmask)));
+            const __m512i q_lo = _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(wb.qs)));
+            const __m512i q_hi =
+                _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(wb.qs + 32)));
+            const auto code = [&](int i) {  // the 3-bit codes of elements 64 i .. 64 i + 63
+                const __m512i low = _mm512_srlv_epi16(i < 2 ? q_lo : q_hi, low_shift[i % 2]);
+                const __m512i high = _mm512_and_si512(
+                    i == 0 ? _mm512_sllv_epi16(h, high_left0) : _mm512_srlv_epi16(h, high_right[i - 1]), k4);
+                return _mm512_ternarylogic_epi32(low, k3, high, 0xea);  // (low & 3) | high
+            };
+            const auto p = [&](int i) { return _mm512_sub_epi16(_mm512_maddubs_epi16(code(i), xv[i]), x4[i]); };
+            __m512i sum = _mm512_dpwssd_epi32(_mm512_setzero_si512(), p(0), _mm512_permutexvar_epi16(idx0, scales512));
+            sum = _mm512_dpwssd_epi32(sum, p(1), _mm512_permutexvar_epi16(idx1, scales512));
+            sum = _mm512_dpwssd_epi32(sum, p(2), _mm512_permutexvar_epi16(idx2, scales512));
+            sum = _mm512_dpwssd_epi32(sum, p(3), _mm512_permutexvar_epi16(idx3, scales512));
+            const float d = xb.d * fp16(wb.d);
+            acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(fold_lanes(sum)), acc[r]);
+        }
+    }
+    store_rows<R>(hsum8_rows<R>(acc), y);
+}
+
 // R rows of Q6_K against one token's Q8_K blocks.
 template <int R>
 void q6_k_rows(const uint8_t* w, size_t stride, const block_q8_k* x, int64_t nb, float* y) {
@@ -401,6 +462,8 @@ void kquant_rows_one_token_avx512(const matmul_weight& w, const block_q8_k* x, f
         by_groups<q4_k_rows4, q4_k_rows<1>>(w, x, y, r0, r1);
     } else if (w.type == ggml_type::q5_k) {
         by_groups<q5_k_rows4, q5_k_one_row>(w, x, y, r0, r1);
+    } else if (w.type == ggml_type::q3_k) {
+        by_groups<q3_k_rows<k_group>, q3_k_rows<1>>(w, x, y, r0, r1);
     } else {
         by_groups<q6_k_rows<k_group>, q6_k_rows<1>>(w, x, y, r0, r1);
     }
