@@ -57,7 +57,8 @@ const command_spec& synth_spec() {
         .summary = "write a GGUF model in a named shape and architecture: seeded random weights, or a real model grown",
         .usage =
             "troupe synth --shape NAME [--arch ARCH] (--vocab V.gguf | --grow-from M.gguf [--noise X]) "
-            "[--type f32|f16|q8_0|q4_0|q5_0|q3_k|q4_k|q5_k|q6_k|q4_1|w4_g64|w4_g128] [--ctx N] -o OUT.gguf [--seed N]",
+            "[--type f32|f16|q8_0|q4_0|q5_0|q2_k|q3_k|q4_k|q5_k|q6_k|q4_1|w4_g64|w4_g128] [--ctx N] -o OUT.gguf "
+            "[--seed N]",
         .flags =
             {
                 {"--shape", "", "NAME",
@@ -76,7 +77,8 @@ const command_spec& synth_spec() {
                  "(default 0.35: stories260K predicts ~80% of its 110M or 1B growth's greedy tokens; 0: the grown "
                  "model's logits are the source's)"},
                 {"--type", "", "TYPE",
-                 "weight type of the matrices: f32, f16, q8_0, q4_0, q5_0, q3_k, q4_k, q5_k, q6_k, q4_1, w4_g64 or "
+                 "weight type of the matrices: f32, f16, q8_0, q4_0, q5_0, q2_k, q3_k, q4_k, q5_k, q6_k, q4_1, w4_g64 "
+                 "or "
                  "w4_g128 "
                  "(default "
                  "f16)"},
@@ -120,8 +122,9 @@ int synth_command(const cli_args& args) {
     const std::string type_name = args.value_or("--type", "f16");
     const auto type = parse_synth_type(type_name);
     if (!type)
-        problems.push_back("--type: unknown type '" + type_name +
-                           "' (valid: f32, f16, q8_0, q4_0, q5_0, q3_k, q4_k, q5_k, q6_k, q4_1, w4_g64, w4_g128)");
+        problems.push_back(
+            "--type: unknown type '" + type_name +
+            "' (valid: f32, f16, q8_0, q4_0, q5_0, q2_k, q3_k, q4_k, q5_k, q6_k, q4_1, w4_g64, w4_g128)");
     const auto vocab_path = args.value("--vocab");
     const auto grow_path = args.value("--grow-from");
     if (!vocab_path && !grow_path) {

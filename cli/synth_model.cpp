@@ -44,6 +44,8 @@ uint32_t gguf_file_type(ggml_type t) {
             return 7;
         case ggml_type::q5_0:
             return 8;
+        case ggml_type::q2_k:
+            return 10;  // Q2_K: all matrices Q2_K
         case ggml_type::q3_k:
             return 11;  // Q3_K_S: all matrices Q3_K
         case ggml_type::q4_k:
@@ -118,6 +120,7 @@ std::optional<ggml_type> parse_synth_type(std::string_view name) {
     if (name == "q8_0") return ggml_type::q8_0;
     if (name == "q4_0") return ggml_type::q4_0;
     if (name == "q5_0") return ggml_type::q5_0;
+    if (name == "q2_k") return ggml_type::q2_k;
     if (name == "q3_k") return ggml_type::q3_k;
     if (name == "q4_k") return ggml_type::q4_k;
     if (name == "q5_k") return ggml_type::q5_k;

@@ -50,7 +50,7 @@ struct synth_shape {
 std::span<const synth_shape> synth_shapes();
 const synth_shape* find_synth_shape(std::string_view name);
 
-// f32, f16, q8_0, q4_0, q5_0, q3_k, q4_k, q5_k, q6_k, q4_1, w4_g64, w4_g128.
+// f32, f16, q8_0, q4_0, q5_0, q2_k, q3_k, q4_k, q5_k, q6_k, q4_1, w4_g64, w4_g128.
 std::optional<ggml_type> parse_synth_type(std::string_view name);
 
 // One row of std_dev * (approximately standard normal) values: the sum of four 16-bit uniforms, scaled (bounded at

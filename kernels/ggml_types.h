@@ -68,7 +68,7 @@ constexpr std::optional<ggml_type_traits> type_traits(uint32_t t) {
         case 7: return ggml_type_traits{"Q5_1", 32, 24, false};
         case 8: return ggml_type_traits{"Q8_0", 32, 34, true};
         case 9: return ggml_type_traits{"Q8_1", 32, 36, false};
-        case 10: return ggml_type_traits{"Q2_K", 256, 84, false};
+        case 10: return ggml_type_traits{"Q2_K", 256, 84, true};
         case 11: return ggml_type_traits{"Q3_K", 256, 110, true};
         case 12: return ggml_type_traits{"Q4_K", 256, 144, true};
         case 13: return ggml_type_traits{"Q5_K", 256, 176, true};
@@ -167,6 +167,15 @@ struct block_q4_k {
     uint8_t qs[qk_k / 2];
 };
 
+// 16 sub-blocks of 16: x = d * sc[j] * q - dmin * m[j], q in 0..3 at bits 2 ((e % 128) / 32) of qs[32 (e / 128) + e %
+// 32] (Q3_K's low bits); scales[j] = sc[j] | m[j] << 4.
+struct block_q2_k {
+    uint8_t scales[qk_k / 16];
+    uint8_t qs[qk_k / 4];
+    uint16_t d;     // fp16 super-block scale for the sub-block scales
+    uint16_t dmin;  // fp16 super-block scale for the sub-block mins
+};
+
 // 16 sub-blocks of 16: x = d * (sc[j] - 32) * q, q in -4..3 = its low 2 bits minus 4 where its high bit is clear.
 // Element e: low bits (qs[32 (e / 128) + e % 32] >> 2 ((e % 128) / 32)) & 3, high bit bit e / 32 of hmask[e % 32];
 // the 6-bit sc[j] packed in scales[12] (low 4 bits: scales[j % 8], nibble j / 8; high 2: scales[8 + j % 4] at 2 (j /
@@ -210,6 +219,7 @@ static_assert(sizeof(block_q5_0) == 22);
 static_assert(sizeof(block_w4_g64) == 36);
 static_assert(sizeof(block_w4_g128) == 68);
 static_assert(sizeof(block_q4_k) == 144);
+static_assert(sizeof(block_q2_k) == 84);
 static_assert(sizeof(block_q3_k) == 110);
 static_assert(sizeof(block_q5_k) == 176);
 static_assert(sizeof(block_q6_k) == 210);

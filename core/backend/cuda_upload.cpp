@@ -58,7 +58,7 @@ private:
         for (const auto& op : quant_) plugins += (plugins.empty() ? "" : ", ") + (op ? op->name() : "?");
         return make_error(
             what + " is " + std::string(traits(w.type).name) +
-            ": the CUDA backend takes F32, F16, BF16, Q8_0, Q4_0, Q5_0, Q3_K, Q4_K, Q5_K and Q6_K weights" +
+            ": the CUDA backend takes F32, F16, BF16, Q8_0, Q4_0, Q5_0, Q2_K, Q3_K, Q4_K, Q5_K and Q6_K weights" +
             (plugins.empty() ? std::string(", and no quant plugin was loaded for cuda")
                              : ", and no quant plugin loaded for cuda (" + plugins + ") claims it"));
     }
@@ -108,8 +108,8 @@ bool cuda_takes_weight_type(ggml_type type) {
                   TROUPE_CUDA_F16 == static_cast<uint32_t>(ggml_type::f16) &&
                   TROUPE_CUDA_BF16 == static_cast<uint32_t>(ggml_type::bf16));
     return type == ggml_type::f32 || type == ggml_type::f16 || type == ggml_type::bf16 || type == ggml_type::q8_0 ||
-           type == ggml_type::q4_0 || type == ggml_type::q5_0 || type == ggml_type::q3_k || type == ggml_type::q4_k ||
-           type == ggml_type::q5_k || type == ggml_type::q6_k;
+           type == ggml_type::q4_0 || type == ggml_type::q5_0 || type == ggml_type::q2_k || type == ggml_type::q3_k ||
+           type == ggml_type::q4_k || type == ggml_type::q5_k || type == ggml_type::q6_k;
 }
 
 result<std::unique_ptr<cuda_upload>> prepare_cuda_upload(const llama_weights_view& view,

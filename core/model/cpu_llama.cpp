@@ -306,6 +306,7 @@ int64_t cpu_llama::int8_macs_per_token(bool nibbles_only) const {
             case ggml_type::q8_0:
             case ggml_type::q4_0:
             case ggml_type::q5_0:
+            case ggml_type::q2_k:
             case ggml_type::q3_k:
             case ggml_type::q4_k:
             case ggml_type::q5_k:

@@ -45,10 +45,10 @@ int64_t gemm_threshold(const detail::matmul_kernels& k, ggml_type type, cpu::act
             if (k.gemm == nullptr && k.gemm_q8 == nullptr) return INT64_MAX;
             return k.gemm_min_tokens_q8;
         case ggml_type::q5_0:
+        case ggml_type::q2_k:
         case ggml_type::q3_k:
         case ggml_type::q5_k:
-            return INT64_MAX;  // the dot kernels at every token count (no GEMM computes ggml's Q5_0 / Q3_K / Q5_K
-                               // lanes)
+            return INT64_MAX;  // the dot kernels at every token count (no GEMM computes ggml's lanes for these)
         case ggml_type::q4_k:
         case ggml_type::q6_k:
             // Only the integer GEMM, bit-equal to the dot kernels (ggml's k-quant arithmetic,
@@ -113,6 +113,7 @@ const float* recipe_floats(const detail::matmul_kernels& k, ggml_type type, cons
         case ggml_type::q5_0:
             k.q8_0_values(x, row, n);
             return row;
+        case ggml_type::q2_k:
         case ggml_type::q3_k:
         case ggml_type::q4_k:
         case ggml_type::q5_k:
@@ -227,8 +228,8 @@ void matmul_impl(const matmul_weight& w, const float* x, float* y, int64_t n_tok
         auto* xq = x_buffer.as<block_q8_0>(static_cast<size_t>(n_tokens * nb));
         for_tokens([&](int64_t t) { k.quantize_q8_0(x + t * n, xq + t * nb, n); });
         px = {xq, static_cast<size_t>(nb) * sizeof(block_q8_0)};
-    } else if (w.type == ggml_type::q3_k || w.type == ggml_type::q4_k || w.type == ggml_type::q5_k ||
-               w.type == ggml_type::q6_k) {
+    } else if (w.type == ggml_type::q2_k || w.type == ggml_type::q3_k || w.type == ggml_type::q4_k ||
+               w.type == ggml_type::q5_k || w.type == ggml_type::q6_k) {
         const int64_t nb = n / qk_k;
         auto* xq = x_buffer.as<block_q8_k>(static_cast<size_t>(n_tokens * nb));
         for_tokens([&](int64_t t) { k.quantize_q8_k(x + t * n, xq + t * nb, n); });

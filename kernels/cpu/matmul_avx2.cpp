@@ -15,6 +15,7 @@
 #include <cstring>
 
 #include "kernels/cpu/float_tile_walk.h"
+#include "kernels/cpu/q2_k_row.h"
 #include "kernels/cpu/q3_k_row.h"
 #include "kernels/cpu/q5_0_row.h"
 #include "kernels/cpu/q5_k_row.h"
@@ -378,6 +379,12 @@ void tile(const matmul_weight& w, prepared_x x, float* y, int64_t ldy, int64_t r
         case ggml_type::q4_k:
             for (int i = 0; i < R; ++i) {
                 q4_k_row<T>(reinterpret_cast<const block_q4_k*>(wr + i * w.row_stride), wr + (i + R) * w.row_stride, xt,
+                            x.stride, n / qk_k, yt + i, ldy);
+            }
+            break;
+        case ggml_type::q2_k:
+            for (int i = 0; i < R; ++i) {
+                q2_k_row<T>(reinterpret_cast<const block_q2_k*>(wr + i * w.row_stride), wr + (i + R) * w.row_stride, xt,
                             x.stride, n / qk_k, yt + i, ldy);
             }
             break;

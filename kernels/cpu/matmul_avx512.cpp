@@ -28,6 +28,7 @@
 #include "kernels/cpu/gemm_avx512.h"
 #include "kernels/cpu/kquant_rows_avx512.h"
 #include "kernels/cpu/matmul_avx512_blocks.h"
+#include "kernels/cpu/q2_k_row.h"
 #include "kernels/cpu/q3_k_row.h"
 #include "kernels/cpu/q5_0_row.h"
 #include "kernels/cpu/q5_k_row.h"
@@ -389,6 +390,9 @@ void row_tile(const matmul_weight& w, prepared_x x, const q8_0_pair* pairs, floa
             break;
         case ggml_type::q4_k:
             q4_k_row<T>(reinterpret_cast<const block_q4_k*>(wr), xt, x.stride, n / qk_k, yt, ldy);
+            break;
+        case ggml_type::q2_k:
+            q2_k_row<T>(reinterpret_cast<const block_q2_k*>(wr), wr + w.row_stride, xt, x.stride, n / qk_k, yt, ldy);
             break;
         case ggml_type::q3_k:
             q3_k_row<T>(reinterpret_cast<const block_q3_k*>(wr), wr + w.row_stride, xt, x.stride, n / qk_k, yt, ldy);

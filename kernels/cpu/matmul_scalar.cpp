@@ -58,6 +58,10 @@ void rows_scalar(const matmul_weight& w, prepared_x x, float* y, int64_t ldy, in
                     v = ref::dot_q5_0(reinterpret_cast<const block_q5_0*>(row), static_cast<const block_q8_0*>(xt),
                                       n / qk5_0);
                     break;
+                case ggml_type::q2_k:
+                    v = ref::dot_q2_k_q8_k(reinterpret_cast<const block_q2_k*>(row), static_cast<const block_q8_k*>(xt),
+                                           n / qk_k);
+                    break;
                 case ggml_type::q3_k:
                     v = ref::dot_q3_k_q8_k(reinterpret_cast<const block_q3_k*>(row), static_cast<const block_q8_k*>(xt),
                                            n / qk_k);

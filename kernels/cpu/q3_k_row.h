@@ -39,8 +39,7 @@ void q3_k_row(const block_q3_k* w, const uint8_t* ahead, const uint8_t* x, size_
     __m256 acc[T];
     for (int t = 0; t < T; ++t) acc[t] = _mm256_setzero_ps();
     for (int64_t b = 0; b < nb; ++b) {
-        for (size_t i = 0; i < sizeof(block_q3_k); i += 64)
-            _mm_prefetch(reinterpret_cast<const char*>(ahead + b * sizeof(block_q3_k) + i), _MM_HINT_T0);
+        prefetch_row_block<block_q3_k>(ahead, b);
         const block_q3_k& wb = w[b];
         // The 16 6-bit scales as bytes sc - 32 (ggml's unpacking), then words: scales 0..7 and 8..15 each in both
         // 128-bit lanes.

@@ -24,6 +24,13 @@ inline float ggml_hsum_float_8(__m256 v) {  // ggml's hsum_float_8
     return _mm_cvtss_f32(_mm_add_ss(s2, _mm_movehdup_ps(s2)));
 }
 
+// Prefetches block b of the row at `ahead` (a row further on than the one being multiplied), every cache line of it.
+template <class Block>
+inline void prefetch_row_block(const uint8_t* ahead, int64_t b) {
+    for (size_t i = 0; i < sizeof(Block); i += 64)
+        _mm_prefetch(reinterpret_cast<const char*>(ahead + b * sizeof(Block) + i), _MM_HINT_T0);
+}
+
 // The block's codes as signed bytes q - 16, byte j = element j.
 inline __m256i q5_0_codes(const block_q5_0& b) {
     const __m128i packed = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b.qs));

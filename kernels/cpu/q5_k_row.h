@@ -42,8 +42,7 @@ void q5_k_row(const block_q5_k* w, const uint8_t* ahead, const uint8_t* x, size_
         summs[t] = 0.0f;
     }
     for (int64_t b = 0; b < nb; ++b) {
-        for (size_t i = 0; i < sizeof(block_q5_k); i += 64)
-            _mm_prefetch(reinterpret_cast<const char*>(ahead + b * sizeof(block_q5_k) + i), _MM_HINT_T0);
+        prefetch_row_block<block_q5_k>(ahead, b);
         const block_q5_k& wb = w[b];
         // The packed 6-bit scales and mins (Q4_K's packing) as bytes sc0..sc7, m0..m7.
         uint32_t s[3];

@@ -45,6 +45,29 @@ float hsum_8_lanes(const float* a) {
     return (r[0] + r[2]) + (r[1] + r[3]);
 }
 
+float dot_q2_k_q8_k(const block_q2_k* w, const block_q8_k* x, int64_t nb) {
+    float acc[8] = {};  // per lane: the mins' then the codes' products of every super-block, in that order
+    for (int64_t b = 0; b < nb; ++b) {
+        const float d = x[b].d * fp16_to_fp32(w[b].d);
+        const float dmin = -x[b].d * fp16_to_fp32(w[b].dmin);
+        const int16_t* bs = x[b].bsums;
+        for (int k = 0; k < 8; ++k) {
+            const int32_t prod = (w[b].scales[2 * k] >> 4) * bs[2 * k] + (w[b].scales[2 * k + 1] >> 4) * bs[2 * k + 1];
+            acc[k] = std::fma(dmin, static_cast<float>(prod), acc[k]);
+        }
+        int32_t sumi[8] = {};          // [lane]
+        for (int c = 0; c < 8; ++c) {  // chunk of 32: sub-blocks 2c and 2c + 1
+            for (int k = 0; k < 8; ++k) {
+                int32_t dot = 0;
+                for (int i = 4 * k; i < 4 * k + 4; ++i) dot += q2_k_value(w[b], 32 * c + i) * x[b].qs[32 * c + i];
+                sumi[k] += (w[b].scales[2 * c + k / 4] & 0x0f) * dot;
+            }
+        }
+        for (int k = 0; k < 8; ++k) acc[k] = std::fma(d, static_cast<float>(sumi[k]), acc[k]);
+    }
+    return hsum_8_lanes(acc);
+}
+
 float dot_q3_k_q8_k(const block_q3_k* w, const block_q8_k* x, int64_t nb) {
     return dot_sixteens(w, x, nb, q3_k_value, q3_k_scale);
 }

@@ -18,6 +18,7 @@ bool matmul_supports(ggml_type type) {
         case ggml_type::q8_0:
         case ggml_type::q4_0:
         case ggml_type::q5_0:
+        case ggml_type::q2_k:
         case ggml_type::q3_k:
         case ggml_type::q4_k:
         case ggml_type::q5_k:
@@ -117,6 +118,7 @@ void matmul(const matmul_weight& w, const float* x, float* y, int64_t n_tokens) 
             case ggml_type::q5_0:
                 quantize_activations_q8_0(xt, x8.data(), n);
                 break;
+            case ggml_type::q2_k:
             case ggml_type::q3_k:
             case ggml_type::q4_k:
             case ggml_type::q5_k:
@@ -146,6 +148,9 @@ void matmul(const matmul_weight& w, const float* x, float* y, int64_t n_tokens) 
                     break;
                 case ggml_type::q5_0:
                     yt[r] = dot_q5_0(static_cast<const block_q5_0*>(row), x8.data(), n / qk5_0);
+                    break;
+                case ggml_type::q2_k:
+                    yt[r] = dot_q2_k_q8_k(static_cast<const block_q2_k*>(row), xk.data(), n / qk_k);
                     break;
                 case ggml_type::q3_k:
                     yt[r] = dot_q3_k_q8_k(static_cast<const block_q3_k*>(row), xk.data(), n / qk_k);

@@ -90,6 +90,23 @@ void dequantize_row_q4_k(const block_q4_k* x, float* y, int64_t n) {
     }
 }
 
+int q2_k_value(const block_q2_k& b, int e) {
+    return (b.qs[32 * (e / 128) + e % 32] >> (2 * ((e % 128) / 32))) & 3;
+}
+
+void dequantize_row_q2_k(const block_q2_k* x, float* y, int64_t n) {
+    for (int64_t b = 0; b < n / qk_k; ++b) {
+        const float d = fp16_to_fp32(x[b].d);
+        const float dmin = fp16_to_fp32(x[b].dmin);
+        for (int j = 0; j < 16; ++j) {  // sub-blocks of 16, in ggml's order of operations (d * sc) * q - dmin * m
+            const float dj = d * static_cast<float>(x[b].scales[j] & 0x0f);
+            const float mj = dmin * static_cast<float>(x[b].scales[j] >> 4);
+            for (int i = 0; i < 16; ++i)
+                y[b * qk_k + 16 * j + i] = dj * static_cast<float>(q2_k_value(x[b], 16 * j + i)) - mj;
+        }
+    }
+}
+
 int q3_k_scale(const block_q3_k& b, int j) {
     const int low = j < 8 ? (b.scales[j] & 0x0f) : (b.scales[j - 8] >> 4);
     const int high = (b.scales[8 + j % 4] >> (2 * (j / 4))) & 3;
@@ -184,6 +201,8 @@ void dequantize_row(ggml_type type, const void* src, float* dst, int64_t n) {
             return dequantize_row_q4_0(static_cast<const block_q4_0*>(src), dst, n);
         case ggml_type::q5_0:
             return dequantize_row_q5_0(static_cast<const block_q5_0*>(src), dst, n);
+        case ggml_type::q2_k:
+            return dequantize_row_q2_k(static_cast<const block_q2_k*>(src), dst, n);
         case ggml_type::q3_k:
             return dequantize_row_q3_k(static_cast<const block_q3_k*>(src), dst, n);
         case ggml_type::q4_k:
@@ -200,7 +219,6 @@ void dequantize_row(ggml_type type, const void* src, float* dst, int64_t n) {
             return dequantize_row_w4(type, src, dst, n);
         case ggml_type::q5_1:
         case ggml_type::q8_1:
-        case ggml_type::q2_k:
         case ggml_type::iq2_xxs:
         case ggml_type::iq2_xs:
         case ggml_type::iq3_xxs:
@@ -507,6 +525,35 @@ void quantize_row_q5_k(const float* x, block_q5_k* y, int64_t n) {
     }
 }
 
+void quantize_row_q2_k(const float* x, block_q2_k* y, int64_t n) {
+    TROUPE_ASSERT(n % qk_k == 0);
+    for (int64_t b = 0; b < n / qk_k; ++b) {
+        const float* xb = x + b * qk_k;
+        float scales[16], mins[16];  // [16 sub-blocks] least-squares scale and min (min <= 0 stored as -min)
+        float max_scale = 0.0f, max_min = 0.0f;
+        for (int j = 0; j < 16; ++j) {
+            fit_k_sub_block(xb + 16 * j, 16, 3, &scales[j], &mins[j]);
+            max_scale = std::max(max_scale, scales[j]);
+            max_min = std::max(max_min, mins[j]);
+        }
+        y[b].d = fp32_to_fp16(max_scale / 15.0f);
+        y[b].dmin = fp32_to_fp16(max_min / 15.0f);
+        const float d = fp16_to_fp32(y[b].d), dmin = fp16_to_fp32(y[b].dmin);
+        std::memset(y[b].qs, 0, sizeof y[b].qs);
+        for (int j = 0; j < 16; ++j) {
+            const int sc = d > 0.0f ? std::clamp(nearest_int(scales[j] / d), 0, 15) : 0;
+            const int m = dmin > 0.0f ? std::clamp(nearest_int(mins[j] / dmin), 0, 15) : 0;
+            y[b].scales[j] = static_cast<uint8_t>(sc | m << 4);
+            const float step = d * static_cast<float>(sc), offset = -(dmin * static_cast<float>(m));
+            for (int i = 0; i < 16; ++i) {
+                const int e = 16 * j + i;
+                const int q = grid_code(xb[e], step, offset, 0, 3);
+                y[b].qs[32 * (e / 128) + e % 32] |= static_cast<uint8_t>(q << (2 * ((e % 128) / 32)));
+            }
+        }
+    }
+}
+
 void quantize_row_q3_k(const float* x, block_q3_k* y, int64_t n) {
     TROUPE_ASSERT(n % qk_k == 0);
     for (int64_t b = 0; b < n / qk_k; ++b) {
@@ -598,6 +645,9 @@ size_t quantize_row(ggml_type type, const float* x, void* dst, int64_t n) {
         case ggml_type::q5_0:
             quantize_row_q5_0(x, static_cast<block_q5_0*>(dst), n);
             break;
+        case ggml_type::q2_k:
+            quantize_row_q2_k(x, static_cast<block_q2_k*>(dst), n);
+            break;
         case ggml_type::q3_k:
             quantize_row_q3_k(x, static_cast<block_q3_k*>(dst), n);
             break;
@@ -620,7 +670,6 @@ size_t quantize_row(ggml_type type, const float* x, void* dst, int64_t n) {
             break;
         case ggml_type::q5_1:
         case ggml_type::q8_1:
-        case ggml_type::q2_k:
         case ggml_type::iq2_xxs:
         case ggml_type::iq2_xs:
         case ggml_type::iq3_xxs:

@@ -3,7 +3,7 @@
 // Dequantization follows GGUF's block semantics exactly (see the block structs in kernels/ggml_types.h),
 // in ggml's order of float operations, so optimized kernels can be compared bit for bit where they
 // keep that order. Quantizers: Q8_0 and Q8_K (activations) follow ggml's reference recipes exactly;
-// Q4_0, Q3_K, Q4_K, Q5_K and Q6_K are good-quality quantizers whose round trip is tested against error bounds
+// Q4_0, Q2_K, Q3_K, Q4_K, Q5_K and Q6_K are good-quality quantizers whose round trip is tested against error bounds
 // (not bit-exact with llama.cpp's).
 #pragma once
 
@@ -18,7 +18,7 @@ namespace troupe::ref {
 int nearest_int(float x);
 
 // dst[0..n) = the n values of a row of `type` at src; n is a multiple of the type's block size.
-// Types: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q3_K, Q4_K, Q5_K, Q6_K, Q8_K, W4_G64, W4_G128 (others
+// Types: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, Q8_K, W4_G64, W4_G128 (others
 // assert).
 void dequantize_row(ggml_type type, const void* src, float* dst, int64_t n);
 
@@ -27,6 +27,9 @@ void dequantize_row_q4_0(const block_q4_0* x, float* y, int64_t n);
 void dequantize_row_q5_0(const block_q5_0* x, float* y, int64_t n);
 // Element j (0..31) of a Q5_0 block as its 5-bit code q (x = d * (q - 16)).
 int q5_0_code(const block_q5_0& b, int j);
+void dequantize_row_q2_k(const block_q2_k* x, float* y, int64_t n);
+// Q2_K's code of element e (0..255), 0..3 (x = d * sc * q - dmin * m of its sub-block of 16).
+int q2_k_value(const block_q2_k& b, int e);
 void dequantize_row_q3_k(const block_q3_k* x, float* y, int64_t n);
 // Q3_K's scale of sub-block j (0..15), -32..31, and the value of element e (0..255), -4..3 (x = d * scale * value).
 int q3_k_scale(const block_q3_k& b, int j);
@@ -55,6 +58,8 @@ void quantize_row_q8_k(const float* x, block_q8_k* y, int64_t n);
 void quantize_row_q4_0(const float* x, block_q4_0* y, int64_t n);
 // Q5_0: the element of largest |x| maps to -16: d = max / -16, q = min(31, trunc(x / d + 16.5)) (ggml's recipe).
 void quantize_row_q5_0(const float* x, block_q5_0* y, int64_t n);
+// Q2_K: per sub-block of 16 a least-squares scale and min (min <= 0), then 4-bit scale / min codes; codes 0..3.
+void quantize_row_q2_k(const float* x, block_q2_k* y, int64_t n);
 // Q3_K: per sub-block of 16 a scale mapping the largest |x| to -4, refined by least squares, then 6-bit signed scale
 // codes (ggml's packing); values -4..3.
 void quantize_row_q3_k(const float* x, block_q3_k* y, int64_t n);
@@ -95,7 +100,7 @@ void quantize_row_w4(ggml_type type, const float* x, void* dst, int64_t n);
 void dequantize_row_w4(ggml_type type, const void* src, float* y, int64_t n);
 
 // Quantizes a row of n floats into dst in `type`'s layout; returns the bytes written
-// (row_bytes(type, n)). Types: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q3_K, Q4_K, Q5_K, Q6_K, Q8_K, W4_G64,
+// (row_bytes(type, n)). Types: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, Q8_K, W4_G64,
 // W4_G128 (others assert).
 size_t quantize_row(ggml_type type, const float* x, void* dst, int64_t n);
 

@@ -61,6 +61,28 @@ void decode_q5_0(const uint8_t* b, float* y, int64_t count) {
     }
 }
 
+// Q2_K (Q2_K files): per block of 256 {scales[16], qs[64], fp16 d, fp16 dmin}, weight = (d * sc[j]) * q - dmin * m[j]
+// for sub-block j of 16 (scales[j] = sc | m << 4), q = bits 2 ((e % 128) / 32) of qs[32 (e / 128) + e % 32].
+void decode_q2_k(const uint8_t* b, float* y, int64_t count) {
+    constexpr int block_bytes = 84;
+    for (int64_t i = 0; i < count / 256; ++i, b += block_bytes, y += 256) {
+        const uint8_t* scales = b;
+        const uint8_t* qs = b + 16;
+        uint16_t d16, dmin16;
+        std::memcpy(&d16, b + 80, sizeof d16);
+        std::memcpy(&dmin16, b + 82, sizeof dmin16);
+        const float d = quant_common::fp16_to_fp32(d16), dmin = quant_common::fp16_to_fp32(dmin16);
+        for (int j = 0; j < 16; ++j) {
+            const float dj = d * static_cast<float>(scales[j] & 0x0f), mj = dmin * static_cast<float>(scales[j] >> 4);
+            for (int l = 0; l < 16; ++l) {
+                const int e = 16 * j + l;
+                const int q = (qs[32 * (e / 128) + e % 32] >> (2 * ((e % 128) / 32))) & 3;
+                y[e] = dj * static_cast<float>(q) - mj;
+            }
+        }
+    }
+}
+
 // Q3_K (Q3_K_M / Q3_K_S files): per block of 256 {hmask[32], qs[64], scales[12], fp16 d}, weight = (d * (sc[j] - 32))
 // * q for sub-block j of 16, q = the low 2 bits of element e (qs[32 (e / 128) + e % 32] at bit 2 ((e % 128) / 32))
 // minus 4 where its high bit (bit e / 32 of hmask[e % 32]) is clear; sc[j] 6 bits, the low 4 in nibble j / 8 of
@@ -161,6 +183,12 @@ void decode(uint32_t type, const void* src, float* y, int64_t count, const std::
                 return;
             }
             break;
+        case TROUPE_TYPE_Q2_K:
+            if (count % TROUPE_QK_K == 0) {
+                decode_q2_k(static_cast<const uint8_t*>(src), y, count);
+                return;
+            }
+            break;
         case TROUPE_TYPE_Q3_K:
             if (count % TROUPE_QK_K == 0) {
                 decode_q3_k(static_cast<const uint8_t*>(src), y, count);
@@ -184,9 +212,10 @@ void decode(uint32_t type, const void* src, float* y, int64_t count, const std::
     }
     const quant_common::codec* c = quant_common::codec::of(type);
     if (c == nullptr || count % c->block_size() != 0) {
-        throw plugin_error(where + ": stored as type " + std::to_string(type) +
-                           ", which this plugin does not read (F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q3_K, Q4_K, "
-                           "Q5_K, Q6_K, W4_G64/128)");
+        throw plugin_error(
+            where + ": stored as type " + std::to_string(type) +
+            ", which this plugin does not read (F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q2_K, Q3_K, Q4_K, "
+            "Q5_K, Q6_K, W4_G64/128)");
     }
     c->decode(src, y, count);
 }

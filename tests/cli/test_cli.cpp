@@ -158,7 +158,7 @@ TEST(cli, bad_command_lines_give_a_clear_error_and_exit_code_2) {
         {{"synth", "--shape", "moe-1B", "--arch", "qwen2", "--vocab", "v.gguf", "-o", "o.gguf"},
          "shape moe-1B is a mixture of experts; it takes --arch mixtral or deepseek2, not qwen2"},
         {{"synth", "--shape", "tiny", "--vocab", "v.gguf", "--type", "q5_1", "-o", "o.gguf"},
-         "--type: unknown type 'q5_1' (valid: f32, f16, q8_0, q4_0, q5_0, q3_k, q4_k, q5_k, q6_k, q4_1, w4_g64, w4_g128)"},
+         "--type: unknown type 'q5_1' (valid: f32, f16, q8_0, q4_0, q5_0, q2_k, q3_k, q4_k, q5_k, q6_k, q4_1, w4_g64, w4_g128)"},
         {{"synth", "--type", "f16"}, "--shape is required"},
         {{"run", "--model", "m.gguf", "--prompt", "hi", "--top-p", "1.5"},
          "troupe run: --top-p: sampling.top_p: must be between 0 and 1, got 1.5"},

@@ -174,7 +174,8 @@ TEST(cuda_upload, a_weight_type_without_kernels_is_refused_by_name) {
     auto up = prepare_cuda_upload(m->view, cuda_runner_params{});
     ASSERT_FALSE(up.ok());
     EXPECT_EQ(up.message(),
-              "tiny.gguf: layer 1 w_down is Q5_1: the CUDA backend takes F32, F16, BF16, Q8_0, Q4_0, Q5_0, Q3_K, Q4_K, Q5_K and "
+              "tiny.gguf: layer 1 w_down is Q5_1: the CUDA backend takes F32, F16, BF16, Q8_0, Q4_0, Q5_0, Q2_K, Q3_K, "
+              "Q4_K, Q5_K and "
               "Q6_K weights, and no quant plugin was loaded for cuda");
 }
 

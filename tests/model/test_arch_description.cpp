@@ -137,9 +137,9 @@ TEST(arch_weights, a_tensor_of_a_type_troupe_cannot_compute_with_is_one_error_li
               std::string::npos)
         << m;
     for (const char* type :
-         {"F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q3_K", "Q4_K", "Q5_K", "Q6_K", "W4_G64"})
+         {"F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K", "W4_G64"})
         EXPECT_NE(computable_type_names().find(type), std::string::npos) << type;
-    EXPECT_EQ(computable_type_names().find("Q2_K"), std::string::npos);
+    EXPECT_EQ(computable_type_names().find("IQ2_XXS"), std::string::npos);
 }
 
 TEST(arch_weights, a_fused_tensor_of_the_wrong_size_names_its_expected_shape) {

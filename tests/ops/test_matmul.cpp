@@ -36,6 +36,7 @@ bool has_level(cpu::dispatch_level level) {
 
 std::vector<int64_t> row_lengths(ggml_type type) {
     switch (type) {
+        case ggml_type::q2_k:
         case ggml_type::q3_k:
         case ggml_type::q4_k:
         case ggml_type::q5_k:
@@ -99,8 +100,8 @@ TEST_P(matmul_types, matches_the_reference_recipe_at_every_level_and_thread_coun
 
 INSTANTIATE_TEST_SUITE_P(all_weight_types, matmul_types,
                          ::testing::Values(ggml_type::f32, ggml_type::f16, ggml_type::bf16, ggml_type::q8_0,
-                                           ggml_type::q4_0, ggml_type::q5_0, ggml_type::q3_k, ggml_type::q4_k,
-                                           ggml_type::q5_k, ggml_type::q6_k),
+                                           ggml_type::q4_0, ggml_type::q5_0, ggml_type::q2_k, ggml_type::q3_k,
+                                           ggml_type::q4_k, ggml_type::q5_k, ggml_type::q6_k),
                          [](const auto& info) { return std::string(traits(info.param).name); });
 
 // Q4_0 in the quantized recipe: each block's integer sum times d_w * d_x added with one FMA, block after block, as
@@ -145,8 +146,9 @@ TEST(matmul, at_every_level_a_tokens_outputs_do_not_depend_on_the_tokens_beside_
     const auto x = random_floats(max_tokens * n_in, 5);
     for (cpu::dispatch_level level : cpu::available_levels()) {
         scoped_level scope(level);
-        for (ggml_type type : {ggml_type::f32, ggml_type::f16, ggml_type::bf16, ggml_type::q8_0, ggml_type::q4_0,
-                               ggml_type::q5_0, ggml_type::q3_k, ggml_type::q4_k, ggml_type::q5_k, ggml_type::q6_k}) {
+        for (ggml_type type :
+             {ggml_type::f32, ggml_type::f16, ggml_type::bf16, ggml_type::q8_0, ggml_type::q4_0, ggml_type::q5_0,
+              ggml_type::q2_k, ggml_type::q3_k, ggml_type::q4_k, ggml_type::q5_k, ggml_type::q6_k}) {
             const auto w = make_weight(type, n_in, n_out, 6);
             for (auto recipe : {cpu::activation_recipe::quantized, cpu::activation_recipe::float32}) {
                 SCOPED_TRACE(std::string(cpu::name(level)) + " " + std::string(traits(type).name) +

@@ -27,6 +27,7 @@ constexpr auto k_float = cpu::activation_recipe::float32;
 
 std::vector<int64_t> row_lengths(ggml_type type) {
     switch (type) {
+        case ggml_type::q2_k:
         case ggml_type::q3_k:
         case ggml_type::q4_k:
         case ggml_type::q5_k:
@@ -89,8 +90,8 @@ TEST_P(matmul_float_act_types, matches_the_float_activation_reference_at_every_l
 
 INSTANTIATE_TEST_SUITE_P(all_weight_types, matmul_float_act_types,
                          ::testing::Values(ggml_type::f32, ggml_type::f16, ggml_type::bf16, ggml_type::q8_0,
-                                           ggml_type::q4_0, ggml_type::q5_0, ggml_type::q3_k, ggml_type::q4_k,
-                                           ggml_type::q5_k, ggml_type::q6_k),
+                                           ggml_type::q4_0, ggml_type::q5_0, ggml_type::q2_k, ggml_type::q3_k,
+                                           ggml_type::q4_k, ggml_type::q5_k, ggml_type::q6_k),
                          [](const auto& info) { return std::string(traits(info.param).name); });
 
 const cpu::detail::matmul_kernels& kernels_of(cpu::dispatch_level level) {
