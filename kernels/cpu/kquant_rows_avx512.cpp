@@ -348,6 +348,53 @@ void q5_k_one_row(const uint8_t* w, size_t stride, const block_q8_k* x, int64_t 
     q5_k_row<1>(reinterpret_cast<const block_q5_k*>(w), w + stride, reinterpret_cast<const uint8_t*>(x), 0, nb, y, 0);
 }
 
+// R rows of Q2_K against one token's Q8_K blocks: ggml's lanes (ref::dot_q2_k_q8_k) with Q6_K's walk; per row and
+// super-block the mins' 8 lanes (the row's 16 mins times the activations' sums of 16) go into its float lanes first.
+template <int R>
+void q2_k_rows(const uint8_t* w, size_t stride, const block_q8_k* x, int64_t nb, float* y) {
+    const __m512i k3 = _mm512_set1_epi8(3);
+    const __m128i low4 = _mm_set1_epi8(0x0f);
+    const __m512i idx0 = load_idx(k_q6_k_scale_idx[0]), idx1 = load_idx(k_q6_k_scale_idx[1]);
+    const __m512i idx2 = load_idx(k_q6_k_scale_idx[2]), idx3 = load_idx(k_q6_k_scale_idx[3]);
+    const auto halves = [](int64_t lo, int64_t hi) { return _mm512_set_epi64(hi, hi, hi, hi, lo, lo, lo, lo); };
+    const auto words = [](int n) { return int64_t{n} * 0x0001000100010001; };
+    // Elements 64 i .. 64 i + 63: quarters 2 (i % 2), 2 (i % 2) + 1 of half i / 2, at bits 4 (i % 2), 4 (i % 2) + 2.
+    const __m512i code_shift[2] = {halves(words(0), words(2)), halves(words(4), words(6))};
+    __m256 acc[R];  // [8 lanes] the mins' then the codes' products of every super-block
+    for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < nb; ++b) {
+        const block_q8_k& xb = x[b];
+        __m512i xv[4];
+        for (int i = 0; i < 4; ++i) xv[i] = _mm512_loadu_si512(xb.qs + 64 * i);
+        const __m256i bsums = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xb.bsums));
+#pragma GCC unroll 4
+        for (int r = 0; r < R; ++r) {
+            const block_q2_k& wb = reinterpret_cast<const block_q2_k*>(w + r * stride)[b];
+            prefetch_ahead(&wb, sizeof wb);
+            const __m128i mins_and_scales = _mm_loadu_si128(reinterpret_cast<const __m128i*>(wb.scales));
+            const __m256i mins = _mm256_cvtepi8_epi16(_mm_and_si128(_mm_srli_epi16(mins_and_scales, 4), low4));
+            const float dmin = -xb.d * fp16(wb.dmin);
+            acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(dmin), _mm256_cvtepi32_ps(_mm256_madd_epi16(mins, bsums)), acc[r]);
+            const __m512i scales512 =
+                _mm512_castsi256_si512(_mm256_cvtepi8_epi16(_mm_and_si128(mins_and_scales, low4)));
+            const __m512i q_lo = _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(wb.qs)));
+            const __m512i q_hi =
+                _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(wb.qs + 32)));
+            const auto p = [&](int i) {
+                const __m512i code = _mm512_and_si512(_mm512_srlv_epi16(i < 2 ? q_lo : q_hi, code_shift[i % 2]), k3);
+                return _mm512_maddubs_epi16(code, xv[i]);
+            };
+            __m512i sum = _mm512_dpwssd_epi32(_mm512_setzero_si512(), p(0), _mm512_permutexvar_epi16(idx0, scales512));
+            sum = _mm512_dpwssd_epi32(sum, p(1), _mm512_permutexvar_epi16(idx1, scales512));
+            sum = _mm512_dpwssd_epi32(sum, p(2), _mm512_permutexvar_epi16(idx2, scales512));
+            sum = _mm512_dpwssd_epi32(sum, p(3), _mm512_permutexvar_epi16(idx3, scales512));
+            const float d = xb.d * fp16(wb.d);
+            acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(fold_lanes(sum)), acc[r]);
+        }
+    }
+    store_rows<R>(hsum8_rows<R>(acc), y);
+}
+
 // R rows of Q3_K against one token's Q8_K blocks: ggml's lanes (ref::dot_q3_k_q8_k) with Q6_K's walk. Each value
 // -4..3 is taken as its 3-bit code (the 2 low bits, bit 2 its high bit) times x minus 4 x, the same integer per pair of
 // products as ggml's (low x - (4 where the high bit is clear) x); 4 x is made once per block for every row.
@@ -462,6 +509,8 @@ void kquant_rows_one_token_avx512(const matmul_weight& w, const block_q8_k* x, f
         by_groups<q4_k_rows4, q4_k_rows<1>>(w, x, y, r0, r1);
     } else if (w.type == ggml_type::q5_k) {
         by_groups<q5_k_rows4, q5_k_one_row>(w, x, y, r0, r1);
+    } else if (w.type == ggml_type::q2_k) {
+        by_groups<q2_k_rows<k_group>, q2_k_rows<1>>(w, x, y, r0, r1);
     } else if (w.type == ggml_type::q3_k) {
         by_groups<q3_k_rows<k_group>, q3_k_rows<1>>(w, x, y, r0, r1);
     } else {

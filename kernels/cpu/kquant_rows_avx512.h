@@ -1,6 +1,6 @@
-// Internal: the AVX-512 decode kernels of Q3_K / Q4_K / Q5_K / Q6_K weights for one token (kquant_rows_avx512.cpp),
-// called by matmul_avx512.cpp's rows_avx512. Include only from files compiled with the AVX-512 flags
-// (kernels/CMakeLists.txt).
+// Internal: the AVX-512 decode kernels of Q2_K / Q3_K / Q4_K / Q5_K / Q6_K weights for one token
+// (kquant_rows_avx512.cpp), called by matmul_avx512.cpp's rows_avx512. Include only from files compiled with the
+// AVX-512 flags (kernels/CMakeLists.txt).
 #pragma once
 
 #include <cstddef>
@@ -21,12 +21,12 @@ namespace troupe::cpu::detail {
 constexpr size_t k_max_grouped_q6_k_row_bytes = 1024;
 
 inline bool kquant_groups_rows(ggml_type type, size_t row_bytes) {
-    return type == ggml_type::q3_k || type == ggml_type::q4_k || type == ggml_type::q5_k ||
+    return type == ggml_type::q2_k || type == ggml_type::q3_k || type == ggml_type::q4_k || type == ggml_type::q5_k ||
            (type == ggml_type::q6_k && row_bytes <= k_max_grouped_q6_k_row_bytes);
 }
 
-// y[r] = row r of w (Q3_K, Q4_K, Q5_K or Q6_K) . x for r0 <= r < r1; x: [w.n_in / 256] Q8_K blocks of one token. ggml's
-// x86 arithmetic bit for bit (kernels/ref/kquant_dot.h), as q4_k_row / q6_k_row in matmul_avx512.cpp.
+// y[r] = row r of w (Q2_K, Q3_K, Q4_K, Q5_K or Q6_K) . x for r0 <= r < r1; x: [w.n_in / 256] Q8_K blocks of one token.
+// ggml's x86 arithmetic bit for bit (kernels/ref/kquant_dot.h), as q4_k_row / q6_k_row in matmul_avx512.cpp.
 void kquant_rows_one_token_avx512(const matmul_weight& w, const block_q8_k* x, float* y, int64_t r0, int64_t r1);
 
 }  // namespace troupe::cpu::detail
