@@ -22,8 +22,10 @@
 #include <immintrin.h>
 
 #include <cstring>
+#include <type_traits>
 
 #include "kernels/cpu/matmul_avx512_blocks.h"
+#include "kernels/cpu/q3_k_row.h"
 #include "kernels/cpu/q5_k_row.h"
 
 namespace troupe::cpu::detail {
@@ -105,7 +107,7 @@ inline void store_rows(__m128 v, float* y) {
 }
 
 // R rows of Q4_K (row r at w + r * stride) against one token's Q8_K blocks x[0..nb); R = 1 for the rows past the last
-// group of four (q4_k_rows4).
+// group of four (k_rows4).
 template <int R>
 void q4_k_rows(const uint8_t* w, size_t stride, const block_q8_k* x, int64_t nb, float* y) {
     const __m512i low4 = _mm512_set1_epi8(0x0f);
@@ -174,18 +176,31 @@ constexpr int64_t q4_k_mins_shuffle(int half) {
     return v;
 }
 
-// Four consecutive rows of Q4_K (row r at w + r * stride) against one token's Q8_K blocks x[0..nb): what
-// q4_k_rows<1> computes for each row, with the 16 leading bytes of the four rows' blocks (d, dmin, the packed
-// scales) decoded together in one zmm (a 128-bit lane per row), and the mins of the four rows in one chain of
-// 16 lanes (row r's 4 lanes in lane r).
-void q4_k_rows4(const uint8_t* w, size_t stride, const block_q8_k* x, int64_t nb, float* y) {
+// Four consecutive rows of Q4_K or Q5_K (row r at w + r * stride; Block the format) against one token's Q8_K blocks
+// x[0..nb): what the one-row kernels compute for each row, with the 16 leading bytes of the four rows' blocks (d, dmin,
+// the packed scales: the same layout in both formats) decoded together in one zmm (a 128-bit lane per row).
+// Q4_K: the mins of the four rows in one chain of 16 lanes (row r's 4 lanes in lane r), ggml's acc_m.
+// Q5_K: bit 4 of every code from qh (a per-half variable shift, merged by ternary logic), and the mins as ggml's Q5_K
+// sums them: one integer per row and super-block (the four products' sum, exact in any order), summs = fma(-d_x *
+// dmin, it, summs) per row (lane 4r of a 16-lane chain).
+template <class Block>
+void k_rows4(const uint8_t* w, size_t stride, const block_q8_k* x, int64_t nb, float* y) {
+    constexpr bool q5 = std::is_same_v<Block, block_q5_k>;
     const __m512i low4 = _mm512_set1_epi8(0x0f);
+    const __m512i bit4 = _mm512_set1_epi8(0x10);
     // Scales of the four vectors of values below: sub-blocks (0, 2), (1, 3), (4, 6), (5, 7).
     const auto shuffle = [](int a, int b) {
         const int64_t lo = q4_k_byte_scale(a), hi = q4_k_byte_scale(b);
         return _mm512_set_epi64(hi, hi, hi, hi, lo, lo, lo, lo);
     };
     const __m512i idx0 = shuffle(0, 2), idx1 = shuffle(1, 3), idx2 = shuffle(4, 6), idx3 = shuffle(5, 7);
+    // Q5_K: bit j of qh (sub-block j's fifth bits) moved to bit 4, per 256-bit half: v0 holds sub-blocks (0, 2), v1
+    // (1, 3), v2 (4, 6), v3 (5, 7).
+    const auto halves = [](int64_t lo, int64_t hi) { return _mm512_set_epi64(hi, hi, hi, hi, lo, lo, lo, lo); };
+    const __m512i left0 = halves(0x0004000400040004, 0x0002000200020002);   // bits 0, 2 left by 4, 2
+    const __m512i left1 = halves(0x0003000300030003, 0x0001000100010001);   // bits 1, 3 left by 3, 1
+    const __m512i right2 = halves(0, 0x0002000200020002);                   // bits 4, 6 right by 0, 2
+    const __m512i right3 = halves(0x0001000100010001, 0x0003000300030003);  // bits 5, 7 right by 1, 3
     const __m512i mins_idx =
         _mm512_set_epi64(q4_k_mins_shuffle(1), q4_k_mins_shuffle(0), q4_k_mins_shuffle(1), q4_k_mins_shuffle(0),
                          q4_k_mins_shuffle(1), q4_k_mins_shuffle(0), q4_k_mins_shuffle(1), q4_k_mins_shuffle(0));
@@ -199,7 +214,7 @@ void q4_k_rows4(const uint8_t* w, size_t stride, const block_q8_k* x, int64_t nb
     const __m512i dword0 = _mm512_set_epi32(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 12, 8, 4, 0);
     const __m512i dmin_idx = _mm512_set_epi32(7, 7, 7, 7, 5, 5, 5, 5, 3, 3, 3, 3, 1, 1, 1, 1);
     __m256 acc[4];                       // [8 lanes] per row: sum of d * lane sums
-    __m512 acc_m = _mm512_setzero_ps();  // [4 rows][4 lanes] sum of -d_x * dmin * (mins . bsums)
+    __m512 acc_m = _mm512_setzero_ps();  // Q4_K: [4 rows][4 lanes] sum of -d_x * dmin * (mins . bsums); Q5_K: summs
     for (int r = 0; r < 4; ++r) acc[r] = _mm256_setzero_ps();
     for (int64_t b = 0; b < nb; ++b) {
         const block_q8_k& xb = x[b];
@@ -213,10 +228,10 @@ void q4_k_rows4(const uint8_t* w, size_t stride, const block_q8_k* x, int64_t nb
         const __m256i bs = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xb.bsums));
         const __m512i bsum32 =
             _mm512_broadcast_i32x4(_mm_hadd_epi16(_mm256_castsi256_si128(bs), _mm256_extracti128_si256(bs, 1)));
-        const block_q4_k* wb[4];
+        const Block* wb[4];
         for (int r = 0; r < 4; ++r) {
-            wb[r] = reinterpret_cast<const block_q4_k*>(w + r * stride) + b;
-            prefetch_ahead(wb[r], sizeof(block_q4_k));
+            wb[r] = reinterpret_cast<const Block*>(w + r * stride) + b;
+            prefetch_ahead(wb[r], sizeof(Block));
         }
         const auto head = [&](int r) { return _mm_loadu_si128(reinterpret_cast<const __m128i*>(wb[r])); };
         __m512i t = _mm512_castsi128_si512(head(0));
@@ -231,15 +246,37 @@ void q4_k_rows4(const uint8_t* w, size_t stride, const block_q8_k* x, int64_t nb
         // [d_0, dmin_0, ..., d_3, dmin_3] times [d_x, -d_x, ...]: each row's d and dmin.
         const __m256 dw = _mm256_cvtph_ps(_mm512_castsi512_si128(_mm512_permutexvar_epi32(dword0, t)));
         const __m256 dd = _mm256_mul_ps(_mm256_setr_ps(xb.d, -xb.d, xb.d, -xb.d, xb.d, -xb.d, xb.d, -xb.d), dw);
-        const __m512i msum = _mm512_madd_epi16(_mm512_shuffle_epi8(scales, mins_idx), bsum32);
+        __m512i msum = _mm512_madd_epi16(_mm512_shuffle_epi8(scales, mins_idx), bsum32);
+        if constexpr (q5) {
+            msum =
+                _mm512_add_epi32(msum, _mm512_shuffle_epi32(msum, static_cast<_MM_PERM_ENUM>(_MM_SHUFFLE(1, 0, 3, 2))));
+            msum =
+                _mm512_add_epi32(msum, _mm512_shuffle_epi32(msum, static_cast<_MM_PERM_ENUM>(_MM_SHUFFLE(2, 3, 0, 1))));
+        }
         acc_m = _mm512_fmadd_ps(_mm512_permutexvar_ps(dmin_idx, _mm512_castps256_ps512(dd)), _mm512_cvtepi32_ps(msum),
                                 acc_m);
 #pragma GCC unroll 4
         for (int r = 0; r < 4; ++r) {
             const __m512i sc = _mm512_shuffle_i32x4(scales, scales, r * 0x55);  // row r's bytes in every lane
             const __m512i q01 = _mm512_loadu_si512(wb[r]->qs), q23 = _mm512_loadu_si512(wb[r]->qs + 64);
-            const __m512i v0 = _mm512_and_si512(q01, low4), v1 = _mm512_and_si512(_mm512_srli_epi16(q01, 4), low4);
-            const __m512i v2 = _mm512_and_si512(q23, low4), v3 = _mm512_and_si512(_mm512_srli_epi16(q23, 4), low4);
+            __m512i v0, v1, v2, v3;
+            if constexpr (q5) {
+                const __m512i h =
+                    _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(wb[r]->qh)));
+                const auto fifth = [&](__m512i bits) { return _mm512_and_si512(bits, bit4); };
+                // (nibbles & low4) | fifth bits, by ternary logic.
+                v0 = _mm512_ternarylogic_epi32(q01, low4, fifth(_mm512_sllv_epi16(h, left0)), 0xea);
+                v1 = _mm512_ternarylogic_epi32(_mm512_srli_epi16(q01, 4), low4, fifth(_mm512_sllv_epi16(h, left1)),
+                                               0xea);
+                v2 = _mm512_ternarylogic_epi32(q23, low4, fifth(_mm512_srlv_epi16(h, right2)), 0xea);
+                v3 = _mm512_ternarylogic_epi32(_mm512_srli_epi16(q23, 4), low4, fifth(_mm512_srlv_epi16(h, right3)),
+                                               0xea);
+            } else {
+                v0 = _mm512_and_si512(q01, low4);
+                v1 = _mm512_and_si512(_mm512_srli_epi16(q01, 4), low4);
+                v2 = _mm512_and_si512(q23, low4);
+                v3 = _mm512_and_si512(_mm512_srli_epi16(q23, 4), low4);
+            }
             __m512i sum = _mm512_dpwssd_epi32(_mm512_setzero_si512(), _mm512_maddubs_epi16(v0, x0),
                                               _mm512_shuffle_epi8(sc, idx0));
             sum = _mm512_dpwssd_epi32(sum, _mm512_maddubs_epi16(v1, x1), _mm512_shuffle_epi8(sc, idx1));
@@ -249,98 +286,15 @@ void q4_k_rows4(const uint8_t* w, size_t stride, const block_q8_k* x, int64_t nb
             acc[r] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(fold_lanes(sum)), acc[r]);
         }
     }
-    const __m128 acc_m4[4] = {_mm512_castps512_ps128(acc_m), _mm512_extractf32x4_ps(acc_m, 1),
-                              _mm512_extractf32x4_ps(acc_m, 2), _mm512_extractf32x4_ps(acc_m, 3)};
-    store_rows<4>(_mm_add_ps(hsum8_rows<4>(acc), hsum4_rows<4>(acc_m4)), y);
-}
-
-// Four consecutive rows of Q5_K: q4_k_rows4's walk (the same scale decode, activation order and integer lanes) with
-// bit 4 of every code from qh, and the mins as ggml's Q5_K sums them: one integer per row and super-block (the four
-// products' sum, exact in any order), summs = fma(-d_x * dmin, it, summs) per row (lane 4r of a 16-lane chain).
-void q5_k_rows4(const uint8_t* w, size_t stride, const block_q8_k* x, int64_t nb, float* y) {
-    const __m512i low4 = _mm512_set1_epi8(0x0f);
-    const __m512i bit4 = _mm512_set1_epi8(0x10);
-    const auto shuffle = [](int a, int b) {
-        const int64_t lo = q4_k_byte_scale(a), hi = q4_k_byte_scale(b);
-        return _mm512_set_epi64(hi, hi, hi, hi, lo, lo, lo, lo);
-    };
-    const __m512i idx0 = shuffle(0, 2), idx1 = shuffle(1, 3), idx2 = shuffle(4, 6), idx3 = shuffle(5, 7);
-    // Bit j of qh (sub-block j's fifth bits) moved to bit 4, per 256-bit half: v0 holds sub-blocks (0, 2), v1 (1, 3),
-    // v2 (4, 6), v3 (5, 7).
-    const auto halves = [](int64_t lo, int64_t hi) { return _mm512_set_epi64(hi, hi, hi, hi, lo, lo, lo, lo); };
-    const __m512i left0 = halves(0x0004000400040004, 0x0002000200020002);   // bits 0, 2 left by 4, 2
-    const __m512i left1 = halves(0x0003000300030003, 0x0001000100010001);   // bits 1, 3 left by 3, 1
-    const __m512i right2 = halves(0, 0x0002000200020002);                   // bits 4, 6 right by 0, 2
-    const __m512i right3 = halves(0x0001000100010001, 0x0003000300030003);  // bits 5, 7 right by 1, 3
-    const __m512i mins_idx =
-        _mm512_set_epi64(q4_k_mins_shuffle(1), q4_k_mins_shuffle(0), q4_k_mins_shuffle(1), q4_k_mins_shuffle(0),
-                         q4_k_mins_shuffle(1), q4_k_mins_shuffle(0), q4_k_mins_shuffle(1), q4_k_mins_shuffle(0));
-    const __m512i lo_shift = _mm512_set_epi32(4, 0, 0, 0, 4, 0, 0, 0, 4, 0, 0, 0, 4, 0, 0, 0);
-    const __m512i lo_mask = _mm512_set_epi32(0x0f0f0f0f, 0x3f3f3f3f, 0x0f0f0f0f, 0x3f3f3f3f, 0x0f0f0f0f, 0x3f3f3f3f,
-                                             0x0f0f0f0f, 0x3f3f3f3f, 0x0f0f0f0f, 0x3f3f3f3f, 0x0f0f0f0f, 0x3f3f3f3f,
-                                             0x0f0f0f0f, 0x3f3f3f3f, 0x0f0f0f0f, 0x3f3f3f3f);
-    const __m512i hi_mask = _mm512_set_epi32(0x30303030, 0, 0x30303030, 0, 0x30303030, 0, 0x30303030, 0, 0x30303030, 0,
-                                             0x30303030, 0, 0x30303030, 0, 0x30303030, 0);
-    const __m512i dword0 = _mm512_set_epi32(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 12, 8, 4, 0);
-    const __m512i dmin_idx = _mm512_set_epi32(7, 7, 7, 7, 5, 5, 5, 5, 3, 3, 3, 3, 1, 1, 1, 1);
-    __m256 acc[4];                       // [8 lanes] per row: sum of d * lane sums
-    __m512 summs = _mm512_setzero_ps();  // lane 4r (and its three neighbours): row r's summs
-    for (int r = 0; r < 4; ++r) acc[r] = _mm256_setzero_ps();
-    for (int64_t b = 0; b < nb; ++b) {
-        const block_q8_k& xb = x[b];
-        const __m512i xa = _mm512_loadu_si512(xb.qs), xb1 = _mm512_loadu_si512(xb.qs + 64);
-        const __m512i xc = _mm512_loadu_si512(xb.qs + 128), xd = _mm512_loadu_si512(xb.qs + 192);
-        const __m512i x0 = _mm512_shuffle_i64x2(xa, xb1, 0x44), x1 = _mm512_shuffle_i64x2(xa, xb1, 0xee);
-        const __m512i x2 = _mm512_shuffle_i64x2(xc, xd, 0x44), x3 = _mm512_shuffle_i64x2(xc, xd, 0xee);
-        const __m256i bs = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xb.bsums));
-        const __m512i bsum32 =
-            _mm512_broadcast_i32x4(_mm_hadd_epi16(_mm256_castsi256_si128(bs), _mm256_extracti128_si256(bs, 1)));
-        const block_q5_k* wb[4];
-        for (int r = 0; r < 4; ++r) {
-            wb[r] = reinterpret_cast<const block_q5_k*>(w + r * stride) + b;
-            prefetch_ahead(wb[r], sizeof(block_q5_k));
-        }
-        const auto head = [&](int r) { return _mm_loadu_si128(reinterpret_cast<const __m128i*>(wb[r])); };
-        __m512i t = _mm512_castsi128_si512(head(0));
-        t = _mm512_inserti32x4(t, head(1), 1);
-        t = _mm512_inserti32x4(t, head(2), 2);
-        t = _mm512_inserti32x4(t, head(3), 3);
-        const __m512i p = _mm512_shuffle_epi32(t, static_cast<_MM_PERM_ENUM>(_MM_SHUFFLE(3, 2, 3, 1)));
-        const __m512i q = _mm512_shuffle_epi32(t, static_cast<_MM_PERM_ENUM>(_MM_SHUFFLE(2, 2, 1, 1)));
-        const __m512i scales = _mm512_or_si512(_mm512_and_si512(_mm512_srlv_epi32(p, lo_shift), lo_mask),
-                                               _mm512_and_si512(_mm512_srli_epi32(q, 2), hi_mask));
-        const __m256 dw = _mm256_cvtph_ps(_mm512_castsi512_si128(_mm512_permutexvar_epi32(dword0, t)));
-        const __m256 dd = _mm256_mul_ps(_mm256_setr_ps(xb.d, -xb.d, xb.d, -xb.d, xb.d, -xb.d, xb.d, -xb.d), dw);
-        __m512i msum = _mm512_madd_epi16(_mm512_shuffle_epi8(scales, mins_idx), bsum32);
-        msum = _mm512_add_epi32(msum, _mm512_shuffle_epi32(msum, static_cast<_MM_PERM_ENUM>(_MM_SHUFFLE(1, 0, 3, 2))));
-        msum = _mm512_add_epi32(msum, _mm512_shuffle_epi32(msum, static_cast<_MM_PERM_ENUM>(_MM_SHUFFLE(2, 3, 0, 1))));
-        summs = _mm512_fmadd_ps(_mm512_permutexvar_ps(dmin_idx, _mm512_castps256_ps512(dd)), _mm512_cvtepi32_ps(msum),
-                                summs);
-#pragma GCC unroll 4
-        for (int r = 0; r < 4; ++r) {
-            const __m512i sc = _mm512_shuffle_i32x4(scales, scales, r * 0x55);  // row r's bytes in every lane
-            const __m512i q01 = _mm512_loadu_si512(wb[r]->qs), q23 = _mm512_loadu_si512(wb[r]->qs + 64);
-            const __m512i h = _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(wb[r]->qh)));
-            const auto fifth = [&](__m512i bits) { return _mm512_and_si512(bits, bit4); };
-            // (nibbles & low4) | fifth bits, by ternary logic.
-            const __m512i v0 = _mm512_ternarylogic_epi32(q01, low4, fifth(_mm512_sllv_epi16(h, left0)), 0xea);
-            const __m512i v1 =
-                _mm512_ternarylogic_epi32(_mm512_srli_epi16(q01, 4), low4, fifth(_mm512_sllv_epi16(h, left1)), 0xea);
-            const __m512i v2 = _mm512_ternarylogic_epi32(q23, low4, fifth(_mm512_srlv_epi16(h, right2)), 0xea);
-            const __m512i v3 =
-                _mm512_ternarylogic_epi32(_mm512_srli_epi16(q23, 4), low4, fifth(_mm512_srlv_epi16(h, right3)), 0xea);
-            __m512i sum = _mm512_dpwssd_epi32(_mm512_setzero_si512(), _mm512_maddubs_epi16(v0, x0),
-                                              _mm512_shuffle_epi8(sc, idx0));
-            sum = _mm512_dpwssd_epi32(sum, _mm512_maddubs_epi16(v1, x1), _mm512_shuffle_epi8(sc, idx1));
-            sum = _mm512_dpwssd_epi32(sum, _mm512_maddubs_epi16(v2, x2), _mm512_shuffle_epi8(sc, idx2));
-            sum = _mm512_dpwssd_epi32(sum, _mm512_maddubs_epi16(v3, x3), _mm512_shuffle_epi8(sc, idx3));
-            const __m256 d = _mm256_permutexvar_ps(_mm256_set1_epi32(2 * r), dd);
-            acc[r] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(fold_lanes(sum)), acc[r]);
-        }
+    if constexpr (q5) {
+        const __m128 row_summs = _mm512_castps512_ps128(
+            _mm512_permutexvar_ps(_mm512_set_epi32(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 12, 8, 4, 0), acc_m));
+        store_rows<4>(_mm_add_ps(hsum8_rows<4>(acc), row_summs), y);
+    } else {
+        const __m128 acc_m4[4] = {_mm512_castps512_ps128(acc_m), _mm512_extractf32x4_ps(acc_m, 1),
+                                  _mm512_extractf32x4_ps(acc_m, 2), _mm512_extractf32x4_ps(acc_m, 3)};
+        store_rows<4>(_mm_add_ps(hsum8_rows<4>(acc), hsum4_rows<4>(acc_m4)), y);
     }
-    const __m128 row_summs = _mm512_castps512_ps128(
-        _mm512_permutexvar_ps(_mm512_set_epi32(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 12, 8, 4, 0), summs));
-    store_rows<4>(_mm_add_ps(hsum8_rows<4>(acc), row_summs), y);
 }
 
 // The rows past the last group of four: the one-row kernel of the matmul files (kernels/cpu/q5_k_row.h).
@@ -423,15 +377,7 @@ void q3_k_rows(const uint8_t* w, size_t stride, const block_q8_k* x, int64_t nb,
         for (int r = 0; r < R; ++r) {
             const block_q3_k& wb = reinterpret_cast<const block_q3_k*>(w + r * stride)[b];
             prefetch_ahead(&wb, sizeof wb);
-            uint32_t aux[3];
-            std::memcpy(aux, wb.scales, 12);
-            const __m128i scales128 = _mm_sub_epi8(
-                _mm_set_epi32(static_cast<int>(((aux[1] >> 4) & 0x0f0f0f0fu) | (((aux[2] >> 6) & 0x03030303u) << 4)),
-                              static_cast<int>(((aux[0] >> 4) & 0x0f0f0f0fu) | (((aux[2] >> 4) & 0x03030303u) << 4)),
-                              static_cast<int>((aux[1] & 0x0f0f0f0fu) | (((aux[2] >> 2) & 0x03030303u) << 4)),
-                              static_cast<int>((aux[0] & 0x0f0f0f0fu) | (((aux[2] >> 0) & 0x03030303u) << 4))),
-                _mm_set1_epi8(32));
-            const __m512i scales512 = _mm512_castsi256_si512(_mm256_cvtepi8_epi16(scales128));
+            const __m512i scales512 = _mm512_castsi256_si512(_mm256_cvtepi8_epi16(q3_k_scale_bytes(wb)));
             const __m512i h = _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(wb.hmask)));
             const __m512i q_lo = _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(wb.qs)));
             const __m512i q_hi =
@@ -506,9 +452,9 @@ void by_groups(const matmul_weight& w, const block_q8_k* x, float* y, int64_t r0
 
 void kquant_rows_one_token_avx512(const matmul_weight& w, const block_q8_k* x, float* y, int64_t r0, int64_t r1) {
     if (w.type == ggml_type::q4_k) {
-        by_groups<q4_k_rows4, q4_k_rows<1>>(w, x, y, r0, r1);
+        by_groups<k_rows4<block_q4_k>, q4_k_rows<1>>(w, x, y, r0, r1);
     } else if (w.type == ggml_type::q5_k) {
-        by_groups<q5_k_rows4, q5_k_one_row>(w, x, y, r0, r1);
+        by_groups<k_rows4<block_q5_k>, q5_k_one_row>(w, x, y, r0, r1);
     } else if (w.type == ggml_type::q2_k) {
         by_groups<q2_k_rows<k_group>, q2_k_rows<1>>(w, x, y, r0, r1);
     } else if (w.type == ggml_type::q3_k) {

@@ -20,6 +20,18 @@
 namespace troupe::cpu::detail {
 namespace {
 
+// The 16 6-bit scales of a block as bytes sc - 32, byte j = sub-block j (ggml's unpacking of scales[12]).
+inline __m128i q3_k_scale_bytes(const block_q3_k& wb) {
+    uint32_t aux[3];
+    std::memcpy(aux, wb.scales, 12);
+    return _mm_sub_epi8(
+        _mm_set_epi32(static_cast<int>(((aux[1] >> 4) & 0x0f0f0f0fu) | (((aux[2] >> 6) & 0x03030303u) << 4)),
+                      static_cast<int>(((aux[0] >> 4) & 0x0f0f0f0fu) | (((aux[2] >> 4) & 0x03030303u) << 4)),
+                      static_cast<int>((aux[1] & 0x0f0f0f0fu) | (((aux[2] >> 2) & 0x03030303u) << 4)),
+                      static_cast<int>((aux[0] & 0x0f0f0f0fu) | (((aux[2] >> 0) & 0x03030303u) << 4))),
+        _mm_set1_epi8(32));
+}
+
 // vpshufb pattern: word 2c of a 128-bit lane of scale words in the low lane's 8 words, word 2c + 1 in the high one's.
 inline __m256i q3_k_scale_shuffle(int c) {
     const auto word = [](int w) {
@@ -41,17 +53,8 @@ void q3_k_row(const block_q3_k* w, const uint8_t* ahead, const uint8_t* x, size_
     for (int64_t b = 0; b < nb; ++b) {
         prefetch_row_block<block_q3_k>(ahead, b);
         const block_q3_k& wb = w[b];
-        // The 16 6-bit scales as bytes sc - 32 (ggml's unpacking), then words: scales 0..7 and 8..15 each in both
-        // 128-bit lanes.
-        uint32_t aux[3];
-        std::memcpy(aux, wb.scales, 12);
-        const __m128i scales128 = _mm_sub_epi8(
-            _mm_set_epi32(static_cast<int>(((aux[1] >> 4) & 0x0f0f0f0fu) | (((aux[2] >> 6) & 0x03030303u) << 4)),
-                          static_cast<int>(((aux[0] >> 4) & 0x0f0f0f0fu) | (((aux[2] >> 4) & 0x03030303u) << 4)),
-                          static_cast<int>((aux[1] & 0x0f0f0f0fu) | (((aux[2] >> 2) & 0x03030303u) << 4)),
-                          static_cast<int>((aux[0] & 0x0f0f0f0fu) | (((aux[2] >> 0) & 0x03030303u) << 4))),
-            _mm_set1_epi8(32));
-        const __m256i words = _mm256_cvtepi8_epi16(scales128);
+        // The 16 scales as words: scales 0..7 and 8..15 each in both 128-bit lanes.
+        const __m256i words = _mm256_cvtepi8_epi16(q3_k_scale_bytes(wb));
         const __m256i scales[2] = {_mm256_permute2x128_si256(words, words, 0x00),
                                    _mm256_permute2x128_si256(words, words, 0x11)};
         const __m256i hbits = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wb.hmask));
