@@ -35,14 +35,6 @@ using namespace avx512;
 
 constexpr int k_group = 4;  // rows per pass
 
-// As matmul_avx512.cpp: prefetch the weights this far ahead of their loads, into L2.
-constexpr int k_prefetch_distance = 8192;
-
-inline void prefetch_ahead(const void* p, int n_bytes) {
-    const char* q = static_cast<const char*>(p) + k_prefetch_distance;
-    for (int i = 0; i < n_bytes; i += 64) _mm_prefetch(q + i, _MM_HINT_T1);
-}
-
 // Byte shuffles (vpshufb, within each 128-bit lane) of 8 scale words repeated in every lane: Q4_K chunk c (64
 // elements) takes scale 2c in its first two lanes (16 words) and 2c + 1 in the last two.
 constexpr int64_t q4_k_scale_shuffle(int c, int lane_pair) {
@@ -60,11 +52,6 @@ alignas(64) constexpr int16_t k_q6_k_scale_idx[4][32] = {
 
 inline __m512i load_idx(const int16_t* idx) {
     return _mm512_load_si512(idx);
-}
-
-// The 16 int32 lanes of a 64-element step folded to ggml's 8 (lane k + lane k + 8), exactly.
-inline __m256i fold_lanes(__m512i v) {
-    return _mm256_add_epi32(_mm512_castsi512_si256(v), _mm512_extracti64x4_epi64(v, 1));
 }
 
 // ggml's hsum_float_8 of each row's 8 lanes, (l0 + h0 + l2 + h2) + (l1 + h1 + l3 + h3) with pairs added first:
@@ -302,136 +289,102 @@ void q5_k_one_row(const uint8_t* w, size_t stride, const block_q8_k* x, int64_t 
     q5_k_row<1>(reinterpret_cast<const block_q5_k*>(w), w + stride, reinterpret_cast<const uint8_t*>(x), 0, nb, y, 0);
 }
 
-// R rows of Q2_K against one token's Q8_K blocks: ggml's lanes (ref::dot_q2_k_q8_k) with Q6_K's walk; per row and
-// super-block the mins' 8 lanes (the row's 16 mins times the activations' sums of 16) go into its float lanes first.
-template <int R>
-void q2_k_rows(const uint8_t* w, size_t stride, const block_q8_k* x, int64_t nb, float* y) {
-    const __m512i k3 = _mm512_set1_epi8(3);
-    const __m128i low4 = _mm_set1_epi8(0x0f);
-    const __m512i idx0 = load_idx(k_q6_k_scale_idx[0]), idx1 = load_idx(k_q6_k_scale_idx[1]);
-    const __m512i idx2 = load_idx(k_q6_k_scale_idx[2]), idx3 = load_idx(k_q6_k_scale_idx[3]);
+// The formats with a scale per 16 elements (Q2_K, Q3_K, Q6_K) share one walk: per block the token's 64-byte steps
+// (and offset * x in pairs where the format's codes are value + offset, as ggml subtracts it: code * x - offset * x in
+// 16 bits), per row its codes in element order, vpmaddubsw, vpdpwssd with the scale words (sub-blocks 4i .. 4i + 3
+// of step i, a 128-bit lane each), the lanes folded to ggml's 8 and accumulated by FMA with d_x * d_w.
+// Format: block, offset, scale_words(b) (16 words), codes(b, q[4]), before(b, x, acc) (Q2_K's mins, first).
+
+struct q6_k_format {  // codes 0..63 = value + 32
+    using block = block_q6_k;
+    static constexpr int offset = 32;
+    static __m256i scale_words(const block& b) {
+        return _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b.scales)));
+    }
+    static void codes(const block& b, __m512i (&q)[4]) {
+        q6_k_values(b, 0, q[0], q[1]);
+        q6_k_values(b, 1, q[2], q[3]);
+    }
+    static void before(const block&, const block_q8_k&, __m256&) {}
+};
+
+// Elements 64 i .. 64 i + 63 of Q2_K / Q3_K: quarters 2 (i % 2) and 2 (i % 2) + 1 of half i / 2, so their low 2 bits
+// sit at bits 4 (i % 2) and 4 (i % 2) + 2 of qs[32 (i / 2) + l] (a per-half variable shift brings them down).
+inline __m512i low_two_bits(const uint8_t* qs, int i) {
     const auto halves = [](int64_t lo, int64_t hi) { return _mm512_set_epi64(hi, hi, hi, hi, lo, lo, lo, lo); };
-    const auto words = [](int n) { return int64_t{n} * 0x0001000100010001; };
-    // Elements 64 i .. 64 i + 63: quarters 2 (i % 2), 2 (i % 2) + 1 of half i / 2, at bits 4 (i % 2), 4 (i % 2) + 2.
-    const __m512i code_shift[2] = {halves(words(0), words(2)), halves(words(4), words(6))};
-    __m256 acc[R];  // [8 lanes] the mins' then the codes' products of every super-block
-    for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
-    for (int64_t b = 0; b < nb; ++b) {
-        const block_q8_k& xb = x[b];
-        __m512i xv[4];
-        for (int i = 0; i < 4; ++i) xv[i] = _mm512_loadu_si512(xb.qs + 64 * i);
+    const __m512i shift = i % 2 == 0 ? halves(0, 0x0002000200020002) : halves(0x0004000400040004, 0x0006000600060006);
+    const __m512i q = _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(qs + 32 * (i / 2))));
+    return _mm512_and_si512(_mm512_srlv_epi16(q, shift), _mm512_set1_epi8(3));
+}
+
+struct q3_k_format {  // codes 0..7 = value + 4: the low 2 bits, bit 2 the high bit from hmask (ggml's "4 where clear")
+    using block = block_q3_k;
+    static constexpr int offset = 4;
+    static __m256i scale_words(const block& b) { return _mm256_cvtepi8_epi16(q3_k_scale_bytes(b)); }
+    static void codes(const block& b, __m512i (&q)[4]) {
+        const auto halves = [](int64_t lo, int64_t hi) { return _mm512_set_epi64(hi, hi, hi, hi, lo, lo, lo, lo); };
+        const auto words = [](int n) { return int64_t{n} * 0x0001000100010001; };
+        // The high bits of step i at bits 2 i and 2 i + 1 of hmask[l], moved to bit 2.
+        const __m512i h = _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.hmask)));
+        const __m512i k4 = _mm512_set1_epi8(4);
+        const __m512i high[4] = {
+            _mm512_sllv_epi16(h, halves(words(2), words(1))), _mm512_srlv_epi16(h, halves(words(0), words(1))),
+            _mm512_srlv_epi16(h, halves(words(2), words(3))), _mm512_srlv_epi16(h, halves(words(4), words(5)))};
+        for (int i = 0; i < 4; ++i) q[i] = _mm512_ternarylogic_epi32(low_two_bits(b.qs, i), k4, high[i], 0xf8);
+    }
+    static void before(const block&, const block_q8_k&, __m256&) {}
+};
+
+struct q2_k_format {  // codes 0..3; a min per 16 elements
+    using block = block_q2_k;
+    static constexpr int offset = 0;
+    static __m256i scale_words(const block& b) {
+        return _mm256_cvtepi8_epi16(
+            _mm_and_si128(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b.scales)), _mm_set1_epi8(0x0f)));
+    }
+    static void codes(const block& b, __m512i (&q)[4]) {
+        for (int i = 0; i < 4; ++i) q[i] = low_two_bits(b.qs, i);
+    }
+    // The row's 16 mins times the activations' sums of 16, 8 lanes, into its float lanes before the codes' (ggml).
+    static void before(const block& b, const block_q8_k& xb, __m256& acc) {
+        const __m128i scales = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b.scales));
+        const __m256i mins = _mm256_cvtepi8_epi16(_mm_and_si128(_mm_srli_epi16(scales, 4), _mm_set1_epi8(0x0f)));
         const __m256i bsums = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xb.bsums));
-#pragma GCC unroll 4
-        for (int r = 0; r < R; ++r) {
-            const block_q2_k& wb = reinterpret_cast<const block_q2_k*>(w + r * stride)[b];
-            prefetch_ahead(&wb, sizeof wb);
-            const __m128i mins_and_scales = _mm_loadu_si128(reinterpret_cast<const __m128i*>(wb.scales));
-            const __m256i mins = _mm256_cvtepi8_epi16(_mm_and_si128(_mm_srli_epi16(mins_and_scales, 4), low4));
-            const float dmin = -xb.d * fp16(wb.dmin);
-            acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(dmin), _mm256_cvtepi32_ps(_mm256_madd_epi16(mins, bsums)), acc[r]);
-            const __m512i scales512 =
-                _mm512_castsi256_si512(_mm256_cvtepi8_epi16(_mm_and_si128(mins_and_scales, low4)));
-            const __m512i q_lo = _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(wb.qs)));
-            const __m512i q_hi =
-                _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(wb.qs + 32)));
-            const auto p = [&](int i) {
-                const __m512i code = _mm512_and_si512(_mm512_srlv_epi16(i < 2 ? q_lo : q_hi, code_shift[i % 2]), k3);
-                return _mm512_maddubs_epi16(code, xv[i]);
-            };
-            __m512i sum = _mm512_dpwssd_epi32(_mm512_setzero_si512(), p(0), _mm512_permutexvar_epi16(idx0, scales512));
-            sum = _mm512_dpwssd_epi32(sum, p(1), _mm512_permutexvar_epi16(idx1, scales512));
-            sum = _mm512_dpwssd_epi32(sum, p(2), _mm512_permutexvar_epi16(idx2, scales512));
-            sum = _mm512_dpwssd_epi32(sum, p(3), _mm512_permutexvar_epi16(idx3, scales512));
-            const float d = xb.d * fp16(wb.d);
-            acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(fold_lanes(sum)), acc[r]);
-        }
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(-xb.d * fp16(b.dmin)), _mm256_cvtepi32_ps(_mm256_madd_epi16(mins, bsums)),
+                              acc);
     }
-    store_rows<R>(hsum8_rows<R>(acc), y);
-}
+};
 
-// R rows of Q3_K against one token's Q8_K blocks: ggml's lanes (ref::dot_q3_k_q8_k) with Q6_K's walk. Each value
-// -4..3 is taken as its 3-bit code (the 2 low bits, bit 2 its high bit) times x minus 4 x, the same integer per pair of
-// products as ggml's (low x - (4 where the high bit is clear) x); 4 x is made once per block for every row.
-template <int R>
-void q3_k_rows(const uint8_t* w, size_t stride, const block_q8_k* x, int64_t nb, float* y) {
-    const __m512i k4 = _mm512_set1_epi8(4), k3 = _mm512_set1_epi8(3);
-    const __m512i idx0 = load_idx(k_q6_k_scale_idx[0]), idx1 = load_idx(k_q6_k_scale_idx[1]);
-    const __m512i idx2 = load_idx(k_q6_k_scale_idx[2]), idx3 = load_idx(k_q6_k_scale_idx[3]);
-    const auto halves = [](int64_t lo, int64_t hi) { return _mm512_set_epi64(hi, hi, hi, hi, lo, lo, lo, lo); };
-    const auto words = [](int n) { return int64_t{n} * 0x0001000100010001; };
-    // Elements 64 i .. 64 i + 63 (i = 0..3): quarters 2 (i % 2) and 2 (i % 2) + 1 of half i / 2, so their low bits sit
-    // at bits 4 (i % 2) and 4 (i % 2) + 2 of qs[32 (i / 2) + l], their high bits at bits 2 i and 2 i + 1 of hmask[l].
-    const __m512i low_shift[2] = {halves(words(0), words(2)), halves(words(4), words(6))};
-    const __m512i high_left0 = halves(words(2), words(1));  // bits 0, 1 up to bit 2
-    const __m512i high_right[3] = {halves(words(0), words(1)), halves(words(2), words(3)), halves(words(4), words(5))};
-    __m256 acc[R];  // [8 lanes] sum of d * lane sums
+// R rows of Format against one token's Q8_K blocks: ggml's lanes (ref::dot_q2_k_q8_k, dot_q3_k_q8_k, dot_q6_k_q8_k).
+template <class Format, int R>
+void sixteens_rows(const uint8_t* w, size_t stride, const block_q8_k* x, int64_t nb, float* y) {
+    using block = typename Format::block;
+    const __m512i idx[4] = {load_idx(k_q6_k_scale_idx[0]), load_idx(k_q6_k_scale_idx[1]), load_idx(k_q6_k_scale_idx[2]),
+                            load_idx(k_q6_k_scale_idx[3])};
+    __m256 acc[R];  // [8 lanes] sum of d * lane sums (Q2_K: the mins' products first)
     for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
     for (int64_t b = 0; b < nb; ++b) {
         const block_q8_k& xb = x[b];
-        __m512i xv[4], x4[4];
+        __m512i xv[4], x_offset[4];  // elements 64 i .. 64 i + 63; offset * x in pairs (no overflow: |code x| small)
         for (int i = 0; i < 4; ++i) {
             xv[i] = _mm512_loadu_si512(xb.qs + 64 * i);
-            x4[i] = _mm512_maddubs_epi16(k4, xv[i]);
+            if constexpr (Format::offset != 0)
+                x_offset[i] = _mm512_maddubs_epi16(_mm512_set1_epi8(Format::offset), xv[i]);
         }
 #pragma GCC unroll 4
         for (int r = 0; r < R; ++r) {
-            const block_q3_k& wb = reinterpret_cast<const block_q3_k*>(w + r * stride)[b];
+            const block& wb = reinterpret_cast<const block*>(w + r * stride)[b];
             prefetch_ahead(&wb, sizeof wb);
-            const __m512i scales512 = _mm512_castsi256_si512(_mm256_cvtepi8_epi16(q3_k_scale_bytes(wb)));
-            const __m512i h = _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(wb.hmask)));
-            const __m512i q_lo = _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(wb.qs)));
-            const __m512i q_hi =
-                _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(wb.qs + 32)));
-            const auto code = [&](int i) {  // the 3-bit codes of elements 64 i .. 64 i + 63
-                const __m512i low = _mm512_srlv_epi16(i < 2 ? q_lo : q_hi, low_shift[i % 2]);
-                const __m512i high = _mm512_and_si512(
-                    i == 0 ? _mm512_sllv_epi16(h, high_left0) : _mm512_srlv_epi16(h, high_right[i - 1]), k4);
-                return _mm512_ternarylogic_epi32(low, k3, high, 0xea);  // (low & 3) | high
-            };
-            const auto p = [&](int i) { return _mm512_sub_epi16(_mm512_maddubs_epi16(code(i), xv[i]), x4[i]); };
-            __m512i sum = _mm512_dpwssd_epi32(_mm512_setzero_si512(), p(0), _mm512_permutexvar_epi16(idx0, scales512));
-            sum = _mm512_dpwssd_epi32(sum, p(1), _mm512_permutexvar_epi16(idx1, scales512));
-            sum = _mm512_dpwssd_epi32(sum, p(2), _mm512_permutexvar_epi16(idx2, scales512));
-            sum = _mm512_dpwssd_epi32(sum, p(3), _mm512_permutexvar_epi16(idx3, scales512));
-            const float d = xb.d * fp16(wb.d);
-            acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(fold_lanes(sum)), acc[r]);
-        }
-    }
-    store_rows<R>(hsum8_rows<R>(acc), y);
-}
-
-// R rows of Q6_K against one token's Q8_K blocks.
-template <int R>
-void q6_k_rows(const uint8_t* w, size_t stride, const block_q8_k* x, int64_t nb, float* y) {
-    const __m512i k32 = _mm512_set1_epi8(32);
-    const __m512i idx0 = load_idx(k_q6_k_scale_idx[0]), idx1 = load_idx(k_q6_k_scale_idx[1]);
-    const __m512i idx2 = load_idx(k_q6_k_scale_idx[2]), idx3 = load_idx(k_q6_k_scale_idx[3]);
-    __m256 acc[R];  // [8 lanes] sum of d * lane sums
-    for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
-    for (int64_t b = 0; b < nb; ++b) {
-        const block_q8_k& xb = x[b];
-        // Elements 0..63, 64..127, 128..191, 192..255 of the token, and 32 x in pairs (the -32 offset of the
-        // weights as ggml applies it: q * x - 32 * x in 16 bits, no overflow as |q x| <= 63 * 127 * 2).
-        __m512i xv[4], x32[4];
-        for (int i = 0; i < 4; ++i) {
-            xv[i] = _mm512_loadu_si512(xb.qs + 64 * i);
-            x32[i] = _mm512_maddubs_epi16(k32, xv[i]);
-        }
-#pragma GCC unroll 4
-        for (int r = 0; r < R; ++r) {
-            const block_q6_k& wb = reinterpret_cast<const block_q6_k*>(w + r * stride)[b];
-            prefetch_ahead(&wb, sizeof wb);
-            const __m512i scales512 = _mm512_castsi256_si512(
-                _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(wb.scales))));
-            __m512i q0, q1, q2, q3;  // unsigned 0..63, elements 0..63, 64..127, 128..191, 192..255
-            q6_k_values(wb, 0, q0, q1);
-            q6_k_values(wb, 1, q2, q3);
-            const auto p = [&](__m512i qv, int i) { return _mm512_sub_epi16(_mm512_maddubs_epi16(qv, xv[i]), x32[i]); };
-            __m512i sum =
-                _mm512_dpwssd_epi32(_mm512_setzero_si512(), p(q0, 0), _mm512_permutexvar_epi16(idx0, scales512));
-            sum = _mm512_dpwssd_epi32(sum, p(q1, 1), _mm512_permutexvar_epi16(idx1, scales512));
-            sum = _mm512_dpwssd_epi32(sum, p(q2, 2), _mm512_permutexvar_epi16(idx2, scales512));
-            sum = _mm512_dpwssd_epi32(sum, p(q3, 3), _mm512_permutexvar_epi16(idx3, scales512));
+            Format::before(wb, xb, acc[r]);
+            const __m512i scales512 = _mm512_castsi256_si512(Format::scale_words(wb));
+            __m512i q[4];
+            Format::codes(wb, q);
+            __m512i sum = _mm512_setzero_si512();
+            for (int i = 0; i < 4; ++i) {
+                __m512i p = _mm512_maddubs_epi16(q[i], xv[i]);
+                if constexpr (Format::offset != 0) p = _mm512_sub_epi16(p, x_offset[i]);
+                sum = _mm512_dpwssd_epi32(sum, p, _mm512_permutexvar_epi16(idx[i], scales512));
+            }
             const float d = xb.d * fp16(wb.d);
             acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(fold_lanes(sum)), acc[r]);
         }
@@ -456,11 +409,11 @@ void kquant_rows_one_token_avx512(const matmul_weight& w, const block_q8_k* x, f
     } else if (w.type == ggml_type::q5_k) {
         by_groups<k_rows4<block_q5_k>, q5_k_one_row>(w, x, y, r0, r1);
     } else if (w.type == ggml_type::q2_k) {
-        by_groups<q2_k_rows<k_group>, q2_k_rows<1>>(w, x, y, r0, r1);
+        by_groups<sixteens_rows<q2_k_format, k_group>, sixteens_rows<q2_k_format, 1>>(w, x, y, r0, r1);
     } else if (w.type == ggml_type::q3_k) {
-        by_groups<q3_k_rows<k_group>, q3_k_rows<1>>(w, x, y, r0, r1);
+        by_groups<sixteens_rows<q3_k_format, k_group>, sixteens_rows<q3_k_format, 1>>(w, x, y, r0, r1);
     } else {
-        by_groups<q6_k_rows<k_group>, q6_k_rows<1>>(w, x, y, r0, r1);
+        by_groups<sixteens_rows<q6_k_format, k_group>, sixteens_rows<q6_k_format, 1>>(w, x, y, r0, r1);
     }
 }
 

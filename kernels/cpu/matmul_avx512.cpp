@@ -45,20 +45,6 @@ inline float hsum256(__m256 v) {
     return _mm_cvtss_f32(_mm_add_ss(s2, _mm_movehdup_ps(s2)));
 }
 
-// Software prefetch of the weights this far ahead of the loads (tried 4-64 KiB: no difference on Zen 5 or Zen 4;
-// without it a thread streams well below what the memory delivers). Prefetching past the end of the matrix is
-// harmless (prefetches do not fault).
-constexpr int k_prefetch_distance = 8192;
-
-// Prefetches the cache lines of [p, p + n_bytes) shifted by the prefetch distance, into L2 (T1), not L1: on Zen 4
-// the L1 prefetches held the k-quant row kernels to ~20-25 GB/s from memory on two cores against ~33-40 with T1
-// (troupe_kernels_bench, same minutes; 110M Q4_K decode 301-330 -> 512-620 tokens/s, Q6_K 197-211 -> 377-411), the
-// rows then reach L1 by the hardware prefetcher; the q8 panels measured the same with either hint.
-inline void prefetch_ahead(const void* p, int n_bytes) {
-    const char* q = static_cast<const char*>(p) + k_prefetch_distance;
-    for (int i = 0; i < n_bytes; i += 64) _mm_prefetch(q + i, _MM_HINT_T1);
-}
-
 // ---------------------------------------------------------------------------------------------------------
 // Float weights
 
@@ -238,12 +224,6 @@ struct index_vectors {
 inline float hsum128(__m128 v) {
     const __m128 s = _mm_add_ps(v, _mm_movehl_ps(v, v));
     return _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)));
-}
-
-// The 16 int32 lanes of a 64-element step folded to ggml's 8 (lane k + lane k + 8: elements 4k..4k+3 of both
-// 32-element chunks), exactly.
-inline __m256i fold_lanes(__m512i v) {
-    return _mm256_add_epi32(_mm512_castsi512_si256(v), _mm512_extracti64x4_epi64(v, 1));
 }
 
 // Q4_K and Q6_K compute ggml's x86 recipe bit for bit (kernels/ref/kquant_dot.h): exact integer lane sums per
