@@ -53,27 +53,6 @@ struct avx2 {
         for (; i < n; ++i) dst[i] = one(src[i]);
     }
 
-    template <class T>
-    static float dot(const float* a, const T* b, int32_t n) {
-        __m256 s = _mm256_setzero_ps();
-        int32_t i = 0;
-        for (; i + 8 <= n; i += 8) s = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), row8(b + i), s);
-        __m128 r = _mm_add_ps(_mm256_castps256_ps128(s), _mm256_extractf128_ps(s, 1));
-        r = _mm_add_ps(r, _mm_movehl_ps(r, r));
-        r = _mm_add_ss(r, _mm_movehdup_ps(r));
-        float sum = _mm_cvtss_f32(r);
-        for (; i < n; ++i) sum += a[i] * one(b[i]);
-        return sum;
-    }
-    template <class T>
-    static void axpy(float* acc, float w, const T* v, int32_t n) {
-        const __m256 vw = _mm256_set1_ps(w);
-        int32_t i = 0;
-        for (; i + 8 <= n; i += 8) {
-            _mm256_storeu_ps(acc + i, _mm256_fmadd_ps(row8(v + i), vw, _mm256_loadu_ps(acc + i)));
-        }
-        for (; i < n; ++i) acc[i] += w * one(v[i]);
-    }
     // s[jj] = scale * q . rows[jj] for the chunk's 16 rows, 8 at a time: 8 accumulators, then one transposing add tree
     // instead of a horizontal reduction per key.
     template <class T>
@@ -135,7 +114,7 @@ struct avx2 {
             for (int32_t jj = 0; jj < n; ++jj) acc[d] += w[jj] * one(rows[jj][d]);
         }
     }
-    // A kv head's query rows at once (attend_rows_grouped's by_head path; head_dim a multiple of 16), as the AVX-512
+    // A kv head's query rows at once (attend_rows's by_head path; head_dim a multiple of 16), as the AVX-512
     // file's: the chunk's K transposed once into kt[d][16] in 8 x 8 blocks, each row's 16 scores two vectors of FMAs
     // over d, the softmax's sums kept in lanes, V loaded (and converted) once per four rows.
     static constexpr bool head_kernels = true;

@@ -61,27 +61,6 @@ struct avx512 {
         if (i < n) _mm512_mask_storeu_ps(dst + i, tail_mask(n - i), row16(src + i, n - i));
     }
 
-    template <class T>
-    static float dot(const float* a, const T* b, int32_t n) {
-        __m512 s = _mm512_setzero_ps();
-        int32_t i = 0;
-        for (; i + 16 <= n; i += 16) s = _mm512_fmadd_ps(_mm512_loadu_ps(a + i), row16(b + i), s);
-        if (i < n) s = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(tail_mask(n - i), a + i), row16(b + i, n - i), s);
-        return _mm512_reduce_add_ps(s);
-    }
-    template <class T>
-    static void axpy(float* acc, float w, const T* v, int32_t n) {
-        const __m512 vw = _mm512_set1_ps(w);
-        int32_t i = 0;
-        for (; i + 16 <= n; i += 16) {
-            _mm512_storeu_ps(acc + i, _mm512_fmadd_ps(row16(v + i), vw, _mm512_loadu_ps(acc + i)));
-        }
-        if (i < n) {
-            const __mmask16 k = tail_mask(n - i);
-            _mm512_mask_storeu_ps(acc + i, k,
-                                  _mm512_fmadd_ps(row16(v + i, n - i), vw, _mm512_maskz_loadu_ps(k, acc + i)));
-        }
-    }
     // s[jj] = scale * q . rows[jj] for the chunk's 16 rows: 16 accumulators, then one transposing add tree (45 shuffles
     // and adds) instead of a horizontal reduction per key.
     template <class T>
@@ -168,7 +147,7 @@ struct avx512 {
             _mm512_mask_storeu_ps(acc + d, k, a);
         }
     }
-    // A kv head's query rows at once (GQA groups with head_dim a multiple of 16; see attend_rows_grouped): the
+    // A kv head's query rows at once (GQA groups with head_dim a multiple of 16; see attend_rows): the
     // chunk's K rows transposed once into kt[d][16] (as floats), so that each query row's 16 scores are one vector of
     // FMAs over d with the query element broadcast (no add tree per row, and each K element loaded and converted once
     // rather than once per query row).

@@ -26,14 +26,13 @@
 namespace troupe::gqa {
 namespace {
 
-// isa must provide: max_of(s, n), sum_of(s, n) over a chunk's n scores; dot(a, b, n); axpy(acc, w, v, n): acc += w * v
-// (b and v of the pools' element type T: float, or uint16_t halves); for GQA, dots(q, rows, hd, scale, s): s[jj] =
+// isa must provide: max_of(s, n), sum_of(s, n) over a chunk's n scores; dots(q, rows, hd, scale, s): s[jj] =
 // scale * q . rows[jj] for a chunk's 16 rows, and accumulate(acc, w, rows, n, hd): acc += sum_{jj < n} w[jj] *
-// rows[jj]; scale(out, acc, f, n): out = f * acc (out may be acc); exp_shifted(s, n, m): s[i] = exp(s[i] - m) for i < n
-// (n <= chunk). For GQA groups whose rows fill whole vectors, isa::row_lanes > 0 and its kernels float_rows,
-// lane_scores, lane_softmax and lane_accumulate (attend_rows_in_lanes); 0 where the set has none.
+// rows[jj] (rows of the pools' element type T: float, or uint16_t halves); scale(out, acc, f, n): out = f * acc (out
+// may be acc); exp_shifted(s, n, m): s[i] = exp(s[i] - m) for i < n (n <= chunk). For GQA groups whose rows fill whole
+// vectors, isa::row_lanes > 0 and its kernels float_rows, lane_scores, lane_softmax and lane_accumulate
+// (attend_rows_in_lanes); 0 where the set has none.
 constexpr int32_t chunk = 16;
-constexpr int32_t prefetch_distance = 4;   // positions ahead whose rows are prefetched
 constexpr int32_t rows_per_pass = 32;      // query rows (kv heads x group) of one pass over the positions
 constexpr int32_t acc_floats = 16 * 1024;  // accumulator scratch: rows x head_dim <= this
 // Smallest GQA group the whole-head kernels take. At group 2 (8 heads, 4 kv heads, F16, one thread) they are slower
@@ -176,7 +175,7 @@ struct chunk_walk {
     }
 };
 
-// attend_rows_grouped's whole-head path with a kv head's query rows in vector lanes, isa::row_lanes (L) rows per
+// attend_rows's whole-head path with a kv head's query rows in vector lanes, isa::row_lanes (L) rows per
 // vector, for GQA groups that are whole multiples of L (8 on AVX2: the 1B shape's 32 heads over 4 kv heads). Each
 // key's element is broadcast against the lanes' query elements (q transposed once per pass, [hd][L] per block of L
 // rows), so K is read as it lies in the pool and never transposed, and the softmax runs down the lanes: one vector
@@ -259,16 +258,19 @@ void attend_rows_in_lanes(const troupe_attention_call& call, int64_t t, int32_t 
     finish_rows<isa>(dst, acc, m, l, n_rows, hd);
 }
 
-// attend_rows for GQA/MQA (a group of two or more query rows per kv head): chunk by chunk, a kv head's 16 keys against
-// each of its query rows, the 16 dot products reduced together (isa::dots: a transposing add tree, not a horizontal sum
-// per key) and each row's accumulator loaded and stored once per chunk (isa::accumulate); prefetches one chunk ahead.
-// MHA keeps attend_rows' per-key loop, which reads each position's row of every head in address order: this loop's
-// head-by-head order measured slower there. 1B shape (32 heads, 4 kv heads, head_dim 64), F16 pool, 4096 keys, one
-// thread, loaded machine, 16 sequences' decode of one layer (bench_kv_attention 4096 4 none 32): 12.8-15.7 ms against
-// 16.6-17.6 with the per-key loop and 18-25 with the tiled kernel that such decodes took before.
+// Query rows [r0, r0 + n_rows) of token t (kv heads h0.. with `group` rows each, as in call.q), one pass over the
+// n_keys keys that `at` walks: chunk by chunk, a kv head's 16 keys against each of its query rows, the 16 dot products
+// reduced together (isa::dots: a transposing add tree, not a horizontal sum per key) and each row's accumulator loaded
+// and stored once per chunk (isa::accumulate); prefetches one chunk ahead. 1B shape (32 heads, 4 kv heads, head_dim
+// 64), F16 pool, 4096 keys, one thread, loaded machine, 16 sequences' decode of one layer (bench_kv_attention 4096 4
+// none 32): 12.8-15.7 ms against 16.6-17.6 with a per-key loop and 18-25 with the tiled kernel that such decodes took
+// before. MHA (group 1) takes the same loop: against a per-key loop over each position's rows of every head in
+// address order (a horizontal sum per key and head), the 110M shape's 12 heads at 4096 keys, F32, one thread, Zen 4
+// (bench_verify_attention 4096 1 12 12 1, 8 alternations): median 1.87 -> 1.18 ms (AVX2 kernels 1.71 -> 1.24); from
+// DRAM (32768 keys, two threads) 17.5 -> 15.9.
 template <class isa, class T, class cursor>
-void attend_rows_grouped(const troupe_attention_call& call, int64_t t, int32_t r0, int32_t n_rows, float* acc,
-                         cursor at, int32_t n_keys, rows_out dst) {
+void attend_rows(const troupe_attention_call& call, int64_t t, int32_t r0, int32_t n_rows, float* acc, cursor at,
+                 int32_t n_keys, rows_out dst) {
     const T* k_pool = reinterpret_cast<const T*>(call.k_pool);
     const T* v_pool = reinterpret_cast<const T*>(call.v_pool);
     const int32_t group = call.n_heads / call.n_kv_heads;
@@ -370,65 +372,6 @@ void attend_rows_grouped(const troupe_attention_call& call, int64_t t, int32_t r
     if constexpr (isa::head_kernels) {
         if (by_head) {
             for (int32_t r = 0; r < n_rows; ++r) l[r] = isa::sum_of(lsum[r], chunk);
-        }
-    }
-    finish_rows<isa>(dst, acc, m, l, n_rows, hd);
-}
-
-// Query rows [r0, r0 + n_rows) of token t: kv heads h0.. with `group` rows each (rows of a kv head adjacent,
-// as in call.q), one pass over n_keys keys of the token, whose rows `at` walks.
-template <class isa, class T, class cursor>
-void attend_rows(const troupe_attention_call& call, int64_t t, int32_t r0, int32_t n_rows, float* acc, cursor at,
-                 int32_t n_keys, rows_out dst) {
-    const int32_t group = call.n_heads / call.n_kv_heads;
-    if (group >= 2) return attend_rows_grouped<isa, T>(call, t, r0, n_rows, acc, at, n_keys, dst);
-    const T* k_pool = reinterpret_cast<const T*>(call.k_pool);
-    const T* v_pool = reinterpret_cast<const T*>(call.v_pool);
-    const int32_t hd = call.head_dim;
-    const int32_t h_first = r0 / group;
-    const int32_t h_last = (r0 + n_rows - 1) / group;
-    // The stretch of a position's row this pass reads, for the prefetches.
-    const size_t span_begin = static_cast<size_t>(h_first) * hd;
-    const size_t span_bytes = static_cast<size_t>(h_last - h_first + 1) * hd * sizeof(T);
-    const float* q = call.q + (static_cast<size_t>(t) * call.n_heads + r0) * hd;
-    const float softcap = call.softcap;
-    float m[rows_per_pass];
-    float l[rows_per_pass];
-    alignas(64) float sc[rows_per_pass][chunk];  // this chunk's scores, then their weights
-    for (int32_t r = 0; r < n_rows; ++r) {
-        m[r] = -INFINITY;
-        l[r] = 0.0f;
-    }
-    for (int32_t i = 0; i < n_rows * hd; ++i) acc[i] = 0.0f;
-    cursor ahead = at;
-    for (int32_t j = 0; j < prefetch_distance && j < n_keys; ++j) (void)ahead.next();
-    size_t offsets[chunk];
-    for (int32_t j0 = 0; j0 < n_keys; j0 += chunk) {
-        const int32_t n = n_keys - j0 < chunk ? n_keys - j0 : chunk;
-        for (int32_t jj = 0; jj < n; ++jj) {
-            offsets[jj] = at.next();
-            if (j0 + jj + prefetch_distance < n_keys) {
-                const size_t p = ahead.next() + span_begin;
-                for (size_t b = 0; b < span_bytes; b += 64) {
-                    __builtin_prefetch(reinterpret_cast<const char*>(k_pool + p) + b);
-                    __builtin_prefetch(reinterpret_cast<const char*>(v_pool + p) + b);
-                }
-            }
-            const T* k = k_pool + offsets[jj];
-            for (int32_t r = 0; r < n_rows; ++r) {
-                const int32_t head = r0 + r;  // query head; its kv head is head / group
-                sc[r][jj] = isa::dot(q + static_cast<size_t>(r) * hd, k + static_cast<size_t>(head / group) * hd, hd) *
-                            call.scale;
-            }
-        }
-        if (softcap > 0.0f) cap_scores(sc[0], chunk, n_rows, n, softcap);  // Gemma 2: before the max
-        chunk_softmax<isa>(sc, n_rows, n, m, l, acc, hd);
-        for (int32_t jj = 0; jj < n; ++jj) {
-            const T* v = v_pool + offsets[jj];
-            for (int32_t r = 0; r < n_rows; ++r) {
-                const int32_t head = r0 + r;
-                isa::axpy(acc + static_cast<size_t>(r) * hd, sc[r][jj], v + static_cast<size_t>(head / group) * hd, hd);
-            }
         }
     }
     finish_rows<isa>(dst, acc, m, l, n_rows, hd);
