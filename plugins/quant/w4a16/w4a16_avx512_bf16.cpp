@@ -12,10 +12,10 @@
 #include <algorithm>
 #include <type_traits>
 
+#include "plugins/common/prefetch.h"
+
 namespace troupe::w4a16 {
 namespace {
-
-constexpr int k_prefetch_distance = 8192;  // bytes ahead in the row stream (as the float kernels)
 
 // Word 2i <- word i, word 2i + 1 <- word 16 + i: the pairs (x[i], x[16 + i]) of 32 activations.
 alignas(64) constexpr uint16_t k_pair_order[32] = {0, 16, 1, 17, 2,  18, 3,  19, 4,  20, 5,  21, 6,  22, 7,  23,
@@ -108,7 +108,7 @@ void rows_dot(const matrix& w, int64_t r, const bf16_activations& a, int64_t t0,
 #pragma GCC unroll 2
         for (int i = 0; i < R; ++i) {
             const uint8_t* sp = w.spans(r + i) + s * k_span_bytes;
-            _mm_prefetch(reinterpret_cast<const char*>(sp) + k_prefetch_distance, _MM_HINT_T0);
+            plugin_support::prefetch_stream(sp);
             __m512i v = _mm512_load_si512(sp);
             asm("" : "+v"(v));  // one load of the codes: else gcc folds a load into each shift (the load ports limit)
             wv[i][0] = words<0>(v);
