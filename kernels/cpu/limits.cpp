@@ -55,7 +55,7 @@ double measure_read_bandwidth(thread_pool& pool, size_t buffer_bytes) {
     const dispatch_level level = best_level();
     std::atomic<float> sink{0};
     double best = 0;
-    for (int run = 0; run < 10; ++run) {
+    for (int run = 0; run < 12; ++run) {
         const auto start = clock_type::now();
         pool.parallel_for(k_pieces, [&](int64_t p0, int64_t p1) {
             const float* p = data + p0 * piece;
@@ -63,7 +63,8 @@ double measure_read_bandwidth(thread_pool& pool, size_t buffer_bytes) {
             float s = 0;
             switch (level) {
                 case dispatch_level::avx512:
-                    s = detail::read_stream_avx512(p, count, run % 2 == 1);  // both prefetch hints, the best
+                    // every prefetch scheme the kernels use, the best
+                    s = detail::read_stream_avx512(p, count, static_cast<detail::stream_prefetch>(run % 3));
                     break;
                 case dispatch_level::avx2:
                     s = detail::read_stream_avx2(p, count);

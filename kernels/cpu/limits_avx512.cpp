@@ -7,7 +7,8 @@ namespace troupe::cpu::detail {
 
 namespace {
 
-template <int Hint>
+// Hint 8 KiB ahead, and (Far > 0) a second hint Far bytes ahead.
+template <int Hint, int Far = 0, int FarHint = _MM_HINT_T1>
 float read_stream(const float* p, size_t n) {
     __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
     for (size_t i = 0; i < n; i += 64) {
@@ -16,6 +17,13 @@ float read_stream(const float* p, size_t n) {
         _mm_prefetch(ahead + 64, static_cast<_mm_hint>(Hint));
         _mm_prefetch(ahead + 128, static_cast<_mm_hint>(Hint));
         _mm_prefetch(ahead + 192, static_cast<_mm_hint>(Hint));
+        if constexpr (Far > 0) {
+            const char* far = reinterpret_cast<const char*>(p + i) + Far;
+            _mm_prefetch(far, static_cast<_mm_hint>(FarHint));
+            _mm_prefetch(far + 64, static_cast<_mm_hint>(FarHint));
+            _mm_prefetch(far + 128, static_cast<_mm_hint>(FarHint));
+            _mm_prefetch(far + 192, static_cast<_mm_hint>(FarHint));
+        }
         a0 = _mm512_add_ps(a0, _mm512_load_ps(p + i));
         a1 = _mm512_add_ps(a1, _mm512_load_ps(p + i + 16));
         a2 = _mm512_add_ps(a2, _mm512_load_ps(p + i + 32));
@@ -26,11 +34,20 @@ float read_stream(const float* p, size_t n) {
 
 }  // namespace
 
-float read_stream_avx512(const float* p, size_t n, bool prefetch_to_l2) {
+float read_stream_avx512(const float* p, size_t n, stream_prefetch how) {
     // Software prefetch 8 KiB ahead: on the machines measured, the hardware prefetcher alone leaves a thread
-    // well below what the memory delivers (the matmul kernels prefetch the same way). Into L1 (T0) or L2 (T1): the
-    // kernels use both, and which reads faster differs by CPU, so the probe tries both (limits.cpp).
-    return prefetch_to_l2 ? read_stream<_MM_HINT_T1>(p, n) : read_stream<_MM_HINT_T0>(p, n);
+    // well below what the memory delivers (the matmul kernels prefetch the same way). Into L1 (T0), into L2 (T1), or
+    // into L1 8 KiB ahead and L2 32 KiB ahead: the kernels use each, and which reads fastest differs by CPU, so the
+    // probe tries them all (limits.cpp).
+    switch (how) {
+        case stream_prefetch::l1:
+            return read_stream<_MM_HINT_T0>(p, n);
+        case stream_prefetch::l2:
+            return read_stream<_MM_HINT_T1>(p, n);
+        case stream_prefetch::l1_and_l2:
+            break;
+    }
+    return read_stream<_MM_HINT_T0, 32768>(p, n);
 }
 
 double fma_chains_avx512(int64_t iterations) {
@@ -68,7 +85,7 @@ double int8_dot_chains_avx512(int64_t iterations) {
 }  // namespace troupe::cpu::detail
 #else
 namespace troupe::cpu::detail {
-float read_stream_avx512(const float*, size_t, bool) {
+float read_stream_avx512(const float*, size_t, stream_prefetch) {
     return 0;
 }
 double fma_chains_avx512(int64_t) {

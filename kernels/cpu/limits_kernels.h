@@ -7,8 +7,9 @@
 namespace troupe::cpu::detail {
 
 // Reads n floats (n a multiple of 64) and returns something that depends on all of them. AVX-512: with software
-// prefetches into L1, or into L2 when prefetch_to_l2.
-float read_stream_avx512(const float* p, size_t n, bool prefetch_to_l2);
+// prefetches into L1, into L2, or both (at two distances).
+enum class stream_prefetch { l1, l2, l1_and_l2 };
+float read_stream_avx512(const float* p, size_t n, stream_prefetch how);
 float read_stream_avx2(const float* p, size_t n);
 // Runs `iterations` rounds of independent FMA chains; returns the flops done (and keeps a result alive).
 double fma_chains_avx512(int64_t iterations);
