@@ -164,6 +164,7 @@ std::vector<attention_case> all_cases() {
         {"mha_4_heads_dim_16", 4, 4, 16},      {"mqa_4_heads_dim_16", 4, 1, 16},
         {"gqa_8_heads_2_kv_dim_8", 8, 2, 8},   {"gqa_6_heads_3_kv_dim_20", 6, 3, 20},
         {"gqa_4_heads_2_kv_dim_64", 4, 2, 64}, {"mqa_12_heads_dim_24", 12, 1, 24},
+        {"mha_3_heads_dim_20", 3, 3, 20},  // MHA through the chunked loop with vector tails
     };
     std::vector<attention_case> cases;
     int i = 0;
