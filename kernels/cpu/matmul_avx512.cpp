@@ -20,9 +20,9 @@
 #include <array>
 #include <cstddef>
 #include <cstdlib>
-#include <cstring>
 #include <utility>
 
+#include "kernels/cpu/activations_avx512.h"
 #include "kernels/cpu/aligned_buffer.h"
 #include "kernels/cpu/float_tile_walk.h"
 #include "kernels/cpu/gemm_avx512.h"
@@ -452,105 +452,6 @@ void rows_avx512(const matmul_weight& w, prepared_x x, float* y, int64_t ldy, in
             }
         }
     }
-}
-
-// ---------------------------------------------------------------------------------------------------------
-// Activations, bit-exact with the reference quantizers
-
-void quantize_q8_0_avx512(const float* x, block_q8_0* y, int64_t n) {
-    for (int64_t b = 0; b < n / qk8_0; ++b) {
-        const __m512 v0 = _mm512_loadu_ps(x + b * qk8_0), v1 = _mm512_loadu_ps(x + b * qk8_0 + 16);
-        const float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(v0), _mm512_abs_ps(v1)));
-        // ref::quantize_activations_q8_0: llama.cpp's x86 activation blocks (127 / amax, halves to even).
-        const float d = amax / 127.0f;
-        const float id = amax != 0.0f ? 127.0f / amax : 0.0f;
-        y[b].d = fp32_to_fp16(d);
-        const __m512 s = _mm512_set1_ps(id);
-        constexpr int nearest = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
-        const __m512i q0 = _mm512_cvtps_epi32(_mm512_roundscale_ps(_mm512_mul_ps(v0, s), nearest));
-        const __m512i q1 = _mm512_cvtps_epi32(_mm512_roundscale_ps(_mm512_mul_ps(v1, s), nearest));
-        _mm_storeu_si128(reinterpret_cast<__m128i*>(y[b].qs), _mm512_cvtepi32_epi8(q0));
-        _mm_storeu_si128(reinterpret_cast<__m128i*>(y[b].qs + 16), _mm512_cvtepi32_epi8(q1));
-    }
-}
-
-void quantize_q8_k_avx512(const float* x, block_q8_k* y, int64_t n) {
-    for (int64_t b = 0; b < n / qk_k; ++b) {
-        const float* xb = x + b * qk_k;
-        __m512 amax_v = _mm512_setzero_ps();
-        for (int j = 0; j < qk_k; j += 16) amax_v = _mm512_max_ps(amax_v, _mm512_abs_ps(_mm512_loadu_ps(xb + j)));
-        const float amax = _mm512_reduce_max_ps(amax_v);
-        if (amax == 0.0f) {
-            std::memset(&y[b], 0, sizeof y[b]);
-            continue;
-        }
-        float max = 0.0f;  // the first element whose |x| is amax, with its sign
-        for (int j = 0; j < qk_k; j += 16) {
-            const __mmask16 m =
-                _mm512_cmp_ps_mask(_mm512_abs_ps(_mm512_loadu_ps(xb + j)), _mm512_set1_ps(amax), _CMP_EQ_OQ);
-            if (m) {
-                max = xb[j + __builtin_ctz(m)];
-                break;
-            }
-        }
-        const float iscale = -127.0f / max;
-        const __m512 s = _mm512_set1_ps(iscale);
-        for (int j = 0; j < qk_k; j += 16) {
-            const __m512i q =
-                _mm512_min_epi32(_mm512_cvtps_epi32(_mm512_mul_ps(_mm512_loadu_ps(xb + j), s)), _mm512_set1_epi32(127));
-            _mm_storeu_si128(reinterpret_cast<__m128i*>(y[b].qs + j), _mm512_cvtepi32_epi8(q));
-            y[b].bsums[j / 16] = static_cast<int16_t>(_mm512_reduce_add_epi32(q));
-        }
-        y[b].d = 1.0f / iscale;
-    }
-}
-
-void q8_0_values_avx512(const float* x, float* y, int64_t n) {
-    for (int64_t b = 0; b < n / qk8_0; ++b) {
-        const __m512 v0 = _mm512_loadu_ps(x + b * qk8_0), v1 = _mm512_loadu_ps(x + b * qk8_0 + 16);
-        const float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(v0), _mm512_abs_ps(v1)));
-        const float d = amax / 127.0f;
-        const float id = amax != 0.0f ? 127.0f / amax : 0.0f;
-        const __m512 s = _mm512_set1_ps(id), dq = _mm512_set1_ps(fp16_to_fp32(fp32_to_fp16(d)));
-        constexpr int nearest = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
-        _mm512_storeu_ps(y + b * qk8_0, _mm512_mul_ps(dq, _mm512_roundscale_ps(_mm512_mul_ps(v0, s), nearest)));
-        _mm512_storeu_ps(y + b * qk8_0 + 16, _mm512_mul_ps(dq, _mm512_roundscale_ps(_mm512_mul_ps(v1, s), nearest)));
-    }
-}
-
-void q8_k_values_avx512(const float* x, float* y, int64_t n) {
-    for (int64_t b = 0; b < n / qk_k; ++b) {
-        block_q8_k q;
-        quantize_q8_k_avx512(x + b * qk_k, &q, qk_k);
-        const __m512 d = _mm512_set1_ps(q.d);
-        for (int j = 0; j < qk_k; j += 16) {
-            const __m512i v = _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q.qs + j)));
-            _mm512_storeu_ps(y + b * qk_k + j, _mm512_mul_ps(d, _mm512_cvtepi32_ps(v)));
-        }
-    }
-}
-
-void round_f16_avx512(const float* x, float* y, int64_t n) {
-    int64_t i = 0;
-    for (; i + 16 <= n; i += 16) {
-        const __m256i h = _mm512_cvtps_ph(_mm512_loadu_ps(x + i), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-        _mm512_storeu_ps(y + i, _mm512_cvtph_ps(h));
-    }
-    round_f16_scalar(x + i, y + i, n - i);
-}
-
-void round_bf16_avx512(const float* x, float* y, int64_t n) {
-    int64_t i = 0;
-    const __m512i abs_mask = _mm512_set1_epi32(0x7fffffff), inf = _mm512_set1_epi32(0x7f800000);
-    for (; i + 16 <= n; i += 16) {
-        const __m512i v = _mm512_loadu_si512(x + i);
-        const __m512i odd = _mm512_and_si512(_mm512_srli_epi32(v, 16), _mm512_set1_epi32(1));
-        __m512i r = _mm512_add_epi32(v, _mm512_add_epi32(_mm512_set1_epi32(0x7fff), odd));
-        const __mmask16 nan = _mm512_cmpgt_epi32_mask(_mm512_and_si512(v, abs_mask), inf);
-        r = _mm512_mask_or_epi32(r, nan, v, _mm512_set1_epi32(0x00400000));
-        _mm512_storeu_si512(y + i, _mm512_and_si512(r, _mm512_set1_epi32(static_cast<int>(0xffff0000u))));
-    }
-    round_bf16_scalar(x + i, y + i, n - i);
 }
 
 }  // namespace
