@@ -7,8 +7,8 @@ namespace troupe::cpu::detail {
 
 namespace {
 
-// Hint 8 KiB ahead, and (Far > 0) a second hint Far bytes ahead.
-template <int Hint, int Far = 0, int FarHint = _MM_HINT_T1>
+// Hint 8 KiB ahead, and (Far > 0) an L2 hint Far bytes ahead.
+template <int Hint, int Far = 0>
 float read_stream(const float* p, size_t n) {
     __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
     for (size_t i = 0; i < n; i += 64) {
@@ -19,10 +19,10 @@ float read_stream(const float* p, size_t n) {
         _mm_prefetch(ahead + 192, static_cast<_mm_hint>(Hint));
         if constexpr (Far > 0) {
             const char* far = reinterpret_cast<const char*>(p + i) + Far;
-            _mm_prefetch(far, static_cast<_mm_hint>(FarHint));
-            _mm_prefetch(far + 64, static_cast<_mm_hint>(FarHint));
-            _mm_prefetch(far + 128, static_cast<_mm_hint>(FarHint));
-            _mm_prefetch(far + 192, static_cast<_mm_hint>(FarHint));
+            _mm_prefetch(far, _MM_HINT_T1);
+            _mm_prefetch(far + 64, _MM_HINT_T1);
+            _mm_prefetch(far + 128, _MM_HINT_T1);
+            _mm_prefetch(far + 192, _MM_HINT_T1);
         }
         a0 = _mm512_add_ps(a0, _mm512_load_ps(p + i));
         a1 = _mm512_add_ps(a1, _mm512_load_ps(p + i + 16));
