@@ -15,6 +15,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <memory>
 #include <random>
 #include <string>
 
@@ -232,6 +233,11 @@ int measure(const bench_inputs& in) {
     // The limits are measured between the phases of every rep, so a busy moment on a shared machine
     // lowers a figure and its limit alike; each is reported as the best of the reps (the bandwidth as the best
     // of the reads before and after every decode run).
+    // Plain decode alternates its steps with reads of a step's weight bytes (step_read_stream), so the two see the
+    // same moments of the machine; per rep the decode's speed as a share of the read's.
+    std::unique_ptr<cpu::step_read_stream> read_stream;
+    if (cpu && shallow_blocks == 0) read_stream = std::make_unique<cpu::step_read_stream>(cpu->pool());
+    std::vector<double> stream_share, stream_gbs;
     for (int32_t r = 0; r < in.reps; ++r) {
         if (cpu) {
             fma_peak_runs.push_back(cpu::measure_fma_peak(cpu->pool()));
@@ -284,18 +290,25 @@ int measure(const bench_inputs& in) {
             continue;
         }
         std::vector<std::vector<int32_t>> next(in.n_seqs, std::vector<int32_t>{1});
-        const auto t1 = bench_clock::now();
+        double decode_s = 0, read_s = 0;
         for (int32_t i = 0; i < in.n_gen; ++i) {
+            const auto t1 = bench_clock::now();
             if (auto st = runner.forward(run.batch_at(in.decode_after_prompt ? in.n_prompt + i : i, next), out); !st) {
                 std::fprintf(stderr, "troupe bench: %s\n", st.message().c_str());
                 return exit_failure;
             }
+            decode_s += seconds_since(t1);
+            if (read_stream) read_s += read_stream->read(cpu->weight_bytes_per_token());
             for (int32_t s = 0; s < in.n_seqs; ++s) {
                 const auto row = out.row(s);
                 next[s][0] = static_cast<int32_t>(std::max_element(row.begin(), row.end()) - row.begin());
             }
         }
-        tg.push_back(static_cast<double>(in.n_gen) * in.n_seqs / seconds_since(t1));
+        tg.push_back(static_cast<double>(in.n_gen) * in.n_seqs / decode_s);
+        if (read_stream) {
+            stream_share.push_back(read_s / decode_s);
+            stream_gbs.push_back(static_cast<double>(cpu->weight_bytes_per_token()) * in.n_gen / read_s / 1e9);
+        }
         // And after decode: the machine's bandwidth can change within a rep (another tenant), so the bound is
         // the best read on either side of every decode run.
         if (cpu) bandwidth_runs.push_back(cpu::measure_read_bandwidth(cpu->pool()));
@@ -360,6 +373,14 @@ int measure(const bench_inputs& in) {
             "(%.1f MB of weights per step, %.1f GB/s read bandwidth)\n",
             in.n_gen, tg_tps, tg_tps / in.n_seqs * bytes_per_token / 1e9, 100.0 * tg_tps / tg_bound, tg_bound,
             bytes_per_token / 1e6, bandwidth);
+        // The bound is the best of short bursts; beside it, what a plain read of the same bytes got at the same
+        // moments (on a quiet machine the two agree; on a shared one the bursts can run far ahead).
+        if (!stream_share.empty()) {
+            std::printf(
+                "%-8s %12s %8s          %5.1f%% of a plain read of the step's bytes between the steps (median of %zu "
+                "reps; the read %.1f GB/s at best)\n",
+                "", "", "", 100.0 * median(stream_share), stream_share.size(), best(stream_gbs));
+        }
         std::printf("limits: read bandwidth %.1f GB/s, FMA peak %.1f GFLOP/s, int8 dot-product peak %.1f GOP/s (%s)",
                     bandwidth, fma_peak, int8_peak,
                     cpu::active_level() == cpu::dispatch_level::avx512 ? "AVX-512 VNNI vpdpbusd"

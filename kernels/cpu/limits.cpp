@@ -40,31 +40,40 @@ double fma_chains_scalar(int64_t iterations) {
 // works until the end even if one starts late, and take the best of many short runs: on a shared machine
 // that is the run no other process interrupted.
 
-double measure_read_bandwidth(thread_pool& pool, size_t buffer_bytes) {
-    constexpr int64_t k_pieces = 256;
-    const size_t piece = buffer_bytes / sizeof(float) / k_pieces / 64 * 64;  // floats per piece
-    const size_t n = piece * k_pieces;
-    // The memory the weights are streamed from (kernels.weights: copy); plain pages where huge ones are refused.
-    huge_page_buffer huge;
-    aligned_buffer plain;
-    float* data = huge.allocate(n * sizeof(float)) ? reinterpret_cast<float*>(huge.data()) : plain.as<float>(n);
-    // First touch by the pool's threads (pages spread like the reads).
-    pool.parallel_for(k_pieces, [&](int64_t p0, int64_t p1) {
-        std::memset(data + p0 * piece, 0, (p1 - p0) * piece * sizeof(float));
-    });
-    const dispatch_level level = best_level();
-    std::atomic<float> sink{0};
-    double best = 0;
-    for (int run = 0; run < 12; ++run) {
-        const auto start = clock_type::now();
-        pool.parallel_for(k_pieces, [&](int64_t p0, int64_t p1) {
-            const float* p = data + p0 * piece;
-            const size_t count = (p1 - p0) * piece;
+namespace {
+
+constexpr int64_t k_read_pieces = 256;
+
+// A buffer of about `bytes` (whole pieces of 64 floats each) in the memory the weights are streamed from
+// (kernels.weights: copy; plain pages where huge ones are refused), first touched by the pool's threads (pages
+// spread like the reads).
+class read_buffer {
+public:
+    read_buffer(thread_pool& pool, size_t bytes)
+        : piece_(std::max<size_t>(64, bytes / sizeof(float) / k_read_pieces / 64 * 64)) {
+        const size_t n = piece_ * k_read_pieces;
+        data_ = huge_.allocate(n * sizeof(float)) ? reinterpret_cast<float*>(huge_.data()) : plain_.as<float>(n);
+        pool.parallel_for(k_read_pieces, [&](int64_t p0, int64_t p1) {
+            std::memset(data_ + p0 * piece_, 0, (p1 - p0) * piece_ * sizeof(float));
+        });
+    }
+    size_t bytes() const { return piece_ * k_read_pieces * sizeof(float); }
+
+    // Reads the whole buffer once with the pool's threads (pieces claimed by the threads, so every thread works
+    // until the end even if one starts late) and the given AVX-512 prefetch scheme.
+    void read(thread_pool& pool, detail::stream_prefetch how) const { read_pieces(pool, 0, k_read_pieces, how); }
+
+    // Reads n pieces from piece `first` on, wrapping around the buffer's end.
+    void read_pieces(thread_pool& pool, int64_t first, int64_t n, detail::stream_prefetch how) const {
+        const dispatch_level level = best_level();
+        std::atomic<float> sink{0};
+        const auto read_run = [&](int64_t p0, int64_t p1) {  // pieces [p0, p1) of the buffer: contiguous
+            const float* p = data_ + p0 * piece_;
+            const size_t count = (p1 - p0) * piece_;
             float s = 0;
             switch (level) {
                 case dispatch_level::avx512:
-                    // every prefetch scheme the kernels use, the best
-                    s = detail::read_stream_avx512(p, count, static_cast<detail::stream_prefetch>(run % 3));
+                    s = detail::read_stream_avx512(p, count, how);
                     break;
                 case dispatch_level::avx2:
                     s = detail::read_stream_avx2(p, count);
@@ -74,11 +83,62 @@ double measure_read_bandwidth(thread_pool& pool, size_t buffer_bytes) {
                     break;
             }
             sink.store(s, std::memory_order_relaxed);
+        };
+        pool.parallel_for(n, [&](int64_t i0, int64_t i1) {
+            for (int64_t i = i0; i < i1;) {  // split where the range wraps around
+                const int64_t p = (first + i) % k_read_pieces;
+                const int64_t run = std::min(i1 - i, k_read_pieces - p);
+                read_run(p, p + run);
+                i += run;
+            }
         });
+    }
+
+private:
+    size_t piece_;  // floats per piece
+    huge_page_buffer huge_;
+    aligned_buffer plain_;
+    float* data_ = nullptr;
+};
+
+}  // namespace
+
+double measure_read_bandwidth(thread_pool& pool, size_t buffer_bytes) {
+    const read_buffer buffer(pool, buffer_bytes);
+    double best = 0;
+    for (int run = 0; run < 12; ++run) {
+        const auto start = clock_type::now();
+        // every prefetch scheme the kernels use, the best
+        buffer.read(pool, static_cast<detail::stream_prefetch>(run % 3));
         const double seconds = std::chrono::duration<double>(clock_type::now() - start).count();
-        best = std::max(best, static_cast<double>(n * sizeof(float)) / seconds / 1e9);
+        best = std::max(best, static_cast<double>(buffer.bytes()) / seconds / 1e9);
     }
     return best;
+}
+
+struct step_read_stream::state {
+    read_buffer buffer;
+    size_t piece_bytes;
+    int64_t next = 0;  // the piece the next read starts at
+};
+
+step_read_stream::step_read_stream(thread_pool& pool, size_t buffer_bytes)
+    : pool_(pool), state_(new state{read_buffer(pool, buffer_bytes), 0}) {
+    state_->piece_bytes = state_->buffer.bytes() / k_read_pieces;
+}
+
+step_read_stream::~step_read_stream() {
+    delete state_;
+}
+
+double step_read_stream::read(size_t bytes) {
+    const int64_t n = std::max<int64_t>(
+        1, static_cast<int64_t>((bytes + state_->piece_bytes / 2) / state_->piece_bytes));  // whole pieces, nearest
+    const int64_t first = state_->next;
+    state_->next = (first + n) % k_read_pieces;
+    const auto start = clock_type::now();
+    state_->buffer.read_pieces(pool_, first, n, detail::stream_prefetch::l1_and_l2);
+    return std::chrono::duration<double>(clock_type::now() - start).count();
 }
 
 namespace {

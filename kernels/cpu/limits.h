@@ -11,6 +11,26 @@ namespace troupe::cpu {
 // the best of a few runs. Allocates and touches the buffer (256 MiB by default) for the duration.
 double measure_read_bandwidth(thread_pool& pool, size_t buffer_bytes = size_t{256} << 20);
 
+// A read stream to time beside a benchmark, step by step: read(bytes) reads that many bytes of a buffer far larger than
+// the caches (256 MiB, wrapping around from where the last read stopped) with all of the pool's threads and the
+// prefetch the weight kernels use, and returns the seconds it took. Alternated with decode steps, it shows what the
+// memory delivered to a plain read at the same moments, where measure_read_bandwidth takes the best of short bursts
+// (on a shared machine those can run far ahead of what a second-long decode sees).
+class step_read_stream {
+public:
+    explicit step_read_stream(thread_pool& pool, size_t buffer_bytes = size_t{256} << 20);
+    ~step_read_stream();
+    step_read_stream(const step_read_stream&) = delete;
+    step_read_stream& operator=(const step_read_stream&) = delete;
+
+    double read(size_t bytes);
+
+private:
+    struct state;
+    thread_pool& pool_;
+    state* state_;
+};
+
 // GFLOP/s of independent FMA chains kept in registers on all of the pool's threads, with the widest
 // vectors of the best available level (an FMA counts 2 flops), the best of a few runs.
 double measure_fma_peak(thread_pool& pool);

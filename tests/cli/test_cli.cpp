@@ -115,6 +115,20 @@ TEST(cli, bench_compare_depth_decodes_both_contexts_step_for_step_and_prints_the
     EXPECT_TRUE(contains(r.err, "--compare-depth 16 must be below --n-prompt 16")) << r.err;
 }
 
+TEST(cli, bench_prints_decode_beside_a_plain_read_alternated_with_its_steps) {
+    TROUPE_REQUIRE_SHARED(model, "models/stories260K.gguf");
+    auto r = troupe({"bench", "--model", model, "--n-prompt", "16", "--n-gen", "4", "--reps", "2"});
+    EXPECT_EQ(r.rc, 0) << r.err;
+    EXPECT_TRUE(contains(r.out, "% of the bandwidth bound ")) << r.out;
+    EXPECT_TRUE(contains(r.out, "% of a plain read of the step's bytes between the steps (median of 2 reps; the read "))
+        << r.out;
+    // With --compare-depth the steps alternate with the shallow decode instead.
+    r = troupe({"bench", "--model", model, "--n-prompt", "32", "--n-gen", "4", "--reps", "1", "--decode-after-prompt",
+                "--compare-depth", "16"});
+    EXPECT_EQ(r.rc, 0) << r.err;
+    EXPECT_FALSE(contains(r.out, "of a plain read")) << r.out;
+}
+
 TEST(cli, info_describes_the_model) {
     TROUPE_REQUIRE_SHARED(model, "models/stories260K.gguf");
     auto r = troupe({"info", model});
@@ -158,7 +172,8 @@ TEST(cli, bad_command_lines_give_a_clear_error_and_exit_code_2) {
         {{"synth", "--shape", "moe-1B", "--arch", "qwen2", "--vocab", "v.gguf", "-o", "o.gguf"},
          "shape moe-1B is a mixture of experts; it takes --arch mixtral or deepseek2, not qwen2"},
         {{"synth", "--shape", "tiny", "--vocab", "v.gguf", "--type", "q5_1", "-o", "o.gguf"},
-         "--type: unknown type 'q5_1' (valid: f32, f16, q8_0, q4_0, q5_0, q2_k, q3_k, q4_k, q5_k, q6_k, q4_1, w4_g64, w4_g128)"},
+         "--type: unknown type 'q5_1' (valid: f32, f16, q8_0, q4_0, q5_0, q2_k, q3_k, q4_k, q5_k, q6_k, q4_1, w4_g64, "
+         "w4_g128)"},
         {{"synth", "--type", "f16"}, "--shape is required"},
         {{"run", "--model", "m.gguf", "--prompt", "hi", "--top-p", "1.5"},
          "troupe run: --top-p: sampling.top_p: must be between 0 and 1, got 1.5"},

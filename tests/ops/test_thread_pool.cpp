@@ -155,5 +155,20 @@ TEST(limits, measured_bandwidth_and_fma_peak_are_positive_and_plausible) {
     EXPECT_LT(gflops, 100000.0);
 }
 
+TEST(limits, step_read_stream_times_reads_of_any_size_wrapping_around_its_buffer) {
+    cpu::thread_pool pool(2);
+    cpu::step_read_stream stream(pool, size_t{16} << 20);  // pieces of 64 KiB
+    // Less than a piece, a few pieces, and more than the whole buffer from a position inside it (wraps twice).
+    for (const size_t bytes : {size_t{1}, size_t{200} << 10, size_t{40} << 20}) {
+        const double seconds = stream.read(bytes);
+        EXPECT_GT(seconds, 0.0) << bytes;
+        EXPECT_LT(seconds, 10.0) << bytes;
+    }
+    // The rate of a read of 64 MiB: plausible for any machine.
+    const double gbs = static_cast<double>(size_t{64} << 20) / stream.read(size_t{64} << 20) / 1e9;
+    EXPECT_GT(gbs, 0.5);
+    EXPECT_LT(gbs, 5000.0);
+}
+
 }  // namespace
 }  // namespace troupe
