@@ -175,8 +175,12 @@ void group_tile(const pair_block* pb, int64_t nb, const uint8_t* xq, size_t xqs,
         }
 #pragma GCC unroll 8
         for (int c = 0; c < 8; ++c) {
-            const __m512i w0 = _mm512_load_si512(&pb[0].w[c]), w1 = _mm512_load_si512(&pb[1].w[c]);
-            const __m512i s0 = _mm512_load_si512(&pb[0].sc[c]), s1 = _mm512_load_si512(&pb[1].sc[c]);
+            __m512i w0 = _mm512_load_si512(&pb[0].w[c]), w1 = _mm512_load_si512(&pb[1].w[c]);
+            __m512i s0 = _mm512_load_si512(&pb[0].sc[c]), s1 = _mm512_load_si512(&pb[1].sc[c]);
+            // Loaded once for the T tokens: without the barrier GCC folds these loads into every token's
+            // vpmaddubsw / vpdpwssd at T = 3 (4 loads per token and chunk for Q6_K, 2 for Q4_K). The same instructions
+            // otherwise, so the same sums.
+            if constexpr (T > 1) asm("" : "+v"(w0), "+v"(w1), "+v"(s0), "+v"(s1));
 #pragma GCC unroll 8
             for (int t = 0; t < T; ++t) {
                 const __m512i xv =
