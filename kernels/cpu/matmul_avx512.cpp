@@ -69,7 +69,7 @@ struct float_kernel {  // float_tile_walk.h's Kernel
             __m512 wv[R];
 #pragma GCC unroll 3
             for (int r = 0; r < R; ++r) {
-                prefetch_ahead(w + r * ws + k * L::bytes, 32 * L::bytes);
+                prefetch_ahead<T == 1>(w + r * ws + k * L::bytes, 32 * L::bytes);
                 wv[r] = L::full(w + r * ws, k);
             }
 #pragma GCC unroll 4
