@@ -78,10 +78,15 @@ void tile(const tile_call& c) {
     int64_t k = 0;
     for (; k + ku <= n_in; k += ku) {
         // The hardware prefetchers fall behind a stream consumed at ~10 bytes a cycle: fetch prefetch_k steps ahead
-        // (into the next panel at the end of this one, which this thread reads next; prefetches never fault).
+        // (into the next panel at the end of this one, which this thread reads next; prefetches never fault), and
+        // into L2 four times as far, so more of the stream is in flight (1B F16 as E4M3, two threads, alternated six
+        // rounds: the decode's share of a plain read of its bytes between the steps 70.7-82.4% -> 76.7-85.3%, median
+        // 22.7 -> 25.3 tokens/s).
         _mm_prefetch(reinterpret_cast<const char*>(w + (k + prefetch_k) * panel_rows), _MM_HINT_T0);
+        _mm_prefetch(reinterpret_cast<const char*>(w + (k + 4 * prefetch_k) * panel_rows), _MM_HINT_T1);
         if constexpr (ku == 4) {
             _mm_prefetch(reinterpret_cast<const char*>(w + (k + prefetch_k) * panel_rows + 64), _MM_HINT_T0);
+            _mm_prefetch(reinterpret_cast<const char*>(w + (k + 4 * prefetch_k) * panel_rows + 64), _MM_HINT_T1);
         }
 #pragma GCC unroll 8
         for (int u = 0; u < ku; ++u) step(k + u, u);
