@@ -13,20 +13,32 @@
 
 namespace troupe::cpu::detail {
 
+namespace {
+
+// One Q8_0 activation block as ref::quantize_activations_q8_0 makes it (llama.cpp's x86 blocks): d = amax / 127 and
+// the 32 values x * (127 / amax) rounded half to even, still as floats.
+struct q8_0_rounded {
+    float d;
+    __m512 r0, r1;
+};
+
+inline q8_0_rounded round_q8_0_block(const float* x) {
+    const __m512 v0 = _mm512_loadu_ps(x), v1 = _mm512_loadu_ps(x + 16);
+    const float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(v0), _mm512_abs_ps(v1)));
+    const __m512 s = _mm512_set1_ps(amax != 0.0f ? 127.0f / amax : 0.0f);
+    constexpr int nearest = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
+    return {amax / 127.0f, _mm512_roundscale_ps(_mm512_mul_ps(v0, s), nearest),
+            _mm512_roundscale_ps(_mm512_mul_ps(v1, s), nearest)};
+}
+
+}  // namespace
+
 void quantize_q8_0_avx512(const float* x, block_q8_0* y, int64_t n) {
     for (int64_t b = 0; b < n / qk8_0; ++b) {
-        const __m512 v0 = _mm512_loadu_ps(x + b * qk8_0), v1 = _mm512_loadu_ps(x + b * qk8_0 + 16);
-        const float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(v0), _mm512_abs_ps(v1)));
-        // ref::quantize_activations_q8_0: llama.cpp's x86 activation blocks (127 / amax, halves to even).
-        const float d = amax / 127.0f;
-        const float id = amax != 0.0f ? 127.0f / amax : 0.0f;
-        y[b].d = fp32_to_fp16(d);
-        const __m512 s = _mm512_set1_ps(id);
-        constexpr int nearest = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
-        const __m512i q0 = _mm512_cvtps_epi32(_mm512_roundscale_ps(_mm512_mul_ps(v0, s), nearest));
-        const __m512i q1 = _mm512_cvtps_epi32(_mm512_roundscale_ps(_mm512_mul_ps(v1, s), nearest));
-        _mm_storeu_si128(reinterpret_cast<__m128i*>(y[b].qs), _mm512_cvtepi32_epi8(q0));
-        _mm_storeu_si128(reinterpret_cast<__m128i*>(y[b].qs + 16), _mm512_cvtepi32_epi8(q1));
+        const q8_0_rounded q = round_q8_0_block(x + b * qk8_0);
+        y[b].d = fp32_to_fp16(q.d);
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(y[b].qs), _mm512_cvtepi32_epi8(_mm512_cvtps_epi32(q.r0)));
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(y[b].qs + 16), _mm512_cvtepi32_epi8(_mm512_cvtps_epi32(q.r1)));
     }
 }
 
@@ -63,14 +75,10 @@ void quantize_q8_k_avx512(const float* x, block_q8_k* y, int64_t n) {
 
 void q8_0_values_avx512(const float* x, float* y, int64_t n) {
     for (int64_t b = 0; b < n / qk8_0; ++b) {
-        const __m512 v0 = _mm512_loadu_ps(x + b * qk8_0), v1 = _mm512_loadu_ps(x + b * qk8_0 + 16);
-        const float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(v0), _mm512_abs_ps(v1)));
-        const float d = amax / 127.0f;
-        const float id = amax != 0.0f ? 127.0f / amax : 0.0f;
-        const __m512 s = _mm512_set1_ps(id), dq = _mm512_set1_ps(fp16_to_fp32(fp32_to_fp16(d)));
-        constexpr int nearest = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
-        _mm512_storeu_ps(y + b * qk8_0, _mm512_mul_ps(dq, _mm512_roundscale_ps(_mm512_mul_ps(v0, s), nearest)));
-        _mm512_storeu_ps(y + b * qk8_0 + 16, _mm512_mul_ps(dq, _mm512_roundscale_ps(_mm512_mul_ps(v1, s), nearest)));
+        const q8_0_rounded q = round_q8_0_block(x + b * qk8_0);
+        const __m512 dq = _mm512_set1_ps(fp16_to_fp32(fp32_to_fp16(q.d)));
+        _mm512_storeu_ps(y + b * qk8_0, _mm512_mul_ps(dq, q.r0));
+        _mm512_storeu_ps(y + b * qk8_0 + 16, _mm512_mul_ps(dq, q.r1));
     }
 }
 
