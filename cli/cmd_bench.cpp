@@ -238,6 +238,7 @@ int measure(const bench_inputs& in) {
     std::unique_ptr<cpu::step_read_stream> read_stream;
     if (cpu && shallow_blocks == 0) read_stream = std::make_unique<cpu::step_read_stream>(cpu->pool());
     std::vector<double> stream_share, stream_gbs;
+    const size_t step_bytes = cpu ? cpu->weight_bytes_per_token() : 0;  // what the read between steps reads
     for (int32_t r = 0; r < in.reps; ++r) {
         if (cpu) {
             fma_peak_runs.push_back(cpu::measure_fma_peak(cpu->pool()));
@@ -298,7 +299,7 @@ int measure(const bench_inputs& in) {
                 return exit_failure;
             }
             decode_s += seconds_since(t1);
-            if (read_stream) read_s += read_stream->read(cpu->weight_bytes_per_token());
+            if (read_stream) read_s += read_stream->read(step_bytes);
             for (int32_t s = 0; s < in.n_seqs; ++s) {
                 const auto row = out.row(s);
                 next[s][0] = static_cast<int32_t>(std::max_element(row.begin(), row.end()) - row.begin());
@@ -307,7 +308,7 @@ int measure(const bench_inputs& in) {
         tg.push_back(static_cast<double>(in.n_gen) * in.n_seqs / decode_s);
         if (read_stream) {
             stream_share.push_back(read_s / decode_s);
-            stream_gbs.push_back(static_cast<double>(cpu->weight_bytes_per_token()) * in.n_gen / read_s / 1e9);
+            stream_gbs.push_back(static_cast<double>(step_bytes) * in.n_gen / read_s / 1e9);
         }
         // And after decode: the machine's bandwidth can change within a rep (another tenant), so the bound is
         // the best read on either side of every decode run.
