@@ -387,11 +387,12 @@ void attend_tiles_avx512(const troupe_attention_call& call, const query_tile* ti
     }
 }
 
-void attend_tokens_avx512(const troupe_attention_call& call, const int32_t* tokens, int64_t begin, int64_t end) {
+void attend_groups_avx512(const troupe_attention_call& call, const token_group* groups, const int32_t* tokens,
+                          int64_t begin, int64_t end) {
     if (call.kv_type == TROUPE_KV_F16) {
-        attend_tokens<avx512, uint16_t>(call, tokens, begin, end);
+        attend_groups<avx512, uint16_t>(call, groups, tokens, begin, end);
     } else {
-        attend_tokens<avx512, float>(call, tokens, begin, end);
+        attend_groups<avx512, float>(call, groups, tokens, begin, end);
     }
 }
 

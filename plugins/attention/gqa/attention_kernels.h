@@ -45,6 +45,7 @@
 
 #include "key_split.h"
 #include "query_tiles.h"
+#include "token_groups.h"
 
 namespace troupe::gqa {
 
@@ -129,7 +130,8 @@ void write_kv_avx512(const troupe_attention_call& call, int64_t begin, int64_t e
 
 // Limits of the SIMD kernels' stack scratch (checked by the plugin before any kernel runs).
 constexpr int32_t max_head_dim = 512;
-constexpr int32_t heads_per_pass = 8;        // query heads of a group computed together per pass over K/V
+constexpr int32_t heads_per_pass = 8;  // query heads of a group computed together per pass over K/V
+constexpr int32_t rows_per_pass = 32;  // per-token kernels: query rows (tokens x kv heads x group) of one pass over K/V
 constexpr int32_t max_tiled_head_dim = 256;  // beyond, the tiled kernels hand their tiles to the per-token ones
 // Query rows (tokens x group heads) per pass of the tiled kernels: their vectors' lanes.
 constexpr int32_t avx2_lanes = 8;
@@ -162,11 +164,13 @@ static inline bool fills_lanes(const query_tile& tile, int32_t group, int32_t he
 // tiled kernel's rows are themselves independent of the other rows of their tile (a masked key adds exactly nothing).
 constexpr int32_t verify_tokens_max = 32;
 
-// The per-token kernels (attention_online.h): items [begin, end), item = i * n_kv_heads + kv_head for the
-// call's token tokens[i], token-major, so the kv heads of one token a thread takes are one pass over its
-// K/V rows (contiguous per position).
-void attend_tokens_avx2(const troupe_attention_call& call, const int32_t* tokens, int64_t begin, int64_t end);
-void attend_tokens_avx512(const troupe_attention_call& call, const int32_t* tokens, int64_t begin, int64_t end);
+// The per-token kernels (attention_online.h): items [begin, end), item = g * n_kv_heads + kv_head for the call's
+// token group g (token_groups.h), group-major, so the kv heads of one group a thread takes are one pass over its
+// K/V rows (contiguous per position) for all of the group's tokens.
+void attend_groups_avx2(const troupe_attention_call& call, const token_group* groups, const int32_t* tokens,
+                        int64_t begin, int64_t end);
+void attend_groups_avx512(const troupe_attention_call& call, const token_group* groups, const int32_t* tokens,
+                          int64_t begin, int64_t end);
 
 // The split decode's parts [begin, end) (key_split.h; attention_online.h: attend_parts).
 void attend_parts_avx2(const troupe_attention_call& call, const key_part* parts, float* part_out, float* part_m,

@@ -216,7 +216,7 @@ void attend_tiles(const troupe_attention_call& call, const query_tile* tiles, in
         const int32_t kv_head = static_cast<int32_t>(item / n_tiles);
         const query_tile& tile = tiles[item % n_tiles];
         const int32_t n_rows = tile.n_tokens * group;
-        if (!fills_lanes(tile, group, hd, lanes)) {  // gqa_forward sends such tiles to attend_tokens
+        if (!fills_lanes(tile, group, hd, lanes)) {  // gqa_forward sends such tiles to attend_groups
             for (int32_t t = tile.first_token; t < tile.first_token + tile.n_tokens; ++t) {
                 attend_token<isa, T>(call, t, kv_head, kv_head + 1);
             }

@@ -25,11 +25,11 @@
 namespace {
 
 using namespace troupe::plugin_support;
+using troupe::gqa::attend_groups_avx2;
+using troupe::gqa::attend_groups_avx512;
 using troupe::gqa::attend_ref;
 using troupe::gqa::attend_tiles_avx2;
 using troupe::gqa::attend_tiles_avx512;
-using troupe::gqa::attend_tokens_avx2;
-using troupe::gqa::attend_tokens_avx512;
 using troupe::gqa::max_extra_rows;
 using troupe::gqa::max_mask_words;
 
@@ -37,7 +37,8 @@ constexpr const char* source = "attention/gqa";
 
 using attend_fn = void (*)(const troupe_attention_call&, int64_t, int64_t);
 using write_kv_fn = void (*)(const troupe_attention_call&, int64_t, int64_t);
-using attend_tokens_fn = void (*)(const troupe_attention_call&, const int32_t*, int64_t, int64_t);
+using attend_groups_fn = void (*)(const troupe_attention_call&, const troupe::gqa::token_group*, const int32_t*,
+                                  int64_t, int64_t);
 using attend_tiles_fn = void (*)(const troupe_attention_call&, const troupe::gqa::query_tile*, int32_t, int64_t,
                                  int64_t);
 using attend_parts_fn = void (*)(const troupe_attention_call&, const troupe::gqa::key_part*, float*, float*, float*,
@@ -57,7 +58,7 @@ struct troupe_plugin_instance {
     write_kv_fn write_kv = nullptr;            // the step's K/V rows into the pools (scalar or vector conversions)
     attend_fn attend = nullptr;                // scalar: items (token, kv head)
     attend_tiles_fn attend_tiles = nullptr;    // SIMD: items (kv head, query tile)
-    attend_tokens_fn attend_tokens = nullptr;  // SIMD: items (token, kv head) of the tokens of small tiles
+    attend_groups_fn attend_groups = nullptr;  // SIMD: items (token group, kv head) of the tokens of small tiles
     attend_parts_fn attend_parts = nullptr;    // SIMD: items key parts of the long per-token tokens
     int32_t tile_lanes = 1;                    // query rows per pass of attend_tiles
     bool ggml_numerics = false;                // numerics: ggml (attend_ggml for calls without tree rows)
@@ -175,7 +176,8 @@ int32_t check_call(troupe_plugin_instance* inst, const troupe_attention_call* c)
 }
 
 // The per-token tokens (decodes, speculative steps' tokens): those with at least split_min_keys keys, plainly causal
-// or tree drafts, are split over their positions (key_split.h) and merged; the others take attend_tokens.
+// or tree drafts, are split over their positions (key_split.h) and merged; the others take attend_groups, the tokens
+// of one sequence that share a prefix together.
 int32_t attend_single(const troupe_plugin_instance* inst, const troupe_attention_call& c, const troupe_parallel* par,
                       std::vector<int32_t>& single) {
     std::vector<troupe::gqa::key_part> parts;
@@ -214,10 +216,16 @@ int32_t attend_single(const troupe_plugin_instance* inst, const troupe_attention
         }
     }
     if (rc == TROUPE_OK && !single.empty()) {
-        const attend_tokens_fn attend_tokens = inst->attend_tokens;
-        rc =
-            run_parallel(par, static_cast<int64_t>(single.size()) * c.n_kv_heads,
-                         [&c, attend_tokens, &single](int64_t b, int64_t e) { attend_tokens(c, single.data(), b, e); });
+        // Tokens sharing a prefix (a speculative step's root and drafts) read it once (token_groups.h).
+        std::vector<troupe::gqa::token_group> groups(single.size());
+        const int32_t max_tokens = std::max(1, troupe::gqa::rows_per_pass / (c.n_heads / c.n_kv_heads));
+        const int32_t n_groups = troupe::gqa::make_token_groups(c, single.data(), static_cast<int32_t>(single.size()),
+                                                                max_tokens, groups.data());
+        const attend_groups_fn attend_groups = inst->attend_groups;
+        rc = run_parallel(par, static_cast<int64_t>(n_groups) * c.n_kv_heads,
+                          [&c, attend_groups, &groups, &single](int64_t b, int64_t e) {
+                              attend_groups(c, groups.data(), single.data(), b, e);
+                          });
     }
     return rc;
 }
@@ -321,14 +329,14 @@ int32_t gqa_create(const troupe_plugin_params* params, troupe_plugin_instance** 
             inst->kernel = "avx512";
             inst->write_kv = troupe::gqa::write_kv_avx512;
             inst->attend_tiles = attend_tiles_avx512;
-            inst->attend_tokens = attend_tokens_avx512;
+            inst->attend_groups = attend_groups_avx512;
             inst->attend_parts = troupe::gqa::attend_parts_avx512;
             inst->tile_lanes = troupe::gqa::avx512_lanes;
         } else if (kernel == "avx2" || (kernel == "auto" && cpu_has_avx2())) {
             inst->kernel = "avx2";
             inst->write_kv = troupe::gqa::write_kv_avx2;
             inst->attend_tiles = attend_tiles_avx2;
-            inst->attend_tokens = attend_tokens_avx2;
+            inst->attend_groups = attend_groups_avx2;
             inst->attend_parts = troupe::gqa::attend_parts_avx2;
             inst->tile_lanes = troupe::gqa::avx2_lanes;
         } else {
