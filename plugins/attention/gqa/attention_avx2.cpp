@@ -404,12 +404,12 @@ void attend_groups_avx2(const troupe_attention_call& call, const token_group* gr
     }
 }
 
-void attend_parts_avx2(const troupe_attention_call& call, const key_part* parts, float* part_out, float* part_m,
-                       float* part_l, int64_t begin, int64_t end) {
+void attend_parts_avx2(const troupe_attention_call& call, const key_part* parts, const int32_t* shared_tokens,
+                       float* part_out, float* part_m, float* part_l, int64_t begin, int64_t end) {
     if (call.kv_type == TROUPE_KV_F16) {
-        attend_parts<avx2, uint16_t>(call, parts, part_out, part_m, part_l, begin, end);
+        attend_parts<avx2, uint16_t>(call, parts, shared_tokens, part_out, part_m, part_l, begin, end);
     } else {
-        attend_parts<avx2, float>(call, parts, part_out, part_m, part_l, begin, end);
+        attend_parts<avx2, float>(call, parts, shared_tokens, part_out, part_m, part_l, begin, end);
     }
 }
 

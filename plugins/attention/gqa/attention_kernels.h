@@ -173,9 +173,9 @@ void attend_groups_avx512(const troupe_attention_call& call, const token_group* 
                           int64_t begin, int64_t end);
 
 // The split decode's parts [begin, end) (key_split.h; attention_online.h: attend_parts).
-void attend_parts_avx2(const troupe_attention_call& call, const key_part* parts, float* part_out, float* part_m,
-                       float* part_l, int64_t begin, int64_t end);
-void attend_parts_avx512(const troupe_attention_call& call, const key_part* parts, float* part_out, float* part_m,
-                         float* part_l, int64_t begin, int64_t end);
+void attend_parts_avx2(const troupe_attention_call& call, const key_part* parts, const int32_t* shared_tokens,
+                       float* part_out, float* part_m, float* part_l, int64_t begin, int64_t end);
+void attend_parts_avx512(const troupe_attention_call& call, const key_part* parts, const int32_t* shared_tokens,
+                         float* part_out, float* part_m, float* part_l, int64_t begin, int64_t end);
 
 }  // namespace troupe::gqa

@@ -638,23 +638,67 @@ void attend_part(const troupe_attention_call& call, int32_t t, cursor keys, int3
     }
 }
 
-// Parts [begin, end) of a split token (key_split.h): part i is keys [k0, k1) of its token, every query head; its
-// normalized rows go to part_out[i] ([n_heads, head_dim]) and each head's max and sum to part_m[i], part_l[i]
-// ([n_heads]), for merge_key_parts. A plainly causal token's keys are the rows at those positions; a tree token's are
-// its prefix rows, then its ancestors' (attention_kernels.h), the part starting at its (k0 - first position)-th key.
+// A shared part (key_split.h): keys [k0, k0 + n_keys), prefix rows of all of tokens toks[0 .. n_tok) (one sequence),
+// every query head of each; token i's normalized rows go to out + i * n_heads * head_dim and its heads' maxes and sums
+// to m + i * n_heads, l + i * n_heads. The tokens share each chunk's K/V (pass_keys); each row's result is what
+// attend_part computes for its token alone, bit for bit. Where a pass would take the in-lanes kernels (AVX2, groups of
+// 8) the tokens take attend_part one by one, which is what a decode does there.
 template <class isa, class T>
-void attend_parts(const troupe_attention_call& call, const key_part* parts, float* part_out, float* part_m,
-                  float* part_l, int64_t begin, int64_t end) {
+void attend_shared_part(const troupe_attention_call& call, const int32_t* toks, int32_t n_tok, int32_t k0,
+                        int32_t n_keys, float* out, float* m, float* l, float* acc) {
+    const int32_t group = call.n_heads / call.n_kv_heads;
+    const int32_t hd = call.head_dim;
+    const size_t head_floats = static_cast<size_t>(call.n_heads) * hd;
+    const int32_t bs = call.block_size;
+    const position_cursor keys{call.block_tables[call.seq_of[toks[0]]], bs, static_cast<size_t>(call.n_kv_heads) * hd,
+                               k0 / bs, k0 % bs};
+    const int32_t heads_per_pass = n_tok <= rows_per_pass ? pass_rows(hd) / (n_tok * group) : 0;
+    if (heads_per_pass == 0 || rows_in_lanes<isa>(call, 0, group)) {
+        for (int32_t i = 0; i < n_tok; ++i) {
+            attend_part<isa, T>(call, toks[i], keys, n_keys, out + i * head_floats, m + i * call.n_heads,
+                                l + i * call.n_heads, acc);
+        }
+        return;
+    }
+    pass_state st;
+    st.acc = acc;
+    for (int32_t ha = 0; ha < call.n_kv_heads; ha += heads_per_pass) {
+        const int32_t r0 = ha * group;
+        const int32_t n_rows = (call.n_kv_heads - ha < heads_per_pass ? call.n_kv_heads - ha : heads_per_pass) * group;
+        const float* q[rows_per_pass];
+        for (int32_t i = 0; i < n_tok; ++i) q[i] = call.q + (static_cast<size_t>(toks[i]) * call.n_heads + r0) * hd;
+        st.start(n_tok * n_rows, hd);
+        pass_keys<isa, T, true>(call, q, n_tok, r0, n_rows, st, 0, keys, n_keys);
+        for (int32_t i = 0; i < n_tok; ++i) {
+            const size_t at = static_cast<size_t>(i) * call.n_heads + r0;
+            finish_pass<isa>(call, st, i * n_rows, n_rows, rows_out{out + at * hd, m + at, l + at});
+        }
+    }
+}
+
+// Parts [begin, end) of split tokens (key_split.h): part i is keys [k0, k1) of its token (or of its tokens,
+// shared_tokens[token ..], for a shared part), every query head; its normalized rows go to part_out's slots
+// ([slot, n_heads, head_dim], one slot per token) and each head's max and sum to part_m, part_l ([slot, n_heads]), for
+// merge_key_parts. A plainly causal token's keys are the rows at those positions; a tree token's are its prefix rows,
+// then its ancestors' (attention_kernels.h), the part starting at its (k0 - first position)-th key.
+template <class isa, class T>
+void attend_parts(const troupe_attention_call& call, const key_part* parts, const int32_t* shared_tokens,
+                  float* part_out, float* part_m, float* part_l, int64_t begin, int64_t end) {
     const size_t head_floats = static_cast<size_t>(call.n_heads) * call.head_dim;
     alignas(64) float acc[acc_floats];  // [rows, head_dim]
     for (int64_t i = begin; i < end; ++i) {
         const key_part& part = parts[i];
+        float* out = part_out + static_cast<size_t>(part.slot) * head_floats;
+        float* m = part_m + static_cast<size_t>(part.slot) * call.n_heads;
+        float* l = part_l + static_cast<size_t>(part.slot) * call.n_heads;
+        if (part.n_tokens > 1) {
+            attend_shared_part<isa, T>(call, shared_tokens + part.token, part.n_tokens, part.k0, part.k1 - part.k0, out,
+                                       m, l, acc);
+            continue;
+        }
         const int32_t t = part.token;
         const int32_t* table = call.block_tables[call.seq_of[t]];
         const size_t row_elements = static_cast<size_t>(call.n_kv_heads) * call.head_dim;
-        float* out = part_out + static_cast<size_t>(i) * head_floats;
-        float* m = part_m + static_cast<size_t>(i) * call.n_heads;
-        float* l = part_l + static_cast<size_t>(i) * call.n_heads;
         if (plain_causal(call, t)) {
             const position_cursor rows{table, call.block_size, row_elements, part.k0 / call.block_size,
                                        part.k0 % call.block_size};

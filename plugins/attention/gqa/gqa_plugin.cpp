@@ -13,6 +13,7 @@
 #include <troupe/plugin.h>
 
 #include <algorithm>
+#include <climits>
 #include <cstddef>
 #include <cstring>
 #include <string>
@@ -41,8 +42,8 @@ using attend_groups_fn = void (*)(const troupe_attention_call&, const troupe::gq
                                   int64_t, int64_t);
 using attend_tiles_fn = void (*)(const troupe_attention_call&, const troupe::gqa::query_tile*, int32_t, int64_t,
                                  int64_t);
-using attend_parts_fn = void (*)(const troupe_attention_call&, const troupe::gqa::key_part*, float*, float*, float*,
-                                 int64_t, int64_t);
+using attend_parts_fn = void (*)(const troupe_attention_call&, const troupe::gqa::key_part*, const int32_t*, float*,
+                                 float*, float*, int64_t, int64_t);
 
 bool cpu_has_avx2() {
     return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
@@ -175,56 +176,97 @@ int32_t check_call(troupe_plugin_instance* inst, const troupe_attention_call* c)
     return TROUPE_OK;
 }
 
-// The per-token tokens (decodes, speculative steps' tokens): those with at least split_min_keys keys, plainly causal
-// or tree drafts, are split over their positions (key_split.h) and merged; the others take attend_groups, the tokens
-// of one sequence that share a prefix together.
+// The per-token tokens (decodes, speculative steps' tokens), first grouped: tokens of one sequence with the same first
+// key (token_groups.h: a speculative step's last accepted token and its drafts). Those with at least split_min_keys
+// keys, plainly causal or tree drafts, are split over their positions (key_split.h) and merged: the parts inside the
+// prefix rows all of a group's split tokens see are shared parts, computed once for all of them. The others take
+// attend_groups, a group's tokens together.
 int32_t attend_single(const troupe_plugin_instance* inst, const troupe_attention_call& c, const troupe_parallel* par,
                       std::vector<int32_t>& single) {
-    std::vector<troupe::gqa::key_part> parts;
-    std::vector<int32_t> split_first;  // [split tokens + 1]: the first part of each split token
-    size_t kept = 0;
-    for (const int32_t t : single) {
-        const int32_t n_keys = troupe::gqa::key_count(c, t);
-        if (n_keys < troupe::gqa::split_min_keys) {
-            single[kept++] = t;
-            continue;
+    namespace gqa = troupe::gqa;
+    std::vector<gqa::token_group> groups(single.size());
+    const int32_t max_tokens = std::max(1, gqa::rows_per_pass / (c.n_heads / c.n_kv_heads));
+    const int32_t n_groups =
+        gqa::make_token_groups(c, single.data(), static_cast<int32_t>(single.size()), max_tokens, groups.data());
+    std::vector<gqa::key_part> parts;
+    std::vector<int32_t> shared_tokens;  // the split tokens of each group with shared parts
+    std::vector<int32_t> split;          // split tokens, in merge order
+    std::vector<int32_t> slots;          // each split token's part slots, in key order
+    std::vector<int32_t> slots_first;    // [split tokens + 1]: where each token's slots begin
+    std::vector<int32_t> unsplit;        // the other tokens, by group
+    std::vector<gqa::token_group> unsplit_groups;
+    int32_t n_slots = 0;
+    for (int32_t g = 0; g < n_groups; ++g) {
+        const int32_t* toks = single.data() + groups[static_cast<size_t>(g)].first;
+        const int32_t n = groups[static_cast<size_t>(g)].n_tokens;
+        std::vector<int32_t> long_ones;
+        const auto unsplit_first = static_cast<int32_t>(unsplit.size());
+        for (int32_t i = 0; i < n; ++i) {
+            (gqa::key_count(c, toks[i]) < gqa::split_min_keys ? unsplit : long_ones).push_back(toks[i]);
         }
-        split_first.push_back(static_cast<int32_t>(parts.size()));
-        parts.resize(parts.size() + n_keys / troupe::gqa::split_part_keys + 1);
-        const int32_t n = troupe::gqa::split_keys(c, t, n_keys, parts.data() + split_first.back());
-        parts.resize(split_first.back() + static_cast<size_t>(n));
+        if (static_cast<int32_t>(unsplit.size()) > unsplit_first) {
+            unsplit_groups.push_back({unsplit_first, static_cast<int32_t>(unsplit.size()) - unsplit_first});
+        }
+        if (long_ones.empty()) continue;
+        // Parts wholly inside the prefix rows every long token sees are shared (with two or more of them).
+        int32_t n_shared = 0;
+        if (long_ones.size() > 1) {
+            const int32_t first = gqa::first_key(c, long_ones[0]);
+            int32_t common = INT32_MAX;
+            for (const int32_t t : long_ones) common = std::min(common, gqa::prefix_rows(c, t) - first);
+            n_shared = common / gqa::split_part_keys;
+        }
+        const auto shared_first = static_cast<int32_t>(shared_tokens.size());
+        const auto n_long = static_cast<int32_t>(long_ones.size());
+        if (n_shared > 0) shared_tokens.insert(shared_tokens.end(), long_ones.begin(), long_ones.end());
+        const int32_t shared_slot = n_slots;
+        for (int32_t i = 0; i < n_shared; ++i) {
+            gqa::key_part part = gqa::key_part_of(c, long_ones[0], gqa::key_count(c, long_ones[0]), i);
+            part.token = shared_first;
+            part.slot = n_slots;
+            part.n_tokens = n_long;
+            parts.push_back(part);
+            n_slots += n_long;
+        }
+        for (int32_t j = 0; j < n_long; ++j) {
+            const int32_t t = long_ones[static_cast<size_t>(j)];
+            split.push_back(t);
+            slots_first.push_back(static_cast<int32_t>(slots.size()));
+            for (int32_t i = 0; i < n_shared; ++i) slots.push_back(shared_slot + i * n_long + j);
+            const int32_t n_keys = gqa::key_count(c, t);
+            for (int32_t i = n_shared; i < gqa::key_part_count(n_keys); ++i) {
+                gqa::key_part part = gqa::key_part_of(c, t, n_keys, i);
+                part.slot = n_slots++;
+                slots.push_back(part.slot);
+                parts.push_back(part);
+            }
+        }
     }
-    single.resize(kept);
+    slots_first.push_back(static_cast<int32_t>(slots.size()));
     int32_t rc = TROUPE_OK;
     if (!parts.empty()) {
-        const auto n_parts = static_cast<int64_t>(parts.size());
-        split_first.push_back(static_cast<int32_t>(n_parts));
-        std::vector<float> part_out(static_cast<size_t>(n_parts) * c.n_heads * c.head_dim);  // [parts, heads, hd]
-        std::vector<float> part_m(static_cast<size_t>(n_parts) * c.n_heads);                 // [parts, heads]
-        std::vector<float> part_l(part_m.size());                                            // [parts, heads]
+        std::vector<float> part_out(static_cast<size_t>(n_slots) * c.n_heads * c.head_dim);  // [slots, heads, hd]
+        std::vector<float> part_m(static_cast<size_t>(n_slots) * c.n_heads);                 // [slots, heads]
+        std::vector<float> part_l(part_m.size());                                            // [slots, heads]
         const attend_parts_fn attend_parts = inst->attend_parts;
-        rc = run_parallel(par, n_parts, [&](int64_t b, int64_t e) {
-            attend_parts(c, parts.data(), part_out.data(), part_m.data(), part_l.data(), b, e);
+        rc = run_parallel(par, static_cast<int64_t>(parts.size()), [&](int64_t b, int64_t e) {
+            attend_parts(c, parts.data(), shared_tokens.data(), part_out.data(), part_m.data(), part_l.data(), b, e);
         });
         if (rc == TROUPE_OK) {
-            rc = run_parallel(par, static_cast<int64_t>(split_first.size()) - 1, [&](int64_t b, int64_t e) {
+            rc = run_parallel(par, static_cast<int64_t>(split.size()), [&](int64_t b, int64_t e) {
                 for (int64_t i = b; i < e; ++i) {
-                    troupe::gqa::merge_key_parts(c, parts.data(), split_first[i], split_first[i + 1] - split_first[i],
-                                                 part_out.data(), part_m.data(), part_l.data());
+                    troupe::gqa::merge_key_parts(c, split[i], slots.data() + slots_first[i],
+                                                 slots_first[i + 1] - slots_first[i], part_out.data(), part_m.data(),
+                                                 part_l.data());
                 }
             });
         }
     }
-    if (rc == TROUPE_OK && !single.empty()) {
-        // Tokens sharing a prefix (a speculative step's root and drafts) read it once (token_groups.h).
-        std::vector<troupe::gqa::token_group> groups(single.size());
-        const int32_t max_tokens = std::max(1, troupe::gqa::rows_per_pass / (c.n_heads / c.n_kv_heads));
-        const int32_t n_groups = troupe::gqa::make_token_groups(c, single.data(), static_cast<int32_t>(single.size()),
-                                                                max_tokens, groups.data());
+    if (rc == TROUPE_OK && !unsplit.empty()) {
         const attend_groups_fn attend_groups = inst->attend_groups;
-        rc = run_parallel(par, static_cast<int64_t>(n_groups) * c.n_kv_heads,
-                          [&c, attend_groups, &groups, &single](int64_t b, int64_t e) {
-                              attend_groups(c, groups.data(), single.data(), b, e);
+        rc = run_parallel(par, static_cast<int64_t>(unsplit_groups.size()) * c.n_kv_heads,
+                          [&c, attend_groups, &unsplit_groups, &unsplit](int64_t b, int64_t e) {
+                              attend_groups(c, unsplit_groups.data(), unsplit.data(), b, e);
                           });
     }
     return rc;
