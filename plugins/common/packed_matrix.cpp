@@ -276,17 +276,14 @@ void quantize_activations(const float* x, int64_t n, int8_t* q, float* scales) {
     }
 }
 
-// Below this many multiply-adds an integer product stays on the calling thread. With VNNI (~40 GMAC/s a thread) up
-// to 4M (~0.1 ms): one EAGLE row's FFN or a Medusa head is cheaper inline than waking the workers. Without it the
-// AVX2 products are ~4x slower and bound by the thread's share of the bandwidth, so they split from 256K (on a
-// 2-core first-generation EPYC, the grown 110M's EAGLE propose 3.3 -> 2.2-2.4 ms a step, Medusa's 0.47 -> 0.32;
-// 1M: 2.6 ms, 64K: as 256K).
-namespace {
-int64_t integer_inline_below() {
-    static const int64_t below = has_vnni() ? int64_t{1} << 22 : int64_t{1} << 18;
-    return below;
-}
-}  // namespace
+// Below this many multiply-adds an integer product stays on the calling thread: 256K, with or without VNNI. The
+// drafters' matrices are read from memory each step (the target's weights stream through the caches in between), so
+// a product is bound by the thread's share of the bandwidth, not by its arithmetic: on a 2-core first-generation EPYC
+// (AVX2) the grown 110M's EAGLE propose 3.3 -> 2.2-2.4 ms a step and Medusa's 0.47 -> 0.32 when they split from 256K
+// instead of 4M (1M: 2.6 ms, 64K: as 256K); on a 2-core Zen 4 with VNNI (troupe bench --spec eagle|medusa on the
+// grown 110M, three alternated rounds) EAGLE's propose 1.54-1.58 -> 1.11-1.21 ms and Medusa's 0.23-0.25 ->
+// 0.17-0.20 ms, where the 4M threshold had kept them inline as cheap to compute.
+constexpr int64_t integer_inline_below = int64_t{1} << 18;
 
 int32_t matmul(const troupe_parallel* parallel, const float* x, int64_t n, const packed_matrix& w, const float* b,
                float* y) {
@@ -305,7 +302,7 @@ int32_t matmul(const troupe_parallel* parallel, const float* x, int64_t n, const
                 y[r * out + o] = (integer ? w.row_dot_q8(o, xq, r) : w.row_dot(o, x + r * in)) + bias;
             }
         },
-        integer ? integer_inline_below() : int64_t{1} << 20);
+        integer ? integer_inline_below : int64_t{1} << 20);
 }
 
 }  // namespace troupe::spec_common
