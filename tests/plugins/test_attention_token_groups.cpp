@@ -27,10 +27,11 @@ TEST(token_groups, tokens_of_one_sequence_with_one_first_key_are_grouped_up_to_t
     std::vector<gqa::token_group> groups(tokens.size());
     const int32_t n =
         gqa::make_token_groups(call, tokens.data(), static_cast<int32_t>(tokens.size()), 4, groups.data());
-    // Sequence 0's five tokens (first key 0) make a group of 4 and one of 1; sequence 1's two, sequence 2's one.
+    // Sequence 0's five tokens (first key 0) make a group of 4 and one of 1; sequence 1's two, sequence 2's one; the
+    // groups listed in the order of their first tokens as given (0, 1, 6, 7).
     EXPECT_EQ(tokens, (std::vector<int32_t>{0, 2, 3, 5, 6, 1, 4, 7}));
     ASSERT_EQ(n, 4);
-    const std::vector<std::pair<int32_t, int32_t>> expected = {{0, 4}, {4, 1}, {5, 2}, {7, 1}};
+    const std::vector<std::pair<int32_t, int32_t>> expected = {{0, 4}, {5, 2}, {4, 1}, {7, 1}};
     for (int32_t i = 0; i < n; ++i) {
         EXPECT_EQ(groups[i].first, expected[i].first) << "group " << i;
         EXPECT_EQ(groups[i].n_tokens, expected[i].second) << "group " << i;

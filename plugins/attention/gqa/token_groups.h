@@ -25,7 +25,8 @@ struct token_group {
 
 // Reorders tokens[0 .. n) so that the tokens of one sequence with the same first key (attention_kernels.h; 0 without a
 // sliding window) are adjacent, and writes their groups of at most max_tokens tokens into groups[0 .. return
-// value) (groups must hold n entries). Tokens that share nothing are groups of one; the order is otherwise kept.
+// value) (groups must hold n entries), listed in the order of their first tokens in `tokens` as given. Tokens that
+// share nothing are groups of one.
 int32_t make_token_groups(const troupe_attention_call& call, int32_t* tokens, int32_t n, int32_t max_tokens,
                           token_group* groups);
 
