@@ -195,11 +195,12 @@ int32_t attend_single(const troupe_plugin_instance* inst, const troupe_attention
     std::vector<int32_t> slots_first;    // [split tokens + 1]: where each token's slots begin
     std::vector<int32_t> unsplit;        // the other tokens, by group
     std::vector<gqa::token_group> unsplit_groups;
+    std::vector<int32_t> long_ones;  // a group's split tokens (reused: this runs per layer)
     int32_t n_slots = 0;
     for (int32_t g = 0; g < n_groups; ++g) {
         const int32_t* toks = single.data() + groups[static_cast<size_t>(g)].first;
         const int32_t n = groups[static_cast<size_t>(g)].n_tokens;
-        std::vector<int32_t> long_ones;
+        long_ones.clear();
         const auto unsplit_first = static_cast<int32_t>(unsplit.size());
         for (int32_t i = 0; i < n; ++i) {
             (gqa::key_count(c, toks[i]) < gqa::split_min_keys ? unsplit : long_ones).push_back(toks[i]);
