@@ -2,7 +2,7 @@
 // (attention_online.h) and the tiled one (attention_tiled.h). Tails use masked loads.
 #include <immintrin.h>
 
-#include "attention_online.h"
+#include "attention_shared.h"
 #include "attention_tiled.h"
 #include "kv_write.h"
 #include "vector_exp.h"
