@@ -5,11 +5,13 @@
 
 #include <algorithm>
 #include <cmath>
+#include <span>
 
 #include "plugins/common/dense_ops.h"
 #include "plugins/common/half.h"
 #include "plugins/common/plugin_support.h"
 #include "plugins/common/prefetch.h"
+#include "plugins/common/q4_rows.h"
 
 namespace troupe::spec_common {
 namespace {
@@ -160,6 +162,8 @@ const char* weight_format_name(weight_format f) {
             return "f16";
         case weight_format::q8:
             return "q8";
+        case weight_format::q4:
+            return "q4";
     }
     return "?";
 }
@@ -167,13 +171,36 @@ const char* weight_format_name(weight_format f) {
 weight_format weight_format_of(const std::string& name) {
     if (name == "f16") return weight_format::f16;
     if (name == "q8") return weight_format::q8;
+    if (name == "q4") return weight_format::q4;
     return weight_format::f32;
 }
 
 packed_matrix::packed_matrix(const float* w, int64_t n_rows, int64_t n_cols, weight_format format)
-    : format_(format), n_rows_(n_rows), n_cols_(n_cols) {
+    : format_(format == weight_format::q4 && n_cols % 32 != 0 ? weight_format::q8 : format),
+      n_rows_(n_rows),
+      n_cols_(n_cols) {
     const auto count = static_cast<size_t>(n_rows * n_cols);
-    switch (format) {
+    switch (format_) {
+        case weight_format::q4: {
+            q4_.assign(count / 2, 0);
+            group_scales_.resize(count / 32);
+            for (int64_t r = 0; r < n_rows; ++r) {
+                const float* row = w + r * n_cols;
+                uint8_t* codes = q4_.data() + r * n_cols / 2;
+                for (int64_t g = 0; g < n_cols / 32; ++g) {
+                    int8_t steps[32];
+                    const float d = q4_rows::fit_group(row + 32 * g, steps);
+                    group_scales_[static_cast<size_t>(r * (n_cols / 32) + g)] = d;
+                    for (int64_t j = 32 * g; j < 32 * g + 32; ++j) {
+                        const auto q = static_cast<uint8_t>(steps[j - 32 * g] + 8);
+                        const int64_t c = j / 128, k = j % 128, half = std::min<int64_t>(128, n_cols - 128 * c) / 2;
+                        uint8_t& byte = codes[64 * c + (k < half ? k : k - half)];
+                        byte = static_cast<uint8_t>(k < half ? (byte & 0xf0) | q : (byte & 0x0f) | (q << 4));
+                    }
+                }
+            }
+            return;
+        }
         case weight_format::f32:
             f32_.assign(w, w + count);
             return;
@@ -205,7 +232,26 @@ packed_matrix::packed_matrix(const float* w, int64_t n_rows, int64_t n_cols, wei
 }
 
 size_t packed_matrix::n_bytes() const {
-    return f32_.size() * 4 + f16_.size() * 2 + q8_.size() + u8_.size() + scales_.size() * 4;
+    return f32_.size() * 4 + f16_.size() * 2 + q8_.size() + u8_.size() + scales_.size() * 4 + q4_.size() +
+           group_scales_.size() * 4;
+}
+
+float packed_matrix::weight(int64_t r, int64_t i) const {
+    switch (format_) {
+        case weight_format::f32:
+            return f32_[static_cast<size_t>(r * n_cols_ + i)];
+        case weight_format::f16:
+            return quant_common::fp16_to_fp32(f16_[static_cast<size_t>(r * n_cols_ + i)]);
+        case weight_format::q8: {
+            const int32_t code = u8_.empty() ? q8_[static_cast<size_t>(r * n_cols_ + i)]
+                                             : static_cast<int32_t>(u8_[static_cast<size_t>(r * n_cols_ + i)]) - 128;
+            return static_cast<float>(code) * scales_[static_cast<size_t>(r)];
+        }
+        case weight_format::q4:
+            return group_scales_[static_cast<size_t>(r * (n_cols_ / 32) + i / 32)] *
+                   static_cast<float>(q4_rows::code(q4_.data() + r * n_cols_ / 2, n_cols_, i) - 8);
+    }
+    return 0.0f;
 }
 
 float packed_matrix::row_dot(int64_t r, const float* x) const {
@@ -227,11 +273,20 @@ float packed_matrix::row_dot(int64_t r, const float* x) const {
             const float s = has_avx2() ? dot_q8_avx2(w, x, n_cols_) : dot_q8_scalar(w, x, n_cols_);
             return s * scales_[static_cast<size_t>(r)];
         }
+        case weight_format::q4: {
+            float s = 0;
+            for (int64_t i = 0; i < n_cols_; ++i) s += weight(r, i) * x[i];
+            return s;
+        }
     }
     return 0.0f;
 }
 
 float packed_matrix::row_dot_q8(int64_t r, const q8_activations& x, int64_t x_row) const {
+    if (format_ == weight_format::q4) {
+        static const q4_kernel best = q4_best_kernel();
+        return row_dot_q4(r, x, x_row, best);
+    }
     const int8_t* xq = x.codes.data() + x_row * n_cols_;
     if (!u8_.empty()) {
         const float s =
@@ -250,6 +305,7 @@ void q8_activations::set(const float* x, int64_t n, int64_t in) {
     scales.resize(static_cast<size_t>(n * in / 32));
     lane_scales.resize(static_cast<size_t>(n * in / 4));
     offset.assign(static_cast<size_t>(n), 0.0f);
+    block_sums.resize(static_cast<size_t>(n * in / 32));
     for (int64_t r = 0; r < n; ++r) {
         int8_t* q = codes.data() + r * in;
         float* d = scales.data() + r * (in / 32);
@@ -259,10 +315,33 @@ void q8_activations::set(const float* x, int64_t n, int64_t in) {
             int32_t sum = 0;
             for (int j = 0; j < 32; ++j) sum += q[b * 32 + j];
             off += 128.0 * sum * d[b];
+            block_sums[static_cast<size_t>(r * (in / 32) + b)] = d[b] * static_cast<float>(sum);
             std::fill_n(lane_scales.data() + r * (in / 4) + b * 8, 8, d[b]);
         }
         offset[static_cast<size_t>(r)] = static_cast<float>(off);
     }
+}
+
+q4_kernel q4_best_kernel() {
+    return has_vnni() ? q4_kernel::vnni : has_avx2() ? q4_kernel::avx2 : q4_kernel::scalar;
+}
+
+float packed_matrix::row_dot_q4(int64_t r, const q8_activations& x, int64_t x_row, q4_kernel k) const {
+    const int64_t n = n_cols_;
+    const uint8_t* codes = q4_.data() + r * n / 2;
+    const float* group_scales = group_scales_.data() + r * (n / 32);
+    const int8_t* xq = x.codes.data() + x_row * n;
+    const float* xs = x.scales.data() + x_row * (n / 32);
+    const float* bs = x.block_sums.data() + x_row * (n / 32);
+    switch (k) {
+        case q4_kernel::vnni:
+            return q4_rows::dot_vnni(codes, group_scales, n, xq, xs, x.lane_scales.data() + x_row * (n / 4), bs);
+        case q4_kernel::avx2:
+            return q4_rows::dot_avx2(codes, group_scales, n, xq, xs, bs);
+        case q4_kernel::scalar:
+            break;
+    }
+    return q4_rows::dot_scalar(codes, group_scales, n, xq, xs);
 }
 
 void quantize_activations(const float* x, int64_t n, int8_t* q, float* scales) {
@@ -285,12 +364,49 @@ void quantize_activations(const float* x, int64_t n, int8_t* q, float* scales) {
 // 0.17-0.20 ms, where the 4M threshold had kept them inline as cheap to compute.
 constexpr int64_t integer_inline_below = int64_t{1} << 18;
 
+int32_t matmul_shared_input(const troupe_parallel* parallel, const float* x, int64_t n,
+                            const shared_input_product* first, size_t n_products) {
+    const std::span<const shared_input_product> products(first, n_products);
+    const auto integer_format = [](const packed_matrix& w) {
+        return (w.format() == weight_format::q8 || w.format() == weight_format::q4) && w.n_cols() % 32 == 0;
+    };
+    bool together = true;
+    int64_t out = 0;
+    const int64_t in = products.empty() ? 0 : products.front().w->n_cols();
+    for (const shared_input_product& p : products) {
+        together = together && integer_format(*p.w) && p.w->n_cols() == in;
+        out += p.w->n_rows();
+    }
+    if (!together) {  // float rows: one product each
+        for (const shared_input_product& p : products) {
+            if (int32_t rc = matmul(parallel, x, n, *p.w, nullptr, p.y); rc != TROUPE_OK) return rc;
+        }
+        return TROUPE_OK;
+    }
+    if (n <= 0 || out <= 0) return TROUPE_OK;
+    thread_local q8_activations caller_codes;
+    q8_activations& xq = caller_codes;
+    xq.set(x, n, in);
+    return for_each_output(
+        parallel, n, in, out,
+        [&](int64_t o) {
+            for (const shared_input_product& p : products) {
+                if (o < p.w->n_rows()) {
+                    for (int64_t r = 0; r < n; ++r) p.y[r * p.w->n_rows() + o] = p.w->row_dot_q8(o, xq, r);
+                    return;
+                }
+                o -= p.w->n_rows();
+            }
+        },
+        integer_inline_below);
+}
+
 int32_t matmul(const troupe_parallel* parallel, const float* x, int64_t n, const packed_matrix& w, const float* b,
                float* y) {
     const int64_t in = w.n_cols(), out = w.n_rows();
     if (n <= 0 || out <= 0) return TROUPE_OK;
     // q8 weights with rows of whole blocks: the activations too, in blocks of 32 (integer products).
-    const bool integer = w.format() == weight_format::q8 && in % 32 == 0;
+    const bool integer = (w.format() == weight_format::q8 || w.format() == weight_format::q4) && in % 32 == 0;
     thread_local q8_activations caller_codes;  // reused between calls; workers read the caller's through xq
     q8_activations& xq = caller_codes;
     if (integer) xq.set(x, n, in);
