@@ -114,9 +114,10 @@ int32_t eagle_forward::run(const std::vector<eagle_row>& rows, float* g, float* 
     k_.resize(static_cast<size_t>(n * kvw));
     v_.resize(static_cast<size_t>(n * kvw));
     int32_t rc = matmul(parallel, in_.data(), n, w_.fc_w, w_.fc_b, x_.data());
-    if (rc == TROUPE_OK) rc = matmul(parallel, x_.data(), n, w_.wq, nullptr, q_.data());
-    if (rc == TROUPE_OK) rc = matmul(parallel, x_.data(), n, w_.wk, nullptr, k_.data());
-    if (rc == TROUPE_OK) rc = matmul(parallel, x_.data(), n, w_.wv, nullptr, v_.data());
+    if (rc == TROUPE_OK) {
+        rc = spec_common::matmul_shared_input(parallel, x_.data(), n,
+                                              {{&w_.wq, q_.data()}, {&w_.wk, k_.data()}, {&w_.wv, v_.data()}});
+    }
     if (rc != TROUPE_OK) return rc;
     rope(q_.data(), n, s_.n_heads, rows);
     rope(k_.data(), n, s_.n_kv_heads, rows);
@@ -134,8 +135,9 @@ int32_t eagle_forward::run(const std::vector<eagle_row>& rows, float* g, float* 
     spec_common::rmsnorm(h1_.data(), w_.ffn_norm, n1_.data(), n, d, s_.rms_eps);
     gate_.resize(static_cast<size_t>(n * ff));
     up_.resize(static_cast<size_t>(n * ff));
-    if ((rc = matmul(parallel, n1_.data(), n, w_.w_gate, nullptr, gate_.data())) != TROUPE_OK) return rc;
-    if ((rc = matmul(parallel, n1_.data(), n, w_.w_up, nullptr, up_.data())) != TROUPE_OK) return rc;
+    rc =
+        spec_common::matmul_shared_input(parallel, n1_.data(), n, {{&w_.w_gate, gate_.data()}, {&w_.w_up, up_.data()}});
+    if (rc != TROUPE_OK) return rc;
     for (int64_t i = 0; i < n * ff; ++i) gate_[i] = spec_common::silu(gate_[i]) * up_[i];
     if ((rc = matmul(parallel, gate_.data(), n, w_.w_down, nullptr, g)) != TROUPE_OK) return rc;
     for (int64_t i = 0; i < n * d; ++i) g[i] += h1_[i];

@@ -22,7 +22,7 @@
 //                            1.44x; [4, 2, 2, 1] 0.45x); or
 //   choices: [[0], [1], [0, 0], ...]   explicit paths of ranks (Medusa's "medusa choices")
 //   max_nodes: 1..256        the proposal's size: the first max_nodes nodes of the tree (default: the whole tree)
-//   weights: f32 | f16 | q8  how the heads' matrices are kept (default q8: proposing is bound by their bytes;
+//   weights: f32 | f16 | q8 | q4  how the heads' matrices are kept (default q8: proposing is bound by their bytes;
 //                            packed_matrix.h)
 #include <troupe/plugin.h>
 
@@ -93,7 +93,7 @@ int32_t medusa_create(const troupe_plugin_params* params, troupe_plugin_instance
             choices.push_back(path);
         }
         const auto max_nodes = static_cast<int32_t>(reader.integer("max_nodes", 1, troupe::medusa::max_tree_nodes, 0));
-        const weight_format format = weight_format_of(reader.choice("weights", {"f32", "f16", "q8"}, "q8"));
+        const weight_format format = weight_format_of(reader.choice("weights", {"f32", "f16", "q8", "q4"}, "q8"));
         if (heads_path.empty())
             reader.fail("heads",
                         "required: the path of a file written by troupe distill --kind "
@@ -198,15 +198,21 @@ int32_t medusa_propose_batch(troupe_plugin_instance* inst, const troupe_spec_req
         const auto m = static_cast<int64_t>(which.size());
         // top[d][row]: head d's top k_d tokens for each request.
         std::vector<std::vector<std::vector<std::pair<int32_t, float>>>> top(inst->heads.size());
-        inst->a.resize(static_cast<size_t>(m * dim));
+        const size_t n_heads = inst->heads.size();
+        inst->a.resize(n_heads * static_cast<size_t>(m * dim));
         inst->r.resize(static_cast<size_t>(m * dim));
         inst->logits.resize(static_cast<size_t>(m * nv));
-        for (size_t d = 0; d < inst->heads.size(); ++d) {
+        // The heads' first matrices share their input: one product for all of them.
+        std::vector<shared_input_product> fcs;
+        for (size_t d = 0; d < n_heads; ++d)
+            fcs.push_back({&inst->heads[d].fc_w, inst->a.data() + d * static_cast<size_t>(m * dim)});
+        if (int32_t rc = matmul_shared_input(parallel, inst->x.data(), m, fcs.data(), fcs.size()); rc != TROUPE_OK)
+            return rc;
+        for (size_t d = 0; d < n_heads; ++d) {
             const medusa_head& h = inst->heads[d];
-            int32_t rc = matmul(parallel, inst->x.data(), m, h.fc_w, h.fc_b.data(), inst->a.data());
-            if (rc != TROUPE_OK) return rc;
-            for (int64_t k = 0; k < m * dim; ++k) inst->r[k] = inst->x[k] + silu(inst->a[k]);
-            rc = matmul(parallel, inst->r.data(), m, h.out_w, nullptr, inst->logits.data());
+            const float* a = inst->a.data() + d * static_cast<size_t>(m * dim);
+            for (int64_t k = 0; k < m * dim; ++k) inst->r[k] = inst->x[k] + silu(a[k] + h.fc_b.data()[k % dim]);
+            const int32_t rc = matmul(parallel, inst->r.data(), m, h.out_w, nullptr, inst->logits.data());
             if (rc != TROUPE_OK) return rc;
             for (int64_t row = 0; row < m; ++row)
                 top[d].push_back(top_k(inst->logits.data() + row * nv, nv, inst->tree.k_by_depth[d]));
