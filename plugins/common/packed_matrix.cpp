@@ -15,6 +15,7 @@
 #include "plugins/common/plugin_support.h"
 #include "plugins/common/prefetch.h"
 #include "plugins/common/q4_rows.h"
+#include "plugins/common/q8_row_panels.h"
 
 namespace troupe::spec_common {
 namespace {
@@ -93,12 +94,6 @@ __attribute__((target("avx2,fma,f16c"))) float dot_q8q8_avx2(const int8_t* w, co
     return hsum(acc);
 }
 
-// VNNI: 64 bytes a step, unsigned weight codes (w + 128) times signed activation codes summed by fours into 16
-// lanes: lanes 0-7 are one block of 32, lanes 8-15 the next, each scaled by its block's activation scale (sv: the
-// scales spread over the lanes, [n64, 16]). The +128 offset adds 128 · Σ x over each block, which depends on the
-// activations only: the caller subtracts it once per activation row (q8_activations::offset).
-constexpr int64_t k_weight_prefetch = 4096;  // bytes ahead in a q8 weight stream
-
 }  // namespace
 
 template <class T>
@@ -114,29 +109,6 @@ T* huge_page_allocator<T>::allocate(size_t n) {
 template struct huge_page_allocator<uint8_t>;
 
 namespace {
-
-__attribute__((target("avx512f,avx512bw,avx512vnni"))) float dot_u8q8_vnni(const uint8_t* w, const int8_t* x,
-                                                                           const float* sv, int64_t n64) {
-    __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
-    int64_t i = 0;
-    for (; i + 2 <= n64; i += 2) {
-        // The weight stream 4 KiB ahead (past this row's end: the next rows, which the caller reads next).
-        plugin_support::prefetch_l1(w + 64 * i + k_weight_prefetch);
-        plugin_support::prefetch_l1(w + 64 * i + 64 + k_weight_prefetch);
-        const __m512i p0 =
-            _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_loadu_si512(w + 64 * i), _mm512_loadu_si512(x + 64 * i));
-        const __m512i p1 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_loadu_si512(w + 64 * i + 64),
-                                               _mm512_loadu_si512(x + 64 * i + 64));
-        acc0 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p0), _mm512_loadu_ps(sv + 16 * i), acc0);
-        acc1 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p1), _mm512_loadu_ps(sv + 16 * i + 16), acc1);
-    }
-    if (i < n64) {
-        const __m512i p0 =
-            _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_loadu_si512(w + 64 * i), _mm512_loadu_si512(x + 64 * i));
-        acc0 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p0), _mm512_loadu_ps(sv + 16 * i), acc0);
-    }
-    return _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1));
-}
 
 bool has_vnni() {
     static const bool yes = [] {
@@ -224,9 +196,9 @@ packed_matrix::packed_matrix(const float* w, int64_t n_rows, int64_t n_cols, wei
                 for (int64_t i = 0; i < n_cols; ++i)
                     q8_[static_cast<size_t>(r * n_cols + i)] = static_cast<int8_t>(std::lrint(row[i] * inv));
             }
-            if (has_vnni() && n_cols % 64 == 0) {  // the VNNI products' unsigned codes replace the signed ones
-                u8_.resize(count);
-                for (size_t i = 0; i < count; ++i) u8_[i] = static_cast<uint8_t>(q8_[i] + 128);
+            if (has_vnni() && n_cols % 32 == 0) {  // the VNNI panels replace the signed rows
+                panels_.resize(q8_row_panels::n_panels(n_rows) * q8_row_panels::panel_bytes(n_cols));
+                q8_row_panels::pack(q8_.data(), n_rows, n_cols, panels_.data());
                 q8_.clear();
                 q8_.shrink_to_fit();
             }
@@ -235,7 +207,7 @@ packed_matrix::packed_matrix(const float* w, int64_t n_rows, int64_t n_cols, wei
 }
 
 size_t packed_matrix::n_bytes() const {
-    return f32_.size() * 4 + f16_.size() * 2 + q8_.size() + u8_.size() + scales_.size() * 4 + q4_.size() +
+    return f32_.size() * 4 + f16_.size() * 2 + q8_.size() + panels_.size() + scales_.size() * 4 + q4_.size() +
            group_scales_.size() * 4;
 }
 
@@ -246,8 +218,8 @@ float packed_matrix::weight(int64_t r, int64_t i) const {
         case weight_format::f16:
             return quant_common::fp16_to_fp32(f16_[static_cast<size_t>(r * n_cols_ + i)]);
         case weight_format::q8: {
-            const int32_t code = u8_.empty() ? q8_[static_cast<size_t>(r * n_cols_ + i)]
-                                             : static_cast<int32_t>(u8_[static_cast<size_t>(r * n_cols_ + i)]) - 128;
+            const int32_t code = panels_.empty() ? q8_[static_cast<size_t>(r * n_cols_ + i)]
+                                                 : q8_row_panels::code(panels_.data(), n_cols_, r, i);
             return static_cast<float>(code) * scales_[static_cast<size_t>(r)];
         }
         case weight_format::q4:
@@ -266,10 +238,10 @@ float packed_matrix::row_dot(int64_t r, const float* x) const {
             return has_avx2() ? dot_f16_avx2(w, x, n_cols_) : dot_f16_scalar(w, x, n_cols_);
         }
         case weight_format::q8: {
-            if (!u8_.empty()) {  // rows of whole 64s: the unsigned codes less their offset
-                const uint8_t* w = u8_.data() + r * n_cols_;
+            if (!panels_.empty()) {
                 float s = 0;
-                for (int64_t i = 0; i < n_cols_; ++i) s += static_cast<float>(static_cast<int32_t>(w[i]) - 128) * x[i];
+                for (int64_t i = 0; i < n_cols_; ++i)
+                    s += static_cast<float>(q8_row_panels::code(panels_.data(), n_cols_, r, i)) * x[i];
                 return s * scales_[static_cast<size_t>(r)];
             }
             const int8_t* w = q8_.data() + r * n_cols_;
@@ -291,10 +263,13 @@ float packed_matrix::row_dot_q8(int64_t r, const q8_activations& x, int64_t x_ro
         return row_dot_q4(r, x, x_row, best);
     }
     const int8_t* xq = x.codes.data() + x_row * n_cols_;
-    if (!u8_.empty()) {
-        const float s =
-            dot_u8q8_vnni(u8_.data() + r * n_cols_, xq, x.lane_scales.data() + x_row * (n_cols_ / 4), n_cols_ / 64);
-        return (s - x.offset[static_cast<size_t>(x_row)]) * scales_[static_cast<size_t>(r)];
+    if (!panels_.empty()) {  // the row's lane of its panel's product with this one token
+        const int64_t p = r / q8_row_panels::k_rows;
+        float y[q8_row_panels::k_rows];
+        q8_row_panels::product(
+            panels_.data(), n_cols_, p, static_cast<int>(std::min<int64_t>(q8_row_panels::k_rows, n_rows_ - p * 16)),
+            xq, x.scales.data() + x_row * (n_cols_ / 32), x.offset.data() + x_row, 1, scales_.data(), nullptr, y, 0);
+        return y[r % q8_row_panels::k_rows];
     }
     const int8_t* w = q8_.data() + r * n_cols_;
     const int64_t n_blocks = n_cols_ / 32;
@@ -345,6 +320,14 @@ int64_t last_level_cache_bytes() {
 
 weight_format draft_format_for(int64_t n_weights) {
     return n_weights <= last_level_cache_bytes() / 2 ? weight_format::q8 : weight_format::q4;
+}
+
+void packed_matrix::panel_product(int64_t p, const q8_activations& x, int64_t n, const float* bias, float* y,
+                                  int64_t ldy) const {
+    const auto n_valid =
+        static_cast<int>(std::min<int64_t>(q8_row_panels::k_rows, n_rows_ - p * q8_row_panels::k_rows));
+    q8_row_panels::product(panels_.data(), n_cols_, p, n_valid, x.codes.data(), x.scales.data(), x.offset.data(), n,
+                           scales_.data(), bias, y + p * q8_row_panels::k_rows, ldy);
 }
 
 q4_kernel q4_best_kernel() {
@@ -412,6 +395,21 @@ int32_t matmul_shared_input(const troupe_parallel* parallel, const float* x, int
     thread_local q8_activations caller_codes;
     q8_activations& xq = caller_codes;
     xq.set(x, n, in);
+    if (std::all_of(products.begin(), products.end(),
+                    [](const shared_input_product& p) { return p.w->has_panels(); })) {
+        int64_t panels = 0;
+        for (const shared_input_product& p : products) panels += q8_row_panels::n_panels(p.w->n_rows());
+        return for_each_output(
+            parallel, n, in * q8_row_panels::k_rows, panels,
+            [&](int64_t i) {
+                for (const shared_input_product& p : products) {
+                    const int64_t np = q8_row_panels::n_panels(p.w->n_rows());
+                    if (i < np) return p.w->panel_product(i, xq, n, nullptr, p.y, p.w->n_rows());
+                    i -= np;
+                }
+            },
+            integer_inline_below);
+    }
     return for_each_output(
         parallel, n, in, out,
         [&](int64_t o) {
@@ -435,6 +433,11 @@ int32_t matmul(const troupe_parallel* parallel, const float* x, int64_t n, const
     thread_local q8_activations caller_codes;  // reused between calls; workers read the caller's through xq
     q8_activations& xq = caller_codes;
     if (integer) xq.set(x, n, in);
+    if (w.has_panels()) {  // a piece is a panel of 16 rows
+        return for_each_output(
+            parallel, n, in * q8_row_panels::k_rows, q8_row_panels::n_panels(out),
+            [&](int64_t p) { w.panel_product(p, xq, n, b, y, out); }, integer_inline_below);
+    }
     return for_each_output(
         parallel, n, in, out,
         [&](int64_t o) {

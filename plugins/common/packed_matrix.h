@@ -91,19 +91,22 @@ public:
     float row_dot_q4(int64_t r, const q8_activations& x, int64_t x_row, q4_kernel k) const;
     // The weight W[r][i] as the format keeps it.
     float weight(int64_t r, int64_t i) const;
+    // q8 rows kept in panels of 16 (q8_row_panels.h: where the CPU has AVX-512 VNNI and rows are whole blocks of 32).
+    bool has_panels() const { return !panels_.empty(); }
+    // With panels: rows [16 p, 16 p + 16) of tokens [0, n) of x into y[t · ldy + r] (+ bias).
+    void panel_product(int64_t p, const q8_activations& x, int64_t n, const float* bias, float* y, int64_t ldy) const;
 
 private:
     weight_format format_ = weight_format::f32;
     int64_t n_rows_ = 0, n_cols_ = 0;
-    std::vector<float> f32_;                                 // [n_rows, n_cols]
-    std::vector<uint16_t> f16_;                              // [n_rows, n_cols] IEEE half bits
-    std::vector<int8_t> q8_;                                 // [n_rows, n_cols]
-    std::vector<uint8_t, huge_page_allocator<uint8_t>> u8_;  // [n_rows, n_cols] q8 codes + 128, in place of q8_
-                                                             // where AVX-512 VNNI takes rows
-                                                             // of whole 64s (one dpbusd per 64 codes)
-    std::vector<float> scales_;                              // [n_rows] q8: weight = scale · code
-    std::vector<uint8_t, huge_page_allocator<uint8_t>> q4_;  // [n_rows, n_cols / 2] q4 codes (layout above)
-    std::vector<float> group_scales_;                        // [n_rows, n_cols / 32] q4: weight = scale · (code - 8)
+    std::vector<float> f32_;                                     // [n_rows, n_cols]
+    std::vector<uint16_t> f16_;                                  // [n_rows, n_cols] IEEE half bits
+    std::vector<int8_t> q8_;                                     // [n_rows, n_cols]
+    std::vector<uint8_t, huge_page_allocator<uint8_t>> panels_;  // q8 codes + 128 in panels of 16 rows, in place
+                                                                 // of q8_ where AVX-512 VNNI takes them
+    std::vector<float> scales_;                                  // [n_rows] q8: weight = scale · code
+    std::vector<uint8_t, huge_page_allocator<uint8_t>> q4_;      // [n_rows, n_cols / 2] q4 codes (layout above)
+    std::vector<float> group_scales_;  // [n_rows, n_cols / 32] q4: weight = scale · (code - 8)
 };
 
 // x[n] (n a multiple of 32) as int8 codes q[n] and one scale per block of 32, scales[n / 32].
