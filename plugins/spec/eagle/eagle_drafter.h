@@ -29,13 +29,15 @@
 namespace troupe::eagle {
 
 struct drafter_params {
-    // Defaults for the CPU, where a node costs a good part of a token to verify and each level one read of the
-    // layer (110M growth, batch 1: 2 / 2 / 1 1.24x; 4 / 2 / 3 1.12x; EAGLE-2's 48 / 6 / 6 0.36x). With a layer
-    // trained on its own features (distill --train-depth 2) depth 3 accepts more (tau 2.33 against 2.13) but its
-    // third read of the layer costs more than that gains: 3 / 3 / 1 1.28x against 2 / 2 / 1 1.31x (medians of 3
-    // alternated runs on the grown 110M Q8_0, c_draft 0.2-0.25 of a target step per level).
-    int32_t max_nodes = 2;
-    int32_t depth = 2;
+    // Defaults for the CPU: a chain (top-1 at each level). A node costs a good part of a token to verify and each
+    // level one forward of the layer, so wide trees lose (grown 110M, batch 1, 4 / 2 / top-2 1.16-1.29x against 2 /
+    // 2 / 1 1.32-1.55x; EAGLE-2's 48 / 6 / 6 0.36x). How deep pays follows the layer's acceptance: with the layer
+    // distilled from 3x the openings for 1200 steps (distill's defaults since 2026-12-03; chain acceptance .87 .79
+    // .62 .49 in the bench against .64 .43) and its 8-bit rows in VNNI panels, the medians of alternated runs of
+    // `troupe bench --spec eagle` on the grown 110M Q8_0 were depth 2: 1.8x, 3: 1.8x, 4: 2.0x, 5: 2.17x (7 runs
+    // 1.76-2.56x), 6: 2.16x; 4 / 6 / top-2 1.58-1.74x.
+    int32_t max_nodes = 5;
+    int32_t depth = 5;
     int32_t topk = 1;
     // The most context rows one proposal computes, the newest (0: all). Catching up is the layer's forward over
     // every row not yet computed: 1-3 rows a step while drafting, but a whole prompt after prefill and every token

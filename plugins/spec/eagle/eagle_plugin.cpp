@@ -5,8 +5,8 @@
 //
 // Parameters:
 //   layer: PATH (required)   a file written by `troupe distill --kind eagle` for this target
-//   max_nodes: 1..256        the most nodes a proposal holds (default 2: CPU figures in eagle_drafter.h)
-//   depth: 1..16             the deepest draft (default 2)
+//   max_nodes: 1..256        the most nodes a proposal holds (default 5: CPU figures in eagle_drafter.h)
+//   depth: 1..16             the deepest draft (default 5)
 //   topk: 1..16              children per expanded node, and nodes expanded per level (default 1)
 //   catch_up: 0..            the most context rows one proposal computes, the newest (default 16; 0: all;
 //                            eagle_drafter.h)
