@@ -6,7 +6,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
-#include <fstream>
 #include <span>
 #include <string>
 
@@ -298,28 +297,6 @@ void q8_activations::set(const float* x, int64_t n, int64_t in) {
         }
         offset[static_cast<size_t>(r)] = static_cast<float>(off);
     }
-}
-
-int64_t last_level_cache_bytes() {
-    static const int64_t bytes = [] {
-        int64_t best = 0;
-        for (int i = 0; i < 8; ++i) {
-            std::ifstream f("/sys/devices/system/cpu/cpu0/cache/index" + std::to_string(i) + "/size");
-            std::string text;
-            if (!(f >> text) || text.empty()) continue;
-            char* end = nullptr;
-            int64_t v = std::strtoll(text.c_str(), &end, 10);
-            if (end != nullptr && (*end == 'K' || *end == 'k')) v <<= 10;
-            if (end != nullptr && (*end == 'M' || *end == 'm')) v <<= 20;
-            best = std::max(best, v);
-        }
-        return best > 0 ? best : int64_t{32} << 20;
-    }();
-    return bytes;
-}
-
-weight_format draft_format_for(int64_t n_weights) {
-    return n_weights <= last_level_cache_bytes() / 2 ? weight_format::q8 : weight_format::q4;
 }
 
 void packed_matrix::panel_product(int64_t p, const q8_activations& x, int64_t n, const float* bias, float* y,

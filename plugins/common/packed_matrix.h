@@ -45,15 +45,6 @@ struct huge_page_allocator {
     }
 };
 
-// Drafting's default format for matrices of n_weights weights (params.weights: auto): q8 where they fit in half the
-// last-level cache at 8 bits, else q4. Measured on a 2-core Zen 4 with 32 MiB of L3 (troupe bench --spec eagle):
-// the grown 110M's EAGLE layer (8.3 MiB at q8) proposes faster at q8 (1.3-1.6 ms a step against 1.7-1.8 at q4: q4
-// costs more instructions per byte and the layer is not read from DRAM alone), the grown 1B's (61 MB) at q4 (3.4
-// against 4.9 ms: the read halves).
-weight_format draft_format_for(int64_t n_weights);
-// Bytes of the CPU's last level of cache (Linux sysfs; 32 MiB where it is not known).
-int64_t last_level_cache_bytes();
-
 // "f32", "f16", "q8", "q4".
 const char* weight_format_name(weight_format f);
 // The format named "f32", "f16", "q8" or "q4" (a name param_reader::choice checked).

@@ -504,17 +504,6 @@ TEST(spec_heads, packed_q4_rows_multiply_as_their_scalar_twin_on_every_instructi
     }
 }
 
-// weights: auto keeps a drafter at 8 bits while it fits in half the last-level cache, at 4 bits beyond.
-TEST(spec_heads, drafting_weights_default_to_q8_in_cache_and_q4_beyond) {
-    using spec_common::weight_format;
-    const int64_t llc = spec_common::last_level_cache_bytes();
-    EXPECT_GT(llc, 0);
-    EXPECT_EQ(spec_common::draft_format_for(int64_t{1} << 20),
-              llc >= (int64_t{2} << 20) ? weight_format::q8 : weight_format::q4);
-    EXPECT_EQ(spec_common::draft_format_for(llc / 2), weight_format::q8);
-    EXPECT_EQ(spec_common::draft_format_for(llc / 2 + 1), weight_format::q4);
-}
-
 // Products of one input with several matrices in one region (q, k, v; gate, up) equal each matrix's own product,
 // bit for bit, in every format (f32 and f16 rows take one product each).
 TEST(spec_heads, shared_input_products_equal_one_product_per_matrix) {

@@ -10,9 +10,8 @@
 //   topk: 1..16              children per expanded node, and nodes expanded per level (default 1)
 //   catch_up: 0..            the most context rows one proposal computes, the newest (default 16; 0: all;
 //                            eagle_drafter.h)
-//   weights: auto | f32 | f16 | q8 | q4  how the layer's matrices (and the target's output matrix, 8 bits under q4)
-//                            are kept for drafting (default auto: q8, or q4 where the layer would not fit in half
-//                            the last-level cache at 8 bits; packed_matrix.h)
+//   weights: f32 | f16 | q8 | q4  how the layer's matrices (and the target's output matrix, 8 bits under q4) are
+//                            kept for drafting (default q8; q4 saves 40% of the layer's memory: packed_matrix.h)
 #include <troupe/plugin.h>
 
 #include <memory>
@@ -97,7 +96,7 @@ int32_t eagle_create(const troupe_plugin_params* params, troupe_plugin_instance*
         dp.depth = static_cast<int32_t>(reader.integer("depth", 1, 16, dp.depth));
         dp.topk = static_cast<int32_t>(reader.integer("topk", 1, 16, dp.topk));
         dp.catch_up = static_cast<int32_t>(reader.integer("catch_up", 0, 1 << 20, dp.catch_up));
-        const std::string format_name = reader.choice("weights", {"auto", "f32", "f16", "q8", "q4"}, "auto");
+        const weight_format format = weight_format_of(reader.choice("weights", {"f32", "f16", "q8", "q4"}, "q8"));
         if (layer_path.empty()) {
             reader.fail("layer", "required: the path of a file written by troupe distill --kind eagle for this model");
         }
@@ -117,10 +116,6 @@ int32_t eagle_create(const troupe_plugin_params* params, troupe_plugin_instance*
         }
         const troupe::eagle::eagle_shape sh = troupe::eagle::shape_of(inst->target);
         const eagle_matrices& m = inst->m;
-        const int64_t d = sh.dim, ff = sh.ffn_dim, qw = sh.q_width(), kvw = sh.kv_width();
-        const weight_format format = format_name == "auto"
-                                         ? draft_format_for(2 * d * d + 2 * qw * d + 2 * kvw * d + 3 * ff * d)
-                                         : weight_format_of(format_name);
         const auto pack = [&](const float_matrix& f) {
             return packed_matrix(f.data(), f.n_rows(), f.n_cols(), format);
         };

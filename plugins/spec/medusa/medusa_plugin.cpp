@@ -22,8 +22,7 @@
 //                            1.44x; [4, 2, 2, 1] 0.45x); or
 //   choices: [[0], [1], [0, 0], ...]   explicit paths of ranks (Medusa's "medusa choices")
 //   max_nodes: 1..256        the proposal's size: the first max_nodes nodes of the tree (default: the whole tree)
-//   weights: auto | f32 | f16 | q8 | q4  how the heads' matrices are kept (default auto: q8, or q4 where they
-//                            would not fit in half the last-level cache at 8 bits; packed_matrix.h)
+//   weights: f32 | f16 | q8 | q4  how the heads' matrices are kept (default q8; packed_matrix.h)
 #include <troupe/plugin.h>
 
 #include <algorithm>
@@ -93,7 +92,7 @@ int32_t medusa_create(const troupe_plugin_params* params, troupe_plugin_instance
             choices.push_back(path);
         }
         const auto max_nodes = static_cast<int32_t>(reader.integer("max_nodes", 1, troupe::medusa::max_tree_nodes, 0));
-        const std::string format_name = reader.choice("weights", {"auto", "f32", "f16", "q8", "q4"}, "auto");
+        const weight_format format = weight_format_of(reader.choice("weights", {"f32", "f16", "q8", "q4"}, "q8"));
         if (heads_path.empty())
             reader.fail("heads",
                         "required: the path of a file written by troupe distill --kind "
@@ -102,7 +101,6 @@ int32_t medusa_create(const troupe_plugin_params* params, troupe_plugin_instance
         if (!finish_params(reader, {"heads", "topk", "choices", "max_nodes", "weights"}, error))
             return TROUPE_ERR_INVALID_PARAMS;
         auto inst = std::make_unique<troupe_plugin_instance>();
-        weight_format format = weight_format::q8;
         try {
             inst->tree = !choices.empty()
                              ? troupe::medusa::tree_from_choices(choices)
@@ -131,8 +129,6 @@ int32_t medusa_create(const troupe_plugin_params* params, troupe_plugin_instance
             }
             if (max_nodes > 0) troupe::medusa::truncate(inst->tree, max_nodes);
             const int64_t dim = inst->target.dim, nv = inst->target.n_vocab;
-            format = format_name == "auto" ? draft_format_for(inst->tree.depth * (dim * dim + nv * dim))
-                                           : weight_format_of(format_name);
             for (int32_t i = 0; i < inst->tree.depth; ++i) {
                 const std::string p = "medusa." + std::to_string(i) + ".";
                 const float_matrix fc = inst->file->matrix(p + "fc.weight", {dim, dim});
