@@ -394,17 +394,22 @@ TEST(spec_heads, the_eagle_drafter_catches_up_at_most_its_bound_of_context_rows)
     }
 }
 
+// Numbers in [-0.5, 0.5) from a fixed seed (a linear congruential generator: the same on every platform).
+struct uniform_numbers {
+    uint32_t state;
+    float operator()() {
+        state = state * 1664525u + 1013904223u;
+        return static_cast<float>(state >> 8) / static_cast<float>(1u << 24) - 0.5f;
+    }
+};
+
 // The weight formats drafting may keep its matrices in, on odd shapes (vector tails) and on whole blocks of 32 (q8's
 // integer products), against float products: f32 exact to summation order, f16 within half a half-float step per
 // weight, q8 within half a code step per weight, plus half an activation code step per product where x is quantized.
 TEST(spec_heads, packed_weights_multiply_within_the_rounding_of_their_format) {
     using spec_common::packed_matrix;
     using spec_common::weight_format;
-    uint32_t state = 12345;
-    const auto next = [&] {
-        state = state * 1664525u + 1013904223u;
-        return static_cast<float>(state >> 8) / static_cast<float>(1u << 24) - 0.5f;
-    };
+    uniform_numbers next{12345u};
     struct format_case {
         weight_format format;
         double step;  // the format's rounding step relative to the row's largest weight, per weight
@@ -451,11 +456,7 @@ TEST(spec_heads, packed_q4_rows_multiply_as_their_scalar_twin_on_every_instructi
     using spec_common::packed_matrix;
     using spec_common::q4_kernel;
     using spec_common::weight_format;
-    uint32_t state = 4242;
-    const auto next = [&] {
-        state = state * 1664525u + 1013904223u;
-        return static_cast<float>(state >> 8) / static_cast<float>(1u << 24) - 0.5f;
-    };
+    uniform_numbers next{4242u};
     std::vector<q4_kernel> kernels{q4_kernel::avx2};
     if (spec_common::q4_best_kernel() == q4_kernel::vnni) kernels.push_back(q4_kernel::vnni);
     if (spec_common::q4_best_kernel() == q4_kernel::scalar) kernels.clear();
@@ -509,11 +510,7 @@ TEST(spec_heads, packed_q4_rows_multiply_as_their_scalar_twin_on_every_instructi
 TEST(spec_heads, shared_input_products_equal_one_product_per_matrix) {
     using spec_common::packed_matrix;
     using spec_common::weight_format;
-    uint32_t state = 99;
-    const auto next = [&] {
-        state = state * 1664525u + 1013904223u;
-        return static_cast<float>(state >> 8) / static_cast<float>(1u << 24) - 0.5f;
-    };
+    uniform_numbers next{99u};
     const int64_t cols = 256, n = 2;
     const int64_t outs[3] = {256, 64, 40};
     std::vector<float> x(n * cols);
@@ -546,11 +543,7 @@ TEST(spec_heads, shared_input_products_equal_one_product_per_matrix) {
 TEST(spec_heads, packed_q8_products_of_several_rows_equal_each_rows_own) {
     using spec_common::packed_matrix;
     using spec_common::weight_format;
-    uint32_t state = 777;
-    const auto next = [&] {
-        state = state * 1664525u + 1013904223u;
-        return static_cast<float>(state >> 8) / static_cast<float>(1u << 24) - 0.5f;
-    };
+    uniform_numbers next{777u};
     for (const int64_t cols : {int64_t{352}, int64_t{384}}) {
         const int64_t rows = 40, n = 3;
         std::vector<float> w(rows * cols), x(n * cols), bias(rows);
