@@ -545,7 +545,7 @@ TEST(spec_heads, packed_q8_products_of_several_rows_equal_each_rows_own) {
     using spec_common::weight_format;
     uniform_numbers next{777u};
     for (const int64_t cols : {int64_t{352}, int64_t{384}}) {
-        const int64_t rows = 40, n = 3;
+        const int64_t rows = 40, n = 6;  // 6: a tile of 4 tokens and one of 2 (VNNI panels)
         std::vector<float> w(rows * cols), x(n * cols), bias(rows);
         for (float& v : w) v = next();
         for (int64_t i = 0; i < n * cols; ++i) x[i] = next() * static_cast<float>(1 + i / cols * 10);  // row scales
