@@ -403,6 +403,30 @@ struct uniform_numbers {
     }
 };
 
+// The EAGLE drafter's chain shortens by a level per doubling of the sequences it drafts for together (at least one
+// level), its node cap in proportion; with shrink_with_batch off every batch gets the configured tree.
+TEST(spec_heads, the_eagle_drafters_chain_shortens_as_the_batch_grows) {
+    eagle::eagle_shape sh;
+    sh.dim = 64;
+    eagle::drafter_params p;
+    p.depth = 5;
+    p.max_nodes = 5;
+    const eagle::eagle_drafter d(sh, eagle::eagle_weights{}, p);
+    using limits = std::pair<int32_t, int32_t>;
+    EXPECT_EQ(d.limits_for(1), (limits{5, 5}));
+    EXPECT_EQ(d.limits_for(2), (limits{4, 4}));
+    EXPECT_EQ(d.limits_for(3), (limits{4, 4}));
+    EXPECT_EQ(d.limits_for(4), (limits{3, 3}));
+    EXPECT_EQ(d.limits_for(15), (limits{2, 2}));
+    EXPECT_EQ(d.limits_for(16), (limits{1, 1}));
+    EXPECT_EQ(d.limits_for(64), (limits{1, 1}));
+    p.depth = 4;
+    p.max_nodes = 8;  // a tree
+    EXPECT_EQ(eagle::eagle_drafter(sh, eagle::eagle_weights{}, p).limits_for(2), (limits{3, 6}));
+    p.shrink_with_batch = false;
+    EXPECT_EQ(eagle::eagle_drafter(sh, eagle::eagle_weights{}, p).limits_for(16), (limits{4, 8}));
+}
+
 // The weight formats drafting may keep its matrices in, on odd shapes (vector tails) and on whole blocks of 32 (q8's
 // integer products), against float products: f32 exact to summation order, f16 within half a half-float step per
 // weight, q8 within half a code step per weight, plus half an activation code step per product where x is quantized.

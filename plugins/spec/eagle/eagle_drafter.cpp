@@ -110,7 +110,8 @@ void eagle_drafter::add_children(drafting& d, int32_t parent, const float* logit
 }
 
 // The max_nodes best candidates (ties: shallower, then earlier), ordered by depth, into the proposal.
-void eagle_drafter::finish(drafting& d, const troupe_spec_request& q, troupe_spec_proposal& p) const {
+void eagle_drafter::finish(drafting& d, const troupe_spec_request& q, int32_t max_nodes,
+                           troupe_spec_proposal& p) const {
     std::vector<int32_t> order(d.cands.size());
     std::iota(order.begin(), order.end(), 0);
     const auto better = [&](int32_t a, int32_t b) {
@@ -121,7 +122,7 @@ void eagle_drafter::finish(drafting& d, const troupe_spec_request& q, troupe_spe
     };
     std::sort(order.begin(), order.end(), better);
     std::vector<int32_t> kept;
-    const int32_t cap = std::min(p_.max_nodes, q.max_nodes);
+    const int32_t cap = std::min(max_nodes, q.max_nodes);
     std::vector<char> in(d.cands.size(), 0);
     for (int32_t c : order) {
         if (static_cast<int32_t>(kept.size()) == cap) break;
@@ -143,6 +144,15 @@ void eagle_drafter::finish(drafting& d, const troupe_spec_request& q, troupe_spe
     p.n_nodes = static_cast<int32_t>(kept.size());
 }
 
+std::pair<int32_t, int32_t> eagle_drafter::limits_for(int32_t n) const {
+    if (!p_.shrink_with_batch || n <= 1) return {p_.depth, p_.max_nodes};
+    int32_t log2n = 0;
+    while ((int64_t{2} << log2n) <= n) ++log2n;
+    const int32_t depth = std::max(1, p_.depth - log2n);
+    const auto nodes = static_cast<int32_t>(int64_t{p_.max_nodes} * depth / p_.depth);
+    return {depth, std::max(1, nodes)};
+}
+
 int32_t eagle_drafter::propose(const troupe_spec_request* requests, int32_t n, troupe_spec_proposal* out,
                                const troupe_parallel* parallel) {
     const eagle_shape& sh = forward_.shape();
@@ -153,7 +163,8 @@ int32_t eagle_drafter::propose(const troupe_spec_request* requests, int32_t n, t
     g_.clear();
     std::vector<drafting> trees;
     if (int32_t rc = catch_up(requests, n, trees, parallel); rc != TROUPE_OK) return rc;
-    for (int32_t level = 1; level < p_.depth && !trees.empty(); ++level) {
+    const auto [depth, max_nodes] = limits_for(n);
+    for (int32_t level = 1; level < depth && !trees.empty(); ++level) {
         // Each tree's top-k frontier nodes become rows.
         std::vector<eagle_row> rows;
         std::vector<std::pair<size_t, int32_t>> row_cand;  // (tree, candidate) of each row
@@ -200,7 +211,7 @@ int32_t eagle_drafter::propose(const troupe_spec_request* requests, int32_t n, t
         }
     }
     for (drafting& d : trees) {
-        finish(d, requests[d.request], out[d.request]);
+        finish(d, requests[d.request], max_nodes, out[d.request]);
         d.seq->cache.n_rows = d.n_context;  // the draft rows go
     }
     return TROUPE_OK;

@@ -21,6 +21,7 @@
 
 #include <cstdint>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "eagle_forward.h"
@@ -38,6 +39,12 @@ struct drafter_params {
     // 1.76-2.56x), 6: 2.16x; 4 / 6 / top-2 1.58-1.74x.
     int32_t max_nodes = 5;
     int32_t depth = 5;
+    // With n sequences in one proposal the depth is depth - floor(log2 n) (at least 1) and max_nodes shrinks in
+    // proportion: on the CPU a batch's verification grows compute-bound, and the server's draft controller probes
+    // drafting at every batch size. Through the server on the grown 110M at 16 streams (spec_serve.sh, 3 rounds),
+    // 5-deep chains for every sequence made the controller's probes cost 7-12% of the throughput against no
+    // speculation (adaptive 0.88x, 0.93x; always drafting 0.61x), 2-deep ones 1.03x (always 0.89x).
+    bool shrink_with_batch = true;
     int32_t topk = 1;
     // The most context rows one proposal computes, the newest (0: all). Catching up is the layer's forward over
     // every row not yet computed: 1-3 rows a step while drafting, but a whole prompt after prefill and every token
@@ -63,6 +70,8 @@ public:
     void accepted(int64_t seq_id, const int32_t* nodes, int32_t n);
     int32_t propose(const troupe_spec_request* requests, int32_t n, troupe_spec_proposal* out,
                     const troupe_parallel* parallel);
+    // The depth and node cap of a proposal for n sequences (shrink_with_batch).
+    std::pair<int32_t, int32_t> limits_for(int32_t n) const;
 
 private:
     struct sequence {
@@ -88,7 +97,7 @@ private:
     int32_t catch_up(const troupe_spec_request* requests, int32_t n, std::vector<drafting>& out,
                      const troupe_parallel* parallel);
     void add_children(drafting& d, int32_t parent, const float* logits, int32_t g_row);
-    void finish(drafting& d, const troupe_spec_request& q, troupe_spec_proposal& p) const;
+    void finish(drafting& d, const troupe_spec_request& q, int32_t max_nodes, troupe_spec_proposal& p) const;
 
     eagle_forward forward_;
     drafter_params p_;

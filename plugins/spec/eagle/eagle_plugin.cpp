@@ -10,6 +10,8 @@
 //   topk: 1..16              children per expanded node, and nodes expanded per level (default 1)
 //   catch_up: 0..            the most context rows one proposal computes, the newest (default 16; 0: all;
 //                            eagle_drafter.h)
+//   shrink_with_batch: bool  with n sequences drafted together, depth - floor(log2 n) levels and max_nodes in
+//                            proportion (default true; eagle_drafter.h)
 //   weights: f32 | f16 | q8 | q4  how the layer's matrices (and the target's output matrix, 8 bits under q4) are
 //                            kept for drafting (default q8; q4 saves 40% of the layer's memory: packed_matrix.h)
 #include <troupe/plugin.h>
@@ -96,11 +98,13 @@ int32_t eagle_create(const troupe_plugin_params* params, troupe_plugin_instance*
         dp.depth = static_cast<int32_t>(reader.integer("depth", 1, 16, dp.depth));
         dp.topk = static_cast<int32_t>(reader.integer("topk", 1, 16, dp.topk));
         dp.catch_up = static_cast<int32_t>(reader.integer("catch_up", 0, 1 << 20, dp.catch_up));
+        dp.shrink_with_batch = reader.boolean("shrink_with_batch", dp.shrink_with_batch);
         const weight_format format = weight_format_of(reader.choice("weights", {"f32", "f16", "q8", "q4"}, "q8"));
         if (layer_path.empty()) {
             reader.fail("layer", "required: the path of a file written by troupe distill --kind eagle for this model");
         }
-        if (!finish_params(reader, {"layer", "max_nodes", "depth", "topk", "weights", "catch_up"}, error))
+        if (!finish_params(reader, {"layer", "max_nodes", "depth", "topk", "weights", "catch_up", "shrink_with_batch"},
+                           error))
             return TROUPE_ERR_INVALID_PARAMS;
         auto inst = std::make_unique<troupe_plugin_instance>();
         try {
