@@ -150,6 +150,30 @@ inline void prefetch_rows(const T* pool, const size_t* offsets, int32_t n, size_
     }
 }
 
+// The next chunk's K and V rows over a pass's heads (bytes [span_begin, span_begin + span_bytes) of each row) into the
+// caches at once: the prefetch of the kernels that are not whole-head ones (those prefetch a head just before its
+// work, prefetch_rows). prefetcht1 through plugin_support::prefetch_l2: in a function of its own GCC deleted this
+// loop when it was written with __builtin_prefetch.
+template <class T>
+inline void prefetch_chunk_spans(const T* k_pool, const T* v_pool, const size_t* ahead_offsets, int32_t n_ahead,
+                                 size_t span_begin, size_t span_bytes) {
+    for (int32_t jj = 0; jj < n_ahead; ++jj) {
+        const size_t p = ahead_offsets[jj] + span_begin;
+        for (size_t b = 0; b < span_bytes; b += 64) {
+            plugin_support::prefetch_l2(reinterpret_cast<const char*>(k_pool + p) + b);
+            plugin_support::prefetch_l2(reinterpret_cast<const char*>(v_pool + p) + b);
+        }
+    }
+}
+
+// The query rows of kv head h within a pass of rows [r0, r0 + n_rows), as [begin, end) relative to r0.
+struct head_rows {
+    int32_t begin, end;
+    head_rows(int32_t h, int32_t group, int32_t r0, int32_t n_rows)
+        : begin((h * group > r0 ? h * group : r0) - r0),
+          end(((h + 1) * group < r0 + n_rows ? (h + 1) * group : r0 + n_rows) - r0) {}
+};
+
 // A pass's keys chunk by chunk: each chunk's row offsets, and the next chunk's, whose rows the whole-head kernels
 // prefetch while this one's are computed.
 template <class cursor>
@@ -331,21 +355,12 @@ void attend_rows(const troupe_attention_call& call, int64_t t, int32_t r0, int32
         const int32_t n_ahead = walk.n_ahead;  // the next chunk's keys, whose rows are prefetched
         // The by_head kernels prefetch a head's rows just before its work on this chunk, so that the requests are
         // spread over the chunk (a burst of every row of the next chunk stalled once the miss buffers were full).
-        if (!by_head) {
-            for (int32_t jj = 0; jj < n_ahead; ++jj) {
-                const size_t p = ahead_offsets[jj] + span_begin;
-                for (size_t b = 0; b < span_bytes; b += 64) {
-                    __builtin_prefetch(reinterpret_cast<const char*>(k_pool + p) + b, 0, 2);
-                    __builtin_prefetch(reinterpret_cast<const char*>(v_pool + p) + b, 0, 2);
-                }
-            }
-        }
+        if (!by_head) prefetch_chunk_spans(k_pool, v_pool, ahead_offsets, n_ahead, span_begin, span_bytes);
 
         // Scores a kv head at a time: each of its query rows' n dot products together (dots: one reduction for the
         // chunk, not one per key).
         for (int32_t h = h_first; h <= h_last; ++h) {
-            const int32_t rb = (h * group > r0 ? h * group : r0) - r0;
-            const int32_t re = ((h + 1) * group < r0 + n_rows ? (h + 1) * group : r0 + n_rows) - r0;
+            const auto [rb, re] = head_rows(h, group, r0, n_rows);
             chunk_rows(k_pool, offsets, n, static_cast<size_t>(h) * hd, rows);
             if constexpr (isa::head_kernels) {
                 if (by_head) {
@@ -368,8 +383,7 @@ void attend_rows(const troupe_attention_call& call, int64_t t, int32_t r0, int32
             chunk_softmax<isa>(sc, n_rows, n, m, l, acc, hd);
         }
         for (int32_t h = h_first; h <= h_last; ++h) {
-            const int32_t rb = (h * group > r0 ? h * group : r0) - r0;
-            const int32_t re = ((h + 1) * group < r0 + n_rows ? (h + 1) * group : r0 + n_rows) - r0;
+            const auto [rb, re] = head_rows(h, group, r0, n_rows);
             chunk_rows(v_pool, offsets, n, static_cast<size_t>(h) * hd, rows);
             if constexpr (isa::head_kernels) {
                 if (by_head) {

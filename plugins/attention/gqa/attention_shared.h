@@ -74,21 +74,12 @@ void pass_keys(const troupe_attention_call& call, const float* const* q, int32_t
         const int32_t n_ahead = walk.n_ahead;  // the next chunk's keys, whose rows are prefetched
         // The by_head kernels prefetch a head's rows just before its work on this chunk, so that the requests are
         // spread over the chunk (a burst of every row of the next chunk stalled once the miss buffers were full).
-        if (!by_head) {
-            for (int32_t jj = 0; jj < n_ahead; ++jj) {
-                const size_t p = ahead_offsets[jj] + span_begin;
-                for (size_t b = 0; b < span_bytes; b += 64) {
-                    __builtin_prefetch(reinterpret_cast<const char*>(k_pool + p) + b, 0, 2);
-                    __builtin_prefetch(reinterpret_cast<const char*>(v_pool + p) + b, 0, 2);
-                }
-            }
-        }
+        if (!by_head) prefetch_chunk_spans(k_pool, v_pool, ahead_offsets, n_ahead, span_begin, span_bytes);
 
         // Scores a kv head at a time: each of its query rows' n dot products together (dots: one reduction for the
         // chunk, not one per key).
         for (int32_t h = h_first; h <= h_last; ++h) {
-            const int32_t rb = (h * group > r0 ? h * group : r0) - r0;
-            const int32_t re = ((h + 1) * group < r0 + n_rows ? (h + 1) * group : r0 + n_rows) - r0;
+            const auto [rb, re] = head_rows(h, group, r0, n_rows);
             chunk_rows(k_pool, offsets, n, static_cast<size_t>(h) * hd, rows);
             if constexpr (isa::head_kernels) {
                 if (by_head) {
@@ -118,8 +109,7 @@ void pass_keys(const troupe_attention_call& call, const float* const* q, int32_t
             chunk_softmax<isa>(sc, all_rows, n, m, l, acc, hd);
         }
         for (int32_t h = h_first; h <= h_last; ++h) {
-            const int32_t rb = (h * group > r0 ? h * group : r0) - r0;
-            const int32_t re = ((h + 1) * group < r0 + n_rows ? (h + 1) * group : r0 + n_rows) - r0;
+            const auto [rb, re] = head_rows(h, group, r0, n_rows);
             chunk_rows(v_pool, offsets, n, static_cast<size_t>(h) * hd, rows);
             if constexpr (isa::head_kernels) {
                 if (by_head) {
