@@ -420,23 +420,28 @@ block_grid fit_q4_k_weighted(const float* x, const float* importance) {
     return k_pack(scales, mins);
 }
 
-block_grid fit_clipped(const codec& c, const float* x, const float* importance, int n_steps, float min_shrink) {
-    block_grid best = c.fit(x, 1.0f);
-    if (n_steps <= 0) return best;
-    double best_err = block_error(c, best, x, importance);
+void for_each_grid_candidate(const codec& c, const float* x, const float* importance, int n_steps, float min_shrink,
+                             const std::function<void(const block_grid&)>& f) {
+    const block_grid full = c.fit(x, 1.0f);
+    f(full);
     if (c.kind() == codec_kind::q4_k) {
-        const block_grid g = fit_q4_k_weighted(x, importance);
-        return block_error(c, g, x, importance) < best_err ? g : best;
+        f(fit_q4_k_weighted(x, importance));
+        return;
     }
-    for (int i = 1; i <= n_steps; ++i) {
-        const float shrink = 1.0f - (1.0f - min_shrink) * static_cast<float>(i) / static_cast<float>(n_steps);
-        const block_grid g = c.fit(x, shrink);
+    for (int i = 1; i <= n_steps; ++i)
+        f(c.fit(x, 1.0f - (1.0f - min_shrink) * static_cast<float>(i) / static_cast<float>(n_steps)));
+}
+
+block_grid fit_clipped(const codec& c, const float* x, const float* importance, int n_steps, float min_shrink) {
+    block_grid best;
+    double best_err = -1.0;
+    for_each_grid_candidate(c, x, importance, n_steps, min_shrink, [&](const block_grid& g) {
         const double err = block_error(c, g, x, importance);
-        if (err < best_err) {
+        if (best_err < 0.0 || err < best_err) {
             best_err = err;
             best = g;
         }
-    }
+    });
     return best;
 }
 

@@ -22,6 +22,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 
 namespace troupe::quant_common {
 
@@ -87,6 +88,12 @@ block_grid fit_q4_k_weighted(const float* x, const float* importance);
 // Q4_K: the better of fit(x) and fit_q4_k_weighted(x, importance).
 block_grid fit_clipped(const codec& c, const float* x, const float* importance, int n_steps = 20,
                        float min_shrink = 0.5f);
+
+// The grids a clipping search compares for the block x (importance: the weights' weights, may be null), each passed to
+// f(const block_grid&): fit(x) first, then the range shrunk by 1 - step, ..., down to min_shrink; Q4_K instead
+// fit_q4_k_weighted(x, importance).
+void for_each_grid_candidate(const codec& c, const float* x, const float* importance, int n_steps, float min_shrink,
+                             const std::function<void(const block_grid&)>& f);
 
 // Quantizes x[block_size] on grid g: codes into q, and the decoded values into y (may be null).
 void quantize_block(const codec& c, const block_grid& g, const float* x, int8_t* q, float* y);

@@ -103,13 +103,7 @@ void quantize_row(const codec& c, const float* w, const std::vector<float>& s, c
                         best = g;
                     }
                 };
-                if (c.kind() == quant_common::codec_kind::q4_k) {  // no range to shrink: the weighted fit instead
-                    consider(quant_common::fit_q4_k_weighted(xb, importance.data() + col0));
-                } else {
-                    constexpr int n_steps = 20;
-                    for (int k = 1; k <= n_steps; ++k)
-                        consider(c.fit(xb, 1.0f - 0.5f * static_cast<float>(k) / n_steps));
-                }
+                quant_common::for_each_grid_candidate(c, xb, importance.data() + col0, 20, 0.5f, consider);
             }
         }
         quant_common::quantize_block(c, best, xb, q, v);

@@ -78,22 +78,6 @@ bool invert_lower(const std::vector<double>& l, int64_t n, const parallel_rows& 
     });
 }
 
-constexpr int k_clip_steps = 20;  // shrinks 1, 0.975, ..., 0.5
-constexpr float k_clip_min_shrink = 0.5f;
-
-// The candidate grids of the block x: the full range shrunk k_clip_steps times (Q4_K, whose fit ignores shrink: its
-// reference fit and its fit weighted by H_ii).
-template <class F>
-void for_each_candidate(const codec& c, const float* x, const float* diag, F&& f) {
-    f(c.fit(x, 1.0f));
-    if (c.kind() == quant_common::codec_kind::q4_k) {
-        f(quant_common::fit_q4_k_weighted(x, diag));
-        return;
-    }
-    for (int i = 1; i <= k_clip_steps; ++i)
-        f(c.fit(x, 1.0f - (1.0f - k_clip_min_shrink) * static_cast<float>(i) / static_cast<float>(k_clip_steps)));
-}
-
 // A grid for the group starting at column k (identity order) of the updated row w: the candidate with the least
 // GPTQ loss Σ e_j² over the group's columns, compensating inside the group as the column loop will.
 block_grid fit_in_loop(const codec& c, const prepared_hessian& h, const float* w, int64_t k) {
@@ -102,7 +86,7 @@ block_grid fit_in_loop(const codec& c, const prepared_hessian& h, const float* w
     float x[256];  // [block_size]
     block_grid best;
     double best_err = -1.0;
-    for_each_candidate(c, w + k, h.diag.data() + k, [&](const block_grid& g) {
+    quant_common::for_each_grid_candidate(c, w + k, h.diag.data() + k, 20, 0.5f, [&](const block_grid& g) {
         std::copy(w + k, w + k + bs, x);
         double err = 0.0;
         for (int j = 0; j < bs; ++j) {
