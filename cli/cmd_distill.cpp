@@ -251,7 +251,17 @@ int distill(const distill_inputs& in) {
     if (!model) return fail(model.message());
     data_params gen = in.gen;
     gen.text_path = in.data;
-    auto data = make_dataset(*model, gen);
+    // The data can take minutes on a large target: a line at most every 10 s, with the time still to go.
+    const auto t_data = clock::now();
+    auto last_line = t_data;
+    auto data_progress = [&](size_t done, size_t total) {
+        if (done != total && seconds_since(last_line) < 10.0) return;
+        last_line = clock::now();
+        const double spent = seconds_since(t_data);
+        std::fprintf(stderr, "troupe distill: data: %zu / %zu openings continued, %.0f s (about %.0f s to go)\n", done,
+                     total, spent, spent / static_cast<double>(done) * static_cast<double>(total - done));
+    };
+    auto data = make_dataset(*model, gen, data_progress);
     if (!data) return fail(data.message());
     model->runner.reset();
     const double gen_s = seconds_since(t0);

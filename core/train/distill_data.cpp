@@ -112,7 +112,8 @@ result<openings> read_openings(const tokenizer& tok, const data_params& p) {
 namespace {
 
 status generate(loaded_model& target, recording_sink& sink, const std::vector<std::vector<int32_t>>& opens,
-                const data_params& p, uint64_t seed_salt, std::vector<distill_sample>& out, int64_t& next_seq_id) {
+                const data_params& p, uint64_t seed_salt, std::vector<distill_sample>& out, int64_t& next_seq_id,
+                const std::function<void(size_t)>& group_done) {
     model_runner& runner = *target.runner;
     const int32_t n_vocab = runner.n_vocab(), dim = target.cpu->hparams().dim;
     const int32_t eos = target.tok->eos_id();
@@ -177,13 +178,14 @@ status generate(loaded_model& target, recording_sink& sink, const std::vector<st
             out[i].hidden.resize(static_cast<size_t>(out[i].size()) * dim);
             out[i].logits.resize(static_cast<size_t>(out[i].size()) * n_vocab);
         }
+        group_done(g1 - g0);
     }
     return {};
 }
 
 }  // namespace
 
-result<distill_dataset> make_dataset(loaded_model& target, const data_params& p) {
+result<distill_dataset> make_dataset(loaded_model& target, const data_params& p, const data_progress& progress) {
     if (target.cpu == nullptr) return make_error("distill: the target must run on the CPU (device: cpu)");
     auto opens = read_openings(*target.tok, p);
     if (!opens) return opens.err();
@@ -194,8 +196,14 @@ result<distill_dataset> make_dataset(loaded_model& target, const data_params& p)
     d.dim = hp.dim;
     d.n_vocab = hp.n_vocab;
     int64_t next_seq_id = 0;
-    status st = generate(target, *sink, opens->train, p, 0, d.train, next_seq_id);
-    if (st) st = generate(target, *sink, opens->held_out, p, 500000, d.held_out, next_seq_id);
+    const size_t total = opens->train.size() + opens->held_out.size();
+    size_t done = 0;
+    auto group_done = [&](size_t n) {
+        done += n;
+        if (progress) progress(done, total);
+    };
+    status st = generate(target, *sink, opens->train, p, 0, d.train, next_seq_id, group_done);
+    if (st) st = generate(target, *sink, opens->held_out, p, 500000, d.held_out, next_seq_id, group_done);
     target.cpu->attach_taps(nullptr);
     if (!st) return make_error(st.message());
     return d;

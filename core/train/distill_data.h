@@ -14,6 +14,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -62,7 +63,10 @@ result<openings> read_openings(const tokenizer& tok, const data_params& p);
 // openings: 29 s against 62 s).
 engine_config target_config(const std::string& path, int32_t threads, int32_t parallel);
 
+// Called after each group of `parallel` continuations: openings done (training and held-out together) of all.
+using data_progress = std::function<void(size_t done, size_t total)>;
+
 // Runs the target (a CPU model: its taps are attached for the run and detached after).
-result<distill_dataset> make_dataset(loaded_model& target, const data_params& p);
+result<distill_dataset> make_dataset(loaded_model& target, const data_params& p, const data_progress& progress = {});
 
 }  // namespace troupe::train

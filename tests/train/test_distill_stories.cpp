@@ -24,6 +24,7 @@ struct stories_data {
     std::shared_ptr<const gguf::gguf_file> file;
     float_llama target;
     distill_dataset data;
+    std::vector<std::pair<size_t, size_t>> progress;  // (done, total) as make_dataset reported it
 };
 
 // Made once for the whole file: 60 openings continued greedily by 24 tokens (a few seconds on 2 cores).
@@ -46,7 +47,8 @@ const stories_data& stories() {
         p.temperature = 0;
         p.max_openings = 60;
         p.parallel = 8;
-        auto data = make_dataset(*loaded, p);
+        auto data =
+            make_dataset(*loaded, p, [&](size_t done, size_t total) { out->progress.emplace_back(done, total); });
         EXPECT_TRUE(data.ok()) << data.message();
         out->data = std::move(*data);
         return out;
@@ -102,6 +104,22 @@ TEST(distill_stories, every_sample_row_holds_the_targets_prediction_of_the_next_
         EXPECT_NEAR(z, s.logits[static_cast<int64_t>(j) * d.n_vocab + 7], 1e-3);
     }
     EXPECT_GT(checked, 1000);
+}
+
+TEST(distill_stories, the_data_reports_its_progress_per_group_of_parallel_continuations) {
+    REQUIRE_STORIES();
+    const stories_data& s = stories();
+    const size_t total = s.data.train.size() + s.data.held_out.size();
+    const size_t groups = (s.data.train.size() + 7) / 8 + (s.data.held_out.size() + 7) / 8;  // parallel 8
+    ASSERT_EQ(s.progress.size(), groups);
+    size_t before = 0;
+    for (const auto& [done, of] : s.progress) {
+        EXPECT_EQ(of, total);
+        EXPECT_GT(done, before);
+        EXPECT_LE(done - before, 8u);
+        before = done;
+    }
+    EXPECT_EQ(before, total);
 }
 
 TEST(distill_stories, training_medusa_heads_lowers_the_loss_and_raises_held_out_agreement) {
