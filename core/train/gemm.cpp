@@ -7,7 +7,7 @@ namespace troupe::train {
 void gemm_nt(const float* a, const float* b, float* c, int64_t m, int64_t n, int64_t k, cpu::thread_pool& pool) {
     if (m == 0 || n == 0) return;
     const matmul_weight w{ggml_type::f32, b, k, n, static_cast<size_t>(k) * sizeof(float)};
-    cpu::matmul(w, a, c, m, pool, cpu::activation_recipe::float32);
+    cpu::matmul_for_training(w, a, c, m, pool);
 }
 
 void gemm_nt_acc(const float* a, const float* b, float* c, int64_t m, int64_t n, int64_t k, cpu::thread_pool& pool) {

@@ -273,6 +273,22 @@ void matmul(const matmul_weight& w, const float* x, float* y, int64_t n_tokens, 
     matmul_impl(w, x, y, n_tokens, recipe, parallel_for, detail::row_streamer{nullptr, &parallel_ranges});
 }
 
+void matmul_for_training(const matmul_weight& w, const float* x, float* y, int64_t n_tokens, thread_pool& pool) {
+    TROUPE_ASSERT(w.type == ggml_type::f32, "matmul_for_training: F32 weights only");
+    const detail::matmul_kernels& active = active_kernels();
+    // Below a micro-tile's tokens the packing costs more than the GEMM saves.
+    if (active.gemm_unordered == nullptr || n_tokens < active.gemm_mr) {
+        matmul(w, x, y, n_tokens, pool, activation_recipe::float32);
+        return;
+    }
+    detail::matmul_kernels k = active;
+    k.gemm = k.gemm_unordered;
+    matmul_float_act(
+        k, w, x, y, n_tokens, true,
+        [&pool](int64_t n, const std::function<void(int64_t, int64_t)>& fn) { pool.parallel_for(n, fn); },
+        detail::row_streamer{&pool, nullptr});
+}
+
 int64_t gemm_min_tokens(ggml_type type, activation_recipe recipe) {
     return gemm_threshold(active_kernels(), type, recipe);
 }

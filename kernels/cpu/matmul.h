@@ -36,6 +36,12 @@ enum class activation_recipe {
 void matmul(const matmul_weight& w, const float* x, float* y, int64_t n_tokens, thread_pool& pool,
             activation_recipe recipe = activation_recipe::quantized);
 
+// y = x · wᵀ for core/train (F32 weights, float32 arithmetic): the level's packed float GEMM where it has one (AVX-512:
+// micro-tiles of 14 tokens x 32 rows, k in blocks of 256; 2-2.5x the tiles of matmul at the trainer's sizes), else
+// matmul's float path. Unlike matmul, a token's sums depend on the tokens beside it (how they fall into tiles),
+// which training does not mind and inference cannot accept (a verified draft must equal a decode bit for bit).
+void matmul_for_training(const matmul_weight& w, const float* x, float* y, int64_t n_tokens, thread_pool& pool);
+
 // The same, splitting the work over a caller's parallel_for (the host's pool, for plugins).
 void matmul(const matmul_weight& w, const float* x, float* y, int64_t n_tokens, const parallel_for_fn& parallel_for,
             activation_recipe recipe = activation_recipe::quantized);

@@ -506,6 +506,7 @@ const matmul_kernels& avx2_kernels() {
         .gemm_rows = 0,
         .gemm_mr = 0,
         .gemm_kc = 0,
+        .gemm_unordered = nullptr,
         .rows_float_act = rows_float_act_avx2,
         .gemm_min_tokens_float_act = INT64_MAX,
         .gemm_q8 = nullptr,

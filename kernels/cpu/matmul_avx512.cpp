@@ -469,9 +469,10 @@ const matmul_kernels& avx512_kernels() {
         .gemm = nullptr,
         .gemm_min_tokens_float = INT64_MAX,
         .gemm_min_tokens_q8 = INT64_MAX,
-        .gemm_rows = 0,
-        .gemm_mr = 0,
-        .gemm_kc = 0,
+        .gemm_rows = k_avx512_gemm_rows,
+        .gemm_mr = k_avx512_gemm_mr,
+        .gemm_kc = k_avx512_gemm_kc,
+        .gemm_unordered = gemm_avx512,  // core/train's products (matmul_for_training)
         .rows_float_act = rows_float_act_avx512,
         .gemm_min_tokens_float_act = INT64_MAX,
         .gemm_q8 = nullptr,

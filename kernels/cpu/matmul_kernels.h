@@ -31,9 +31,14 @@ struct matmul_kernels {
     // quantized recipe never take this float GEMM (it is not ggml's arithmetic): gemm_kquant below, or the dot kernels.
     int64_t gemm_min_tokens_float;
     int64_t gemm_min_tokens_q8;
-    int64_t gemm_rows;  // row granularity of gemm work items
+    int64_t gemm_rows;  // row granularity of gemm work items (of gemm and gemm_unordered)
     int gemm_mr;        // tokens per micro-tile
     int gemm_kc;        // k block
+    // The level's packed float GEMM even where `gemm` is null because its sums depend on the tile shapes (a token's
+    // outputs on the tokens beside it): for matmul_for_training only, which does not need batch invariance. Same
+    // signature and packing as gemm; null where the level has none.
+    void (*gemm_unordered)(const matmul_weight& w, const float* xp, float* y, int64_t ldy, int64_t n_tokens, int64_t r0,
+                           int64_t r1);
     // Integer GEMM for Q8_0 / Q4_0 weights against Q8_0 activation rows (prepared as for `rows`), used from
     // gemm_min_tokens_q8 on instead of `gemm`; null where the level has none. Row granularity gemm_q8_rows.
     // The float-activation recipe for quantized weights (Q8_0, Q4_0, Q4_K, Q6_K): y[t * ldy + r] for

@@ -160,6 +160,7 @@ const matmul_kernels& scalar_kernels() {
         .gemm_rows = 0,
         .gemm_mr = 0,
         .gemm_kc = 0,
+        .gemm_unordered = nullptr,
         .rows_float_act = rows_float_act_scalar,
         .gemm_min_tokens_float_act = 0,
         .gemm_q8 = nullptr,
