@@ -46,8 +46,9 @@ struct data_params {
     int32_t gen_tokens = 64;   // continuation length
     float temperature = 1.0f;  // 0: greedy
     uint64_t seed = 1;
-    int32_t max_openings = 0;  // 0: all; else the first this many (held-out ones counted apart, a tenth of it)
-    int32_t parallel = 16;     // sequences per forward step
+    int32_t max_openings = 0;    // 0: all; else the first this many (held-out ones counted apart, a tenth of it)
+    int32_t parallel = 16;       // sequences per forward step
+    bool share_prefixes = true;  // a shorter opening of a line reads a longer one's prefill (distill_data.cpp)
 };
 
 // The openings of the text, train and held out, as token lists.

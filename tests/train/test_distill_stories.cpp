@@ -106,6 +106,37 @@ TEST(distill_stories, every_sample_row_holds_the_targets_prediction_of_the_next_
     EXPECT_GT(checked, 1000);
 }
 
+// Openings of one line read the longest one's prefill (share_prefixes): the same tokens and, within float
+// rounding, the same rows as when each opening is prefilled on its own. Openings every 16 tokens, so that most share.
+TEST(distill_stories, openings_that_share_a_lines_prefill_get_the_rows_of_their_own_prefill) {
+    REQUIRE_STORIES();
+    auto loaded = load_model(target_config(*::troupe::testing::shared_file(stories_path), 2, 8));
+    ASSERT_TRUE(loaded.ok()) << loaded.message();
+    data_params p;
+    p.text_path = *::troupe::testing::shared_file("text/stories.txt");
+    p.gen_tokens = 8;
+    p.temperature = 0;
+    p.open_stride = 16;
+    p.max_openings = 40;
+    p.parallel = 8;
+    auto shared = make_dataset(*loaded, p);
+    ASSERT_TRUE(shared.ok()) << shared.message();
+    p.share_prefixes = false;
+    auto alone = make_dataset(*loaded, p);
+    ASSERT_TRUE(alone.ok()) << alone.message();
+    ASSERT_EQ(shared->train.size(), alone->train.size());
+    int32_t longer_than_a_block = 0;
+    for (size_t i = 0; i < shared->train.size(); ++i) {
+        const distill_sample &a = shared->train[i], &b = alone->train[i];
+        ASSERT_EQ(a.tokens, b.tokens) << "opening " << i;
+        ASSERT_EQ(a.hidden.size(), b.hidden.size());
+        longer_than_a_block += a.n_prompt > 16;
+        for (size_t j = 0; j < a.hidden.size(); ++j) ASSERT_NEAR(a.hidden[j], b.hidden[j], 1e-3) << "opening " << i;
+        for (size_t j = 0; j < a.logits.size(); ++j) ASSERT_NEAR(a.logits[j], b.logits[j], 1e-3) << "opening " << i;
+    }
+    EXPECT_GT(longer_than_a_block, 20);
+}
+
 TEST(distill_stories, the_data_reports_its_progress_per_group_of_parallel_continuations) {
     REQUIRE_STORIES();
     const stories_data& s = stories();
