@@ -2,10 +2,12 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <fstream>
 #include <map>
 #include <random>
 
+#include "core/log/log.h"
 #include "core/model/cpu_llama.h"
 #include "core/model/tap_sink.h"
 
@@ -219,10 +221,37 @@ status generate(loaded_model& target, recording_sink& sink, const std::vector<st
         for (size_t i = g0; i < g1; ++i) {
             out[i].hidden.resize(static_cast<size_t>(out[i].size()) * dim);
             out[i].logits.resize(static_cast<size_t>(out[i].size()) * n_vocab);
+            out[i].hidden.shrink_to_fit();  // allocated for max_len rows while it generated
+            out[i].logits.shrink_to_fit();
         }
         group_done(g1 - g0);
     }
     return {};
+}
+
+// MemAvailable of /proc/meminfo in bytes, 0 where it cannot be read.
+uint64_t available_memory() {
+    std::ifstream f("/proc/meminfo");
+    std::string key;
+    uint64_t kib = 0;
+    std::string unit;
+    while (f >> key >> kib >> unit) {
+        if (key == "MemAvailable:") return kib * 1024;
+    }
+    return 0;
+}
+
+// The data set's rows at most: every opening continued by gen_tokens (an EOS may end it sooner), plus the running
+// group's samples at their full length while they generate.
+uint64_t dataset_bytes(const openings& opens, const data_params& p, int32_t max_len, int64_t row_floats) {
+    uint64_t positions = 0;
+    for (const auto* set : {&opens.train, &opens.held_out}) {
+        for (const auto& o : *set)
+            positions +=
+                static_cast<uint64_t>(std::min<int64_t>(static_cast<int64_t>(o.size()) + p.gen_tokens, max_len));
+    }
+    positions += static_cast<uint64_t>(std::max(1, p.parallel)) * static_cast<uint64_t>(max_len);
+    return positions * static_cast<uint64_t>(row_floats) * sizeof(float);
 }
 
 }  // namespace
@@ -232,6 +261,30 @@ result<distill_dataset> make_dataset(loaded_model& target, const data_params& p,
     auto opens = read_openings(*target.tok, p);
     if (!opens) return opens.err();
     const llama_hparams& hp = target.cpu->hparams();
+    {
+        int32_t longest = 0;
+        for (const auto* set : {&opens->train, &opens->held_out}) {
+            for (const auto& o : *set) longest = std::max<int32_t>(longest, static_cast<int32_t>(o.size()));
+        }
+        const int32_t max_len = std::min(longest + p.gen_tokens, target.runner->n_ctx());
+        const uint64_t need = dataset_bytes(*opens, p, max_len, static_cast<int64_t>(hp.dim) + hp.n_vocab);
+        const uint64_t budget = p.memory_budget != 0 ? p.memory_budget : available_memory() / 10 * 8;
+        TROUPE_LOG_INFO("distill",
+                        "data set: %zu openings, up to %.2f GiB of hidden and logits rows (may use %.2f GiB)",
+                        opens->train.size() + opens->held_out.size(), static_cast<double>(need) / (1 << 30),
+                        static_cast<double>(budget) / (1 << 30));
+        if (budget != 0 && need > budget) {
+            char msg[512];
+            std::snprintf(msg, sizeof msg,
+                          "distill: the data set would take up to %.2f GiB (%zu openings continued by %d tokens, each "
+                          "position's hidden state and logits: %d + %d floats), more than the %.2f GiB it may use: "
+                          "give fewer openings (--max-openings), shorter continuations (--gen) or openings further "
+                          "apart (--open-stride)",
+                          static_cast<double>(need) / (1 << 30), opens->train.size() + opens->held_out.size(),
+                          p.gen_tokens, hp.dim, hp.n_vocab, static_cast<double>(budget) / (1 << 30));
+            return make_error(msg);
+        }
+    }
     auto sink = std::make_shared<recording_sink>(hp.n_layers - 1, hp.dim, hp.n_vocab);
     target.cpu->attach_taps(sink);
     distill_dataset d;

@@ -49,6 +49,10 @@ struct data_params {
     int32_t max_openings = 0;    // 0: all; else the first this many (held-out ones counted apart, a tenth of it)
     int32_t parallel = 16;       // sequences per forward step
     bool share_prefixes = true;  // a shorter opening of a line reads a longer one's prefill (distill_data.cpp)
+    // Bytes the data set may take (hidden and logits rows: positions x (dim + n_vocab) floats, ~29 GB for a
+    // 32k-token vocabulary at the EAGLE defaults); 0: 80% of the memory available when it starts (/proc/meminfo).
+    // A larger estimate is refused before any work.
+    uint64_t memory_budget = 0;
 };
 
 // The openings of the text, train and held out, as token lists.

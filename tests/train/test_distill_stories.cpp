@@ -137,6 +137,26 @@ TEST(distill_stories, openings_that_share_a_lines_prefill_get_the_rows_of_their_
     EXPECT_GT(longer_than_a_block, 20);
 }
 
+TEST(distill_stories, a_data_set_larger_than_its_memory_budget_is_refused_before_any_work) {
+    REQUIRE_STORIES();
+    auto loaded = load_model(target_config(*::troupe::testing::shared_file(stories_path), 2, 8));
+    ASSERT_TRUE(loaded.ok()) << loaded.message();
+    data_params p;
+    p.text_path = *::troupe::testing::shared_file("text/stories.txt");
+    p.memory_budget = 1 << 20;  // 1 MiB: stories.txt's openings need far more
+    bool called = false;
+    auto data = make_dataset(*loaded, p, [&](size_t, size_t) { called = true; });
+    ASSERT_FALSE(data.ok());
+    EXPECT_NE(data.message().find("GiB"), std::string::npos) << data.message();
+    EXPECT_NE(data.message().find("--max-openings"), std::string::npos) << data.message();
+    EXPECT_FALSE(called) << "openings were continued before the refusal";
+    p.max_openings = 4;  // a few openings fit in 32 MiB
+    p.gen_tokens = 8;
+    p.parallel = 8;
+    p.memory_budget = 32 << 20;
+    EXPECT_TRUE(make_dataset(*loaded, p).ok());
+}
+
 TEST(distill_stories, the_data_reports_its_progress_per_group_of_parallel_continuations) {
     REQUIRE_STORIES();
     const stories_data& s = stories();
