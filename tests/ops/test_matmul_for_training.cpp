@@ -1,6 +1,7 @@
 // cpu::matmul_for_training (core/train's products: the packed float GEMM where the level has one) against a double
 // precision reference at every dispatch level this CPU has, on shapes around its micro-tile (14 tokens x 32 rows)
-// and k block (256), with a padded weight row stride; 1 and 2 threads.
+// and k block (256), with a padded weight row stride, and at a k and a token count that the levels without it cut
+// into cache blocks; 1 and 2 threads.
 //
 // Tolerance: float sums in another order than the reference's, |y - y_ref| <= 4e-6 * sum_k |w_k x_k| + 1e-30.
 #include <gtest/gtest.h>
@@ -21,13 +22,15 @@ TEST(matmul_for_training, equals_a_double_precision_product_at_every_level_shape
     uint32_t seed = 5;
     for (cpu::dispatch_level level : cpu::available_levels()) {
         scoped_level scope(level);
-        for (int64_t n_in : {16, 250, 256, 600}) {
+        // 4100: three k chunks and two token blocks where the level has no packed GEMM (matmul_in_cache_blocks).
+        for (int64_t n_in : {16, 250, 256, 600, 4100}) {
             for (int64_t n_out : {1, 31, 32, 33, 100}) {
+                if (n_in == 4100 && n_out > 33) continue;
                 const int64_t stride = n_in + (n_out == 33 ? 7 : 0);  // floats per weight row
                 const auto w_data = random_floats(n_out * stride, seed++);
                 const matmul_weight w{ggml_type::f32, w_data.data(), n_in, n_out,
                                       static_cast<size_t>(stride) * sizeof(float)};
-                for (int64_t n_tokens : {1, 13, 14, 15, 29, 64}) {
+                for (int64_t n_tokens : {1, 13, 14, 15, 29, 64, 100}) {
                     SCOPED_TRACE("level " + std::to_string(static_cast<int>(level)) + " n_in " + std::to_string(n_in) +
                                  " n_out " + std::to_string(n_out) + " n_tokens " + std::to_string(n_tokens));
                     const auto x = random_floats(n_tokens * n_in, seed++);

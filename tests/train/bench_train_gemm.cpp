@@ -1,15 +1,18 @@
 // bench_train_gemm: core/train's linear forward and backward at a drafter layer's shapes (the grown 1B's EAGLE
 // layer by default), GFLOP/s beside the FMA peak measured in the same run.
 //
-//   build/tests/train/bench_train_gemm [rows] [in] [out] [threads]      (default 1024 2048 5632 2)
+//   build/tests/train/bench_train_gemm [rows] [in] [out] [threads] [avx2|avx512]   (default 1024 2048 5632 2, the best
+//   level; avx2 forces that level's kernels: its products take matmul_for_training's cache blocks)
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "core/train/gemm.h"
 #include "core/train/linear.h"
+#include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/limits.h"
 #include "kernels/cpu/thread_pool.h"
 
@@ -36,6 +39,11 @@ int main(int argc, char** argv) {
     const int64_t out = argc > 3 ? std::atoll(argv[3]) : 5632;
     const int threads = argc > 4 ? std::atoi(argv[4]) : 2;
     troupe::cpu::thread_pool pool(threads);
+    if (argc > 5) {
+        const std::string level = argv[5];
+        troupe::cpu::force_level(level == "avx2" ? troupe::cpu::dispatch_level::avx2
+                                                 : troupe::cpu::dispatch_level::avx512);
+    }
 
     std::mt19937 rng(1);
     std::normal_distribution<float> normal(0.0f, 1.0f);
@@ -60,8 +68,9 @@ int main(int argc, char** argv) {
     });
     std::vector<float> wt(w.size());
     const double tr = best_seconds(3, [&] { troupe::train::transpose(w.data(), wt.data(), out, in); });
-    std::printf("linear %lld rows x %lld -> %lld, %d threads; FMA peak %.1f GFLOP/s\n", static_cast<long long>(rows),
-                static_cast<long long>(in), static_cast<long long>(out), threads, peak);
+    std::printf("linear %lld rows x %lld -> %lld, %d threads, %s kernels; FMA peak %.1f GFLOP/s\n",
+                static_cast<long long>(rows), static_cast<long long>(in), static_cast<long long>(out), threads,
+                std::string(troupe::cpu::name(troupe::cpu::active_level())).c_str(), peak);
     auto line = [&](const char* what, double s) {
         std::printf("  %-8s %8.2f ms  %7.1f GFLOP/s  %5.1f%% of the FMA peak\n", what, s * 1e3, flop / s * 1e-9,
                     100.0 * flop / s * 1e-9 / peak);
