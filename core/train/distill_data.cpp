@@ -117,8 +117,8 @@ namespace {
 // (its root) is prefilled whole in the first step; every shorter one starts a step later from the start of the KV
 // block that holds its last token, reading the root's blocks below it (written in the first step and never again:
 // the root's own writes come after its opening's last token), and takes the root's hidden and logits rows for the
-// positions it skips. With openings every 16 tokens this skips most of the prefill (the grown 1B: 172k prompt
-// tokens -> ~20k). The rows a shorter opening takes were computed in the root's longer prefill, so they can differ
+// positions it skips. With openings every 16 tokens this skips most of the prefill (the grown 1B's data phase
+// 960.5 s -> 456.8 s). The rows a shorter opening takes were computed in the root's longer prefill, so they can differ
 // from its own prefill's in the last float bits.
 status generate(loaded_model& target, recording_sink& sink, const std::vector<std::vector<int32_t>>& opens,
                 const data_params& p, uint64_t seed_salt, std::vector<distill_sample>& out, int64_t& next_seq_id,

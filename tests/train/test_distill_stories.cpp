@@ -27,26 +27,36 @@ struct stories_data {
     std::vector<std::pair<size_t, size_t>> progress;  // (done, total) as make_dataset reported it
 };
 
+// The stories260K target as the tests run it for data (2 threads, 8 sequences per step).
+result<loaded_model> load_stories_target() {
+    return load_model(target_config(*::troupe::testing::shared_file(stories_path), 2, 8));
+}
+
+// Greedy continuations of stories.txt's openings, 8 sequences per step.
+data_params greedy_text_params() {
+    data_params p;
+    p.text_path = *::troupe::testing::shared_file("text/stories.txt");
+    p.temperature = 0;
+    p.parallel = 8;
+    return p;
+}
+
 // Made once for the whole file: 60 openings continued greedily by 24 tokens (a few seconds on 2 cores).
 const stories_data& stories() {
     static std::unique_ptr<stories_data> made = [] {
         auto out = std::make_unique<stories_data>();
         const std::string model = *::troupe::testing::shared_file(stories_path);
-        const std::string text = *::troupe::testing::shared_file("text/stories.txt");
         auto file = gguf::gguf_file::open(model);
         EXPECT_TRUE(file.ok()) << file.message();
         out->file = *file;
         auto target = read_float_llama(*file, layers_wanted::last);
         EXPECT_TRUE(target.ok()) << target.message();
         out->target = std::move(*target);
-        auto loaded = load_model(target_config(model, 2, 8));
+        auto loaded = load_stories_target();
         EXPECT_TRUE(loaded.ok()) << loaded.message();
-        data_params p;
-        p.text_path = text;
+        data_params p = greedy_text_params();
         p.gen_tokens = 24;
-        p.temperature = 0;
         p.max_openings = 60;
-        p.parallel = 8;
         auto data =
             make_dataset(*loaded, p, [&](size_t done, size_t total) { out->progress.emplace_back(done, total); });
         EXPECT_TRUE(data.ok()) << data.message();
@@ -110,15 +120,12 @@ TEST(distill_stories, every_sample_row_holds_the_targets_prediction_of_the_next_
 // rounding, the same rows as when each opening is prefilled on its own. Openings every 16 tokens, so that most share.
 TEST(distill_stories, openings_that_share_a_lines_prefill_get_the_rows_of_their_own_prefill) {
     REQUIRE_STORIES();
-    auto loaded = load_model(target_config(*::troupe::testing::shared_file(stories_path), 2, 8));
+    auto loaded = load_stories_target();
     ASSERT_TRUE(loaded.ok()) << loaded.message();
-    data_params p;
-    p.text_path = *::troupe::testing::shared_file("text/stories.txt");
+    data_params p = greedy_text_params();
     p.gen_tokens = 8;
-    p.temperature = 0;
     p.open_stride = 16;
     p.max_openings = 40;
-    p.parallel = 8;
     auto shared = make_dataset(*loaded, p);
     ASSERT_TRUE(shared.ok()) << shared.message();
     p.share_prefixes = false;
@@ -139,10 +146,9 @@ TEST(distill_stories, openings_that_share_a_lines_prefill_get_the_rows_of_their_
 
 TEST(distill_stories, a_data_set_larger_than_its_memory_budget_is_refused_before_any_work) {
     REQUIRE_STORIES();
-    auto loaded = load_model(target_config(*::troupe::testing::shared_file(stories_path), 2, 8));
+    auto loaded = load_stories_target();
     ASSERT_TRUE(loaded.ok()) << loaded.message();
-    data_params p;
-    p.text_path = *::troupe::testing::shared_file("text/stories.txt");
+    data_params p = greedy_text_params();
     p.memory_budget = 1 << 20;  // 1 MiB: stories.txt's openings need far more
     bool called = false;
     auto data = make_dataset(*loaded, p, [&](size_t, size_t) { called = true; });
@@ -152,7 +158,6 @@ TEST(distill_stories, a_data_set_larger_than_its_memory_budget_is_refused_before
     EXPECT_FALSE(called) << "openings were continued before the refusal";
     p.max_openings = 4;  // a few openings fit in 32 MiB
     p.gen_tokens = 8;
-    p.parallel = 8;
     p.memory_budget = 32 << 20;
     EXPECT_TRUE(make_dataset(*loaded, p).ok());
 }
