@@ -223,6 +223,33 @@ TEST(spec_heads, a_distilled_eagle_layer_keeps_the_golden_greedy_text_and_its_dr
     }
 }
 
+// min_confidence leaves out the drafts less likely than the bound along their path (Medusa's product of the heads'
+// probabilities, EAGLE's of the layer's): fewer drafts, the same golden text; a bound of nearly 1 drafts nothing.
+TEST(spec_heads, medusa_and_eagle_screened_by_min_confidence_draft_less_and_keep_the_golden_text) {
+    REQUIRE_STORIES();
+    const std::pair<const char*, std::string> plugins[] = {{"medusa", "heads"}, {"eagle", "layer"}};
+    for (const auto& [plugin, file_key] : plugins) {
+        SCOPED_TRACE(plugin);
+        const std::string file = std::string(plugin) == "medusa" ? data().medusa_path : data().eagle_path;
+        int32_t drafted[3] = {};
+        const float bounds[] = {0.0f, 0.05f, 0.999f};
+        for (int i = 0; i < 3; ++i) {
+            YAML::Node p;
+            p[file_key] = file;
+            p["min_confidence"] = bounds[i];
+            const greedy_run r = run_greedy(model_path_, golden_path_, plugin, p);
+            ASSERT_EQ(r.error, "");
+            EXPECT_EQ(r.text, r.expected) << "min_confidence " << bounds[i];
+            drafted[i] = r.use.n_draft_tokens;
+            std::printf("%s min_confidence %.3f: %d of %d draft tokens accepted over 48 tokens\n", plugin,
+                        static_cast<double>(bounds[i]), r.use.n_draft_accepted, r.use.n_draft_tokens);
+        }
+        EXPECT_GT(drafted[0], drafted[1]);
+        EXPECT_GT(drafted[1], 0);
+        EXPECT_LT(drafted[2], drafted[1]);
+    }
+}
+
 struct refusal_case {
     const char* name;
     const char* plugin;
@@ -333,6 +360,55 @@ TEST(spec_heads, the_plugins_eagle_forward_equals_the_training_forward_on_the_sa
     EXPECT_LT(max_logit, 1e-3) << "logits";
 }
 
+// The target's features of positions 0 .. n-2 of sample s for the drafter (its prefill of the first n - 1 tokens).
+void observe_prefill_features(eagle::eagle_drafter& drafter, int64_t seq, const distill_sample& s,
+                              const llama_hparams& hp) {
+    const auto n = static_cast<int32_t>(s.size());
+    std::vector<int64_t> seq_ids(static_cast<size_t>(n - 1), seq);
+    std::vector<int32_t> positions(static_cast<size_t>(n - 1));
+    std::iota(positions.begin(), positions.end(), 0);
+    troupe_tap_data tap{};
+    tap.struct_size = sizeof tap;
+    tap.version = TROUPE_TAP_DATA_VERSION;
+    tap.tap = TROUPE_TAP_LAYER_OUT;
+    tap.layer = hp.n_layers - 1;
+    tap.n_rows = n - 1;
+    tap.width = hp.dim;
+    tap.data = s.hidden.data();
+    tap.seq_ids = seq_ids.data();
+    tap.positions = positions.data();
+    drafter.taps().observe(tap);
+}
+
+// One proposal after the whole of sample s: its tokens and parents (n_nodes of them).
+struct eagle_chain {
+    std::vector<int32_t> tokens, parents;
+};
+eagle_chain propose_after(eagle::eagle_drafter& drafter, int64_t seq, const distill_sample& s) {
+    const eagle::drafter_params& dp = drafter.params();
+    troupe_spec_request q{};
+    q.struct_size = sizeof q;
+    q.version = TROUPE_SPEC_REQUEST_VERSION;
+    q.seq_id = seq;
+    q.tokens = s.tokens.data();
+    q.n_tokens = static_cast<int64_t>(s.size());
+    q.n_new = 1;
+    q.max_nodes = dp.max_nodes;
+    q.max_depth = dp.depth;
+    eagle_chain c;
+    c.tokens.resize(static_cast<size_t>(dp.max_nodes));
+    c.parents.resize(c.tokens.size());
+    troupe_spec_proposal out{};
+    out.struct_size = sizeof out;
+    out.version = TROUPE_SPEC_PROPOSAL_VERSION;
+    out.tokens = c.tokens.data();
+    out.parents = c.parents.data();
+    EXPECT_EQ(drafter.propose(&q, 1, &out, nullptr), TROUPE_OK);
+    c.tokens.resize(static_cast<size_t>(out.n_nodes));
+    c.parents.resize(c.tokens.size());
+    return c;
+}
+
 // After a prompt (or a stretch run without drafts) the drafter keeps and computes only the newest `catch_up` context
 // rows of the layer, and still proposes; with 0 it keeps and computes every row the target's features cover.
 TEST(spec_heads, the_eagle_drafter_catches_up_at_most_its_bound_of_context_rows) {
@@ -350,48 +426,71 @@ TEST(spec_heads, the_eagle_drafter_catches_up_at_most_its_bound_of_context_rows)
         eagle::eagle_drafter drafter(sh, fixture_eagle_weights(), dp);
         constexpr int64_t seq = 7;
         drafter.begin(seq);
-        // The target's features of positions 0 .. n-2 (its prefill of the sample's first n - 1 tokens).
-        std::vector<int64_t> seq_ids(static_cast<size_t>(n - 1), seq);
-        std::vector<int32_t> positions(static_cast<size_t>(n - 1));
-        std::iota(positions.begin(), positions.end(), 0);
-        troupe_tap_data tap{};
-        tap.struct_size = sizeof tap;
-        tap.version = TROUPE_TAP_DATA_VERSION;
-        tap.tap = TROUPE_TAP_LAYER_OUT;
-        tap.layer = hp.n_layers - 1;
-        tap.n_rows = n - 1;
-        tap.width = hp.dim;
-        tap.data = s.hidden.data();
-        tap.seq_ids = seq_ids.data();
-        tap.positions = positions.data();
-        drafter.taps().observe(tap);
+        observe_prefill_features(drafter, seq, s, hp);
         // A step without drafts: the features the bound leaves out go, the others stay.
         const int32_t own_token[] = {-1};
         drafter.accepted(seq, own_token, 1);
         EXPECT_EQ(drafter.taps().at(seq, n - 2 - 4) != nullptr, true);
         EXPECT_EQ(drafter.taps().at(seq, n - 2 - 5) != nullptr, bound == 0);
 
-        troupe_spec_request q{};
-        q.struct_size = sizeof q;
-        q.version = TROUPE_SPEC_REQUEST_VERSION;
-        q.seq_id = seq;
-        q.tokens = s.tokens.data();
-        q.n_tokens = n;
-        q.n_new = 1;
-        q.max_nodes = dp.max_nodes;
-        q.max_depth = dp.depth;
-        std::vector<int32_t> tokens(static_cast<size_t>(dp.max_nodes)), parents(tokens.size());
-        troupe_spec_proposal out{};
-        out.struct_size = sizeof out;
-        out.version = TROUPE_SPEC_PROPOSAL_VERSION;
-        out.tokens = tokens.data();
-        out.parents = parents.data();
-        ASSERT_EQ(drafter.propose(&q, 1, &out, nullptr), TROUPE_OK);
+        const eagle_chain out = propose_after(drafter, seq, s);
         // Rows j = 0 .. n-2 take (t_{j+1}, h_j): n - 1 rows in all, the newest `bound` of them when bounded.
         EXPECT_EQ(drafter.context_rows(seq), bound == 0 ? n - 1 : bound);
-        EXPECT_EQ(out.n_nodes, dp.max_nodes);
+        ASSERT_EQ(static_cast<int32_t>(out.tokens.size()), dp.max_nodes);
         EXPECT_EQ(out.parents[0], -1);
     }
+}
+
+// With min_confidence the chain stops at its first node less likely than that along its path: the proposal is the
+// prefix of the unbounded chain whose cumulative draft probabilities reach the bound (none when the first does not).
+TEST(spec_heads, the_eagle_drafter_stops_its_chain_where_the_drafts_confidence_falls_below_the_bound) {
+    REQUIRE_STORIES();
+    const fixture_data& d = data();
+    const distill_sample& s = d.data.held_out.front();
+    const llama_hparams& hp = d.target.hp;
+    const eagle::eagle_shape sh = eagle::shape_of(hp);
+    struct chain {
+        std::vector<int32_t> tokens, parents;
+        std::vector<float> confidences;
+    };
+    const auto propose = [&](float min_confidence) {
+        eagle::drafter_params dp;
+        dp.min_confidence = min_confidence;
+        eagle::eagle_drafter drafter(sh, fixture_eagle_weights(), dp);
+        constexpr int64_t seq = 3;
+        drafter.begin(seq);
+        observe_prefill_features(drafter, seq, s, hp);
+        const eagle_chain c = propose_after(drafter, seq, s);
+        EXPECT_EQ(drafter.confidences(0).size(), c.tokens.size());
+        return chain{c.tokens, c.parents, drafter.confidences(0)};
+    };
+    const chain all = propose(0.0f);
+    ASSERT_EQ(all.tokens.size(), 5u);
+    for (size_t i = 0; i < all.tokens.size(); ++i) {
+        EXPECT_EQ(all.parents[i], static_cast<int32_t>(i) - 1);
+        EXPECT_GT(all.confidences[i], 0.0f);
+        EXPECT_LE(all.confidences[i], i == 0 ? 1.0f : all.confidences[i - 1]);
+    }
+    std::printf("chain confidences:");
+    for (float c : all.confidences) std::printf(" %.4f", static_cast<double>(c));
+    std::printf("\n");
+    int32_t bounds_tried = 0;
+    for (size_t keep = 0; keep <= all.tokens.size(); ++keep) {
+        SCOPED_TRACE(keep);
+        // A bound halfway between the last kept node's confidence (1 for none) and the first dropped one's (0).
+        const float above = keep == 0 ? 1.0f : all.confidences[keep - 1];
+        const float below = keep == all.tokens.size() ? 0.0f : all.confidences[keep];
+        if (!(below < above)) continue;  // equal confidences cannot be split
+        const chain c = propose(0.5f * (above + below));
+        ++bounds_tried;
+        ASSERT_EQ(c.tokens.size(), keep);
+        for (size_t i = 0; i < keep; ++i) {
+            EXPECT_EQ(c.tokens[i], all.tokens[i]);
+            EXPECT_EQ(c.parents[i], all.parents[i]);
+            EXPECT_FLOAT_EQ(c.confidences[i], all.confidences[i]);
+        }
+    }
+    EXPECT_GE(bounds_tried, 4) << "most of the chain's confidences should differ";
 }
 
 // The EAGLE drafter's chain shortens by a level per doubling of the sequences it drafts for together (at least one

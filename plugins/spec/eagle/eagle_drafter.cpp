@@ -1,6 +1,8 @@
 #include "eagle_drafter.h"
 
 #include <algorithm>
+#include <cmath>
+#include <limits>
 #include <numeric>
 #include <utility>
 
@@ -9,7 +11,10 @@
 namespace troupe::eagle {
 
 eagle_drafter::eagle_drafter(const eagle_shape& shape, eagle_weights weights, const drafter_params& p)
-    : forward_(shape, std::move(weights)), p_(p), taps_(shape.dim) {}
+    : forward_(shape, std::move(weights)),
+      p_(p),
+      taps_(shape.dim),
+      min_score_(p.min_confidence > 0.0f ? std::log(p.min_confidence) : -std::numeric_limits<float>::infinity()) {}
 
 void eagle_drafter::begin(int64_t seq_id) {
     taps_.begin(seq_id);
@@ -96,7 +101,8 @@ int32_t eagle_drafter::catch_up(const troupe_spec_request* requests, int32_t n, 
     return TROUPE_OK;
 }
 
-// The top-k tokens of a row's logits as candidates under `parent` (-1: roots); their rows will take g_row's output.
+// The top-k tokens of a row's logits as candidates under `parent` (-1: roots), those at least min_confidence likely
+// along their path; their rows will take g_row's output.
 void eagle_drafter::add_children(drafting& d, int32_t parent, const float* logits, int32_t g_row) {
     const int32_t nv = forward_.shape().n_vocab;
     logp_.resize(static_cast<size_t>(nv));
@@ -104,14 +110,15 @@ void eagle_drafter::add_children(drafting& d, int32_t parent, const float* logit
     const float base = parent < 0 ? 0.0f : d.cands[static_cast<size_t>(parent)].score;
     const int32_t depth = parent < 0 ? 1 : d.cands[static_cast<size_t>(parent)].depth + 1;
     for (const auto& [token, lp] : spec_common::top_k(logp_.data(), nv, p_.topk)) {
+        if (base + lp < min_score_) continue;
         d.frontier.push_back(static_cast<int32_t>(d.cands.size()));
         d.cands.push_back(candidate{token, parent, depth, base + lp, g_row});
     }
 }
 
 // The max_nodes best candidates (ties: shallower, then earlier), ordered by depth, into the proposal.
-void eagle_drafter::finish(drafting& d, const troupe_spec_request& q, int32_t max_nodes,
-                           troupe_spec_proposal& p) const {
+void eagle_drafter::finish(drafting& d, const troupe_spec_request& q, int32_t max_nodes, troupe_spec_proposal& p,
+                           std::vector<float>& confidences) const {
     std::vector<int32_t> order(d.cands.size());
     std::iota(order.begin(), order.end(), 0);
     const auto better = [&](int32_t a, int32_t b) {
@@ -140,6 +147,7 @@ void eagle_drafter::finish(drafting& d, const troupe_spec_request& q, int32_t ma
         node_of[static_cast<size_t>(kept[i])] = static_cast<int32_t>(i);
         p.tokens[i] = x.token;
         p.parents[i] = x.parent < 0 ? -1 : node_of[static_cast<size_t>(x.parent)];
+        confidences.push_back(std::exp(x.score));
     }
     p.n_nodes = static_cast<int32_t>(kept.size());
 }
@@ -161,6 +169,7 @@ int32_t eagle_drafter::propose(const troupe_spec_request* requests, int32_t n, t
         out[i].has_q = 0;
     }
     g_.clear();
+    confidences_.assign(static_cast<size_t>(n), {});
     std::vector<drafting> trees;
     if (int32_t rc = catch_up(requests, n, trees, parallel); rc != TROUPE_OK) return rc;
     const auto [depth, max_nodes] = limits_for(n);
@@ -211,7 +220,7 @@ int32_t eagle_drafter::propose(const troupe_spec_request* requests, int32_t n, t
         }
     }
     for (drafting& d : trees) {
-        finish(d, requests[d.request], max_nodes, out[d.request]);
+        finish(d, requests[d.request], max_nodes, out[d.request], confidences_[static_cast<size_t>(d.request)]);
         d.seq->cache.n_rows = d.n_context;  // the draft rows go
     }
     return TROUPE_OK;

@@ -53,6 +53,11 @@ struct drafter_params {
     // left out of the layer's attention, as a prefix served from cache is; the layer trains on openings of
     // 8-250 tokens, and 16 rows drafted as well as all on prompts of 150 tokens (tau 2.29 against 2.22).
     int32_t catch_up = 16;
+    // The least cumulative draft probability (the product of the draft's probabilities along a node's path) for
+    // which a node is drafted further and proposed (0: every node). A node costs a forward of the layer per level
+    // and a row of the target's verification, and yields a token about as often as its cumulative probability
+    // says, so deep nodes of an unsure chain cost more than they return: EAGLE-2 stops expanding there.
+    float min_confidence = 0.0f;
 };
 
 class eagle_drafter {
@@ -72,6 +77,8 @@ public:
                     const troupe_parallel* parallel);
     // The depth and node cap of a proposal for n sequences (shrink_with_batch).
     std::pair<int32_t, int32_t> limits_for(int32_t n) const;
+    // The cumulative draft probability of each node of request i's proposal in the last propose (node order).
+    const std::vector<float>& confidences(int32_t i) const { return confidences_[static_cast<size_t>(i)]; }
 
 private:
     struct sequence {
@@ -97,15 +104,18 @@ private:
     int32_t catch_up(const troupe_spec_request* requests, int32_t n, std::vector<drafting>& out,
                      const troupe_parallel* parallel);
     void add_children(drafting& d, int32_t parent, const float* logits, int32_t g_row);
-    void finish(drafting& d, const troupe_spec_request& q, int32_t max_nodes, troupe_spec_proposal& p) const;
+    void finish(drafting& d, const troupe_spec_request& q, int32_t max_nodes, troupe_spec_proposal& p,
+                std::vector<float>& confidences) const;
 
     eagle_forward forward_;
     drafter_params p_;
     spec_common::tap_features taps_;
     std::unordered_map<int64_t, sequence> seqs_;
-    std::vector<float> g_;       // [rows of this proposal, dim] outputs kept for the next level
-    std::vector<float> logits_;  // [rows, n_vocab]
-    std::vector<float> logp_;    // [n_vocab]
+    std::vector<float> g_;                         // [rows of this proposal, dim] outputs kept for the next level
+    std::vector<float> logits_;                    // [rows, n_vocab]
+    std::vector<float> logp_;                      // [n_vocab]
+    float min_score_ = 0.0f;                       // log(min_confidence), -inf for 0
+    std::vector<std::vector<float>> confidences_;  // [requests of the last propose][its nodes]
 };
 
 }  // namespace troupe::eagle

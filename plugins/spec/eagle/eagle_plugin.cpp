@@ -12,6 +12,8 @@
 //                            eagle_drafter.h)
 //   shrink_with_batch: bool  with n sequences drafted together, depth - floor(log2 n) levels and max_nodes in
 //                            proportion (default true; eagle_drafter.h)
+//   min_confidence: 0..1     nodes less likely than this along their path are neither drafted further nor
+//                            proposed (default in eagle_drafter.h)
 //   weights: f32 | f16 | q8 | q4  how the layer's matrices (and the target's output matrix, 8 bits under q4) are
 //                            kept for drafting (default q8; q4 saves 40% of the layer's memory: packed_matrix.h)
 #include <troupe/plugin.h>
@@ -99,12 +101,15 @@ int32_t eagle_create(const troupe_plugin_params* params, troupe_plugin_instance*
         dp.topk = static_cast<int32_t>(reader.integer("topk", 1, 16, dp.topk));
         dp.catch_up = static_cast<int32_t>(reader.integer("catch_up", 0, 1 << 20, dp.catch_up));
         dp.shrink_with_batch = reader.boolean("shrink_with_batch", dp.shrink_with_batch);
+        dp.min_confidence = static_cast<float>(reader.number("min_confidence", 0.0, 1.0, dp.min_confidence));
         const weight_format format = weight_format_of(reader.choice("weights", {"f32", "f16", "q8", "q4"}, "q8"));
         if (layer_path.empty()) {
             reader.fail("layer", "required: the path of a file written by troupe distill --kind eagle for this model");
         }
-        if (!finish_params(reader, {"layer", "max_nodes", "depth", "topk", "weights", "catch_up", "shrink_with_batch"},
-                           error))
+        if (!finish_params(
+                reader,
+                {"layer", "max_nodes", "depth", "topk", "weights", "catch_up", "shrink_with_batch", "min_confidence"},
+                error))
             return TROUPE_ERR_INVALID_PARAMS;
         auto inst = std::make_unique<troupe_plugin_instance>();
         try {
@@ -132,11 +137,11 @@ int32_t eagle_create(const troupe_plugin_params* params, troupe_plugin_instance*
         w.token_embd = m.token_embd.data();
         w.output_norm = m.output_norm.data();
         inst->drafter = std::make_unique<troupe::eagle::eagle_drafter>(sh, std::move(w), dp);
-        host_log::write(
-            TROUPE_LOG_LEVEL_INFO, source,
-            "dim %d, %s weights (%.1f MiB read per draft forward), trees of up to %d nodes, depth %d, top-%d", sh.dim,
-            weight_format_name(format), inst->drafter->weights().n_bytes() / 1048576.0, dp.max_nodes, dp.depth,
-            dp.topk);
+        host_log::write(TROUPE_LOG_LEVEL_INFO, source,
+                        "dim %d, %s weights (%.1f MiB read per draft forward), trees of up to %d nodes, depth %d, "
+                        "top-%d, min confidence %g",
+                        sh.dim, weight_format_name(format), inst->drafter->weights().n_bytes() / 1048576.0,
+                        dp.max_nodes, dp.depth, dp.topk, static_cast<double>(dp.min_confidence));
         *out = inst.release();
         return TROUPE_OK;
     });

@@ -22,10 +22,14 @@
 //                            1.44x; [4, 2, 2, 1] 0.45x); or
 //   choices: [[0], [1], [0, 0], ...]   explicit paths of ranks (Medusa's "medusa choices")
 //   max_nodes: 1..256        the proposal's size: the first max_nodes nodes of the tree (default: the whole tree)
+//   min_confidence: 0..1     nodes whose path is less likely than this (the product of each head's probability of
+//                            its token) are not proposed, nor their subtrees (default 0: every node)
 //   weights: f32 | f16 | q8 | q4  how the heads' matrices are kept (default q8; packed_matrix.h)
 #include <troupe/plugin.h>
 
 #include <algorithm>
+#include <cmath>
+#include <limits>
 #include <memory>
 #include <string>
 #include <unordered_map>
@@ -69,8 +73,9 @@ struct troupe_plugin_instance {
     medusa_tree tree;
     tap_features taps{0};
     std::unordered_map<int64_t, sequence_state> seqs;
+    float min_score = 0.0f;  // log(min_confidence), -inf for 0
     // Scratch of propose_batch.
-    std::vector<float> x, a, r, logits;  // [m, dim] x3, [m, n_vocab]
+    std::vector<float> x, a, r, logits, logp;  // [m, dim] x3, [m, n_vocab], [n_vocab]
     std::string error;
 };
 
@@ -92,15 +97,18 @@ int32_t medusa_create(const troupe_plugin_params* params, troupe_plugin_instance
             choices.push_back(path);
         }
         const auto max_nodes = static_cast<int32_t>(reader.integer("max_nodes", 1, troupe::medusa::max_tree_nodes, 0));
+        const double min_confidence = reader.number("min_confidence", 0.0, 1.0, 0.0);
         const weight_format format = weight_format_of(reader.choice("weights", {"f32", "f16", "q8", "q4"}, "q8"));
         if (heads_path.empty())
             reader.fail("heads",
                         "required: the path of a file written by troupe distill --kind "
                         "medusa for this model");
         if (!topk.empty() && !choices.empty()) reader.fail("choices", "give either topk or choices, not both");
-        if (!finish_params(reader, {"heads", "topk", "choices", "max_nodes", "weights"}, error))
+        if (!finish_params(reader, {"heads", "topk", "choices", "max_nodes", "weights", "min_confidence"}, error))
             return TROUPE_ERR_INVALID_PARAMS;
         auto inst = std::make_unique<troupe_plugin_instance>();
+        inst->min_score = min_confidence > 0.0 ? static_cast<float>(std::log(min_confidence))
+                                               : -std::numeric_limits<float>::infinity();
         try {
             inst->tree = !choices.empty()
                              ? troupe::medusa::tree_from_choices(choices)
@@ -208,28 +216,44 @@ int32_t medusa_propose_batch(troupe_plugin_instance* inst, const troupe_spec_req
             fcs.push_back({&inst->heads[d].fc_w, inst->a.data() + d * static_cast<size_t>(m * dim)});
         if (int32_t rc = matmul_shared_input(parallel, inst->x.data(), m, fcs.data(), fcs.size()); rc != TROUPE_OK)
             return rc;
+        const bool screened = inst->min_score > -std::numeric_limits<float>::infinity();
         for (size_t d = 0; d < n_heads; ++d) {
             const medusa_head& h = inst->heads[d];
             const float* a = inst->a.data() + d * static_cast<size_t>(m * dim);
             for (int64_t k = 0; k < m * dim; ++k) inst->r[k] = inst->x[k] + silu(a[k] + h.fc_b.data()[k % dim]);
             const int32_t rc = matmul(parallel, inst->r.data(), m, h.out_w, nullptr, inst->logits.data());
             if (rc != TROUPE_OK) return rc;
-            for (int64_t row = 0; row < m; ++row)
-                top[d].push_back(top_k(inst->logits.data() + row * nv, nv, inst->tree.k_by_depth[d]));
+            // The top k by log-probability when nodes are screened by it (the same tokens as by logits).
+            inst->logp.resize(static_cast<size_t>(nv));
+            for (int64_t row = 0; row < m; ++row) {
+                const float* x = inst->logits.data() + row * nv;
+                if (screened) log_softmax(x, inst->logp.data(), nv);
+                top[d].push_back(top_k(screened ? inst->logp.data() : x, nv, inst->tree.k_by_depth[d]));
+            }
         }
         for (int64_t row = 0; row < m; ++row) {
             const troupe_spec_request& q = requests[which[row]];
             troupe_spec_proposal& p = out[which[row]];
+            // Each tree node's place in the proposal (-1: left out) and its path's log-probability.
+            std::vector<int32_t> placed(inst->tree.nodes.size(), -1);
+            std::vector<float> score(inst->tree.nodes.size(), 0.0f);
             int32_t k = 0;
-            for (const auto& node : inst->tree.nodes) {
+            for (size_t i = 0; i < inst->tree.nodes.size(); ++i) {
+                const auto& node = inst->tree.nodes[i];
                 if (k == q.max_nodes) break;
                 if (node.depth() > q.max_depth) break;  // nodes are ordered by depth
                 const auto& choices = top[static_cast<size_t>(node.depth() - 1)][static_cast<size_t>(row)];
                 const auto rank = static_cast<size_t>(node.ranks.back());
                 if (rank >= choices.size()) break;  // a vocabulary smaller than the tree's top-k
+                const auto parent = static_cast<size_t>(node.parent);
+                if (node.parent >= 0 && placed[parent] < 0) continue;  // its parent was left out
+                if (screened) {
+                    score[i] = (node.parent >= 0 ? score[parent] : 0.0f) + choices[rank].second;
+                    if (score[i] < inst->min_score) continue;
+                }
                 p.tokens[k] = choices[rank].first;
-                p.parents[k] = node.parent;
-                ++k;
+                p.parents[k] = node.parent >= 0 ? placed[parent] : -1;
+                placed[i] = k++;
             }
             p.n_nodes = k;
         }
