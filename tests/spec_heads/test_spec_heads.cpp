@@ -380,6 +380,15 @@ void observe_prefill_features(eagle::eagle_drafter& drafter, int64_t seq, const 
     drafter.taps().observe(tap);
 }
 
+// A drafter with params dp that has seen the prefill features of sample s for sequence seq.
+std::unique_ptr<eagle::eagle_drafter> drafter_after_prefill(const eagle::drafter_params& dp, int64_t seq,
+                                                            const distill_sample& s, const llama_hparams& hp) {
+    auto drafter = std::make_unique<eagle::eagle_drafter>(eagle::shape_of(hp), fixture_eagle_weights(), dp);
+    drafter->begin(seq);
+    observe_prefill_features(*drafter, seq, s, hp);
+    return drafter;
+}
+
 // One proposal after the whole of sample s: its tokens and parents (n_nodes of them).
 struct eagle_chain {
     std::vector<int32_t> tokens, parents;
@@ -418,15 +427,13 @@ TEST(spec_heads, the_eagle_drafter_catches_up_at_most_its_bound_of_context_rows)
     const llama_hparams& hp = d.target.hp;
     const auto n = static_cast<int32_t>(s.size());
     ASSERT_GT(n, 12);
-    const eagle::eagle_shape sh = eagle::shape_of(hp);
     for (const int32_t bound : {0, 5}) {
         SCOPED_TRACE(bound);
         eagle::drafter_params dp;
         dp.catch_up = bound;
-        eagle::eagle_drafter drafter(sh, fixture_eagle_weights(), dp);
         constexpr int64_t seq = 7;
-        drafter.begin(seq);
-        observe_prefill_features(drafter, seq, s, hp);
+        const std::unique_ptr<eagle::eagle_drafter> owned = drafter_after_prefill(dp, seq, s, hp);
+        eagle::eagle_drafter& drafter = *owned;
         // A step without drafts: the features the bound leaves out go, the others stay.
         const int32_t own_token[] = {-1};
         drafter.accepted(seq, own_token, 1);
@@ -448,7 +455,6 @@ TEST(spec_heads, the_eagle_drafter_stops_its_chain_where_the_drafts_confidence_f
     const fixture_data& d = data();
     const distill_sample& s = d.data.held_out.front();
     const llama_hparams& hp = d.target.hp;
-    const eagle::eagle_shape sh = eagle::shape_of(hp);
     struct chain {
         std::vector<int32_t> tokens, parents;
         std::vector<float> confidences;
@@ -456,13 +462,11 @@ TEST(spec_heads, the_eagle_drafter_stops_its_chain_where_the_drafts_confidence_f
     const auto propose = [&](float min_confidence) {
         eagle::drafter_params dp;
         dp.min_confidence = min_confidence;
-        eagle::eagle_drafter drafter(sh, fixture_eagle_weights(), dp);
         constexpr int64_t seq = 3;
-        drafter.begin(seq);
-        observe_prefill_features(drafter, seq, s, hp);
-        const eagle_chain c = propose_after(drafter, seq, s);
-        EXPECT_EQ(drafter.confidences(0).size(), c.tokens.size());
-        return chain{c.tokens, c.parents, drafter.confidences(0)};
+        const std::unique_ptr<eagle::eagle_drafter> drafter = drafter_after_prefill(dp, seq, s, hp);
+        const eagle_chain c = propose_after(*drafter, seq, s);
+        EXPECT_EQ(drafter->confidences(0).size(), c.tokens.size());
+        return chain{c.tokens, c.parents, drafter->confidences(0)};
     };
     const chain all = propose(0.0f);
     ASSERT_EQ(all.tokens.size(), 5u);
