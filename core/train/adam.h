@@ -24,8 +24,8 @@ class adam {
 public:
     adam(std::vector<param*> params, adam_params p);
     // One update from the params' gradients; lr_scale multiplies lr (a schedule). Returns the gradient norm
-    // before clipping.
-    double step(float lr_scale = 1.0f);
+    // before clipping. With a pool the update is split over its threads.
+    double step(float lr_scale = 1.0f, cpu::thread_pool* pool = nullptr);
     int64_t n_steps() const { return t_; }
 
 private:

@@ -48,12 +48,12 @@ std::vector<curve_point> train_draft(tiny_llama& model, const distill_dataset& d
         const int64_t n = static_cast<int64_t>(r.tokens.size());
         logits.resize(n * nv);
         dlogits.resize(n * nv);
-        zero_grads(model.params());
+        zero_grads(model.params(), &pool);
         model.forward(r.tokens, r.positions, r.bounds, logits.data(), pool);
         const loss_sums ls = logit_loss(p.loss, r.target_logits.data(), logits.data(), r.labels.data(), n, nv,
                                         1.0f / static_cast<float>(n), p.hard_weight, dlogits.data(), pool);
         model.backward(r.tokens, r.bounds, dlogits.data(), pool);
-        opt.step(lr_schedule(step, p.steps));
+        opt.step(lr_schedule(step, p.steps), &pool);
         curve_point pt{step + 1};
         pt.kl = ls.kl / n;
         pt.hard = ls.hard / n;

@@ -79,7 +79,7 @@ std::vector<curve_point> train_eagle(eagle_layer& layer, const distill_dataset& 
         logits.resize(n * nv);
         dlogits.assign(n * nv, 0.0f);
         dg.assign(n * d, 0.0f);
-        zero_grads(layer.params());
+        zero_grads(layer.params(), &pool);
         layer.forward(b, g.data(), logits.data(), pool);
         // Each segment's blocks against the same targets (rows of block u from position u - 1 on); the curve
         // reports the first block's (the target's features, as before) and the sum of all in the loss.
@@ -109,7 +109,7 @@ std::vector<curve_point> train_eagle(eagle_layer& layer, const distill_dataset& 
             }
         }
         layer.backward(b, dg.data(), dlogits.data(), pool);
-        opt.step(lr_schedule(step, p.steps));
+        opt.step(lr_schedule(step, p.steps), &pool);
         curve_point pt{step + 1};
         pt.kl = first.kl / n_true;
         pt.hard = first.hard / n_true;

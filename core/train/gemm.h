@@ -17,6 +17,7 @@ namespace troupe::train {
 void gemm_nt(const float* a, const float* b, float* c, int64_t m, int64_t n, int64_t k, cpu::thread_pool& pool);
 // Through a scratch buffer: c may hold earlier sums.
 void gemm_nt_acc(const float* a, const float* b, float* c, int64_t m, int64_t n, int64_t k, cpu::thread_pool& pool);
-void transpose(const float* in, float* out, int64_t rows, int64_t cols);
+// With a pool, split over its threads by bands of rows.
+void transpose(const float* in, float* out, int64_t rows, int64_t cols, cpu::thread_pool* pool = nullptr);
 
 }  // namespace troupe::train

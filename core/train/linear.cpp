@@ -20,14 +20,14 @@ void linear_backward(const float* x, const float* w, const float* dy, float* dx,
                      int64_t in, int64_t out, cpu::thread_pool& pool) {
     if (dx != nullptr) {
         std::vector<float> wt(static_cast<size_t>(in * out));  // [in, out]
-        transpose(w, wt.data(), out, in);
+        transpose(w, wt.data(), out, in, &pool);
         gemm_nt_acc(dy, wt.data(), dx, n, in, out, pool);
     }
     if (dw != nullptr) {
         std::vector<float> dyt(static_cast<size_t>(out * n));  // [out, n]
         std::vector<float> xt(static_cast<size_t>(in * n));    // [in, n]
-        transpose(dy, dyt.data(), n, out);
-        transpose(x, xt.data(), n, in);
+        transpose(dy, dyt.data(), n, out, &pool);
+        transpose(x, xt.data(), n, in, &pool);
         gemm_nt_acc(dyt.data(), xt.data(), dw, out, in, n, pool);
     }
     if (db != nullptr) {

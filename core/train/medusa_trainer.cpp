@@ -22,7 +22,7 @@ std::vector<curve_point> train_medusa(medusa_heads& heads, const float_llama& ta
     medusa_cache cache;
     std::vector<curve_point> curve;
     for (int32_t step = 0; step < p.steps; ++step) {
-        zero_grads(heads.params());
+        zero_grads(heads.params(), &pool);
         curve_point pt{step + 1};
         for (int32_t h = 0; h < heads.n_heads(); ++h) {
             for (int64_t r = 0; r < b;) {  // positions where head h's soft label (logits at j + h + 1) exists
@@ -43,7 +43,7 @@ std::vector<curve_point> train_medusa(medusa_heads& heads, const float_llama& ta
             pt.top1 += static_cast<double>(ls.agree) / b / heads.n_heads();
         }
         pt.loss = pt.kl + (p.loss == distill_loss::kl_hard ? p.hard_weight * pt.hard : 0.0);
-        opt.step(lr_schedule(step, p.steps));
+        opt.step(lr_schedule(step, p.steps), &pool);
         curve.push_back(pt);
         if (progress) progress(pt);
     }

@@ -6,9 +6,12 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <span>
 #include <string>
 #include <vector>
+
+#include "kernels/cpu/thread_pool.h"
 
 namespace troupe::train {
 
@@ -26,8 +29,17 @@ struct param {
     float* g() { return grad.data(); }
 };
 
-void zero_grads(std::span<param* const> params);
+// The elementwise passes over every parameter (zeroing, the norm, the optimizer's update) run over chunks of at most
+// param_chunk elements, split over the pool's threads when one is given; the norm sums its chunks' partial sums in
+// chunk order, so it does not depend on the thread count.
+constexpr int64_t param_chunk = int64_t{1} << 16;
+// f(k, begin, end, chunk) for elements [begin, end) of params[k], every chunk (numbered in order) of every parameter,
+// in parallel over the chunks.
+void for_param_chunks(std::span<param* const> params, cpu::thread_pool* pool,
+                      const std::function<void(size_t, int64_t, int64_t, int64_t)>& f);
+
+void zero_grads(std::span<param* const> params, cpu::thread_pool* pool = nullptr);
 // sqrt(sum of every gradient element squared).
-double grad_norm(std::span<param* const> params);
+double grad_norm(std::span<param* const> params, cpu::thread_pool* pool = nullptr);
 
 }  // namespace troupe::train

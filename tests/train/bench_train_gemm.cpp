@@ -67,7 +67,7 @@ int main(int argc, char** argv) {
         troupe::train::linear_backward(x.data(), w.data(), dy.data(), nullptr, dw.data(), nullptr, rows, in, out, pool);
     });
     std::vector<float> wt(w.size());
-    const double tr = best_seconds(3, [&] { troupe::train::transpose(w.data(), wt.data(), out, in); });
+    const double tr = best_seconds(3, [&] { troupe::train::transpose(w.data(), wt.data(), out, in, &pool); });
     std::printf("linear %lld rows x %lld -> %lld, %d threads, %s kernels; FMA peak %.1f GFLOP/s\n",
                 static_cast<long long>(rows), static_cast<long long>(in), static_cast<long long>(out), threads,
                 std::string(troupe::cpu::name(troupe::cpu::active_level())).c_str(), peak);
