@@ -4,7 +4,6 @@
 // (query, key) pairs only: 4 head_dim products each forward (scores, outputs), 8 backward.
 //
 //   build/tests/train/bench_train_attention [segments] [positions] [passes] [threads]   (default 8 128 2 2)
-#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <random>
@@ -13,23 +12,9 @@
 #include "core/train/attention.h"
 #include "kernels/cpu/limits.h"
 #include "kernels/cpu/thread_pool.h"
+#include "tests/train/bench_timing.h"
 
-namespace {
-
-using clock_type = std::chrono::steady_clock;
-
-template <class F>
-double best_seconds(int reps, F&& f) {
-    double best = 1e30;
-    for (int i = 0; i < reps; ++i) {
-        const auto t0 = clock_type::now();
-        f();
-        best = std::min(best, std::chrono::duration<double>(clock_type::now() - t0).count());
-    }
-    return best;
-}
-
-}  // namespace
+using troupe::train::bench::best_seconds;
 
 int main(int argc, char** argv) {
     const int64_t segments = argc > 1 ? std::atoll(argv[1]) : 8;
@@ -42,13 +27,7 @@ int main(int argc, char** argv) {
     const int64_t rows_per_segment = positions * passes, n = segments * rows_per_segment;
     std::vector<int64_t> bounds;
     for (int64_t i = 0; i <= segments; ++i) bounds.push_back(i * rows_per_segment);
-    std::mt19937 rng(1);
-    std::normal_distribution<float> normal(0.0f, 1.0f);
-    auto random = [&](int64_t count) {
-        std::vector<float> v(static_cast<size_t>(count));
-        for (float& x : v) x = normal(rng);
-        return v;
-    };
+    troupe::train::bench::normal_values random(1);
     const int64_t qw = s.n_heads * s.head_dim, kvw = s.n_kv_heads * s.head_dim;
     const std::vector<float> q = random(n * qw), k = random(n * kvw), v = random(n * kvw), d_o = random(n * qw);
     std::vector<float> o(q.size()), dq(q.size()), dk(k.size()), dv(v.size());

@@ -3,7 +3,6 @@
 //
 //   build/tests/train/bench_train_gemm [rows] [in] [out] [threads] [avx2|avx512]   (default 1024 2048 5632 2, the best
 //   level; avx2 forces that level's kernels: its products take matmul_for_training's cache blocks)
-#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <random>
@@ -15,23 +14,9 @@
 #include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/limits.h"
 #include "kernels/cpu/thread_pool.h"
+#include "tests/train/bench_timing.h"
 
-namespace {
-
-using clock_type = std::chrono::steady_clock;
-
-template <class F>
-double best_seconds(int reps, F&& f) {
-    double best = 1e30;
-    for (int i = 0; i < reps; ++i) {
-        const auto t0 = clock_type::now();
-        f();
-        best = std::min(best, std::chrono::duration<double>(clock_type::now() - t0).count());
-    }
-    return best;
-}
-
-}  // namespace
+using troupe::train::bench::best_seconds;
 
 int main(int argc, char** argv) {
     const int64_t rows = argc > 1 ? std::atoll(argv[1]) : 1024;
@@ -45,13 +30,7 @@ int main(int argc, char** argv) {
                                                  : troupe::cpu::dispatch_level::avx512);
     }
 
-    std::mt19937 rng(1);
-    std::normal_distribution<float> normal(0.0f, 1.0f);
-    auto random = [&](int64_t n) {
-        std::vector<float> v(static_cast<size_t>(n));
-        for (float& x : v) x = normal(rng);
-        return v;
-    };
+    troupe::train::bench::normal_values random(1);
     const std::vector<float> x = random(rows * in), w = random(out * in), dy = random(rows * out);
     std::vector<float> y(static_cast<size_t>(rows * out)), dx(static_cast<size_t>(rows * in)),
         dw(static_cast<size_t>(out * in));
