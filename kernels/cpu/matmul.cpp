@@ -64,6 +64,9 @@ int64_t gemm_threshold(const detail::matmul_kernels& k, ggml_type type, cpu::act
 
 // Rows per work item of the dot-product path: enough to amortize the hand-over, a multiple of 4.
 constexpr int64_t k_rows_per_item = 16;
+// Float weights: a multiple of their 3-row tiles (float_tile_walk.h), so that no item ends in one-row tiles (5 loads
+// per 4 FMAs); an item's rows stay in L2 while its tokens pass in chunks.
+constexpr int64_t k_float_rows_per_item = 48;
 // Products smaller than this many multiply-adds run on the calling thread (tiny models: the hand-over to
 // a worker would cost more than the work).
 constexpr int64_t k_inline_macs = 32 * 1024;
@@ -85,7 +88,8 @@ void for_dot_rows(const Split& split, const detail::row_streamer& streamer, cons
         detail::stream_rows(streamer, w, 1, grain, [&](int64_t r0, int64_t r1) { fn(r0, r1); });
         return;
     }
-    for_row_ranges(split, w.n_out, k_rows_per_item, fn);
+    const bool float_weights = w.type == ggml_type::f32 || w.type == ggml_type::f16 || w.type == ggml_type::bf16;
+    for_row_ranges(split, w.n_out, float_weights ? k_float_rows_per_item : k_rows_per_item, fn);
 }
 
 // A kernel call kernel(piece, y_piece, r0, r1) over rows [r0, r1) of w as fn(r0, r1), piece by piece (weight_pieces.h):
