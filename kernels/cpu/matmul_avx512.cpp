@@ -464,8 +464,10 @@ const matmul_kernels& avx512_kernels() {
         // float_kernel's 3 x 4 tiles; Q8_0 / Q4_0 take the panels (kernels.weights: copy, the default) or q8_row
         // (mmap); the float-activation recipe the dot kernels. test_matmul's at_every_level test, run here with
         // AVX-512 emulated by SIMDe (kernels/emulation/README.md), failed for F32 from 7 tokens, Q8_0 rows from 24
-        // and the float recipe's Q8_0 from 33 before. Not measured on an AVX-512 CPU: the prefill figures of F32 /
-        // F16 / BF16, of mmap'd Q8_0 / Q4_0 and of the float recipe there may be lower than with the GEMMs.
+        // and the float recipe's Q8_0 from 33 before. Measured on Zen 5 since: the tiles, once walked in chunks of
+        // tokens (float_tile_walk.h), prefill F32 / F16 / BF16 at 48% / 68-73% / 67-71% of the FMA peak
+        // (troupe_kernels_bench, 512 tokens; the GEMM reached 83.5% for F32); mmap'd Q8_0 / Q4_0 and the float
+        // recipe are not measured there.
         .gemm = nullptr,
         .gemm_min_tokens_float = INT64_MAX,
         .gemm_min_tokens_q8 = INT64_MAX,
