@@ -88,8 +88,7 @@ void for_dot_rows(const Split& split, const detail::row_streamer& streamer, cons
         detail::stream_rows(streamer, w, 1, grain, [&](int64_t r0, int64_t r1) { fn(r0, r1); });
         return;
     }
-    const bool float_weights = w.type == ggml_type::f32 || w.type == ggml_type::f16 || w.type == ggml_type::bf16;
-    for_row_ranges(split, w.n_out, float_weights ? k_float_rows_per_item : k_rows_per_item, fn);
+    for_row_ranges(split, w.n_out, is_float_type(w.type) ? k_float_rows_per_item : k_rows_per_item, fn);
 }
 
 // A kernel call kernel(piece, y_piece, r0, r1) over rows [r0, r1) of w as fn(r0, r1), piece by piece (weight_pieces.h):
