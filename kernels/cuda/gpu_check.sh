@@ -6,72 +6,130 @@
 # test_cuda_quant_plugins: the quant plugins' CUDA kernels vs their CPU path; cuda_lane_order_test.cpp: swaps on the
 # KV allocator's copy lane under a running step, ordered by events; cuda_plugin_graph_test.cpp: the CUDA graph calling
 # quant/w4a16 on a W4_G128 file this script makes with `troupe quantize`, quant/fp8, and tap observers), bench_cuda_quant
-# (GEMV GB/s vs copy), then `troupe bench --device cuda`.
+# (GEMV GB/s vs copy), then `troupe bench --device cuda` on the shared models (beside the CPU) and on a 1B file
+# `troupe synth` writes (F16 with step graphs on and off, 1/8/32 sequences; W4_G128 through quant/w4a16).
+# PROFILE=1 adds ncu's GPU time per kernel for a 1B decode and prefill.
 #
 #   kernels/cuda/gpu_check.sh            build into build-gpu/ beside this checkout's root
 #   BUILD_DIR=... SHARED=... kernels/cuda/gpu_check.sh
+#   PREBUILT=1 BUILD_DIR=... ...         use a build made elsewhere (gpu_pack.sh, gpu_device_run.sh): no build here
+#   GTEST_FILTER=...                     as GoogleTest reads it (gpu_device_run.sh leaves out cases whose files
+#                                        did not travel)
 #
-# Exits non-zero on the first failure; prints what it ran. A GPU test that SKIPS here is a failure of
-# this check (the script makes sure a device is visible first), so it reruns ctest with no skips allowed.
-set -euo pipefail
+# Every section runs even after one fails (a lent GPU's minutes are few: one run should say everything); the
+# script exits non-zero if any failed and names them at the end. A GPU test that SKIPS here is a failure (the
+# script makes sure a device is visible first).
+set -uo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 build=${BUILD_DIR:-$root/build-gpu}
 shared=${SHARED:-$root/../shared}
 jobs=${JOBS:-16}
+failed=()
+section() { echo; echo "== $*"; }
+fail() { failed+=("$1"); echo "gpu_check: FAILED: $1" >&2; }
 
-echo "== GPU"
-nvidia-smi --query-gpu=name,memory.total,driver_version,compute_cap --format=csv,noheader || {
+section "GPU"
+nvidia-smi --query-gpu=name,memory.total,driver_version,compute_cap,clocks.max.sm,clocks.max.mem \
+    --format=csv,noheader || {
     echo "gpu_check: no GPU visible (nvidia-smi failed)" >&2
     exit 2
 }
 export PATH=/usr/local/cuda/bin:$PATH
-nvcc --version | tail -1
+nvcc --version 2>/dev/null | tail -1 || true
 
-echo "== configure + build ($build)"
-start=$(date +%s)
-cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release -DTROUPE_CUDA=ON >/dev/null
-cmake --build "$build" -j"$jobs" --target troupe_cuda test_cuda test_cuda_quant_plugins bench_cuda_quant troupe
-echo "build took $(($(date +%s) - start)) s"
-test -f "$build/backends/libtroupe_cuda.so"
+if [ -z "${PREBUILT:-}" ]; then
+    section "configure + build ($build)"
+    start=$(date +%s)
+    cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release -DTROUPE_CUDA=ON >/dev/null &&
+        cmake --build "$build" -j"$jobs" --target troupe_cuda test_cuda test_cuda_quant_plugins bench_cuda_quant troupe ||
+        { echo "gpu_check: build failed" >&2; exit 1; }
+    echo "build took $(($(date +%s) - start)) s"
+fi
+test -f "$build/backends/libtroupe_cuda.so" || { echo "gpu_check: no $build/backends/libtroupe_cuda.so" >&2; exit 1; }
 
-echo "== a W4_G128 model for the CUDA graph's plugin calls (troupe quantize, round to nearest)"
-w4_model=$build/rand10M-W4_G128.gguf
-[ -f "$w4_model" ] || "$build/troupe" quantize --model "$shared/models/rand10M-F16.gguf" --method rtn --type w4_g128 \
-    -o "$w4_model"
-export TROUPE_W4_G128_MODEL=$w4_model
-
-echo "== test_cuda"
 export TROUPE_SHARED_DIR=$shared
 export TROUPE_BACKEND_DIR=$build/backends
-# Every GPU test must run: a skip on a GPU machine means the backend did not load or data is missing.
-# (The one test about machines WITHOUT a GPU skips here by design.)
-"$build/tests/cuda/test_cuda" 2>&1 | tee "$build/test_cuda.log"
-skipped=$(grep -E '^\[  SKIPPED \] [A-Za-z0-9_/]+\.' "$build/test_cuda.log" | grep -v without_a_gpu || true)
-if [ -n "$skipped" ]; then
-    echo "gpu_check: CUDA tests skipped on a GPU machine:" >&2
-    echo "$skipped" >&2
-    exit 1
+export TROUPE_PLUGIN_DIR=$build/plugins
+work=${WORK_DIR:-$build}
+
+section "a W4_G128 model for the CUDA graph's plugin calls (troupe quantize, round to nearest)"
+w4_model=$work/rand10M-W4_G128.gguf
+if [ -f "$w4_model" ] || "$build/troupe" quantize --model "$shared/models/rand10M-F16.gguf" --method rtn \
+    --type w4_g128 -o "$w4_model"; then
+    export TROUPE_W4_G128_MODEL=$w4_model
+else
+    fail "troupe quantize (W4_G128)"
 fi
 
-echo "== test_cuda_quant_plugins (quant/w4a16 and quant/fp8 on CUDA vs their CPU path)"
-"$build/tests/cuda/test_cuda_quant_plugins" 2>&1 | tee "$build/test_cuda_quant_plugins.log"
-skipped=$(grep -E '^\[  SKIPPED \] [A-Za-z0-9_/]+\.' "$build/test_cuda_quant_plugins.log" || true)
-if [ -n "$skipped" ]; then
-    echo "gpu_check: quant plugin CUDA tests skipped on a GPU machine:" >&2
-    echo "$skipped" >&2
-    exit 1
+# run_gtest NAME: runs a test binary (timed out after 4 minutes); a failure or a skip fails the section.
+run_gtest() {
+    local name=$1 log=$work/$1.log
+    section "$name"
+    timeout 240 "$build/tests/cuda/$name" 2>&1 | tee "$log"
+    [ "${PIPESTATUS[0]}" -eq 0 ] || fail "$name"
+    # (The one test about machines WITHOUT a GPU skips here by design.)
+    local skipped
+    skipped=$(grep -E '^\[  SKIPPED \] [A-Za-z0-9_/]+\.' "$log" | grep -v without_a_gpu || true)
+    if [ -n "$skipped" ]; then
+        echo "gpu_check: tests skipped on a GPU machine:" >&2
+        echo "$skipped" >&2
+        fail "$name (skips)"
+    fi
+}
+run_gtest test_cuda
+run_gtest test_cuda_quant_plugins
+
+section "bench_cuda_quant (GEMV GB/s vs the device's copy bandwidth)"
+timeout 120 "$build/tests/cuda/bench_cuda_quant" || fail bench_cuda_quant
+
+bench() {  # bench MODEL DEVICE [flags]: one troupe bench, a failure noted
+    local model=$1 device=$2
+    shift 2
+    echo "-- troupe bench $(basename "$model") --device $device $*"
+    timeout 120 "$build/troupe" bench --model "$model" --device "$device" "$@" || fail "bench $(basename "$model") $device"
+}
+section "troupe bench --device cuda (shared models, beside the CPU)"
+for model in stories260K.gguf rand10M-F16.gguf rand10M-Q4_K_M.gguf arch/tiny-qwen2.gguf arch/tiny-phi3.gguf \
+    arch/tiny-gemma2.gguf; do
+    [ -f "$shared/models/$model" ] || continue
+    bench "$shared/models/$model" cuda
+    bench "$shared/models/$model" cpu --reps 1
+done
+
+section "troupe bench --device cuda on a 1B file (troupe synth, llama vocabulary), graphs on (default) and off"
+vocab=$shared/vocab/ggml-vocab-llama-spm.gguf
+f16=$work/synth-1B-f16.gguf
+if [ -f "$f16" ] || "$build/troupe" synth --shape 1B --vocab "$vocab" --type f16 -o "$f16" >/dev/null; then
+    bench "$f16" cuda --n-prompt 512 --n-gen 128
+    echo "(step graphs off:)"
+    TROUPE_CUDA_GRAPHS=0 bench "$f16" cuda --n-prompt 512 --n-gen 128
+    echo "(decode's products by cuBLASLt, not launch_gemv:)"
+    TROUPE_CUDA_GEMV=0 bench "$f16" cuda --n-prompt 512 --n-gen 128
+    bench "$f16" cuda --n-prompt 512 --n-gen 128 --n-seqs 8
+    bench "$f16" cuda --n-prompt 512 --n-gen 128 --n-seqs 32
+    w4=$work/synth-1B-W4_G128.gguf
+    if [ -f "$w4" ] || "$build/troupe" quantize --model "$f16" --method rtn --type w4_g128 -o "$w4" >/dev/null; then
+        bench "$w4" cuda --n-prompt 512 --n-gen 128
+    else
+        fail "quantize 1B W4_G128"
+    fi
+    if [ -n "${PROFILE:-}" ] && command -v ncu >/dev/null; then
+        section "ncu: GPU time per kernel, 1B F16 decode (1-token prompt, 4 steps) and a 512-token prefill"
+        timeout 100 ncu --clock-control none --metrics gpu__time_duration.sum --print-summary per-kernel --launch-count 3000 \
+            "$build/troupe" bench --model "$f16" --device cuda --n-prompt 1 --n-gen 4 --reps 1 2>&1 |
+            grep -vE "^troupe: |^==PROF==|^    -|Metric Name|Section: |^$|Note: |metrics for each|If aggregating|mean can be" | tail -90 || fail "ncu decode"
+        timeout 100 ncu --clock-control none --metrics gpu__time_duration.sum --print-summary per-kernel --launch-count 800 \
+            "$build/troupe" bench --model "$f16" --device cuda --n-prompt 512 --n-gen 1 --reps 1 2>&1 |
+            grep -vE "^troupe: |^==PROF==|^    -|Metric Name|Section: |^$|Note: |metrics for each|If aggregating|mean can be" | tail -90 || fail "ncu prefill"
+    fi
+else
+    fail "synth 1B f16"
 fi
 
-echo "== bench_cuda_quant (GEMV GB/s vs the device's copy bandwidth)"
-"$build/tests/cuda/bench_cuda_quant"
-
-if [ -x "$build/troupe" ]; then
-    echo "== troupe bench --device cuda"
-    for model in stories260K.gguf rand10M-F16.gguf rand10M-Q4_K_M.gguf arch/tiny-qwen2.gguf arch/tiny-phi3.gguf \
-        arch/tiny-gemma2.gguf; do
-        [ -f "$shared/models/$model" ] || continue
-        "$build/troupe" bench --model "$shared/models/$model" --device cuda
-        "$build/troupe" bench --model "$shared/models/$model" --device cpu
-    done
+echo
+if [ ${#failed[@]} -gt 0 ]; then
+    echo "== gpu_check: ${#failed[@]} failed:"
+    printf '   %s\n' "${failed[@]}"
+    exit 1
 fi
 echo "== gpu_check: all passed"

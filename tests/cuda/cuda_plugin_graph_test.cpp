@@ -1,10 +1,14 @@
 // The CUDA graph calls plugins (backend ABI revision 6): a quant plugin's CUDA kernel makes the products of the
 // weights it takes (through the ABI with device pointers and the compute lane's stream), and tap observers see the
-// graph's intermediates. On a GPU: the greedy tokens of a W4_G128 model (quant/w4a16) and of an FP8 model (quant/fp8,
-// quantized at load) equal the CPU's, and a tap observer gets the same hidden states on both within tolerance.
+// graph's intermediates. On a GPU: a W4_G128 model (quant/w4a16) and an FP8 model (quant/fp8, quantized at load) follow
+// the CPU's greedy path (logits within tolerance at every step), and a tap observer gets the same hidden states on
+// both within tolerance.
 // Skipped without a GPU (kernels/cuda/gpu_check.sh runs them, and makes the W4_G128 file with troupe quantize).
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <map>
 #include <memory>
@@ -39,8 +43,12 @@ engine_config with_quant(const std::string& model, const std::string& quant, dev
     return c;
 }
 
-// Greedy tokens of one model on the CPU and on the GPU, the GPU's matrices in the plugin's CUDA kernels.
-void expect_same_greedy_tokens(const std::string& model, const std::string& quant) {
+// One model on the CPU and on the GPU, the GPU's matrices in the plugin's CUDA kernels: along the CPU's greedy
+// continuation of each prompt, every step's logits agree within `tolerance` (relative to the largest logit), and the
+// GPU picks the CPU's token except where the CPU's own best two are closer than that (the two backends round the
+// activations differently: bf16 in the CPU's decode, F16 or F32 on the GPU, so a random model's near-ties may fall
+// either way; exact greedy equality over many steps would test the rounding, not the kernels).
+void expect_same_greedy_path(const std::string& model, const std::string& quant, float tolerance) {
     auto cpu = load_model(with_quant(model, quant, device_kind::cpu));
     ASSERT_TRUE(cpu.ok()) << cpu.message();
     auto gpu = load_model(with_quant(model, quant, device_kind::cuda));
@@ -48,30 +56,50 @@ void expect_same_greedy_tokens(const std::string& model, const std::string& quan
     ASSERT_EQ(gpu->device, device_kind::cuda) << "fell back to the CPU";
     const std::string description = gpu->runner->description();
     EXPECT_NE(description.find(quant + "'s CUDA kernels"), std::string::npos) << description;
+    int32_t near_ties = 0;
     for (int32_t salt : {1, 2, 3}) {
-        const std::vector<int32_t> prompt = prompt_of(12, salt, gpu->runner->n_vocab());
-        auto want = greedy_generate(*cpu->runner, prompt, 24);
-        ASSERT_TRUE(want.ok()) << want.message();
-        auto got = greedy_generate(*gpu->runner, prompt, 24);
-        ASSERT_TRUE(got.ok()) << got.message();
-        EXPECT_EQ(got->tokens, want->tokens) << "prompt " << salt;
+        std::vector<int32_t> context = prompt_of(12, salt, gpu->runner->n_vocab());
+        float worst = 0;
+        for (int32_t step = 0; step < 16; ++step) {
+            auto want = greedy_generate(*cpu->runner, context, 1);
+            ASSERT_TRUE(want.ok()) << want.message();
+            auto got = greedy_generate(*gpu->runner, context, 1);
+            ASSERT_TRUE(got.ok()) << got.message();
+            const std::vector<float>& w = want->first_logits;
+            float scale = 0;
+            for (float v : w) scale = std::max(scale, std::fabs(v));
+            const float diff = testing::max_abs_diff(got->first_logits, w);
+            worst = std::max(worst, diff / scale);
+            EXPECT_LT(diff, tolerance * scale) << "prompt " << salt << " step " << step;
+            const int32_t cpu_token = want->tokens[0], gpu_token = got->tokens[0];
+            if (gpu_token != cpu_token) {
+                ++near_ties;
+                EXPECT_LT(w[cpu_token] - w[gpu_token], tolerance * scale)
+                    << "prompt " << salt << " step " << step << ": the GPU picked " << gpu_token << ", the CPU "
+                    << cpu_token;
+            }
+            context.push_back(cpu_token);
+        }
+        std::printf("%s prompt %d: largest logit difference %.2e of the largest logit\n", quant.c_str(), salt, worst);
     }
+    std::printf("%s: %d of 48 steps picked another token of a near-tie\n", quant.c_str(), near_ties);
+    EXPECT_LE(near_ties, 4);
 }
 
-TEST(cuda_plugin_graph, w4_g128_weights_in_w4a16s_cuda_kernels_give_the_cpus_greedy_tokens) {
+TEST(cuda_plugin_graph, w4_g128_weights_in_w4a16s_cuda_kernels_follow_the_cpus_greedy_path) {
     TROUPE_REQUIRE_GPU();
     const char* path = std::getenv("TROUPE_W4_G128_MODEL");
     if (path == nullptr || *path == '\0') {
         GTEST_SKIP() << "TROUPE_W4_G128_MODEL names no file (kernels/cuda/gpu_check.sh makes one with troupe quantize "
                         "--type w4_g128)";
     }
-    expect_same_greedy_tokens(path, "w4a16");
+    expect_same_greedy_path(path, "w4a16", 2e-2f);
 }
 
-TEST(cuda_plugin_graph, fp8_weights_quantized_at_load_in_fp8s_cuda_kernels_give_the_cpus_greedy_tokens) {
+TEST(cuda_plugin_graph, fp8_weights_quantized_at_load_in_fp8s_cuda_kernels_follow_the_cpus_greedy_path) {
     TROUPE_REQUIRE_GPU();
     TROUPE_REQUIRE_SHARED(model_path, "models/rand10M-F16.gguf");
-    expect_same_greedy_tokens(model_path, "fp8");
+    expect_same_greedy_path(model_path, "fp8", 2e-2f);
 }
 
 // Records every observation of the taps it wants, host memory only (the default on a GPU: copies).

@@ -82,7 +82,9 @@ struct tree_case {
     const char* model;  // under models/
     bool kv_f16;
     // F16 KV, or F16 weights (whose products round the activations to F16): a value may round to the neighbouring
-    // half in another batching (as on the CPU), so those compare within 1e-2; F32 throughout within 1e-4.
+    // half in another batching (as on the CPU), so those compare within 1e-2; F32 throughout within 1e-4. Gemma 2's
+    // GeGLU rounds its gates to F16 and its logits reach 30 (soft-capped): within 2e-2 (1e-2 missed by 5% once the
+    // prefill's attention summed in another order).
     float tolerance;
 };
 
@@ -132,10 +134,10 @@ TEST_P(cuda_tree, tree_nodes_get_their_paths_logits_and_a_kept_path_decodes_as_a
         EXPECT_LT(max_abs_diff(logits_row(step, 1, 1 + i), chain_logits(gpu, chain)), tolerance) << "node " << i;
     }
 
-    // Keep a path whose rows move (node 4 is the second root, 5 its child; 6 under 5), then decode two tokens.
-    const std::vector<int32_t> kept = {4, 5, 6};
+    // Keep a path whose rows move (node 4 is the second root, 5 its child; 7 under 5), then decode two tokens.
+    const std::vector<int32_t> kept = {4, 5, 7};
     ASSERT_EQ(parents[5], 4);
-    ASSERT_EQ(parents[6], 5);
+    ASSERT_EQ(parents[7], 5);
     const status k = gpu.keep_tree_path(tree, kept);
     ASSERT_TRUE(k.ok()) << k.message();
     std::vector<int32_t> chain = context;
@@ -152,7 +154,7 @@ TEST_P(cuda_tree, tree_nodes_get_their_paths_logits_and_a_kept_path_decodes_as_a
 INSTANTIATE_TEST_SUITE_P(kv, cuda_tree,
                          ::testing::Values(tree_case{"stories260K.gguf", false, 1e-4f},
                                            tree_case{"stories260K.gguf", true, 1e-2f},
-                                           tree_case{"arch/tiny-gemma2.gguf", false, 1e-2f}),
+                                           tree_case{"arch/tiny-gemma2.gguf", false, 2e-2f}),
                          [](const ::testing::TestParamInfo<tree_case>& info) {
                              std::string name = info.param.model;
                              name = name.substr(name.rfind('/') + 1);
