@@ -21,6 +21,7 @@
 
 #include "cli/bench_spec/spec_bench.h"
 
+#include "core/backend/cuda_runner.h"
 #include "core/loader/model_loader.h"
 #include "core/model/cpu_llama.h"
 #include "kernels/cpu/cpu_features.h"
@@ -393,6 +394,14 @@ int measure(const bench_inputs& in) {
                 cpu::active_level() == cpu::dispatch_level::avx2 ? " (8 vpmaddubsw summed in int16, 1 vpmaddwd)" : "");
         }
         std::printf("\n");
+    } else if (const auto* gpu = dynamic_cast<const cuda_runner*>(&runner)) {
+        // The device's copy bandwidth is measured by tests/cuda/bench_cuda_quant (gpu_check.sh runs both); here the
+        // weights on the device (the embedding table too, of which a step reads only its tokens' rows) and the rate a
+        // decode step reads them at.
+        const double bytes = static_cast<double>(gpu->weight_bytes());
+        std::printf("pp%-6d %12.1f\ntg%-6d %12.1f %8.1f GB/s     (%.1f MB of weights on %s, embedding included)\n",
+                    in.n_prompt, pp_tps, in.n_gen, tg_tps, tg_tps / in.n_seqs * bytes / 1e9, bytes / 1e6,
+                    gpu->device().name.c_str());
     } else {
         std::printf("pp%-6d %12.1f\ntg%-6d %12.1f\n", in.n_prompt, pp_tps, in.n_gen, tg_tps);
     }

@@ -172,8 +172,15 @@ const char* test_attention(troupe_cuda_context* ctx, const troupe_cuda_attention
     }
     launch_store_kv(dk.as<float>(), dv.as<float>(), a.n_tokens, static_cast<int32_t>(kv_width), tables, kv_f16,
                     dkp.data(), dvp.data(), st);
+    // Prefill's tiled kernel where it applies (several tokens of a sequence at consecutive positions), else the
+    // per-token one: the reference checks whichever a step of this batch would run.
+    std::vector<int32_t> tiles;
+    device_buffer dtiles;
+    const bool tiled = attention_tiles(a.seq_of, a.positions, a.n_tokens, a.n_seqs, a.head_dim, tree, tiles);
+    if (tiled) TROUPE_CUDA_TRY_STATUS(upload(tiles.data(), tiles.size() * sizeof(int32_t), dtiles, "tiles", st));
     launch_attention(dq.as<float>(), dout.as<float>(), a.n_tokens, a.n_heads, a.n_kv_heads, a.head_dim, a.scale,
-                     features, tables, kv_f16, dkp.data(), dvp.data(), st);
+                     features, tables, kv_f16, dkp.data(), dvp.data(), st, tiled ? dtiles.as<int32_t>() : nullptr,
+                     tiled ? static_cast<int32_t>(tiles.size() / 2) : 0);
     TROUPE_CUDA_TRY_STATUS(download(a.out, dout, q_bytes, st));
     TROUPE_CUDA_TRY_STATUS(download(a.k_pool, dkp, pool_bytes, st));
     TROUPE_CUDA_TRY_STATUS(download(a.v_pool, dvp, pool_bytes, st));

@@ -3,6 +3,7 @@
 
 #include <cstdarg>
 #include <cstdio>
+#include <cstdlib>
 
 namespace troupe::cuda {
 namespace {
@@ -62,6 +63,8 @@ const char* context_create(int32_t device, int32_t n_lanes, troupe_cuda_context*
     TROUPE_CUDA_TRY(cudaSetDevice(device));
     auto ctx = std::make_unique<troupe_cuda_context>();
     ctx->device = device;
+    const char* gemv = std::getenv("TROUPE_CUDA_GEMV");
+    ctx->gemv = gemv == nullptr || std::string(gemv) != "0";
     for (int32_t i = 0; i < n_lanes; ++i) {
         cudaStream_t s = nullptr;
         cudaEvent_t e = nullptr;

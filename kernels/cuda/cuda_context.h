@@ -101,6 +101,7 @@ struct troupe_cuda_context {
     troupe::cuda::device_buffer act16;         // activations rounded to F16/BF16 for the product, lane 0 only
     bool explicit_order = false;               // revision 5: lanes wait only for the host's events
     troupe::cuda::device_buffer external_out;  // a plugin product's output before it is added, lane 0 only
+    bool gemv = true;                          // decode's products by launch_gemv (TROUPE_CUDA_GEMV=0: cuBLASLt)
 };
 
 struct troupe_cuda_event {

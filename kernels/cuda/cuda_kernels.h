@@ -7,6 +7,7 @@
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
+#include <vector>
 
 namespace troupe::cuda {
 
@@ -67,9 +68,25 @@ struct attention_features {
 // with f = max(0, p - window + 1) (0 without a window) and cap the soft-capping (identity without).
 // q, out [n_tokens, n_heads, head_dim]; head_dim <= max_head_dim. In a tree call (tables.rows) over the rows
 // the token sees instead of f..p (its masked rows by their positions mask_base + k, cuda_kernels.cu sees()).
+//
+// With tiles (attention_tiles below; device memory, n_tiles pairs) the prefill kernel runs instead: one block per
+// (tile, head) stages each 32 keys of the tile's sequence in shared memory once for the tile's 32 queries (the
+// per-token kernel reads every key once per query). Same results to float rounding (another summation order).
 void launch_attention(const float* q, float* out, int32_t n_tokens, int32_t n_heads, int32_t n_kv_heads,
                       int32_t head_dim, float scale, const attention_features& features, const kv_tables& tables,
-                      bool kv_f16, const void* k_pool, const void* v_pool, cudaStream_t stream);
+                      bool kv_f16, const void* k_pool, const void* v_pool, cudaStream_t stream,
+                      const int32_t* tiles = nullptr, int32_t n_tiles = 0);
+
+// The prefill kernel's tiles: runs of up to attention_tile_rows tokens of one sequence at consecutive positions, as
+// (first token, n_rows) pairs, padded with (0, 0) to attention_max_tiles so that the launch's shape depends on the
+// step's token and sequence counts alone (a step graph keeps it). False where the kernel does not apply: a tree call,
+// head_dim > attention_tiled_max_head_dim or not a multiple of 4, a decode-only step (one token per sequence: the
+// per-token kernel), or positions that break into more runs than that bound.
+inline constexpr int32_t attention_tile_rows = 32;
+inline constexpr int32_t attention_tiled_max_head_dim = 128;
+int32_t attention_max_tiles(int32_t n_tokens, int32_t n_seqs);
+bool attention_tiles(const int32_t* seq_of, const int32_t* positions, int32_t n_tokens, int32_t n_seqs,
+                     int32_t head_dim, bool tree, std::vector<int32_t>& tiles);
 
 // out[i] = silu(gate[i]) * up[i]; out may alias gate.  [n]
 void launch_swiglu(const float* gate, const float* up, float* out, int64_t n, cudaStream_t stream);
@@ -90,6 +107,14 @@ void launch_convert(const float* x, dtype to, void* y, int64_t n, cudaStream_t s
 
 // y[t, o] (+)= sum_k x[t, k] * w[o, k]: the plain fallback of the cuBLASLt product, F32 accumulation.
 // w [n_out, n_in] of w_type, x [n_tokens, n_in], y [n_tokens, n_out]
+// y[t, o] (+)= x[t, :] . w[o, :] for n_tokens <= gemv_max_tokens, reading the weights once for all tokens: decode's
+// products in one launch each (cuBLASLt adds a split-k reduction there). The activations are rounded to the weight's
+// 16-bit type as they are read (cuBLASLt's recipe), F32 accumulation. More tokens than 2 read the activations from
+// L2 once per row and lose to cuBLASLt (measured on the H200).
+inline constexpr int32_t gemv_max_tokens = 2;
+void launch_gemv(dtype w_type, const void* w, int64_t n_in, int64_t n_out, const float* x, float* y, int32_t n_tokens,
+                 bool accumulate, cudaStream_t stream);
+
 void launch_matmul_simple(dtype w_type, const void* w, int64_t n_in, int64_t n_out, const float* x, float* y,
                           int32_t n_tokens, bool accumulate, cudaStream_t stream);
 

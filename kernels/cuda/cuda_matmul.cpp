@@ -53,10 +53,9 @@ const char* make_plan(troupe_cuda_context& ctx, uint32_t type, int64_t n_out, in
     return nullptr;
 }
 
-}  // namespace
-
-const char* matmul(troupe_cuda_context& ctx, const device_matrix& w, const float* x, float* y, int32_t n_tokens,
-                   bool accumulate, matmul_impl impl) {
+// matmul with, where rounded is not null, x already rounded to w's type in ctx.act16 (matmul_group).
+const char* matmul_from(troupe_cuda_context& ctx, const device_matrix& w, const float* x, const void* rounded, float* y,
+                        int32_t n_tokens, bool accumulate, matmul_impl impl) {
     if (n_tokens == 0 || w.n_out == 0) return nullptr;
     cudaStream_t stream = ctx.streams[0];
     if (w.type == TROUPE_CUDA_EXTERNAL) {
@@ -72,6 +71,12 @@ const char* matmul(troupe_cuda_context& ctx, const device_matrix& w, const float
             return fail("plugin matmul [%lld, %lld] x %d tokens: %s", static_cast<long long>(w.n_out),
                         static_cast<long long>(w.n_in), n_tokens, m);
         if (accumulate) launch_add(y, out, static_cast<int64_t>(n_tokens) * w.n_out, stream);
+        TROUPE_CUDA_TRY(cudaGetLastError());
+        return nullptr;
+    }
+    if (impl == matmul_impl::cublaslt && n_tokens <= gemv_max_tokens && ctx.gemv) {
+        // Decode: the weights read once, the activations rounded as they are read (launch_gemv); `rounded` unused.
+        launch_gemv(static_cast<dtype>(w.type), w.data, w.n_in, w.n_out, x, y, n_tokens, accumulate, stream);
         TROUPE_CUDA_TRY(cudaGetLastError());
         return nullptr;
     }
@@ -93,8 +98,8 @@ const char* matmul(troupe_cuda_context& ctx, const device_matrix& w, const float
     const matmul_plan& plan = *it->second;
     if (!plan.use_lt) return simple();
 
-    const void* b = x;
-    if (w.type != TROUPE_CUDA_F32) {
+    const void* b = rounded != nullptr ? rounded : x;
+    if (w.type != TROUPE_CUDA_F32 && rounded == nullptr) {
         const size_t n = static_cast<size_t>(n_tokens) * w.n_in;
         TROUPE_CUDA_TRY_STATUS(ctx.act16.grow(n * 2, "the rounded activations"));
         launch_convert(x, static_cast<dtype>(w.type), ctx.act16.data(), static_cast<int64_t>(n), stream);
@@ -108,6 +113,33 @@ const char* matmul(troupe_cuda_context& ctx, const device_matrix& w, const float
         return fail("cublasLtMatmul [%d x %lld] x [%lld x %lld]^T (%s) failed: cuBLAS status %d", n_tokens,
                     static_cast<long long>(w.n_in), static_cast<long long>(w.n_out), static_cast<long long>(w.n_in),
                     type_name(w.type), static_cast<int>(st));
+    return nullptr;
+}
+
+}  // namespace
+
+const char* matmul(troupe_cuda_context& ctx, const device_matrix& w, const float* x, float* y, int32_t n_tokens,
+                   bool accumulate, matmul_impl impl) {
+    return matmul_from(ctx, w, x, nullptr, y, n_tokens, accumulate, impl);
+}
+
+const char* matmul_group(troupe_cuda_context& ctx, std::initializer_list<matmul_into> products, const float* x,
+                         int32_t n_tokens) {
+    if (n_tokens == 0 || products.size() == 0) return nullptr;
+    // One rounding serves all only where every weight is the same 16-bit type (act16 holds one rounding at a time).
+    const uint32_t type = products.begin()->w->type;
+    bool shared = type == TROUPE_CUDA_F16 || type == TROUPE_CUDA_BF16;
+    for (const matmul_into& p : products) shared = shared && p.w->type == type;
+    const void* rounded = nullptr;
+    if (shared && products.size() > 1 && (n_tokens > gemv_max_tokens || !ctx.gemv)) {
+        const size_t n = static_cast<size_t>(n_tokens) * products.begin()->w->n_in;
+        TROUPE_CUDA_TRY_STATUS(ctx.act16.grow(n * 2, "the rounded activations"));
+        launch_convert(x, static_cast<dtype>(type), ctx.act16.data(), static_cast<int64_t>(n), ctx.streams[0]);
+        rounded = ctx.act16.data();
+    }
+    for (const matmul_into& p : products) {
+        TROUPE_CUDA_TRY_STATUS(matmul_from(ctx, *p.w, x, rounded, p.y, n_tokens, false, matmul_impl::cublaslt));
+    }
     return nullptr;
 }
 

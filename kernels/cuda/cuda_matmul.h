@@ -8,6 +8,8 @@
 // slower). Lane 0 only (the workspace and the rounded-activation buffer belong to it).
 #pragma once
 
+#include <initializer_list>
+
 #include "kernels/cuda/cuda_context.h"
 
 namespace troupe::cuda {
@@ -26,5 +28,14 @@ enum class matmul_impl { cublaslt, simple };
 // y may be accumulated into (accumulate: y += x W^T, the residual add for free).
 const char* matmul(troupe_cuda_context& ctx, const device_matrix& w, const float* x, float* y, int32_t n_tokens,
                    bool accumulate, matmul_impl impl = matmul_impl::cublaslt);
+
+// Several products of the same x (q, k, v; gate, up): x is rounded to the weights' 16-bit type once for all of them
+// where they share it (one launch instead of one per product); the results are those of matmul, not accumulated.
+struct matmul_into {
+    const device_matrix* w;
+    float* y;
+};
+const char* matmul_group(troupe_cuda_context& ctx, std::initializer_list<matmul_into> products, const float* x,
+                         int32_t n_tokens);
 
 }  // namespace troupe::cuda

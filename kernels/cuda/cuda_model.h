@@ -19,6 +19,7 @@
 
 #include "kernels/cuda/cuda_context.h"
 #include "kernels/cuda/cuda_matmul.h"
+#include "kernels/cuda/cuda_step_graphs.h"
 
 namespace troupe::cuda {
 
@@ -91,5 +92,7 @@ struct troupe_cuda_model {
     troupe::cuda::device_buffer scratch;  // activations, see cuda_model_forward.cpp
     troupe::cuda::device_buffer ints;     // the batch's index arrays
     std::vector<int32_t> host_ints;
-    std::vector<float> tap_rows;  // a tap's rows copied to the host (tap_host)
+    std::vector<int32_t> tiles;        // the step's attention tiles (attention_tiles), before upload
+    std::vector<float> tap_rows;       // a tap's rows copied to the host (tap_host)
+    troupe::cuda::step_graphs graphs;  // decode-sized steps replayed (cuda_step_graphs.h)
 };

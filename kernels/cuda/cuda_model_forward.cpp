@@ -152,75 +152,24 @@ const char* model_forward(troupe_cuda_model* model, const troupe_cuda_batch* bat
     return model_forward_fenced(model, batch, nullptr, nullptr);
 }
 
-const char* model_forward_fenced(troupe_cuda_model* model, const troupe_cuda_batch* batch, troupe_cuda_fence_fn fence,
-                                 void* arg) {
-    troupe_cuda_model& m = *model;
-    const troupe_cuda_batch& b = *batch;
-    const auto& hp = m.hp;
-    TROUPE_CUDA_TRY_STATUS(check_batch(m, b));
-    if (b.n_tokens == 0) return nullptr;
+namespace {
+
+// The step's activations (model.scratch) and the device copies of its indices.
+struct step_views {
+    float *x, *xn, *q, *k, *v, *att, *gate, *up, *logits;
+    const int32_t* tokens;
+    kv_tables tables;
+    const int32_t* tiles = nullptr;  // prefill's attention tiles, or null (cuda_kernels.h)
+    int32_t n_tiles = 0;
+};
+
+// Embedding and layers of one step on lane 0's stream: what a step graph holds (cuda_step_graphs.h). Only launches
+// and cuBLASLt products on the stream; taps (host copies) run only where graphs are off (the model has observers).
+const char* enqueue_layers(troupe_cuda_model& m, int32_t n, const step_views& s, cudaStream_t stream) {
     troupe_cuda_context& ctx = *m.ctx;
-    TROUPE_CUDA_TRY_STATUS(begin_lane(ctx, 0));
-    cudaStream_t stream = ctx.streams[0];
-
-    if (b.n_tokens > m.capacity) {
-        const int32_t capacity = std::max({b.n_tokens, 2 * m.capacity, 16});
-        TROUPE_CUDA_TRY_STATUS(m.scratch.allocate(layout_for(hp, capacity).total, "the step's activations"));
-        m.capacity = capacity;
-    }
-    const scratch_layout lay = layout_for(hp, m.capacity);
-    float* x = m.scratch.as<float>(lay.x);
-    float* xn = m.scratch.as<float>(lay.xn);
-    float* q = m.scratch.as<float>(lay.q);
-    float* k = m.scratch.as<float>(lay.k);
-    float* v = m.scratch.as<float>(lay.v);
-    float* att = m.scratch.as<float>(lay.att);
-    float* gate = m.scratch.as<float>(lay.gate);
-    float* up = m.scratch.as<float>(lay.up);
-    float* logits = m.scratch.as<float>(lay.logits);
-
-    // The index arrays, in one upload: tokens | positions | seq_of | offsets | tables | out_tokens
-    const int32_t n_table = b.block_table_offsets[b.n_seqs];
-    auto& hi = m.host_ints;
-    hi.clear();
-    hi.insert(hi.end(), b.tokens, b.tokens + b.n_tokens);
-    hi.insert(hi.end(), b.positions, b.positions + b.n_tokens);
-    hi.insert(hi.end(), b.seq_of, b.seq_of + b.n_tokens);
-    hi.insert(hi.end(), b.block_table_offsets, b.block_table_offsets + b.n_seqs + 1);
-    hi.insert(hi.end(), b.block_tables, b.block_tables + n_table);
-    hi.insert(hi.end(), b.out_tokens, b.out_tokens + b.n_out_rows);
-    // A tree step: | rows | mask_base | (padding to 8 bytes) mask as pairs of ints
-    const bool tree = b.struct_size == sizeof(troupe_cuda_batch) && b.rows != nullptr;
-    size_t rows_at = 0, mask_at = 0;
-    if (tree) {
-        rows_at = hi.size();
-        hi.insert(hi.end(), b.rows, b.rows + b.n_tokens);
-        hi.insert(hi.end(), b.mask_base, b.mask_base + b.n_tokens);
-        if (hi.size() % 2 != 0) hi.push_back(0);
-        mask_at = hi.size();
-        const size_t n_words = static_cast<size_t>(b.n_tokens) * b.mask_words;
-        hi.resize(hi.size() + 2 * n_words);
-        if (n_words > 0) std::memcpy(hi.data() + mask_at, b.mask, n_words * sizeof(uint64_t));
-    }
-    TROUPE_CUDA_TRY_STATUS(m.ints.grow(hi.size() * sizeof(int32_t) * 2, "the batch indices"));
-    TROUPE_CUDA_TRY(
-        cudaMemcpyAsync(m.ints.data(), hi.data(), hi.size() * sizeof(int32_t), cudaMemcpyHostToDevice, stream));
-    const int32_t* d_tokens = m.ints.as<int32_t>();
-    kv_tables tables{};
-    tables.positions = d_tokens + b.n_tokens;
-    tables.seq_of = tables.positions + b.n_tokens;
-    tables.block_table_offsets = tables.seq_of + b.n_tokens;
-    tables.block_tables = tables.block_table_offsets + b.n_seqs + 1;
-    tables.block_size = hp.block_size;
-    const int32_t* d_out_tokens = tables.block_tables + n_table;
-    if (tree) {
-        tables.rows = d_tokens + rows_at;
-        tables.mask_base = tables.rows + b.n_tokens;
-        tables.mask = reinterpret_cast<const uint64_t*>(d_tokens + mask_at);
-        tables.mask_words = b.mask_words;
-    }
-
-    const int32_t n = b.n_tokens;
+    const auto& hp = m.hp;
+    const kv_tables& tables = s.tables;
+    float *x = s.x, *xn = s.xn, *q = s.q, *k = s.k, *v = s.v, *att = s.att, *gate = s.gate, *up = s.up;
     const int32_t kv_width = hp.n_kv_heads * hp.head_dim;
     const bool kv_f16 = hp.kv_type == TROUPE_CUDA_F16;
     const int32_t q_width = hp.n_heads * hp.head_dim;
@@ -228,7 +177,7 @@ const char* model_forward_fenced(troupe_cuda_model* model, const troupe_cuda_bat
     const rope_settings rope{hp.head_dim, hp.rope_n_rot, hp.rope_base, hp.rope_freq_scale, hp.rope_neox != 0};
 
     const int64_t n_x = static_cast<int64_t>(n) * hp.dim;
-    launch_embed(static_cast<dtype>(m.token_embd.type), m.token_embd.data, hp.dim, d_tokens, n, x, stream);
+    launch_embed(static_cast<dtype>(m.token_embd.type), m.token_embd.data, hp.dim, s.tokens, n, x, stream);
     if (hp.embed_scale > 0.0f && hp.embed_scale != 1.0f) launch_scale(x, hp.embed_scale, n_x, stream);
     for (int32_t il = 0; il < hp.n_layers; ++il) {
         const device_layer& L = m.layers[il];
@@ -236,9 +185,7 @@ const char* model_forward_fenced(troupe_cuda_model* model, const troupe_cuda_bat
         char* v_pool = m.kv.as<char>(m.pool_bytes * (2 * il + 1));
         launch_rms_norm(x, L.attn_norm, xn, n, hp.dim, hp.rms_eps, stream);
         TROUPE_CUDA_TRY_STATUS(report_tap(m, tap_attn_norm, il, xn, n, hp.dim, nullptr, stream));
-        TROUPE_CUDA_TRY_STATUS(matmul(ctx, L.wq, xn, q, n, false));
-        TROUPE_CUDA_TRY_STATUS(matmul(ctx, L.wk, xn, k, n, false));
-        TROUPE_CUDA_TRY_STATUS(matmul(ctx, L.wv, xn, v, n, false));
+        TROUPE_CUDA_TRY_STATUS(matmul_group(ctx, {{&L.wq, q}, {&L.wk, k}, {&L.wv, v}}, xn, n));
         if (L.bq) {  // qwen2: biases after the products, before RoPE
             launch_add_bias(q, L.bq, n, q_width, stream);
             launch_add_bias(k, L.bk, n, kv_width, stream);
@@ -251,7 +198,8 @@ const char* model_forward_fenced(troupe_cuda_model* model, const troupe_cuda_bat
         launch_rope(k, tables.positions, n, hp.n_kv_heads, rope, stream);
         launch_store_kv(k, v, n, kv_width, tables, kv_f16, k_pool, v_pool, stream);
         launch_attention(q, att, n, hp.n_heads, hp.n_kv_heads, hp.head_dim, scale,
-                         attention_features{hp.attn_softcap, L.window}, tables, kv_f16, k_pool, v_pool, stream);
+                         attention_features{hp.attn_softcap, L.window}, tables, kv_f16, k_pool, v_pool, stream, s.tiles,
+                         s.n_tiles);
         TROUPE_CUDA_TRY_STATUS(report_tap(m, tap_attn_out, il, att, n, q_width, nullptr, stream));
         // The branch's output goes into xn (free once q, k, v are made) where a post norm follows it.
         if (L.post_attn_norm) {
@@ -263,8 +211,7 @@ const char* model_forward_fenced(troupe_cuda_model* model, const troupe_cuda_bat
         }
         launch_rms_norm(x, L.ffn_norm, xn, n, hp.dim, hp.rms_eps, stream);
         TROUPE_CUDA_TRY_STATUS(report_tap(m, tap_ffn_norm, il, xn, n, hp.dim, nullptr, stream));
-        TROUPE_CUDA_TRY_STATUS(matmul(ctx, L.w_gate, xn, gate, n, false));
-        TROUPE_CUDA_TRY_STATUS(matmul(ctx, L.w_up, xn, up, n, false));
+        TROUPE_CUDA_TRY_STATUS(matmul_group(ctx, {{&L.w_gate, gate}, {&L.w_up, up}}, xn, n));
         const int64_t n_ffn = static_cast<int64_t>(n) * hp.ffn_dim;
         if (hp.ffn_activation == TROUPE_CUDA_ACT_GELU_TANH) {
             launch_geglu(gate, up, gate, n_ffn, stream);
@@ -282,6 +229,104 @@ const char* model_forward_fenced(troupe_cuda_model* model, const troupe_cuda_bat
         TROUPE_CUDA_TRY(cudaGetLastError());
         TROUPE_CUDA_TRY_STATUS(report_tap(m, tap_layer_out, il, x, n, hp.dim, nullptr, stream));
     }
+    return nullptr;
+}
+
+}  // namespace
+
+const char* model_forward_fenced(troupe_cuda_model* model, const troupe_cuda_batch* batch, troupe_cuda_fence_fn fence,
+                                 void* arg) {
+    troupe_cuda_model& m = *model;
+    const troupe_cuda_batch& b = *batch;
+    const auto& hp = m.hp;
+    TROUPE_CUDA_TRY_STATUS(check_batch(m, b));
+    if (b.n_tokens == 0) return nullptr;
+    troupe_cuda_context& ctx = *m.ctx;
+    TROUPE_CUDA_TRY_STATUS(begin_lane(ctx, 0));
+    cudaStream_t stream = ctx.streams[0];
+
+    if (b.n_tokens > m.capacity) {
+        const int32_t capacity = std::max({b.n_tokens, 2 * m.capacity, 16});
+        TROUPE_CUDA_TRY_STATUS(m.scratch.allocate(layout_for(hp, capacity).total, "the step's activations"));
+        m.capacity = capacity;
+    }
+    const scratch_layout lay = layout_for(hp, m.capacity);
+    step_views s{};
+    s.x = m.scratch.as<float>(lay.x);
+    s.xn = m.scratch.as<float>(lay.xn);
+    s.q = m.scratch.as<float>(lay.q);
+    s.k = m.scratch.as<float>(lay.k);
+    s.v = m.scratch.as<float>(lay.v);
+    s.att = m.scratch.as<float>(lay.att);
+    s.gate = m.scratch.as<float>(lay.gate);
+    s.up = m.scratch.as<float>(lay.up);
+    s.logits = m.scratch.as<float>(lay.logits);
+
+    // The index arrays, in one upload: tokens | positions | seq_of | offsets | out_tokens | tree | tables, the block
+    // tables last so that where every array starts depends on the step's shape alone (a step graph bakes it in).
+    const int32_t n_table = b.block_table_offsets[b.n_seqs];
+    auto& hi = m.host_ints;
+    hi.clear();
+    hi.insert(hi.end(), b.tokens, b.tokens + b.n_tokens);
+    hi.insert(hi.end(), b.positions, b.positions + b.n_tokens);
+    hi.insert(hi.end(), b.seq_of, b.seq_of + b.n_tokens);
+    hi.insert(hi.end(), b.block_table_offsets, b.block_table_offsets + b.n_seqs + 1);
+    const size_t out_at = hi.size();
+    hi.insert(hi.end(), b.out_tokens, b.out_tokens + b.n_out_rows);
+    const bool tree = b.struct_size == sizeof(troupe_cuda_batch) && b.rows != nullptr;
+    // Prefill's attention tiles (cuda_kernels.h), where the step has them.
+    const bool tiled = attention_tiles(b.seq_of, b.positions, b.n_tokens, b.n_seqs, hp.head_dim, tree, m.tiles);
+    const size_t tiles_at = hi.size();
+    hi.insert(hi.end(), m.tiles.begin(), m.tiles.end());
+    // A tree step: | rows | mask_base | (padding to 8 bytes) mask as pairs of ints
+    size_t rows_at = 0, mask_at = 0;
+    if (tree) {
+        rows_at = hi.size();
+        hi.insert(hi.end(), b.rows, b.rows + b.n_tokens);
+        hi.insert(hi.end(), b.mask_base, b.mask_base + b.n_tokens);
+        if (hi.size() % 2 != 0) hi.push_back(0);
+        mask_at = hi.size();
+        const size_t n_words = static_cast<size_t>(b.n_tokens) * b.mask_words;
+        hi.resize(hi.size() + 2 * n_words);
+        if (n_words > 0) std::memcpy(hi.data() + mask_at, b.mask, n_words * sizeof(uint64_t));
+    }
+    const size_t tables_at = hi.size();
+    hi.insert(hi.end(), b.block_tables, b.block_tables + n_table);
+    TROUPE_CUDA_TRY_STATUS(m.ints.grow(hi.size() * sizeof(int32_t) * 2, "the batch indices"));
+    TROUPE_CUDA_TRY(
+        cudaMemcpyAsync(m.ints.data(), hi.data(), hi.size() * sizeof(int32_t), cudaMemcpyHostToDevice, stream));
+    const int32_t* d_ints = m.ints.as<int32_t>();
+    s.tokens = d_ints;
+    kv_tables& tables = s.tables;
+    tables.positions = d_ints + b.n_tokens;
+    tables.seq_of = tables.positions + b.n_tokens;
+    tables.block_table_offsets = tables.seq_of + b.n_tokens;
+    tables.block_tables = d_ints + tables_at;
+    tables.block_size = hp.block_size;
+    const int32_t* d_out_tokens = d_ints + out_at;
+    if (tiled) {
+        s.tiles = d_ints + tiles_at;
+        s.n_tiles = static_cast<int32_t>(m.tiles.size() / 2);
+    }
+    if (tree) {
+        tables.rows = d_ints + rows_at;
+        tables.mask_base = tables.rows + b.n_tokens;
+        tables.mask = reinterpret_cast<const uint64_t*>(d_ints + mask_at);
+        tables.mask_words = b.mask_words;
+    }
+
+    const int32_t n = b.n_tokens;
+    const auto layers = [&] { return enqueue_layers(m, n, s, stream); };
+    if (hp.tap_wanted != 0 || !m.externals.empty()) {
+        // No graph where taps copy rows to the host mid-step, nor around plugins' kernels: their own buffers may
+        // move between steps, and the ABI does not let them say when.
+        TROUPE_CUDA_TRY_STATUS(layers());
+    } else {
+        const step_shape shape{n, b.n_seqs, b.n_out_rows, tree ? b.mask_words : -1, tiled};
+        const step_buffers buffers{m.scratch.data(), m.ints.data(), ctx.act16.data(), ctx.external_out.data(),
+                                   ctx.workspace.data()};
+        TROUPE_CUDA_TRY_STATUS(m.graphs.run(shape, buffers, stream, layers));
+    }
     if (fence) {
         // Every KV write of the step is enqueued: a copy lane may follow this point (the head only reads x).
         troupe_cuda_event* kv_done = nullptr;
@@ -289,7 +334,9 @@ const char* model_forward_fenced(troupe_cuda_model* model, const troupe_cuda_bat
         fence(arg, kv_done);
     }
     if (b.n_out_rows > 0) {
-        launch_gather_rows(x, d_out_tokens, b.n_out_rows, hp.dim, xn, stream);
+        float* xn = s.xn;
+        float* logits = s.logits;
+        launch_gather_rows(s.x, d_out_tokens, b.n_out_rows, hp.dim, xn, stream);
         launch_rms_norm(xn, m.output_norm, xn, b.n_out_rows, hp.dim, hp.rms_eps, stream);
         TROUPE_CUDA_TRY_STATUS(report_tap(m, tap_output_norm, -1, xn, b.n_out_rows, hp.dim, b.out_tokens, stream));
         TROUPE_CUDA_TRY_STATUS(matmul(ctx, m.output, xn, logits, b.n_out_rows, false));

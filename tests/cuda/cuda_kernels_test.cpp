@@ -266,6 +266,7 @@ TEST_F(cuda_kernels, attention_over_scattered_blocks_matches_the_reference) {
         {8, 2, 128, 16, {1000}, {2}, false},            // long context, several chunks of 32 keys
         {2, 2, 256, 8, {33}, {3}, true},                // the largest head, F16 pools
         {6, 3, 40, 5, {0, 9}, {9, 1}, true},            // head size not a multiple of 32
+        {8, 2, 64, 16, {5, 0}, {70, 40}, false},        // prefill chunks of several tiles of 32 queries
     };
     for (const attention_case& c : cases) run_attention_case(ctx_, c);
 }
@@ -280,6 +281,7 @@ TEST_F(cuda_kernels, attention_with_soft_capping_and_sliding_windows_matches_the
         {8, 2, 128, 16, {1000}, {2}, true, 1.5f, 100},            // a long context, small cap, F16 pools
         {6, 3, 40, 5, {0, 9}, {9, 1}, false, 0.0f, 1},            // each token sees itself only
         {2, 2, 256, 8, {33}, {3}, false, 30.0f, 4096},            // a window wider than the context
+        {8, 2, 64, 16, {5, 0}, {70, 40}, true, 50.0f, 20},        // tiles of 32 queries across a window of 20
     };
     for (const attention_case& c : cases) run_attention_case(ctx_, c);
 }
