@@ -415,6 +415,13 @@ result<std::unique_ptr<model_runner>> make_cuda_runner_or_cpu(const llama_weight
     }
     auto gpu = make_cuda_runner(weights, params);
     if (gpu.ok()) return gpu;
+    // With a GPU there, what failed is this model on it (a weight type it does not take, its memory): that is the
+    // answer. Falling back would run on the CPU under a warning that says no GPU was found.
+    if (auto devices = cuda_devices(params.backend_dir); devices.ok() && !devices.value().empty()) {
+        const cuda_device& d = devices.value().front();
+        return make_error("cuda:" + std::to_string(d.index) + " (" + d.name +
+                          ") cannot run this model: " + gpu.message() + " (run it on the CPU with --device cpu)");
+    }
     log_cuda_fallback(gpu.message());
     return make_cpu_runner();
 }

@@ -152,8 +152,9 @@ result<std::unique_ptr<model_runner>> make_cuda_runner(const llama_weights_view&
 // The one log line of a CUDA request that falls back: "cuda: no GPU found (<why>); falling back to the CPU".
 void log_cuda_fallback(const std::string& why);
 
-// `--device cuda` in one call: the CUDA runner, or, where none can be made, log_cuda_fallback() and
-// whatever make_cpu_runner returns (called only then). Where a GPU is present (cuda_devices), check_on_gpu (if
+// `--device cuda` in one call: the CUDA runner, or, where none can be made because no GPU is there,
+// log_cuda_fallback() and whatever make_cpu_runner returns (called only then); with a GPU there, the reason it could
+// not run the model is the error. Where a GPU is present (cuda_devices), check_on_gpu (if
 // set) first says whether the run can go on it (the plugins it needs there, core/loader/cuda_plugins.h); its error
 // is the result, before any upload: falling back would hide what was asked for.
 using cpu_runner_factory = std::function<result<std::unique_ptr<model_runner>>()>;

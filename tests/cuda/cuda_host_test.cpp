@@ -284,6 +284,24 @@ TEST(cuda_runner, device_cuda_without_a_gpu_gives_the_cpu_runner_after_one_log_l
     EXPECT_NE(lines[0].find("); falling back to the CPU"), std::string::npos) << lines[0];
 }
 
+// With a GPU there, a model it cannot hold (here a KV pool of 2^30 blocks) is an error naming the device: a CPU
+// fallback would run it under a warning that says no GPU was found.
+TEST(cuda_runner, with_a_gpu_a_model_it_cannot_run_is_an_error_not_a_cpu_fallback) {
+    TROUPE_REQUIRE_GPU();
+    auto m = make_tiny_model(ggml_type::f32, false);
+    cuda_runner_params params;
+    params.n_blocks = 1 << 30;
+    int cpu_calls = 0;
+    auto runner = make_cuda_runner_or_cpu(m->view, params, [&]() -> result<std::unique_ptr<model_runner>> {
+        ++cpu_calls;
+        return std::unique_ptr<model_runner>(std::make_unique<fake_cpu_runner>());
+    });
+    EXPECT_FALSE(runner.ok());
+    EXPECT_EQ(cpu_calls, 0);
+    EXPECT_NE(runner.message().find("cannot run this model: "), std::string::npos) << runner.message();
+    EXPECT_NE(runner.message().find("--device cpu"), std::string::npos) << runner.message();
+}
+
 TEST(cuda_runner, without_a_gpu_the_check_of_what_must_run_on_it_is_not_consulted) {
     if (testing::nvidia_device_node_present()) GTEST_SKIP() << "this machine has an NVIDIA device";
     auto m = make_tiny_model(ggml_type::f32, false);
