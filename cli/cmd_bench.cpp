@@ -326,9 +326,14 @@ int measure(const bench_inputs& in) {
         const double bytes_per_token = static_cast<double>(cpu->weight_bytes_per_token());
         // A decode step of n_seqs sequences reads the weights once.
         const double tg_bound = bandwidth * 1e9 / bytes_per_token * in.n_seqs;
-        const auto macs = static_cast<double>(cpu->matmul_macs_per_token());
-        const auto int8_macs = static_cast<double>(cpu->int8_macs_per_token());
-        const auto nibble_macs = static_cast<double>(cpu->int8_macs_per_token(true));
+        // Prefill computes the output matrix for each sequence's last token only: per prompt token, the layers' and
+        // 1 / n_prompt of the output's.
+        const auto prefill_macs = [&](int64_t with_output, int64_t without) {
+            return static_cast<double>(without) + static_cast<double>(with_output - without) / in.n_prompt;
+        };
+        const double macs = prefill_macs(cpu->matmul_macs_per_token(), cpu->matmul_macs_per_token(false));
+        const double int8_macs = prefill_macs(cpu->int8_macs_per_token(), cpu->int8_macs_per_token(false, false));
+        const double nibble_macs = prefill_macs(cpu->int8_macs_per_token(true), cpu->int8_macs_per_token(true, false));
         const double nibble_peak = nibble_peak_runs.empty() ? 0.0 : best(nibble_peak_runs);
         const double float_macs = macs - int8_macs;
         const double gops = 2.0 * macs * pp_tps / 1e9;

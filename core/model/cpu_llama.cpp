@@ -287,8 +287,8 @@ size_t cpu_llama::weight_bytes_per_token() const {
     return bytes + w_.hp.dim * sizeof(float);
 }
 
-int64_t cpu_llama::matmul_macs_per_token() const {
-    int64_t macs = output_.n_in() * output_.n_out();
+int64_t cpu_llama::matmul_macs_per_token(bool with_output) const {
+    int64_t macs = with_output ? output_.n_in() * output_.n_out() : 0;
     for (const layer& l : layers_) {
         for (const linear* m : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down})
             macs += m->n_in() * m->n_out();
@@ -298,7 +298,7 @@ int64_t cpu_llama::matmul_macs_per_token() const {
     return macs;
 }
 
-int64_t cpu_llama::int8_macs_per_token(bool nibbles_only) const {
+int64_t cpu_llama::int8_macs_per_token(bool nibbles_only, bool with_output) const {
     const auto int8_macs = [nibbles_only](const linear& m) -> int64_t {
         if (m.by_plugin() || m.recipe() != cpu::activation_recipe::quantized) return 0;
         if (nibbles_only) return m.stored_type() == ggml_type::q4_0 && m.packed() ? m.n_in() * m.n_out() : 0;
@@ -316,7 +316,7 @@ int64_t cpu_llama::int8_macs_per_token(bool nibbles_only) const {
                 return 0;
         }
     };
-    int64_t macs = int8_macs(output_);
+    int64_t macs = with_output ? int8_macs(output_) : 0;
     for (const layer& l : layers_) {
         for (const linear* m : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down}) macs += int8_macs(*m);
         if (l.moe) macs += l.moe->active_macs_per_token(int8_macs);

@@ -100,12 +100,14 @@ public:
     int32_t n_threads() const { return pool_->n_threads(); }
     cpu::thread_pool& pool() { return *pool_; }
     std::shared_ptr<cpu::thread_pool> shared_pool() const { return pool_; }
-    // Multiply-adds of the weight matrices per token (attention over the context not included).
-    int64_t matmul_macs_per_token() const;
+    // Multiply-adds of the weight matrices per token (attention over the context not included). with_output: the
+    // output matrix's too, which a token computes only where its logits are asked for (every decode token; a prompt's
+    // last token only, as llama-bench's prompt processing).
+    int64_t matmul_macs_per_token(bool with_output = true) const;
     // Of those, the ones the builtin kernels compute with int8 dot products (the quantized recipe with Q8_0, Q4_0,
     // Q4_K or Q6_K weights); the rest are float arithmetic (or a quant plugin's): bench sets each against its peak.
     // nibbles_only: of those, the Q4_0 panels' (4-bit codes summed in int16: cpu::measure_int8_nibble_peak).
-    int64_t int8_macs_per_token(bool nibbles_only = false) const;
+    int64_t int8_macs_per_token(bool nibbles_only = false, bool with_output = true) const;
     // Groups (a layer's q/k/v, a layer's gate/up) that run as one matrix (linear::concatenated) in steps of at most
     // k_max_fused_tokens tokens; larger steps (prefill: GEMMs, compute-bound, where one job gains nothing) run the
     // parts one by one rather than copy the fused outputs apart.
