@@ -366,9 +366,10 @@ __global__ void attention_tiled_kernel(const float* q, float* out, int32_t n_hea
     }
 }
 
-// Decode's products (launch_gemv): one warp per output row, the row read once in 16-byte loads for all n_tokens (<= 8)
-// activation rows, each activation rounded to the weight's type as it is read; a warp sum per token. Rows whose length
-// is not a multiple of a 16-byte vector (or whose start is not aligned to one) take the element-by-element loop.
+// Decode's products (launch_gemv): one warp per output row, the row read once in 16-byte loads (4 in flight per lane)
+// for all n_tokens (<= gemv_max_tokens) activation rows, each rounded to the weight's type as it is read; a warp sum
+// per token. Rows whose length is not a multiple of a 16-byte vector (or whose start is not aligned to one) take the
+// element-by-element loop.
 template <class w_t>
 struct gemv_traits;
 template <>
