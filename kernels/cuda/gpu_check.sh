@@ -7,7 +7,8 @@
 # KV allocator's copy lane under a running step, ordered by events; cuda_plugin_graph_test.cpp: the CUDA graph calling
 # quant/w4a16 on a W4_G128 file this script makes with `troupe quantize`, quant/fp8, and tap observers), bench_cuda_quant
 # (GEMV GB/s vs copy), then `troupe bench --device cuda` on the shared models (beside the CPU) and on a 1B file
-# `troupe synth` writes (F16 with step graphs on and off, 1/8/32 sequences; W4_G128 through quant/w4a16).
+# `troupe synth` writes (F16 with step graphs on and off, 1/8/32 sequences, decode at depth 1920; W4_G128 through
+# quant/w4a16).
 # PROFILE=1 adds ncu's GPU time per kernel for a 1B decode and prefill.
 #
 #   kernels/cuda/gpu_check.sh            build into build-gpu/ beside this checkout's root
@@ -107,6 +108,8 @@ if [ -f "$f16" ] || "$build/troupe" synth --shape 1B --vocab "$vocab" --type f16
     TROUPE_CUDA_GEMV=0 bench "$f16" cuda --n-prompt 512 --n-gen 128
     bench "$f16" cuda --n-prompt 512 --n-gen 128 --n-seqs 8
     bench "$f16" cuda --n-prompt 512 --n-gen 128 --n-seqs 32
+    echo "(decode at depth: context 1920..1983, against 0..63 in the same run)"
+    bench "$f16" cuda --n-prompt 1920 --n-gen 64 --decode-after-prompt --compare-depth 64
     w4=$work/synth-1B-W4_G128.gguf
     if [ -f "$w4" ] || "$build/troupe" quantize --model "$f16" --method rtn --type w4_g128 -o "$w4" >/dev/null; then
         bench "$w4" cuda --n-prompt 512 --n-gen 128
