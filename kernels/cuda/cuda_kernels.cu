@@ -1,21 +1,20 @@
 // The CUDA kernels of the Llama forward (declarations and shapes: cuda_kernels.h).
 //
-// Written for obvious correctness first: one thread per element for elementwise work, one block per
-// row for reductions, one warp per (token, head) for attention with an online softmax (so any context
-// length works without shared memory limits). Where that was measured far from the H200's limits, a kernel
-// shaped for the job: decode's products read each weight row once for all tokens (gemv_kernel), prefill's
-// attention shares each key among 32 queries (attention_tiled_kernel). Every kernel has a CPU twin in tests/cuda/.
+// Written for obvious correctness first: one thread per element for elementwise work, one block per row for
+// reductions. Where that was measured far from the H200's limits, a kernel shaped for the job: decode's products read
+// each weight row once for all tokens (gemv_kernel). Attention is in cuda_attention.cu. Every kernel has a CPU twin in
+// tests/cuda/.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include "kernels/cuda/cuda_device.cuh"
 #include "kernels/cuda/cuda_kernels.h"
 
 namespace troupe::cuda {
 namespace {
 
-constexpr unsigned full_mask = 0xffffffffu;
-constexpr int warp_size = 32;
+using namespace device;
 
 __device__ __forceinline__ float load_as_float(dtype type, const void* p, int64_t i) {
     switch (type) {
@@ -27,68 +26,6 @@ __device__ __forceinline__ float load_as_float(dtype type, const void* p, int64_
             return __bfloat162float(static_cast<const __nv_bfloat16*>(p)[i]);
     }
     return 0.0f;
-}
-
-__device__ __forceinline__ float warp_sum(float v) {
-    for (int o = warp_size / 2; o > 0; o /= 2) v += __shfl_xor_sync(full_mask, v, o);
-    return v;
-}
-
-__device__ __forceinline__ float warp_max(float v) {
-    for (int o = warp_size / 2; o > 0; o /= 2) v = fmaxf(v, __shfl_xor_sync(full_mask, v, o));
-    return v;
-}
-
-__device__ __forceinline__ float load_kv(const float* pool, size_t i) {
-    return pool[i];
-}
-__device__ __forceinline__ float load_kv(const __half* pool, size_t i) {
-    return __half2float(pool[i]);
-}
-__device__ __forceinline__ void store_kv(float* pool, size_t i, float v) {
-    pool[i] = v;
-}
-__device__ __forceinline__ void store_kv(__half* pool, size_t i, float v) {
-    pool[i] = __float2half_rn(v);
-}
-
-// First element of the cache row of (sequence s, position p).
-__device__ __forceinline__ size_t cache_row(const kv_tables& tb, int32_t seq, int32_t pos, int32_t kv_width) {
-    const int32_t block = tb.block_tables[tb.block_table_offsets[seq] + pos / tb.block_size];
-    return (static_cast<size_t>(block) * tb.block_size + pos % tb.block_size) * kv_width;
-}
-
-// Whether token t sees cache row j, for j <= its last row. `first` is the oldest position inside its window (0
-// without one). Causal calls: rows are positions, so row j is seen from `first` on. Tree calls: the prefix rows
-// (j < mask_base) are positions too; the rows its mask names are its ancestors and itself by depth, the k-th of
-// them (ascending) at position mask_base + k (core/model/ops.h), seen when that position is inside the window.
-__device__ __forceinline__ bool sees(const kv_tables& tb, int32_t t, int32_t j, int32_t first) {
-    if (tb.rows == nullptr) return j >= first;
-    const int32_t base = tb.mask_base[t];
-    if (j < base) return j >= first;
-    const int32_t bit = j - base;
-    if (bit >= 64 * tb.mask_words) return false;
-    const uint64_t* words = tb.mask + static_cast<size_t>(t) * tb.mask_words;
-    if (((words[bit / 64] >> (bit % 64)) & 1u) == 0) return false;
-    if (first <= base) return true;  // every masked row's position (>= mask_base) is inside the window
-    int32_t rank = 0;                // masked rows below j
-    for (int32_t w = 0; w < bit / 64; ++w) rank += __popcll(words[w]);
-    if (bit % 64 != 0) rank += __popcll(words[bit / 64] & ((uint64_t{1} << (bit % 64)) - 1));
-    return base + rank >= first;
-}
-
-// The highest cache row token t sees: its position, or in a tree call the last of its prefix and mask.
-__device__ __forceinline__ int32_t last_row(const kv_tables& tb, int32_t t) {
-    if (tb.rows == nullptr) return tb.positions[t];
-    for (int32_t w = tb.mask_words - 1; w >= 0; --w) {
-        const uint64_t bits = tb.mask[static_cast<size_t>(t) * tb.mask_words + w];
-        if (bits != 0) return tb.mask_base[t] + 64 * w + 63 - __clzll(static_cast<long long>(bits));
-    }
-    return tb.mask_base[t] - 1;
-}
-
-int32_t blocks_for(int64_t n, int32_t per_block) {
-    return static_cast<int32_t>((n + per_block - 1) / per_block);
 }
 
 // grid: n_tokens, block: 256
@@ -146,223 +83,6 @@ __global__ void store_kv_kernel(const float* k, const float* v, int32_t kv_width
     for (int32_t i = threadIdx.x; i < kv_width; i += blockDim.x) {
         store_kv(k_pool, row + i, k[static_cast<size_t>(t) * kv_width + i]);
         store_kv(v_pool, row + i, v[static_cast<size_t>(t) * kv_width + i]);
-    }
-}
-
-constexpr int attention_warps = 4;
-constexpr int dims_per_lane = max_head_dim / warp_size;
-
-// One warp per (token, head); lane l scores key position j0 + l of each chunk of 32, then every lane
-// accumulates its head dimensions d = l + 32 i over the chunk's probabilities (online softmax: the
-// running max m and sum l rescale the accumulator when a larger score arrives). In a tree call the keys
-// are rows 0..last_row and those the token does not see score -inf (a chunk may have none it sees).
-// With a window the rows start at the oldest position inside it (a tree call: that, or mask_base if lower);
-// with softcap c each scaled score s becomes c tanh(s / c) before the softmax.
-template <class kv_t>
-__global__ void attention_kernel(const float* q, float* out, int32_t n_tokens, int32_t n_heads, int32_t n_kv_heads,
-                                 int32_t head_dim, float scale, float softcap, int32_t window, kv_tables tb,
-                                 const kv_t* k_pool, const kv_t* v_pool) {
-    __shared__ float q_sh[attention_warps][max_head_dim];
-    const int warp = threadIdx.x / warp_size;
-    const int lane = threadIdx.x % warp_size;
-    const int64_t item = static_cast<int64_t>(blockIdx.x) * attention_warps + warp;
-    if (item >= static_cast<int64_t>(n_tokens) * n_heads) return;  // whole warp leaves together
-    const int32_t t = static_cast<int32_t>(item / n_heads);
-    const int32_t h = static_cast<int32_t>(item % n_heads);
-    const int32_t kv_head = h / (n_heads / n_kv_heads);
-    const int32_t kv_width = n_kv_heads * head_dim;
-    const float* qh = q + item * head_dim;
-    for (int32_t d = lane; d < head_dim; d += warp_size) q_sh[warp][d] = qh[d] * scale;
-    __syncwarp();
-
-    const int32_t seq = tb.seq_of[t];
-    const int32_t pos = last_row(tb, t);
-    const int32_t first = window > 0 ? max(0, tb.positions[t] - window + 1) : 0;
-    const int32_t start = tb.rows == nullptr ? first : min(first, tb.mask_base[t]);
-    float m = -INFINITY;
-    float l = 0.0f;
-    float acc[dims_per_lane];
-#pragma unroll
-    for (int i = 0; i < dims_per_lane; ++i) acc[i] = 0.0f;
-
-    for (int32_t j0 = start; j0 <= pos; j0 += warp_size) {
-        const int32_t j = j0 + lane;
-        const bool seen = j <= pos && sees(tb, t, j, first);
-        float score = -INFINITY;
-        if (seen) {
-            const kv_t* kr = k_pool + cache_row(tb, seq, j, kv_width) + static_cast<size_t>(kv_head) * head_dim;
-            float dot = 0.0f;
-            for (int32_t d = 0; d < head_dim; ++d) dot += q_sh[warp][d] * load_kv(kr, d);
-            score = softcap > 0.0f ? softcap * tanhf(dot / softcap) : dot;
-        }
-        const unsigned seen_lanes = __ballot_sync(full_mask, seen);
-        if (seen_lanes == 0) continue;                  // a tree call's chunk of rows the token does not see
-        const float m_new = fmaxf(m, warp_max(score));  // finite: some lane sees its row
-        const float correction = expf(m - m_new);       // 0 on the first chunk seen (m = -inf)
-        const float p = seen ? expf(score - m_new) : 0.0f;
-        l = l * correction + warp_sum(p);
-#pragma unroll
-        for (int i = 0; i < dims_per_lane; ++i) acc[i] *= correction;
-        for (unsigned left = seen_lanes; left != 0; left &= left - 1) {
-            const int32_t jj = __ffs(left) - 1;
-            const float pj = __shfl_sync(full_mask, p, jj);
-            const kv_t* vr = v_pool + cache_row(tb, seq, j0 + jj, kv_width) + static_cast<size_t>(kv_head) * head_dim;
-#pragma unroll
-            for (int i = 0; i < dims_per_lane; ++i) {
-                const int32_t d = lane + warp_size * i;
-                if (d < head_dim) acc[i] += pj * load_kv(vr, d);
-            }
-        }
-        m = m_new;
-    }
-    float* oh = out + item * head_dim;
-#pragma unroll
-    for (int i = 0; i < dims_per_lane; ++i) {
-        const int32_t d = lane + warp_size * i;
-        if (d < head_dim) oh[d] = acc[i] / l;
-    }
-}
-
-// Prefill attention, one block of 4 warps per (tile, head): a tile is up to 32 tokens of one sequence at consecutive
-// positions (attention_tiles), warp w owning rows 8w..8w+7. Per chunk of 32 keys (from the first row's window start to
-// the last row's position), the chunk's keys, then its values, are staged in shared memory as floats; lane l scores
-// key l against each of the warp's rows (4 dims a read: q rows in shared memory, broadcast; head_dim % 4 == 0), and
-// each row's online softmax runs as
-// in attention_kernel, its accumulator over dims l + 32 i. Keys past a row's position or before its window score
-// -inf; a row that sees none of a chunk skips it.
-constexpr int tile_warps = 4;
-constexpr int tile_rows_per_warp = attention_tile_rows / tile_warps;
-constexpr int tile_dims_per_lane = attention_tiled_max_head_dim / warp_size;
-
-template <class kv_t>
-__global__ void attention_tiled_kernel(const float* q, float* out, int32_t n_heads, int32_t n_kv_heads,
-                                       int32_t head_dim, float scale, float softcap, int32_t window, kv_tables tb,
-                                       const int32_t* tiles, const kv_t* k_pool, const kv_t* v_pool) {
-    // Rows of 4-float vectors; the staged keys' stride of 132 floats keeps a quarter-warp's 16-byte reads of 8 rows
-    // on distinct banks.
-    __shared__ __align__(16) float q_sh[attention_tile_rows][attention_tiled_max_head_dim];
-    __shared__ __align__(16) float kv_sh[warp_size][attention_tiled_max_head_dim + 4];
-    const int32_t t0 = tiles[2 * blockIdx.x];
-    const int32_t n_rows = tiles[2 * blockIdx.x + 1];
-    if (n_rows == 0) return;  // padding (the whole block leaves together)
-    const int32_t h = blockIdx.y;
-    const int32_t kv_head = h / (n_heads / n_kv_heads);
-    const int32_t kv_width = n_kv_heads * head_dim;
-    const int32_t seq = tb.seq_of[t0];
-    const int warp = threadIdx.x / warp_size;
-    const int lane = threadIdx.x % warp_size;
-
-    for (int32_t r = warp; r < attention_tile_rows; r += tile_warps) {
-        const float* qr = q + (static_cast<size_t>(t0 + r) * n_heads + h) * head_dim;
-        for (int32_t d = lane; d < head_dim; d += warp_size) q_sh[r][d] = r < n_rows ? qr[d] * scale : 0.0f;
-    }
-    int32_t pos[tile_rows_per_warp], first[tile_rows_per_warp];
-    float m[tile_rows_per_warp], l[tile_rows_per_warp], acc[tile_rows_per_warp][tile_dims_per_lane];
-#pragma unroll
-    for (int i = 0; i < tile_rows_per_warp; ++i) {
-        const int32_t r = warp * tile_rows_per_warp + i;
-        pos[i] = r < n_rows ? tb.positions[t0 + r] : -1;  // -1: a row past the tile sees nothing
-        first[i] = window > 0 ? max(0, pos[i] - window + 1) : 0;
-        m[i] = -INFINITY;
-        l[i] = 0.0f;
-#pragma unroll
-        for (int c = 0; c < tile_dims_per_lane; ++c) acc[i][c] = 0.0f;
-    }
-    const int32_t lo = window > 0 ? max(0, tb.positions[t0] - window + 1) : 0;
-    const int32_t hi = tb.positions[t0 + n_rows - 1];
-    // Rows j0..j0+31 of one pool's kv_head (zeros past hi) go through registers into shared memory: all of a
-    // thread's loads are issued together, and each chunk's loads are in flight while the chunk before computes (its
-    // values during its scores, the next chunk's keys during its values), so the memory's latency is paid once.
-    constexpr int stage_rows = warp_size / tile_warps;  // rows of a chunk each warp stages
-    using stage_regs = float[stage_rows][tile_dims_per_lane];
-    const auto fetch = [&](const kv_t* pool, int32_t j0, stage_regs& buf) {
-#pragma unroll
-        for (int r = 0; r < stage_rows; ++r) {
-            const int32_t j = j0 + warp + tile_warps * r;
-            const kv_t* row =
-                j <= hi ? pool + cache_row(tb, seq, j, kv_width) + static_cast<size_t>(kv_head) * head_dim : nullptr;
-#pragma unroll
-            for (int c = 0; c < tile_dims_per_lane; ++c) {
-                const int32_t d = lane + warp_size * c;
-                buf[r][c] = row != nullptr && d < head_dim ? load_kv(row, d) : 0.0f;
-            }
-        }
-    };
-    const auto store = [&](const stage_regs& buf) {
-#pragma unroll
-        for (int r = 0; r < stage_rows; ++r) {
-#pragma unroll
-            for (int c = 0; c < tile_dims_per_lane; ++c) {
-                const int32_t d = lane + warp_size * c;
-                if (d < head_dim) kv_sh[warp + tile_warps * r][d] = buf[r][c];
-            }
-        }
-    };
-    stage_regs keys, values;
-    fetch(k_pool, lo, keys);
-    __syncthreads();
-
-    for (int32_t j0 = lo; j0 <= hi; j0 += warp_size) {
-        store(keys);
-        fetch(v_pool, j0, values);
-        __syncthreads();
-        const int32_t j = j0 + lane;
-        float dot[tile_rows_per_warp];
-#pragma unroll
-        for (int i = 0; i < tile_rows_per_warp; ++i) dot[i] = 0.0f;
-        const float4* k4 = reinterpret_cast<const float4*>(kv_sh[lane]);
-        for (int32_t d4 = 0; d4 < head_dim / 4; ++d4) {
-            const float4 kd = k4[d4];
-#pragma unroll
-            for (int i = 0; i < tile_rows_per_warp; ++i) {
-                const float4 qd = reinterpret_cast<const float4*>(q_sh[warp * tile_rows_per_warp + i])[d4];
-                dot[i] += qd.x * kd.x + qd.y * kd.y + qd.z * kd.z + qd.w * kd.w;
-            }
-        }
-        float p[tile_rows_per_warp];
-#pragma unroll
-        for (int i = 0; i < tile_rows_per_warp; ++i) {
-            const bool seen = j <= pos[i] && j >= first[i];
-            const float score = seen ? (softcap > 0.0f ? softcap * tanhf(dot[i] / softcap) : dot[i]) : -INFINITY;
-            const float chunk_max = warp_max(score);
-            p[i] = 0.0f;
-            if (chunk_max == -INFINITY) continue;  // the row sees none of these keys (warp-uniform)
-            const float m_new = fmaxf(m[i], chunk_max);
-            const float correction = expf(m[i] - m_new);  // 0 on the row's first chunk (m = -inf)
-            p[i] = seen ? expf(score - m_new) : 0.0f;
-            l[i] = l[i] * correction + warp_sum(p[i]);
-#pragma unroll
-            for (int c = 0; c < tile_dims_per_lane; ++c) acc[i][c] *= correction;
-            m[i] = m_new;
-        }
-        if (j0 + warp_size <= hi) fetch(k_pool, j0 + warp_size, keys);
-        __syncthreads();
-        store(values);
-        __syncthreads();
-        for (int32_t jj = 0; jj < warp_size; ++jj) {
-            float pj[tile_rows_per_warp];
-#pragma unroll
-            for (int i = 0; i < tile_rows_per_warp; ++i) pj[i] = __shfl_sync(full_mask, p[i], jj);
-#pragma unroll
-            for (int c = 0; c < tile_dims_per_lane; ++c) {
-                const int32_t d = lane + warp_size * c;
-                const float vd = d < head_dim ? kv_sh[jj][d] : 0.0f;
-#pragma unroll
-                for (int i = 0; i < tile_rows_per_warp; ++i) acc[i][c] += pj[i] * vd;
-            }
-        }
-        __syncthreads();
-    }
-#pragma unroll
-    for (int i = 0; i < tile_rows_per_warp; ++i) {
-        const int32_t r = warp * tile_rows_per_warp + i;
-        if (r >= n_rows) continue;
-        float* orow = out + (static_cast<size_t>(t0 + r) * n_heads + h) * head_dim;
-#pragma unroll
-        for (int c = 0; c < tile_dims_per_lane; ++c) {
-            const int32_t d = lane + warp_size * c;
-            if (d < head_dim) orow[d] = acc[i][c] / l[i];
-        }
     }
 }
 
@@ -605,39 +325,6 @@ void launch_store_kv(const float* k, const float* v, int32_t n_tokens, int32_t k
     }
 }
 
-void launch_attention(const float* q, float* out, int32_t n_tokens, int32_t n_heads, int32_t n_kv_heads,
-                      int32_t head_dim, float scale, const attention_features& f, const kv_tables& tables, bool kv_f16,
-                      const void* k_pool, const void* v_pool, cudaStream_t stream, const int32_t* tiles,
-                      int32_t n_tiles) {
-    const int64_t n_items = static_cast<int64_t>(n_tokens) * n_heads;
-    if (n_items == 0) return;
-    if (tiles != nullptr && n_tiles > 0) {
-        const dim3 grid(n_tiles, n_heads);
-        const int32_t threads = tile_warps * warp_size;
-        if (kv_f16) {
-            attention_tiled_kernel<__half><<<grid, threads, 0, stream>>>(
-                q, out, n_heads, n_kv_heads, head_dim, scale, f.softcap, f.window, tables, tiles,
-                static_cast<const __half*>(k_pool), static_cast<const __half*>(v_pool));
-        } else {
-            attention_tiled_kernel<float><<<grid, threads, 0, stream>>>(
-                q, out, n_heads, n_kv_heads, head_dim, scale, f.softcap, f.window, tables, tiles,
-                static_cast<const float*>(k_pool), static_cast<const float*>(v_pool));
-        }
-        return;
-    }
-    const int32_t grid = blocks_for(n_items, attention_warps);
-    const int32_t threads = attention_warps * warp_size;
-    if (kv_f16) {
-        attention_kernel<__half><<<grid, threads, 0, stream>>>(
-            q, out, n_tokens, n_heads, n_kv_heads, head_dim, scale, f.softcap, f.window, tables,
-            static_cast<const __half*>(k_pool), static_cast<const __half*>(v_pool));
-    } else {
-        attention_kernel<float><<<grid, threads, 0, stream>>>(
-            q, out, n_tokens, n_heads, n_kv_heads, head_dim, scale, f.softcap, f.window, tables,
-            static_cast<const float*>(k_pool), static_cast<const float*>(v_pool));
-    }
-}
-
 void launch_swiglu(const float* gate, const float* up, float* out, int64_t n, cudaStream_t stream) {
     if (n == 0) return;
     swiglu_kernel<<<blocks_for(n, 256), 256, 0, stream>>>(gate, up, out, n);
@@ -688,29 +375,6 @@ void launch_gemv(dtype w_type, const void* w, int64_t n_in, int64_t n_out, const
             launch_gemv_of<__nv_bfloat16>(w, n_in, n_out, x, y, n_tokens, accumulate, stream);
             break;
     }
-}
-
-int32_t attention_max_tiles(int32_t n_tokens, int32_t n_seqs) {
-    return n_seqs + n_tokens / attention_tile_rows;
-}
-
-bool attention_tiles(const int32_t* seq_of, const int32_t* positions, int32_t n_tokens, int32_t n_seqs,
-                     int32_t head_dim, bool tree, std::vector<int32_t>& tiles) {
-    tiles.clear();
-    if (tree || head_dim > attention_tiled_max_head_dim || head_dim % 4 != 0 || n_tokens <= n_seqs) return false;
-    const int32_t max_tiles = attention_max_tiles(n_tokens, n_seqs);
-    int32_t start = 0;
-    for (int32_t t = 1; t <= n_tokens; ++t) {
-        const bool ends = t == n_tokens || seq_of[t] != seq_of[t - 1] || positions[t] != positions[t - 1] + 1 ||
-                          t - start == attention_tile_rows;
-        if (!ends) continue;
-        if (static_cast<int32_t>(tiles.size()) / 2 == max_tiles) return false;
-        tiles.push_back(start);
-        tiles.push_back(t - start);
-        start = t;
-    }
-    tiles.resize(static_cast<size_t>(2) * max_tiles, 0);
-    return true;
 }
 
 void launch_matmul_simple(dtype w_type, const void* w, int64_t n_in, int64_t n_out, const float* x, float* y,

@@ -1,7 +1,7 @@
-// The CUDA kernels of the Llama forward, as host-callable launchers (defined in cuda_kernels.cu, the one
-// file nvcc compiles). Every launcher enqueues on `stream` and returns at once; the caller checks
-// cudaGetLastError. All tensors are device pointers, row-major, shapes on each declaration.
-// Weights are packed: row i of an [n_out, n_in] matrix starts at element i * n_in.
+// The CUDA kernels of the Llama forward, as host-callable launchers (defined in cuda_kernels.cu, attention in
+// cuda_attention.cu: the files nvcc compiles). Every launcher enqueues on `stream` and returns at once; the caller
+// checks cudaGetLastError. All tensors are device pointers, row-major, shapes on each declaration. Weights are packed:
+// row i of an [n_out, n_in] matrix starts at element i * n_in.
 #pragma once
 
 #include <cuda_runtime_api.h>

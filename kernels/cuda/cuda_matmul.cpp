@@ -53,6 +53,21 @@ const char* make_plan(troupe_cuda_context& ctx, uint32_t type, int64_t n_out, in
     return nullptr;
 }
 
+// Whether decode's GEMV makes this product (launch_gemv), which reads the activations in F32 and rounds them itself.
+bool by_gemv(const troupe_cuda_context& ctx, matmul_impl impl, int32_t n_tokens) {
+    return impl == matmul_impl::cublaslt && n_tokens <= gemv_max_tokens && ctx.gemv;
+}
+
+// x [n_tokens, n_in] rounded to the 16-bit `type` in ctx.act16, for cuBLASLt.
+const char* round_activations(troupe_cuda_context& ctx, uint32_t type, const float* x, int32_t n_tokens, int64_t n_in,
+                              const void** out) {
+    const size_t n = static_cast<size_t>(n_tokens) * n_in;
+    TROUPE_CUDA_TRY_STATUS(ctx.act16.grow(n * 2, "the rounded activations"));
+    launch_convert(x, static_cast<dtype>(type), ctx.act16.data(), static_cast<int64_t>(n), ctx.streams[0]);
+    *out = ctx.act16.data();
+    return nullptr;
+}
+
 // matmul with, where rounded is not null, x already rounded to w's type in ctx.act16 (matmul_group).
 const char* matmul_from(troupe_cuda_context& ctx, const device_matrix& w, const float* x, const void* rounded, float* y,
                         int32_t n_tokens, bool accumulate, matmul_impl impl) {
@@ -74,7 +89,7 @@ const char* matmul_from(troupe_cuda_context& ctx, const device_matrix& w, const 
         TROUPE_CUDA_TRY(cudaGetLastError());
         return nullptr;
     }
-    if (impl == matmul_impl::cublaslt && n_tokens <= gemv_max_tokens && ctx.gemv) {
+    if (by_gemv(ctx, impl, n_tokens)) {
         // Decode: the weights read once, the activations rounded as they are read (launch_gemv); `rounded` unused.
         launch_gemv(static_cast<dtype>(w.type), w.data, w.n_in, w.n_out, x, y, n_tokens, accumulate, stream);
         TROUPE_CUDA_TRY(cudaGetLastError());
@@ -99,12 +114,8 @@ const char* matmul_from(troupe_cuda_context& ctx, const device_matrix& w, const 
     if (!plan.use_lt) return simple();
 
     const void* b = rounded != nullptr ? rounded : x;
-    if (w.type != TROUPE_CUDA_F32 && rounded == nullptr) {
-        const size_t n = static_cast<size_t>(n_tokens) * w.n_in;
-        TROUPE_CUDA_TRY_STATUS(ctx.act16.grow(n * 2, "the rounded activations"));
-        launch_convert(x, static_cast<dtype>(w.type), ctx.act16.data(), static_cast<int64_t>(n), stream);
-        b = ctx.act16.data();
-    }
+    if (w.type != TROUPE_CUDA_F32 && rounded == nullptr)
+        TROUPE_CUDA_TRY_STATUS(round_activations(ctx, w.type, x, n_tokens, w.n_in, &b));
     const float alpha = 1.0f;
     const float beta = accumulate ? 1.0f : 0.0f;
     const cublasStatus_t st = cublasLtMatmul(ctx.lt, plan.op, &alpha, w.data, plan.a, b, plan.b, &beta, y, plan.c, y,
@@ -131,12 +142,8 @@ const char* matmul_group(troupe_cuda_context& ctx, std::initializer_list<matmul_
     bool shared = type == TROUPE_CUDA_F16 || type == TROUPE_CUDA_BF16;
     for (const matmul_into& p : products) shared = shared && p.w->type == type;
     const void* rounded = nullptr;
-    if (shared && products.size() > 1 && (n_tokens > gemv_max_tokens || !ctx.gemv)) {
-        const size_t n = static_cast<size_t>(n_tokens) * products.begin()->w->n_in;
-        TROUPE_CUDA_TRY_STATUS(ctx.act16.grow(n * 2, "the rounded activations"));
-        launch_convert(x, static_cast<dtype>(type), ctx.act16.data(), static_cast<int64_t>(n), ctx.streams[0]);
-        rounded = ctx.act16.data();
-    }
+    if (shared && products.size() > 1 && !by_gemv(ctx, matmul_impl::cublaslt, n_tokens))
+        TROUPE_CUDA_TRY_STATUS(round_activations(ctx, type, x, n_tokens, products.begin()->w->n_in, &rounded));
     for (const matmul_into& p : products) {
         TROUPE_CUDA_TRY_STATUS(matmul_from(ctx, *p.w, x, rounded, p.y, n_tokens, false, matmul_impl::cublaslt));
     }
