@@ -35,6 +35,9 @@ const char* device_buffer::allocate(size_t bytes, const char* what) {
     const cudaError_t e = cudaMalloc(&ptr_, bytes);
     if (e != cudaSuccess) {
         ptr_ = nullptr;
+        // The failed allocation also stays as the thread's last error, which the next kernel launch's
+        // cudaGetLastError would report as its own: the caller has this message, so clear it.
+        cudaGetLastError();
         return fail("cudaMalloc of %.1f MiB for %s failed: %s", static_cast<double>(bytes) / (1 << 20), what,
                     cudaGetErrorString(e));
     }

@@ -300,6 +300,17 @@ TEST(cuda_runner, with_a_gpu_a_model_it_cannot_run_is_an_error_not_a_cpu_fallbac
     EXPECT_EQ(cpu_calls, 0);
     EXPECT_NE(runner.message().find("cannot run this model: "), std::string::npos) << runner.message();
     EXPECT_NE(runner.message().find("--device cpu"), std::string::npos) << runner.message();
+
+    // The failed allocation is reported once: the next kernel on this thread does not inherit it.
+    troupe_cuda_context* ctx = nullptr;
+    const troupe_cuda_ops& ops = testing::cuda_ops();
+    const char* e = ops.context_create(0, 2, &ctx);
+    ASSERT_EQ(e, nullptr) << e;
+    const std::vector<float> x(64, 1.0f), w(64, 1.0f);
+    std::vector<float> y(64);
+    e = ops.test_rms_norm(ctx, x.data(), w.data(), y.data(), 1, 64, 1e-5f);
+    EXPECT_EQ(e, nullptr) << e;
+    ops.context_destroy(ctx);
 }
 
 TEST(cuda_runner, without_a_gpu_the_check_of_what_must_run_on_it_is_not_consulted) {
