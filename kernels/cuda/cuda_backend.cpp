@@ -178,9 +178,12 @@ const char* test_attention(troupe_cuda_context* ctx, const troupe_cuda_attention
     device_buffer dtiles;
     const bool tiled = attention_tiles(a.seq_of, a.positions, a.n_tokens, a.n_seqs, a.head_dim, tree, tiles);
     if (tiled) TROUPE_CUDA_TRY_STATUS(upload(tiles.data(), tiles.size() * sizeof(int32_t), dtiles, "tiles", st));
+    device_buffer partials;  // the split decode kernel's, as a model step has them
+    TROUPE_CUDA_TRY_STATUS(partials.allocate(attention_split_scratch_bytes, "split attention"));
+    TROUPE_CUDA_TRY(cudaMemsetAsync(partials.data(), 0, attention_split_scratch_bytes, st));
     launch_attention(dq.as<float>(), dout.as<float>(), a.n_tokens, a.n_heads, a.n_kv_heads, a.head_dim, a.scale,
-                     features, tables, kv_f16, dkp.data(), dvp.data(), st, tiled ? dtiles.as<int32_t>() : nullptr,
-                     tiled ? static_cast<int32_t>(tiles.size() / 2) : 0);
+                     features, tables, kv_f16, dkp.data(), dvp.data(), st, partials.data(),
+                     tiled ? dtiles.as<int32_t>() : nullptr, tiled ? static_cast<int32_t>(tiles.size() / 2) : 0);
     TROUPE_CUDA_TRY_STATUS(download(a.out, dout, q_bytes, st));
     TROUPE_CUDA_TRY_STATUS(download(a.k_pool, dkp, pool_bytes, st));
     TROUPE_CUDA_TRY_STATUS(download(a.v_pool, dvp, pool_bytes, st));

@@ -6,6 +6,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include <cstddef>
 #include <cstdint>
 #include <vector>
 
@@ -69,13 +70,22 @@ struct attention_features {
 // q, out [n_tokens, n_heads, head_dim]; head_dim <= max_head_dim. In a tree call (tables.rows) over the rows
 // the token sees instead of f..p (its masked rows by their positions mask_base + k, cuda_kernels.cu sees()).
 //
+// With split_scratch (attention_split_scratch_bytes, zeroed once when allocated, then used by one stream at a time)
+// a step of few (token, head) items, as decode has, shares each item's keys among up to attention_max_splits warps
+// and merges their partial softmaxes (flash-decoding): one warp per item would walk a long context alone. The split
+// count depends on the item count alone, so a step graph keeps it; which splits have rows depends on the context.
+//
 // With tiles (attention_tiles below; device memory, n_tiles pairs) the prefill kernel runs instead: one block per
 // (tile, head) stages each 32 keys of the tile's sequence in shared memory once for the tile's 32 queries (the
 // per-token kernel reads every key once per query). Same results to float rounding (another summation order).
+inline constexpr int32_t attention_max_splits = 32;
+inline constexpr int32_t attention_split_max_items = 1024;  // more items than this run unsplit
+inline constexpr size_t attention_split_scratch_bytes =
+    (attention_split_max_items + size_t{2} * attention_split_max_items * (max_head_dim + 2)) * sizeof(float);
 void launch_attention(const float* q, float* out, int32_t n_tokens, int32_t n_heads, int32_t n_kv_heads,
                       int32_t head_dim, float scale, const attention_features& features, const kv_tables& tables,
                       bool kv_f16, const void* k_pool, const void* v_pool, cudaStream_t stream,
-                      const int32_t* tiles = nullptr, int32_t n_tiles = 0);
+                      void* split_scratch = nullptr, const int32_t* tiles = nullptr, int32_t n_tiles = 0);
 
 // The prefill kernel's tiles: runs of up to attention_tile_rows tokens of one sequence at consecutive positions, as
 // (first token, n_rows) pairs, padded with (0, 0) to attention_max_tiles so that the launch's shape depends on the

@@ -88,9 +88,10 @@ struct troupe_cuda_model {
     size_t pool_bytes = 0;           // one pool: n_blocks * block_size * n_kv_heads * head_dim * element
     troupe::cuda::device_buffer kv;  // [n_layers][k, v] pools
 
-    int32_t capacity = 0;                 // tokens the scratch holds
-    troupe::cuda::device_buffer scratch;  // activations, see cuda_model_forward.cpp
-    troupe::cuda::device_buffer ints;     // the batch's index arrays
+    int32_t capacity = 0;                            // tokens the scratch holds
+    troupe::cuda::device_buffer scratch;             // activations, see cuda_model_forward.cpp
+    troupe::cuda::device_buffer ints;                // the batch's index arrays
+    troupe::cuda::device_buffer attention_partials;  // split decode attention's (cuda_kernels.h), zeroed once
     std::vector<int32_t> host_ints;
     std::vector<int32_t> tiles;        // the step's attention tiles (attention_tiles), before upload
     std::vector<float> tap_rows;       // a tap's rows copied to the host (tap_host)

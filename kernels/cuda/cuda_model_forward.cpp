@@ -198,8 +198,8 @@ const char* enqueue_layers(troupe_cuda_model& m, int32_t n, const step_views& s,
         launch_rope(k, tables.positions, n, hp.n_kv_heads, rope, stream);
         launch_store_kv(k, v, n, kv_width, tables, kv_f16, k_pool, v_pool, stream);
         launch_attention(q, att, n, hp.n_heads, hp.n_kv_heads, hp.head_dim, scale,
-                         attention_features{hp.attn_softcap, L.window}, tables, kv_f16, k_pool, v_pool, stream, s.tiles,
-                         s.n_tiles);
+                         attention_features{hp.attn_softcap, L.window}, tables, kv_f16, k_pool, v_pool, stream,
+                         m.attention_partials.data(), s.tiles, s.n_tiles);
         TROUPE_CUDA_TRY_STATUS(report_tap(m, tap_attn_out, il, att, n, q_width, nullptr, stream));
         // The branch's output goes into xn (free once q, k, v are made) where a post norm follows it.
         if (L.post_attn_norm) {
@@ -249,6 +249,10 @@ const char* model_forward_fenced(troupe_cuda_model* model, const troupe_cuda_bat
         const int32_t capacity = std::max({b.n_tokens, 2 * m.capacity, 16});
         TROUPE_CUDA_TRY_STATUS(m.scratch.allocate(layout_for(hp, capacity).total, "the step's activations"));
         m.capacity = capacity;
+    }
+    if (m.attention_partials.size() == 0) {  // once: its counters start at zero and every launch leaves them so
+        TROUPE_CUDA_TRY_STATUS(m.attention_partials.allocate(attention_split_scratch_bytes, "split attention"));
+        TROUPE_CUDA_TRY(cudaMemsetAsync(m.attention_partials.data(), 0, attention_split_scratch_bytes, stream));
     }
     const scratch_layout lay = layout_for(hp, m.capacity);
     step_views s{};

@@ -9,7 +9,8 @@
 # (GEMV GB/s vs copy), then `troupe bench --device cuda` on the shared models (beside the CPU) and on a 1B file
 # `troupe synth` writes (F16 with step graphs on and off, 1/8/32 sequences, decode at depth 1920; W4_G128 through
 # quant/w4a16).
-# PROFILE=1 adds ncu's GPU time per kernel for a 1B decode and prefill.
+# PROFILE=1 adds ncu's GPU time per kernel for a 1B decode and prefill. QUICK=1 runs the tests and the 1B file's
+# default, 8-sequence and depth benches only (a re-check after a fix, in half the device time).
 #
 #   kernels/cuda/gpu_check.sh            build into build-gpu/ beside this checkout's root
 #   BUILD_DIR=... SHARED=... kernels/cuda/gpu_check.sh
@@ -80,8 +81,11 @@ run_gtest() {
 run_gtest test_cuda
 run_gtest test_cuda_quant_plugins
 
-section "bench_cuda_quant (GEMV GB/s vs the device's copy bandwidth)"
-timeout 120 "$build/tests/cuda/bench_cuda_quant" || fail bench_cuda_quant
+quick=${QUICK:-}
+if [ -z "$quick" ]; then
+    section "bench_cuda_quant (GEMV GB/s vs the device's copy bandwidth)"
+    timeout 120 "$build/tests/cuda/bench_cuda_quant" || fail bench_cuda_quant
+fi
 
 bench() {  # bench MODEL DEVICE [flags]: one troupe bench, a failure noted
     local model=$1 device=$2
@@ -89,10 +93,10 @@ bench() {  # bench MODEL DEVICE [flags]: one troupe bench, a failure noted
     echo "-- troupe bench $(basename "$model") --device $device $*"
     timeout 120 "$build/troupe" bench --model "$model" --device "$device" "$@" || fail "bench $(basename "$model") $device"
 }
-section "troupe bench --device cuda (shared models, beside the CPU)"
+[ -z "$quick" ] && section "troupe bench --device cuda (shared models, beside the CPU)"
 for model in stories260K.gguf rand10M-F16.gguf rand10M-Q4_K_M.gguf arch/tiny-qwen2.gguf arch/tiny-phi3.gguf \
     arch/tiny-gemma2.gguf; do
-    [ -f "$shared/models/$model" ] || continue
+    [ -z "$quick" ] && [ -f "$shared/models/$model" ] || continue
     bench "$shared/models/$model" cuda
     bench "$shared/models/$model" cpu --reps 1
 done
@@ -102,16 +106,20 @@ vocab=$shared/vocab/ggml-vocab-llama-spm.gguf
 f16=$work/synth-1B-f16.gguf
 if [ -f "$f16" ] || "$build/troupe" synth --shape 1B --vocab "$vocab" --type f16 -o "$f16" >/dev/null; then
     bench "$f16" cuda --n-prompt 512 --n-gen 128
-    echo "(step graphs off:)"
-    TROUPE_CUDA_GRAPHS=0 bench "$f16" cuda --n-prompt 512 --n-gen 128
-    echo "(decode's products by cuBLASLt, not launch_gemv:)"
-    TROUPE_CUDA_GEMV=0 bench "$f16" cuda --n-prompt 512 --n-gen 128
+    if [ -z "$quick" ]; then
+        echo "(step graphs off:)"
+        TROUPE_CUDA_GRAPHS=0 bench "$f16" cuda --n-prompt 512 --n-gen 128
+        echo "(decode's products by cuBLASLt, not launch_gemv:)"
+        TROUPE_CUDA_GEMV=0 bench "$f16" cuda --n-prompt 512 --n-gen 128
+    fi
     bench "$f16" cuda --n-prompt 512 --n-gen 128 --n-seqs 8
-    bench "$f16" cuda --n-prompt 512 --n-gen 128 --n-seqs 32
+    [ -z "$quick" ] && bench "$f16" cuda --n-prompt 512 --n-gen 128 --n-seqs 32
     echo "(decode at depth: context 1920..1983, against 0..63 in the same run)"
     bench "$f16" cuda --n-prompt 1920 --n-gen 64 --decode-after-prompt --compare-depth 64
     w4=$work/synth-1B-W4_G128.gguf
-    if [ -f "$w4" ] || "$build/troupe" quantize --model "$f16" --method rtn --type w4_g128 -o "$w4" >/dev/null; then
+    if [ -n "$quick" ]; then
+        :
+    elif [ -f "$w4" ] || "$build/troupe" quantize --model "$f16" --method rtn --type w4_g128 -o "$w4" >/dev/null; then
         bench "$w4" cuda --n-prompt 512 --n-gen 128
     else
         fail "quantize 1B W4_G128"

@@ -267,6 +267,10 @@ TEST_F(cuda_kernels, attention_over_scattered_blocks_matches_the_reference) {
         {2, 2, 256, 8, {33}, {3}, true},                // the largest head, F16 pools
         {6, 3, 40, 5, {0, 9}, {9, 1}, true},            // head size not a multiple of 32
         {8, 2, 64, 16, {5, 0}, {70, 40}, false},        // prefill chunks of several tiles of 32 queries
+        // Decode steps, whose keys are split among warps: depths far apart in one step, one deep sequence
+        {8, 2, 64, 16, {2000, 3, 517}, {1, 1, 1}, true},
+        {4, 4, 128, 16, {4095}, {1}, false},
+        {32, 8, 64, 16, {1500, 40, 900, 64, 1, 2047, 300, 33}, {1, 1, 1, 1, 1, 1, 1, 1}, false},
     };
     for (const attention_case& c : cases) run_attention_case(ctx_, c);
 }
@@ -282,6 +286,7 @@ TEST_F(cuda_kernels, attention_with_soft_capping_and_sliding_windows_matches_the
         {6, 3, 40, 5, {0, 9}, {9, 1}, false, 0.0f, 1},            // each token sees itself only
         {2, 2, 256, 8, {33}, {3}, false, 30.0f, 4096},            // a window wider than the context
         {8, 2, 64, 16, {5, 0}, {70, 40}, true, 50.0f, 20},        // tiles of 32 queries across a window of 20
+        {8, 2, 64, 16, {3000, 200}, {1, 1}, false, 30.0f, 700},   // split decode inside a window, capped
     };
     for (const attention_case& c : cases) run_attention_case(ctx_, c);
 }
