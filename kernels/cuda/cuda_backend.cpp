@@ -108,6 +108,44 @@ const char* test_matmul(troupe_cuda_context* ctx, int32_t impl, const troupe_cud
     return finish(*ctx);
 }
 
+const char* test_matmul_group(troupe_cuda_context* ctx, const troupe_cuda_matrix* w, int32_t n, const float* x,
+                              int32_t n_tokens, int32_t glu, float* const* y) {
+    if (n < 1 || n > 3 || glu < 0 || glu > 2 || (glu != 0 && n != 2))
+        return fail("matmul group of %d matrices with glu %d: expected 1 to 3 matrices, or 2 with glu 1 or 2", n, glu);
+    TROUPE_CUDA_TRY_STATUS(begin_lane(*ctx, 0));
+    cudaStream_t s = ctx->streams[0];
+    device_buffer dw[3], dy[3], dx;
+    device_matrix dm[3];
+    for (int32_t i = 0; i < n; ++i) {
+        if (w[i].n_in != w[0].n_in)
+            return fail("matmul group: matrix %d has n_in %lld, not %lld", i, static_cast<long long>(w[i].n_in),
+                        static_cast<long long>(w[0].n_in));
+        TROUPE_CUDA_TRY_STATUS(upload_matrix(w[i], "w", dw[i], dm[i], s));
+        TROUPE_CUDA_TRY_STATUS(dy[i].allocate(static_cast<size_t>(n_tokens) * w[i].n_out * sizeof(float), "y"));
+    }
+    TROUPE_CUDA_TRY_STATUS(upload(x, static_cast<size_t>(n_tokens) * w[0].n_in * sizeof(float), dx, "x", s));
+    if (glu != 0) {
+        TROUPE_CUDA_TRY_STATUS(matmul_glu(*ctx, dm[0], dm[1], dx.as<float>(), dy[0].as<float>(), dy[1].as<float>(),
+                                          n_tokens, glu == 1 ? glu_kind::silu : glu_kind::gelu_tanh));
+        TROUPE_CUDA_TRY_STATUS(download(y[0], dy[0], static_cast<size_t>(n_tokens) * w[0].n_out * sizeof(float), s));
+        return finish(*ctx);
+    }
+    const float* dxf = dx.as<float>();
+    if (n == 1) {
+        TROUPE_CUDA_TRY_STATUS(matmul_group(*ctx, {{&dm[0], dy[0].as<float>()}}, dxf, n_tokens));
+    } else if (n == 2) {
+        TROUPE_CUDA_TRY_STATUS(
+            matmul_group(*ctx, {{&dm[0], dy[0].as<float>()}, {&dm[1], dy[1].as<float>()}}, dxf, n_tokens));
+    } else {
+        TROUPE_CUDA_TRY_STATUS(
+            matmul_group(*ctx, {{&dm[0], dy[0].as<float>()}, {&dm[1], dy[1].as<float>()}, {&dm[2], dy[2].as<float>()}},
+                         dxf, n_tokens));
+    }
+    for (int32_t i = 0; i < n; ++i)
+        TROUPE_CUDA_TRY_STATUS(download(y[i], dy[i], static_cast<size_t>(n_tokens) * w[i].n_out * sizeof(float), s));
+    return finish(*ctx);
+}
+
 const char* test_attention(troupe_cuda_context* ctx, const troupe_cuda_attention_args* args) {
     const troupe_cuda_attention_args& a = *args;
     if (a.struct_size != sizeof a && a.struct_size != TROUPE_CUDA_ATTENTION_ARGS_V3_SIZE &&
@@ -343,6 +381,10 @@ const char* abi_test_geglu(troupe_cuda_context* ctx, const float* gate, const fl
 const char* abi_test_add_bias(troupe_cuda_context* ctx, float* x, const float* bias, int32_t n_rows, int32_t width) {
     return guarded([&] { return test_add_bias(ctx, x, bias, n_rows, width); });
 }
+const char* abi_test_matmul_group(troupe_cuda_context* ctx, const troupe_cuda_matrix* w, int32_t n, const float* x,
+                                  int32_t n_tokens, int32_t glu, float* const* y) {
+    return guarded([&] { return test_matmul_group(ctx, w, n, x, n_tokens, glu, y); });
+}
 const char* abi_test_softcap(troupe_cuda_context* ctx, float* x, int64_t n, float cap) {
     return guarded([&] { return test_softcap(ctx, x, n, cap); });
 }
@@ -433,6 +475,7 @@ troupe_cuda_ops make_ops() {
     ops.context_set_explicit_order = abi_context_set_explicit_order;
     ops.model_forward_fenced = abi_model_forward_fenced;
     ops.model_set_taps = abi_model_set_taps;
+    ops.test_matmul_group = abi_test_matmul_group;
     return ops;
 }
 

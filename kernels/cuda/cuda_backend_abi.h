@@ -22,6 +22,7 @@
  *               lane_wait, lane_synchronize, event_destroy, context_set_explicit_order, model_forward_fenced
  *   revision 6: plugins in the graph: weights whose products a host callback makes (TROUPE_CUDA_EXTERNAL: a quant
  *               plugin's prepared weight) and taps reported to the host (troupe_cuda_model_desc.tap_*)
+ *   revision 7: test_matmul_group (the products of one input together, and a gated FFN's fused GLU)
  *
  * Errors: every function that can fail returns NULL on success, else a message owned by the library
  * ("cudaMalloc of 2.0 GiB for the KV pools failed: out of memory"), valid until the next call from
@@ -58,7 +59,7 @@ extern "C" {
 #endif
 
 #define TROUPE_CUDA_ABI_VERSION 1u
-#define TROUPE_CUDA_ABI_REVISION 6u
+#define TROUPE_CUDA_ABI_REVISION 7u
 #define TROUPE_CUDA_LIBRARY_NAME "libtroupe_cuda.so"
 #define TROUPE_CUDA_ENTRY_NAME "troupe_cuda_backend"
 
@@ -373,6 +374,12 @@ typedef struct troupe_cuda_ops {
      * may also take weights of type TROUPE_CUDA_EXTERNAL (troupe_cuda_external_matrix). */
     const char* (*model_set_taps)(troupe_cuda_model* model, uint64_t wanted, uint64_t host, troupe_cuda_tap_fn tap,
                                   void* ctx);
+
+    /* Revision 7: y[i] = x W[i]^T for the n (1..3) matrices of one n_in, made together as a layer makes q, k, v; with
+     * glu 1 (SiLU) or 2 (tanh GELU of the F16-rounded gate), n = 2 and y[0] = act(x W[0]^T) * (x W[1]^T), as a layer
+     * makes its FFN's hidden rows (y[1] is scratch). Synchronous on lane 0, host buffers [n_tokens, W[i].n_out]. */
+    const char* (*test_matmul_group)(troupe_cuda_context* ctx, const troupe_cuda_matrix* w, int32_t n, const float* x,
+                                     int32_t n_tokens, int32_t glu, float* const* y);
 } troupe_cuda_ops;
 
 /* The size of a revision-1 table: the smallest the host accepts. */

@@ -57,6 +57,12 @@ struct kv_tables {
 void launch_store_kv(const float* k, const float* v, int32_t n_tokens, int32_t kv_width, const kv_tables& tables,
                      bool kv_f16, void* k_pool, void* v_pool, cudaStream_t stream);
 
+// launch_rope(q), launch_rope(k), then launch_store_kv in one launch (same results): a block per token.
+// q [n_tokens, n_heads, head_dim] and k [n_tokens, n_kv_heads, head_dim] rotated in place, k and v stored.
+void launch_rope_store_kv(float* q, float* k, const float* v, int32_t n_tokens, int32_t n_heads, int32_t n_kv_heads,
+                          const rope_settings& rope, const kv_tables& tables, bool kv_f16, void* k_pool, void* v_pool,
+                          cudaStream_t stream);
+
 // A layer's attention beyond plain causal softmax (core/model/ops.h attention_call): soft-capping of the scaled
 // scores (s -> softcap * tanh(s / softcap); 0: none) and a sliding window (positions > p - window; 0: all).
 struct attention_features {
@@ -124,6 +130,20 @@ void launch_convert(const float* x, dtype to, void* y, int64_t n, cudaStream_t s
 inline constexpr int32_t gemv_max_tokens = 2;
 void launch_gemv(dtype w_type, const void* w, int64_t n_in, int64_t n_out, const float* x, float* y, int32_t n_tokens,
                  bool accumulate, cudaStream_t stream);
+
+// Several products of the same x in one launch (q, k, v: a decode layer's smallest products cost their launch's ramp
+// more than their bytes), each as launch_gemv makes it. With a GLU, parts[0] is the gate and parts[1] the up
+// matrix (same n_out): parts[0].y[t, o] = act(gate . x[t]) * (up . x[t]), the activation as launch_swiglu and
+// launch_geglu compute it (same bits), never accumulated; parts[1].y is unused.
+enum class glu_kind : int32_t { none, silu, gelu_tanh };
+struct gemv_part {
+    const void* w;  // [n_out, n_in] of the launch's type
+    float* y;       // [n_tokens, n_out]
+    int64_t n_out;
+};
+inline constexpr int32_t gemv_max_parts = 3;
+void launch_gemv_parts(dtype w_type, int64_t n_in, const float* x, int32_t n_tokens, const gemv_part* parts,
+                       int32_t n_parts, glu_kind glu, bool accumulate, cudaStream_t stream);
 
 void launch_matmul_simple(dtype w_type, const void* w, int64_t n_in, int64_t n_out, const float* x, float* y,
                           int32_t n_tokens, bool accumulate, cudaStream_t stream);

@@ -134,9 +134,35 @@ const char* matmul(troupe_cuda_context& ctx, const device_matrix& w, const float
     return matmul_from(ctx, w, x, nullptr, y, n_tokens, accumulate, impl);
 }
 
+namespace {
+
+// Whether the products can share one launch_gemv_parts: decode-sized, the backend's own weights of one type, one n_in.
+bool gemv_together(const troupe_cuda_context& ctx, std::initializer_list<matmul_into> products, int32_t n_tokens) {
+    if (!by_gemv(ctx, matmul_impl::cublaslt, n_tokens) || products.size() > gemv_max_parts) return false;
+    const device_matrix& first = *products.begin()->w;
+    for (const matmul_into& p : products) {
+        if (p.w->type == TROUPE_CUDA_EXTERNAL || p.w->type != first.type || p.w->n_in != first.n_in) return false;
+    }
+    return true;
+}
+
+const char* gemv_group(troupe_cuda_context& ctx, std::initializer_list<matmul_into> products, const float* x,
+                       int32_t n_tokens, glu_kind glu) {
+    gemv_part parts[gemv_max_parts];
+    int32_t n = 0;
+    for (const matmul_into& p : products) parts[n++] = gemv_part{p.w->data, p.y, p.w->n_out};
+    const device_matrix& first = *products.begin()->w;
+    launch_gemv_parts(static_cast<dtype>(first.type), first.n_in, x, n_tokens, parts, n, glu, false, ctx.streams[0]);
+    TROUPE_CUDA_TRY(cudaGetLastError());
+    return nullptr;
+}
+
+}  // namespace
+
 const char* matmul_group(troupe_cuda_context& ctx, std::initializer_list<matmul_into> products, const float* x,
                          int32_t n_tokens) {
     if (n_tokens == 0 || products.size() == 0) return nullptr;
+    if (gemv_together(ctx, products, n_tokens)) return gemv_group(ctx, products, x, n_tokens, glu_kind::none);
     // One rounding serves all only where every weight is the same 16-bit type (act16 holds one rounding at a time).
     const uint32_t type = products.begin()->w->type;
     bool shared = type == TROUPE_CUDA_F16 || type == TROUPE_CUDA_BF16;
@@ -147,6 +173,22 @@ const char* matmul_group(troupe_cuda_context& ctx, std::initializer_list<matmul_
     for (const matmul_into& p : products) {
         TROUPE_CUDA_TRY_STATUS(matmul_from(ctx, *p.w, x, rounded, p.y, n_tokens, false, matmul_impl::cublaslt));
     }
+    return nullptr;
+}
+
+const char* matmul_glu(troupe_cuda_context& ctx, const device_matrix& gate, const device_matrix& up, const float* x,
+                       float* out, float* up_out, int32_t n_tokens, glu_kind glu) {
+    if (n_tokens == 0) return nullptr;
+    if (gate.n_out == up.n_out && gemv_together(ctx, {{&gate, out}, {&up, up_out}}, n_tokens))
+        return gemv_group(ctx, {{&gate, out}, {&up, up_out}}, x, n_tokens, glu);
+    TROUPE_CUDA_TRY_STATUS(matmul_group(ctx, {{&gate, out}, {&up, up_out}}, x, n_tokens));
+    const int64_t n = static_cast<int64_t>(n_tokens) * gate.n_out;
+    if (glu == glu_kind::gelu_tanh) {
+        launch_geglu(out, up_out, out, n, ctx.streams[0]);
+    } else {
+        launch_swiglu(out, up_out, out, n, ctx.streams[0]);
+    }
+    TROUPE_CUDA_TRY(cudaGetLastError());
     return nullptr;
 }
 

@@ -11,6 +11,7 @@
 #include <initializer_list>
 
 #include "kernels/cuda/cuda_context.h"
+#include "kernels/cuda/cuda_kernels.h"
 
 namespace troupe::cuda {
 
@@ -37,5 +38,10 @@ struct matmul_into {
 };
 const char* matmul_group(troupe_cuda_context& ctx, std::initializer_list<matmul_into> products, const float* x,
                          int32_t n_tokens);
+
+// The gated FFN's hidden rows: out = act(x gate^T) * (x up^T), with up_out as scratch ([n_tokens, n_out] each). In
+// decode one launch reads both rows of each output (launch_gemv_parts), same bits as the products then the activation.
+const char* matmul_glu(troupe_cuda_context& ctx, const device_matrix& gate, const device_matrix& up, const float* x,
+                       float* out, float* up_out, int32_t n_tokens, glu_kind glu);
 
 }  // namespace troupe::cuda

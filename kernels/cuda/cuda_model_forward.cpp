@@ -194,9 +194,7 @@ const char* enqueue_layers(troupe_cuda_model& m, int32_t n, const step_views& s,
         TROUPE_CUDA_TRY_STATUS(report_tap(m, tap_q, il, q, n, q_width, nullptr, stream));
         TROUPE_CUDA_TRY_STATUS(report_tap(m, tap_k, il, k, n, kv_width, nullptr, stream));
         TROUPE_CUDA_TRY_STATUS(report_tap(m, tap_v, il, v, n, kv_width, nullptr, stream));
-        launch_rope(q, tables.positions, n, hp.n_heads, rope, stream);
-        launch_rope(k, tables.positions, n, hp.n_kv_heads, rope, stream);
-        launch_store_kv(k, v, n, kv_width, tables, kv_f16, k_pool, v_pool, stream);
+        launch_rope_store_kv(q, k, v, n, hp.n_heads, hp.n_kv_heads, rope, tables, kv_f16, k_pool, v_pool, stream);
         launch_attention(q, att, n, hp.n_heads, hp.n_kv_heads, hp.head_dim, scale,
                          attention_features{hp.attn_softcap, L.window}, tables, kv_f16, k_pool, v_pool, stream,
                          m.attention_partials.data(), s.tiles, s.n_tiles);
@@ -211,13 +209,9 @@ const char* enqueue_layers(troupe_cuda_model& m, int32_t n, const step_views& s,
         }
         launch_rms_norm(x, L.ffn_norm, xn, n, hp.dim, hp.rms_eps, stream);
         TROUPE_CUDA_TRY_STATUS(report_tap(m, tap_ffn_norm, il, xn, n, hp.dim, nullptr, stream));
-        TROUPE_CUDA_TRY_STATUS(matmul_group(ctx, {{&L.w_gate, gate}, {&L.w_up, up}}, xn, n));
-        const int64_t n_ffn = static_cast<int64_t>(n) * hp.ffn_dim;
-        if (hp.ffn_activation == TROUPE_CUDA_ACT_GELU_TANH) {
-            launch_geglu(gate, up, gate, n_ffn, stream);
-        } else {
-            launch_swiglu(gate, up, gate, n_ffn, stream);
-        }
+        TROUPE_CUDA_TRY_STATUS(
+            matmul_glu(ctx, L.w_gate, L.w_up, xn, gate, up, n,
+                       hp.ffn_activation == TROUPE_CUDA_ACT_GELU_TANH ? glu_kind::gelu_tanh : glu_kind::silu));
         TROUPE_CUDA_TRY_STATUS(report_tap(m, tap_ffn_hidden, il, gate, n, hp.ffn_dim, nullptr, stream));
         if (L.post_ffn_norm) {
             TROUPE_CUDA_TRY_STATUS(matmul(ctx, L.w_down, gate, xn, n, false));

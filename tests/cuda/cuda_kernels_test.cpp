@@ -138,6 +138,47 @@ TEST_F(cuda_kernels, matmul_matches_the_reference_for_each_weight_type_and_both_
     }
 }
 
+// A layer's q, k, v (and its FFN's gate and up with the activation) made together: in decode one launch reads every
+// matrix (launch_gemv_parts), elsewhere one product each; either way each output has the bits of its own product, and
+// the fused GLU those of the products followed by the activation kernel.
+TEST_F(cuda_kernels, products_made_together_and_the_fused_glu_have_the_bits_of_one_product_each) {
+    for (ggml_type type : {ggml_type::f32, ggml_type::f16, ggml_type::bf16}) {
+        for (int32_t n_tokens : {1, 2, 5}) {
+            const int64_t n_in = 264;  // not a multiple of 32 vectors: the GEMV's tail loop runs too
+            const host_matrix wq = make_matrix(type, n_in, 300, 31), wk = make_matrix(type, n_in, 40, 32),
+                              wv = make_matrix(type, n_in, 41, 33);
+            const auto x = random_floats(static_cast<size_t>(n_tokens) * n_in, 34);
+            const troupe_cuda_matrix ws[3] = {wq.m, wk.m, wv.m};
+            std::vector<float> q(n_tokens * 300), k(n_tokens * 40), v(n_tokens * 41);
+            float* ys[3] = {q.data(), k.data(), v.data()};
+            EXPECT_OK(cuda_ops().test_matmul_group(ctx_, ws, 3, x.data(), n_tokens, 0, ys));
+            int i = 0;
+            for (const std::vector<float>* y : {&q, &k, &v}) {
+                std::vector<float> own(y->size());
+                EXPECT_OK(
+                    cuda_ops().test_matmul(ctx_, TROUPE_CUDA_MATMUL_CUBLASLT, &ws[i], x.data(), own.data(), n_tokens));
+                EXPECT_EQ(*y, own) << traits(type).name << " part " << i << ", " << n_tokens << " tokens";
+                ++i;
+            }
+
+            const host_matrix wg = make_matrix(type, n_in, 129, 35), wu = make_matrix(type, n_in, 129, 36);
+            const troupe_cuda_matrix glu_ws[2] = {wg.m, wu.m};
+            std::vector<float> gate(n_tokens * 129), up(gate.size()), hidden(gate.size()), scratch(gate.size()),
+                expected(gate.size());
+            EXPECT_OK(
+                cuda_ops().test_matmul(ctx_, TROUPE_CUDA_MATMUL_CUBLASLT, &wg.m, x.data(), gate.data(), n_tokens));
+            EXPECT_OK(cuda_ops().test_matmul(ctx_, TROUPE_CUDA_MATMUL_CUBLASLT, &wu.m, x.data(), up.data(), n_tokens));
+            for (int32_t glu : {1, 2}) {
+                float* glu_ys[2] = {hidden.data(), scratch.data()};
+                EXPECT_OK(cuda_ops().test_matmul_group(ctx_, glu_ws, 2, x.data(), n_tokens, glu, glu_ys));
+                const auto act = glu == 1 ? cuda_ops().test_swiglu : cuda_ops().test_geglu;
+                EXPECT_OK(act(ctx_, gate.data(), up.data(), expected.data(), static_cast<int64_t>(gate.size())));
+                EXPECT_EQ(hidden, expected) << traits(type).name << " glu " << glu << ", " << n_tokens << " tokens";
+            }
+        }
+    }
+}
+
 TEST_F(cuda_kernels, swiglu_matches_the_reference) {
     const auto gate = random_floats(1001, 4, -6.0f, 6.0f);
     const auto up = random_floats(1001, 5);
