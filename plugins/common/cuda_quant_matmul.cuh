@@ -6,16 +6,21 @@
 //   struct weights {
 //       static constexpr int chunk = 16 or 32;  // consecutive weights one decode covers (32 % chunk == 0)
 //       int64_t n_in, n_out;
-//       // Weights k = c * chunk + i (i < chunk) of `row`, dequantized, without any per-row scale: one 128-bit load.
-//       // Rows hold whole chunks: codes past n_in decode to 0 (the plugin pads), none is read past the row.
-//       __device__ void decode(int64_t row, int64_t c, float (&w)[chunk]) const;
+//       // Chunk c of `row` as stored (one 128-bit load, and its group's scales where it has them), then its weights
+//       // k = c * chunk + i (i < chunk) dequantized, without any per-row scale. Split so that the decode path can
+//       // have several chunks loading at once before it decodes the first. Rows hold whole chunks: codes past n_in
+//       // decode to 0 (the plugin pads), none is read past the row.
+//       struct raw;
+//       __device__ raw load(int64_t row, int64_t c) const;
+//       __device__ void decode(const raw& r, float (&w)[chunk]) const;
 //       __device__ float finish(int64_t row, float acc) const;  // the row's dot product from acc (e.g. * scale)
 //   };
 //
 // Two paths, split by token count:
-//   - decode (1 .. k_gemv_max_tokens tokens, bandwidth bound): one warp per weight row; lane l decodes chunks l,
-//     l + 32, ... in registers and multiplies them with every token's activations (float4 loads where x is 16-byte
-//     aligned and n_in a multiple of 4); a shuffle reduction per token. Each weight byte is read once.
+//   - decode (1 .. k_gemv_max_tokens tokens, bandwidth bound): one warp per weight row; lane l loads chunks l,
+//     l + 32, ..., l + 32 (k_gemv_in_flight - 1) at once, then decodes them in registers and multiplies them with every
+//     token's activations (float4 loads where x is 16-byte aligned and n_in a multiple of 4); a shuffle reduction per
+//     token. Each weight byte is read once.
 //   - prefill (more tokens): 64 rows x 64 tokens per block of 4 warps; each 32-wide step of k decodes the rows'
 //     weights into f16 in shared memory (exact for fp8; d * q + m rounded to f16 for 4-bit), converts the tokens'
 //     activations to f16 beside them, and runs 16x16x16 wmma (f16 in, f32 accumulate): each warp a 32 x 32 tile.
@@ -38,7 +43,8 @@
 namespace troupe::cuda_quant {
 
 constexpr int k_gemv_max_tokens = 8;
-constexpr int k_gemv_warps = 4;  // rows per gemv block
+constexpr int k_gemv_warps = 4;      // rows per gemv block
+constexpr int k_gemv_in_flight = 4;  // chunks each lane has loading at once (2 before: 12% of the H200's copy rate)
 constexpr int k_mma_rows = 64, k_mma_tokens = 64, k_mma_k = 32, k_mma_ld = k_mma_k + 8;
 
 __device__ inline void load_x16(const float* __restrict__ x, int64_t n_in, int64_t k0, bool vector_loads,
@@ -71,18 +77,27 @@ __global__ void __launch_bounds__(32 * k_gemv_warps)
     float acc[T];
 #pragma unroll
     for (int t = 0; t < T; ++t) acc[t] = 0.0f;
-#pragma unroll 2
-    for (int64_t c = lane; c < n_chunks; c += 32) {
-        float wv[W::chunk];
-        w.decode(row, c, wv);
+    for (int64_t c0 = lane; c0 < n_chunks; c0 += 32 * k_gemv_in_flight) {
+        typename W::raw raw[k_gemv_in_flight];
 #pragma unroll
-        for (int t = 0; t < T; ++t) {
+        for (int u = 0; u < k_gemv_in_flight; ++u) {
+            if (c0 + 32 * u < n_chunks) raw[u] = w.load(row, c0 + 32 * u);
+        }
 #pragma unroll
-            for (int h = 0; h < W::chunk / 16; ++h) {
-                float xv[16];
-                load_x16(x + t * w.n_in, w.n_in, c * W::chunk + 16 * h, vector_loads, xv);
+        for (int u = 0; u < k_gemv_in_flight; ++u) {
+            const int64_t c = c0 + 32 * u;
+            if (c >= n_chunks) break;
+            float wv[W::chunk];
+            w.decode(raw[u], wv);
 #pragma unroll
-                for (int i = 0; i < 16; ++i) acc[t] = fmaf(wv[16 * h + i], xv[i], acc[t]);
+            for (int t = 0; t < T; ++t) {
+#pragma unroll
+                for (int h = 0; h < W::chunk / 16; ++h) {
+                    float xv[16];
+                    load_x16(x + t * w.n_in, w.n_in, c * W::chunk + 16 * h, vector_loads, xv);
+#pragma unroll
+                    for (int i = 0; i < 16; ++i) acc[t] = fmaf(wv[16 * h + i], xv[i], acc[t]);
+                }
             }
         }
     }
@@ -124,7 +139,7 @@ __global__ void __launch_bounds__(128)
             const int r = e / per_step, p = e % per_step;
             float wv[W::chunk];
             if (row0 + r < w.n_out) {
-                w.decode(row0 + r, k0 / W::chunk + p, wv);
+                w.decode(w.load(row0 + r, k0 / W::chunk + p), wv);
             } else {
 #pragma unroll
                 for (int i = 0; i < W::chunk; ++i) wv[i] = 0.0f;

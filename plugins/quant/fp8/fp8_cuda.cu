@@ -32,8 +32,9 @@ struct weights {
     int64_t n_in, n_out, row_chunks;
     __nv_fp8_interpretation_t format;
 
-    __device__ void decode(int64_t row, int64_t c, float (&w)[chunk]) const {
-        const uint4 q = __ldg(codes + row * row_chunks + c);
+    using raw = uint4;
+    __device__ raw load(int64_t row, int64_t c) const { return __ldg(codes + row * row_chunks + c); }
+    __device__ void decode(const raw& q, float (&w)[chunk]) const {
         const uint32_t words[4] = {q.x, q.y, q.z, q.w};
 #pragma unroll
         for (int j = 0; j < 4; ++j) {

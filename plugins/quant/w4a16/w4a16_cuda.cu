@@ -36,10 +36,16 @@ struct weights {
     // nvcc from fusing them), as the reference dequantizes them. The code q becomes a float without an integer
     // conversion (a quarter-rate instruction that would cap the decode below the memory bandwidth): a byte permute
     // builds the float bits 0x4b0000qq = 2^23 + q, and subtracting 2^23 leaves exactly q.
-    __device__ void decode(int64_t row, int64_t c, float (&w)[chunk]) const {
-        const uint4 q = __ldg(codes + row * (n_in / 32) + c);
-        const float2 dm = __half22float2(__ldg(scales + row * (n_in / g) + (32 * c) / g));
-        const uint32_t words[4] = {q.x, q.y, q.z, q.w};
+    struct raw {
+        uint4 q;
+        __half2 dm;
+    };
+    __device__ raw load(int64_t row, int64_t c) const {
+        return raw{__ldg(codes + row * (n_in / 32) + c), __ldg(scales + row * (n_in / g) + (32 * c) / g)};
+    }
+    __device__ void decode(const raw& r, float (&w)[chunk]) const {
+        const float2 dm = __half22float2(r.dm);
+        const uint32_t words[4] = {r.q.x, r.q.y, r.q.z, r.q.w};
 #pragma unroll
         for (int j = 0; j < 4; ++j) {
             const uint32_t lo = words[j] & 0x0f0f0f0fu, hi = (words[j] >> 4) & 0x0f0f0f0fu;
