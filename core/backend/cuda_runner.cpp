@@ -65,6 +65,16 @@ result<std::unique_ptr<cuda_runner>> cuda_runner::create(const llama_weights_vie
 
     auto upload = prepare_cuda_upload(weights, params);
     if (!upload.ok()) return upload.err();
+    if (!TROUPE_CUDA_OPS_HAS(&ops, test_moe_route)) {
+        // Before revision 8 the graph has no experts, and takes the description without them.
+        if (upload.value()->desc.moe_layers != nullptr) {
+            return make_error(weights.name +
+                              ": mixture-of-experts layers need the CUDA backend's experts (ABI revision "
+                              "8), and " +
+                              lib.value()->path() + " is older (" + ops.build_info + "); rebuild troupe_cuda");
+        }
+        upload.value()->desc.struct_size = TROUPE_CUDA_MODEL_DESC_V6_SIZE;
+    }
     if (!TROUPE_CUDA_OPS_HAS(&ops, model_set_taps)) {
         // Before revision 6 the graph calls neither plugins' products nor taps.
         if (!upload.value()->externals.empty() || !params.taps.empty()) {

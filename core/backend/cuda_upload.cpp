@@ -153,13 +153,54 @@ result<std::unique_ptr<cuda_upload>> prepare_cuda_upload(const llama_weights_vie
         for (status s :
              {put(prep.vector(l.attn_norm, lp + "attn_norm"), o.attn_norm), put(prep.matrix(l.wq, lp + "wq"), o.wq),
               put(prep.matrix(l.wk, lp + "wk"), o.wk), put(prep.matrix(l.wv, lp + "wv"), o.wv),
-              put(prep.matrix(l.wo, lp + "wo"), o.wo), put(prep.vector(l.ffn_norm, lp + "ffn_norm"), o.ffn_norm),
-              put(prep.matrix(l.w_gate, lp + "w_gate"), o.w_gate), put(prep.matrix(l.w_up, lp + "w_up"), o.w_up),
+              put(prep.matrix(l.wo, lp + "wo"), o.wo), put(prep.vector(l.ffn_norm, lp + "ffn_norm"), o.ffn_norm)}) {
+            if (!s.ok()) return s.err();
+        }
+        if (l.moe) continue;  // its FFN is the experts' (below)
+        for (status s :
+             {put(prep.matrix(l.w_gate, lp + "w_gate"), o.w_gate), put(prep.matrix(l.w_up, lp + "w_up"), o.w_up),
               put(prep.matrix(l.w_down, lp + "w_down"), o.w_down)}) {
             if (!s.ok()) return s.err();
         }
     }
     d.layers = up->layers.data();
+    if (hp.moe) {
+        // The experts' matrices stay the backend's own types (dequantized where stored quantized): its expert kernels
+        // index rows of the stacked tensors, which a plugin's prepared weight does not offer.
+        const moe_params& mp = *hp.moe;
+        up->moe_layers.resize(hp.n_layers);
+        for (int32_t il = 0; il < hp.n_layers; ++il) {
+            const llama_layer_view& l = view.layers[il];
+            if (!l.moe) continue;
+            const moe_layer_weights& m = *l.moe;
+            troupe_cuda_moe_layer& o = up->moe_layers[il];
+            const std::string lp = p + "layer " + std::to_string(il) + " ";
+            for (status s : {put(prep.rows(m.router, lp + "ffn_gate_inp"), o.router),
+                             put(prep.rows(m.gate_exps, lp + "ffn_gate_exps"), o.gate_exps),
+                             put(prep.rows(m.up_exps, lp + "ffn_up_exps"), o.up_exps),
+                             put(prep.rows(m.down_exps, lp + "ffn_down_exps"), o.down_exps)}) {
+                if (!s.ok()) return s.err();
+            }
+            if (m.probs_bias)
+                o.probs_bias = troupe_cuda_matrix{TROUPE_CUDA_F32, m.probs_bias, mp.n_experts, 1,
+                                                  static_cast<size_t>(mp.n_experts) * sizeof(float)};
+            if (mp.shared_ffn() > 0) {
+                for (status s : {put(prep.matrix(m.gate_shexp, lp + "ffn_gate_shexp"), o.gate_shexp),
+                                 put(prep.matrix(m.up_shexp, lp + "ffn_up_shexp"), o.up_shexp),
+                                 put(prep.matrix(m.down_shexp, lp + "ffn_down_shexp"), o.down_shexp)}) {
+                    if (!s.ok()) return s.err();
+                }
+            }
+        }
+        d.moe_layers = up->moe_layers.data();
+        d.moe_n_experts = mp.n_experts;
+        d.moe_n_used = mp.n_used;
+        d.moe_expert_ffn = mp.expert_ffn;
+        d.moe_shared_ffn = mp.shared_ffn();
+        d.moe_gating = static_cast<int32_t>(mp.gating);
+        d.moe_norm_weights = mp.norm_weights ? 1 : 0;
+        d.moe_weights_scale = mp.weights_scale;
+    }
     d.ffn_activation = hp.gelu ? TROUPE_CUDA_ACT_GELU_TANH : TROUPE_CUDA_ACT_SILU;
     d.embed_scale = hp.embed_scale;
     d.attn_scale = hp.attn_scale;

@@ -34,6 +34,7 @@ struct cuda_upload {
     troupe_cuda_model_desc desc{};
     std::vector<troupe_cuda_layer> layers;                   // [n_layers], desc.layers points here
     std::vector<troupe_cuda_layer_features> layer_features;  // [n_layers] or empty; desc.layer_features points here
+    std::vector<troupe_cuda_moe_layer> moe_layers;           // [n_layers] or empty; desc.moe_layers points here
     std::vector<std::vector<uint8_t>> storage;               // dequantized copies the matrices point into
     std::vector<std::unique_ptr<cuda_external_weight>> externals;  // matrices taken by quant plugins
 };

@@ -8,18 +8,14 @@
 
 namespace troupe {
 
-// The blocks of the model that only the CPU graph runs (multi-head latent attention, experts), as the error names
-// them: "architecture deepseek2 (multi-head latent attention, mixture-of-experts layers)"; empty when none.
+// The blocks of the model that only the CPU graph runs (multi-head latent attention), as the error names them:
+// "architecture deepseek2 (multi-head latent attention)"; empty when none.
 inline std::string beyond_cuda_graph(const llama_hparams& hp) {
-    bool mla = false, moe = false;
     for (int32_t il = 0; il < hp.n_layers; ++il) {
-        mla = mla || hp.attention_of(il) == attention_block::mla;
-        moe = moe || hp.ffn_of(il) == ffn_block::moe;
+        if (hp.attention_of(il) == attention_block::mla)
+            return "architecture " + hp.architecture + " (multi-head latent attention)";
     }
-    if (!mla && !moe) return {};
-    std::string what = mla ? "multi-head latent attention" : "";
-    if (moe) what += std::string(mla ? ", " : "") + "mixture-of-experts layers";
-    return "architecture " + hp.architecture + " (" + what + ")";
+    return {};
 }
 
 inline llama_weights_view llama_view_of(const llama_weights& w) {
@@ -46,6 +42,7 @@ inline llama_weights_view llama_view_of(const llama_weights& w) {
     v.hp.attn_scale = hp.query_scale;
     v.hp.attn_softcap = hp.attn_softcap;
     v.hp.final_softcap = hp.final_softcap;
+    v.hp.moe = hp.moe;
     v.token_embd = w.token_embd;
     v.output_norm = w.output_norm;
     v.output = w.output;
@@ -59,6 +56,7 @@ inline llama_weights_view llama_view_of(const llama_weights& w) {
         o.post_attn_norm = l.post_attn_norm;
         o.post_ffn_norm = l.post_ffn_norm;
         o.window = hp.window_of(static_cast<int32_t>(il));
+        if (hp.ffn_of(static_cast<int32_t>(il)) == ffn_block::moe) o.moe = l.moe;
     }
     return v;
 }

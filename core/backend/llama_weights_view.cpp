@@ -1,5 +1,7 @@
 #include "core/backend/llama_weights_view.h"
 
+#include <tuple>
+
 namespace troupe {
 namespace {
 
@@ -32,11 +34,39 @@ status check_optional(const weight_view& w, const std::string& what, int64_t wid
     return check_weight(w, what, width, 1);
 }
 
+// A MoE layer's tensors against the model's expert shape (moe_params.h).
+status check_moe_layer(const moe_layer_weights& m, const moe_params& p, const std::string& lp, int64_t dim) {
+    const int64_t e = p.n_experts, f = p.expert_ffn, sh = p.shared_ffn();
+    const struct {
+        const weight_view& w;
+        const char* name;
+        int64_t n_in, n_out;
+    } table[] = {
+        {m.router, "ffn_gate_inp (router)", dim, e},
+        {m.gate_exps, "ffn_gate_exps", dim, e * f},
+        {m.up_exps, "ffn_up_exps", dim, e * f},
+        {m.down_exps, "ffn_down_exps", f, e * dim},
+    };
+    for (const auto& t : table) {
+        if (status s = check_weight(t.w, lp + t.name, t.n_in, t.n_out); !s.ok()) return s;
+    }
+    if (sh > 0) {
+        for (const auto& t : {std::make_tuple(&m.gate_shexp, "ffn_gate_shexp", dim, sh),
+                              std::make_tuple(&m.up_shexp, "ffn_up_shexp", dim, sh),
+                              std::make_tuple(&m.down_shexp, "ffn_down_shexp", sh, dim)}) {
+            if (status s = check_weight(*std::get<0>(t), lp + std::get<1>(t), std::get<2>(t), std::get<3>(t)); !s.ok())
+                return s;
+        }
+    }
+    return {};
+}
+
 }  // namespace
 
 bool needs_arch_features(const llama_weights_view& v) {
     const llama_view_hparams& hp = v.hp;
-    if (hp.gelu || hp.embed_scale != 1.0f || hp.attn_scale > 0.0f || hp.attn_softcap > 0.0f || hp.final_softcap > 0.0f)
+    if (hp.gelu || hp.embed_scale != 1.0f || hp.attn_scale > 0.0f || hp.attn_softcap > 0.0f ||
+        hp.final_softcap > 0.0f || hp.moe)
         return true;
     for (const llama_layer_view& l : v.layers) {
         if (l.bq.data || l.bk.data || l.bv.data || l.post_attn_norm.data || l.post_ffn_norm.data || l.window != 0)
@@ -48,7 +78,7 @@ bool needs_arch_features(const llama_weights_view& v) {
 status check_llama_view(const llama_weights_view& v) {
     if (!v.beyond_cuda_graph.empty()) {
         return make_error(v.name +
-                          ": the CUDA runner runs the dense families (llama, mistral, qwen2, phi3, gemma2), and this "
+                          ": the CUDA runner runs llama, mistral, mixtral, qwen2, phi3 and gemma2, and this "
                           "model needs " +
                           v.beyond_cuda_graph + ", which only the CPU graph runs; run it on the CPU (device: cpu)");
     }
@@ -77,12 +107,29 @@ status check_llama_view(const llama_weights_view& v) {
     const int64_t q_width = static_cast<int64_t>(hp.n_heads) * hp.head_dim;
     const int64_t kv_width = static_cast<int64_t>(hp.n_kv_heads) * hp.head_dim;
     const std::string p = v.name + ": ";
+    if (hp.moe) {
+        const moe_params& m = *hp.moe;
+        if (m.n_experts < 1 || m.n_experts > 256 || m.n_used < 1 || m.n_used > 16 || m.n_used > m.n_experts ||
+            m.expert_ffn < 1 || m.n_shared < 0 ||
+            (m.gating != moe_gating::softmax && m.gating != moe_gating::sigmoid)) {
+            return make_error(p + "experts the CUDA graph cannot route: " + std::to_string(m.n_experts) +
+                              " experts (1 to 256), " + std::to_string(m.n_used) +
+                              " used per token (1 to 16, at most the experts), expert FFN " +
+                              std::to_string(m.expert_ffn) + ", gating " +
+                              std::to_string(static_cast<uint32_t>(m.gating)) + " (1 softmax, 2 sigmoid)");
+        }
+    }
     if (status s = check_weight(v.token_embd, p + "token_embd", hp.dim, hp.n_vocab); !s.ok()) return s;
     if (status s = check_weight(v.output_norm, p + "output_norm", hp.dim, 1); !s.ok()) return s;
     if (status s = check_weight(v.output, p + "output", hp.dim, hp.n_vocab); !s.ok()) return s;
     for (int32_t il = 0; il < hp.n_layers; ++il) {
         const llama_layer_view& l = v.layers[il];
         const std::string lp = p + "layer " + std::to_string(il) + " ";
+        if (l.moe && !hp.moe) return make_error(lp + "has experts, and the model no expert parameters");
+        if (l.moe) {
+            if (status s = check_moe_layer(*l.moe, *hp.moe, lp, hp.dim); !s.ok()) return s;
+        }
+        const bool dense = !l.moe;  // a MoE layer's w_gate, w_up, w_down are unused
         const struct {
             const weight_view& w;
             const char* name;
@@ -99,6 +146,7 @@ status check_llama_view(const llama_weights_view& v) {
             {l.w_down, "w_down", hp.ffn_dim, hp.dim},
         };
         for (const auto& e : table) {
+            if (!dense && (&e.w == &l.w_gate || &e.w == &l.w_up || &e.w == &l.w_down)) continue;
             if (status s = check_weight(e.w, lp + e.name, e.n_in, e.n_out); !s.ok()) return s;
         }
         if ((l.bq.data != nullptr) != (l.bk.data != nullptr) || (l.bq.data != nullptr) != (l.bv.data != nullptr)) {

@@ -6,9 +6,11 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "core/model/moe_params.h"
 #include "core/model/ops.h"
 #include "core/result.h"
 
@@ -35,6 +37,7 @@ struct llama_view_hparams {
     float attn_scale = 0.0f;             // scores are q.k times this; 0: 1 / sqrt(head_dim)
     float attn_softcap = 0.0f;           // scores s -> c tanh(s / c); 0: none
     float final_softcap = 0.0f;          // logits x -> c tanh(x / c); 0: none
+    std::optional<moe_params> moe;       // the experts (core/model/moe_params.h) where the model has MoE layers
 };
 
 struct llama_layer_view {
@@ -52,13 +55,15 @@ struct llama_layer_view {
     weight_view post_attn_norm{};  // [dim]
     weight_view post_ffn_norm{};   // [dim]
     int32_t window = 0;            // attends to positions > p - window; 0: the whole causal past
+    // A mixture-of-experts FFN (hp.moe's layers past the leading dense ones) in place of w_gate, w_up, w_down.
+    std::optional<moe_layer_weights> moe{};
 };
 
 struct llama_weights_view {
     std::string name;  // for description(): the model file's name
     // What the model needs beyond the graph the CUDA runner implements (its architecture and the blocks only the CPU
-    // graph runs: multi-head latent attention, mixture-of-experts layers); empty for llama, mistral, qwen2, phi3 and
-    // gemma2. The runner refuses a model that needs any (check_llama_view).
+    // graph runs: multi-head latent attention); empty for llama, mistral, mixtral, qwen2, phi3 and gemma2. The runner
+    // refuses a model that needs any (check_llama_view).
     std::string beyond_cuda_graph;
     llama_view_hparams hp;
     weight_view token_embd;                // [n_vocab rows, dim]

@@ -10,6 +10,7 @@
 #include "kernels/cuda/cuda_context.h"
 #include "kernels/cuda/cuda_kernels.h"
 #include "kernels/cuda/cuda_model.h"
+#include "kernels/cuda/cuda_moe.h"
 
 namespace troupe::cuda {
 namespace {
@@ -143,6 +144,28 @@ const char* test_matmul_group(troupe_cuda_context* ctx, const troupe_cuda_matrix
     }
     for (int32_t i = 0; i < n; ++i)
         TROUPE_CUDA_TRY_STATUS(download(y[i], dy[i], static_cast<size_t>(n_tokens) * w[i].n_out * sizeof(float), s));
+    return finish(*ctx);
+}
+
+const char* test_moe_route(troupe_cuda_context* ctx, const float* logits, int32_t n_tokens, int32_t n_experts,
+                           int32_t n_used, int32_t gating, int32_t norm_weights, float weights_scale, const float* bias,
+                           int32_t* experts, float* weights) {
+    if (n_tokens < 0 || n_experts < 1 || n_experts > TROUPE_CUDA_MAX_EXPERTS || n_used < 1 ||
+        n_used > TROUPE_CUDA_MAX_EXPERTS_USED || n_used > n_experts || (gating != 1 && gating != 2))
+        return fail("routing of %d tokens over %d experts (1 to %d), %d used (1 to %d), gating %d (1 or 2)", n_tokens,
+                    n_experts, TROUPE_CUDA_MAX_EXPERTS, n_used, TROUPE_CUDA_MAX_EXPERTS_USED, gating);
+    TROUPE_CUDA_TRY_STATUS(begin_lane(*ctx, 0));
+    cudaStream_t s = ctx->streams[0];
+    device_buffer dl, db, de, dw;
+    const size_t pairs = static_cast<size_t>(n_tokens) * n_used;
+    TROUPE_CUDA_TRY_STATUS(upload(logits, static_cast<size_t>(n_tokens) * n_experts * sizeof(float), dl, "logits", s));
+    if (bias) TROUPE_CUDA_TRY_STATUS(upload(bias, static_cast<size_t>(n_experts) * sizeof(float), db, "bias", s));
+    TROUPE_CUDA_TRY_STATUS(de.allocate(pairs * sizeof(int32_t), "experts"));
+    TROUPE_CUDA_TRY_STATUS(dw.allocate(pairs * sizeof(float), "weights"));
+    const moe_routing r{n_experts, n_used, gating, norm_weights != 0, weights_scale};
+    launch_moe_route(dl.as<float>(), bias ? db.as<float>() : nullptr, n_tokens, r, de.as<int32_t>(), dw.as<float>(), s);
+    TROUPE_CUDA_TRY_STATUS(download(experts, de, pairs * sizeof(int32_t), s));
+    TROUPE_CUDA_TRY_STATUS(download(weights, dw, pairs * sizeof(float), s));
     return finish(*ctx);
 }
 
@@ -385,6 +408,14 @@ const char* abi_test_matmul_group(troupe_cuda_context* ctx, const troupe_cuda_ma
                                   int32_t n_tokens, int32_t glu, float* const* y) {
     return guarded([&] { return test_matmul_group(ctx, w, n, x, n_tokens, glu, y); });
 }
+const char* abi_test_moe_route(troupe_cuda_context* ctx, const float* logits, int32_t n_tokens, int32_t n_experts,
+                               int32_t n_used, int32_t gating, int32_t norm_weights, float weights_scale,
+                               const float* bias, int32_t* experts, float* weights) {
+    return guarded([&] {
+        return test_moe_route(ctx, logits, n_tokens, n_experts, n_used, gating, norm_weights, weights_scale, bias,
+                              experts, weights);
+    });
+}
 const char* abi_test_softcap(troupe_cuda_context* ctx, float* x, int64_t n, float cap) {
     return guarded([&] { return test_softcap(ctx, x, n, cap); });
 }
@@ -476,6 +507,7 @@ troupe_cuda_ops make_ops() {
     ops.model_forward_fenced = abi_model_forward_fenced;
     ops.model_set_taps = abi_model_set_taps;
     ops.test_matmul_group = abi_test_matmul_group;
+    ops.test_moe_route = abi_test_moe_route;
     return ops;
 }
 

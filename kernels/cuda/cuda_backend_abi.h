@@ -23,6 +23,8 @@
  *   revision 6: plugins in the graph: weights whose products a host callback makes (TROUPE_CUDA_EXTERNAL: a quant
  *               plugin's prepared weight) and taps reported to the host (troupe_cuda_model_desc.tap_*)
  *   revision 7: test_matmul_group (the products of one input together, and a gated FFN's fused GLU)
+ *   revision 8: mixture-of-experts FFN layers (troupe_cuda_moe_layer, the moe_* fields of troupe_cuda_model_desc);
+ *               test_moe_route
  *
  * Errors: every function that can fail returns NULL on success, else a message owned by the library
  * ("cudaMalloc of 2.0 GiB for the KV pools failed: out of memory"), valid until the next call from
@@ -59,7 +61,7 @@ extern "C" {
 #endif
 
 #define TROUPE_CUDA_ABI_VERSION 1u
-#define TROUPE_CUDA_ABI_REVISION 7u
+#define TROUPE_CUDA_ABI_REVISION 8u
 #define TROUPE_CUDA_LIBRARY_NAME "libtroupe_cuda.so"
 #define TROUPE_CUDA_ENTRY_NAME "troupe_cuda_backend"
 
@@ -152,6 +154,24 @@ typedef struct troupe_cuda_layer_features {
     int32_t window;                    /* attends to positions > p - window; 0: the whole causal past */
 } troupe_cuda_layer_features;
 
+/* Revision 8: a mixture-of-experts FFN in place of the layer's w_gate, w_up, w_down (core/model/moe_ffn.h):
+ *   logits = xn router^T; probs = softmax(logits) (moe_gating 1) or sigmoid(logits) each (2); the n_used experts of
+ *   largest probs + probs_bias (largest first, ties to the lower id) with weights probs, divided by their sum where
+ *   moe_norm_weights, times moe_weights_scale; y = sum over slots of w * expert(xn), expert e's FFN being rows
+ *   [e F, (e + 1) F) of gate_exps and up_exps and rows [e dim, (e + 1) dim) of down_exps (F = moe_expert_ffn), the
+ *   layer's activation; y += the shared experts' FFN (moe_shared_ffn units) where the layer has them.
+ * Matrices are F32, F16 or BF16 (not external); probs_bias an F32 vector. */
+typedef struct troupe_cuda_moe_layer {
+    troupe_cuda_matrix router;     /* [n_experts, dim]; data null: the layer's FFN is dense */
+    troupe_cuda_matrix gate_exps;  /* [n_experts * expert_ffn, dim] */
+    troupe_cuda_matrix up_exps;    /* [n_experts * expert_ffn, dim] */
+    troupe_cuda_matrix down_exps;  /* [n_experts * dim, expert_ffn] */
+    troupe_cuda_matrix probs_bias; /* [n_experts] or data null */
+    troupe_cuda_matrix gate_shexp; /* [shared_ffn, dim] or data null */
+    troupe_cuda_matrix up_shexp;   /* [shared_ffn, dim] */
+    troupe_cuda_matrix down_shexp; /* [dim, shared_ffn] */
+} troupe_cuda_moe_layer;
+
 #define TROUPE_CUDA_ACT_SILU 0      /* SwiGLU: silu(gate) * up */
 #define TROUPE_CUDA_ACT_GELU_TANH 1 /* GeGLU: gelu_tanh(gate rounded to f16) * up, as ggml */
 
@@ -196,7 +216,19 @@ typedef struct troupe_cuda_model_desc {
     uint64_t tap_host;
     troupe_cuda_tap_fn tap;
     void* tap_ctx;
+    /* Revision 8, read only where struct_size covers them: experts (troupe_cuda_moe_layer). */
+    const troupe_cuda_moe_layer* moe_layers; /* [n_layers] or null: every FFN is dense */
+    int32_t moe_n_experts;
+    int32_t moe_n_used;     /* top k, at most TROUPE_CUDA_MAX_EXPERTS_USED */
+    int32_t moe_expert_ffn; /* units of one routed expert */
+    int32_t moe_shared_ffn; /* units of the shared experts' FFN; 0: none */
+    int32_t moe_gating;     /* 1 softmax, 2 sigmoid */
+    int32_t moe_norm_weights;
+    float moe_weights_scale;
 } troupe_cuda_model_desc;
+
+#define TROUPE_CUDA_MAX_EXPERTS 256
+#define TROUPE_CUDA_MAX_EXPERTS_USED 16
 
 /* The size of a revision-3 model description (no architecture features: the llama graph). */
 /* The size of a revision-3 model description (no architecture features: the llama graph); it ended with the float
@@ -204,6 +236,8 @@ typedef struct troupe_cuda_model_desc {
 #define TROUPE_CUDA_MODEL_DESC_V3_SIZE offsetof(troupe_cuda_model_desc, layer_features)
 /* A revision-4/5 description (no taps). */
 #define TROUPE_CUDA_MODEL_DESC_V4_SIZE offsetof(troupe_cuda_model_desc, tap_wanted)
+/* A revision-6/7 description (no experts). */
+#define TROUPE_CUDA_MODEL_DESC_V6_SIZE offsetof(troupe_cuda_model_desc, moe_layers)
 
 typedef struct troupe_cuda_model_info {
     uint32_t struct_size;
@@ -380,6 +414,12 @@ typedef struct troupe_cuda_ops {
      * makes its FFN's hidden rows (y[1] is scratch). Synchronous on lane 0, host buffers [n_tokens, W[i].n_out]. */
     const char* (*test_matmul_group)(troupe_cuda_context* ctx, const troupe_cuda_matrix* w, int32_t n, const float* x,
                                      int32_t n_tokens, int32_t glu, float* const* y);
+
+    /* Revision 8: the experts' router on host buffers (troupe_cuda_moe_layer's rule), synchronous on lane 0:
+     * logits [n_tokens, n_experts], bias [n_experts] or null -> experts, weights [n_tokens, n_used]. */
+    const char* (*test_moe_route)(troupe_cuda_context* ctx, const float* logits, int32_t n_tokens, int32_t n_experts,
+                                  int32_t n_used, int32_t gating, int32_t norm_weights, float weights_scale,
+                                  const float* bias, int32_t* experts, float* weights);
 } troupe_cuda_ops;
 
 /* The size of a revision-1 table: the smallest the host accepts. */

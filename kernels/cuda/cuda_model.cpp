@@ -44,6 +44,18 @@ const char* check_features(const troupe_cuda_model_desc& d) {
         if (!(r.v >= 0.0f) || !std::isfinite(r.v))
             return fail("%s is %g: expected a finite value >= 0 (0: none)", r.name, r.v);
     }
+    if (d.moe_layers) {
+        if (d.moe_n_experts < 1 || d.moe_n_experts > TROUPE_CUDA_MAX_EXPERTS || d.moe_n_used < 1 ||
+            d.moe_n_used > TROUPE_CUDA_MAX_EXPERTS_USED || d.moe_n_used > d.moe_n_experts || d.moe_expert_ffn < 1 ||
+            d.moe_shared_ffn < 0 || (d.moe_gating != 1 && d.moe_gating != 2) || !(d.moe_weights_scale > 0.0f) ||
+            !std::isfinite(d.moe_weights_scale))
+            return fail(
+                "experts: %d experts (1 to %d), %d used per token (1 to %d, at most the experts), expert FFN %d, "
+                "shared "
+                "FFN %d, gating %d (1 softmax, 2 sigmoid), weights scale %g (positive)",
+                d.moe_n_experts, TROUPE_CUDA_MAX_EXPERTS, d.moe_n_used, TROUPE_CUDA_MAX_EXPERTS_USED, d.moe_expert_ffn,
+                d.moe_shared_ffn, d.moe_gating, d.moe_weights_scale);
+    }
     if (d.layer_features) {
         for (int32_t il = 0; il < d.n_layers; ++il) {
             if (d.layer_features[il].window < 0)
@@ -54,14 +66,14 @@ const char* check_features(const troupe_cuda_model_desc& d) {
 }
 
 const char* check_desc(const troupe_cuda_model_desc& d) {
-    if (d.struct_size != sizeof(troupe_cuda_model_desc) && d.struct_size != TROUPE_CUDA_MODEL_DESC_V4_SIZE &&
-        d.struct_size != TROUPE_CUDA_MODEL_DESC_V3_SIZE)
+    if (d.struct_size != sizeof(troupe_cuda_model_desc) && d.struct_size != TROUPE_CUDA_MODEL_DESC_V6_SIZE &&
+        d.struct_size != TROUPE_CUDA_MODEL_DESC_V4_SIZE && d.struct_size != TROUPE_CUDA_MODEL_DESC_V3_SIZE)
         return fail(
-            "model description of %u bytes, this library takes %zu (or %zu without taps, %zu without architecture "
-            "features)",
-            d.struct_size, sizeof(troupe_cuda_model_desc), TROUPE_CUDA_MODEL_DESC_V4_SIZE,
-            TROUPE_CUDA_MODEL_DESC_V3_SIZE);
-    if (d.struct_size == sizeof(troupe_cuda_model_desc) && d.tap_wanted != 0 && !d.tap)
+            "model description of %u bytes, this library takes %zu (or %zu without experts, %zu without taps, %zu "
+            "without architecture features)",
+            d.struct_size, sizeof(troupe_cuda_model_desc), TROUPE_CUDA_MODEL_DESC_V6_SIZE,
+            TROUPE_CUDA_MODEL_DESC_V4_SIZE, TROUPE_CUDA_MODEL_DESC_V3_SIZE);
+    if (d.struct_size >= TROUPE_CUDA_MODEL_DESC_V6_SIZE && d.tap_wanted != 0 && !d.tap)
         return fail("the description asks for taps (bits %llx) without a tap function",
                     static_cast<unsigned long long>(d.tap_wanted));
     if (d.n_vocab <= 0 || d.dim <= 0 || d.n_layers <= 0 || d.n_heads <= 0 || d.n_kv_heads <= 0 || d.ffn_dim <= 0 ||
@@ -160,9 +172,40 @@ const char* upload_layer(troupe_cuda_model& m, int32_t il, const troupe_cuda_lay
     TROUPE_CUDA_TRY_STATUS(upload_weight(m, src.wv, what[3], hp.dim, kv_width, dst.wv));
     TROUPE_CUDA_TRY_STATUS(upload_weight(m, src.wo, what[4], q_width, hp.dim, dst.wo));
     TROUPE_CUDA_TRY_STATUS(upload_norm(m, src.ffn_norm, what[5], dst.ffn_norm));
+    if (dst.moe) return nullptr;  // the experts are its FFN (upload_moe)
     TROUPE_CUDA_TRY_STATUS(upload_weight(m, src.w_gate, what[6], hp.dim, hp.ffn_dim, dst.w_gate));
     TROUPE_CUDA_TRY_STATUS(upload_weight(m, src.w_up, what[7], hp.dim, hp.ffn_dim, dst.w_up));
     TROUPE_CUDA_TRY_STATUS(upload_weight(m, src.w_down, what[8], hp.ffn_dim, hp.dim, dst.w_down));
+    return nullptr;
+}
+
+// A MoE layer's router, experts and shared experts (troupe_cuda_moe_layer); the stacked experts the backend's own
+// types (its kernels index their rows).
+const char* upload_moe(troupe_cuda_model& m, int32_t il, const troupe_cuda_moe_layer& src, device_layer& dst) {
+    const auto& hp = m.hp;
+    const int64_t e = hp.moe_n_experts, f = hp.moe_expert_ffn, sh = hp.moe_shared_ffn;
+    char what[8][64];
+    const char* names[8] = {"ffn_gate_inp", "ffn_gate_exps",  "ffn_up_exps",  "ffn_down_exps",
+                            "exp_probs_b",  "ffn_gate_shexp", "ffn_up_shexp", "ffn_down_shexp"};
+    for (int i = 0; i < 8; ++i) std::snprintf(what[i], sizeof what[i], "layer %d %s", il, names[i]);
+    const troupe_cuda_matrix* stacked[4] = {&src.router, &src.gate_exps, &src.up_exps, &src.down_exps};
+    for (int i = 0; i < 4; ++i) {
+        if (stacked[i]->type == TROUPE_CUDA_EXTERNAL)
+            return fail("%s is a plugin's weight: the expert kernels read rows of F32, F16 or BF16", what[i]);
+    }
+    TROUPE_CUDA_TRY_STATUS(upload_weight(m, src.router, what[0], hp.dim, e, dst.router));
+    TROUPE_CUDA_TRY_STATUS(upload_weight(m, src.gate_exps, what[1], hp.dim, e * f, dst.gate_exps));
+    TROUPE_CUDA_TRY_STATUS(upload_weight(m, src.up_exps, what[2], hp.dim, e * f, dst.up_exps));
+    TROUPE_CUDA_TRY_STATUS(upload_weight(m, src.down_exps, what[3], f, e * hp.dim, dst.down_exps));
+    if (dst.gate_exps.type != dst.up_exps.type || dst.gate_exps.type != dst.down_exps.type)
+        return fail("layer %d: the experts' gate, up and down matrices are %s, %s and %s: expected one type", il,
+                    type_name(dst.gate_exps.type), type_name(dst.up_exps.type), type_name(dst.down_exps.type));
+    TROUPE_CUDA_TRY_STATUS(upload_optional(m, src.probs_bias, il, "exp_probs_b", e, dst.probs_bias));
+    if (sh > 0) {
+        TROUPE_CUDA_TRY_STATUS(upload_weight(m, src.gate_shexp, what[5], hp.dim, sh, dst.gate_shexp));
+        TROUPE_CUDA_TRY_STATUS(upload_weight(m, src.up_shexp, what[6], hp.dim, sh, dst.up_shexp));
+        TROUPE_CUDA_TRY_STATUS(upload_weight(m, src.down_shexp, what[7], sh, hp.dim, dst.down_shexp));
+    }
     return nullptr;
 }
 
@@ -217,13 +260,20 @@ const char* model_create(troupe_cuda_context* ctx, const troupe_cuda_model_desc*
     m->ctx = ctx;
     m->hp = copy_desc(*desc);
     const troupe_cuda_layer_features* features = m->hp.layer_features;
+    const troupe_cuda_moe_layer* moe = m->hp.moe_layers;
     m->hp.layers = nullptr;
     m->hp.layer_features = nullptr;
+    m->hp.moe_layers = nullptr;  // the forward reads the counts below, zero without experts
+    if (!moe) {
+        m->hp.moe_n_experts = m->hp.moe_n_used = m->hp.moe_expert_ffn = m->hp.moe_shared_ffn = 0;
+    }
     m->hp.token_embd = m->hp.output_norm = m->hp.output = troupe_cuda_matrix{};
-    m->weights.reserve(static_cast<size_t>(desc->n_layers) * 14 + 3);
+    m->weights.reserve(static_cast<size_t>(desc->n_layers) * 22 + 3);
     m->layers.resize(desc->n_layers);
     for (int32_t il = 0; il < desc->n_layers; ++il) {
+        m->layers[il].moe = moe != nullptr && moe[il].router.data != nullptr;
         TROUPE_CUDA_TRY_STATUS(upload_layer(*m, il, desc->layers[il], m->layers[il]));
+        if (m->layers[il].moe) TROUPE_CUDA_TRY_STATUS(upload_moe(*m, il, moe[il], m->layers[il]));
         if (features) TROUPE_CUDA_TRY_STATUS(upload_features(*m, il, features[il], m->layers[il]));
     }
     if (desc->token_embd.type == TROUPE_CUDA_EXTERNAL)

@@ -12,6 +12,7 @@
 //               a = att wo^T; x += a, or rms_norm(a) * post_attn_norm where the layer has one
 //               xn = rms_norm(x) * ffn_norm
 //               f = (act(xn w_gate^T) * (xn w_up^T)) w_down^T    act: silu, or gelu_tanh (GeGLU)
+//                   or, in a MoE layer, the routed experts' f weighted [+ the shared experts' f]
 //               x += f, or rms_norm(f) * post_ffn_norm
 //   rows = x[out_tokens]; logits = (rms_norm(rows) * output_norm) output^T   [n_out_rows, n_vocab]
 //   [logits = final_softcap * tanh(logits / final_softcap)]
@@ -35,6 +36,11 @@ struct device_layer {
     const float* post_attn_norm = nullptr;  // [dim]
     const float* post_ffn_norm = nullptr;   // [dim]
     int32_t window = 0;                     // positions > p - window; 0: all
+    // A mixture-of-experts FFN in place of w_gate, w_up, w_down (troupe_cuda_moe_layer); moe false: dense.
+    bool moe = false;
+    device_matrix router, gate_exps, up_exps, down_exps;
+    const float* probs_bias = nullptr;               // [n_experts] or null
+    device_matrix gate_shexp, up_shexp, down_shexp;  // n_out 0: no shared experts
 };
 
 const char* model_create(troupe_cuda_context* ctx, const troupe_cuda_model_desc* desc, troupe_cuda_model** out);

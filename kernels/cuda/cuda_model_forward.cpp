@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "kernels/cuda/cuda_kernels.h"
+#include "kernels/cuda/cuda_moe.h"
 
 namespace troupe::cuda {
 namespace {
@@ -16,10 +17,13 @@ size_t align256(size_t bytes) {
 }
 
 // Offsets of the step's activations in model.scratch for `capacity` tokens (all float32):
-//   x, xn [T, dim]; q, att [T, n_heads * head_dim]; k, v [T, n_kv_heads * head_dim]; gate, up [T, ffn_dim];
-//   logits [T, n_vocab]
+//   x, xn [T, dim]; q, att [T, n_heads * head_dim]; k, v [T, n_kv_heads * head_dim];
+//   gate, up [T, max(ffn_dim, moe_shared_ffn)]; logits [T, n_vocab]; with experts (k of E, F units each):
+//   moe_logits [T, E], moe_experts (int32) and moe_weights [T, k], moe_hidden [T k, F], moe_out [T k, dim],
+//   moe_y [T, dim]
 struct scratch_layout {
-    size_t x, xn, q, k, v, att, gate, up, logits, total;
+    size_t x, xn, q, k, v, att, gate, up, logits, moe_logits, moe_experts, moe_weights, moe_hidden, moe_out, moe_y,
+        total;
 };
 
 scratch_layout layout_for(const troupe_cuda_model_desc& hp, int32_t capacity) {
@@ -37,9 +41,20 @@ scratch_layout layout_for(const troupe_cuda_model_desc& hp, int32_t capacity) {
     l.k = take(static_cast<size_t>(hp.n_kv_heads) * hp.head_dim);
     l.v = take(static_cast<size_t>(hp.n_kv_heads) * hp.head_dim);
     l.att = take(static_cast<size_t>(hp.n_heads) * hp.head_dim);
-    l.gate = take(hp.ffn_dim);
-    l.up = take(hp.ffn_dim);
+    // The model's copy of the description keeps the expert counts, not the moe_layers pointer (model_create): a model
+    // without experts has them all 0.
+    const bool moe = hp.moe_n_used > 0;
+    const size_t ffn = std::max<size_t>(hp.ffn_dim, moe ? hp.moe_shared_ffn : 0);
+    l.gate = take(ffn);
+    l.up = take(ffn);
     l.logits = take(hp.n_vocab);
+    const size_t k = moe ? hp.moe_n_used : 0;  // widths 0 without experts
+    l.moe_logits = take(moe ? hp.moe_n_experts : 0);
+    l.moe_experts = take(k);
+    l.moe_weights = take(k);
+    l.moe_hidden = take(k * (moe ? hp.moe_expert_ffn : 0));
+    l.moe_out = take(k * hp.dim);
+    l.moe_y = take(moe ? hp.dim : 0);
     l.total = at;
     return l;
 }
@@ -157,11 +172,37 @@ namespace {
 // The step's activations (model.scratch) and the device copies of its indices.
 struct step_views {
     float *x, *xn, *q, *k, *v, *att, *gate, *up, *logits;
+    float *moe_logits, *moe_weights, *moe_hidden, *moe_out, *moe_y;  // experts' (scratch_layout)
+    int32_t* moe_experts;
     const int32_t* tokens;
     kv_tables tables;
     const int32_t* tiles = nullptr;  // prefill's attention tiles, or null (cuda_kernels.h)
     int32_t n_tiles = 0;
 };
+
+// A MoE layer's FFN of the normed rows xn into s.moe_y (troupe_cuda_moe_layer): route, each (token, slot) pair's
+// expert, the weighted sum over slots, plus the shared experts where the layer has them.
+const char* moe_ffn(troupe_cuda_model& m, const device_layer& L, const float* xn, int32_t n, const step_views& s,
+                    glu_kind glu, cudaStream_t stream) {
+    troupe_cuda_context& ctx = *m.ctx;
+    const auto& hp = m.hp;
+    const int32_t k = hp.moe_n_used, pairs = n * k;
+    TROUPE_CUDA_TRY_STATUS(matmul(ctx, L.router, xn, s.moe_logits, n, false));
+    const moe_routing routing{hp.moe_n_experts, k, hp.moe_gating, hp.moe_norm_weights != 0, hp.moe_weights_scale};
+    launch_moe_route(s.moe_logits, L.probs_bias, n, routing, s.moe_experts, s.moe_weights, stream);
+    const auto type = static_cast<dtype>(L.gate_exps.type);
+    launch_moe_glu(type, L.gate_exps.data, L.up_exps.data, hp.dim, hp.moe_expert_ffn, xn, s.moe_experts, pairs, k, glu,
+                   s.moe_hidden, stream);
+    launch_moe_down(type, L.down_exps.data, hp.moe_expert_ffn, hp.dim, s.moe_hidden, s.moe_experts, pairs, s.moe_out,
+                    stream);
+    launch_moe_combine(s.moe_out, s.moe_weights, n, k, hp.dim, s.moe_y, stream);
+    TROUPE_CUDA_TRY(cudaGetLastError());
+    if (L.gate_shexp.n_out > 0) {
+        TROUPE_CUDA_TRY_STATUS(matmul_glu(ctx, L.gate_shexp, L.up_shexp, xn, s.gate, s.up, n, glu));
+        TROUPE_CUDA_TRY_STATUS(matmul(ctx, L.down_shexp, s.gate, s.moe_y, n, true));
+    }
+    return nullptr;
+}
 
 // Embedding and layers of one step on lane 0's stream: what a step graph holds (cuda_step_graphs.h). Only launches
 // and cuBLASLt products on the stream; taps (host copies) run only where graphs are off (the model has observers).
@@ -209,9 +250,16 @@ const char* enqueue_layers(troupe_cuda_model& m, int32_t n, const step_views& s,
         }
         launch_rms_norm(x, L.ffn_norm, xn, n, hp.dim, hp.rms_eps, stream);
         TROUPE_CUDA_TRY_STATUS(report_tap(m, tap_ffn_norm, il, xn, n, hp.dim, nullptr, stream));
-        TROUPE_CUDA_TRY_STATUS(
-            matmul_glu(ctx, L.w_gate, L.w_up, xn, gate, up, n,
-                       hp.ffn_activation == TROUPE_CUDA_ACT_GELU_TANH ? glu_kind::gelu_tanh : glu_kind::silu));
+        const glu_kind glu = hp.ffn_activation == TROUPE_CUDA_ACT_GELU_TANH ? glu_kind::gelu_tanh : glu_kind::silu;
+        if (L.moe) {  // the experts' sum (no one hidden row to tap), then as a dense FFN's output
+            TROUPE_CUDA_TRY_STATUS(moe_ffn(m, L, xn, n, s, glu, stream));
+            if (L.post_ffn_norm) launch_rms_norm(s.moe_y, L.post_ffn_norm, s.moe_y, n, hp.dim, hp.rms_eps, stream);
+            launch_add(x, s.moe_y, n_x, stream);
+            TROUPE_CUDA_TRY(cudaGetLastError());
+            TROUPE_CUDA_TRY_STATUS(report_tap(m, tap_layer_out, il, x, n, hp.dim, nullptr, stream));
+            continue;
+        }
+        TROUPE_CUDA_TRY_STATUS(matmul_glu(ctx, L.w_gate, L.w_up, xn, gate, up, n, glu));
         TROUPE_CUDA_TRY_STATUS(report_tap(m, tap_ffn_hidden, il, gate, n, hp.ffn_dim, nullptr, stream));
         if (L.post_ffn_norm) {
             TROUPE_CUDA_TRY_STATUS(matmul(ctx, L.w_down, gate, xn, n, false));
@@ -259,6 +307,12 @@ const char* model_forward_fenced(troupe_cuda_model* model, const troupe_cuda_bat
     s.gate = m.scratch.as<float>(lay.gate);
     s.up = m.scratch.as<float>(lay.up);
     s.logits = m.scratch.as<float>(lay.logits);
+    s.moe_logits = m.scratch.as<float>(lay.moe_logits);
+    s.moe_experts = m.scratch.as<int32_t>(lay.moe_experts);
+    s.moe_weights = m.scratch.as<float>(lay.moe_weights);
+    s.moe_hidden = m.scratch.as<float>(lay.moe_hidden);
+    s.moe_out = m.scratch.as<float>(lay.moe_out);
+    s.moe_y = m.scratch.as<float>(lay.moe_y);
 
     // The index arrays, in one upload: tokens | positions | seq_of | offsets | out_tokens | tree | tables, the block
     // tables last so that where every array starts depends on the step's shape alone (a step graph bakes it in).

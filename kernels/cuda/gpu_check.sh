@@ -8,7 +8,7 @@
 # quant/w4a16 on a W4_G128 file this script makes with `troupe quantize`, quant/fp8, and tap observers), bench_cuda_quant
 # (GEMV GB/s vs copy), then `troupe bench --device cuda` on the shared models (beside the CPU) and on a 1B file
 # `troupe synth` writes (F16 with step graphs on and off, 1/8/32 sequences, decode at depth 1920; W4_G128 through
-# quant/w4a16).
+# quant/w4a16; the mixture-of-experts moe-1B).
 # PROFILE=1 adds ncu's GPU time per kernel for a 1B decode and prefill. QUICK=1 runs the tests and the 1B file's
 # default, 8-sequence and depth benches only (a re-check after a fix, in half the device time).
 #
@@ -95,7 +95,7 @@ bench() {  # bench MODEL DEVICE [flags]: one troupe bench, a failure noted
 }
 [ -z "$quick" ] && section "troupe bench --device cuda (shared models, beside the CPU)"
 for model in stories260K.gguf rand10M-F16.gguf rand10M-Q4_K_M.gguf arch/tiny-qwen2.gguf arch/tiny-phi3.gguf \
-    arch/tiny-gemma2.gguf; do
+    arch/tiny-gemma2.gguf arch/tiny-mixtral.gguf; do
     [ -z "$quick" ] && [ -f "$shared/models/$model" ] || continue
     bench "$shared/models/$model" cuda
     bench "$shared/models/$model" cpu --reps 1
@@ -123,6 +123,15 @@ if [ -f "$f16" ] || "$build/troupe" synth --shape 1B --vocab "$vocab" --type f16
         bench "$w4" cuda --n-prompt 512 --n-gen 128
     else
         fail "quantize 1B W4_G128"
+    fi
+    moe=$work/synth-moe-1B-f16.gguf
+    if [ -n "$quick" ]; then
+        :
+    elif [ -f "$moe" ] || "$build/troupe" synth --shape moe-1B --vocab "$vocab" --type f16 -o "$moe" >/dev/null; then
+        echo "(mixture of experts: moe-1B, top 2 of 8, decode reads the selected experts only)"
+        bench "$moe" cuda --n-prompt 512 --n-gen 128
+    else
+        fail "synth moe-1B f16"
     fi
     if [ -n "${PROFILE:-}" ] && command -v ncu >/dev/null; then
         section "ncu: GPU time per kernel, 1B F16 decode (1-token prompt, 4 steps) and a 512-token prefill"

@@ -1,7 +1,7 @@
-// The dense architecture families on the CUDA runner: qwen2 (q/k/v biases, tied output), phi3 (fused qkv and gate/up
-// as row views) and gemma2 (GeGLU, post norms, scaled embeddings, attention and final
-// soft-capping, a window of 4 on the even layers) reach the backend with their features (host side: runs
-// everywhere), and on a GPU give ../shared/golden/arch-greedy.json's 48 ids with first-step logits within 0.02 of it
+// The architecture families on the CUDA runner: qwen2 (q/k/v biases, tied output), phi3 (fused qkv and gate/up
+// as row views), gemma2 (GeGLU, post norms, scaled embeddings, attention and final soft-capping, a window of 4 on the
+// even layers) and mixtral (experts) reach the backend with their features (host side: runs everywhere), and on a GPU
+// give ../shared/golden/arch-greedy.json's 48 ids with first-step logits within 0.02 of it
 // and of the CPU graph (skips without a GPU).
 #include <gtest/gtest.h>
 
@@ -119,6 +119,37 @@ TEST(cuda_arch_upload, a_llama_model_sends_no_features_so_an_older_backend_still
     EXPECT_EQ(a->up->desc.ffn_activation, TROUPE_CUDA_ACT_SILU);
 }
 
+// tiny-mixtral (4 experts of 256 units, top 2 renormalised, softmax): each layer's router and stacked experts reach
+// the backend as the backend's own F16 matrices, no dense FFN, and the routing rule's parameters.
+TEST(cuda_arch_upload, mixtral_sends_its_router_and_stacked_experts_instead_of_a_dense_ffn) {
+    TROUPE_REQUIRE_SHARED(path, "models/arch/tiny-mixtral.gguf");
+    auto a = upload_of(path);
+    ASSERT_TRUE(a.ok()) << a.message();
+    const troupe_cuda_model_desc& d = a->up->desc;
+    ASSERT_NE(d.moe_layers, nullptr);
+    EXPECT_EQ(d.moe_n_experts, 4);
+    EXPECT_EQ(d.moe_n_used, 2);
+    EXPECT_EQ(d.moe_expert_ffn, 256);
+    EXPECT_EQ(d.moe_shared_ffn, 0);
+    EXPECT_EQ(d.moe_gating, 1);
+    EXPECT_EQ(d.moe_norm_weights, 1);
+    EXPECT_EQ(d.moe_weights_scale, 1.0f);
+    for (int32_t il = 0; il < d.n_layers; ++il) {
+        const troupe_cuda_moe_layer& m = d.moe_layers[il];
+        const moe_layer_weights& w = a->weights.layers[il].moe;
+        EXPECT_EQ(m.router.data, w.router.data) << il;
+        EXPECT_EQ(m.router.n_out, 4);
+        EXPECT_EQ(m.gate_exps.data, w.gate_exps.data) << il;
+        EXPECT_EQ(m.gate_exps.n_out, 4 * 256);
+        EXPECT_EQ(m.down_exps.n_out, 4 * 128);
+        EXPECT_EQ(m.down_exps.n_in, 256);
+        EXPECT_EQ(m.gate_exps.type, TROUPE_CUDA_F16);
+        EXPECT_EQ(m.probs_bias.data, nullptr);
+        EXPECT_EQ(m.gate_shexp.data, nullptr);
+        EXPECT_EQ(d.layers[il].w_gate.data, nullptr) << "a MoE layer sends no dense FFN";
+    }
+}
+
 // The CPU graph's attention for the comparison: the scalar reference, which honours soft-capping and windows.
 class ref_attention final : public attention_op {
 public:
@@ -193,12 +224,12 @@ TEST_P(cuda_arch_golden, greedy_ids_equal_the_reference_and_first_logits_agree_w
     std::printf("  %s%s: first-step logits worst |cuda - cpu| = %.5f\n", c.model, c.kv_f16 ? " (kv F16)" : "", worst);
 }
 
-INSTANTIATE_TEST_SUITE_P(arch_models, cuda_arch_golden,
-                         ::testing::Values(arch_gpu_case{"tiny-qwen2.gguf", false},
-                                           arch_gpu_case{"tiny-phi3.gguf", false},
-                                           arch_gpu_case{"tiny-gemma2.gguf", false},
-                                           arch_gpu_case{"tiny-gemma2.gguf", true}),
-                         case_name);
+INSTANTIATE_TEST_SUITE_P(
+    arch_models, cuda_arch_golden,
+    ::testing::Values(arch_gpu_case{"tiny-qwen2.gguf", false}, arch_gpu_case{"tiny-phi3.gguf", false},
+                      arch_gpu_case{"tiny-gemma2.gguf", false}, arch_gpu_case{"tiny-gemma2.gguf", true},
+                      arch_gpu_case{"tiny-mixtral.gguf", false}, arch_gpu_case{"tiny-mixtral.gguf", true}),
+    case_name);
 
 }  // namespace
 }  // namespace troupe

@@ -80,9 +80,9 @@ TEST(cuda_model_view, a_wrong_weight_shape_is_reported_with_layer_weight_and_bot
     EXPECT_EQ(s.message(), "tiny.gguf: layer 1 wq has shape [30, 32] (rows, row length), expected [32, 32]");
 }
 
-// The CUDA graph runs the dense families; a model with blocks only the CPU graph runs (MLA, experts) is refused with
+// The CUDA graph runs the dense families and experts; a model with blocks only the CPU graph runs (MLA) is refused with
 // one error naming its architecture and those blocks, never computed wrongly.
-TEST(cuda_model_view, a_model_with_latent_attention_or_experts_is_refused_naming_its_architecture_and_blocks) {
+TEST(cuda_model_view, a_model_with_latent_attention_is_refused_naming_its_architecture_and_blocks) {
     TROUPE_REQUIRE_SHARED(path, "models/arch/tiny-deepseek2.gguf");
     auto file = gguf::gguf_file::open(path);
     ASSERT_TRUE(file.ok()) << file.message();
@@ -91,15 +91,16 @@ TEST(cuda_model_view, a_model_with_latent_attention_or_experts_is_refused_naming
     const status s = check_llama_view(llama_view_of(*w));
     ASSERT_FALSE(s.ok());
     EXPECT_EQ(s.message(),
-              "tiny-deepseek2.gguf: the CUDA runner runs the dense families (llama, mistral, qwen2, phi3, gemma2), and "
-              "this model needs architecture deepseek2 (multi-head latent attention, mixture-of-experts layers), which "
-              "only the CPU graph runs; run it on the CPU (device: cpu)");
+              "tiny-deepseek2.gguf: the CUDA runner runs llama, mistral, mixtral, qwen2, phi3 and gemma2, and this "
+              "model needs architecture deepseek2 (multi-head latent attention), which only the CPU graph runs; run it "
+              "on the CPU (device: cpu)");
     TROUPE_REQUIRE_SHARED(mixtral_path, "models/arch/tiny-mixtral.gguf");
     auto mixtral = gguf::gguf_file::open(mixtral_path);
     ASSERT_TRUE(mixtral.ok()) << mixtral.message();
     auto mw = bind_llama_weights(*mixtral);
     ASSERT_TRUE(mw.ok()) << mw.message();
-    EXPECT_EQ(llama_view_of(*mw).beyond_cuda_graph, "architecture llama (mixture-of-experts layers)");
+    EXPECT_EQ(llama_view_of(*mw).beyond_cuda_graph, "");  // experts run on the CUDA graph
+    EXPECT_TRUE(check_llama_view(llama_view_of(*mw)).ok()) << check_llama_view(llama_view_of(*mw)).message();
     TROUPE_REQUIRE_SHARED(llama_path, "models/stories260K.gguf");
     auto llama = gguf::gguf_file::open(llama_path);
     ASSERT_TRUE(llama.ok()) << llama.message();

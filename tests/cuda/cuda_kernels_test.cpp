@@ -6,6 +6,7 @@
 #include <cmath>
 #include <vector>
 
+#include "core/model/moe_router.h"
 #include "kernels/fp16.h"
 #include "kernels/ref/attention.h"
 #include "kernels/ref/ops.h"
@@ -174,6 +175,40 @@ TEST_F(cuda_kernels, products_made_together_and_the_fused_glu_have_the_bits_of_o
                 const auto act = glu == 1 ? cuda_ops().test_swiglu : cuda_ops().test_geglu;
                 EXPECT_OK(act(ctx_, gate.data(), up.data(), expected.data(), static_cast<int64_t>(gate.size())));
                 EXPECT_EQ(hidden, expected) << traits(type).name << " glu " << glu << ", " << n_tokens << " tokens";
+            }
+        }
+    }
+}
+
+// The experts' router against the CPU's (core/model/moe_router.h): softmax and sigmoid gating, with and without a
+// choice bias, renormalised or scaled, near-ties included (logits repeated: ties go to the lower id on both).
+TEST_F(cuda_kernels, moe_routing_chooses_the_cpu_routers_experts_with_its_weights) {
+    const int32_t n_tokens = 37;
+    for (int32_t n_experts : {4, 8, 64}) {
+        for (int32_t n_used : {1, 2, 6}) {
+            if (n_used > n_experts) continue;
+            auto logits = random_floats(static_cast<size_t>(n_tokens) * n_experts, 51, -4.0f, 4.0f);
+            for (int32_t t = 0; t < n_tokens; t += 5) logits[t * n_experts + 1] = logits[t * n_experts];  // ties
+            const auto bias = random_floats(n_experts, 52, -0.5f, 0.5f);
+            for (moe_gating gating : {moe_gating::softmax, moe_gating::sigmoid}) {
+                for (int variant = 0; variant < 3; ++variant) {
+                    moe_params p;
+                    p.n_experts = n_experts;
+                    p.n_used = n_used;
+                    p.gating = gating;
+                    p.norm_weights = variant == 0;
+                    p.weights_scale = variant == 2 ? 2.5f : 1.0f;
+                    const float* b = variant == 1 ? bias.data() : nullptr;
+                    std::vector<int32_t> experts(static_cast<size_t>(n_tokens) * n_used), want_experts(experts.size());
+                    std::vector<float> weights(experts.size()), want_weights(experts.size());
+                    route_tokens(logits.data(), n_tokens, p, b, want_experts.data(), want_weights.data());
+                    EXPECT_OK(cuda_ops().test_moe_route(ctx_, logits.data(), n_tokens, n_experts, n_used,
+                                                        static_cast<int32_t>(gating), p.norm_weights ? 1 : 0,
+                                                        p.weights_scale, b, experts.data(), weights.data()));
+                    EXPECT_EQ(experts, want_experts) << n_experts << " experts, " << n_used << " used, variant "
+                                                     << variant << ", gating " << static_cast<int>(gating);
+                    EXPECT_LT(max_rel_error(weights, want_weights), 1e-5f);
+                }
             }
         }
     }
