@@ -122,6 +122,42 @@ TEST(cuda_model_view, hyper_parameters_that_no_kernel_can_run_are_refused) {
     EXPECT_NE(check_llama_view(m->view).message().find("1 layers of weights for n_layers 2"), std::string::npos);
 }
 
+// tiny-mixtral's experts with what a malformed file or description could bring: each refused naming the layer, the
+// tensor and the shape or count, before anything reaches a device.
+TEST(cuda_model_view, experts_the_cuda_graph_cannot_route_or_whose_tensors_have_the_wrong_shape_are_refused) {
+    TROUPE_REQUIRE_SHARED(path, "models/arch/tiny-mixtral.gguf");
+    auto w = testing::load_llama_weights(path);
+    ASSERT_TRUE(w.ok()) << w.message();
+    const llama_weights_view good = llama_view_of(*w);
+    ASSERT_TRUE(check_llama_view(good).ok()) << check_llama_view(good).message();
+
+    llama_weights_view v = good;
+    v.hp.moe->n_used = 17;
+    EXPECT_NE(check_llama_view(v).message().find("experts the CUDA graph cannot route: 4 experts (1 to 256), 17 used"),
+              std::string::npos)
+        << check_llama_view(v).message();
+    v = good;
+    v.hp.moe->n_used = 5;  // more than the 4 experts
+    EXPECT_NE(check_llama_view(v).message().find("5 used per token"), std::string::npos);
+    v = good;
+    v.layers[1].moe->gate_exps.n_out = 3 * 256;  // one expert short
+    EXPECT_NE(check_llama_view(v).message().find("layer 1 ffn_gate_exps has shape [768, 128] (rows, row length), "
+                                                 "expected [1024, 128]"),
+              std::string::npos)
+        << check_llama_view(v).message();
+    v = good;
+    v.layers[0].moe->router.data = nullptr;
+    EXPECT_NE(check_llama_view(v).message().find("layer 0 ffn_gate_inp (router) is missing"), std::string::npos);
+    v = good;
+    v.hp.moe.reset();  // experts in a layer of a model without expert parameters
+    EXPECT_NE(check_llama_view(v).message().find("layer 0 has experts, and the model no expert parameters"),
+              std::string::npos);
+    v = good;
+    v.hp.moe->n_shared = 1;  // shared experts announced, their tensors absent
+    EXPECT_NE(check_llama_view(v).message().find("layer 0 ffn_gate_shexp is missing"), std::string::npos)
+        << check_llama_view(v).message();
+}
+
 TEST(cuda_upload, float_weights_pass_as_views_and_tied_output_is_one_matrix) {
     auto m = make_tiny_model(ggml_type::f32, true);
     auto up = prepare_cuda_upload(m->view, cuda_runner_params{});
