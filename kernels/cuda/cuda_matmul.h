@@ -30,8 +30,9 @@ enum class matmul_impl { cublaslt, simple };
 const char* matmul(troupe_cuda_context& ctx, const device_matrix& w, const float* x, float* y, int32_t n_tokens,
                    bool accumulate, matmul_impl impl = matmul_impl::cublaslt);
 
-// Several products of the same x (q, k, v; gate, up): x is rounded to the weights' 16-bit type once for all of them
-// where they share it (one launch instead of one per product); the results are those of matmul, not accumulated.
+// Several products of the same x (q, k, v; gate, up), the results those of matmul, not accumulated: in decode one
+// launch_gemv_parts for all of them where they are the backend's weights of one type; else x is rounded to the
+// weights' 16-bit type once for all of them where they share it (one conversion instead of one per product).
 struct matmul_into {
     const device_matrix* w;
     float* y;
