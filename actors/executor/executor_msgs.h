@@ -55,7 +55,7 @@ struct step_plan {
     std::vector<step_sequence> seqs;
     // The KV copies this step follows (kv_step_grant::copies_done): the executor's lane waits for it on its device
     // stream before the step's kernels touch KV blocks. Null: none pending on a device.
-    std::shared_ptr<const device_event> after_copies;
+    std::shared_ptr<const device_event> after_copies{};
 };
 
 struct retire_sequences {

@@ -42,7 +42,7 @@ struct metrics_poll {
     std::string text;                // the Prometheus text
     int64_t client_live_tokens = 0;  // prompt tokens + tokens received of the requests in flight
     int32_t n_in_flight = 0;
-    std::string admin_state;         // GET /admin/api/state (JSON) when an admin token is given, else ""
+    std::string admin_state{};  // GET /admin/api/state (JSON) when an admin token is given, else ""
 };
 
 struct distribution {

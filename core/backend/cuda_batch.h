@@ -24,7 +24,7 @@ struct cuda_batch_limits {
     int32_t n_ctx;
     int32_t block_size;
     int32_t n_blocks;
-    std::string no_trees;  // empty where the backend verifies trees, else why it does not
+    std::string no_trees{};  // empty where the backend verifies trees, else why it does not
 };
 
 struct cuda_flat_batch {

@@ -45,7 +45,7 @@ TEST(block_pool, release_before_drops_only_blocks_wholly_below_the_position_and_
 TEST(kv_group_pool, one_global_group_is_the_block_pool_as_it_was) {
     kv_group_pool groups({4, 6}, {});
     block_pool plain({4, 6});
-    for (const auto [seq, n] : {std::pair{1, 5}, {2, 4}, {1, 9}, {3, 12}}) {
+    for (const auto& [seq, n] : {std::pair{1, 5}, {2, 4}, {1, 9}, {3, 12}}) {
         EXPECT_EQ(groups.allocate(seq, n), plain.allocate(seq, n));
         EXPECT_EQ(groups.table(seq), plain.table(seq));
         EXPECT_EQ(groups.n_free(), plain.n_free());
@@ -75,7 +75,9 @@ TEST(kv_group_pool, a_windowed_group_releases_blocks_as_positions_advance_and_ne
         EXPECT_LE(static_cast<int32_t>(global.size()) + held, pool.blocks_needed(next + 1));
         std::set<int32_t> ids(global.begin(), global.end());
         for (int32_t b : windowed) {
-            if (b != block_pool::no_block) EXPECT_TRUE(ids.insert(b).second) << "block " << b << " in two tables";
+            if (b != block_pool::no_block) {
+                EXPECT_TRUE(ids.insert(b).second) << "block " << b << " in two tables";
+            }
         }
         EXPECT_EQ(pool.n_free(), 64 - static_cast<int32_t>(global.size()) - held);
     }

@@ -78,7 +78,12 @@ private:
 };
 
 inline troupe_parallel parallel_on(int32_t backend, cudaStream_t stream) {
-    return troupe_parallel{sizeof(troupe_parallel), TROUPE_PARALLEL_VERSION, nullptr, nullptr, backend, stream};
+    troupe_parallel p{};
+    p.struct_size = sizeof p;
+    p.version = TROUPE_PARALLEL_VERSION;
+    p.backend = backend;
+    p.stream = stream;
+    return p;
 }
 
 // Device memory of n floats, freed on destruction.

@@ -38,8 +38,14 @@ inline void quiet_log(void*, int32_t, const char*, const char*) {}
 
 inline const troupe_host_services k_services = {sizeof(troupe_host_services), TROUPE_HOST_SERVICES_VERSION, nullptr,
                                                 quiet_log, threaded_parallel_for};
-inline const troupe_parallel k_parallel = {sizeof(troupe_parallel), TROUPE_PARALLEL_VERSION, nullptr,
-                                           threaded_parallel_for,   TROUPE_BACKEND_CPU,      nullptr};
+inline const troupe_parallel k_parallel = [] {
+    troupe_parallel p{};  // the later versions' fields zero: no ranges, shares or thread count offered
+    p.struct_size = sizeof p;
+    p.version = TROUPE_PARALLEL_VERSION;
+    p.parallel_for = threaded_parallel_for;
+    p.backend = TROUPE_BACKEND_CPU;
+    return p;
+}();
 
 struct library {
     explicit library(const std::string& name) {
@@ -90,6 +96,7 @@ struct method {
                                       seq.data(),
                                       pos.data(),
                                       TROUPE_BACKEND_CPU,
+                                      nullptr,
                                       nullptr};
         return d->taps->observe(instance, &data);
     }

@@ -243,7 +243,7 @@ TEST(parallel_bridge, parallel_ranges_covers_every_item_once_in_grains_on_the_po
     const compute_context ctx = compute_context::over(pool);
     const parallel_bridge bridge(ctx.parallel_for, ctx.pool);
     ASSERT_NE(bridge.c()->parallel_ranges, nullptr);
-    for (const auto [n, grain] : {std::pair<int64_t, int64_t>{1, 1}, {1000, 7}, {4096, 64}, {33, 100}}) {
+    for (const auto& [n, grain] : {std::pair<int64_t, int64_t>{1, 1}, {1000, 7}, {4096, 64}, {33, 100}}) {
         struct seen {
             std::vector<std::atomic<int>> hits;
             std::atomic<int64_t> bad_pieces{0};

@@ -312,6 +312,7 @@ TEST_F(quantize_methods, observe_refuses_device_rows_and_changed_widths_and_igno
                                 seq.data(),
                                 pos.data(),
                                 TROUPE_BACKEND_CUDA,
+                                nullptr,
                                 nullptr};
         EXPECT_EQ(m.d->taps->observe(m.instance, &cuda), TROUPE_ERR_UNSUPPORTED) << name;
         EXPECT_EQ(m.message(), "observe: calibration runs on the CPU backend only") << name;

@@ -51,7 +51,7 @@ status spec_driver::run(std::vector<driven_sequence>& seqs, int32_t max_running,
         std::shared_ptr<const std::vector<int32_t>> table;
         std::vector<int32_t> own_blocks;
         std::shared_ptr<const sampling_params> params;
-        std::shared_ptr<const std::vector<int32_t>> context;  // the shared prefix, on the first step
+        std::shared_ptr<const std::vector<int32_t>> context{};  // the shared prefix, on the first step
         bool first = true;
     };
     const int32_t max_nodes = spec_ ? spec_->max_nodes() : 0;

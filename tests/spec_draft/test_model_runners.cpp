@@ -187,7 +187,9 @@ TEST(model_runners, the_kv_budget_counts_the_drafter_so_the_pool_has_fewer_block
         auto m = load_model(config);
         ASSERT_TRUE(m.ok()) << m.message();
         n_blocks.push_back(m->runner->kv().n_blocks);
-        if (with_drafter) EXPECT_NE(m->kv_summary.find("stories260K-Q8_0.gguf"), std::string::npos) << m->kv_summary;
+        if (with_drafter) {
+            EXPECT_NE(m->kv_summary.find("stories260K-Q8_0.gguf"), std::string::npos) << m->kv_summary;
+        }
     }
     // The drafter (a copy of the target's shape) doubles the bytes of a block: half the blocks fit the budget.
     const target t = open_target(target_path);
