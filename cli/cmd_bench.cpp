@@ -403,10 +403,13 @@ int measure(const bench_inputs& in) {
         // The device's copy bandwidth is measured by tests/cuda/bench_cuda_quant (gpu_check.sh runs both); here the
         // weights on the device (the embedding table too, of which a step reads only its tokens' rows) and the rate a
         // decode step reads them at.
-        const double bytes = static_cast<double>(gpu->weight_bytes());
-        std::printf("pp%-6d %12.1f\ntg%-6d %12.1f %8.1f GB/s     (%.1f MB of weights on %s, embedding included)\n",
-                    in.n_prompt, pp_tps, in.n_gen, tg_tps, tg_tps / in.n_seqs * bytes / 1e9, bytes / 1e6,
-                    gpu->device().name.c_str());
+        const double bytes = static_cast<double>(gpu->decode_weight_bytes());
+        const double on_device = static_cast<double>(gpu->weight_bytes());
+        std::printf(
+            "pp%-6d %12.1f\ntg%-6d %12.1f %8.1f GB/s     (%.1f MB of weights read per token, embedding included",
+            in.n_prompt, pp_tps, in.n_gen, tg_tps, tg_tps / in.n_seqs * bytes / 1e9, bytes / 1e6);
+        if (bytes != on_device) std::printf(": the routed experts only, of %.1f MB", on_device / 1e6);
+        std::printf("; on %s)\n", gpu->device().name.c_str());
     } else {
         std::printf("pp%-6d %12.1f\ntg%-6d %12.1f\n", in.n_prompt, pp_tps, in.n_gen, tg_tps);
     }

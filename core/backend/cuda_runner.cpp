@@ -136,6 +136,7 @@ result<std::unique_ptr<cuda_runner>> cuda_runner::create(const llama_weights_vie
     r->kv_bytes_per_token_ =
         static_cast<size_t>(hp.n_layers) * 2 * hp.n_kv_heads * hp.head_dim * (params.kv_f16 ? 2 : 4);
     r->weight_bytes_ = info.weight_bytes;
+    r->unrouted_expert_bytes_ = unrouted_expert_bytes(upload.value()->desc);
     r->host_block_bytes_ = static_cast<size_t>(info.block_size) * r->kv_bytes_per_token_;
     if (info.n_blocks <= 0 || info.kv_bytes != r->host_block_bytes_ * static_cast<uint64_t>(info.n_blocks)) {
         return make_error(r->name_ + " on cuda:" + std::to_string(params.device) + ": the backend's KV pools hold " +

@@ -112,6 +112,18 @@ bool cuda_takes_weight_type(ggml_type type) {
            type == ggml_type::q4_k || type == ggml_type::q5_k || type == ggml_type::q6_k;
 }
 
+uint64_t unrouted_expert_bytes(const troupe_cuda_model_desc& d) {
+    if (d.moe_layers == nullptr || d.moe_n_experts <= 0) return 0;
+    uint64_t experts = 0;  // as the backend stores them: rows packed, F32 or a 16-bit type
+    for (int32_t il = 0; il < d.n_layers; ++il) {
+        const troupe_cuda_moe_layer& l = d.moe_layers[il];
+        for (const troupe_cuda_matrix* m : {&l.gate_exps, &l.up_exps, &l.down_exps}) {
+            if (m->data) experts += static_cast<uint64_t>(m->n_in) * m->n_out * (m->type == TROUPE_CUDA_F32 ? 4 : 2);
+        }
+    }
+    return experts / d.moe_n_experts * (d.moe_n_experts - d.moe_n_used);
+}
+
 result<std::unique_ptr<cuda_upload>> prepare_cuda_upload(const llama_weights_view& view,
                                                          const cuda_runner_params& params) {
     if (status s = check_llama_view(view); !s.ok()) return s.err();

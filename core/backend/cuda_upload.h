@@ -42,6 +42,10 @@ struct cuda_upload {
 // Whether the CUDA backend takes weights of this type (as is or dequantized on the host).
 bool cuda_takes_weight_type(ggml_type type);
 
+// The bytes of a description's routed experts that one token's decode step does not read: (n_experts - n_used) /
+// n_experts of every MoE layer's stacked gate, up and down matrices; 0 without experts.
+uint64_t unrouted_expert_bytes(const troupe_cuda_model_desc& d);
+
 // Checks the view (check_llama_view) and the weight types, then builds the description. A product matrix whose type
 // one of params.quant claims goes to the first that does (prepared there: on the device), as on the CPU; else a type
 // the backend does not take is an error naming the matrix, its type and what the backend takes.

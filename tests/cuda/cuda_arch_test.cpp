@@ -148,6 +148,10 @@ TEST(cuda_arch_upload, mixtral_sends_its_router_and_stacked_experts_instead_of_a
         EXPECT_EQ(m.gate_shexp.data, nullptr);
         EXPECT_EQ(d.layers[il].w_gate.data, nullptr) << "a MoE layer sends no dense FFN";
     }
+    // A token's decode step skips 2 of the 4 experts: half of each layer's 3 stacked F16 matrices of 4 x 256 x 128.
+    EXPECT_EQ(unrouted_expert_bytes(d), uint64_t{2} * 3 * (4 * 256 * 128 * 2) / 2);
+    EXPECT_EQ(unrouted_expert_bytes(upload_of(std::string(path).replace(path.find("mixtral"), 7, "qwen2"))->up->desc),
+              0u);
 }
 
 // The CPU graph's attention for the comparison: the scalar reference, which honours soft-capping and windows.
