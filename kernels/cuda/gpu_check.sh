@@ -63,13 +63,25 @@ else
     fail "troupe quantize (W4_G128)"
 fi
 
-# run_gtest NAME: runs a test binary (timed out after 4 minutes); a failure or a skip fails the section.
+# run_gtest NAME: runs a test binary one test suite per process (each timed out after 4 minutes), so that a kernel's
+# illegal address, which poisons its CUDA context for good, fails its own suite and not every one after it; a failure
+# or a skip fails the section. GTEST_FILTER's negative part (after '-') applies to every suite.
 run_gtest() {
-    local name=$1 log=$work/$1.log
+    local name=$1 log=$work/$1.log bin=$build/tests/cuda/$1
     section "$name"
-    timeout 240 "$build/tests/cuda/$name" 2>&1 | tee "$log"
-    [ "${PIPESTATUS[0]}" -eq 0 ] || fail "$name"
-    # (The one test about machines WITHOUT a GPU skips here by design.)
+    : >"$log"
+    local neg=""
+    [[ "${GTEST_FILTER:-}" == *-* ]] && neg=${GTEST_FILTER#*-}
+    local suites suite filter
+    suites=$("$bin" --gtest_list_tests | grep -E '^[A-Za-z0-9_/]+\.' | cut -d' ' -f1)
+    [ -n "$suites" ] || { fail "$name (lists no tests)"; return; }
+    for suite in $suites; do
+        filter="${suite}*"
+        [ -n "$neg" ] && filter="$filter-$neg"
+        timeout 240 "$bin" --gtest_filter="$filter" 2>&1 | tee -a "$log"
+        [ "${PIPESTATUS[0]}" -eq 0 ] || fail "$name $suite"
+    done
+    # (The tests about machines WITHOUT a GPU skip here by design.)
     local skipped
     skipped=$(grep -E '^\[  SKIPPED \] [A-Za-z0-9_/]+\.' "$log" | grep -v without_a_gpu || true)
     if [ -n "$skipped" ]; then
