@@ -125,7 +125,6 @@ result<run_result> generate(model_runner& runner, const tokenizer& tok,
         const auto t1 = clock_type::now();
         const grammar::grammar_state* states[] = {&constrained.constraint_state()};
         auto mask = c->masks_for(states)[0];
-        const auto t2 = clock_type::now();
         scratch.assign(out.row(0).begin(), out.row(0).end());
         mask->apply(scratch);
         const auto t3 = clock_type::now();

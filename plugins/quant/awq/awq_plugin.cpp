@@ -247,7 +247,8 @@ const troupe_quantize_ops awq_quantize_ops = {
     awq_quantize_group,
 };
 
-const troupe_tap_ops awq_tap_ops = {sizeof(troupe_tap_ops), TROUPE_TAP_OPS_VERSION, awq_wanted, awq_observe};
+const troupe_tap_ops awq_tap_ops = {sizeof(troupe_tap_ops), TROUPE_TAP_OPS_VERSION, awq_wanted, awq_observe,
+                                    0 /* rows in host memory */};
 
 const troupe_plugin_descriptor awq_descriptor = {
     sizeof(troupe_plugin_descriptor),

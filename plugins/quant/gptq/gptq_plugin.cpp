@@ -271,7 +271,8 @@ const troupe_quantize_ops gptq_quantize_ops = {
     gptq_quantize_group,
 };
 
-const troupe_tap_ops gptq_tap_ops = {sizeof(troupe_tap_ops), TROUPE_TAP_OPS_VERSION, gptq_wanted, gptq_observe};
+const troupe_tap_ops gptq_tap_ops = {sizeof(troupe_tap_ops), TROUPE_TAP_OPS_VERSION, gptq_wanted, gptq_observe,
+                                     0 /* rows in host memory */};
 
 const troupe_plugin_descriptor gptq_descriptor = {
     sizeof(troupe_plugin_descriptor),

@@ -101,7 +101,8 @@ const troupe_quantize_ops rtn_quantize_ops = {
     rtn_quantize_group,
 };
 
-const troupe_tap_ops rtn_tap_ops = {sizeof(troupe_tap_ops), TROUPE_TAP_OPS_VERSION, rtn_wanted, rtn_observe};
+const troupe_tap_ops rtn_tap_ops = {sizeof(troupe_tap_ops), TROUPE_TAP_OPS_VERSION, rtn_wanted, rtn_observe,
+                                    0 /* rows in host memory */};
 
 const troupe_plugin_descriptor rtn_descriptor = {
     sizeof(troupe_plugin_descriptor),
