@@ -400,16 +400,27 @@ int measure(const bench_inputs& in) {
         }
         std::printf("\n");
     } else if (const auto* gpu = dynamic_cast<const cuda_runner*>(&runner)) {
-        // The device's copy bandwidth is measured by tests/cuda/bench_cuda_quant (gpu_check.sh runs both); here the
-        // weights on the device (the embedding table too, of which a step reads only its tokens' rows) and the rate a
-        // decode step reads them at.
+        // The weights a decode step reads (the embedding table too, of which a step reads only its tokens' rows; a MoE
+        // layer's routed experts only) and the rate it reads them at, beside the device's copy bandwidth measured
+        // now (256 MiB copied 20 times on the compute lane).
         const double bytes = static_cast<double>(gpu->decode_weight_bytes());
         const double on_device = static_cast<double>(gpu->weight_bytes());
+        const double read_gbs = tg_tps / in.n_seqs * bytes / 1e9;
         std::printf(
             "pp%-6d %12.1f\ntg%-6d %12.1f %8.1f GB/s     (%.1f MB of weights read per token, embedding included",
-            in.n_prompt, pp_tps, in.n_gen, tg_tps, tg_tps / in.n_seqs * bytes / 1e9, bytes / 1e6);
+            in.n_prompt, pp_tps, in.n_gen, tg_tps, read_gbs, bytes / 1e6);
         if (bytes != on_device) std::printf(": the routed experts only, of %.1f MB", on_device / 1e6);
         std::printf("; on %s)\n", gpu->device().name.c_str());
+        auto copy = gpu->measure_copy_gb_per_s(uint64_t{256} << 20, 20);
+        if (copy.ok() && copy.value() > 0.0) {
+            std::printf(
+                "%-8s %12s %8s          %5.1f%% of the device's copy bandwidth %.0f GB/s (read + write, measured "
+                "in this run)\n",
+                "", "", "", 100.0 * read_gbs / copy.value(), copy.value());
+        } else {
+            std::printf("limits: the device's copy bandwidth was not measured: %s\n",
+                        copy.ok() ? "no time elapsed" : copy.message().c_str());
+        }
     } else {
         std::printf("pp%-6d %12.1f\ntg%-6d %12.1f\n", in.n_prompt, pp_tps, in.n_gen, tg_tps);
     }

@@ -199,6 +199,15 @@ const char* cuda_runner::on_tap(void* ctx, const troupe_cuda_tap* t) {
     return nullptr;
 }
 
+result<double> cuda_runner::measure_copy_gb_per_s(uint64_t bytes, int32_t reps) const {
+    const troupe_cuda_ops& ops = lib_->ops();
+    if (!TROUPE_CUDA_OPS_HAS(&ops, measure_copy))
+        return make_error(lib_->path() + " has no copy probe (ABI revision 9; it is " + ops.build_info + ")");
+    double gbs = 0.0;
+    if (const char* e = ops.measure_copy(ctx_, bytes, reps, &gbs)) return make_error(e);
+    return gbs;
+}
+
 bool cuda_runner::supports_trees() const {
     return TROUPE_CUDA_OPS_HAS(&lib_->ops(), model_copy_rows);
 }

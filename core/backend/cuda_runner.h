@@ -99,6 +99,9 @@ public:
     // The cudaStream_t of a lane (0: this runner's compute, 1: its KV copies), for actors pinned to it.
     void* lane_stream(int32_t lane) const;
     uint64_t weight_bytes() const { return weight_bytes_; }
+    // The device's copy bandwidth now (read + write GB/s of `bytes` copied `reps` times on the compute lane): the
+    // limit a weight-streaming decode is measured against. An error where the library predates it (revision 9).
+    result<double> measure_copy_gb_per_s(uint64_t bytes, int32_t reps) const;
     // What one token's decode step reads of them: all but the experts its layers do not route it to (each MoE layer
     // reads the router and n_used of its n_experts); weight_bytes() for a dense model.
     uint64_t decode_weight_bytes() const { return weight_bytes_ - unrouted_expert_bytes_; }
@@ -132,7 +135,7 @@ private:
     size_t kv_bytes_per_token_ = 0;
     uint64_t weight_bytes_ = 0;
     uint64_t unrouted_expert_bytes_ = 0;  // per token: the (n_experts - n_used) / n_experts share of the experts
-    cuda_flat_batch flat_;  // the step's index arrays, memory reused across steps
+    cuda_flat_batch flat_;                // the step's index arrays, memory reused across steps
     bool can_swap_ = false;
     size_t host_block_bytes_ = 0;                   // one block of every layer's K and V pools
     mutable std::mutex swap_mutex_;                 // guards swapped_ and host_kv_bytes_

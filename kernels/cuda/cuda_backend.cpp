@@ -169,6 +169,37 @@ const char* test_moe_route(troupe_cuda_context* ctx, const float* logits, int32_
     return finish(*ctx);
 }
 
+const char* measure_copy(troupe_cuda_context* ctx, uint64_t bytes, int32_t reps, double* gb_per_s) {
+    *gb_per_s = 0.0;
+    if (bytes == 0 || reps < 1)
+        return fail("copy of %llu bytes %d times: both must be positive", static_cast<unsigned long long>(bytes), reps);
+    TROUPE_CUDA_TRY_STATUS(begin_lane(*ctx, 0));
+    cudaStream_t s = ctx->streams[0];
+    device_buffer from, to;
+    TROUPE_CUDA_TRY_STATUS(from.allocate(bytes, "the copy probe's source"));
+    TROUPE_CUDA_TRY_STATUS(to.allocate(bytes, "the copy probe's destination"));
+    TROUPE_CUDA_TRY(cudaMemsetAsync(from.data(), 1, bytes, s));
+    TROUPE_CUDA_TRY(cudaMemcpyAsync(to.data(), from.data(), bytes, cudaMemcpyDeviceToDevice, s));  // untimed
+    cudaEvent_t start = nullptr, stop = nullptr;
+    TROUPE_CUDA_TRY(cudaEventCreate(&start));
+    if (const cudaError_t e = cudaEventCreate(&stop); e != cudaSuccess) {
+        cudaEventDestroy(start);
+        return fail("cudaEventCreate failed: %s", cudaGetErrorString(e));
+    }
+    cudaError_t e = cudaEventRecord(start, s);
+    for (int32_t i = 0; i < reps && e == cudaSuccess; ++i)
+        e = cudaMemcpyAsync(to.data(), from.data(), bytes, cudaMemcpyDeviceToDevice, s);
+    if (e == cudaSuccess) e = cudaEventRecord(stop, s);
+    if (e == cudaSuccess) e = cudaEventSynchronize(stop);
+    float ms = 0.0f;
+    if (e == cudaSuccess) e = cudaEventElapsedTime(&ms, start, stop);
+    cudaEventDestroy(start);
+    cudaEventDestroy(stop);
+    if (e != cudaSuccess) return fail("timing the copy probe failed: %s", cudaGetErrorString(e));
+    if (ms > 0.0f) *gb_per_s = 2.0 * static_cast<double>(bytes) * reps / (ms * 1e-3) / 1e9;
+    return finish(*ctx);
+}
+
 const char* test_attention(troupe_cuda_context* ctx, const troupe_cuda_attention_args* args) {
     const troupe_cuda_attention_args& a = *args;
     if (a.struct_size != sizeof a && a.struct_size != TROUPE_CUDA_ATTENTION_ARGS_V3_SIZE &&
@@ -416,6 +447,9 @@ const char* abi_test_moe_route(troupe_cuda_context* ctx, const float* logits, in
                               experts, weights);
     });
 }
+const char* abi_measure_copy(troupe_cuda_context* ctx, uint64_t bytes, int32_t reps, double* gb_per_s) {
+    return guarded([&] { return measure_copy(ctx, bytes, reps, gb_per_s); });
+}
 const char* abi_test_softcap(troupe_cuda_context* ctx, float* x, int64_t n, float cap) {
     return guarded([&] { return test_softcap(ctx, x, n, cap); });
 }
@@ -508,6 +542,7 @@ troupe_cuda_ops make_ops() {
     ops.model_set_taps = abi_model_set_taps;
     ops.test_matmul_group = abi_test_matmul_group;
     ops.test_moe_route = abi_test_moe_route;
+    ops.measure_copy = abi_measure_copy;
     return ops;
 }
 

@@ -25,6 +25,7 @@
  *   revision 7: test_matmul_group (the products of one input together, and a gated FFN's fused GLU)
  *   revision 8: mixture-of-experts FFN layers (troupe_cuda_moe_layer, the moe_* fields of troupe_cuda_model_desc);
  *               test_moe_route
+ *   revision 9: measure_copy (the device's copy bandwidth, the limit `troupe bench` prints decode's rate beside)
  *
  * Errors: every function that can fail returns NULL on success, else a message owned by the library
  * ("cudaMalloc of 2.0 GiB for the KV pools failed: out of memory"), valid until the next call from
@@ -61,7 +62,7 @@ extern "C" {
 #endif
 
 #define TROUPE_CUDA_ABI_VERSION 1u
-#define TROUPE_CUDA_ABI_REVISION 8u
+#define TROUPE_CUDA_ABI_REVISION 9u
 #define TROUPE_CUDA_LIBRARY_NAME "libtroupe_cuda.so"
 #define TROUPE_CUDA_ENTRY_NAME "troupe_cuda_backend"
 
@@ -420,6 +421,10 @@ typedef struct troupe_cuda_ops {
     const char* (*test_moe_route)(troupe_cuda_context* ctx, const float* logits, int32_t n_tokens, int32_t n_experts,
                                   int32_t n_used, int32_t gating, int32_t norm_weights, float weights_scale,
                                   const float* bias, int32_t* experts, float* weights);
+
+    /* Revision 9: device-to-device copies of `bytes` on lane 0 (after one untimed), `reps` of them timed by events:
+     * *gb_per_s = read + written bytes per second / 1e9. Allocates 2 x bytes for the call; synchronous. */
+    const char* (*measure_copy)(troupe_cuda_context* ctx, uint64_t bytes, int32_t reps, double* gb_per_s);
 } troupe_cuda_ops;
 
 /* The size of a revision-1 table: the smallest the host accepts. */

@@ -214,6 +214,18 @@ TEST_F(cuda_kernels, moe_routing_chooses_the_cpu_routers_experts_with_its_weight
     }
 }
 
+// The copy probe `troupe bench --device cuda` prints decode's rate beside: a plausible rate for any GPU's memory, and
+// arguments that cannot be timed refused.
+TEST_F(cuda_kernels, the_copy_probe_measures_a_plausible_bandwidth_and_refuses_an_empty_copy) {
+    double gbs = 0.0;
+    EXPECT_OK(cuda_ops().measure_copy(ctx_, uint64_t{64} << 20, 3, &gbs));
+    EXPECT_GT(gbs, 50.0);
+    EXPECT_LT(gbs, 100000.0);
+    const char* e = cuda_ops().measure_copy(ctx_, 0, 3, &gbs);
+    ASSERT_NE(e, nullptr);
+    EXPECT_NE(std::string(e).find("both must be positive"), std::string::npos) << e;
+}
+
 TEST_F(cuda_kernels, swiglu_matches_the_reference) {
     const auto gate = random_floats(1001, 4, -6.0f, 6.0f);
     const auto up = random_floats(1001, 5);
