@@ -153,10 +153,17 @@ if [ -f "$f16" ] || "$build/troupe" synth --shape 1B --vocab "$vocab" --type f16
         timeout 100 ncu --clock-control none --metrics gpu__time_duration.sum --print-summary per-kernel --launch-count 800 \
             "$build/troupe" bench --model "$f16" --device cuda --n-prompt 512 --n-gen 1 --reps 1 2>&1 |
             grep -vE "^troupe: |^==PROF==|^    -|Metric Name|Section: |^$|Note: |metrics for each|If aggregating|mean can be" | tail -90 || fail "ncu prefill"
+        limits=sm__throughput.avg.pct_of_peak_sustained_elapsed,dram__throughput.avg.pct_of_peak_sustained_elapsed
+        limits=$limits,l1tex__throughput.avg.pct_of_peak_sustained_elapsed,lts__throughput.avg.pct_of_peak_sustained_elapsed
+        limits=$limits,sm__warps_active.avg.pct_of_peak_sustained_active,smsp__issue_active.avg.pct_of_peak_sustained_active
+        limits=$limits,launch__registers_per_thread
         section "ncu: what limits the quant plugins' decode GEMV (bench_cuda_quant's first launches: w4a16, 1 token)"
-        timeout 100 ncu --clock-control none --kernel-name regex:gemv_kernel --launch-count 2 --metrics \
-            sm__throughput.avg.pct_of_peak_sustained_elapsed,dram__throughput.avg.pct_of_peak_sustained_elapsed,l1tex__throughput.avg.pct_of_peak_sustained_elapsed,sm__warps_active.avg.pct_of_peak_sustained_active,smsp__issue_active.avg.pct_of_peak_sustained_active,launch__registers_per_thread \
-            "$build/tests/cuda/bench_cuda_quant" 2>&1 | grep -E "gemv_kernel|pct|registers" | head -20 || fail "ncu quant gemv"
+        timeout 100 ncu --clock-control none --kernel-name regex:gemv_kernel --launch-count 2 --metrics "$limits" \
+            "$build/tests/cuda/bench_cuda_quant" 2>&1 | grep -E "gemv_kernel|pct|registers" | head -24 || fail "ncu quant gemv"
+        section "ncu: what limits the backend's F16 decode GEMVs (1B, one decode step's first layers)"
+        timeout 100 ncu --clock-control none --kernel-name regex:gemv_kernel --launch-skip 20 --launch-count 6 \
+            --metrics "$limits" "$build/troupe" bench --model "$f16" --device cuda --n-prompt 1 --n-gen 2 --reps 1 2>&1 |
+            grep -E "gemv_kernel|pct|registers" | head -48 || fail "ncu f16 gemv"
     fi
 else
     fail "synth 1B f16"
