@@ -8,56 +8,10 @@
 
 #include "kernels/cuda/cuda_kernels.h"
 #include "kernels/cuda/cuda_moe.h"
+#include "kernels/cuda/cuda_scratch_layout.h"
 
 namespace troupe::cuda {
 namespace {
-
-size_t align256(size_t bytes) {
-    return (bytes + 255) & ~size_t{255};
-}
-
-// Offsets of the step's activations in model.scratch for `capacity` tokens (all float32):
-//   x, xn [T, dim]; q, att [T, n_heads * head_dim]; k, v [T, n_kv_heads * head_dim];
-//   gate, up [T, max(ffn_dim, moe_shared_ffn)]; logits [T, n_vocab]; with experts (k of E, F units each):
-//   moe_logits [T, E], moe_experts (int32) and moe_weights [T, k], moe_hidden [T k, F], moe_out [T k, dim],
-//   moe_y [T, dim]
-struct scratch_layout {
-    size_t x, xn, q, k, v, att, gate, up, logits, moe_logits, moe_experts, moe_weights, moe_hidden, moe_out, moe_y,
-        total;
-};
-
-scratch_layout layout_for(const troupe_cuda_model_desc& hp, int32_t capacity) {
-    const size_t t = static_cast<size_t>(capacity) * sizeof(float);
-    scratch_layout l{};
-    size_t at = 0;
-    const auto take = [&](size_t width) {
-        const size_t off = at;
-        at += align256(t * width);
-        return off;
-    };
-    l.x = take(hp.dim);
-    l.xn = take(hp.dim);
-    l.q = take(static_cast<size_t>(hp.n_heads) * hp.head_dim);
-    l.k = take(static_cast<size_t>(hp.n_kv_heads) * hp.head_dim);
-    l.v = take(static_cast<size_t>(hp.n_kv_heads) * hp.head_dim);
-    l.att = take(static_cast<size_t>(hp.n_heads) * hp.head_dim);
-    // The model's copy of the description keeps the expert counts, not the moe_layers pointer (model_create): a model
-    // without experts has them all 0.
-    const bool moe = hp.moe_n_used > 0;
-    const size_t ffn = std::max<size_t>(hp.ffn_dim, moe ? hp.moe_shared_ffn : 0);
-    l.gate = take(ffn);
-    l.up = take(ffn);
-    l.logits = take(hp.n_vocab);
-    const size_t k = moe ? hp.moe_n_used : 0;  // widths 0 without experts
-    l.moe_logits = take(moe ? hp.moe_n_experts : 0);
-    l.moe_experts = take(k);
-    l.moe_weights = take(k);
-    l.moe_hidden = take(k * (moe ? hp.moe_expert_ffn : 0));
-    l.moe_out = take(k * hp.dim);
-    l.moe_y = take(moe ? hp.dim : 0);
-    l.total = at;
-    return l;
-}
 
 // Every index the kernels will follow, checked on the host: a bad batch fails the step, never the device.
 const char* check_batch(const troupe_cuda_model& m, const troupe_cuda_batch& b) {
@@ -298,21 +252,21 @@ const char* model_forward_fenced(troupe_cuda_model* model, const troupe_cuda_bat
     }
     const scratch_layout lay = layout_for(hp, m.capacity);
     step_views s{};
-    s.x = m.scratch.as<float>(lay.x);
-    s.xn = m.scratch.as<float>(lay.xn);
-    s.q = m.scratch.as<float>(lay.q);
-    s.k = m.scratch.as<float>(lay.k);
-    s.v = m.scratch.as<float>(lay.v);
-    s.att = m.scratch.as<float>(lay.att);
-    s.gate = m.scratch.as<float>(lay.gate);
-    s.up = m.scratch.as<float>(lay.up);
-    s.logits = m.scratch.as<float>(lay.logits);
-    s.moe_logits = m.scratch.as<float>(lay.moe_logits);
-    s.moe_experts = m.scratch.as<int32_t>(lay.moe_experts);
-    s.moe_weights = m.scratch.as<float>(lay.moe_weights);
-    s.moe_hidden = m.scratch.as<float>(lay.moe_hidden);
-    s.moe_out = m.scratch.as<float>(lay.moe_out);
-    s.moe_y = m.scratch.as<float>(lay.moe_y);
+    s.x = m.scratch.as<float>(lay.x.offset);
+    s.xn = m.scratch.as<float>(lay.xn.offset);
+    s.q = m.scratch.as<float>(lay.q.offset);
+    s.k = m.scratch.as<float>(lay.k.offset);
+    s.v = m.scratch.as<float>(lay.v.offset);
+    s.att = m.scratch.as<float>(lay.att.offset);
+    s.gate = m.scratch.as<float>(lay.gate.offset);
+    s.up = m.scratch.as<float>(lay.up.offset);
+    s.logits = m.scratch.as<float>(lay.logits.offset);
+    s.moe_logits = m.scratch.as<float>(lay.moe_logits.offset);
+    s.moe_experts = m.scratch.as<int32_t>(lay.moe_experts.offset);
+    s.moe_weights = m.scratch.as<float>(lay.moe_weights.offset);
+    s.moe_hidden = m.scratch.as<float>(lay.moe_hidden.offset);
+    s.moe_out = m.scratch.as<float>(lay.moe_out.offset);
+    s.moe_y = m.scratch.as<float>(lay.moe_y.offset);
 
     // The index arrays, in one upload: tokens | positions | seq_of | offsets | out_tokens | tree | tables, the block
     // tables last so that where every array starts depends on the step's shape alone (a step graph bakes it in).

@@ -15,6 +15,7 @@
 #include "core/backend/llama_view_of.h"
 #include "core/model/cpu_llama.h"
 #include "core/model/greedy.h"
+#include "kernels/cuda/cuda_scratch_layout.h"
 #include "kernels/ref/attention.h"
 #include "tests/common/shared_data.h"
 #include "tests/cuda/cuda_test_support.h"
@@ -152,6 +153,46 @@ TEST(cuda_arch_upload, mixtral_sends_its_router_and_stacked_experts_instead_of_a
     EXPECT_EQ(unrouted_expert_bytes(d), uint64_t{2} * 3 * (4 * 256 * 128 * 2) / 2);
     EXPECT_EQ(unrouted_expert_bytes(upload_of(std::string(path).replace(path.find("mixtral"), 7, "qwen2"))->up->desc),
               0u);
+}
+
+// The step's scratch for tiny-mixtral as the device model sees its description (model_create keeps the expert counts
+// and clears the moe_layers pointer): every expert buffer has its rows, no two regions overlap, all lie inside the
+// buffer; a dense model's expert regions are empty. (The first GPU run read the pointer and gave them no room.)
+TEST(cuda_arch_upload, the_steps_scratch_gives_every_expert_buffer_its_rows_without_overlap) {
+    TROUPE_REQUIRE_SHARED(path, "models/arch/tiny-mixtral.gguf");
+    auto a = upload_of(path);
+    ASSERT_TRUE(a.ok()) << a.message();
+    troupe_cuda_model_desc d = a->up->desc;
+    d.moe_layers = nullptr;  // as the device model's copy has it
+    const int32_t t = 37;
+    const cuda::scratch_layout l = cuda::layout_for(d, t);
+    const size_t f = sizeof(float);
+    EXPECT_EQ(l.moe_logits.bytes, t * 4 * f);   // 4 experts
+    EXPECT_EQ(l.moe_experts.bytes, t * 2 * f);  // top 2
+    EXPECT_EQ(l.moe_weights.bytes, t * 2 * f);
+    EXPECT_EQ(l.moe_hidden.bytes, t * 2 * 256 * f);  // each pair's 256 expert units
+    EXPECT_EQ(l.moe_out.bytes, t * 2 * 128 * f);     // each pair's output row of dim 128
+    EXPECT_EQ(l.moe_y.bytes, t * 128 * f);
+    std::vector<cuda::scratch_region> regions = {l.x,           l.xn,          l.q,          l.k,       l.v,
+                                                 l.att,         l.gate,        l.up,         l.logits,  l.moe_logits,
+                                                 l.moe_experts, l.moe_weights, l.moe_hidden, l.moe_out, l.moe_y};
+    std::sort(regions.begin(), regions.end(), [](auto& p, auto& q) { return p.offset < q.offset; });
+    for (size_t i = 0; i < regions.size(); ++i) {
+        EXPECT_EQ(regions[i].offset % 256, 0u);
+        EXPECT_LE(regions[i].offset + regions[i].bytes, l.total);
+        if (i + 1 < regions.size()) {
+            EXPECT_LE(regions[i].offset + regions[i].bytes, regions[i + 1].offset) << i;
+        }
+    }
+
+    TROUPE_REQUIRE_SHARED(dense_path, "models/arch/tiny-qwen2.gguf");
+    auto dense = upload_of(dense_path);
+    ASSERT_TRUE(dense.ok()) << dense.message();
+    const cuda::scratch_layout dl = cuda::layout_for(dense->up->desc, t);
+    for (const auto& r : {dl.moe_logits, dl.moe_experts, dl.moe_weights, dl.moe_hidden, dl.moe_out, dl.moe_y}) {
+        EXPECT_EQ(r.bytes, 0u);
+    }
+    EXPECT_EQ(dl.moe_y.offset + dl.moe_y.bytes, dl.logits.offset + ((dl.logits.bytes + 255) & ~size_t{255}));
 }
 
 // The CPU graph's attention for the comparison: the scalar reference, which honours soft-capping and windows.

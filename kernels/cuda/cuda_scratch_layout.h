@@ -1,0 +1,64 @@
+// The step's activations in one device buffer (troupe_cuda_model.scratch): where each lies for `capacity` tokens.
+// Pure host arithmetic on the model's description, without CUDA, so that tests on any machine check it.
+//
+//   x, xn [T, dim]; q, att [T, n_heads * head_dim]; k, v [T, n_kv_heads * head_dim];
+//   gate, up [T, max(ffn_dim, moe_shared_ffn)]; logits [T, n_vocab]; with experts (k of E, F units each):
+//   moe_logits [T, E], moe_experts (int32) and moe_weights [T, k], moe_hidden [T k, F], moe_out [T k, dim],
+//   moe_y [T, dim]                                                  (every element 4 bytes; regions 256-byte aligned)
+//
+// The expert counts decide the experts' regions, never the moe_layers pointer: the model's copy of its description
+// keeps the counts and clears the pointers (model_create; the first run on a GPU sized them 0 when it read the
+// pointer). A model without experts has the counts 0 and those regions empty.
+#pragma once
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+
+#include "kernels/cuda/cuda_backend_abi.h"
+
+namespace troupe::cuda {
+
+struct scratch_region {
+    size_t offset = 0;
+    size_t bytes = 0;
+};
+
+struct scratch_layout {
+    scratch_region x, xn, q, k, v, att, gate, up, logits, moe_logits, moe_experts, moe_weights, moe_hidden, moe_out,
+        moe_y;
+    size_t total = 0;
+};
+
+inline scratch_layout layout_for(const troupe_cuda_model_desc& hp, int32_t capacity) {
+    const size_t t = static_cast<size_t>(capacity) * sizeof(float);
+    scratch_layout l{};
+    size_t at = 0;
+    const auto take = [&](size_t width) {
+        const scratch_region r{at, t * width};
+        at += (r.bytes + 255) & ~size_t{255};
+        return r;
+    };
+    l.x = take(hp.dim);
+    l.xn = take(hp.dim);
+    l.q = take(static_cast<size_t>(hp.n_heads) * hp.head_dim);
+    l.k = take(static_cast<size_t>(hp.n_kv_heads) * hp.head_dim);
+    l.v = take(static_cast<size_t>(hp.n_kv_heads) * hp.head_dim);
+    l.att = take(static_cast<size_t>(hp.n_heads) * hp.head_dim);
+    const bool moe = hp.moe_n_used > 0;
+    const size_t ffn = std::max<size_t>(hp.ffn_dim, moe ? hp.moe_shared_ffn : 0);
+    l.gate = take(ffn);
+    l.up = take(ffn);
+    l.logits = take(hp.n_vocab);
+    const size_t k = moe ? hp.moe_n_used : 0;
+    l.moe_logits = take(moe ? hp.moe_n_experts : 0);
+    l.moe_experts = take(k);
+    l.moe_weights = take(k);
+    l.moe_hidden = take(k * (moe ? hp.moe_expert_ffn : 0));
+    l.moe_out = take(k * hp.dim);
+    l.moe_y = take(moe ? hp.dim : 0);
+    l.total = at;
+    return l;
+}
+
+}  // namespace troupe::cuda
