@@ -158,6 +158,19 @@ const char* moe_ffn(troupe_cuda_model& m, const device_layer& L, const float* xn
     return nullptr;
 }
 
+// x += w · in for the layer's branch output (attention's o, the FFN's down), or x += rms_norm(w · in) · post_norm
+// where the layer has a post norm (the product then goes through `scratch` first); without one the product
+// accumulates into x itself.
+const char* add_branch(troupe_cuda_model& m, const device_matrix& w, const float* in, const float* post_norm,
+                       float* scratch, float* x, int32_t n, cudaStream_t stream) {
+    troupe_cuda_context& ctx = *m.ctx;
+    if (!post_norm) return matmul(ctx, w, in, x, n, true);
+    TROUPE_CUDA_TRY_STATUS(matmul(ctx, w, in, scratch, n, false));
+    launch_rms_norm(scratch, post_norm, scratch, n, m.hp.dim, m.hp.rms_eps, stream);
+    launch_add(x, scratch, static_cast<int64_t>(n) * m.hp.dim, stream);
+    return nullptr;
+}
+
 // Embedding and layers of one step on lane 0's stream: what a step graph holds (cuda_step_graphs.h). Only launches
 // and cuBLASLt products on the stream; taps (host copies) run only where graphs are off (the model has observers).
 const char* enqueue_layers(troupe_cuda_model& m, int32_t n, const step_views& s, cudaStream_t stream) {
@@ -195,13 +208,7 @@ const char* enqueue_layers(troupe_cuda_model& m, int32_t n, const step_views& s,
                          m.attention_partials.data(), s.tiles, s.n_tiles);
         TROUPE_CUDA_TRY_STATUS(report_tap(m, tap_attn_out, il, att, n, q_width, nullptr, stream));
         // The branch's output goes into xn (free once q, k, v are made) where a post norm follows it.
-        if (L.post_attn_norm) {
-            TROUPE_CUDA_TRY_STATUS(matmul(ctx, L.wo, att, xn, n, false));
-            launch_rms_norm(xn, L.post_attn_norm, xn, n, hp.dim, hp.rms_eps, stream);
-            launch_add(x, xn, n_x, stream);
-        } else {
-            TROUPE_CUDA_TRY_STATUS(matmul(ctx, L.wo, att, x, n, true));
-        }
+        TROUPE_CUDA_TRY_STATUS(add_branch(m, L.wo, att, L.post_attn_norm, xn, x, n, stream));
         launch_rms_norm(x, L.ffn_norm, xn, n, hp.dim, hp.rms_eps, stream);
         TROUPE_CUDA_TRY_STATUS(report_tap(m, tap_ffn_norm, il, xn, n, hp.dim, nullptr, stream));
         const glu_kind glu = hp.ffn_activation == TROUPE_CUDA_ACT_GELU_TANH ? glu_kind::gelu_tanh : glu_kind::silu;
@@ -215,13 +222,7 @@ const char* enqueue_layers(troupe_cuda_model& m, int32_t n, const step_views& s,
         }
         TROUPE_CUDA_TRY_STATUS(matmul_glu(ctx, L.w_gate, L.w_up, xn, gate, up, n, glu));
         TROUPE_CUDA_TRY_STATUS(report_tap(m, tap_ffn_hidden, il, gate, n, hp.ffn_dim, nullptr, stream));
-        if (L.post_ffn_norm) {
-            TROUPE_CUDA_TRY_STATUS(matmul(ctx, L.w_down, gate, xn, n, false));
-            launch_rms_norm(xn, L.post_ffn_norm, xn, n, hp.dim, hp.rms_eps, stream);
-            launch_add(x, xn, n_x, stream);
-        } else {
-            TROUPE_CUDA_TRY_STATUS(matmul(ctx, L.w_down, gate, x, n, true));
-        }
+        TROUPE_CUDA_TRY_STATUS(add_branch(m, L.w_down, gate, L.post_ffn_norm, xn, x, n, stream));
         TROUPE_CUDA_TRY(cudaGetLastError());
         TROUPE_CUDA_TRY_STATUS(report_tap(m, tap_layer_out, il, x, n, hp.dim, nullptr, stream));
     }
