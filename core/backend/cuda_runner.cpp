@@ -133,8 +133,10 @@ result<std::unique_ptr<cuda_runner>> cuda_runner::create(const llama_weights_vie
     r->n_ctx_ = hp.n_ctx;
     r->n_lanes_ = params.n_lanes;
     r->kv_ = kv_geometry{info.block_size, info.n_blocks};
-    r->kv_bytes_per_token_ =
-        static_cast<size_t>(hp.n_layers) * 2 * hp.n_kv_heads * hp.head_dim * (params.kv_f16 ? 2 : 4);
+    // A layer's K and V rows, or with latent attention its one latent row (cuda_backend_abi.h revision 10).
+    const size_t row_elements =
+        hp.mla ? static_cast<size_t>(hp.mla->latent_width()) : static_cast<size_t>(2) * hp.n_kv_heads * hp.head_dim;
+    r->kv_bytes_per_token_ = static_cast<size_t>(hp.n_layers) * row_elements * (params.kv_f16 ? 2 : 4);
     r->weight_bytes_ = info.weight_bytes;
     r->unrouted_expert_bytes_ = unrouted_expert_bytes(upload.value()->desc);
     r->host_block_bytes_ = static_cast<size_t>(info.block_size) * r->kv_bytes_per_token_;

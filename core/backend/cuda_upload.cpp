@@ -163,10 +163,15 @@ result<std::unique_ptr<cuda_upload>> prepare_cuda_upload(const llama_weights_vie
         troupe_cuda_layer& o = up->layers[il];
         const std::string lp = p + "layer " + std::to_string(il) + " ";
         for (status s :
-             {put(prep.vector(l.attn_norm, lp + "attn_norm"), o.attn_norm), put(prep.matrix(l.wq, lp + "wq"), o.wq),
-              put(prep.matrix(l.wk, lp + "wk"), o.wk), put(prep.matrix(l.wv, lp + "wv"), o.wv),
-              put(prep.matrix(l.wo, lp + "wo"), o.wo), put(prep.vector(l.ffn_norm, lp + "ffn_norm"), o.ffn_norm)}) {
+             {put(prep.vector(l.attn_norm, lp + "attn_norm"), o.attn_norm), put(prep.matrix(l.wo, lp + "wo"), o.wo),
+              put(prep.vector(l.ffn_norm, lp + "ffn_norm"), o.ffn_norm)}) {
             if (!s.ok()) return s.err();
+        }
+        if (!l.mla) {  // a latent layer's queries and keys are its MLA block's (below)
+            for (status s : {put(prep.matrix(l.wq, lp + "wq"), o.wq), put(prep.matrix(l.wk, lp + "wk"), o.wk),
+                             put(prep.matrix(l.wv, lp + "wv"), o.wv)}) {
+                if (!s.ok()) return s.err();
+            }
         }
         if (l.moe) continue;  // its FFN is the experts' (below)
         for (status s :
@@ -213,9 +218,47 @@ result<std::unique_ptr<cuda_upload>> prepare_cuda_upload(const llama_weights_vie
         d.moe_norm_weights = mp.norm_weights ? 1 : 0;
         d.moe_weights_scale = mp.weights_scale;
     }
+    if (hp.mla) {
+        const mla_params& mp = *hp.mla;
+        up->mla_layers.resize(hp.n_layers);
+        for (int32_t il = 0; il < hp.n_layers; ++il) {
+            const mla_layer_weights& m = *view.layers[il].mla;
+            troupe_cuda_mla_layer& o = up->mla_layers[il];
+            const std::string lp = p + "layer " + std::to_string(il) + " ";
+            if (mp.q_lora_rank > 0) {
+                for (status s : {put(prep.matrix(m.wq_a, lp + "attn_q_a"), o.wq_a),
+                                 put(prep.vector(m.q_a_norm, lp + "attn_q_a_norm"), o.q_a_norm),
+                                 put(prep.matrix(m.wq_b, lp + "attn_q_b"), o.wq_b)}) {
+                    if (!s.ok()) return s.err();
+                }
+            } else if (status s = put(prep.matrix(m.wq, lp + "attn_q"), o.wq); !s.ok()) {
+                return s.err();
+            }
+            // attn_kv_b's rows are read by the latent kernels (W_UK, W_UV per head): the backend's own types.
+            for (status s : {put(prep.matrix(m.wkv_a, lp + "attn_kv_a_mqa"), o.wkv_a),
+                             put(prep.vector(m.kv_a_norm, lp + "attn_kv_a_norm"), o.kv_a_norm),
+                             put(prep.rows(m.wkv_b, lp + "attn_kv_b"), o.wkv_b)}) {
+                if (!s.ok()) return s.err();
+            }
+        }
+        // RoPE as mla_params::rope_angle turns pair i at position p: p * freq[i], blended by ramp[i] under YaRN.
+        for (int32_t i = 0; i < mp.rope_dim / 2; ++i) {
+            up->mla_rope_freq.push_back(mp.rope_freq(i));
+            up->mla_rope_ramp.push_back(mp.rope_ramp(i));
+        }
+        d.mla_yarn_factor = mp.yarn ? mp.yarn->factor : 1.0f;
+        d.mla_layers = up->mla_layers.data();
+        d.mla_q_lora_rank = mp.q_lora_rank;
+        d.mla_kv_lora_rank = mp.kv_lora_rank;
+        d.mla_qk_nope = mp.qk_nope;
+        d.mla_rope_dim = mp.rope_dim;
+        d.mla_v_dim = mp.v_dim;
+        d.mla_rope_freq = up->mla_rope_freq.data();
+        d.mla_rope_ramp = up->mla_rope_ramp.data();
+    }
     d.ffn_activation = hp.gelu ? TROUPE_CUDA_ACT_GELU_TANH : TROUPE_CUDA_ACT_SILU;
     d.embed_scale = hp.embed_scale;
-    d.attn_scale = hp.attn_scale;
+    d.attn_scale = hp.mla ? hp.mla->attention_scale() : hp.attn_scale;
     d.attn_softcap = hp.attn_softcap;
     d.final_softcap = hp.final_softcap;
     if (needs_arch_features(view)) {

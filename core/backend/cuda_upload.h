@@ -35,6 +35,8 @@ struct cuda_upload {
     std::vector<troupe_cuda_layer> layers;                   // [n_layers], desc.layers points here
     std::vector<troupe_cuda_layer_features> layer_features;  // [n_layers] or empty; desc.layer_features points here
     std::vector<troupe_cuda_moe_layer> moe_layers;           // [n_layers] or empty; desc.moe_layers points here
+    std::vector<troupe_cuda_mla_layer> mla_layers;           // [n_layers] or empty; desc.mla_layers points here
+    std::vector<float> mla_rope_freq, mla_rope_ramp;         // [rope_dim / 2] each where the model has MLA
     std::vector<std::vector<uint8_t>> storage;               // dequantized copies the matrices point into
     std::vector<std::unique_ptr<cuda_external_weight>> externals;  // matrices taken by quant plugins
 };

@@ -8,12 +8,14 @@
 
 namespace troupe {
 
-// The blocks of the model that only the CPU graph runs (multi-head latent attention), as the error names them:
-// "architecture deepseek2 (multi-head latent attention)"; empty when none.
+// The blocks of the model that only the CPU graph runs, as the error names them; empty when none. The CUDA graph
+// runs multi-head latent attention where every layer has it (deepseek2), not a model mixing it with standard layers.
 inline std::string beyond_cuda_graph(const llama_hparams& hp) {
-    for (int32_t il = 0; il < hp.n_layers; ++il) {
-        if (hp.attention_of(il) == attention_block::mla)
-            return "architecture " + hp.architecture + " (multi-head latent attention)";
+    int32_t latent = 0;
+    for (int32_t il = 0; il < hp.n_layers; ++il) latent += hp.attention_of(il) == attention_block::mla ? 1 : 0;
+    if (latent > 0 && latent < hp.n_layers) {
+        return "architecture " + hp.architecture + " (multi-head latent attention in " + std::to_string(latent) +
+               " of " + std::to_string(hp.n_layers) + " layers)";
     }
     return {};
 }
@@ -43,6 +45,7 @@ inline llama_weights_view llama_view_of(const llama_weights& w) {
     v.hp.attn_softcap = hp.attn_softcap;
     v.hp.final_softcap = hp.final_softcap;
     v.hp.moe = hp.moe;
+    v.hp.mla = hp.mla;
     v.token_embd = w.token_embd;
     v.output_norm = w.output_norm;
     v.output = w.output;
@@ -57,6 +60,7 @@ inline llama_weights_view llama_view_of(const llama_weights& w) {
         o.post_ffn_norm = l.post_ffn_norm;
         o.window = hp.window_of(static_cast<int32_t>(il));
         if (hp.ffn_of(static_cast<int32_t>(il)) == ffn_block::moe) o.moe = l.moe;
+        if (hp.attention_of(static_cast<int32_t>(il)) == attention_block::mla) o.mla = l.mla;
     }
     return v;
 }

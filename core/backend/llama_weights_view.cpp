@@ -61,12 +61,28 @@ status check_moe_layer(const moe_layer_weights& m, const moe_params& p, const st
     return {};
 }
 
+// A latent-attention layer's tensors against the model's MLA shape (mla_params.h).
+status check_mla_layer(const mla_layer_weights& m, const mla_params& p, const std::string& lp, int64_t dim) {
+    const int64_t q_rows = static_cast<int64_t>(p.n_heads) * p.head_dim();
+    const int64_t kv_b_rows = static_cast<int64_t>(p.n_heads) * (p.qk_nope + p.v_dim);
+    if (p.q_lora_rank > 0) {
+        if (status s = check_weight(m.wq_a, lp + "attn_q_a", dim, p.q_lora_rank); !s.ok()) return s;
+        if (status s = check_weight(m.q_a_norm, lp + "attn_q_a_norm", p.q_lora_rank, 1); !s.ok()) return s;
+        if (status s = check_weight(m.wq_b, lp + "attn_q_b", p.q_lora_rank, q_rows); !s.ok()) return s;
+    } else if (status s = check_weight(m.wq, lp + "attn_q", dim, q_rows); !s.ok()) {
+        return s;
+    }
+    if (status s = check_weight(m.wkv_a, lp + "attn_kv_a_mqa", dim, p.latent_width()); !s.ok()) return s;
+    if (status s = check_weight(m.kv_a_norm, lp + "attn_kv_a_norm", p.kv_lora_rank, 1); !s.ok()) return s;
+    return check_weight(m.wkv_b, lp + "attn_kv_b", p.kv_lora_rank, kv_b_rows);
+}
+
 }  // namespace
 
 bool needs_arch_features(const llama_weights_view& v) {
     const llama_view_hparams& hp = v.hp;
     if (hp.gelu || hp.embed_scale != 1.0f || hp.attn_scale > 0.0f || hp.attn_softcap > 0.0f ||
-        hp.final_softcap > 0.0f || hp.moe)
+        hp.final_softcap > 0.0f || hp.moe || hp.mla)
         return true;
     for (const llama_layer_view& l : v.layers) {
         if (l.bq.data || l.bk.data || l.bv.data || l.post_attn_norm.data || l.post_ffn_norm.data || l.window != 0)
@@ -122,10 +138,29 @@ status check_llama_view(const llama_weights_view& v) {
     if (status s = check_weight(v.token_embd, p + "token_embd", hp.dim, hp.n_vocab); !s.ok()) return s;
     if (status s = check_weight(v.output_norm, p + "output_norm", hp.dim, 1); !s.ok()) return s;
     if (status s = check_weight(v.output, p + "output", hp.dim, hp.n_vocab); !s.ok()) return s;
+    if (hp.mla) {
+        const mla_params& m = *hp.mla;
+        if (m.n_heads != hp.n_heads || m.kv_lora_rank < 1 || m.rope_dim < 2 || m.rope_dim % 2 != 0 || m.qk_nope < 0 ||
+            m.v_dim < 1 || m.latent_width() > 1024) {
+            return make_error(p + "latent attention the CUDA graph cannot run: " + std::to_string(m.n_heads) +
+                              " heads (the model's " + std::to_string(hp.n_heads) + "), kv_lora_rank " +
+                              std::to_string(m.kv_lora_rank) + " + rope_dim " + std::to_string(m.rope_dim) +
+                              " (even, at most 1024 together), qk_nope " + std::to_string(m.qk_nope) + ", v_dim " +
+                              std::to_string(m.v_dim));
+        }
+    }
     for (int32_t il = 0; il < hp.n_layers; ++il) {
         const llama_layer_view& l = v.layers[il];
         const std::string lp = p + "layer " + std::to_string(il) + " ";
         if (l.moe && !hp.moe) return make_error(lp + "has experts, and the model no expert parameters");
+        if (l.mla.has_value() != hp.mla.has_value()) {
+            return make_error(lp + (hp.mla ? "has no latent attention tensors, and the model latent attention"
+                                           : "has latent attention tensors, and the model no latent attention"));
+        }
+        if (l.mla) {
+            if (status s = check_mla_layer(*l.mla, *hp.mla, lp, hp.dim); !s.ok()) return s;
+        }
+        const int64_t o_width = l.mla ? static_cast<int64_t>(hp.mla->n_heads) * hp.mla->v_dim : q_width;
         if (l.moe) {
             if (status s = check_moe_layer(*l.moe, *hp.moe, lp, hp.dim); !s.ok()) return s;
         }
@@ -147,7 +182,8 @@ status check_llama_view(const llama_weights_view& v) {
         };
         for (const auto& e : table) {
             if (!dense && (&e.w == &l.w_gate || &e.w == &l.w_up || &e.w == &l.w_down)) continue;
-            if (status s = check_weight(e.w, lp + e.name, e.n_in, e.n_out); !s.ok()) return s;
+            if (l.mla && (&e.w == &l.wq || &e.w == &l.wk || &e.w == &l.wv)) continue;  // the latent block's instead
+            if (status s = check_weight(e.w, lp + e.name, &e.w == &l.wo ? o_width : e.n_in, e.n_out); !s.ok()) return s;
         }
         if ((l.bq.data != nullptr) != (l.bk.data != nullptr) || (l.bq.data != nullptr) != (l.bv.data != nullptr)) {
             return make_error(lp + "has biases for only some of q, k and v: the graph adds all three or none");

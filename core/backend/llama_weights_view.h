@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "core/model/mla_params.h"
 #include "core/model/moe_params.h"
 #include "core/model/ops.h"
 #include "core/result.h"
@@ -38,6 +39,7 @@ struct llama_view_hparams {
     float attn_softcap = 0.0f;           // scores s -> c tanh(s / c); 0: none
     float final_softcap = 0.0f;          // logits x -> c tanh(x / c); 0: none
     std::optional<moe_params> moe;       // the experts (core/model/moe_params.h) where the model has MoE layers
+    std::optional<mla_params> mla;       // multi-head latent attention's shape where every layer has it (deepseek2)
 };
 
 struct llama_layer_view {
@@ -57,13 +59,15 @@ struct llama_layer_view {
     int32_t window = 0;            // attends to positions > p - window; 0: the whole causal past
     // A mixture-of-experts FFN (hp.moe's layers past the leading dense ones) in place of w_gate, w_up, w_down.
     std::optional<moe_layer_weights> moe{};
+    // Multi-head latent attention (hp.mla) in place of wq, wk, wv; wo is then [dim rows, n_heads * v_dim].
+    std::optional<mla_layer_weights> mla{};
 };
 
 struct llama_weights_view {
     std::string name;  // for description(): the model file's name
     // What the model needs beyond the graph the CUDA runner implements (its architecture and the blocks only the CPU
-    // graph runs: multi-head latent attention); empty for llama, mistral, mixtral, qwen2, phi3 and gemma2. The runner
-    // refuses a model that needs any (check_llama_view).
+    // graph runs); empty for every family troupe knows (llama, mistral, mixtral, qwen2, phi3, gemma2, deepseek2). The
+    // runner refuses a model that needs any (check_llama_view).
     std::string beyond_cuda_graph;
     llama_view_hparams hp;
     weight_view token_embd;                // [n_vocab rows, dim]

@@ -64,10 +64,12 @@ float mla_params::attention_scale() const {
     return scale;
 }
 
-float mla_params::rope_angle(int32_t p, int32_t i) const {
-    const float theta_extrap =
-        static_cast<float>(p) * std::pow(rope_base, -2.0f * static_cast<float>(i) / static_cast<float>(rope_dim));
-    if (!yarn || yarn->factor == 1.0f) return theta_extrap;
+float mla_params::rope_freq(int32_t i) const {
+    return std::pow(rope_base, -2.0f * static_cast<float>(i) / static_cast<float>(rope_dim));
+}
+
+float mla_params::rope_ramp(int32_t i) const {
+    if (!yarn || yarn->factor == 1.0f) return 1.0f;
     const auto corr = [&](float beta) {
         return static_cast<float>(rope_dim) *
                std::log(static_cast<float>(yarn->original_context) / (beta * 2.0f * std::numbers::pi_v<float>)) /
@@ -76,7 +78,13 @@ float mla_params::rope_angle(int32_t p, int32_t i) const {
     const float low = std::max(0.0f, std::floor(corr(yarn->beta_fast)));
     const float high = std::min(static_cast<float>(rope_dim - 1), std::ceil(corr(yarn->beta_slow)));
     const float y = (static_cast<float>(i) - low) / std::max(0.001f, high - low);
-    const float ramp = 1.0f - std::clamp(y, 0.0f, 1.0f);
+    return 1.0f - std::clamp(y, 0.0f, 1.0f);
+}
+
+float mla_params::rope_angle(int32_t p, int32_t i) const {
+    const float theta_extrap = static_cast<float>(p) * rope_freq(i);
+    if (!yarn || yarn->factor == 1.0f) return theta_extrap;
+    const float ramp = rope_ramp(i);
     const float theta_interp = theta_extrap / yarn->factor;
     return theta_interp * (1.0f - ramp) + theta_extrap * ramp;
 }

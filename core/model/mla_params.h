@@ -66,8 +66,11 @@ struct mla_params {
     int32_t q_width() const { return n_heads * head_dim(); }          // [n, q_width] queries
     int32_t out_width() const { return n_heads * v_dim; }             // [n, out_width] attention output
     float attention_scale() const;                                    // 1 / sqrt(head_dim), times mscale² (YaRN)
-    // The rotation of pair i (0 .. rope_dim / 2) at position p: its angle (YaRN applied where the model has it).
+    // The rotation of pair i (0 .. rope_dim / 2) at position p: its angle (YaRN applied where the model has it),
+    // p * rope_freq(i) blended as above by rope_ramp(i) (1 without YaRN: the extrapolated angle alone).
     float rope_angle(int32_t p, int32_t i) const;
+    float rope_freq(int32_t i) const;
+    float rope_ramp(int32_t i) const;
     // Elements per token of the cache MLA keeps (the latent and the RoPE key) and of the caches of the same model
     // as multi-head attention (keys of head_dim and values of v_dim per head) and as grouped-query attention with
     // n_groups key/value heads.

@@ -13,35 +13,6 @@ namespace {
 
 using namespace device;
 
-// Whether token t sees cache row j, for j <= its last row. `first` is the oldest position inside its window (0
-// without one). Causal calls: rows are positions, so row j is seen from `first` on. Tree calls: the prefix rows
-// (j < mask_base) are positions too; the rows its mask names are its ancestors and itself by depth, the k-th of
-// them (ascending) at position mask_base + k (core/model/ops.h), seen when that position is inside the window.
-__device__ __forceinline__ bool sees(const kv_tables& tb, int32_t t, int32_t j, int32_t first) {
-    if (tb.rows == nullptr) return j >= first;
-    const int32_t base = tb.mask_base[t];
-    if (j < base) return j >= first;
-    const int32_t bit = j - base;
-    if (bit >= 64 * tb.mask_words) return false;
-    const uint64_t* words = tb.mask + static_cast<size_t>(t) * tb.mask_words;
-    if (((words[bit / 64] >> (bit % 64)) & 1u) == 0) return false;
-    if (first <= base) return true;  // every masked row's position (>= mask_base) is inside the window
-    int32_t rank = 0;                // masked rows below j
-    for (int32_t w = 0; w < bit / 64; ++w) rank += __popcll(words[w]);
-    if (bit % 64 != 0) rank += __popcll(words[bit / 64] & ((uint64_t{1} << (bit % 64)) - 1));
-    return base + rank >= first;
-}
-
-// The highest cache row token t sees: its position, or in a tree call the last of its prefix and mask.
-__device__ __forceinline__ int32_t last_row(const kv_tables& tb, int32_t t) {
-    if (tb.rows == nullptr) return tb.positions[t];
-    for (int32_t w = tb.mask_words - 1; w >= 0; --w) {
-        const uint64_t bits = tb.mask[static_cast<size_t>(t) * tb.mask_words + w];
-        if (bits != 0) return tb.mask_base[t] + 64 * w + 63 - __clzll(static_cast<long long>(bits));
-    }
-    return tb.mask_base[t] - 1;
-}
-
 constexpr int attention_warps = 4;
 constexpr int dims_per_lane = max_head_dim / warp_size;
 

@@ -26,6 +26,8 @@
  *   revision 8: mixture-of-experts FFN layers (troupe_cuda_moe_layer, the moe_* fields of troupe_cuda_model_desc);
  *               test_moe_route
  *   revision 9: measure_copy (the device's copy bandwidth, the limit `troupe bench` prints decode's rate beside)
+ *   revision 10: multi-head latent attention (DeepSeek-V2: troupe_cuda_mla_layer, the mla_* fields of
+ *               troupe_cuda_model_desc) with its latent KV pools
  *
  * Errors: every function that can fail returns NULL on success, else a message owned by the library
  * ("cudaMalloc of 2.0 GiB for the KV pools failed: out of memory"), valid until the next call from
@@ -38,8 +40,9 @@
  *            they wait for nothing on their own: the host orders them with events (lane_record / lane_wait),
  *            so a copy lane and the compute lane overlap where their blocks do not meet.
  *   model    a model's weights (the llama graph with the dense families' features: qwen2, phi3, gemma2,
- *            mistral; not MLA or experts) and its KV pools on the context's device; forward() runs a
- *            whole step on lane 0 and copies the requested logits rows back to the host.
+ *            mistral; experts since revision 8, latent attention since revision 10) and its KV pools on
+ *            the context's device; forward() runs a whole step on lane 0 and copies the requested logits
+ *            rows back to the host.
  *
  * Weights arrive as F32, F16 or BF16 matrices in host memory (quantized GGUF types are dequantized by
  * the host before upload in this first cut); norm weights as F32 vectors. Matrix products go through
@@ -49,6 +52,8 @@
  * KV pools (one K and one V pool per layer), as in core/model/ops.h:
  *
  *   [n_blocks, block_size, n_kv_heads, head_dim]   float32 or float16 (kv_type)
+ *
+ * or, with latent attention (revision 10), one pool per layer of [n_blocks, block_size, kv_lora_rank + rope_dim].
  *   sequence s, position p -> block block_tables[block_table_offsets[s] + p / block_size], row p % block_size
  */
 #ifndef TROUPE_CUDA_BACKEND_ABI_H
@@ -62,7 +67,7 @@ extern "C" {
 #endif
 
 #define TROUPE_CUDA_ABI_VERSION 1u
-#define TROUPE_CUDA_ABI_REVISION 9u
+#define TROUPE_CUDA_ABI_REVISION 10u
 #define TROUPE_CUDA_LIBRARY_NAME "libtroupe_cuda.so"
 #define TROUPE_CUDA_ENTRY_NAME "troupe_cuda_backend"
 
@@ -173,6 +178,28 @@ typedef struct troupe_cuda_moe_layer {
     troupe_cuda_matrix down_shexp; /* [dim, shared_ffn] */
 } troupe_cuda_moe_layer;
 
+/* Revision 10: multi-head latent attention (core/model/mla_block.h, DeepSeek-V2 and V2-Lite) in place of the layer's
+ * wq, wk, wv (troupe_cuda_layer's wo stays the output matrix, [dim, n_heads * v_dim]). H heads, R = kv_lora_rank:
+ *   q  = xn wq^T, or rms_norm(xn wq_a^T) * q_a_norm, then wq_b^T         [n, H, qk_nope + rope_dim]
+ *   kv = xn wkv_a^T; kv[:, :R] = rms_norm(kv[:, :R]) * kv_a_norm          [n, R + rope_dim]
+ *   RoPE on adjacent pairs of each head's last rope_dim dims of q and of kv's last rope_dim (mla_rope_*)
+ *   the latent row kv stored at the token's row of the layer's one pool [n_blocks, block_size, R + rope_dim]
+ *   per head: q_lat = W_UK^T q_nope (W_UK: rows h (qk_nope + v_dim) .. + qk_nope of wkv_b), scores
+ *   attn_scale * (q_lat . c + q_pe . k_pe) over the rows the token sees, o = W_UV (softmax . c) (W_UV: the next v_dim
+ *   rows), [n, H * v_dim]
+ * Matrices F32, F16 or BF16 (wkv_b: not external, the kernels read its rows); norms F32 vectors. */
+typedef struct troupe_cuda_mla_layer {
+    troupe_cuda_matrix wq;        /* [H (qk_nope + rope_dim), dim]; data null with a query LoRA */
+    troupe_cuda_matrix wq_a;      /* [q_lora_rank, dim] or data null */
+    troupe_cuda_matrix q_a_norm;  /* [q_lora_rank] */
+    troupe_cuda_matrix wq_b;      /* [H (qk_nope + rope_dim), q_lora_rank] */
+    troupe_cuda_matrix wkv_a;     /* [R + rope_dim, dim] */
+    troupe_cuda_matrix kv_a_norm; /* [R] */
+    troupe_cuda_matrix wkv_b;     /* [H (qk_nope + v_dim), R] */
+} troupe_cuda_mla_layer;
+
+#define TROUPE_CUDA_MLA_MAX_LATENT 1024 /* R + rope_dim at most */
+
 #define TROUPE_CUDA_ACT_SILU 0      /* SwiGLU: silu(gate) * up */
 #define TROUPE_CUDA_ACT_GELU_TANH 1 /* GeGLU: gelu_tanh(gate rounded to f16) * up, as ggml */
 
@@ -226,6 +253,20 @@ typedef struct troupe_cuda_model_desc {
     int32_t moe_gating;     /* 1 softmax, 2 sigmoid */
     int32_t moe_norm_weights;
     float moe_weights_scale;
+    /* Revision 10, read only where struct_size covers them: multi-head latent attention in every layer
+     * (troupe_cuda_mla_layer), where mla_layers is set. The pool of a layer then holds latent rows only (no V pool).
+     * RoPE pair i < mla_rope_dim / 2 at position p turns by theta = p * mla_rope_freq[i], or with YaRN (mla_yarn_factor
+     * > 1) by (theta / factor) * (1 - mla_rope_ramp[i]) + theta * mla_rope_ramp[i] (core/model/mla_params.h); the
+     * scores' scale is attn_scale. The arrays are host memory read at model_create. */
+    const troupe_cuda_mla_layer* mla_layers; /* [n_layers] or null: no layer is latent */
+    int32_t mla_q_lora_rank;                 /* 0: wq */
+    int32_t mla_kv_lora_rank;
+    int32_t mla_qk_nope;
+    int32_t mla_rope_dim;
+    int32_t mla_v_dim;
+    float mla_yarn_factor;
+    const float* mla_rope_freq; /* [mla_rope_dim / 2] */
+    const float* mla_rope_ramp; /* [mla_rope_dim / 2] */
 } troupe_cuda_model_desc;
 
 #define TROUPE_CUDA_MAX_EXPERTS 256
@@ -239,6 +280,8 @@ typedef struct troupe_cuda_model_desc {
 #define TROUPE_CUDA_MODEL_DESC_V4_SIZE offsetof(troupe_cuda_model_desc, tap_wanted)
 /* A revision-6/7 description (no experts). */
 #define TROUPE_CUDA_MODEL_DESC_V6_SIZE offsetof(troupe_cuda_model_desc, moe_layers)
+/* A revision-8/9 description (no latent attention). */
+#define TROUPE_CUDA_MODEL_DESC_V8_SIZE offsetof(troupe_cuda_model_desc, mla_layers)
 
 typedef struct troupe_cuda_model_info {
     uint32_t struct_size;
@@ -370,6 +413,9 @@ typedef struct troupe_cuda_ops {
      *   host: | pool 0 (layer 0 K)          | pool 1 (layer 0 V)          | ... | pool 2*n_layers-1    |
      *         | blocks[0] | ... | blocks[n-1]| blocks[0] | ... | blocks[n-1]| ... |                      |
      *   (p, i) at byte (p * n + i) * block_bytes; 2 * n_layers * n * block_bytes bytes in all
+     *
+     * With latent attention (revision 10) pool p is layer p's latent pool (n_layers pools, block_bytes = block_size *
+     * (kv_lora_rank + rope_dim) * element size): the same layout over n_layers pools.
      */
     const char* (*model_read_blocks)(troupe_cuda_model* model, int32_t lane, const int32_t* blocks, int32_t n,
                                      void* host);

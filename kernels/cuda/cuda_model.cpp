@@ -56,6 +56,17 @@ const char* check_features(const troupe_cuda_model_desc& d) {
                 d.moe_n_experts, TROUPE_CUDA_MAX_EXPERTS, d.moe_n_used, TROUPE_CUDA_MAX_EXPERTS_USED, d.moe_expert_ffn,
                 d.moe_shared_ffn, d.moe_gating, d.moe_weights_scale);
     }
+    if (d.mla_layers) {
+        const int32_t latent = d.mla_kv_lora_rank + d.mla_rope_dim;
+        if (d.mla_kv_lora_rank < 1 || d.mla_rope_dim < 2 || d.mla_rope_dim % 2 != 0 || d.mla_qk_nope < 0 ||
+            d.mla_v_dim < 1 || d.mla_q_lora_rank < 0 || latent > TROUPE_CUDA_MLA_MAX_LATENT || !d.mla_rope_freq ||
+            !d.mla_rope_ramp || !(d.mla_yarn_factor > 0.0f) || !std::isfinite(d.mla_yarn_factor))
+            return fail(
+                "latent attention: kv_lora_rank %d (positive) + rope_dim %d (even, positive) at most %d, qk_nope %d, "
+                "v_dim %d (positive), q_lora_rank %d, YaRN factor %g (positive), RoPE tables %s",
+                d.mla_kv_lora_rank, d.mla_rope_dim, TROUPE_CUDA_MLA_MAX_LATENT, d.mla_qk_nope, d.mla_v_dim,
+                d.mla_q_lora_rank, d.mla_yarn_factor, d.mla_rope_freq && d.mla_rope_ramp ? "given" : "missing");
+    }
     if (d.layer_features) {
         for (int32_t il = 0; il < d.n_layers; ++il) {
             if (d.layer_features[il].window < 0)
@@ -66,13 +77,14 @@ const char* check_features(const troupe_cuda_model_desc& d) {
 }
 
 const char* check_desc(const troupe_cuda_model_desc& d) {
-    if (d.struct_size != sizeof(troupe_cuda_model_desc) && d.struct_size != TROUPE_CUDA_MODEL_DESC_V6_SIZE &&
-        d.struct_size != TROUPE_CUDA_MODEL_DESC_V4_SIZE && d.struct_size != TROUPE_CUDA_MODEL_DESC_V3_SIZE)
+    if (d.struct_size != sizeof(troupe_cuda_model_desc) && d.struct_size != TROUPE_CUDA_MODEL_DESC_V8_SIZE &&
+        d.struct_size != TROUPE_CUDA_MODEL_DESC_V6_SIZE && d.struct_size != TROUPE_CUDA_MODEL_DESC_V4_SIZE &&
+        d.struct_size != TROUPE_CUDA_MODEL_DESC_V3_SIZE)
         return fail(
-            "model description of %u bytes, this library takes %zu (or %zu without experts, %zu without taps, %zu "
-            "without architecture features)",
-            d.struct_size, sizeof(troupe_cuda_model_desc), TROUPE_CUDA_MODEL_DESC_V6_SIZE,
-            TROUPE_CUDA_MODEL_DESC_V4_SIZE, TROUPE_CUDA_MODEL_DESC_V3_SIZE);
+            "model description of %u bytes, this library takes %zu (or %zu without latent attention, %zu without "
+            "experts, %zu without taps, %zu without architecture features)",
+            d.struct_size, sizeof(troupe_cuda_model_desc), TROUPE_CUDA_MODEL_DESC_V8_SIZE,
+            TROUPE_CUDA_MODEL_DESC_V6_SIZE, TROUPE_CUDA_MODEL_DESC_V4_SIZE, TROUPE_CUDA_MODEL_DESC_V3_SIZE);
     if (d.struct_size >= TROUPE_CUDA_MODEL_DESC_V6_SIZE && d.tap_wanted != 0 && !d.tap)
         return fail("the description asks for taps (bits %llx) without a tap function",
                     static_cast<unsigned long long>(d.tap_wanted));
@@ -167,10 +179,13 @@ const char* upload_layer(troupe_cuda_model& m, int32_t il, const troupe_cuda_lay
     const char* names[9] = {"attn_norm", "wq", "wk", "wv", "wo", "ffn_norm", "w_gate", "w_up", "w_down"};
     for (int i = 0; i < 9; ++i) std::snprintf(what[i], sizeof what[i], "layer %d %s", il, names[i]);
     TROUPE_CUDA_TRY_STATUS(upload_norm(m, src.attn_norm, what[0], dst.attn_norm));
-    TROUPE_CUDA_TRY_STATUS(upload_weight(m, src.wq, what[1], hp.dim, q_width, dst.wq));
-    TROUPE_CUDA_TRY_STATUS(upload_weight(m, src.wk, what[2], hp.dim, kv_width, dst.wk));
-    TROUPE_CUDA_TRY_STATUS(upload_weight(m, src.wv, what[3], hp.dim, kv_width, dst.wv));
-    TROUPE_CUDA_TRY_STATUS(upload_weight(m, src.wo, what[4], q_width, hp.dim, dst.wo));
+    if (!dst.mla) {  // a latent layer's queries and keys are its MLA block's (upload_mla)
+        TROUPE_CUDA_TRY_STATUS(upload_weight(m, src.wq, what[1], hp.dim, q_width, dst.wq));
+        TROUPE_CUDA_TRY_STATUS(upload_weight(m, src.wk, what[2], hp.dim, kv_width, dst.wk));
+        TROUPE_CUDA_TRY_STATUS(upload_weight(m, src.wv, what[3], hp.dim, kv_width, dst.wv));
+    }
+    const int64_t o_width = dst.mla ? static_cast<int64_t>(hp.n_heads) * hp.mla_v_dim : q_width;
+    TROUPE_CUDA_TRY_STATUS(upload_weight(m, src.wo, what[4], o_width, hp.dim, dst.wo));
     TROUPE_CUDA_TRY_STATUS(upload_norm(m, src.ffn_norm, what[5], dst.ffn_norm));
     if (dst.moe) return nullptr;  // the experts are its FFN (upload_moe)
     TROUPE_CUDA_TRY_STATUS(upload_weight(m, src.w_gate, what[6], hp.dim, hp.ffn_dim, dst.w_gate));
@@ -209,8 +224,48 @@ const char* upload_moe(troupe_cuda_model& m, int32_t il, const troupe_cuda_moe_l
     return nullptr;
 }
 
+// A latent layer's block (troupe_cuda_mla_layer): its query products (direct, or through the LoRA and its norm), the
+// latent product and norm, and attn_kv_b, whose rows the latent kernels read (the backend's own types).
+const char* upload_mla(troupe_cuda_model& m, int32_t il, const troupe_cuda_mla_layer& src, device_layer& dst) {
+    const auto& hp = m.hp;
+    const int64_t heads = hp.n_heads, rank = hp.mla_kv_lora_rank, q_rows = heads * (hp.mla_qk_nope + hp.mla_rope_dim);
+    char what[7][64];
+    const char* names[7] = {"attn_q",        "attn_q_a",       "attn_q_a_norm", "attn_q_b",
+                            "attn_kv_a_mqa", "attn_kv_a_norm", "attn_kv_b"};
+    for (int i = 0; i < 7; ++i) std::snprintf(what[i], sizeof what[i], "layer %d %s", il, names[i]);
+    if (hp.mla_q_lora_rank > 0) {
+        TROUPE_CUDA_TRY_STATUS(upload_weight(m, src.wq_a, what[1], hp.dim, hp.mla_q_lora_rank, dst.mla_wq_a));
+        TROUPE_CUDA_TRY_STATUS(upload_vector(m, src.q_a_norm, what[2], hp.mla_q_lora_rank, dst.mla_q_a_norm));
+        TROUPE_CUDA_TRY_STATUS(upload_weight(m, src.wq_b, what[3], hp.mla_q_lora_rank, q_rows, dst.mla_wq_b));
+    } else {
+        TROUPE_CUDA_TRY_STATUS(upload_weight(m, src.wq, what[0], hp.dim, q_rows, dst.mla_wq));
+    }
+    TROUPE_CUDA_TRY_STATUS(upload_weight(m, src.wkv_a, what[4], hp.dim, rank + hp.mla_rope_dim, dst.mla_wkv_a));
+    TROUPE_CUDA_TRY_STATUS(upload_vector(m, src.kv_a_norm, what[5], rank, dst.mla_kv_a_norm));
+    if (src.wkv_b.type == TROUPE_CUDA_EXTERNAL)
+        return fail("%s is a plugin's weight: the latent kernels read rows of F32, F16 or BF16", what[6]);
+    return upload_weight(m, src.wkv_b, what[6], rank, heads * (hp.mla_qk_nope + hp.mla_v_dim), dst.mla_wkv_b);
+}
+
+// The RoPE tables of latent attention, [freq | ramp] (cuda_backend_abi.h revision 10), on the device.
+const char* upload_mla_rope(troupe_cuda_model& m, const troupe_cuda_model_desc& d) {
+    const size_t pairs = static_cast<size_t>(d.mla_rope_dim / 2);
+    std::vector<float> table(d.mla_rope_freq, d.mla_rope_freq + pairs);
+    table.insert(table.end(), d.mla_rope_ramp, d.mla_rope_ramp + pairs);
+    TROUPE_CUDA_TRY_STATUS(m.mla_rope.allocate(table.size() * sizeof(float), "latent attention's RoPE tables"));
+    TROUPE_CUDA_TRY(cudaMemcpyAsync(m.mla_rope.data(), table.data(), table.size() * sizeof(float),
+                                    cudaMemcpyHostToDevice, m.ctx->streams[0]));
+    return cudaStreamSynchronize(m.ctx->streams[0]) == cudaSuccess ? nullptr : fail("uploading the RoPE tables failed");
+}
+
+// A layer's K and V rows per token, or its latent row (revision 10).
+size_t layer_row_elements(const troupe_cuda_model_desc& hp) {
+    if (hp.mla_kv_lora_rank > 0) return static_cast<size_t>(hp.mla_kv_lora_rank) + hp.mla_rope_dim;
+    return static_cast<size_t>(2) * hp.n_kv_heads * hp.head_dim;
+}
+
 size_t kv_bytes_per_token(const troupe_cuda_model_desc& hp) {
-    return static_cast<size_t>(hp.n_layers) * 2 * hp.n_kv_heads * hp.head_dim * element_bytes(hp.kv_type);
+    return static_cast<size_t>(hp.n_layers) * layer_row_elements(hp) * element_bytes(hp.kv_type);
 }
 
 const char* allocate_kv(troupe_cuda_model& m) {
@@ -230,8 +285,9 @@ const char* allocate_kv(troupe_cuda_model& m) {
     }
     n_blocks = std::min<int64_t>(n_blocks, INT32_MAX / std::max(hp.block_size, 1));
     m.n_blocks = static_cast<int32_t>(n_blocks);
-    m.pool_bytes = static_cast<size_t>(n_blocks) * hp.block_size * (per_token / (2 * hp.n_layers));
-    TROUPE_CUDA_TRY_STATUS(m.kv.allocate(m.pool_bytes * 2 * hp.n_layers, "the KV pools"));
+    m.n_pools = hp.mla_kv_lora_rank > 0 ? hp.n_layers : 2 * hp.n_layers;
+    m.pool_bytes = static_cast<size_t>(n_blocks) * hp.block_size * (per_token / m.n_pools);
+    TROUPE_CUDA_TRY_STATUS(m.kv.allocate(m.pool_bytes * m.n_pools, "the KV pools"));
     TROUPE_CUDA_TRY(cudaMemsetAsync(m.kv.data(), 0, m.kv.size(), m.ctx->streams[0]));
     return nullptr;
 }
@@ -261,18 +317,28 @@ const char* model_create(troupe_cuda_context* ctx, const troupe_cuda_model_desc*
     m->hp = copy_desc(*desc);
     const troupe_cuda_layer_features* features = m->hp.layer_features;
     const troupe_cuda_moe_layer* moe = m->hp.moe_layers;
+    const troupe_cuda_mla_layer* mla = m->hp.mla_layers;
     m->hp.layers = nullptr;
     m->hp.layer_features = nullptr;
     m->hp.moe_layers = nullptr;  // the forward reads the counts below, zero without experts
     if (!moe) {
         m->hp.moe_n_experts = m->hp.moe_n_used = m->hp.moe_expert_ffn = m->hp.moe_shared_ffn = 0;
     }
+    m->hp.mla_layers = nullptr;  // likewise the latent widths, zero without latent attention
+    m->hp.mla_rope_freq = m->hp.mla_rope_ramp = nullptr;
+    if (!mla) {
+        m->hp.mla_q_lora_rank = m->hp.mla_kv_lora_rank = m->hp.mla_qk_nope = m->hp.mla_rope_dim = m->hp.mla_v_dim = 0;
+    } else {
+        TROUPE_CUDA_TRY_STATUS(upload_mla_rope(*m, *desc));
+    }
     m->hp.token_embd = m->hp.output_norm = m->hp.output = troupe_cuda_matrix{};
     m->weights.reserve(static_cast<size_t>(desc->n_layers) * 22 + 3);
     m->layers.resize(desc->n_layers);
     for (int32_t il = 0; il < desc->n_layers; ++il) {
         m->layers[il].moe = moe != nullptr && moe[il].router.data != nullptr;
+        m->layers[il].mla = mla != nullptr;
         TROUPE_CUDA_TRY_STATUS(upload_layer(*m, il, desc->layers[il], m->layers[il]));
+        if (m->layers[il].mla) TROUPE_CUDA_TRY_STATUS(upload_mla(*m, il, mla[il], m->layers[il]));
         if (m->layers[il].moe) TROUPE_CUDA_TRY_STATUS(upload_moe(*m, il, moe[il], m->layers[il]));
         if (features) TROUPE_CUDA_TRY_STATUS(upload_features(*m, il, features[il], m->layers[il]));
     }

@@ -9,6 +9,7 @@
 //               q, k, v = xn wq^T [+ bq], xn wk^T [+ bk], xn wv^T [+ bv]; rope(q, k)
 //                                                                [n_tokens, n_(kv_)heads * head_dim]
 //               store k, v at each token's (block, row); att = attention(q, pools) [soft-capped, windowed]
+//               or, with latent attention, att = the MLA block's output (cuda_backend_abi.h revision 10, cuda_mla.h)
 //               a = att wo^T; x += a, or rms_norm(a) * post_attn_norm where the layer has one
 //               xn = rms_norm(x) * ffn_norm
 //               f = (act(xn w_gate^T) * (xn w_up^T)) w_down^T    act: silu, or gelu_tanh (GeGLU)
@@ -41,6 +42,11 @@ struct device_layer {
     device_matrix router, gate_exps, up_exps, down_exps;
     const float* probs_bias = nullptr;               // [n_experts] or null
     device_matrix gate_shexp, up_shexp, down_shexp;  // n_out 0: no shared experts
+    // Multi-head latent attention (troupe_cuda_mla_layer) in place of wq, wk, wv; mla false: standard attention.
+    bool mla = false;
+    device_matrix mla_wq, mla_wq_a, mla_wq_b, mla_wkv_a, mla_wkv_b;  // mla_wq without a query LoRA, the other two with
+    const float* mla_q_a_norm = nullptr;                             // [q_lora_rank]
+    const float* mla_kv_a_norm = nullptr;                            // [kv_lora_rank]
 };
 
 const char* model_create(troupe_cuda_context* ctx, const troupe_cuda_model_desc* desc, troupe_cuda_model** out);
@@ -91,8 +97,10 @@ struct troupe_cuda_model {
     uint64_t weight_bytes = 0;
 
     int32_t n_blocks = 0;
-    size_t pool_bytes = 0;           // one pool: n_blocks * block_size * n_kv_heads * head_dim * element
-    troupe::cuda::device_buffer kv;  // [n_layers][k, v] pools
+    int32_t n_pools = 0;             // 2 * n_layers (K, V), or n_layers latent pools (revision 10)
+    size_t pool_bytes = 0;           // one pool: n_blocks * block_size * (n_kv_heads * head_dim or latent) * element
+    troupe::cuda::device_buffer kv;  // [n_layers][k, v] pools, or [n_layers] latent pools
+    troupe::cuda::device_buffer mla_rope;  // [2, rope_dim / 2]: latent attention's RoPE frequencies, then YaRN ramps
 
     int32_t capacity = 0;                            // tokens the scratch holds
     troupe::cuda::device_buffer scratch;             // activations, see cuda_model_forward.cpp

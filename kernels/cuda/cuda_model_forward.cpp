@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "kernels/cuda/cuda_kernels.h"
+#include "kernels/cuda/cuda_mla.h"
 #include "kernels/cuda/cuda_moe.h"
 #include "kernels/cuda/cuda_scratch_layout.h"
 
@@ -128,6 +129,7 @@ struct step_views {
     float *x, *xn, *q, *k, *v, *att, *gate, *up, *logits;
     float *moe_logits, *moe_weights, *moe_hidden, *moe_out, *moe_y;  // experts' (scratch_layout)
     int32_t* moe_experts;
+    float *mla_qa, *mla_kv, *mla_q, *mla_o;  // latent attention's (scratch_layout)
     const int32_t* tokens;
     kv_tables tables;
     const int32_t* tiles = nullptr;  // prefill's attention tiles, or null (cuda_kernels.h)
@@ -171,44 +173,91 @@ const char* add_branch(troupe_cuda_model& m, const device_matrix& w, const float
     return nullptr;
 }
 
-// Embedding and layers of one step on lane 0's stream: what a step graph holds (cuda_step_graphs.h). Only launches
-// and cuBLASLt products on the stream; taps (host copies) run only where graphs are off (the model has observers).
-const char* enqueue_layers(troupe_cuda_model& m, int32_t n, const step_views& s, cudaStream_t stream) {
+// A latent-attention layer's block from the normed rows xn to its output in s.att ([n, H v_dim]), the layer's latent
+// rows stored in `pool` (cuda_mla.h).
+const char* mla_attention(troupe_cuda_model& m, int32_t il, const device_layer& L, const float* xn, int32_t n,
+                          const step_views& s, void* pool, cudaStream_t stream) {
+    troupe_cuda_context& ctx = *m.ctx;
+    const auto& hp = m.hp;
+    const mla_dims d{hp.n_heads, hp.mla_kv_lora_rank, hp.mla_qk_nope, hp.mla_rope_dim, hp.mla_v_dim};
+    if (hp.mla_q_lora_rank > 0) {
+        TROUPE_CUDA_TRY_STATUS(matmul(ctx, L.mla_wq_a, xn, s.mla_qa, n, false));
+        launch_rms_norm(s.mla_qa, L.mla_q_a_norm, s.mla_qa, n, hp.mla_q_lora_rank, hp.rms_eps, stream);
+        TROUPE_CUDA_TRY_STATUS(matmul(ctx, L.mla_wq_b, s.mla_qa, s.q, n, false));
+    } else {
+        TROUPE_CUDA_TRY_STATUS(matmul(ctx, L.mla_wq, xn, s.q, n, false));
+    }
+    TROUPE_CUDA_TRY_STATUS(matmul(ctx, L.mla_wkv_a, xn, s.mla_kv, n, false));
+    TROUPE_CUDA_TRY_STATUS(
+        report_tap(m, tap_q, il, s.q, n, static_cast<int64_t>(hp.n_heads) * (d.qk_nope + d.rope_dim), nullptr, stream));
+    const float* rope_table = m.mla_rope.as<float>();
+    const mla_rope rope{rope_table, rope_table + d.rope_dim / 2, hp.mla_yarn_factor};
+    const bool kv_f16 = hp.kv_type == TROUPE_CUDA_F16;
+    launch_mla_prepare(s.q, s.mla_kv, n, d, L.mla_kv_a_norm, hp.rms_eps, rope, s.tables, kv_f16, pool, stream);
+    const auto wkv_b_type = static_cast<dtype>(L.mla_wkv_b.type);
+    launch_mla_absorb(s.q, wkv_b_type, L.mla_wkv_b.data, n, d, s.mla_q, stream);
+    launch_mla_attend(s.mla_q, s.mla_o, n, d, hp.attn_scale, s.tables, kv_f16, pool, stream);
+    launch_mla_expand(s.mla_o, wkv_b_type, L.mla_wkv_b.data, n, d, s.att, stream);
+    TROUPE_CUDA_TRY(cudaGetLastError());
+    return nullptr;
+}
+
+// A standard layer's attention block from the normed rows s.xn: q, k, v (biases where the layer has them), RoPE and
+// the KV store, attention over the layer's K and V pools, then x += the output product (or its post norm's).
+const char* standard_attention(troupe_cuda_model& m, int32_t il, const device_layer& L, int32_t n, const step_views& s,
+                               cudaStream_t stream) {
     troupe_cuda_context& ctx = *m.ctx;
     const auto& hp = m.hp;
     const kv_tables& tables = s.tables;
-    float *x = s.x, *xn = s.xn, *q = s.q, *k = s.k, *v = s.v, *att = s.att, *gate = s.gate, *up = s.up;
+    float *x = s.x, *xn = s.xn, *q = s.q, *k = s.k, *v = s.v, *att = s.att;
+    char* k_pool = m.kv.as<char>(m.pool_bytes * (2 * il));
+    char* v_pool = m.kv.as<char>(m.pool_bytes * (2 * il + 1));
     const int32_t kv_width = hp.n_kv_heads * hp.head_dim;
     const bool kv_f16 = hp.kv_type == TROUPE_CUDA_F16;
     const int32_t q_width = hp.n_heads * hp.head_dim;
     const float scale = hp.attn_scale > 0.0f ? hp.attn_scale : 1.0f / std::sqrt(static_cast<float>(hp.head_dim));
     const rope_settings rope{hp.head_dim, hp.rope_n_rot, hp.rope_base, hp.rope_freq_scale, hp.rope_neox != 0};
+    TROUPE_CUDA_TRY_STATUS(matmul_group(ctx, {{&L.wq, q}, {&L.wk, k}, {&L.wv, v}}, xn, n));
+    if (L.bq) {  // qwen2: biases after the products, before RoPE
+        launch_add_bias(q, L.bq, n, q_width, stream);
+        launch_add_bias(k, L.bk, n, kv_width, stream);
+        launch_add_bias(v, L.bv, n, kv_width, stream);
+    }
+    TROUPE_CUDA_TRY_STATUS(report_tap(m, tap_q, il, q, n, q_width, nullptr, stream));
+    TROUPE_CUDA_TRY_STATUS(report_tap(m, tap_k, il, k, n, kv_width, nullptr, stream));
+    TROUPE_CUDA_TRY_STATUS(report_tap(m, tap_v, il, v, n, kv_width, nullptr, stream));
+    launch_rope_store_kv(q, k, v, n, hp.n_heads, hp.n_kv_heads, rope, tables, kv_f16, k_pool, v_pool, stream);
+    launch_attention(q, att, n, hp.n_heads, hp.n_kv_heads, hp.head_dim, scale,
+                     attention_features{hp.attn_softcap, L.window}, tables, kv_f16, k_pool, v_pool, stream,
+                     m.attention_partials.data(), s.tiles, s.n_tiles);
+    TROUPE_CUDA_TRY_STATUS(report_tap(m, tap_attn_out, il, att, n, q_width, nullptr, stream));
+    // The branch's output goes into xn (free once q, k, v are made) where a post norm follows it.
+    TROUPE_CUDA_TRY_STATUS(add_branch(m, L.wo, att, L.post_attn_norm, xn, x, n, stream));
+    return nullptr;
+}
+
+// Embedding and layers of one step on lane 0's stream: what a step graph holds (cuda_step_graphs.h). Only launches
+// and cuBLASLt products on the stream; taps (host copies) run only where graphs are off (the model has observers).
+const char* enqueue_layers(troupe_cuda_model& m, int32_t n, const step_views& s, cudaStream_t stream) {
+    troupe_cuda_context& ctx = *m.ctx;
+    const auto& hp = m.hp;
+    float *x = s.x, *xn = s.xn, *att = s.att, *gate = s.gate, *up = s.up;
 
     const int64_t n_x = static_cast<int64_t>(n) * hp.dim;
     launch_embed(static_cast<dtype>(m.token_embd.type), m.token_embd.data, hp.dim, s.tokens, n, x, stream);
     if (hp.embed_scale > 0.0f && hp.embed_scale != 1.0f) launch_scale(x, hp.embed_scale, n_x, stream);
     for (int32_t il = 0; il < hp.n_layers; ++il) {
         const device_layer& L = m.layers[il];
-        char* k_pool = m.kv.as<char>(m.pool_bytes * (2 * il));
-        char* v_pool = m.kv.as<char>(m.pool_bytes * (2 * il + 1));
         launch_rms_norm(x, L.attn_norm, xn, n, hp.dim, hp.rms_eps, stream);
         TROUPE_CUDA_TRY_STATUS(report_tap(m, tap_attn_norm, il, xn, n, hp.dim, nullptr, stream));
-        TROUPE_CUDA_TRY_STATUS(matmul_group(ctx, {{&L.wq, q}, {&L.wk, k}, {&L.wv, v}}, xn, n));
-        if (L.bq) {  // qwen2: biases after the products, before RoPE
-            launch_add_bias(q, L.bq, n, q_width, stream);
-            launch_add_bias(k, L.bk, n, kv_width, stream);
-            launch_add_bias(v, L.bv, n, kv_width, stream);
+        if (L.mla) {
+            TROUPE_CUDA_TRY_STATUS(mla_attention(m, il, L, xn, n, s, m.kv.as<char>(m.pool_bytes * il), stream));
+            const int64_t out_width = static_cast<int64_t>(hp.n_heads) * hp.mla_v_dim;
+            TROUPE_CUDA_TRY_STATUS(report_tap(m, tap_attn_out, il, att, n, out_width, nullptr, stream));
+            TROUPE_CUDA_TRY_STATUS(add_branch(m, L.wo, att, L.post_attn_norm, xn, x, n, stream));
+        } else {
+            TROUPE_CUDA_TRY_STATUS(standard_attention(m, il, L, n, s, stream));
         }
-        TROUPE_CUDA_TRY_STATUS(report_tap(m, tap_q, il, q, n, q_width, nullptr, stream));
-        TROUPE_CUDA_TRY_STATUS(report_tap(m, tap_k, il, k, n, kv_width, nullptr, stream));
-        TROUPE_CUDA_TRY_STATUS(report_tap(m, tap_v, il, v, n, kv_width, nullptr, stream));
-        launch_rope_store_kv(q, k, v, n, hp.n_heads, hp.n_kv_heads, rope, tables, kv_f16, k_pool, v_pool, stream);
-        launch_attention(q, att, n, hp.n_heads, hp.n_kv_heads, hp.head_dim, scale,
-                         attention_features{hp.attn_softcap, L.window}, tables, kv_f16, k_pool, v_pool, stream,
-                         m.attention_partials.data(), s.tiles, s.n_tiles);
-        TROUPE_CUDA_TRY_STATUS(report_tap(m, tap_attn_out, il, att, n, q_width, nullptr, stream));
-        // The branch's output goes into xn (free once q, k, v are made) where a post norm follows it.
-        TROUPE_CUDA_TRY_STATUS(add_branch(m, L.wo, att, L.post_attn_norm, xn, x, n, stream));
         launch_rms_norm(x, L.ffn_norm, xn, n, hp.dim, hp.rms_eps, stream);
         TROUPE_CUDA_TRY_STATUS(report_tap(m, tap_ffn_norm, il, xn, n, hp.dim, nullptr, stream));
         const glu_kind glu = hp.ffn_activation == TROUPE_CUDA_ACT_GELU_TANH ? glu_kind::gelu_tanh : glu_kind::silu;
@@ -268,6 +317,10 @@ const char* model_forward_fenced(troupe_cuda_model* model, const troupe_cuda_bat
     s.moe_hidden = m.scratch.as<float>(lay.moe_hidden.offset);
     s.moe_out = m.scratch.as<float>(lay.moe_out.offset);
     s.moe_y = m.scratch.as<float>(lay.moe_y.offset);
+    s.mla_qa = m.scratch.as<float>(lay.mla_qa.offset);
+    s.mla_kv = m.scratch.as<float>(lay.mla_kv.offset);
+    s.mla_q = m.scratch.as<float>(lay.mla_q.offset);
+    s.mla_o = m.scratch.as<float>(lay.mla_o.offset);
 
     // The index arrays, in one upload: tokens | positions | seq_of | offsets | out_tokens | tree | tables, the block
     // tables last so that where every array starts depends on the step's shape alone (a step graph bakes it in).

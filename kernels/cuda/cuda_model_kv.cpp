@@ -14,7 +14,7 @@ const char* model_copy_blocks(troupe_cuda_model* model, int32_t lane, const int3
     TROUPE_CUDA_TRY_STATUS(begin_lane(*m.ctx, lane));
     cudaStream_t stream = m.ctx->streams[lane];
     const size_t block_bytes = m.pool_bytes / m.n_blocks;
-    for (int32_t pool = 0; pool < 2 * m.hp.n_layers; ++pool) {
+    for (int32_t pool = 0; pool < m.n_pools; ++pool) {
         char* base = m.kv.as<char>(m.pool_bytes * pool);
         for (int32_t i = 0; i < n; ++i)
             TROUPE_CUDA_TRY(cudaMemcpyAsync(base + block_bytes * dst[i], base + block_bytes * src[i], block_bytes,
@@ -36,7 +36,7 @@ const char* model_copy_rows(troupe_cuda_model* model, int32_t lane, const int32_
     const size_t row_bytes = m.pool_bytes / n_rows;
     // In order, on one stream: a copy never runs before the ones listed earlier.
     for (int32_t i = 0; i < n; ++i) {
-        for (int32_t pool = 0; pool < 2 * m.hp.n_layers; ++pool) {
+        for (int32_t pool = 0; pool < m.n_pools; ++pool) {
             char* base = m.kv.as<char>(m.pool_bytes * pool);
             TROUPE_CUDA_TRY(cudaMemcpyAsync(base + row_bytes * dst[i], base + row_bytes * src[i], row_bytes,
                                             cudaMemcpyDeviceToDevice, stream));
@@ -77,7 +77,7 @@ const char* swap_blocks(troupe_cuda_model& m, int32_t lane, const int32_t* block
     cudaStream_t stream = m.ctx->streams[lane];
     const size_t block_bytes = m.pool_bytes / m.n_blocks;
     cudaError_t e = cudaSuccess;
-    for (int32_t pool = 0; pool < 2 * m.hp.n_layers && e == cudaSuccess; ++pool) {
+    for (int32_t pool = 0; pool < m.n_pools && e == cudaSuccess; ++pool) {
         char* device_pool = m.kv.as<char>(m.pool_bytes * pool);
         char* host_pool = host + block_bytes * (static_cast<size_t>(pool) * n);
         for (int32_t i = 0; i < n && e == cudaSuccess;) {

@@ -4,7 +4,9 @@
 //   x, xn [T, dim]; q, att [T, n_heads * head_dim]; k, v [T, n_kv_heads * head_dim];
 //   gate, up [T, max(ffn_dim, moe_shared_ffn)]; logits [T, n_vocab]; with experts (k of E, F units each):
 //   moe_logits [T, E], moe_experts (int32) and moe_weights [T, k], moe_hidden [T k, F], moe_out [T k, dim],
-//   moe_y [T, dim]                                                  (every element 4 bytes; regions 256-byte aligned)
+//   moe_y [T, dim]; with latent attention (H heads, R = kv_lora_rank): mla_qa [T, q_lora_rank], mla_kv [T, R +
+//   rope_dim], mla_q [T, H (R + rope_dim)], mla_o [T, H R], and q, att at least [T, H (qk_nope + rope_dim)] and
+//   [T, H v_dim]                                                    (every element 4 bytes; regions 256-byte aligned)
 //
 // The expert counts decide the experts' regions, never the moe_layers pointer: the model's copy of its description
 // keeps the counts and clears the pointers (model_create; the first run on a GPU sized them 0 when it read the
@@ -26,7 +28,7 @@ struct scratch_region {
 
 struct scratch_layout {
     scratch_region x, xn, q, k, v, att, gate, up, logits, moe_logits, moe_experts, moe_weights, moe_hidden, moe_out,
-        moe_y;
+        moe_y, mla_qa, mla_kv, mla_q, mla_o;
     size_t total = 0;
 };
 
@@ -41,10 +43,14 @@ inline scratch_layout layout_for(const troupe_cuda_model_desc& hp, int32_t capac
     };
     l.x = take(hp.dim);
     l.xn = take(hp.dim);
-    l.q = take(static_cast<size_t>(hp.n_heads) * hp.head_dim);
+    // Latent attention's widths where the model has it (the counts, kept by model_create, not the layers' pointer).
+    const bool mla = hp.mla_kv_lora_rank > 0;
+    const size_t heads = static_cast<size_t>(hp.n_heads);
+    const size_t latent = mla ? static_cast<size_t>(hp.mla_kv_lora_rank) + hp.mla_rope_dim : 0;
+    l.q = take(heads * std::max<size_t>(hp.head_dim, mla ? hp.mla_qk_nope + hp.mla_rope_dim : 0));
     l.k = take(static_cast<size_t>(hp.n_kv_heads) * hp.head_dim);
     l.v = take(static_cast<size_t>(hp.n_kv_heads) * hp.head_dim);
-    l.att = take(static_cast<size_t>(hp.n_heads) * hp.head_dim);
+    l.att = take(heads * std::max<size_t>(hp.head_dim, mla ? hp.mla_v_dim : 0));
     const bool moe = hp.moe_n_used > 0;
     const size_t ffn = std::max<size_t>(hp.ffn_dim, moe ? hp.moe_shared_ffn : 0);
     l.gate = take(ffn);
@@ -57,6 +63,10 @@ inline scratch_layout layout_for(const troupe_cuda_model_desc& hp, int32_t capac
     l.moe_hidden = take(k * (moe ? hp.moe_expert_ffn : 0));
     l.moe_out = take(k * hp.dim);
     l.moe_y = take(moe ? hp.dim : 0);
+    l.mla_qa = take(mla ? hp.mla_q_lora_rank : 0);
+    l.mla_kv = take(latent);
+    l.mla_q = take(heads * latent);
+    l.mla_o = take(mla ? heads * hp.mla_kv_lora_rank : 0);
     l.total = at;
     return l;
 }

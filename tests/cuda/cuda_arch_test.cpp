@@ -1,6 +1,7 @@
 // The architecture families on the CUDA runner: qwen2 (q/k/v biases, tied output), phi3 (fused qkv and gate/up
 // as row views), gemma2 (GeGLU, post norms, scaled embeddings, attention and final soft-capping, a window of 4 on the
-// even layers) and mixtral (experts) reach the backend with their features (host side: runs everywhere), and on a GPU
+// even layers), mixtral (experts) and deepseek2 (latent attention, experts with a shared one) reach the backend with
+// their features (host side: runs everywhere), and on a GPU
 // give ../shared/golden/arch-greedy.json's 48 ids with first-step logits within 0.02 of it
 // and of the CPU graph (skips without a GPU).
 #include <gtest/gtest.h>
@@ -155,6 +156,70 @@ TEST(cuda_arch_upload, mixtral_sends_its_router_and_stacked_experts_instead_of_a
               0u);
 }
 
+// tiny-deepseek2 (latent attention with a query LoRA, experts with a shared one after a leading dense layer) and
+// tiny-deepseek2-lite (no query LoRA): every layer sends its MLA block (the file's own matrices, attn_kv_b as the
+// backend's rows) in place of wq, wk, wv, wo of [dim, H v_dim], and the RoPE tables that reproduce the CPU's angles.
+TEST(cuda_arch_upload, deepseek2_sends_its_latent_attention_blocks_and_rope_tables) {
+    for (const char* name : {"tiny-deepseek2.gguf", "tiny-deepseek2-lite.gguf"}) {
+        TROUPE_REQUIRE_SHARED(path, std::string("models/arch/") + name);
+        auto a = upload_of(path);
+        ASSERT_TRUE(a.ok()) << a.message();
+        const troupe_cuda_model_desc& d = a->up->desc;
+        const mla_params& p = *a->weights.hp.mla;
+        ASSERT_NE(d.mla_layers, nullptr) << name;
+        EXPECT_EQ(d.mla_kv_lora_rank, p.kv_lora_rank);
+        EXPECT_EQ(d.mla_q_lora_rank, p.q_lora_rank);
+        EXPECT_EQ(d.mla_qk_nope, p.qk_nope);
+        EXPECT_EQ(d.mla_rope_dim, p.rope_dim);
+        EXPECT_EQ(d.mla_v_dim, p.v_dim);
+        EXPECT_FLOAT_EQ(d.attn_scale, p.attention_scale());
+        for (int32_t il = 0; il < d.n_layers; ++il) {
+            const troupe_cuda_mla_layer& m = d.mla_layers[il];
+            const mla_layer_weights& w = a->weights.layers[il].mla;
+            EXPECT_EQ(d.layers[il].wq.data, nullptr) << name << " layer " << il << ": no standard q, k, v";
+            EXPECT_EQ(d.layers[il].wk.data, nullptr);
+            EXPECT_EQ(d.layers[il].wo.n_in, int64_t{p.n_heads} * p.v_dim);
+            EXPECT_EQ(m.wkv_a.data, w.wkv_a.data);
+            EXPECT_EQ(m.wkv_a.n_out, p.kv_lora_rank + p.rope_dim);
+            EXPECT_EQ(m.wkv_b.n_out, int64_t{p.n_heads} * (p.qk_nope + p.v_dim));
+            EXPECT_EQ(m.wkv_b.n_in, p.kv_lora_rank);
+            EXPECT_NE(m.kv_a_norm.data, nullptr);
+            if (p.q_lora_rank > 0) {
+                EXPECT_EQ(m.wq.data, nullptr);
+                EXPECT_EQ(m.wq_a.data, w.wq_a.data);
+                EXPECT_EQ(m.wq_b.n_in, p.q_lora_rank);
+                EXPECT_NE(m.q_a_norm.data, nullptr);
+            } else {
+                EXPECT_EQ(m.wq.data, w.wq.data);
+                EXPECT_EQ(m.wq_a.data, nullptr);
+            }
+        }
+        // The device turns pair i at position pos by pos * freq[i], blended by ramp[i] under YaRN, as the CPU does.
+        for (int32_t i = 0; i < p.rope_dim / 2; ++i) {
+            for (int32_t pos : {0, 1, 7, 300, 4095}) {
+                float theta = static_cast<float>(pos) * d.mla_rope_freq[i];
+                if (d.mla_yarn_factor != 1.0f) {
+                    theta = theta / d.mla_yarn_factor * (1.0f - d.mla_rope_ramp[i]) + theta * d.mla_rope_ramp[i];
+                }
+                EXPECT_EQ(theta, p.rope_angle(pos, i)) << name << " pair " << i << " position " << pos;
+            }
+        }
+        // Its step scratch (as the device model keeps the description: counts, no pointers) holds every latent buffer.
+        troupe_cuda_model_desc kept = d;
+        kept.mla_layers = nullptr;
+        const int32_t t = 19;
+        const cuda::scratch_layout l = cuda::layout_for(kept, t);
+        const size_t f = sizeof(float), latent = p.kv_lora_rank + p.rope_dim;
+        EXPECT_EQ(l.mla_qa.bytes, t * static_cast<size_t>(p.q_lora_rank) * f);
+        EXPECT_EQ(l.mla_kv.bytes, t * latent * f);
+        EXPECT_EQ(l.mla_q.bytes, t * p.n_heads * latent * f);
+        EXPECT_EQ(l.mla_o.bytes, t * static_cast<size_t>(p.n_heads) * p.kv_lora_rank * f);
+        EXPECT_GE(l.q.bytes, t * static_cast<size_t>(p.n_heads) * p.head_dim() * f);
+        EXPECT_GE(l.att.bytes, t * static_cast<size_t>(p.n_heads) * p.v_dim * f);
+        EXPECT_EQ(l.total, l.mla_o.offset + ((l.mla_o.bytes + 255) & ~size_t{255}));
+    }
+}
+
 // The step's scratch for tiny-mixtral as the device model sees its description (model_create keeps the expert counts
 // and clears the moe_layers pointer): every expert buffer has its rows, no two regions overlap, all lie inside the
 // buffer; a dense model's expert regions are empty. (The first GPU run read the pointer and gave them no room.)
@@ -254,6 +319,13 @@ TEST_P(cuda_arch_golden, greedy_ids_equal_the_reference_and_first_logits_agree_w
         EXPECT_NEAR(logits[i], fs.logits_0_7[i], kLogitTolerance) << "logit " << i;
     }
 
+    if (weights.value().hp.mla) {
+        // The CPU graph's latent attention is a plugin (attention/mla), which this test does not load: the reference
+        // above is the independent check.
+        std::printf("  %s%s: matches the reference (no CPU graph comparison for latent attention here)\n", c.model,
+                    c.kv_f16 ? " (kv F16)" : "");
+        return;
+    }
     cpu_llama_params cp;
     cp.attention = std::make_shared<ref_attention>();
     cp.max_seqs = 1;
@@ -273,7 +345,9 @@ INSTANTIATE_TEST_SUITE_P(
     arch_models, cuda_arch_golden,
     ::testing::Values(arch_gpu_case{"tiny-qwen2.gguf", false}, arch_gpu_case{"tiny-phi3.gguf", false},
                       arch_gpu_case{"tiny-gemma2.gguf", false}, arch_gpu_case{"tiny-gemma2.gguf", true},
-                      arch_gpu_case{"tiny-mixtral.gguf", false}, arch_gpu_case{"tiny-mixtral.gguf", true}),
+                      arch_gpu_case{"tiny-mixtral.gguf", false}, arch_gpu_case{"tiny-mixtral.gguf", true},
+                      arch_gpu_case{"tiny-deepseek2.gguf", false}, arch_gpu_case{"tiny-deepseek2.gguf", true},
+                      arch_gpu_case{"tiny-deepseek2-lite.gguf", false}),
     case_name);
 
 }  // namespace
