@@ -8,7 +8,7 @@
 # quant/w4a16 on a W4_G128 file this script makes with `troupe quantize`, quant/fp8, and tap observers), bench_cuda_quant
 # (GEMV GB/s vs copy), then `troupe bench --device cuda` on the shared models (beside the CPU) and on a 1B file
 # `troupe synth` writes (F16 with step graphs on and off, 1/8/32 sequences, decode at depth 1920; W4_G128 through
-# quant/w4a16; the mixture-of-experts moe-1B).
+# quant/w4a16; the mixture-of-experts moe-1B, as mixtral and as deepseek2 with latent attention).
 # PROFILE=1 adds ncu's GPU time per kernel for a 1B decode and prefill. QUICK=1 runs the tests and the 1B file's
 # default, 8-sequence and depth benches only (a re-check after a fix, in half the device time).
 #
@@ -144,6 +144,16 @@ if [ -f "$f16" ] || "$build/troupe" synth --shape 1B --vocab "$vocab" --type f16
         bench "$moe" cuda --n-prompt 512 --n-gen 128
     else
         fail "synth moe-1B f16"
+    fi
+    mla=$work/synth-moe-1B-deepseek2-f16.gguf
+    if [ -n "$quick" ]; then
+        :
+    elif [ -f "$mla" ] || "$build/troupe" synth --shape moe-1B --arch deepseek2 --vocab "$vocab" --type f16 -o "$mla" >/dev/null; then
+        echo "(deepseek2: multi-head latent attention with q LoRA, a leading dense layer, experts with a shared one)"
+        bench "$mla" cuda --n-prompt 512 --n-gen 128
+        bench "$mla" cuda --n-prompt 1920 --n-gen 64 --decode-after-prompt --compare-depth 64
+    else
+        fail "synth moe-1B deepseek2 f16"
     fi
     if [ -n "${PROFILE:-}" ] && command -v ncu >/dev/null; then
         section "ncu: GPU time per kernel, 1B F16 decode (1-token prompt, 4 steps) and a 512-token prefill"
