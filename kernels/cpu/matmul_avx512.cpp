@@ -422,7 +422,7 @@ void rows_avx512(const matmul_weight& w, prepared_x x, float* y, int64_t ldy, in
         float_rows_in_tiles<float_tiles_here>(w, x, y, ldy, n_tokens, r0, r1);
         return;
     }
-    if (n_tokens == 1 && kquant_groups_rows(w.type, w.row_stride)) {  // decode: rows in groups of four
+    if (n_tokens == 1 && kquant_groups_rows(w.type)) {  // decode: rows in groups of four
         kquant_rows_one_token_avx512(w, static_cast<const block_q8_k*>(x.data), y, r0, r1);
         return;
     }
