@@ -27,7 +27,7 @@
  *               test_moe_route
  *   revision 9: measure_copy (the device's copy bandwidth, the limit `troupe bench` prints decode's rate beside)
  *   revision 10: multi-head latent attention (DeepSeek-V2: troupe_cuda_mla_layer, the mla_* fields of
- *               troupe_cuda_model_desc) with its latent KV pools
+ *               troupe_cuda_model_desc) with its latent KV pools; test_mla_attention
  *
  * Errors: every function that can fail returns NULL on success, else a message owned by the library
  * ("cudaMalloc of 2.0 GiB for the KV pools failed: out of memory"), valid until the next call from
@@ -361,6 +361,41 @@ typedef struct troupe_cuda_attention_args {
 #define TROUPE_CUDA_ATTENTION_ARGS_V3_SIZE \
     ((offsetof(troupe_cuda_attention_args, mask_words) + sizeof(int32_t) + 7) / 8 * 8)
 
+/* Revision 10: host-buffer arguments of the latent attention test: a layer's MLA block from its q and latent products
+ * on (troupe_cuda_mla_layer's rule): the latent normed and RoPE'd with q, stored into the pool, attended, expanded. */
+typedef struct troupe_cuda_mla_attention_args {
+    uint32_t struct_size;
+    int32_t n_tokens;
+    int32_t n_heads;
+    int32_t kv_lora_rank;
+    int32_t qk_nope;
+    int32_t rope_dim;
+    int32_t v_dim;
+    float scale;
+    float eps;
+    const float* q;                  /* [n_tokens, n_heads, qk_nope + rope_dim], before RoPE */
+    const float* latent;             /* [n_tokens, kv_lora_rank + rope_dim], before the norm and RoPE */
+    const float* kv_a_norm;          /* [kv_lora_rank] */
+    const troupe_cuda_matrix* wkv_b; /* [n_heads * (qk_nope + v_dim), kv_lora_rank], F32 / F16 / BF16 */
+    const float* rope_freq;          /* [rope_dim / 2] */
+    const float* rope_ramp;          /* [rope_dim / 2] */
+    float yarn_factor;               /* 1: none */
+    float* out;                      /* [n_tokens, n_heads * v_dim] */
+    const int32_t* positions;
+    const int32_t* seq_of;
+    int32_t n_seqs;
+    const int32_t* block_table_offsets;
+    const int32_t* block_tables;
+    int32_t block_size;
+    int32_t n_blocks;
+    uint32_t kv_type;    /* F32 or F16 pool */
+    void* pool;          /* [n_blocks, block_size, kv_lora_rank + rope_dim], in and out */
+    const int32_t* rows; /* tree attention as troupe_cuda_batch's, or null: causal */
+    const int32_t* mask_base;
+    const uint64_t* mask;
+    int32_t mask_words;
+} troupe_cuda_mla_attention_args;
+
 #define TROUPE_CUDA_MATMUL_CUBLASLT 0
 #define TROUPE_CUDA_MATMUL_SIMPLE 1
 
@@ -471,6 +506,10 @@ typedef struct troupe_cuda_ops {
     /* Revision 9: device-to-device copies of `bytes` on lane 0 (after one untimed), `reps` of them timed by events:
      * *gb_per_s = read + written bytes per second / 1e9. Allocates 2 x bytes for the call; synchronous. */
     const char* (*measure_copy)(troupe_cuda_context* ctx, uint64_t bytes, int32_t reps, double* gb_per_s);
+
+    /* Revision 10: latent attention's kernels on host buffers (troupe_cuda_mla_attention_args), synchronous on lane 0.
+     */
+    const char* (*test_mla_attention)(troupe_cuda_context* ctx, const troupe_cuda_mla_attention_args* args);
 } troupe_cuda_ops;
 
 /* The size of a revision-1 table: the smallest the host accepts. */
