@@ -362,8 +362,10 @@ const char* test_mla_attention(troupe_cuda_context* ctx, const troupe_cuda_mla_a
                        mla_rope{dfreq.as<float>(), dramp.as<float>(), a.yarn_factor}, tt.tables, kv_f16, dpool.data(),
                        st);
     launch_mla_absorb(dq.as<float>(), type, wkv_b.data, a.n_tokens, d, dqlat.as<float>(), st);
+    device_buffer partials;  // the split decode's records, as a model step has them
+    TROUPE_CUDA_TRY_STATUS(partials.allocate(mla_split_scratch_bytes, "split latent attention"));
     launch_mla_attend(dqlat.as<float>(), dolat.as<float>(), a.n_tokens, d, a.scale, tt.tables, kv_f16, dpool.data(),
-                      st);
+                      partials.as<float>(), st);
     launch_mla_expand(dolat.as<float>(), type, wkv_b.data, a.n_tokens, d, dout.as<float>(), st);
     TROUPE_CUDA_TRY(cudaGetLastError());
     TROUPE_CUDA_TRY_STATUS(download(a.out, dout, n * heads * a.v_dim * f, st));

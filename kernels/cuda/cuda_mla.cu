@@ -1,9 +1,12 @@
-// Multi-head latent attention's kernels (declarations and the math: cuda_mla.h). Written for correctness first: one
-// warp walks a (token, head)'s rows alone, and prefill re-reads each row once per query. The latent row is the whole
-// of what a token keeps per layer, so decode reads R + rope_dim numbers per row where MHA would read 2 H head_dim.
+// Multi-head latent attention's kernels (declarations and the math: cuda_mla.h). Decode shares a (token, head)'s rows
+// among up to mla_max_splits warps, merged afterwards; prefill re-reads each row once per query (no tiles yet). The
+// latent row is the whole of what a token keeps per layer, so decode reads R + rope_dim numbers per row where MHA
+// would read 2 H head_dim.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
+
+#include <algorithm>
 
 #include "kernels/cuda/cuda_device.cuh"
 #include "kernels/cuda/cuda_gemv.cuh"
@@ -87,14 +90,17 @@ __global__ void mla_absorb_kernel(const float* q, const w_t* wkv_b, mla_dims d, 
     q_lat[static_cast<size_t>(item) * width + r] = out;
 }
 
-// A warp per (token, head): the online softmax over the rows the token sees (warp-uniform loop), each lane holding
-// elements lane, lane + 32, ... of the query and of the accumulated c.
+// A warp per (token, head, split): the online softmax over the split's share of the rows the token sees (rows
+// [split * n / n_splits, (split + 1) * n / n_splits) of its n = last row + 1; a warp-uniform loop), each lane holding
+// elements lane, lane + 32, ... of the query and of the accumulated c. One split writes the normalized output; several
+// write their records {m, l, unnormalized acc[R]} for mla_merge_kernel.
 template <class kv_t>
 __global__ void mla_attend_kernel(const float* q_lat, float* o_lat, mla_dims d, float scale, kv_tables tb,
-                                  const kv_t* pool, int32_t n_items) {
+                                  const kv_t* pool, int32_t n_items, int32_t n_splits, float* records) {
     const int32_t lane = threadIdx.x % warp_size;
-    const int32_t item = blockIdx.x * warps_per_block + threadIdx.x / warp_size;
-    if (item >= n_items) return;
+    const int32_t w = blockIdx.x * warps_per_block + threadIdx.x / warp_size;
+    if (w >= n_items * n_splits) return;
+    const int32_t item = w / n_splits, split = w % n_splits;
     const int32_t t = item / d.n_heads;
     const int32_t rank = d.kv_lora_rank, width = (d.kv_lora_rank + d.rope_dim);
     float qv[per_lane], acc[per_lane];
@@ -107,8 +113,10 @@ __global__ void mla_attend_kernel(const float* q_lat, float* o_lat, mla_dims d, 
     }
     float m = -INFINITY, l = 0.0f;
     const int32_t seq = tb.seq_of[t];
-    const int32_t last = last_row(tb, t);
-    for (int32_t j = 0; j <= last; ++j) {
+    const int64_t n_rows = last_row(tb, t) + 1;
+    const auto j0 = static_cast<int32_t>(n_rows * split / n_splits);
+    const auto j1 = static_cast<int32_t>(n_rows * (split + 1) / n_splits);
+    for (int32_t j = j0; j < j1; ++j) {
         if (!sees(tb, t, j, 0)) continue;
         const kv_t* row = pool + cache_row(tb, seq, j, width);
         float dot = 0.0f;
@@ -129,12 +137,45 @@ __global__ void mla_attend_kernel(const float* q_lat, float* o_lat, mla_dims d, 
         }
         m = m_new;
     }
-    float* out = o_lat + static_cast<size_t>(item) * rank;
-    const float inv = 1.0f / l;
+    if (n_splits == 1) {
+        float* out = o_lat + static_cast<size_t>(item) * rank;
+        const float inv = 1.0f / l;
+#pragma unroll
+        for (int k = 0; k < per_lane; ++k) {
+            const int32_t e = lane + warp_size * k;
+            if (e < rank) out[e] = acc[k] * inv;
+        }
+        return;
+    }
+    float* rec = records + static_cast<size_t>(w) * (rank + 2);
+    if (lane == 0) rec[0] = m, rec[1] = l;
 #pragma unroll
     for (int k = 0; k < per_lane; ++k) {
         const int32_t e = lane + warp_size * k;
-        if (e < rank) out[e] = acc[k] * inv;
+        if (e < rank) rec[2 + e] = acc[k];
+    }
+}
+
+// A warp per (token, head): its splits' records merged exactly, M = max m_s, out = sum_s e^(m_s - M) acc_s /
+// sum_s e^(m_s - M) l_s, the splits in order (a split that saw no row has m = -inf and weighs 0).
+__global__ void mla_merge_kernel(const float* records, float* o_lat, int32_t rank, int32_t n_items, int32_t n_splits) {
+    const int32_t lane = threadIdx.x % warp_size;
+    const int32_t item = blockIdx.x * warps_per_block + threadIdx.x / warp_size;
+    if (item >= n_items) return;
+    const float* rec = records + static_cast<size_t>(item) * n_splits * (rank + 2);
+    const float m_s = lane < n_splits ? rec[static_cast<size_t>(lane) * (rank + 2)] : -INFINITY;
+    const float l_s = lane < n_splits ? rec[static_cast<size_t>(lane) * (rank + 2) + 1] : 0.0f;
+    const float big = warp_max(m_s);
+    const float weight = lane < n_splits && m_s != -INFINITY ? expf(m_s - big) : 0.0f;
+    const float inv = 1.0f / warp_sum(weight * l_s);
+    float* out = o_lat + static_cast<size_t>(item) * rank;
+    for (int32_t e = lane; e < rank; e += warp_size) {
+        float sum = 0.0f;
+        for (int32_t s = 0; s < n_splits; ++s) {
+            const float w_s = __shfl_sync(full_mask, weight, s);
+            if (w_s != 0.0f) sum += w_s * rec[static_cast<size_t>(s) * (rank + 2) + 2 + e];
+        }
+        out[e] = sum * inv;
     }
 }
 
@@ -210,17 +251,29 @@ void launch_mla_absorb(const float* q, dtype wkv_b_type, const void* wkv_b, int3
     by_weight_type<absorb_launch>(wkv_b_type, q, wkv_b, n_tokens, d, q_lat, stream);
 }
 
+int32_t mla_attend_splits(int32_t n_tokens, int32_t n_heads) {
+    const int64_t items = static_cast<int64_t>(n_tokens) * n_heads;
+    if (items == 0 || items > mla_max_split_records / 2) return 1;
+    return static_cast<int32_t>(std::min<int64_t>(mla_max_splits, mla_max_split_records / items));
+}
+
 void launch_mla_attend(const float* q_lat, float* o_lat, int32_t n_tokens, const mla_dims& d, float scale,
-                       const kv_tables& tables, bool kv_f16, const void* pool, cudaStream_t stream) {
+                       const kv_tables& tables, bool kv_f16, const void* pool, float* split_scratch,
+                       cudaStream_t stream) {
     const int32_t n_items = n_tokens * d.n_heads;
     if (n_items == 0) return;
-    const int32_t blocks = blocks_for(n_items, warps_per_block);
+    const int32_t n_splits = split_scratch ? mla_attend_splits(n_tokens, d.n_heads) : 1;
+    const int32_t blocks = blocks_for(static_cast<int64_t>(n_items) * n_splits, warps_per_block);
     if (kv_f16) {
         mla_attend_kernel<__half><<<blocks, warps_per_block * warp_size, 0, stream>>>(
-            q_lat, o_lat, d, scale, tables, static_cast<const __half*>(pool), n_items);
+            q_lat, o_lat, d, scale, tables, static_cast<const __half*>(pool), n_items, n_splits, split_scratch);
     } else {
         mla_attend_kernel<float><<<blocks, warps_per_block * warp_size, 0, stream>>>(
-            q_lat, o_lat, d, scale, tables, static_cast<const float*>(pool), n_items);
+            q_lat, o_lat, d, scale, tables, static_cast<const float*>(pool), n_items, n_splits, split_scratch);
+    }
+    if (n_splits > 1) {
+        mla_merge_kernel<<<blocks_for(n_items, warps_per_block), warps_per_block * warp_size, 0, stream>>>(
+            split_scratch, o_lat, d.kv_lora_rank, n_items, n_splits);
     }
 }
 

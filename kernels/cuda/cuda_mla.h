@@ -50,9 +50,16 @@ void launch_mla_absorb(const float* q, dtype wkv_b_type, const void* wkv_b, int3
                        float* q_lat, cudaStream_t stream);
 
 // o_lat [n_tokens, H, R] = the softmax over the rows each token sees of scale * q_lat . row, times the rows' c. A warp
-// per (token, head).
+// per (token, head), or with split_scratch (mla_split_scratch_bytes, device memory) and few items, as decode has, up
+// to mla_max_splits warps per (token, head), each over a contiguous share of its rows, then a merge (flash-decoding).
+// The split count depends on the token and head counts alone (mla_attend_splits), so a step graph keeps it.
+inline constexpr int32_t mla_max_splits = 32;
+inline constexpr int32_t mla_max_split_records = 4096;  // (token, head, split) records at most
+inline constexpr size_t mla_split_scratch_bytes = size_t{mla_max_split_records} * (mla_max_latent + 2) * sizeof(float);
+int32_t mla_attend_splits(int32_t n_tokens, int32_t n_heads);
 void launch_mla_attend(const float* q_lat, float* o_lat, int32_t n_tokens, const mla_dims& d, float scale,
-                       const kv_tables& tables, bool kv_f16, const void* pool, cudaStream_t stream);
+                       const kv_tables& tables, bool kv_f16, const void* pool, float* split_scratch,
+                       cudaStream_t stream);
 
 // out [n_tokens, H * v_dim] = W_UV_h o_lat[t, h] per head. A warp per output.
 void launch_mla_expand(const float* o_lat, dtype wkv_b_type, const void* wkv_b, int32_t n_tokens, const mla_dims& d,

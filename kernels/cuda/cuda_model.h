@@ -106,6 +106,7 @@ struct troupe_cuda_model {
     troupe::cuda::device_buffer scratch;             // activations, see cuda_model_forward.cpp
     troupe::cuda::device_buffer ints;                // the batch's index arrays
     troupe::cuda::device_buffer attention_partials;  // split decode attention's (cuda_kernels.h), zeroed once
+    troupe::cuda::device_buffer mla_partials;        // split latent attention's records (cuda_mla.h), with MLA
     std::vector<int32_t> host_ints;
     std::vector<int32_t> tiles;        // the step's attention tiles (attention_tiles), before upload
     std::vector<float> tap_rows;       // a tap's rows copied to the host (tap_host)

@@ -196,7 +196,8 @@ const char* mla_attention(troupe_cuda_model& m, int32_t il, const device_layer& 
     launch_mla_prepare(s.q, s.mla_kv, n, d, L.mla_kv_a_norm, hp.rms_eps, rope, s.tables, kv_f16, pool, stream);
     const auto wkv_b_type = static_cast<dtype>(L.mla_wkv_b.type);
     launch_mla_absorb(s.q, wkv_b_type, L.mla_wkv_b.data, n, d, s.mla_q, stream);
-    launch_mla_attend(s.mla_q, s.mla_o, n, d, hp.attn_scale, s.tables, kv_f16, pool, stream);
+    launch_mla_attend(s.mla_q, s.mla_o, n, d, hp.attn_scale, s.tables, kv_f16, pool, m.mla_partials.as<float>(),
+                      stream);
     launch_mla_expand(s.mla_o, wkv_b_type, L.mla_wkv_b.data, n, d, s.att, stream);
     TROUPE_CUDA_TRY(cudaGetLastError());
     return nullptr;
@@ -299,6 +300,9 @@ const char* model_forward_fenced(troupe_cuda_model* model, const troupe_cuda_bat
     if (m.attention_partials.size() == 0) {  // once: its counters start at zero and every launch leaves them so
         TROUPE_CUDA_TRY_STATUS(m.attention_partials.allocate(attention_split_scratch_bytes, "split attention"));
         TROUPE_CUDA_TRY(cudaMemsetAsync(m.attention_partials.data(), 0, attention_split_scratch_bytes, stream));
+    }
+    if (hp.mla_kv_lora_rank > 0 && m.mla_partials.size() == 0) {  // each launch writes the records it reads
+        TROUPE_CUDA_TRY_STATUS(m.mla_partials.allocate(mla_split_scratch_bytes, "split latent attention"));
     }
     const scratch_layout lay = layout_for(hp, m.capacity);
     step_views s{};
