@@ -30,7 +30,7 @@
 #include "kernels/cpu/matmul_avx512_blocks.h"
 #include "kernels/cpu/q2_k_row.h"
 #include "kernels/cpu/q3_k_row.h"
-#include "kernels/cpu/q5_0_row.h"
+#include "kernels/cpu/q5_0_row_avx512.h"
 #include "kernels/cpu/q5_k_row.h"
 #include "kernels/fp16.h"
 
@@ -372,7 +372,8 @@ void row_tile(const matmul_weight& w, prepared_x x, const q8_0_pair* pairs, floa
                                   yt, ldy);
             break;
         case ggml_type::q5_0:
-            q5_0_row<T>(reinterpret_cast<const block_q5_0*>(wr), wr + w.row_stride, xt, x.stride, n / qk5_0, yt, ldy);
+            q5_0_row_vnni<T>(reinterpret_cast<const block_q5_0*>(wr), wr + w.row_stride, xt, x.stride, n / qk5_0, yt,
+                             ldy);
             break;
         case ggml_type::q4_k:
             q4_k_row<T>(reinterpret_cast<const block_q4_k*>(wr), xt, x.stride, n / qk_k, yt, ldy);

@@ -1,0 +1,95 @@
+// Internal, for matmul_avx512.cpp only (AVX-512 F, BW, VL and VNNI flags): Q5_0 weights against Q8_0 activation rows,
+// one weight row x T tokens, two blocks per 512-bit step. The same floats as q5_0_row.h (ggml's AVX2 recipe,
+// ref::dot_q5_0): a block's 8 int32 lanes (lane k the dot of elements 4k .. 4k + 3, as q - 16 against x) are exact
+// integers however they are formed, and each is added as acc = fma(d_w * d_x, float(lanes), acc) block after block,
+// then ggml's hsum_float_8.
+//
+// What differs is how the lanes are formed. q5_0_row.h makes them in 256-bit steps with ggml's sign trick (vpsignb
+// has no 512-bit form): about twenty operations per block, so a decode thread ran at ~10 GB/s, a third of what the
+// memory delivers (troupe_kernels_bench: Q5_0 rows 19.6 GB/s = 33% of the read bandwidth on two Zen 5 cores). Here a
+// pair of blocks' 64 codes come out as unsigned bytes q (0..31) with the fifth bits set through a mask register, and
+// one vpdpbusd multiplies them with the activations: lanes = dot(q, x) - dot(16, x), exactly ggml's integers.
+#pragma once
+
+#include <immintrin.h>
+
+#include <cstdint>
+#include <cstring>
+
+#include "kernels/cpu/q5_0_row.h"
+#include "kernels/ggml_types.h"
+
+namespace troupe::cpu::detail {
+namespace {
+
+// Blocks a and b's codes as unsigned bytes q (0..31): bytes 0..31 elements 0..31 of a, bytes 32..63 those of b.
+inline __m512i q5_0_codes_pair(const block_q5_0& a, const block_q5_0& b) {
+    const __m128i pa = _mm_loadu_si128(reinterpret_cast<const __m128i*>(a.qs));
+    const __m128i pb = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b.qs));
+    __m512i v = _mm512_castsi128_si512(pa);  // low nibbles: elements 0..15; high nibbles: 16..31
+    v = _mm512_inserti32x4(v, _mm_srli_epi16(pa, 4), 1);
+    v = _mm512_inserti32x4(v, pb, 2);
+    v = _mm512_inserti32x4(v, _mm_srli_epi16(pb, 4), 3);
+    v = _mm512_and_si512(v, _mm512_set1_epi8(0x0f));
+    uint32_t ha, hb;
+    std::memcpy(&ha, a.qh, sizeof ha);
+    std::memcpy(&hb, b.qh, sizeof hb);
+    const __mmask64 fifth = static_cast<__mmask64>(ha) | static_cast<__mmask64>(hb) << 32;  // bit j: element j's
+    return _mm512_mask_add_epi8(v, fifth, v, _mm512_set1_epi8(16));
+}
+
+// The same for one block, in 256 bits.
+inline __m256i q5_0_codes_one(const block_q5_0& a) {
+    const __m128i pa = _mm_loadu_si128(reinterpret_cast<const __m128i*>(a.qs));
+    const __m256i v = _mm256_and_si256(_mm256_inserti128_si256(_mm256_castsi128_si256(pa), _mm_srli_epi16(pa, 4), 1),
+                                       _mm256_set1_epi8(0x0f));
+    uint32_t ha;
+    std::memcpy(&ha, a.qh, sizeof ha);
+    return _mm256_mask_add_epi8(v, static_cast<__mmask32>(ha), v, _mm256_set1_epi8(16));
+}
+
+// y[t * ldy] for t < T: row w (nb blocks) times token t's Q8_0 blocks at x + t * xs; `ahead`: a row further on,
+// prefetched as this one runs (as q5_0_row).
+template <int T>
+void q5_0_row_vnni(const block_q5_0* w, const uint8_t* ahead, const uint8_t* x, size_t xs, int64_t nb, float* y,
+                   int64_t ldy) {
+    const __m512i sixteen = _mm512_set1_epi8(16);
+    __m256 acc[T];
+    for (int t = 0; t < T; ++t) acc[t] = _mm256_setzero_ps();
+    int64_t b = 0;
+    for (; b + 2 <= nb; b += 2) {
+        _mm_prefetch(reinterpret_cast<const char*>(ahead + b * sizeof(block_q5_0)), _MM_HINT_T0);
+        const __m512i q = q5_0_codes_pair(w[b], w[b + 1]);
+        const float d0 = _cvtsh_ss(w[b].d), d1 = _cvtsh_ss(w[b + 1].d);
+#pragma GCC unroll 4
+        for (int t = 0; t < T; ++t) {
+            const auto* xb = reinterpret_cast<const block_q8_0*>(x + t * xs) + b;
+            const __m512i xq = _mm512_inserti64x4(
+                _mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(xb[0].qs))),
+                _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xb[1].qs)), 1);
+            const __m512i lanes = _mm512_sub_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), q, xq),
+                                                   _mm512_dpbusd_epi32(_mm512_setzero_si512(), sixteen, xq));
+            const __m512 f = _mm512_cvtepi32_ps(lanes);
+            acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(d0 * _cvtsh_ss(xb[0].d)), _mm512_castps512_ps256(f), acc[t]);
+            acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(d1 * _cvtsh_ss(xb[1].d)),
+                                     _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(f), 1)), acc[t]);
+        }
+    }
+    if (b < nb) {
+        const __m256i q = q5_0_codes_one(w[b]);
+        const float d0 = _cvtsh_ss(w[b].d);
+#pragma GCC unroll 4
+        for (int t = 0; t < T; ++t) {
+            const block_q8_0& xb = reinterpret_cast<const block_q8_0*>(x + t * xs)[b];
+            const __m256i xq = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xb.qs));
+            const __m256i lanes =
+                _mm256_sub_epi32(_mm256_dpbusd_epi32(_mm256_setzero_si256(), q, xq),
+                                 _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_set1_epi8(16), xq));
+            acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(d0 * _cvtsh_ss(xb.d)), _mm256_cvtepi32_ps(lanes), acc[t]);
+        }
+    }
+    for (int t = 0; t < T; ++t) y[t * ldy] = ggml_hsum_float_8(acc[t]);
+}
+
+}  // namespace
+}  // namespace troupe::cpu::detail
