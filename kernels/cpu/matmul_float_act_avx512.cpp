@@ -3,7 +3,7 @@
 //   - Q6_K: 64 values at a time unpacked with 512-bit integer ops into a small stack buffer, each chunk of 16
 //     scaled as the reference dequantizes it ((d sc) q), then multiplied with 16 float activations by FMA, four
 //     accumulator chains per token;
-//   - Q4_K: (d sc_j) (q_j . x_j) per sub-block, the mins (dmin m_j) against per-call sums of x per 32;
+//   - Q4_K, Q5_K: (d sc_j) (q_j . x_j) per sub-block, the mins (dmin m_j) against per-call sums of x per 32;
 //   - Q8_0 / Q4_0 / Q5_0 (one scale per 32): p = q . x per token first, then acc += d * p: one multiply per block
 //   instead
 //     of one per weight (equal to the dequantized product but for rounding). One core is bound by its vector
@@ -143,11 +143,23 @@ void q5_0_row(const block_q5_0* w, const float* x, int64_t xs, int64_t nb, float
     store4<T>(a0, a1, a2, a3, y, ldy);
 }
 
-// Q4_K: w = (d sc_j) q - (dmin m_j) per sub-block j of 32, so w . x = sum_j (d sc_j) (q_j . x_j) - (dmin m_j) sum(x_j):
-// the sums of x per 32 (xsum, [T][nb * 8], stride xss) are computed once per work item, the mins then cost one
-// 8-wide FMA per block and token instead of a subtraction per weight.
-template <int T>
-void q4_k_row(const block_q4_k* w, const float* x, int64_t xs, const float* xsum, int64_t xss, int64_t nb, float* y,
+// Sub-block j's elements 16 h .. 16 h + 15 as bytes: Q4_K's nibbles; Q5_K's plus 16 where the fifth bit is set (bit j
+// of qh[16 h + i], as ggml's dequantize_row_q5_K reads it).
+inline __m128i k_chunk(const block_q4_k& b, int j, int h) {
+    return q4_k_chunk(b, j, h);
+}
+inline __m128i k_chunk(const block_q5_k& b, int j, int h) {
+    const __m128i q = load16(b.qs + 32 * (j / 2) + 16 * h);
+    const __m128i low = _mm_and_si128(j % 2 == 0 ? q : _mm_srli_epi16(q, 4), _mm_set1_epi8(0x0f));
+    const __mmask16 fifth = _mm_test_epi8_mask(load16(b.qh + 16 * h), _mm_set1_epi8(static_cast<char>(1 << j)));
+    return _mm_mask_add_epi8(low, fifth, low, _mm_set1_epi8(16));
+}
+
+// Q4_K and Q5_K: w = (d sc_j) q - (dmin m_j) per sub-block j of 32, so w . x = sum_j (d sc_j) (q_j . x_j) - (dmin m_j)
+// sum(x_j): the sums of x per 32 (xsum, [T][nb * 8], stride xss) are computed once per work item, the mins then cost
+// one 8-wide FMA per block and token instead of a subtraction per weight.
+template <class Block, int T>
+void q4_k_row(const Block* w, const float* x, int64_t xs, const float* xsum, int64_t xss, int64_t nb, float* y,
               int64_t ldy) {
     TROUPE_FA_CHAINS;
     const int pf = k_prefetch_distance;
@@ -155,7 +167,7 @@ void q4_k_row(const block_q4_k* w, const float* x, int64_t xs, const float* xsum
     for (int t = 0; t < T; ++t) mins[t] = _mm256_setzero_ps();
     for (int64_t b = 0; b < nb; ++b) {
         prefetch_block(w + b, pf);
-        const block_q4_k& wb = w[b];
+        const Block& wb = w[b];
         uint8_t sc[8], mn[8];
         q4_k_unpack_scales(wb, sc, mn);
         const float d = fp16(wb.d), dmin = fp16(wb.dmin);
@@ -168,13 +180,13 @@ void q4_k_row(const block_q4_k* w, const float* x, int64_t xs, const float* xsum
         const float* xb = x + b * qk_k;
 #pragma GCC unroll 2
         for (int c = 0; c < 4; c += 2) {  // sub-blocks 2c..2c+3 into chains a0..a3
-            scaled_block<T>(widen(q4_k_chunk(wb, 2 * c, 0)), widen(q4_k_chunk(wb, 2 * c, 1)), d * sc[2 * c],
-                            xb + 64 * c, xs, a0);
-            scaled_block<T>(widen(q4_k_chunk(wb, 2 * c + 1, 0)), widen(q4_k_chunk(wb, 2 * c + 1, 1)), d * sc[2 * c + 1],
+            scaled_block<T>(widen(k_chunk(wb, 2 * c, 0)), widen(k_chunk(wb, 2 * c, 1)), d * sc[2 * c], xb + 64 * c, xs,
+                            a0);
+            scaled_block<T>(widen(k_chunk(wb, 2 * c + 1, 0)), widen(k_chunk(wb, 2 * c + 1, 1)), d * sc[2 * c + 1],
                             xb + 64 * c + 32, xs, a1);
-            scaled_block<T>(widen(q4_k_chunk(wb, 2 * c + 2, 0)), widen(q4_k_chunk(wb, 2 * c + 2, 1)), d * sc[2 * c + 2],
+            scaled_block<T>(widen(k_chunk(wb, 2 * c + 2, 0)), widen(k_chunk(wb, 2 * c + 2, 1)), d * sc[2 * c + 2],
                             xb + 64 * c + 64, xs, a2);
-            scaled_block<T>(widen(q4_k_chunk(wb, 2 * c + 3, 0)), widen(q4_k_chunk(wb, 2 * c + 3, 1)), d * sc[2 * c + 3],
+            scaled_block<T>(widen(k_chunk(wb, 2 * c + 3, 0)), widen(k_chunk(wb, 2 * c + 3, 1)), d * sc[2 * c + 3],
                             xb + 64 * c + 96, xs, a3);
         }
     }
@@ -257,7 +269,10 @@ void row_tile(const matmul_weight& w, const float* x, const float* xsum, float* 
             q5_0_row<T>(reinterpret_cast<const block_q5_0*>(wr), x, n, n / qk5_0, y, ldy);
             break;
         case ggml_type::q4_k:
-            q4_k_row<T>(reinterpret_cast<const block_q4_k*>(wr), x, n, xsum, n / 32, n / qk_k, y, ldy);
+            q4_k_row<block_q4_k, T>(reinterpret_cast<const block_q4_k*>(wr), x, n, xsum, n / 32, n / qk_k, y, ldy);
+            break;
+        case ggml_type::q5_k:
+            q4_k_row<block_q5_k, T>(reinterpret_cast<const block_q5_k*>(wr), x, n, xsum, n / 32, n / qk_k, y, ldy);
             break;
         case ggml_type::q6_k:
             q6_k_row<T>(reinterpret_cast<const block_q6_k*>(wr), x, n, n / qk_k, y, ldy);
@@ -274,8 +289,8 @@ void rows_float_act_avx512(const matmul_weight& w, const float* x, float* y, int
                            int64_t r1) {
     const int64_t n = w.n_in;
     static thread_local aligned_buffer xsum_buf;
-    float* xsum = nullptr;  // [n_tokens, n / 32] sums of activations, for Q4_K's mins
-    if (w.type == ggml_type::q4_k) {
+    float* xsum = nullptr;  // [n_tokens, n / 32] sums of activations, for Q4_K's and Q5_K's mins
+    if (w.type == ggml_type::q4_k || w.type == ggml_type::q5_k) {
         xsum = xsum_buf.as<float>(static_cast<size_t>(n_tokens * (n / 32)));
         sums_of_32(x, n, n_tokens, xsum);
     }

@@ -25,7 +25,8 @@ namespace troupe::cpu::detail {
 namespace {
 
 // The 6-bit scales sc[8] and mins m[8] of a Q4_K block.
-inline void q4_k_unpack_scales(const block_q4_k& b, uint8_t* sc, uint8_t* m) {
+template <class Block>  // block_q4_k or block_q5_k: the same 12 bytes of scales and mins
+inline void q4_k_unpack_scales(const Block& b, uint8_t* sc, uint8_t* m) {
     uint32_t s[3];
     std::memcpy(s, b.scales, 12);
     const uint32_t words[4] = {s[0] & 0x3f3f3f3fu, (s[2] & 0x0f0f0f0fu) | ((s[0] >> 2) & 0x30303030u),
