@@ -144,8 +144,14 @@ inline int64_t n_pairs(int64_t nb) {
     return (nb + 1) / 2;
 }
 
-void make_q8_0_pairs(const uint8_t* x, size_t xs, int64_t n_tokens, int64_t nb, bool q8_weights, q8_0_pair* pairs) {
-    const __m512i offset = _mm512_set1_epi8(q8_weights ? static_cast<char>(0x80) : 8);
+// The offset a weight type's unsigned codes carry (corr = -dot(offset, x)): Q8_0 codes + 128, Q4_0's 0..15 for q + 8,
+// Q5_0's 0..31 for q + 16.
+inline char pair_offset(ggml_type type) {
+    return type == ggml_type::q8_0 ? static_cast<char>(0x80) : type == ggml_type::q4_0 ? 8 : 16;
+}
+
+void make_q8_0_pairs(const uint8_t* x, size_t xs, int64_t n_tokens, int64_t nb, char code_offset, q8_0_pair* pairs) {
+    const __m512i offset = _mm512_set1_epi8(code_offset);
     for (int64_t t = 0; t < n_tokens; ++t) {
         const auto* xb = reinterpret_cast<const block_q8_0*>(x + t * xs);
         for (int64_t p = 0; p < n_pairs(nb); ++p) {
@@ -372,8 +378,8 @@ void row_tile(const matmul_weight& w, prepared_x x, const q8_0_pair* pairs, floa
                                   yt, ldy);
             break;
         case ggml_type::q5_0:
-            q5_0_row_vnni<T>(reinterpret_cast<const block_q5_0*>(wr), wr + w.row_stride, xt, x.stride, n / qk5_0, yt,
-                             ldy);
+            q5_0_row_vnni<T>(reinterpret_cast<const block_q5_0*>(wr), wr + w.row_stride,
+                             pairs + t0 * n_pairs(n / qk5_0), n / qk5_0, yt, ldy);
             break;
         case ggml_type::q4_k:
             q4_k_row<T>(reinterpret_cast<const block_q4_k*>(wr), xt, x.stride, n / qk_k, yt, ldy);
@@ -405,10 +411,10 @@ void rows_avx512(const matmul_weight& w, prepared_x x, float* y, int64_t ldy, in
                  int64_t r1) {
     static thread_local aligned_buffer pair_buf;
     q8_0_pair* pairs = nullptr;
-    if (w.type == ggml_type::q8_0 || w.type == ggml_type::q4_0) {
+    if (w.type == ggml_type::q8_0 || w.type == ggml_type::q4_0 || w.type == ggml_type::q5_0) {
         const int64_t nb = w.n_in / qk8_0;
         pairs = pair_buf.as<q8_0_pair>(static_cast<size_t>(n_tokens * n_pairs(nb)));
-        make_q8_0_pairs(static_cast<const uint8_t*>(x.data), x.stride, n_tokens, nb, w.type == ggml_type::q8_0, pairs);
+        make_q8_0_pairs(static_cast<const uint8_t*>(x.data), x.stride, n_tokens, nb, pair_offset(w.type), pairs);
     }
     // The kernels prefetch k_prefetch_distance bytes ahead of their loads, which leaves the first that many
     // bytes of this range to demand misses; a work item is often ~100 KiB (decode), so ask for them now.

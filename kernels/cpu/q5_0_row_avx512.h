@@ -8,7 +8,8 @@
 // has no 512-bit form): about twenty operations per block, so a decode thread ran at ~10 GB/s, a third of what the
 // memory delivers (troupe_kernels_bench: Q5_0 rows 19.6 GB/s = 33% of the read bandwidth on two Zen 5 cores). Here a
 // pair of blocks' 64 codes come out as unsigned bytes q (0..31) with the fifth bits set through a mask register, and
-// one vpdpbusd multiplies them with the activations: lanes = dot(q, x) - dot(16, x), exactly ggml's integers.
+// one vpdpbusd multiplies them with the activations, starting from -dot(16, x) (made once per token and call):
+// lanes = dot(q, x) - dot(16, x), exactly ggml's integers.
 #pragma once
 
 #include <immintrin.h>
@@ -48,44 +49,40 @@ inline __m256i q5_0_codes_one(const block_q5_0& a) {
     return _mm256_mask_add_epi8(v, static_cast<__mmask32>(ha), v, _mm256_set1_epi8(16));
 }
 
-// y[t * ldy] for t < T: row w (nb blocks) times token t's Q8_0 blocks at x + t * xs; `ahead`: a row further on,
-// prefetched as this one runs (as q5_0_row).
-template <int T>
-void q5_0_row_vnni(const block_q5_0* w, const uint8_t* ahead, const uint8_t* x, size_t xs, int64_t nb, float* y,
-                   int64_t ldy) {
-    const __m512i sixteen = _mm512_set1_epi8(16);
+// y[t * ldy] for t < T: row w (nb blocks) times token t's activations as pairs of Q8_0 blocks (pairs + t * n_pairs:
+// matmul_avx512.cpp's q8_0_pair, made once per call with the offset 16: qs, corr = -dot(16, qs) as vpdpbusd's
+// starting lanes, d as floats in lanes 0..7 and 8..15; an odd last block paired with zeros). `ahead`: a row further
+// on, prefetched as this one runs (as q5_0_row).
+template <int T, class Pair>
+void q5_0_row_vnni(const block_q5_0* w, const uint8_t* ahead, const Pair* pairs, int64_t nb, float* y, int64_t ldy) {
+    const int64_t np = (nb + 1) / 2;
     __m256 acc[T];
     for (int t = 0; t < T; ++t) acc[t] = _mm256_setzero_ps();
     int64_t b = 0;
     for (; b + 2 <= nb; b += 2) {
         _mm_prefetch(reinterpret_cast<const char*>(ahead + b * sizeof(block_q5_0)), _MM_HINT_T0);
         const __m512i q = q5_0_codes_pair(w[b], w[b + 1]);
-        const float d0 = _cvtsh_ss(w[b].d), d1 = _cvtsh_ss(w[b + 1].d);
+        const __m512 dw = _mm512_castpd_ps(
+            _mm512_insertf64x4(_mm512_castpd256_pd512(_mm256_castps_pd(_mm256_set1_ps(_cvtsh_ss(w[b].d)))),
+                               _mm256_castps_pd(_mm256_set1_ps(_cvtsh_ss(w[b + 1].d))), 1));
 #pragma GCC unroll 4
         for (int t = 0; t < T; ++t) {
-            const auto* xb = reinterpret_cast<const block_q8_0*>(x + t * xs) + b;
-            const __m512i xq = _mm512_inserti64x4(
-                _mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(xb[0].qs))),
-                _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xb[1].qs)), 1);
-            const __m512i lanes = _mm512_sub_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), q, xq),
-                                                   _mm512_dpbusd_epi32(_mm512_setzero_si512(), sixteen, xq));
-            const __m512 f = _mm512_cvtepi32_ps(lanes);
-            acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(d0 * _cvtsh_ss(xb[0].d)), _mm512_castps512_ps256(f), acc[t]);
-            acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(d1 * _cvtsh_ss(xb[1].d)),
+            const Pair& a = pairs[t * np + b / 2];
+            const __m512 f = _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(a.corr, q, a.qs));  // ggml's lanes, both blocks
+            const __m512 d = _mm512_mul_ps(dw, a.d);                                    // d_w * d_x per block
+            acc[t] = _mm256_fmadd_ps(_mm512_castps512_ps256(d), _mm512_castps512_ps256(f), acc[t]);
+            acc[t] = _mm256_fmadd_ps(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(d), 1)),
                                      _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(f), 1)), acc[t]);
         }
     }
-    if (b < nb) {
+    if (b < nb) {  // the odd last block: the lower halves of its pair
         const __m256i q = q5_0_codes_one(w[b]);
-        const float d0 = _cvtsh_ss(w[b].d);
+        const __m256 dw = _mm256_set1_ps(_cvtsh_ss(w[b].d));
 #pragma GCC unroll 4
         for (int t = 0; t < T; ++t) {
-            const block_q8_0& xb = reinterpret_cast<const block_q8_0*>(x + t * xs)[b];
-            const __m256i xq = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xb.qs));
-            const __m256i lanes =
-                _mm256_sub_epi32(_mm256_dpbusd_epi32(_mm256_setzero_si256(), q, xq),
-                                 _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_set1_epi8(16), xq));
-            acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(d0 * _cvtsh_ss(xb.d)), _mm256_cvtepi32_ps(lanes), acc[t]);
+            const Pair& a = pairs[t * np + b / 2];
+            const __m256i lanes = _mm256_dpbusd_epi32(_mm512_castsi512_si256(a.corr), q, _mm512_castsi512_si256(a.qs));
+            acc[t] = _mm256_fmadd_ps(_mm256_mul_ps(dw, _mm512_castps512_ps256(a.d)), _mm256_cvtepi32_ps(lanes), acc[t]);
         }
     }
     for (int t = 0; t < T; ++t) y[t * ldy] = ggml_hsum_float_8(acc[t]);
