@@ -23,19 +23,21 @@
 namespace troupe::cpu::detail {
 namespace {
 
-// Blocks a and b's codes as unsigned bytes q (0..31): bytes 0..31 elements 0..31 of a, bytes 32..63 those of b.
+// Blocks a and b's codes as unsigned bytes q (0..31): bytes 0..31 elements 0..31 of a, bytes 32..63 those of b. Each
+// block's 16 bytes of nibbles go to two 128-bit lanes at once (a broadcast load), one variable shift takes the high
+// nibbles down in the second, and the two qh words join into one 64-bit mask of fifth bits.
 inline __m512i q5_0_codes_pair(const block_q5_0& a, const block_q5_0& b) {
-    const __m128i pa = _mm_loadu_si128(reinterpret_cast<const __m128i*>(a.qs));
-    const __m128i pb = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b.qs));
-    __m512i v = _mm512_castsi128_si512(pa);  // low nibbles: elements 0..15; high nibbles: 16..31
-    v = _mm512_inserti32x4(v, _mm_srli_epi16(pa, 4), 1);
-    v = _mm512_inserti32x4(v, pb, 2);
-    v = _mm512_inserti32x4(v, _mm_srli_epi16(pb, 4), 3);
-    v = _mm512_and_si512(v, _mm512_set1_epi8(0x0f));
+    const __m256i pa = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(a.qs)));
+    const __m256i pb = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b.qs)));
+    alignas(64) static constexpr uint16_t shifts[32] = {0, 0, 0, 0, 0, 0, 0, 0, 4, 4, 4, 4, 4, 4, 4, 4,
+                                                        0, 0, 0, 0, 0, 0, 0, 0, 4, 4, 4, 4, 4, 4, 4, 4};
+    const __m512i v = _mm512_and_si512(
+        _mm512_srlv_epi16(_mm512_inserti64x4(_mm512_castsi256_si512(pa), pb, 1), _mm512_load_si512(shifts)),
+        _mm512_set1_epi8(0x0f));
     uint32_t ha, hb;
     std::memcpy(&ha, a.qh, sizeof ha);
     std::memcpy(&hb, b.qh, sizeof hb);
-    const __mmask64 fifth = static_cast<__mmask64>(ha) | static_cast<__mmask64>(hb) << 32;  // bit j: element j's
+    const __mmask64 fifth = _mm512_kunpackd(_cvtu32_mask32(hb), _cvtu32_mask32(ha));  // bit j: element j's
     return _mm512_mask_add_epi8(v, fifth, v, _mm512_set1_epi8(16));
 }
 
