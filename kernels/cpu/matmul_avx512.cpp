@@ -433,6 +433,13 @@ void rows_avx512(const matmul_weight& w, prepared_x x, float* y, int64_t ldy, in
         kquant_rows_one_token_avx512(w, static_cast<const block_q8_k*>(x.data), y, r0, r1);
         return;
     }
+    if (n_tokens == 1 && w.type == ggml_type::q5_0) {  // decode: rows in groups of four (q5_0_row_avx512.h)
+        const int64_t nb = w.n_in / qk5_0;
+        int64_t r = r0;
+        for (; r + 4 <= r1; r += 4) q5_0_rows_vnni<4>(row_ptr(w, r), w.row_stride, pairs, nb, y + r);
+        for (; r < r1; ++r) q5_0_rows_vnni<1>(row_ptr(w, r), w.row_stride, pairs, nb, y + r);
+        return;
+    }
     // More than one tile of tokens: a block of rows (about 16 KiB) is streamed from memory by the first
     // tile and served from L1/L2 to the next ones, so each tile's activations are reused across the
     // block's rows instead of being fetched again for every row.

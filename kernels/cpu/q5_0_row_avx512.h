@@ -17,6 +17,7 @@
 #include <cstdint>
 #include <cstring>
 
+#include "kernels/cpu/matmul_avx512_blocks.h"
 #include "kernels/cpu/q5_0_row.h"
 #include "kernels/ggml_types.h"
 
@@ -88,6 +89,46 @@ void q5_0_row_vnni(const block_q5_0* w, const uint8_t* ahead, const Pair* pairs,
         }
     }
     for (int t = 0; t < T; ++t) y[t * ldy] = ggml_hsum_float_8(acc[t]);
+}
+
+// Decode (one token): rows r .. r + R - 1 of w (R <= 4, row_stride apart) at once, each row's blocks added into its
+// own accumulator as q5_0_row_vnni adds them (the same floats), so the rows' dependent FMA chains run side by side and
+// each pair of activation blocks is read once for the R rows. A row alone waits on two FMAs per pair (ggml adds every
+// block into one 8-lane accumulator in order).
+template <int R, class Pair>
+void q5_0_rows_vnni(const uint8_t* w, size_t row_stride, const Pair* pairs, int64_t nb, float* y) {
+    __m256 acc[R];
+    for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
+    const auto row = [&](int r) { return reinterpret_cast<const block_q5_0*>(w + r * row_stride); };
+    int64_t b = 0;
+    for (; b + 2 <= nb; b += 2) {
+        const Pair& a = pairs[b / 2];
+#pragma GCC unroll 4
+        for (int r = 0; r < R; ++r) {
+            const block_q5_0* wr = row(r);
+            avx512::prefetch_ahead(wr + b, 2 * sizeof(block_q5_0));
+            const __m512i q = q5_0_codes_pair(wr[b], wr[b + 1]);
+            const __m512 dw = _mm512_castpd_ps(
+                _mm512_insertf64x4(_mm512_castpd256_pd512(_mm256_castps_pd(_mm256_set1_ps(_cvtsh_ss(wr[b].d)))),
+                                   _mm256_castps_pd(_mm256_set1_ps(_cvtsh_ss(wr[b + 1].d))), 1));
+            const __m512 f = _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(a.corr, q, a.qs));
+            const __m512 d = _mm512_mul_ps(dw, a.d);
+            acc[r] = _mm256_fmadd_ps(_mm512_castps512_ps256(d), _mm512_castps512_ps256(f), acc[r]);
+            acc[r] = _mm256_fmadd_ps(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(d), 1)),
+                                     _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(f), 1)), acc[r]);
+        }
+    }
+    if (b < nb) {  // the odd last block: the lower halves of its pair
+        const Pair& a = pairs[b / 2];
+        for (int r = 0; r < R; ++r) {
+            const block_q5_0& wb = row(r)[b];
+            const __m256i lanes =
+                _mm256_dpbusd_epi32(_mm512_castsi512_si256(a.corr), q5_0_codes_one(wb), _mm512_castsi512_si256(a.qs));
+            acc[r] = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_set1_ps(_cvtsh_ss(wb.d)), _mm512_castps512_ps256(a.d)),
+                                     _mm256_cvtepi32_ps(lanes), acc[r]);
+        }
+    }
+    for (int r = 0; r < R; ++r) y[r] = ggml_hsum_float_8(acc[r]);
 }
 
 }  // namespace
