@@ -105,6 +105,18 @@ TEST(cuda_model_view, latent_attention_views_pass_and_a_malformed_one_is_refused
     missing.layers[2].mla.reset();
     EXPECT_EQ(check_llama_view(missing).message(),
               "tiny-deepseek2.gguf: layer 2 has no latent attention tensors, and the model latent attention");
+    // A latent row wider than the kernels hold (kv_lora_rank + rope_dim over 1024), or an odd RoPE width.
+    for (const auto& [rank, rope] : {std::pair{1000, 64}, std::pair{64, 7}}) {
+        llama_weights_view wide = view;
+        wide.hp.mla->kv_lora_rank = rank;
+        wide.hp.mla->rope_dim = rope;
+        const std::string m = check_llama_view(wide).message();
+        EXPECT_NE(m.find("tiny-deepseek2.gguf: latent attention the CUDA graph cannot run: "), std::string::npos) << m;
+        EXPECT_NE(m.find("kv_lora_rank " + std::to_string(rank) + " + rope_dim " + std::to_string(rope) +
+                         " (even, at most 1024 together)"),
+                  std::string::npos)
+            << m;
+    }
 
     TROUPE_REQUIRE_SHARED(mixtral_path, "models/arch/tiny-mixtral.gguf");
     auto mixtral = gguf::gguf_file::open(mixtral_path);
