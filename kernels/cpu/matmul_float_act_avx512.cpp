@@ -78,47 +78,19 @@ inline void scaled_block(__m512 q0, __m512 q1, float d, const float* xb, int64_t
 }
 
 template <int T>
-inline void q8_0_block(const block_q8_0& wb, const float* xb, int64_t xs, __m512 (&acc)[T]) {
+inline void one_scale_block(const block_q8_0& wb, const float* xb, int64_t xs, __m512 (&acc)[T]) {
     scaled_block<T>(widen(load16(wb.qs)), widen(load16(wb.qs + 16)), fp16(wb.d), xb, xs, acc);
 }
 
 template <int T>
-void q8_0_row(const block_q8_0* w, const float* x, int64_t xs, int64_t nb, float* y, int64_t ldy) {
-    TROUPE_FA_CHAINS;
-    const int pf = k_prefetch_distance;
-    int64_t b = 0;
-    for (; b + 2 <= nb; b += 2) {  // two blocks per step into chains a0 and a1 (a2, a3 unused)
-        prefetch_block(w + b, pf);
-        q8_0_block<T>(w[b], x + b * qk8_0, xs, a0);
-        q8_0_block<T>(w[b + 1], x + (b + 1) * qk8_0, xs, a1);
-    }
-    if (b < nb) q8_0_block<T>(w[b], x + b * qk8_0, xs, a0);
-    store4<T>(a0, a1, a2, a3, y, ldy);
-}
-
-template <int T>
-inline void q4_0_block(const block_q4_0& wb, const float* xb, int64_t xs, __m512 (&acc)[T]) {
+inline void one_scale_block(const block_q4_0& wb, const float* xb, int64_t xs, __m512 (&acc)[T]) {
     scaled_block<T>(widen(q4_0_chunk(wb, 0)), widen(q4_0_chunk(wb, 1)), fp16(wb.d), xb, xs, acc);
-}
-
-template <int T>
-void q4_0_row(const block_q4_0* w, const float* x, int64_t xs, int64_t nb, float* y, int64_t ldy) {
-    TROUPE_FA_CHAINS;
-    const int pf = k_prefetch_distance;
-    int64_t b = 0;
-    for (; b + 2 <= nb; b += 2) {  // two blocks per step into chains a0 and a1 (a2, a3 unused)
-        prefetch_block(w + b, pf);
-        q4_0_block<T>(w[b], x + b * qk4_0, xs, a0);
-        q4_0_block<T>(w[b + 1], x + (b + 1) * qk4_0, xs, a1);
-    }
-    if (b < nb) q4_0_block<T>(w[b], x + b * qk4_0, xs, a0);
-    store4<T>(a0, a1, a2, a3, y, ldy);
 }
 
 // Q5_0: the block's 32 codes as q - 16 (-16..15: the nibble, 16 less where the fifth bit in qh is clear), two signed
 // chunks of 16, then as Q4_0.
 template <int T>
-inline void q5_0_block(const block_q5_0& wb, const float* xb, int64_t xs, __m512 (&acc)[T]) {
+inline void one_scale_block(const block_q5_0& wb, const float* xb, int64_t xs, __m512 (&acc)[T]) {
     const __m128i packed = _mm_loadu_si128(reinterpret_cast<const __m128i*>(wb.qs));
     const __m128i nibble = _mm_set1_epi8(0x0f), sixteen = _mm_set1_epi8(16);
     const __m128i lo = _mm_and_si128(packed, nibble), hi = _mm_and_si128(_mm_srli_epi16(packed, 4), nibble);
@@ -127,20 +99,6 @@ inline void q5_0_block(const block_q5_0& wb, const float* xb, int64_t xs, __m512
     const auto clear_lo = static_cast<__mmask16>(~qh & 0xffffu), clear_hi = static_cast<__mmask16>(~qh >> 16);
     scaled_block<T>(widen(_mm_mask_sub_epi8(lo, clear_lo, lo, sixteen)),
                     widen(_mm_mask_sub_epi8(hi, clear_hi, hi, sixteen)), fp16(wb.d), xb, xs, acc);
-}
-
-template <int T>
-void q5_0_row(const block_q5_0* w, const float* x, int64_t xs, int64_t nb, float* y, int64_t ldy) {
-    TROUPE_FA_CHAINS;
-    const int pf = k_prefetch_distance;
-    int64_t b = 0;
-    for (; b + 2 <= nb; b += 2) {  // two blocks per step into chains a0 and a1 (a2, a3 unused)
-        prefetch_block(w + b, pf);
-        q5_0_block<T>(w[b], x + b * qk5_0, xs, a0);
-        q5_0_block<T>(w[b + 1], x + (b + 1) * qk5_0, xs, a1);
-    }
-    if (b < nb) q5_0_block<T>(w[b], x + b * qk5_0, xs, a0);
-    store4<T>(a0, a1, a2, a3, y, ldy);
 }
 
 // Sub-block j's elements 16 h .. 16 h + 15 as bytes: Q4_K's nibbles; Q5_K's plus 16 where the fifth bit is set (bit j
@@ -153,6 +111,23 @@ inline __m128i k_chunk(const block_q5_k& b, int j, int h) {
     const __m128i low = _mm_and_si128(j % 2 == 0 ? q : _mm_srli_epi16(q, 4), _mm_set1_epi8(0x0f));
     const __mmask16 fifth = _mm_test_epi8_mask(load16(b.qh + 16 * h), _mm_set1_epi8(static_cast<char>(1 << j)));
     return _mm_mask_add_epi8(low, fifth, low, _mm_set1_epi8(16));
+}
+
+// A row of blocks of 32 with one scale each (Q8_0, Q4_0, Q5_0: one_scale_block), two blocks per step into chains a0
+// and a1 (a2, a3 unused).
+template <class Block, int T>
+void one_scale_row(const Block* w, const float* x, int64_t xs, int64_t nb, float* y, int64_t ldy) {
+    static_assert(qk8_0 == 32 && qk4_0 == 32 && qk5_0 == 32);
+    TROUPE_FA_CHAINS;
+    const int pf = k_prefetch_distance;
+    int64_t b = 0;
+    for (; b + 2 <= nb; b += 2) {
+        prefetch_block(w + b, pf);
+        one_scale_block<T>(w[b], x + b * 32, xs, a0);
+        one_scale_block<T>(w[b + 1], x + (b + 1) * 32, xs, a1);
+    }
+    if (b < nb) one_scale_block<T>(w[b], x + b * 32, xs, a0);
+    store4<T>(a0, a1, a2, a3, y, ldy);
 }
 
 // Q4_K and Q5_K: w = (d sc_j) q - (dmin m_j) per sub-block j of 32, so w . x = sum_j (d sc_j) (q_j . x_j) - (dmin m_j)
@@ -260,13 +235,13 @@ void row_tile(const matmul_weight& w, const float* x, const float* xsum, float* 
     const int64_t n = w.n_in;
     switch (w.type) {
         case ggml_type::q8_0:
-            q8_0_row<T>(reinterpret_cast<const block_q8_0*>(wr), x, n, n / qk8_0, y, ldy);
+            one_scale_row<block_q8_0, T>(reinterpret_cast<const block_q8_0*>(wr), x, n, n / qk8_0, y, ldy);
             break;
         case ggml_type::q4_0:
-            q4_0_row<T>(reinterpret_cast<const block_q4_0*>(wr), x, n, n / qk4_0, y, ldy);
+            one_scale_row<block_q4_0, T>(reinterpret_cast<const block_q4_0*>(wr), x, n, n / qk4_0, y, ldy);
             break;
         case ggml_type::q5_0:
-            q5_0_row<T>(reinterpret_cast<const block_q5_0*>(wr), x, n, n / qk5_0, y, ldy);
+            one_scale_row<block_q5_0, T>(reinterpret_cast<const block_q5_0*>(wr), x, n, n / qk5_0, y, ldy);
             break;
         case ggml_type::q4_k:
             q4_k_row<block_q4_k, T>(reinterpret_cast<const block_q4_k*>(wr), x, n, xsum, n / 32, n / qk_k, y, ldy);
