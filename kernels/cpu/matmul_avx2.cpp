@@ -371,9 +371,13 @@ void tile(const matmul_weight& w, prepared_x x, float* y, int64_t ldy, int64_t r
             }
             break;
         case ggml_type::q5_0:
-            for (int i = 0; i < R; ++i) {
-                q5_0_row<T>(reinterpret_cast<const block_q5_0*>(wr + i * w.row_stride), wr + (i + R) * w.row_stride, xt,
-                            x.stride, n / qk5_0, yt + i, ldy);
+            if constexpr (T == 1 && R > 1) {  // decode: the rows' FMA chains side by side (q5_0_rows)
+                q5_0_rows<R>(wr, w.row_stride, wr + R * w.row_stride, xt, n / qk5_0, yt);
+            } else {
+                for (int i = 0; i < R; ++i) {
+                    q5_0_row<T>(reinterpret_cast<const block_q5_0*>(wr + i * w.row_stride), wr + (i + R) * w.row_stride,
+                                xt, x.stride, n / qk5_0, yt + i, ldy);
+                }
             }
             break;
         case ggml_type::q4_k:

@@ -71,5 +71,35 @@ void q5_0_row(const block_q5_0* w, const uint8_t* ahead, const uint8_t* x, size_
     for (int t = 0; t < T; ++t) y[t * ldy] = ggml_hsum_float_8(acc[t]);
 }
 
+// Decode (one token): R rows of w (row_stride apart) at once, each row's blocks added into its own accumulator as
+// q5_0_row adds them (the same floats). A row alone waits on one FMA per block (ggml adds every block into one 8-lane
+// accumulator in order); R rows run R such chains side by side and load each activation block once. `ahead`: the
+// rows after these, prefetched as they run.
+template <int R>
+void q5_0_rows(const uint8_t* w, size_t row_stride, const uint8_t* ahead, const uint8_t* x, int64_t nb, float* y) {
+    const __m256i ones16 = _mm256_set1_epi16(1);
+    __m256 acc[R];
+    for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < nb; ++b) {
+        if (b % 3 == 0) {
+            for (int r = 0; r < R; ++r)
+                _mm_prefetch(reinterpret_cast<const char*>(ahead + r * row_stride + b * sizeof(block_q5_0)),
+                             _MM_HINT_T0);
+        }
+        const block_q8_0& xb = reinterpret_cast<const block_q8_0*>(x)[b];
+        const __m256i xq = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xb.qs));
+        const float dx = _cvtsh_ss(xb.d);
+#pragma GCC unroll 4
+        for (int r = 0; r < R; ++r) {
+            const block_q5_0& wb = reinterpret_cast<const block_q5_0*>(w + r * row_stride)[b];
+            const __m256i q = q5_0_codes(wb);
+            const __m256i lanes =
+                _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_sign_epi8(q, q), _mm256_sign_epi8(xq, q)), ones16);
+            acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(_cvtsh_ss(wb.d) * dx), _mm256_cvtepi32_ps(lanes), acc[r]);
+        }
+    }
+    for (int r = 0; r < R; ++r) y[r] = ggml_hsum_float_8(acc[r]);
+}
+
 }  // namespace
 }  // namespace troupe::cpu::detail

@@ -6,7 +6,7 @@
 //   prefill: 512 tokens through the same matmuls: GFLOP/s vs the measured FMA peak.
 //
 // Usage: troupe_kernels_bench [n_threads (default 2)] [prefill tokens (default 512)] [rounds (default 3)]
-//                             [types, e.g. Q8_0,Q4_0 (default all)]
+//                             [types, e.g. Q8_0,Q4_0 (default all)] [level: avx2 | scalar (default: the CPU's best)]
 // (Q8_0 and Q4_0 prefill run the integer GEMM: their GFLOP/s count multiply-adds as 2 flops like the others
 // but are not bound by the float FMA peak.) Rows with activations "float" run the float-activation recipe
 // (cpu::activation_recipe::float32: weight blocks dequantized in registers for decode, the float GEMM on
@@ -117,6 +117,14 @@ int main(int argc, char** argv) {
     const int n_threads = argc > 1 ? std::atoi(argv[1]) : 2;
     const int64_t n_prefill = argc > 2 ? std::atoll(argv[2]) : 512;
     const int n_rounds = argc > 3 ? std::atoi(argv[3]) : 3;
+    if (argc > 5) {  // a lower level's kernels on this CPU (the AVX2 ones on an AVX-512 machine, to compare)
+        const std::string level = argv[5];
+        if (level != "avx2" && level != "scalar") {
+            std::fprintf(stderr, "troupe_kernels_bench: level '%s': avx2 or scalar\n", level.c_str());
+            return 2;
+        }
+        cpu::force_level(level == "avx2" ? cpu::dispatch_level::avx2 : cpu::dispatch_level::scalar);
+    }
     cpu::thread_pool pool(n_threads);
     std::printf(
         "troupe_kernels_bench: 110M Llama shape (dim 768, ffn 2048, 12 layers, vocab 32000), %d threads, level %s\n",
