@@ -70,6 +70,17 @@ std::vector<float> logits_row(const forward_output& out, size_t seq, int32_t i) 
     return {r.begin(), r.end()};
 }
 
+float max_rel_error(const std::vector<float>& a, const std::vector<float>& b) {
+    EXPECT_EQ(a.size(), b.size());
+    float err = 0.0f, scale = 1.0f;
+    for (size_t i = 0; i < a.size() && i < b.size(); ++i) {
+        EXPECT_TRUE(std::isfinite(a[i])) << "element " << i;
+        err = std::max(err, std::fabs(a[i] - b[i]));
+        scale = std::max(scale, std::fabs(b[i]));
+    }
+    return err / scale;
+}
+
 float max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
     TROUPE_ASSERT(a.size() == b.size(),
                   "max_abs_diff of " + std::to_string(a.size()) + " and " + std::to_string(b.size()) + " values");

@@ -36,6 +36,8 @@ result<llama_weights> load_llama_weights(const std::string& path);
 // Row i of sequence seq's logits, copied; the largest |a[i] - b[i]|.
 std::vector<float> logits_row(const forward_output& out, size_t seq, int32_t i = 0);
 float max_abs_diff(const std::vector<float>& a, const std::vector<float>& b);
+// Largest |a - b| over max(1, largest |b|): one relative figure per op (every element of a must be finite).
+float max_rel_error(const std::vector<float>& a, const std::vector<float>& b);
 
 std::vector<float> random_floats(size_t n, uint32_t seed, float lo = -1.0f, float hi = 1.0f);
 
@@ -48,3 +50,10 @@ struct tiny_model {
 std::unique_ptr<tiny_model> make_tiny_model(ggml_type type, bool tied_output, uint32_t seed = 7);
 
 }  // namespace troupe::testing
+
+// An entry point of the backend's op table that must succeed (a message fails the test).
+#define EXPECT_OK(call)                             \
+    do {                                            \
+        const char* troupe_e_ = (call);             \
+        ASSERT_EQ(troupe_e_, nullptr) << troupe_e_; \
+    } while (0)
