@@ -52,6 +52,31 @@ inline __m256i q5_0_codes_one(const block_q5_0& a) {
     return _mm256_mask_add_epi8(v, static_cast<__mmask32>(ha), v, _mm256_set1_epi8(16));
 }
 
+// The two blocks' scales d_w as floats, lanes 0..7 and 8..15.
+inline __m512 q5_0_scales_pair(const block_q5_0& a, const block_q5_0& b) {
+    return _mm512_castpd_ps(_mm512_insertf64x4(_mm512_castpd256_pd512(_mm256_castps_pd(_mm256_set1_ps(_cvtsh_ss(a.d)))),
+                                               _mm256_castps_pd(_mm256_set1_ps(_cvtsh_ss(b.d))), 1));
+}
+
+// acc += a pair of blocks' lanes (codes q, scales dw) against one token's pair `x`, block after block as ggml adds
+// them.
+template <class Pair>
+inline __m256 add_pair(__m256 acc, __m512i q, __m512 dw, const Pair& x) {
+    const __m512 f = _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(x.corr, q, x.qs));  // ggml's lanes, both blocks
+    const __m512 d = _mm512_mul_ps(dw, x.d);                                    // d_w * d_x per block
+    acc = _mm256_fmadd_ps(_mm512_castps512_ps256(d), _mm512_castps512_ps256(f), acc);
+    return _mm256_fmadd_ps(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(d), 1)),
+                           _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(f), 1)), acc);
+}
+
+// acc += an odd last block (codes q) against the lower half of the token's pair.
+template <class Pair>
+inline __m256 add_last(__m256 acc, __m256i q, const block_q5_0& w, const Pair& x) {
+    const __m256i lanes = _mm256_dpbusd_epi32(_mm512_castsi512_si256(x.corr), q, _mm512_castsi512_si256(x.qs));
+    return _mm256_fmadd_ps(_mm256_mul_ps(_mm256_set1_ps(_cvtsh_ss(w.d)), _mm512_castps512_ps256(x.d)),
+                           _mm256_cvtepi32_ps(lanes), acc);
+}
+
 // y[t * ldy] for t < T: row w (nb blocks) times token t's activations as pairs of Q8_0 blocks (pairs + t * n_pairs:
 // matmul_avx512.cpp's q8_0_pair, made once per call with the offset 16: qs, corr = -dot(16, qs) as vpdpbusd's
 // starting lanes, d as floats in lanes 0..7 and 8..15; an odd last block paired with zeros). `ahead`: a row further
@@ -65,28 +90,14 @@ void q5_0_row_vnni(const block_q5_0* w, const uint8_t* ahead, const Pair* pairs,
     for (; b + 2 <= nb; b += 2) {
         _mm_prefetch(reinterpret_cast<const char*>(ahead + b * sizeof(block_q5_0)), _MM_HINT_T0);
         const __m512i q = q5_0_codes_pair(w[b], w[b + 1]);
-        const __m512 dw = _mm512_castpd_ps(
-            _mm512_insertf64x4(_mm512_castpd256_pd512(_mm256_castps_pd(_mm256_set1_ps(_cvtsh_ss(w[b].d)))),
-                               _mm256_castps_pd(_mm256_set1_ps(_cvtsh_ss(w[b + 1].d))), 1));
+        const __m512 dw = q5_0_scales_pair(w[b], w[b + 1]);
 #pragma GCC unroll 4
-        for (int t = 0; t < T; ++t) {
-            const Pair& a = pairs[t * np + b / 2];
-            const __m512 f = _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(a.corr, q, a.qs));  // ggml's lanes, both blocks
-            const __m512 d = _mm512_mul_ps(dw, a.d);                                    // d_w * d_x per block
-            acc[t] = _mm256_fmadd_ps(_mm512_castps512_ps256(d), _mm512_castps512_ps256(f), acc[t]);
-            acc[t] = _mm256_fmadd_ps(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(d), 1)),
-                                     _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(f), 1)), acc[t]);
-        }
+        for (int t = 0; t < T; ++t) acc[t] = add_pair(acc[t], q, dw, pairs[t * np + b / 2]);
     }
     if (b < nb) {  // the odd last block: the lower halves of its pair
         const __m256i q = q5_0_codes_one(w[b]);
-        const __m256 dw = _mm256_set1_ps(_cvtsh_ss(w[b].d));
 #pragma GCC unroll 4
-        for (int t = 0; t < T; ++t) {
-            const Pair& a = pairs[t * np + b / 2];
-            const __m256i lanes = _mm256_dpbusd_epi32(_mm512_castsi512_si256(a.corr), q, _mm512_castsi512_si256(a.qs));
-            acc[t] = _mm256_fmadd_ps(_mm256_mul_ps(dw, _mm512_castps512_ps256(a.d)), _mm256_cvtepi32_ps(lanes), acc[t]);
-        }
+        for (int t = 0; t < T; ++t) acc[t] = add_last(acc[t], q, w[b], pairs[t * np + b / 2]);
     }
     for (int t = 0; t < T; ++t) y[t * ldy] = ggml_hsum_float_8(acc[t]);
 }
@@ -102,31 +113,16 @@ void q5_0_rows_vnni(const uint8_t* w, size_t row_stride, const Pair* pairs, int6
     const auto row = [&](int r) { return reinterpret_cast<const block_q5_0*>(w + r * row_stride); };
     int64_t b = 0;
     for (; b + 2 <= nb; b += 2) {
-        const Pair& a = pairs[b / 2];
 #pragma GCC unroll 4
         for (int r = 0; r < R; ++r) {
             const block_q5_0* wr = row(r);
             avx512::prefetch_ahead(wr + b, 2 * sizeof(block_q5_0));
-            const __m512i q = q5_0_codes_pair(wr[b], wr[b + 1]);
-            const __m512 dw = _mm512_castpd_ps(
-                _mm512_insertf64x4(_mm512_castpd256_pd512(_mm256_castps_pd(_mm256_set1_ps(_cvtsh_ss(wr[b].d)))),
-                                   _mm256_castps_pd(_mm256_set1_ps(_cvtsh_ss(wr[b + 1].d))), 1));
-            const __m512 f = _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(a.corr, q, a.qs));
-            const __m512 d = _mm512_mul_ps(dw, a.d);
-            acc[r] = _mm256_fmadd_ps(_mm512_castps512_ps256(d), _mm512_castps512_ps256(f), acc[r]);
-            acc[r] = _mm256_fmadd_ps(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(d), 1)),
-                                     _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(f), 1)), acc[r]);
+            acc[r] =
+                add_pair(acc[r], q5_0_codes_pair(wr[b], wr[b + 1]), q5_0_scales_pair(wr[b], wr[b + 1]), pairs[b / 2]);
         }
     }
     if (b < nb) {  // the odd last block: the lower halves of its pair
-        const Pair& a = pairs[b / 2];
-        for (int r = 0; r < R; ++r) {
-            const block_q5_0& wb = row(r)[b];
-            const __m256i lanes =
-                _mm256_dpbusd_epi32(_mm512_castsi512_si256(a.corr), q5_0_codes_one(wb), _mm512_castsi512_si256(a.qs));
-            acc[r] = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_set1_ps(_cvtsh_ss(wb.d)), _mm512_castps512_ps256(a.d)),
-                                     _mm256_cvtepi32_ps(lanes), acc[r]);
-        }
+        for (int r = 0; r < R; ++r) acc[r] = add_last(acc[r], q5_0_codes_one(row(r)[b]), row(r)[b], pairs[b / 2]);
     }
     for (int r = 0; r < R; ++r) y[r] = ggml_hsum_float_8(acc[r]);
 }
