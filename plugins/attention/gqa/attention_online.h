@@ -140,20 +140,10 @@ inline void chunk_rows(const T* pool, const size_t* offsets, int32_t n, size_t h
     for (int32_t jj = n; jj < chunk; ++jj) rows[jj] = rows[0];
 }
 
-// Requests into L2 the `bytes` from head_off of the rows at offsets[0 .. n) (plugin_support::prefetch_l2: a loop of
-// __builtin_prefetch was deleted by GCC).
-template <class T>
-inline void prefetch_rows(const T* pool, const size_t* offsets, int32_t n, size_t head_off, size_t bytes) {
-    for (int32_t jj = 0; jj < n; ++jj) {
-        const char* p = reinterpret_cast<const char*>(pool + offsets[jj] + head_off);
-        for (size_t b = 0; b < bytes; b += 64) plugin_support::prefetch_l2(p + b);
-    }
-}
-
 // The next chunk's K and V rows over a pass's heads (bytes [span_begin, span_begin + span_bytes) of each row) into the
-// caches at once: the prefetch of the kernels that are not whole-head ones (those prefetch a head just before its
-// work, prefetch_rows). prefetcht1 through plugin_support::prefetch_l2: in a function of its own GCC deleted this
-// loop when it was written with __builtin_prefetch.
+// caches at once: the prefetch of the kernels that are not whole-head ones (those spread theirs over the chunk's
+// steps, prefetch_chunk_slice). prefetcht1 through plugin_support::prefetch_l2: in a function of its own GCC deleted
+// this loop when it was written with __builtin_prefetch.
 template <class T>
 inline void prefetch_chunk_spans(const T* k_pool, const T* v_pool, const size_t* ahead_offsets, int32_t n_ahead,
                                  size_t span_begin, size_t span_bytes) {
@@ -163,6 +153,34 @@ inline void prefetch_chunk_spans(const T* k_pool, const T* v_pool, const size_t*
             plugin_support::prefetch_l2(reinterpret_cast<const char*>(k_pool + p) + b);
             plugin_support::prefetch_l2(reinterpret_cast<const char*>(v_pool + p) + b);
         }
+    }
+}
+
+// Slice `step` of `n_steps` of the next chunk's rows over a pass's heads (bytes [span_begin, span_begin + span_bytes)
+// of each of the n_ahead rows at ahead_offsets), requested in address order: the by_head kernels' prefetch. Their K and
+// V work goes a kv head at a time, so each step prefetching its own head's rows (a 256-byte stretch every 1 KiB on the
+// 1B shape) read from DRAM at ~20 GB/s per core, and the hardware prefetcher could not follow; the whole stretch in
+// address order, spread over the chunk's steps, feeds it a plain stream. Zen 5, 1B shape, 65536 keys from DRAM, one
+// thread (bench_verify_attention 65536 1 32 4 1 f32|f16, alternated with the per-head prefetch): F32 8.2-9.9 against
+// 10.4-11.3 ms (AVX2 kernels 10.7-10.9 against 12.6-13.5), F16 6.4-6.7 against 6.8-7.0. F32 rows go to L1
+// (prefetcht0; into L2 only: 8.8-9.7 ms), F16 rows to L2 (prefetcht0: 8.7 ms): a half row is converted before use, so
+// its lines wait longer and L1 ones were evicted first. Every line is requested: every second one, or none (the
+// hardware prefetcher alone), measured 1.5x and 1.7x slower.
+template <class T>
+inline void prefetch_chunk_slice(const T* pool, const size_t* ahead_offsets, int32_t n_ahead, size_t span_begin,
+                                 size_t span_bytes, int32_t step, int32_t n_steps) {
+    const size_t lines_per_row = (span_bytes + 63) / 64;
+    const size_t n_lines = lines_per_row * static_cast<size_t>(n_ahead);
+    const size_t first = n_lines * step / n_steps, last = n_lines * (step + 1) / n_steps;
+    size_t jj = first / lines_per_row, line = first % lines_per_row;
+    for (size_t i = first; i < last; ++i) {
+        const char* p = reinterpret_cast<const char*>(pool + ahead_offsets[jj] + span_begin) + 64 * line;
+        if constexpr (sizeof(T) == sizeof(float)) {
+            plugin_support::prefetch_l1(p);
+        } else {
+            plugin_support::prefetch_l2(p);
+        }
+        if (++line == lines_per_row) line = 0, ++jj;
     }
 }
 
@@ -217,6 +235,10 @@ void attend_rows_in_lanes(const troupe_attention_call& call, int64_t t, int32_t 
     const int32_t group = call.n_heads / call.n_kv_heads;
     const int32_t hd = call.head_dim;
     const int32_t n_blocks = n_rows / L;
+    const int32_t h_first = r0 / group;
+    const int32_t h_last = (r0 + n_rows - 1) / group;
+    const size_t span_begin = static_cast<size_t>(h_first) * hd;  // the stretch of a row the pass reads
+    const size_t span_bytes = static_cast<size_t>(h_last - h_first + 1) * hd * sizeof(T);
     const float* q = call.q + (static_cast<size_t>(t) * call.n_heads + r0) * hd;
     const float softcap = call.softcap;
     alignas(64) float qt[acc_floats];              // [block][hd][L]: n_rows x hd <= acc_floats (pass_rows)
@@ -239,7 +261,6 @@ void attend_rows_in_lanes(const troupe_attention_call& call, int64_t t, int32_t 
     chunk_walk<cursor> walk(at, n_keys);
     const size_t* offsets = walk.offsets;
     const size_t* ahead_offsets = walk.ahead_offsets;
-    const size_t head_bytes = static_cast<size_t>(hd) * sizeof(T);
     const T* rows[chunk];
     const float* k_rows[chunk];
     for (int32_t j0 = 0; j0 < n_keys; j0 += chunk) {
@@ -251,7 +272,8 @@ void attend_rows_in_lanes(const troupe_attention_call& call, int64_t t, int32_t 
             const int32_t h = (r0 + b * L) / group;
             if (h != h_rows) {
                 chunk_rows(k_pool, offsets, n, static_cast<size_t>(h) * hd, rows);
-                prefetch_rows(k_pool, ahead_offsets, n_ahead, static_cast<size_t>(h) * hd, head_bytes);
+                prefetch_chunk_slice(k_pool, ahead_offsets, n_ahead, span_begin, span_bytes, h - h_first,
+                                     h_last - h_first + 1);
                 isa::float_rows(rows, n, hd, kf, k_rows);
                 h_rows = h;
             }
@@ -266,7 +288,8 @@ void attend_rows_in_lanes(const troupe_attention_call& call, int64_t t, int32_t 
             const int32_t h = (r0 + b * L) / group;
             if (h != h_rows) {
                 chunk_rows(v_pool, offsets, n, static_cast<size_t>(h) * hd, rows);
-                prefetch_rows(v_pool, ahead_offsets, n_ahead, static_cast<size_t>(h) * hd, head_bytes);
+                prefetch_chunk_slice(v_pool, ahead_offsets, n_ahead, span_begin, span_bytes, h - h_first,
+                                     h_last - h_first + 1);
                 h_rows = h;
             }
             isa::lane_accumulate(acc + static_cast<size_t>(b) * L * hd, p[b], rows, n, hd);
@@ -337,7 +360,6 @@ void attend_rows(const troupe_attention_call& call, int64_t t, int32_t r0, int32
     chunk_walk<cursor> walk(at, n_keys);
     const size_t* offsets = walk.offsets;
     const size_t* ahead_offsets = walk.ahead_offsets;
-    const size_t head_bytes = static_cast<size_t>(hd) * sizeof(T);
     const T* rows[chunk];
     // Where the instruction set has them, whole-head kernels (isa::head_kernels) for a GQA group's query rows: the
     // chunk's K transposed once and shared by the group's rows, scores in vectors, the softmax's sums kept in lanes.
@@ -353,8 +375,9 @@ void attend_rows(const troupe_attention_call& call, int64_t t, int32_t r0, int32
     for (int32_t j0 = 0; j0 < n_keys; j0 += chunk) {
         const int32_t n = walk.load(j0);
         const int32_t n_ahead = walk.n_ahead;  // the next chunk's keys, whose rows are prefetched
-        // The by_head kernels prefetch a head's rows just before its work on this chunk, so that the requests are
-        // spread over the chunk (a burst of every row of the next chunk stalled once the miss buffers were full).
+        // The by_head kernels prefetch a slice of the next chunk's rows with each kv head's work on this one, so that
+        // the requests are spread over the chunk (a burst of every row of the next chunk stalled once the miss buffers
+        // were full) and still come in address order (prefetch_chunk_slice).
         if (!by_head) prefetch_chunk_spans(k_pool, v_pool, ahead_offsets, n_ahead, span_begin, span_bytes);
 
         // Scores a kv head at a time: each of its query rows' n dot products together (dots: one reduction for the
@@ -364,7 +387,8 @@ void attend_rows(const troupe_attention_call& call, int64_t t, int32_t r0, int32
             chunk_rows(k_pool, offsets, n, static_cast<size_t>(h) * hd, rows);
             if constexpr (isa::head_kernels) {
                 if (by_head) {
-                    prefetch_rows(k_pool, ahead_offsets, n_ahead, static_cast<size_t>(h) * hd, head_bytes);
+                    prefetch_chunk_slice(k_pool, ahead_offsets, n_ahead, span_begin, span_bytes, h - h_first,
+                                         h_last - h_first + 1);
                     isa::transpose_chunk(rows, hd, kt);
                     isa::head_scores(q + static_cast<size_t>(rb) * hd, re - rb, kt, hd, call.scale, sc + rb);
                     continue;
@@ -387,7 +411,8 @@ void attend_rows(const troupe_attention_call& call, int64_t t, int32_t r0, int32
             chunk_rows(v_pool, offsets, n, static_cast<size_t>(h) * hd, rows);
             if constexpr (isa::head_kernels) {
                 if (by_head) {
-                    prefetch_rows(v_pool, ahead_offsets, n_ahead, static_cast<size_t>(h) * hd, head_bytes);
+                    prefetch_chunk_slice(v_pool, ahead_offsets, n_ahead, span_begin, span_bytes, h - h_first,
+                                         h_last - h_first + 1);
                     isa::head_accumulate(acc + static_cast<size_t>(rb) * hd, re - rb, sc + rb, rows, n, hd);
                     continue;
                 }

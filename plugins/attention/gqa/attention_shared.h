@@ -62,7 +62,6 @@ void pass_keys(const troupe_attention_call& call, const float* const* q, int32_t
     chunk_walk<cursor> walk(at, n_keys);
     const size_t* offsets = walk.offsets;
     const size_t* ahead_offsets = walk.ahead_offsets;
-    const size_t head_bytes = static_cast<size_t>(hd) * sizeof(T);
     const T* rows[chunk];
     // Where the instruction set has them, whole-head kernels (isa::head_kernels) for a GQA group's query rows: the
     // chunk's K transposed once and shared by the group's rows, scores in vectors, the softmax's sums kept in lanes.
@@ -72,8 +71,9 @@ void pass_keys(const troupe_attention_call& call, const float* const* q, int32_t
     for (int32_t j0 = 0; j0 < n_keys; j0 += chunk) {
         const int32_t n = walk.load(j0);
         const int32_t n_ahead = walk.n_ahead;  // the next chunk's keys, whose rows are prefetched
-        // The by_head kernels prefetch a head's rows just before its work on this chunk, so that the requests are
-        // spread over the chunk (a burst of every row of the next chunk stalled once the miss buffers were full).
+        // The by_head kernels prefetch a slice of the next chunk's rows with each kv head's work on this one, so that
+        // the requests are spread over the chunk (a burst of every row of the next chunk stalled once the miss buffers
+        // were full) and still come in address order (prefetch_chunk_slice).
         if (!by_head) prefetch_chunk_spans(k_pool, v_pool, ahead_offsets, n_ahead, span_begin, span_bytes);
 
         // Scores a kv head at a time: each of its query rows' n dot products together (dots: one reduction for the
@@ -83,7 +83,8 @@ void pass_keys(const troupe_attention_call& call, const float* const* q, int32_t
             chunk_rows(k_pool, offsets, n, static_cast<size_t>(h) * hd, rows);
             if constexpr (isa::head_kernels) {
                 if (by_head) {
-                    prefetch_rows(k_pool, ahead_offsets, n_ahead, static_cast<size_t>(h) * hd, head_bytes);
+                    prefetch_chunk_slice(k_pool, ahead_offsets, n_ahead, span_begin, span_bytes, h - h_first,
+                                         h_last - h_first + 1);
                     isa::transpose_chunk(rows, hd, kt);
                     for (int32_t i = 0; i < n_tok; ++i) {
                         isa::head_scores(q[i] + static_cast<size_t>(rb) * hd, re - rb, kt, hd, call.scale,
@@ -113,7 +114,8 @@ void pass_keys(const troupe_attention_call& call, const float* const* q, int32_t
             chunk_rows(v_pool, offsets, n, static_cast<size_t>(h) * hd, rows);
             if constexpr (isa::head_kernels) {
                 if (by_head) {
-                    prefetch_rows(v_pool, ahead_offsets, n_ahead, static_cast<size_t>(h) * hd, head_bytes);
+                    prefetch_chunk_slice(v_pool, ahead_offsets, n_ahead, span_begin, span_bytes, h - h_first,
+                                         h_last - h_first + 1);
                     for (int32_t i = 0; i < n_tok; ++i) {
                         const int32_t r = i * n_rows + rb;
                         isa::head_accumulate(acc + static_cast<size_t>(r) * hd, re - rb, sc + r, rows, n, hd);
