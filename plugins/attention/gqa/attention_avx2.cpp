@@ -163,6 +163,13 @@ struct avx2 {
         r[2] = _mm256_shuffle_ps(t1, t3, 0x44);
         r[3] = _mm256_shuffle_ps(t1, t3, 0xee);
     }
+    // A chunk's scores for a kv head's query rows (attend_rows): K transposed into kt, then head_scores.
+    template <class T>
+    static void chunk_scores(const T* const* rows, const float* q, int32_t n_rows, float* kt, int32_t hd, float scale,
+                             float (*sc)[16]) {
+        transpose_chunk(rows, hd, kt);
+        head_scores(q, n_rows, kt, hd, scale, sc);
+    }
     // sc[r] = scale * (q_r . k_jj for the chunk's 16 keys), rows r < n_rows of q ([n_rows, hd]), from kt.
     static void head_scores(const float* q, int32_t n_rows, const float* kt, int32_t hd, float scale, float (*sc)[16]) {
         using rows_fn = void (*)(const float*, const float*, int32_t, float, float(*)[16]);

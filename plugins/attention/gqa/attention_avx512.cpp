@@ -198,6 +198,46 @@ struct avx512 {
             r[12 + c] = _mm512_shuffle_f32x4(t[4 + c], t[12 + c], 0xdd);  // column 12 + c
         }
     }
+    // A chunk's scores for a kv head's n_rows query rows straight from its 16 K rows (attend_rows: one token): up to
+    // eight rows take each 16 x 16 block of K transposed in registers and fold it into their sums at once, the sums
+    // of head_scores over the same d in the same order, so bit for bit its scores; more rows go through kt.
+    template <class T>
+    static void chunk_scores(const T* const* rows, const float* q, int32_t n_rows, float* kt, int32_t hd, float scale,
+                             float (*sc)[16]) {
+        using rows_fn = void (*)(const T* const*, const float*, int32_t, float, float(*)[16]);
+        static constexpr rows_fn direct[9] = {nullptr,
+                                              direct_scores<1, T>,
+                                              direct_scores<2, T>,
+                                              direct_scores<3, T>,
+                                              direct_scores<4, T>,
+                                              direct_scores<5, T>,
+                                              direct_scores<6, T>,
+                                              direct_scores<7, T>,
+                                              direct_scores<8, T>};
+        if (n_rows <= 8) return direct[n_rows](rows, q, hd, scale, sc);
+        transpose_chunk(rows, hd, kt);
+        head_scores(q, n_rows, kt, hd, scale, sc);
+    }
+    template <int32_t R, class T>
+    static void direct_scores(const T* const* rows, const float* q, int32_t hd, float scale, float (*sc)[16]) {
+        __m512 a[R];
+#pragma GCC unroll 8
+        for (int32_t r = 0; r < R; ++r) a[r] = _mm512_setzero_ps();
+        for (int32_t d0 = 0; d0 < hd; d0 += 16) {
+            __m512 k[16];
+#pragma GCC unroll 16
+            for (int32_t jj = 0; jj < 16; ++jj) k[jj] = row16(rows[jj] + d0);
+            transpose16(k);
+#pragma GCC unroll 16
+            for (int32_t i = 0; i < 16; ++i) {
+#pragma GCC unroll 8
+                for (int32_t r = 0; r < R; ++r)
+                    a[r] = _mm512_fmadd_ps(_mm512_set1_ps(q[static_cast<size_t>(r) * hd + d0 + i]), k[i], a[r]);
+            }
+        }
+#pragma GCC unroll 8
+        for (int32_t r = 0; r < R; ++r) _mm512_store_ps(sc[r], _mm512_mul_ps(a[r], _mm512_set1_ps(scale)));
+    }
     // sc[r] = scale * (q_r . k_jj for the chunk's 16 keys), rows r < n_rows of q ([n_rows, hd]), from kt.
     static void head_scores(const float* q, int32_t n_rows, const float* kt, int32_t hd, float scale, float (*sc)[16]) {
         using rows_fn = void (*)(const float*, const float*, int32_t, float, float(*)[16]);

@@ -389,8 +389,7 @@ void attend_rows(const troupe_attention_call& call, int64_t t, int32_t r0, int32
                 if (by_head) {
                     prefetch_chunk_slice(k_pool, ahead_offsets, n_ahead, span_begin, span_bytes, h - h_first,
                                          h_last - h_first + 1);
-                    isa::transpose_chunk(rows, hd, kt);
-                    isa::head_scores(q + static_cast<size_t>(rb) * hd, re - rb, kt, hd, call.scale, sc + rb);
+                    isa::chunk_scores(rows, q + static_cast<size_t>(rb) * hd, re - rb, kt, hd, call.scale, sc + rb);
                     continue;
                 }
             }
