@@ -158,12 +158,17 @@ struct avx512 {
     static void transpose_chunk(const T* const* rows, int32_t hd, float* kt) {
         for (int32_t d0 = 0; d0 < hd; d0 += 16) {
             __m512 r[16];
-#pragma GCC unroll 16
-            for (int32_t jj = 0; jj < 16; ++jj) r[jj] = row16(rows[jj] + d0);
-            transpose16(r);
+            block_columns(rows, d0, r);
 #pragma GCC unroll 16
             for (int32_t i = 0; i < 16; ++i) _mm512_store_ps(kt + static_cast<size_t>(d0 + i) * 16, r[i]);
         }
+    }
+    // r[i] = element d0 + i of the chunk's 16 rows (as floats): the 16 x 16 block at d0, transposed in registers.
+    template <class T>
+    __attribute__((always_inline)) static void block_columns(const T* const* rows, int32_t d0, __m512* r) {
+#pragma GCC unroll 16
+        for (int32_t jj = 0; jj < 16; ++jj) r[jj] = row16(rows[jj] + d0);
+        transpose16(r);
     }
     // r[i] lane j <- r[j] lane i (inlined, so that r stays in registers).
     __attribute__((always_inline)) static void transpose16(__m512* r) {
@@ -225,9 +230,7 @@ struct avx512 {
         for (int32_t r = 0; r < R; ++r) a[r] = _mm512_setzero_ps();
         for (int32_t d0 = 0; d0 < hd; d0 += 16) {
             __m512 k[16];
-#pragma GCC unroll 16
-            for (int32_t jj = 0; jj < 16; ++jj) k[jj] = row16(rows[jj] + d0);
-            transpose16(k);
+            block_columns(rows, d0, k);
 #pragma GCC unroll 16
             for (int32_t i = 0; i < 16; ++i) {
 #pragma GCC unroll 8
