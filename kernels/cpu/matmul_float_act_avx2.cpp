@@ -127,6 +127,47 @@ void q6_k_row(const block_q6_k* w, const float* x, int64_t xs, int64_t nb, float
     store<T>(acc0, acc1, acc2, acc3, y, ldy);
 }
 
+// Q2_K and Q3_K: 16 chunks of 16 per block, each with its own scale (and Q2_K's min).
+template <int T>
+void q2_k_row(const block_q2_k* w, const float* x, int64_t xs, int64_t nb, float* y, int64_t ldy) {
+    TROUPE_FA_CHAINS;
+    for (int64_t b = 0; b < nb; ++b) {
+        const block_q2_k& wb = w[b];
+        const float d = fp16(wb.d), dmin = fp16(wb.dmin);
+        const float* xb = x + b * qk_k;
+#pragma GCC unroll 8
+        for (int c = 0; c < 16; c += 2) {
+            const __m256 s0 = _mm256_set1_ps(d * static_cast<float>(wb.scales[c] & 0x0f));
+            const __m256 m0 = _mm256_set1_ps(dmin * static_cast<float>(wb.scales[c] >> 4));
+            const __m256 s1 = _mm256_set1_ps(d * static_cast<float>(wb.scales[c + 1] & 0x0f));
+            const __m256 m1 = _mm256_set1_ps(dmin * static_cast<float>(wb.scales[c + 1] >> 4));
+            fma16<T>(acc0, acc1, scaled(q2_k_chunk(wb, c), s0, m0), xb + 16 * c, xs);
+            fma16<T>(acc2, acc3, scaled(q2_k_chunk(wb, c + 1), s1, m1), xb + 16 * c + 16, xs);
+        }
+    }
+    store<T>(acc0, acc1, acc2, acc3, y, ldy);
+}
+
+template <int T>
+void q3_k_row(const block_q3_k* w, const float* x, int64_t xs, int64_t nb, float* y, int64_t ldy) {
+    TROUPE_FA_CHAINS;
+    for (int64_t b = 0; b < nb; ++b) {
+        const block_q3_k& wb = w[b];
+        const float d = fp16(wb.d);
+        int sc[16];
+        q3_k_unpack_scales(wb, sc);
+        const float* xb = x + b * qk_k;
+#pragma GCC unroll 8
+        for (int c = 0; c < 16; c += 2) {
+            fma16<T>(acc0, acc1, scaled(q3_k_chunk(wb, c), _mm256_set1_ps(d * static_cast<float>(sc[c]))), xb + 16 * c,
+                     xs);
+            fma16<T>(acc2, acc3, scaled(q3_k_chunk(wb, c + 1), _mm256_set1_ps(d * static_cast<float>(sc[c + 1]))),
+                     xb + 16 * c + 16, xs);
+        }
+    }
+    store<T>(acc0, acc1, acc2, acc3, y, ldy);
+}
+
 #undef TROUPE_FA_CHAINS
 
 template <int T>
@@ -145,6 +186,12 @@ void row_tile(const matmul_weight& w, const float* x, float* y, int64_t ldy, int
             break;
         case ggml_type::q6_k:
             q6_k_row<T>(reinterpret_cast<const block_q6_k*>(wr), x, n, n / qk_k, y, ldy);
+            break;
+        case ggml_type::q2_k:
+            q2_k_row<T>(reinterpret_cast<const block_q2_k*>(wr), x, n, n / qk_k, y, ldy);
+            break;
+        case ggml_type::q3_k:
+            q3_k_row<T>(reinterpret_cast<const block_q3_k*>(wr), x, n, n / qk_k, y, ldy);
             break;
         default:  // float weights take the float dot kernels (matmul.cpp)
             rows_float_act_scalar(w, x, y - r, ldy, T, r, r + 1);

@@ -9,6 +9,8 @@
 //   Q4_0  | 2                | 16 c ..             | nibble (low: c 0) - 8     | d               |
 //   Q4_K  | 16               | 16 c ..             | nibble of sub-block c / 2 | d * sc[c / 2]   | dmin * m[c / 2]
 //   Q6_K  | 16               | 16 c ..             | 6-bit value - 32          | d * scales[c]   |
+//   Q2_K  | 16               | 16 c ..             | 2-bit value               | d * (sc[c] & 15)| dmin * (sc[c] >> 4)
+//   Q3_K  | 16               | 16 c ..             | 2-bit value - 4 (high bit clear) | d * (6-bit sc[c] - 32) |
 //
 // Only SSE2/SSSE3 intrinsics (every x86-64 level). Included by one ISA-specific file each; everything here has
 // internal linkage so no inline copy compiled with one file's flags can be used by another.
@@ -63,6 +65,34 @@ inline __m128i q6_k_chunk(const block_q6_k& b, int half, int k, int i) {
                                 : _mm_srli_epi16(h, 2);
     const __m128i high = _mm_and_si128(hs, _mm_set1_epi8(0x30));
     return _mm_sub_epi8(_mm_or_si128(low, high), _mm_set1_epi8(32));
+}
+
+// The low two bits of chunk c (elements 16 c ..) of a Q2_K or Q3_K block: element e's bits
+// (qs[32 (e / 128) + e % 32] >> 2 ((e % 128) / 32)) & 3, for the chunk's 16 elements at once.
+inline __m128i k2_bits(const uint8_t* qs, int c) {
+    const __m128i q = load16(qs + 32 * (c / 8) + 16 * (c % 2));
+    return _mm_and_si128(_mm_srl_epi16(q, _mm_cvtsi32_si128(2 * ((c % 8) / 2))), _mm_set1_epi8(3));
+}
+
+// Q2_K chunk c: its 2-bit values (0..3).
+inline __m128i q2_k_chunk(const block_q2_k& b, int c) {
+    return k2_bits(b.qs, c);
+}
+
+// Q3_K chunk c: its values -4..3, the low two bits minus 4 where the high bit (bit e / 32 of hmask[e % 32]) is clear.
+inline __m128i q3_k_chunk(const block_q3_k& b, int c) {
+    const __m128i bit = _mm_set1_epi8(static_cast<char>(1 << (c / 2)));
+    const __m128i clear = _mm_cmpeq_epi8(_mm_and_si128(load16(b.hmask + 16 * (c % 2)), bit), _mm_setzero_si128());
+    return _mm_sub_epi8(k2_bits(b.qs, c), _mm_and_si128(clear, _mm_set1_epi8(4)));
+}
+
+// Q3_K's 16 sub-block scales (6 bits each, minus 32).
+inline void q3_k_unpack_scales(const block_q3_k& b, int* sc) {
+    for (int j = 0; j < 16; ++j) {
+        const int low = j < 8 ? (b.scales[j] & 0x0f) : (b.scales[j - 8] >> 4);
+        const int high = (b.scales[8 + j % 4] >> (2 * (j / 4))) & 3;
+        sc[j] = (low | high << 4) - 32;
+    }
 }
 
 }  // namespace

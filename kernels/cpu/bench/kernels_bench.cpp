@@ -6,7 +6,8 @@
 //   prefill: 512 tokens through the same matmuls: GFLOP/s vs the measured FMA peak.
 //
 // Usage: troupe_kernels_bench [n_threads (default 2)] [prefill tokens (default 512)] [rounds (default 3)]
-//                             [types, e.g. Q8_0,Q4_0 (default all)] [level: avx2 | scalar (default: the CPU's best)]
+//                             [types, e.g. Q8_0,Q4_0 (default all; Q2_K, Q3_K, Q5_K by name only)]
+//                             [level: avx2 | scalar (default: the CPU's best)]
 // (Q8_0 and Q4_0 prefill run the integer GEMM: their GFLOP/s count multiply-adds as 2 flops like the others
 // but are not bound by the float FMA peak.) Rows with activations "float" run the float-activation recipe
 // (cpu::activation_recipe::float32: weight blocks dequantized in registers for decode, the float GEMM on
@@ -168,13 +169,16 @@ int main(int argc, char** argv) {
 
     std::vector<ggml_type> types = {ggml_type::f32,  ggml_type::q8_0, ggml_type::f16,  ggml_type::bf16,
                                     ggml_type::q4_0, ggml_type::q5_0, ggml_type::q4_k, ggml_type::q6_k};
-    if (argc > 4) {  // only the named types (a comparison of two kernels in one quick run)
+    if (argc > 4) {  // only the named types (a comparison of two kernels in one quick run), the rarer ones too
+        types.insert(types.end(), {ggml_type::q2_k, ggml_type::q3_k, ggml_type::q5_k});
         const std::string only = std::string(",") + argv[4] + ",";
         std::erase_if(types, [&](ggml_type t) {
             return only.find("," + std::string(traits(t).name) + ",") == std::string::npos;
         });
         if (types.empty()) {
-            std::fprintf(stderr, "troupe_kernels_bench: no type in '%s' (F32,Q8_0,F16,BF16,Q4_0,Q5_0,Q4_K,Q6_K)\n",
+            std::fprintf(stderr,
+                         "troupe_kernels_bench: no type in '%s' (F32,Q8_0,F16,BF16,Q4_0,Q5_0,Q4_K,Q6_K; by name only: "
+                         "Q2_K,Q3_K,Q5_K)\n",
                          argv[4]);
             return 2;
         }
