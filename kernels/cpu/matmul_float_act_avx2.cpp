@@ -75,23 +75,40 @@ void q8_0_row(const block_q8_0* w, const float* x, int64_t xs, int64_t nb, float
     store<T>(acc0, acc1, acc2, acc3, y, ldy);
 }
 
-template <int T>
-void q4_0_row(const block_q4_0* w, const float* x, int64_t xs, int64_t nb, float* y, int64_t ldy) {
+// A block of 32 nibbles' chunk h (0: elements 0..15) as signed values: Q4_0's and Q5_0's.
+inline __m128i nibble_chunk(const block_q4_0& b, int h) {
+    return q4_0_chunk(b, h);
+}
+inline __m128i nibble_chunk(const block_q5_0& b, int h) {
+    return q5_0_chunk(b, h);
+}
+
+template <class Block, int T>
+void q4_0_row(const Block* w, const float* x, int64_t xs, int64_t nb, float* y, int64_t ldy) {
+    static_assert(qk4_0 == 32 && qk5_0 == 32);
     TROUPE_FA_CHAINS;
     for (int64_t b = 0; b < nb; ++b) {
         const __m256 d = _mm256_set1_ps(fp16(w[b].d));
         const float* xb = x + b * qk4_0;
-        fma16<T>(acc0, acc1, scaled(q4_0_chunk(w[b], 0), d), xb, xs);
-        fma16<T>(acc2, acc3, scaled(q4_0_chunk(w[b], 1), d), xb + 16, xs);
+        fma16<T>(acc0, acc1, scaled(nibble_chunk(w[b], 0), d), xb, xs);
+        fma16<T>(acc2, acc3, scaled(nibble_chunk(w[b], 1), d), xb + 16, xs);
     }
     store<T>(acc0, acc1, acc2, acc3, y, ldy);
 }
 
-template <int T>
-void q4_k_row(const block_q4_k* w, const float* x, int64_t xs, int64_t nb, float* y, int64_t ldy) {
+// Sub-block j's half h of a Q4_K or Q5_K block (the same scales and mins).
+inline __m128i k_chunk(const block_q4_k& b, int j, int h) {
+    return q4_k_chunk(b, j, h);
+}
+inline __m128i k_chunk(const block_q5_k& b, int j, int h) {
+    return q5_k_chunk(b, j, h);
+}
+
+template <class Block, int T>
+void q4_k_row(const Block* w, const float* x, int64_t xs, int64_t nb, float* y, int64_t ldy) {
     TROUPE_FA_CHAINS;
     for (int64_t b = 0; b < nb; ++b) {
-        const block_q4_k& wb = w[b];
+        const Block& wb = w[b];
         uint8_t sc[8], mn[8];
         q4_k_unpack_scales(wb, sc, mn);
         const float d = fp16(wb.d), dmin = fp16(wb.dmin);
@@ -99,8 +116,8 @@ void q4_k_row(const block_q4_k* w, const float* x, int64_t xs, int64_t nb, float
 #pragma GCC unroll 8
         for (int j = 0; j < 8; ++j) {
             const __m256 scale = _mm256_set1_ps(d * sc[j]), min = _mm256_set1_ps(dmin * mn[j]);
-            fma16<T>(acc0, acc1, scaled(q4_k_chunk(wb, j, 0), scale, min), xb + 32 * j, xs);
-            fma16<T>(acc2, acc3, scaled(q4_k_chunk(wb, j, 1), scale, min), xb + 32 * j + 16, xs);
+            fma16<T>(acc0, acc1, scaled(k_chunk(wb, j, 0), scale, min), xb + 32 * j, xs);
+            fma16<T>(acc2, acc3, scaled(k_chunk(wb, j, 1), scale, min), xb + 32 * j + 16, xs);
         }
     }
     store<T>(acc0, acc1, acc2, acc3, y, ldy);
@@ -127,42 +144,36 @@ void q6_k_row(const block_q6_k* w, const float* x, int64_t xs, int64_t nb, float
     store<T>(acc0, acc1, acc2, acc3, y, ldy);
 }
 
-// Q2_K and Q3_K: 16 chunks of 16 per block, each with its own scale (and Q2_K's min).
-template <int T>
-void q2_k_row(const block_q2_k* w, const float* x, int64_t xs, int64_t nb, float* y, int64_t ldy) {
-    TROUPE_FA_CHAINS;
-    for (int64_t b = 0; b < nb; ++b) {
-        const block_q2_k& wb = w[b];
-        const float d = fp16(wb.d), dmin = fp16(wb.dmin);
-        const float* xb = x + b * qk_k;
-#pragma GCC unroll 8
-        for (int c = 0; c < 16; c += 2) {
-            const __m256 s0 = _mm256_set1_ps(d * static_cast<float>(wb.scales[c] & 0x0f));
-            const __m256 m0 = _mm256_set1_ps(dmin * static_cast<float>(wb.scales[c] >> 4));
-            const __m256 s1 = _mm256_set1_ps(d * static_cast<float>(wb.scales[c + 1] & 0x0f));
-            const __m256 m1 = _mm256_set1_ps(dmin * static_cast<float>(wb.scales[c + 1] >> 4));
-            fma16<T>(acc0, acc1, scaled(q2_k_chunk(wb, c), s0, m0), xb + 16 * c, xs);
-            fma16<T>(acc2, acc3, scaled(q2_k_chunk(wb, c + 1), s1, m1), xb + 16 * c + 16, xs);
-        }
+// Q2_K and Q3_K: 16 chunks of 16 per block, each with its own scale (and Q2_K's min); a block's scales read once
+// (the struct), its chunks then one by one.
+struct q2_k_chunks {
+    const block_q2_k& b;
+    float d, dmin;
+    explicit q2_k_chunks(const block_q2_k& wb) : b(wb), d(fp16(wb.d)), dmin(fp16(wb.dmin)) {}
+    chunk16 operator()(int c) const {
+        return scaled(q2_k_chunk(b, c), _mm256_set1_ps(d * static_cast<float>(b.scales[c] & 0x0f)),
+                      _mm256_set1_ps(dmin * static_cast<float>(b.scales[c] >> 4)));
     }
-    store<T>(acc0, acc1, acc2, acc3, y, ldy);
-}
+};
 
-template <int T>
-void q3_k_row(const block_q3_k* w, const float* x, int64_t xs, int64_t nb, float* y, int64_t ldy) {
+struct q3_k_chunks {
+    const block_q3_k& b;
+    float d;
+    int sc[16];
+    explicit q3_k_chunks(const block_q3_k& wb) : b(wb), d(fp16(wb.d)) { q3_k_unpack_scales(wb, sc); }
+    chunk16 operator()(int c) const { return scaled(q3_k_chunk(b, c), _mm256_set1_ps(d * static_cast<float>(sc[c]))); }
+};
+
+template <class Chunks, class Block, int T>
+void sixteen_chunk_row(const Block* w, const float* x, int64_t xs, int64_t nb, float* y, int64_t ldy) {
     TROUPE_FA_CHAINS;
     for (int64_t b = 0; b < nb; ++b) {
-        const block_q3_k& wb = w[b];
-        const float d = fp16(wb.d);
-        int sc[16];
-        q3_k_unpack_scales(wb, sc);
+        const Chunks chunk(w[b]);
         const float* xb = x + b * qk_k;
 #pragma GCC unroll 8
         for (int c = 0; c < 16; c += 2) {
-            fma16<T>(acc0, acc1, scaled(q3_k_chunk(wb, c), _mm256_set1_ps(d * static_cast<float>(sc[c]))), xb + 16 * c,
-                     xs);
-            fma16<T>(acc2, acc3, scaled(q3_k_chunk(wb, c + 1), _mm256_set1_ps(d * static_cast<float>(sc[c + 1]))),
-                     xb + 16 * c + 16, xs);
+            fma16<T>(acc0, acc1, chunk(c), xb + 16 * c, xs);
+            fma16<T>(acc2, acc3, chunk(c + 1), xb + 16 * c + 16, xs);
         }
     }
     store<T>(acc0, acc1, acc2, acc3, y, ldy);
@@ -179,19 +190,27 @@ void row_tile(const matmul_weight& w, const float* x, float* y, int64_t ldy, int
             q8_0_row<T>(reinterpret_cast<const block_q8_0*>(wr), x, n, n / qk8_0, y, ldy);
             break;
         case ggml_type::q4_0:
-            q4_0_row<T>(reinterpret_cast<const block_q4_0*>(wr), x, n, n / qk4_0, y, ldy);
+            q4_0_row<block_q4_0, T>(reinterpret_cast<const block_q4_0*>(wr), x, n, n / qk4_0, y, ldy);
+            break;
+        case ggml_type::q5_0:
+            q4_0_row<block_q5_0, T>(reinterpret_cast<const block_q5_0*>(wr), x, n, n / qk5_0, y, ldy);
             break;
         case ggml_type::q4_k:
-            q4_k_row<T>(reinterpret_cast<const block_q4_k*>(wr), x, n, n / qk_k, y, ldy);
+            q4_k_row<block_q4_k, T>(reinterpret_cast<const block_q4_k*>(wr), x, n, n / qk_k, y, ldy);
+            break;
+        case ggml_type::q5_k:
+            q4_k_row<block_q5_k, T>(reinterpret_cast<const block_q5_k*>(wr), x, n, n / qk_k, y, ldy);
             break;
         case ggml_type::q6_k:
             q6_k_row<T>(reinterpret_cast<const block_q6_k*>(wr), x, n, n / qk_k, y, ldy);
             break;
         case ggml_type::q2_k:
-            q2_k_row<T>(reinterpret_cast<const block_q2_k*>(wr), x, n, n / qk_k, y, ldy);
+            sixteen_chunk_row<q2_k_chunks, block_q2_k, T>(reinterpret_cast<const block_q2_k*>(wr), x, n, n / qk_k, y,
+                                                          ldy);
             break;
         case ggml_type::q3_k:
-            q3_k_row<T>(reinterpret_cast<const block_q3_k*>(wr), x, n, n / qk_k, y, ldy);
+            sixteen_chunk_row<q3_k_chunks, block_q3_k, T>(reinterpret_cast<const block_q3_k*>(wr), x, n, n / qk_k, y,
+                                                          ldy);
             break;
         default:  // float weights take the float dot kernels (matmul.cpp)
             rows_float_act_scalar(w, x, y - r, ldy, T, r, r + 1);

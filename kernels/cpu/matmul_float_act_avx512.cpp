@@ -230,45 +230,36 @@ void q6_k_row(const block_q6_k* w, const float* x, int64_t xs, int64_t nb, float
 
 // Q2_K and Q3_K: 16 chunks of 16 per block, each with its own scale (and Q2_K's min), scaled as the reference
 // dequantizes them (dl q - ml; dl q), then multiplied with 16 activations by FMA, chunks rotating over chains a0..a3.
-template <int T>
-void q2_k_row(const block_q2_k* w, const float* x, int64_t xs, int64_t nb, float* y, int64_t ldy) {
-    TROUPE_FA_CHAINS;
-    const int pf = k_prefetch_distance;
-    for (int64_t b = 0; b < nb; ++b) {
-        prefetch_block(w + b, pf);
-        const block_q2_k& wb = w[b];
-        const float d = fp16(wb.d), dmin = fp16(wb.dmin);
-        const float* xb = x + b * qk_k;
-        auto chunk = [&](int c) {
-            const __m512 dl = _mm512_set1_ps(d * static_cast<float>(wb.scales[c] & 0x0f));
-            const __m512 ml = _mm512_set1_ps(dmin * static_cast<float>(wb.scales[c] >> 4));
-            return _mm512_sub_ps(_mm512_mul_ps(dl, widen(q2_k_chunk(wb, c))), ml);
-        };
-#pragma GCC unroll 4
-        for (int c = 0; c < 16; c += 4) {
-            fma16<T>(a0, chunk(c), xb + 16 * c, xs);
-            fma16<T>(a1, chunk(c + 1), xb + 16 * c + 16, xs);
-            fma16<T>(a2, chunk(c + 2), xb + 16 * c + 32, xs);
-            fma16<T>(a3, chunk(c + 3), xb + 16 * c + 48, xs);
-        }
+// A block's scales are read once (the struct), its chunks then one by one.
+struct q2_k_chunks {
+    const block_q2_k& b;
+    float d, dmin;
+    explicit q2_k_chunks(const block_q2_k& wb) : b(wb), d(fp16(wb.d)), dmin(fp16(wb.dmin)) {}
+    __m512 operator()(int c) const {
+        const __m512 dl = _mm512_set1_ps(d * static_cast<float>(b.scales[c] & 0x0f));
+        const __m512 ml = _mm512_set1_ps(dmin * static_cast<float>(b.scales[c] >> 4));
+        return _mm512_sub_ps(_mm512_mul_ps(dl, widen(q2_k_chunk(b, c))), ml);
     }
-    store4<T>(a0, a1, a2, a3, y, ldy);
-}
+};
 
-template <int T>
-void q3_k_row(const block_q3_k* w, const float* x, int64_t xs, int64_t nb, float* y, int64_t ldy) {
+struct q3_k_chunks {
+    const block_q3_k& b;
+    float d;
+    int sc[16];
+    explicit q3_k_chunks(const block_q3_k& wb) : b(wb), d(fp16(wb.d)) { q3_k_unpack_scales(wb, sc); }
+    __m512 operator()(int c) const {
+        return _mm512_mul_ps(_mm512_set1_ps(d * static_cast<float>(sc[c])), widen(q3_k_chunk(b, c)));
+    }
+};
+
+template <class Chunks, class Block, int T>
+void sixteen_chunk_row(const Block* w, const float* x, int64_t xs, int64_t nb, float* y, int64_t ldy) {
     TROUPE_FA_CHAINS;
     const int pf = k_prefetch_distance;
     for (int64_t b = 0; b < nb; ++b) {
         prefetch_block(w + b, pf);
-        const block_q3_k& wb = w[b];
-        const float d = fp16(wb.d);
-        int sc[16];
-        q3_k_unpack_scales(wb, sc);
+        const Chunks chunk(w[b]);
         const float* xb = x + b * qk_k;
-        auto chunk = [&](int c) {
-            return _mm512_mul_ps(_mm512_set1_ps(d * static_cast<float>(sc[c])), widen(q3_k_chunk(wb, c)));
-        };
 #pragma GCC unroll 4
         for (int c = 0; c < 16; c += 4) {
             fma16<T>(a0, chunk(c), xb + 16 * c, xs);
@@ -306,10 +297,12 @@ void row_tile(const matmul_weight& w, const float* x, const float* xsum, float* 
             q6_k_row<T>(reinterpret_cast<const block_q6_k*>(wr), x, n, n / qk_k, y, ldy);
             break;
         case ggml_type::q2_k:
-            q2_k_row<T>(reinterpret_cast<const block_q2_k*>(wr), x, n, n / qk_k, y, ldy);
+            sixteen_chunk_row<q2_k_chunks, block_q2_k, T>(reinterpret_cast<const block_q2_k*>(wr), x, n, n / qk_k, y,
+                                                          ldy);
             break;
         case ggml_type::q3_k:
-            q3_k_row<T>(reinterpret_cast<const block_q3_k*>(wr), x, n, n / qk_k, y, ldy);
+            sixteen_chunk_row<q3_k_chunks, block_q3_k, T>(reinterpret_cast<const block_q3_k*>(wr), x, n, n / qk_k, y,
+                                                          ldy);
             break;
         default:  // float weights take the float dot kernels (matmul.cpp)
             rows_float_act_scalar(w, x, y - r, ldy, T, r, r + 1);

@@ -7,7 +7,9 @@
 //   ------+------------------+---------------------+---------------------------+-----------------+-----------
 //   Q8_0  | 2                | 16 c ..             | qs                        | d               |
 //   Q4_0  | 2                | 16 c ..             | nibble (low: c 0) - 8     | d               |
+//   Q5_0  | 2                | 16 c ..             | nibble + 16 fifth bit - 16 | d              |
 //   Q4_K  | 16               | 16 c ..             | nibble of sub-block c / 2 | d * sc[c / 2]   | dmin * m[c / 2]
+//   Q5_K  | 16               | 16 c ..             | Q4_K's + 16 fifth bit     | as Q4_K         | as Q4_K
 //   Q6_K  | 16               | 16 c ..             | 6-bit value - 32          | d * scales[c]   |
 //   Q2_K  | 16               | 16 c ..             | 2-bit value               | d * (sc[c] & 15)| dmin * (sc[c] >> 4)
 //   Q3_K  | 16               | 16 c ..             | 2-bit value - 4 (high bit clear) | d * (6-bit sc[c] - 32) |
@@ -65,6 +67,35 @@ inline __m128i q6_k_chunk(const block_q6_k& b, int half, int k, int i) {
                                 : _mm_srli_epi16(h, 2);
     const __m128i high = _mm_and_si128(hs, _mm_set1_epi8(0x30));
     return _mm_sub_epi8(_mm_or_si128(low, high), _mm_set1_epi8(32));
+}
+
+// 0xff in byte i where bit i % 8 of byte i / 8 of `two` (two bytes in its low 16 bits) is set, else 0.
+inline __m128i bits_as_bytes(uint32_t two) {
+    const __m128i spread = _mm_shuffle_epi8(_mm_cvtsi32_si128(static_cast<int>(two)),
+                                            _mm_set_epi8(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0));
+    const __m128i bit = _mm_set_epi8(-128, 64, 32, 16, 8, 4, 2, 1, -128, 64, 32, 16, 8, 4, 2, 1);
+    return _mm_cmpeq_epi8(_mm_and_si128(spread, bit), bit);
+}
+
+// Q5_0 chunk h: the low (h = 0) or high nibbles of the 16 bytes plus 16 where the element's fifth bit (bit 16 h + i of
+// qh) is set, minus 16 (-16..15).
+inline __m128i q5_0_chunk(const block_q5_0& b, int h) {
+    uint32_t qh;
+    std::memcpy(&qh, b.qh, sizeof qh);
+    const __m128i q = load16(b.qs);
+    const __m128i nibble = _mm_and_si128(h == 0 ? q : _mm_srli_epi16(q, 4), _mm_set1_epi8(0x0f));
+    const __m128i fifth = _mm_and_si128(bits_as_bytes(qh >> (16 * h)), _mm_set1_epi8(16));
+    return _mm_sub_epi8(_mm_or_si128(nibble, fifth), _mm_set1_epi8(16));
+}
+
+// Q5_K sub-block j, half h: Q4_K's nibbles plus 16 where the fifth bit is set (bit j of qh[16 h + i], as ggml's
+// dequantize_row_q5_K reads it).
+inline __m128i q5_k_chunk(const block_q5_k& b, int j, int h) {
+    const __m128i q = load16(b.qs + 32 * (j / 2) + 16 * h);
+    const __m128i low = _mm_and_si128(j % 2 == 0 ? q : _mm_srli_epi16(q, 4), _mm_set1_epi8(0x0f));
+    const __m128i bit = _mm_set1_epi8(static_cast<char>(1 << j));
+    const __m128i set = _mm_cmpeq_epi8(_mm_and_si128(load16(b.qh + 16 * h), bit), bit);
+    return _mm_or_si128(low, _mm_and_si128(set, _mm_set1_epi8(16)));
 }
 
 // The low two bits of chunk c (elements 16 c ..) of a Q2_K or Q3_K block: element e's bits
