@@ -21,6 +21,7 @@
 
 #include "kernels/cuda/cuda_context.h"
 #include "kernels/cuda/cuda_matmul.h"
+#include "kernels/cuda/cuda_moe_groups.h"
 #include "kernels/cuda/cuda_step_graphs.h"
 
 namespace troupe::cuda {
@@ -111,4 +112,6 @@ struct troupe_cuda_model {
     std::vector<int32_t> tiles;        // the step's attention tiles (attention_tiles), before upload
     std::vector<float> tap_rows;       // a tap's rows copied to the host (tap_host)
     troupe::cuda::step_graphs graphs;  // decode-sized steps replayed (cuda_step_graphs.h)
+    std::vector<int32_t> moe_experts;  // a prefill step's routing copied to the host, and its pairs grouped by expert
+    troupe::cuda::moe_host_groups moe_groups;
 };

@@ -127,8 +127,8 @@ namespace {
 // The step's activations (model.scratch) and the device copies of its indices.
 struct step_views {
     float *x, *xn, *q, *k, *v, *att, *gate, *up, *logits;
-    float *moe_logits, *moe_weights, *moe_hidden, *moe_out, *moe_y;  // experts' (scratch_layout)
-    int32_t* moe_experts;
+    float *moe_logits, *moe_weights, *moe_hidden, *moe_out, *moe_y, *moe_up;  // experts' (scratch_layout)
+    int32_t *moe_experts, *moe_rows;
     float *mla_qa, *mla_kv, *mla_q, *mla_o;  // latent attention's (scratch_layout)
     const int32_t* tokens;
     kv_tables tables;
@@ -136,8 +136,53 @@ struct step_views {
     int32_t n_tiles = 0;
 };
 
+// Rows [e rows, (e + 1) rows) of a stacked experts' matrix [n_experts rows, n_in]: expert e's as a matrix of its own.
+device_matrix expert_rows(const device_matrix& stacked, int32_t e, int64_t rows) {
+    device_matrix w = stacked;
+    w.data =
+        static_cast<const char*>(stacked.data) + static_cast<size_t>(e) * rows * stacked.n_in * element_bytes(w.type);
+    w.n_out = rows;
+    return w;
+}
+
+// Prefill's routed experts into s.moe_out (in the rows' grouped order; s.moe_rows then holds that order): the
+// routing copied to the host and the pairs grouped by expert (cuda_moe_groups.h), their inputs gathered, and one
+// product per chosen expert over all of its rows (matmul_glu, then matmul), so each expert's weights are read once
+// per step rather than once per (token, slot) pair. Only in eager steps: it waits for the routing (a step graph
+// cannot), and step graphs take decode-sized steps only (step_graphs::max_tokens).
+const char* moe_grouped(troupe_cuda_model& m, const device_layer& L, const float* xn, int32_t n, const step_views& s,
+                        glu_kind glu, cudaStream_t stream) {
+    troupe_cuda_context& ctx = *m.ctx;
+    const auto& hp = m.hp;
+    const int32_t k = hp.moe_n_used, pairs = n * k;
+    const int64_t ffn = hp.moe_expert_ffn, dim = hp.dim;
+    m.moe_experts.resize(pairs);
+    TROUPE_CUDA_TRY(
+        cudaMemcpyAsync(m.moe_experts.data(), s.moe_experts, sizeof(int32_t) * pairs, cudaMemcpyDeviceToHost, stream));
+    TROUPE_CUDA_TRY(cudaStreamSynchronize(stream));
+    moe_host_groups& g = m.moe_groups;
+    if (!g.build(m.moe_experts.data(), n, k, hp.moe_n_experts))
+        return "the experts' routing chose an expert id out of range";
+    TROUPE_CUDA_TRY(
+        cudaMemcpyAsync(s.moe_rows, g.rows.data(), sizeof(int32_t) * g.rows.size(), cudaMemcpyHostToDevice, stream));
+    float* rows = s.moe_out;  // [pairs, dim]: the gathered inputs, each expert's overwritten by its outputs
+    launch_moe_gather(xn, s.moe_rows, pairs, dim, rows, stream);
+    TROUPE_CUDA_TRY(cudaGetLastError());
+    for (int32_t e = 0; e < hp.moe_n_experts; ++e) {
+        const int32_t c = g.count(e);
+        if (c == 0) continue;
+        const size_t r0 = static_cast<size_t>(g.offsets[e]);
+        float* hidden = s.moe_hidden + r0 * ffn;
+        TROUPE_CUDA_TRY_STATUS(matmul_glu(ctx, expert_rows(L.gate_exps, e, ffn), expert_rows(L.up_exps, e, ffn),
+                                          rows + r0 * dim, hidden, s.moe_up + r0 * ffn, c, glu));
+        TROUPE_CUDA_TRY_STATUS(matmul(ctx, expert_rows(L.down_exps, e, dim), hidden, rows + r0 * dim, c, false));
+    }
+    return nullptr;
+}
+
 // A MoE layer's FFN of the normed rows xn into s.moe_y (troupe_cuda_moe_layer): route, each (token, slot) pair's
-// expert, the weighted sum over slots, plus the shared experts where the layer has them.
+// expert (decode-sized steps: a GEMV per pair; prefill: grouped by expert, moe_grouped), the weighted sum over slots,
+// plus the shared experts where the layer has them.
 const char* moe_ffn(troupe_cuda_model& m, const device_layer& L, const float* xn, int32_t n, const step_views& s,
                     glu_kind glu, cudaStream_t stream) {
     troupe_cuda_context& ctx = *m.ctx;
@@ -146,12 +191,17 @@ const char* moe_ffn(troupe_cuda_model& m, const device_layer& L, const float* xn
     TROUPE_CUDA_TRY_STATUS(matmul(ctx, L.router, xn, s.moe_logits, n, false));
     const moe_routing routing{hp.moe_n_experts, k, hp.moe_gating, hp.moe_norm_weights != 0, hp.moe_weights_scale};
     launch_moe_route(s.moe_logits, L.probs_bias, n, routing, s.moe_experts, s.moe_weights, stream);
-    const auto type = static_cast<dtype>(L.gate_exps.type);
-    launch_moe_glu(type, L.gate_exps.data, L.up_exps.data, hp.dim, hp.moe_expert_ffn, xn, s.moe_experts, pairs, k, glu,
-                   s.moe_hidden, stream);
-    launch_moe_down(type, L.down_exps.data, hp.moe_expert_ffn, hp.dim, s.moe_hidden, s.moe_experts, pairs, s.moe_out,
-                    stream);
-    launch_moe_combine(s.moe_out, s.moe_weights, n, k, hp.dim, s.moe_y, stream);
+    const bool grouped = n > step_graphs::max_tokens && element_bytes(L.gate_exps.type) > 0;
+    if (grouped) {
+        TROUPE_CUDA_TRY_STATUS(moe_grouped(m, L, xn, n, s, glu, stream));
+    } else {
+        const auto type = static_cast<dtype>(L.gate_exps.type);
+        launch_moe_glu(type, L.gate_exps.data, L.up_exps.data, hp.dim, hp.moe_expert_ffn, xn, s.moe_experts, pairs, k,
+                       glu, s.moe_hidden, stream);
+        launch_moe_down(type, L.down_exps.data, hp.moe_expert_ffn, hp.dim, s.moe_hidden, s.moe_experts, pairs,
+                        s.moe_out, stream);
+    }
+    launch_moe_combine(s.moe_out, s.moe_weights, n, k, hp.dim, grouped ? s.moe_rows + pairs : nullptr, s.moe_y, stream);
     TROUPE_CUDA_TRY(cudaGetLastError());
     if (L.gate_shexp.n_out > 0) {
         TROUPE_CUDA_TRY_STATUS(matmul_glu(ctx, L.gate_shexp, L.up_shexp, xn, s.gate, s.up, n, glu));
@@ -321,6 +371,8 @@ const char* model_forward_fenced(troupe_cuda_model* model, const troupe_cuda_bat
     s.moe_hidden = m.scratch.as<float>(lay.moe_hidden.offset);
     s.moe_out = m.scratch.as<float>(lay.moe_out.offset);
     s.moe_y = m.scratch.as<float>(lay.moe_y.offset);
+    s.moe_up = m.scratch.as<float>(lay.moe_up.offset);
+    s.moe_rows = m.scratch.as<int32_t>(lay.moe_rows.offset);
     s.mla_qa = m.scratch.as<float>(lay.mla_qa.offset);
     s.mla_kv = m.scratch.as<float>(lay.mla_kv.offset);
     s.mla_q = m.scratch.as<float>(lay.mla_q.offset);

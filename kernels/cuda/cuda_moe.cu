@@ -1,6 +1,7 @@
-// The mixture-of-experts FFN's kernels (declarations: cuda_moe.h). The experts' products are decode's GEMV per
-// (token, slot) pair: a warp per weight row of the pair's expert (cuda_gemv.cuh row_dot), so a step reads only the
-// selected experts' rows; pairs of the same expert re-read them from L2.
+// The mixture-of-experts FFN's kernels (declarations: cuda_moe.h). In decode-sized steps the experts' products are
+// GEMVs per (token, slot) pair: a warp per weight row of the pair's expert (cuda_gemv.cuh row_dot), so a step reads
+// only the selected experts' rows; pairs of the same expert re-read them from L2. Prefill steps group the pairs by
+// expert instead (cuda_model_forward.cpp: gather, one product per expert, combine through the rows' order).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -106,18 +107,26 @@ __global__ void __launch_bounds__(moe_warps* warp_size)
     if (lane == 0) out[static_cast<int64_t>(pair) * dim + o] = total;
 }
 
-__global__ void combine_kernel(const float* out, const float* weights, int32_t n_used, int64_t dim, float* y,
-                               int64_t n) {
+__global__ void combine_kernel(const float* out, const float* weights, int32_t n_used, int64_t dim, const int32_t* rows,
+                               float* y, int64_t n) {
     const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
     if (i >= n) return;
     const int64_t t = i / dim, d = i % dim;
     float acc = 0.0f;
     for (int32_t s = 0; s < n_used; ++s) {
-        const float w = weights[t * n_used + s];
-        const float v = out[(t * n_used + s) * dim + d];
+        const int64_t pair = t * n_used + s;
+        const float w = weights[pair];
+        const float v = out[(rows ? rows[pair] : pair) * dim + d];
         acc = s == 0 ? w * v : acc + w * v;
     }
     y[i] = acc;
+}
+
+__global__ void gather_kernel(const float* x, const int32_t* token_of, int64_t dim, float* xg, int64_t n) {
+    const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    const int64_t r = i / dim, d = i % dim;
+    xg[i] = x[static_cast<int64_t>(token_of[r]) * dim + d];
 }
 
 template <class w_t>
@@ -183,11 +192,18 @@ void launch_moe_down(dtype w_type, const void* down_exps, int64_t ffn, int64_t d
     }
 }
 
-void launch_moe_combine(const float* out, const float* weights, int32_t n_tokens, int32_t n_used, int64_t dim, float* y,
-                        cudaStream_t stream) {
+void launch_moe_combine(const float* out, const float* weights, int32_t n_tokens, int32_t n_used, int64_t dim,
+                        const int32_t* rows, float* y, cudaStream_t stream) {
     const int64_t n = static_cast<int64_t>(n_tokens) * dim;
     if (n == 0) return;
-    combine_kernel<<<blocks_for(n, 256), 256, 0, stream>>>(out, weights, n_used, dim, y, n);
+    combine_kernel<<<blocks_for(n, 256), 256, 0, stream>>>(out, weights, n_used, dim, rows, y, n);
+}
+
+void launch_moe_gather(const float* x, const int32_t* token_of, int32_t n_rows, int64_t dim, float* xg,
+                       cudaStream_t stream) {
+    const int64_t n = static_cast<int64_t>(n_rows) * dim;
+    if (n == 0) return;
+    gather_kernel<<<blocks_for(n, 256), 256, 0, stream>>>(x, token_of, dim, xg, n);
 }
 
 }  // namespace troupe::cuda

@@ -35,8 +35,13 @@ void launch_moe_glu(dtype w_type, const void* gate_exps, const void* up_exps, in
 void launch_moe_down(dtype w_type, const void* down_exps, int64_t ffn, int64_t dim, const float* hidden,
                      const int32_t* experts, int32_t n_pairs, float* out, cudaStream_t stream);
 
-// y[t, :] = sum over slots (in order) of weights[t, slot] * out[t n_used + slot, :].   y [n_tokens, dim]
-void launch_moe_combine(const float* out, const float* weights, int32_t n_tokens, int32_t n_used, int64_t dim, float* y,
-                        cudaStream_t stream);
+// y[t, :] = sum over slots (in order) of weights[t, slot] * out[row of (t, slot), :]; the row is t n_used + slot where
+// rows is null, else rows[t n_used + slot] (the grouped rows' order, cuda_moe_groups.h).   y [n_tokens, dim]
+void launch_moe_combine(const float* out, const float* weights, int32_t n_tokens, int32_t n_used, int64_t dim,
+                        const int32_t* rows, float* y, cudaStream_t stream);
+
+// xg[r, :] = x[token_of[r], :] for rows r < n_rows (the pairs' inputs in their experts' order).   xg [n_rows, dim]
+void launch_moe_gather(const float* x, const int32_t* token_of, int32_t n_rows, int64_t dim, float* xg,
+                       cudaStream_t stream);
 
 }  // namespace troupe::cuda

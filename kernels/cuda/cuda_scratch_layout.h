@@ -4,9 +4,10 @@
 //   x, xn [T, dim]; q, att [T, n_heads * head_dim]; k, v [T, n_kv_heads * head_dim];
 //   gate, up [T, max(ffn_dim, moe_shared_ffn)]; logits [T, n_vocab]; with experts (k of E, F units each):
 //   moe_logits [T, E], moe_experts (int32) and moe_weights [T, k], moe_hidden [T k, F], moe_out [T k, dim],
-//   moe_y [T, dim]; with latent attention (H heads, R = kv_lora_rank): mla_qa [T, q_lora_rank], mla_kv [T, R +
-//   rope_dim], mla_q [T, H (R + rope_dim)], mla_o [T, H R], and q, att at least [T, H (qk_nope + rope_dim)] and
-//   [T, H v_dim]                                                    (every element 4 bytes; regions 256-byte aligned)
+//   moe_y [T, dim], and for prefill's grouped products moe_up [T k, F] and moe_rows (int32) [T, 2 k]; with latent
+//   attention (H heads, R = kv_lora_rank): mla_qa [T, q_lora_rank], mla_kv [T, R + rope_dim], mla_q [T, H (R +
+//   rope_dim)], mla_o [T, H R], and q, att at least [T, H (qk_nope + rope_dim)] and [T, H v_dim] (every element 4
+//   bytes; regions 256-byte aligned)
 //
 // The expert counts decide the experts' regions, never the moe_layers pointer: the model's copy of its description
 // keeps the counts and clears the pointers (model_create; the first run on a GPU sized them 0 when it read the
@@ -28,7 +29,7 @@ struct scratch_region {
 
 struct scratch_layout {
     scratch_region x, xn, q, k, v, att, gate, up, logits, moe_logits, moe_experts, moe_weights, moe_hidden, moe_out,
-        moe_y, mla_qa, mla_kv, mla_q, mla_o;
+        moe_y, moe_up, moe_rows, mla_qa, mla_kv, mla_q, mla_o;
     size_t total = 0;
 };
 
@@ -63,6 +64,8 @@ inline scratch_layout layout_for(const troupe_cuda_model_desc& hp, int32_t capac
     l.moe_hidden = take(k * (moe ? hp.moe_expert_ffn : 0));
     l.moe_out = take(k * hp.dim);
     l.moe_y = take(moe ? hp.dim : 0);
+    l.moe_up = take(k * (moe ? hp.moe_expert_ffn : 0));
+    l.moe_rows = take(2 * k);
     l.mla_qa = take(mla ? hp.mla_q_lora_rank : 0);
     l.mla_kv = take(latent);
     l.mla_q = take(heads * latent);

@@ -8,7 +8,8 @@
 # quant/w4a16 on a W4_G128 file this script makes with `troupe quantize`, quant/fp8, and tap observers), bench_cuda_quant
 # (GEMV GB/s vs copy), then `troupe bench --device cuda` on the shared models (beside the CPU) and on a 1B file
 # `troupe synth` writes (F16 with step graphs on and off, 1/8/32 sequences, decode at depth 1920; W4_G128 through
-# quant/w4a16; the mixture-of-experts moe-1B, as mixtral and as deepseek2 with latent attention).
+# quant/w4a16; the mixture-of-experts moe-1B, as mixtral and as deepseek2 with latent attention; cuda_arch_moe: a
+# prefill past the step graphs' 128 tokens, its experts grouped, against the CPU graph).
 # PROFILE=1 adds ncu's GPU time per kernel for a 1B decode and prefill. QUICK=1 runs the tests and the 1B file's
 # default, 8-sequence and depth benches only (a re-check after a fix, in half the device time).
 #

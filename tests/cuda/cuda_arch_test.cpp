@@ -238,9 +238,11 @@ TEST(cuda_arch_upload, the_steps_scratch_gives_every_expert_buffer_its_rows_with
     EXPECT_EQ(l.moe_hidden.bytes, t * 2 * 256 * f);  // each pair's 256 expert units
     EXPECT_EQ(l.moe_out.bytes, t * 2 * 128 * f);     // each pair's output row of dim 128
     EXPECT_EQ(l.moe_y.bytes, t * 128 * f);
-    std::vector<cuda::scratch_region> regions = {l.x,           l.xn,          l.q,          l.k,       l.v,
-                                                 l.att,         l.gate,        l.up,         l.logits,  l.moe_logits,
-                                                 l.moe_experts, l.moe_weights, l.moe_hidden, l.moe_out, l.moe_y};
+    EXPECT_EQ(l.moe_up.bytes, t * 2 * 256 * f);  // prefill's grouped products: each row's up units
+    EXPECT_EQ(l.moe_rows.bytes, t * 2 * 2 * f);  // and the rows' order, both ways (int32)
+    std::vector<cuda::scratch_region> regions = {
+        l.x,          l.xn,          l.q,           l.k,          l.v,       l.att,   l.gate,   l.up,      l.logits,
+        l.moe_logits, l.moe_experts, l.moe_weights, l.moe_hidden, l.moe_out, l.moe_y, l.moe_up, l.moe_rows};
     std::sort(regions.begin(), regions.end(), [](auto& p, auto& q) { return p.offset < q.offset; });
     for (size_t i = 0; i < regions.size(); ++i) {
         EXPECT_EQ(regions[i].offset % 256, 0u);
@@ -254,10 +256,11 @@ TEST(cuda_arch_upload, the_steps_scratch_gives_every_expert_buffer_its_rows_with
     auto dense = upload_of(dense_path);
     ASSERT_TRUE(dense.ok()) << dense.message();
     const cuda::scratch_layout dl = cuda::layout_for(dense->up->desc, t);
-    for (const auto& r : {dl.moe_logits, dl.moe_experts, dl.moe_weights, dl.moe_hidden, dl.moe_out, dl.moe_y}) {
+    for (const auto& r :
+         {dl.moe_logits, dl.moe_experts, dl.moe_weights, dl.moe_hidden, dl.moe_out, dl.moe_y, dl.moe_up, dl.moe_rows}) {
         EXPECT_EQ(r.bytes, 0u);
     }
-    EXPECT_EQ(dl.moe_y.offset + dl.moe_y.bytes, dl.logits.offset + ((dl.logits.bytes + 255) & ~size_t{255}));
+    EXPECT_EQ(dl.moe_rows.offset + dl.moe_rows.bytes, dl.logits.offset + ((dl.logits.bytes + 255) & ~size_t{255}));
 }
 
 // The CPU graph's attention for the comparison: the scalar reference, which honours soft-capping and windows.
@@ -339,6 +342,44 @@ TEST_P(cuda_arch_golden, greedy_ids_equal_the_reference_and_first_logits_agree_w
     for (size_t i = 0; i < logits.size(); ++i) worst = std::max(worst, std::fabs(logits[i] - on_cpu->first_logits[i]));
     EXPECT_LT(worst, kLogitTolerance);
     std::printf("  %s%s: first-step logits worst |cuda - cpu| = %.5f\n", c.model, c.kv_f16 ? " (kv F16)" : "", worst);
+}
+
+// A prefill longer than the step graphs take (step_graphs::max_tokens) routes its experts grouped: the pairs sorted
+// by expert on the host, one product per expert (cuda_model_forward.cpp: moe_grouped). Its greedy tokens and first
+// logits agree with the CPU graph's on tiny-mixtral for a 300-token prompt in one step.
+TEST(cuda_arch_moe, a_long_prefill_groups_tokens_by_expert_and_agrees_with_the_cpu_graph) {
+    TROUPE_REQUIRE_GPU();
+    TROUPE_REQUIRE_SHARED(model_path, "models/arch/tiny-mixtral.gguf");
+    std::vector<int32_t> prompt(300);
+    uint32_t h = 7;
+    for (int32_t& id : prompt) id = 1 + static_cast<int32_t>((h = h * 1664525u + 1013904223u) >> 8) % 511;
+    const int32_t n_new = 8;
+
+    auto weights = testing::load_llama_weights(model_path);
+    ASSERT_TRUE(weights.ok()) << weights.message();
+    cuda_runner_params p;
+    p.block_size = 16;
+    p.n_blocks = 64;
+    auto gpu = cuda_runner::create(llama_view_of(weights.value()), p);
+    ASSERT_TRUE(gpu.ok()) << gpu.message();
+    auto on_gpu = greedy_generate(*gpu.value(), prompt, n_new);
+    ASSERT_TRUE(on_gpu.ok()) << on_gpu.message();
+
+    cpu_llama_params cp;
+    cp.attention = std::make_shared<ref_attention>();
+    cp.max_seqs = 1;
+    auto cpu = cpu_llama::create(std::move(weights.value()), cp);
+    ASSERT_TRUE(cpu.ok()) << cpu.message();
+    auto on_cpu = greedy_generate(*cpu.value(), prompt, n_new);
+    ASSERT_TRUE(on_cpu.ok()) << on_cpu.message();
+    EXPECT_EQ(on_gpu->tokens, on_cpu->tokens);
+    ASSERT_EQ(on_cpu->first_logits.size(), on_gpu->first_logits.size());
+    float worst = 0.0f;
+    for (size_t i = 0; i < on_cpu->first_logits.size(); ++i) {
+        worst = std::max(worst, std::fabs(on_gpu->first_logits[i] - on_cpu->first_logits[i]));
+    }
+    EXPECT_LT(worst, kLogitTolerance);
+    std::printf("  tiny-mixtral, 300-token prefill: first-step logits worst |cuda - cpu| = %.5f\n", worst);
 }
 
 INSTANTIATE_TEST_SUITE_P(
