@@ -19,18 +19,7 @@ using testing::cuda_ops;
 using testing::max_rel_error;
 using testing::random_floats;
 
-class cuda_kernels : public ::testing::Test {
-protected:
-    void SetUp() override {
-        TROUPE_REQUIRE_GPU();
-        const char* e = cuda_ops().context_create(0, 2, &ctx_);
-        ASSERT_EQ(e, nullptr) << e;
-    }
-    void TearDown() override {
-        if (ctx_) cuda_ops().context_destroy(ctx_);
-    }
-    troupe_cuda_context* ctx_ = nullptr;
-};
+class cuda_kernels : public testing::gpu_context_test {};
 
 TEST_F(cuda_kernels, rms_norm_matches_the_reference_on_odd_widths) {
     for (auto [n_rows, dim] : {std::pair{1, 64}, {3, 100}, {5, 4097}}) {

@@ -17,18 +17,7 @@ using testing::cuda_ops;
 using testing::max_rel_error;
 using testing::random_floats;
 
-class cuda_mla : public ::testing::Test {
-protected:
-    void SetUp() override {
-        TROUPE_REQUIRE_GPU();
-        const char* e = cuda_ops().context_create(0, 2, &ctx_);
-        ASSERT_EQ(e, nullptr) << e;
-    }
-    void TearDown() override {
-        if (ctx_) cuda_ops().context_destroy(ctx_);
-    }
-    troupe_cuda_context* ctx_ = nullptr;
-};
+class cuda_mla : public testing::gpu_context_test {};
 
 // Latent attention (DeepSeek-V2's MLA, cuda_mla.h) against the naive form computed here in double: every key row
 // expanded into per-head keys W_UK c and values W_UV c, softmax over scale * (q_nope . k_nope + q_pe . k_pe). The new

@@ -31,6 +31,20 @@ bool nvidia_device_node_present();
             GTEST_SKIP() << "no GPU for the CUDA tests: " << ::troupe::testing::cuda_skip_reason(); \
     } while (0)
 
+// A fixture holding a backend context of two lanes for a test's kernels (the test skips without a GPU).
+class gpu_context_test : public ::testing::Test {
+protected:
+    void SetUp() override {
+        TROUPE_REQUIRE_GPU();
+        const char* e = cuda_ops().context_create(0, 2, &ctx_);
+        ASSERT_EQ(e, nullptr) << e;
+    }
+    void TearDown() override {
+        if (ctx_) cuda_ops().context_destroy(ctx_);
+    }
+    troupe_cuda_context* ctx_ = nullptr;
+};
+
 // A GGUF model's weights (models/*.gguf of ../shared), bound as a Llama.
 result<llama_weights> load_llama_weights(const std::string& path);
 // Row i of sequence seq's logits, copied; the largest |a[i] - b[i]|.
