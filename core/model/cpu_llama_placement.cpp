@@ -7,7 +7,7 @@
 
 #include "core/log/log.h"
 #include "core/model/cpu_llama.h"
-#include "kernels/cpu/q8_panels.h"
+#include "kernels/cpu/weight_panels.h"
 
 namespace troupe {
 
@@ -27,7 +27,7 @@ void cpu_llama::fuse_projections() {
 namespace {
 
 // Shard bounds of a weight's rows over n_shards threads, at multiples of its placement_rows (for the builtin kernels
-// q8_panel_rows: a shard starts a panel; a plugin's weight: the plugin's multiple).
+// weight_panel_rows: a shard starts a panel; a plugin's weight: the plugin's multiple).
 std::vector<int64_t> shard_bounds(const linear& m, int n_shards) {
     const int64_t n = m.n_out(), rows = std::max<int64_t>(1, m.placement_rows());
     std::vector<int64_t> b(n_shards + 1);

@@ -5,7 +5,7 @@
 
 #include <cstring>
 
-#include "kernels/cpu/q8_panels.h"
+#include "kernels/cpu/weight_panels.h"
 
 namespace troupe {
 namespace {
@@ -56,9 +56,9 @@ matmul_weight linear::kernel_weight() const {
 }
 
 // Where the kernels have panels for the type and recipe, they are packed instead of copying the rows: the
-// panels serve every token count in both recipes (kernels/cpu/q8_panels.h).
+// panels serve every token count (kernels/cpu/weight_panels.h).
 bool linear::packs_panels() const {
-    return cpu::q8_panels_supported(w_.type, recipe_);
+    return cpu::panels_supported(w_.type, recipe_);
 }
 
 bool linear::packed() const {
@@ -73,7 +73,7 @@ std::vector<weight_piece> linear::storage() const {
 namespace {
 
 size_t panel_bytes(const weight_view& w, int64_t n_rows) {
-    return cpu::q8_panels_bytes(matmul_weight{w.type, nullptr, w.n_in, n_rows, w.row_stride});
+    return cpu::panels_bytes(matmul_weight{w.type, nullptr, w.n_in, n_rows, w.row_stride});
 }
 
 // Whether piece b's rows and panels continue piece a's (a holds n_rows rows).
@@ -81,7 +81,7 @@ bool continues(const weight_view& w, const weight_piece& a, const weight_piece& 
     const bool rows = a.data != nullptr && b.data == static_cast<const uint8_t*>(a.data) + w.row_stride * n_rows;
     const bool panels = a.panels == nullptr
                             ? b.panels == nullptr
-                            : n_rows % cpu::q8_panel_rows == 0 &&
+                            : n_rows % cpu::weight_panel_rows == 0 &&
                                   b.panels == static_cast<const uint8_t*>(a.panels) + panel_bytes(w, n_rows);
     return rows && panels;
 }
@@ -119,7 +119,8 @@ std::optional<linear> linear::concatenated(std::span<const linear* const> parts)
         }
         // Panels of a part's last rows are padded with zero rows: only whole panels concatenate (and rows that
         // place() will pack into panels, so the concatenation can be placed and its parts taken back as rows).
-        if ((part.packed() || part.packs_panels()) && i + 1 < parts.size() && part.w_.n_out % cpu::q8_panel_rows != 0)
+        if ((part.packed() || part.packs_panels()) && i + 1 < parts.size() &&
+            part.w_.n_out % cpu::weight_panel_rows != 0)
             return std::nullopt;
         for (weight_piece p : part.storage()) {
             p.row_begin += n_out;
@@ -135,7 +136,7 @@ std::optional<linear> linear::concatenated(std::span<const linear* const> parts)
 
 linear linear::rows(int64_t r0, int64_t r1) const {
     TROUPE_ASSERT(!prepared_ && 0 <= r0 && r0 < r1 && r1 <= w_.n_out, "linear::rows: bad range");
-    TROUPE_ASSERT(!packed() || r0 % cpu::q8_panel_rows == 0, "linear::rows: rows must start a panel");
+    TROUPE_ASSERT(!packed() || r0 % cpu::weight_panel_rows == 0, "linear::rows: rows must start a panel");
     const std::vector<weight_piece> all = storage();
     std::vector<weight_piece> view;
     for (size_t i = 0; i < all.size(); ++i) {
@@ -155,7 +156,7 @@ linear linear::rows(int64_t r0, int64_t r1) const {
 }
 
 int64_t linear::placement_rows() const {
-    return prepared_ ? prepared_->placement_rows() : cpu::q8_panel_rows;
+    return prepared_ ? prepared_->placement_rows() : cpu::weight_panel_rows;
 }
 
 size_t linear::placed_bytes(int64_t r0, int64_t r1) const {
@@ -174,7 +175,7 @@ status linear::place(std::span<const int64_t> bounds, std::span<uint8_t* const> 
     for (size_t s = 0; s + 1 < bounds.size(); ++s) {
         const int64_t r0 = bounds[s], r1 = bounds[s + 1];
         if (r0 == r1) continue;
-        TROUPE_ASSERT(!panels || r0 % cpu::q8_panel_rows == 0, "linear::place: a shard must start a panel");
+        TROUPE_ASSERT(!panels || r0 % cpu::weight_panel_rows == 0, "linear::place: a shard must start a panel");
         uint8_t* dst = dsts[s];
         const void* single_source = nullptr;  // the shard's rows in the file, where they lie in one piece
         for (size_t i = 0; i < from.size(); ++i) {
@@ -185,7 +186,7 @@ status linear::place(std::span<const int64_t> bounds, std::span<uint8_t* const> 
             if (a == r0 && b == r1) single_source = src;
             if (panels) {  // sources start panels: parts of a concatenation are whole panels
                 const matmul_weight part{w_.type, src, w_.n_in, b - a, w_.row_stride};
-                panel_codes_ = cpu::pack_q8_panels(part, dst + panel_bytes(w_, a - r0), pool);
+                panel_codes_ = cpu::pack_panels(part, dst + panel_bytes(w_, a - r0), pool);
             } else {
                 std::memcpy(dst + w_.row_stride * (a - r0), src, w_.row_stride * (b - a));
             }

@@ -43,7 +43,7 @@ public:
     // the plugin says for a weight a plugin took (0: the plugin keeps its own memory, placed_bytes is 0).
     int64_t placement_rows() const;
     // Bytes rows [r0, r1) take when placed in memory of the model's own (a multiple of 64): their rows, or the panels
-    // the kernels prefer for the type and recipe (kernels/cpu/q8_panels.h), or a plugin's prepared rows.
+    // the kernels prefer for the type and recipe (kernels/cpu/weight_panels.h), or a plugin's prepared rows.
     size_t placed_bytes(int64_t r0, int64_t r1) const;
     // Places the weight in shards: rows [bounds[i], bounds[i + 1]) are copied (or packed into panels) to dsts[i]
     // (placed_bytes of them, 64-byte aligned) and read there from now on, as pieces; the file pages they came from

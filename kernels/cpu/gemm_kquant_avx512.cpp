@@ -32,7 +32,9 @@
 #include <cstdint>
 #include <utility>
 
+#include "core/result.h"
 #include "kernels/cpu/aligned_buffer.h"
+#include "kernels/cpu/kquant_panels.h"
 #include "kernels/cpu/matmul_avx512_blocks.h"
 
 namespace troupe::cpu::detail {
@@ -301,6 +303,8 @@ void gemm_kquant_avx512(const matmul_weight& w, prepared_x x, float* y, int64_t 
     const int64_t chunk = std::max<int64_t>(max_tile, static_cast<int64_t>(k_chunk_bytes / static_cast<size_t>(n)));
     auto* pb = pair_buf.as<pair_block>(static_cast<size_t>(nb * k_pairs));  // [nb][k_pairs]
     static const scale_indexes q4_idx = make_indexes(true), q6_idx = make_indexes(false);
+    const kquant_rows_view kv = kquant_view(w);  // rows, or k-quant panels (groups start at multiples of 4)
+    TROUPE_ASSERT(!kv.panels() || r0 % k_group_rows == 0, "gemm_kquant: panel rows must start a group");
     const size_t row_bytes_used = static_cast<size_t>(nb) * (q4 ? sizeof(block_q4_k) : sizeof(block_q6_k));
     const size_t xbs = q4 ? sizeof(block_q8_k) : qk_k;
     for (int64_t c0 = 0; c0 < n_tokens; c0 += chunk) {
@@ -310,24 +314,33 @@ void gemm_kquant_avx512(const matmul_weight& w, prepared_x x, float* y, int64_t 
         for (int64_t g = r0; g < r1; g += k_group_rows) {
             // Rows past r1 repeat the last row (read, never stored).
             const uint8_t* rows[k_group_rows];
-            for (int i = 0; i < k_group_rows; ++i) rows[i] = row_ptr(w, std::min(g + i, r1 - 1));
+            for (int i = 0; i < k_group_rows; ++i) rows[i] = kv.row(std::min(g + i, r1 - 1));
             for (int64_t b = 0; b < nb; ++b) {
+                const size_t at = static_cast<size_t>(b) * kv.block_step;
                 for (int p = 0; p < k_pairs; ++p) {
                     if (q4) {
-                        unpack_q4_k(reinterpret_cast<const block_q4_k*>(rows[2 * p])[b],
-                                    reinterpret_cast<const block_q4_k*>(rows[2 * p + 1])[b], q4_idx,
+                        unpack_q4_k(*reinterpret_cast<const block_q4_k*>(rows[2 * p] + at),
+                                    *reinterpret_cast<const block_q4_k*>(rows[2 * p + 1] + at), q4_idx,
                                     pb[b * k_pairs + p]);
                     } else {
-                        unpack_q6_k(reinterpret_cast<const block_q6_k*>(rows[2 * p])[b],
-                                    reinterpret_cast<const block_q6_k*>(rows[2 * p + 1])[b], q6_idx,
+                        unpack_q6_k(*reinterpret_cast<const block_q6_k*>(rows[2 * p] + at),
+                                    *reinterpret_cast<const block_q6_k*>(rows[2 * p + 1] + at), q6_idx,
                                     pb[b * k_pairs + p]);
                     }
                 }
             }
-            // The next group's rows, while this one computes.
-            for (int i = 0; i < k_group_rows && g + k_group_rows + i < r1; ++i) {
-                const auto* next = reinterpret_cast<const char*>(row_ptr(w, g + k_group_rows + i));
-                for (size_t o = 0; o < row_bytes_used; o += 64) _mm_prefetch(next + o, _MM_HINT_T0);
+            // The next group's rows, while this one computes (in the panels: one stretch of four rows' bytes).
+            if (kv.panels()) {
+                const int64_t next_g = g + k_group_rows;
+                const auto* next = reinterpret_cast<const char*>(kv.row(next_g));
+                const size_t n_next =
+                    static_cast<size_t>(std::min<int64_t>(k_group_rows, r1 - next_g)) * row_bytes_used;
+                for (size_t o = 0; next_g < r1 && o < n_next; o += 64) _mm_prefetch(next + o, _MM_HINT_T0);
+            } else {
+                for (int i = 0; i < k_group_rows && g + k_group_rows + i < r1; ++i) {
+                    const auto* next = reinterpret_cast<const char*>(kv.row(g + k_group_rows + i));
+                    for (size_t o = 0; o < row_bytes_used; o += 64) _mm_prefetch(next + o, _MM_HINT_T0);
+                }
             }
             const int n_rows = static_cast<int>(std::min<int64_t>(k_group_rows, r1 - g));
             int64_t t0 = c0;

@@ -24,6 +24,8 @@
 #include <cstring>
 #include <type_traits>
 
+#include "core/result.h"
+#include "kernels/cpu/kquant_panels.h"
 #include "kernels/cpu/matmul_avx512_blocks.h"
 #include "kernels/cpu/q3_k_row.h"
 #include "kernels/cpu/q5_k_row.h"
@@ -93,10 +95,12 @@ inline void store_rows(__m128 v, float* y) {
     }
 }
 
-// R rows of Q4_K (row r at w + r * stride) against one token's Q8_K blocks x[0..nb); R = 1 for the rows past the last
-// group of four (k_rows4).
+// R rows of Q4_K (row r's block b at w + r * stride + b * step: kquant_panels.h's view) against one token's Q8_K blocks
+// x[0..nb); R = 1 for the rows outside whole groups of four (k_rows4).
 template <int R>
-void q4_k_rows(const uint8_t* w, size_t stride, const block_q8_k* x, int64_t nb, float* y) {
+void q4_k_rows(const uint8_t* w, size_t stride, size_t step, const uint8_t* x_bytes, size_t, int64_t nb, float* y,
+               int64_t) {
+    const auto* x = reinterpret_cast<const block_q8_k*>(x_bytes);
     const __m512i low4 = _mm512_set1_epi8(0x0f);
     const auto shuffle = [](int c) {
         const int64_t a = q4_k_scale_shuffle(c, 0), b = q4_k_scale_shuffle(c, 1);
@@ -117,7 +121,7 @@ void q4_k_rows(const uint8_t* w, size_t stride, const block_q8_k* x, int64_t nb,
         const __m128i bsum32 = _mm_hadd_epi16(_mm256_castsi256_si128(bs), _mm256_extracti128_si256(bs, 1));
 #pragma GCC unroll 4
         for (int r = 0; r < R; ++r) {
-            const block_q4_k& wb = reinterpret_cast<const block_q4_k*>(w + r * stride)[b];
+            const auto& wb = *reinterpret_cast<const block_q4_k*>(w + r * stride + b * step);
             prefetch_ahead(&wb, sizeof wb);
             // The packed 6-bit scales and mins as 16 words sc0..sc7, m0..m7 (q4_k_scale_words). The 16-byte load
             // reads 4 bytes of qs past the 12 scale bytes, inside the block.
@@ -163,15 +167,17 @@ constexpr int64_t q4_k_mins_shuffle(int half) {
     return v;
 }
 
-// Four consecutive rows of Q4_K or Q5_K (row r at w + r * stride; Block the format) against one token's Q8_K blocks
+// Four consecutive rows of Q4_K or Q5_K (row r's block b at w + r * stride + b * step; Block the format) against one
+// token's Q8_K blocks
 // x[0..nb): what the one-row kernels compute for each row, with the 16 leading bytes of the four rows' blocks (d, dmin,
 // the packed scales: the same layout in both formats) decoded together in one zmm (a 128-bit lane per row).
 // Q4_K: the mins of the four rows in one chain of 16 lanes (row r's 4 lanes in lane r), ggml's acc_m.
 // Q5_K: bit 4 of every code from qh (a per-half variable shift, merged by ternary logic), and the mins as ggml's Q5_K
 // sums them: one integer per row and super-block (the four products' sum, exact in any order), summs = fma(-d_x *
 // dmin, it, summs) per row (lane 4r of a 16-lane chain).
-template <class Block>
-void k_rows4(const uint8_t* w, size_t stride, const block_q8_k* x, int64_t nb, float* y) {
+template <class Block, int T>
+void k_rows4(const uint8_t* w, size_t stride, size_t step, const uint8_t* x, size_t xs, int64_t nb, float* y,
+             int64_t ldy) {
     constexpr bool q5 = std::is_same_v<Block, block_q5_k>;
     const __m512i low4 = _mm512_set1_epi8(0x0f);
     const __m512i bit4 = _mm512_set1_epi8(0x10);
@@ -200,48 +206,64 @@ void k_rows4(const uint8_t* w, size_t stride, const block_q8_k* x, int64_t nb, f
                                              0x30303030, 0, 0x30303030, 0, 0x30303030, 0);
     const __m512i dword0 = _mm512_set_epi32(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 12, 8, 4, 0);
     const __m512i dmin_idx = _mm512_set_epi32(7, 7, 7, 7, 5, 5, 5, 5, 3, 3, 3, 3, 1, 1, 1, 1);
-    __m256 acc[4];                       // [8 lanes] per row: sum of d * lane sums
-    __m512 acc_m = _mm512_setzero_ps();  // Q4_K: [4 rows][4 lanes] sum of -d_x * dmin * (mins . bsums); Q5_K: summs
-    for (int r = 0; r < 4; ++r) acc[r] = _mm256_setzero_ps();
+    __m256 acc[T][4];  // [8 lanes] per token and row: sum of d * lane sums
+    __m512 acc_m[T];   // Q4_K: [4 rows][4 lanes] sum of -d_x * dmin * (mins . bsums); Q5_K: summs
+    for (int t = 0; t < T; ++t) {
+        acc_m[t] = _mm512_setzero_ps();
+        for (int r = 0; r < 4; ++r) acc[t][r] = _mm256_setzero_ps();
+    }
     for (int64_t b = 0; b < nb; ++b) {
-        const block_q8_k& xb = x[b];
-        // The activations in the order of the weights' nibbles: 32 bytes of qs hold elements 64c..64c+31 (low
-        // nibbles) and 64c+32..64c+63 (high), so 64 bytes of qs give two vectors, [sub-blocks 2c, 2c + 2] and
+        // Per token, the activations in the order of the weights' nibbles: 32 bytes of qs hold elements 64c..64c+31
+        // (low nibbles) and 64c+32..64c+63 (high), so 64 bytes of qs give two vectors, [sub-blocks 2c, 2c + 2] and
         // [2c + 1, 2c + 3] (c = 0, 2). Integer lane sums are exact, so lane k still gathers ggml's lane k % 8.
-        const __m512i xa = _mm512_loadu_si512(xb.qs), xb1 = _mm512_loadu_si512(xb.qs + 64);
-        const __m512i xc = _mm512_loadu_si512(xb.qs + 128), xd = _mm512_loadu_si512(xb.qs + 192);
-        const __m512i x0 = _mm512_shuffle_i64x2(xa, xb1, 0x44), x1 = _mm512_shuffle_i64x2(xa, xb1, 0xee);
-        const __m512i x2 = _mm512_shuffle_i64x2(xc, xd, 0x44), x3 = _mm512_shuffle_i64x2(xc, xd, 0xee);
-        const __m256i bs = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xb.bsums));
-        const __m512i bsum32 =
-            _mm512_broadcast_i32x4(_mm_hadd_epi16(_mm256_castsi256_si128(bs), _mm256_extracti128_si256(bs, 1)));
+        __m512i xv[T][4], bsum32[T];
+        float xd[T];
+#pragma GCC unroll 4
+        for (int t = 0; t < T; ++t) {
+            const block_q8_k& xb = reinterpret_cast<const block_q8_k*>(x + t * xs)[b];
+            const __m512i xa = _mm512_loadu_si512(xb.qs), xb1 = _mm512_loadu_si512(xb.qs + 64);
+            const __m512i xc = _mm512_loadu_si512(xb.qs + 128), xd4 = _mm512_loadu_si512(xb.qs + 192);
+            xv[t][0] = _mm512_shuffle_i64x2(xa, xb1, 0x44);
+            xv[t][1] = _mm512_shuffle_i64x2(xa, xb1, 0xee);
+            xv[t][2] = _mm512_shuffle_i64x2(xc, xd4, 0x44);
+            xv[t][3] = _mm512_shuffle_i64x2(xc, xd4, 0xee);
+            const __m256i bs = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xb.bsums));
+            bsum32[t] =
+                _mm512_broadcast_i32x4(_mm_hadd_epi16(_mm256_castsi256_si128(bs), _mm256_extracti128_si256(bs, 1)));
+            xd[t] = xb.d;
+        }
         const Block* wb[4];
         for (int r = 0; r < 4; ++r) {
-            wb[r] = reinterpret_cast<const Block*>(w + r * stride) + b;
+            wb[r] = reinterpret_cast<const Block*>(w + r * stride + b * step);
             prefetch_ahead(wb[r], sizeof(Block));
         }
         const auto head = [&](int r) { return _mm_loadu_si128(reinterpret_cast<const __m128i*>(wb[r])); };
-        __m512i t = _mm512_castsi128_si512(head(0));
-        t = _mm512_inserti32x4(t, head(1), 1);
-        t = _mm512_inserti32x4(t, head(2), 2);
-        t = _mm512_inserti32x4(t, head(3), 3);
+        __m512i t4 = _mm512_castsi128_si512(head(0));
+        t4 = _mm512_inserti32x4(t4, head(1), 1);
+        t4 = _mm512_inserti32x4(t4, head(2), 2);
+        t4 = _mm512_inserti32x4(t4, head(3), 3);
         // Per lane: bytes sc0..sc7, m0..m7 (q4_k_rows<1>'s decode with s shifted by one dword).
-        const __m512i p = _mm512_shuffle_epi32(t, static_cast<_MM_PERM_ENUM>(_MM_SHUFFLE(3, 2, 3, 1)));
-        const __m512i q = _mm512_shuffle_epi32(t, static_cast<_MM_PERM_ENUM>(_MM_SHUFFLE(2, 2, 1, 1)));
+        const __m512i p = _mm512_shuffle_epi32(t4, static_cast<_MM_PERM_ENUM>(_MM_SHUFFLE(3, 2, 3, 1)));
+        const __m512i q = _mm512_shuffle_epi32(t4, static_cast<_MM_PERM_ENUM>(_MM_SHUFFLE(2, 2, 1, 1)));
         const __m512i scales = _mm512_or_si512(_mm512_and_si512(_mm512_srlv_epi32(p, lo_shift), lo_mask),
                                                _mm512_and_si512(_mm512_srli_epi32(q, 2), hi_mask));
-        // [d_0, dmin_0, ..., d_3, dmin_3] times [d_x, -d_x, ...]: each row's d and dmin.
-        const __m256 dw = _mm256_cvtph_ps(_mm512_castsi512_si128(_mm512_permutexvar_epi32(dword0, t)));
-        const __m256 dd = _mm256_mul_ps(_mm256_setr_ps(xb.d, -xb.d, xb.d, -xb.d, xb.d, -xb.d, xb.d, -xb.d), dw);
-        __m512i msum = _mm512_madd_epi16(_mm512_shuffle_epi8(scales, mins_idx), bsum32);
-        if constexpr (q5) {
-            msum =
-                _mm512_add_epi32(msum, _mm512_shuffle_epi32(msum, static_cast<_MM_PERM_ENUM>(_MM_SHUFFLE(1, 0, 3, 2))));
-            msum =
-                _mm512_add_epi32(msum, _mm512_shuffle_epi32(msum, static_cast<_MM_PERM_ENUM>(_MM_SHUFFLE(2, 3, 0, 1))));
+        // [d_0, dmin_0, ..., d_3, dmin_3] times [d_x, -d_x, ...]: each row's d and dmin, per token.
+        const __m256 dw = _mm256_cvtph_ps(_mm512_castsi512_si128(_mm512_permutexvar_epi32(dword0, t4)));
+        const __m512i mins = _mm512_shuffle_epi8(scales, mins_idx);
+        __m256 dd[T];
+#pragma GCC unroll 4
+        for (int t = 0; t < T; ++t) {
+            dd[t] = _mm256_mul_ps(_mm256_setr_ps(xd[t], -xd[t], xd[t], -xd[t], xd[t], -xd[t], xd[t], -xd[t]), dw);
+            __m512i msum = _mm512_madd_epi16(mins, bsum32[t]);
+            if constexpr (q5) {
+                msum = _mm512_add_epi32(
+                    msum, _mm512_shuffle_epi32(msum, static_cast<_MM_PERM_ENUM>(_MM_SHUFFLE(1, 0, 3, 2))));
+                msum = _mm512_add_epi32(
+                    msum, _mm512_shuffle_epi32(msum, static_cast<_MM_PERM_ENUM>(_MM_SHUFFLE(2, 3, 0, 1))));
+            }
+            acc_m[t] = _mm512_fmadd_ps(_mm512_permutexvar_ps(dmin_idx, _mm512_castps256_ps512(dd[t])),
+                                       _mm512_cvtepi32_ps(msum), acc_m[t]);
         }
-        acc_m = _mm512_fmadd_ps(_mm512_permutexvar_ps(dmin_idx, _mm512_castps256_ps512(dd)), _mm512_cvtepi32_ps(msum),
-                                acc_m);
 #pragma GCC unroll 4
         for (int r = 0; r < 4; ++r) {
             const __m512i sc = _mm512_shuffle_i32x4(scales, scales, r * 0x55);  // row r's bytes in every lane
@@ -264,29 +286,35 @@ void k_rows4(const uint8_t* w, size_t stride, const block_q8_k* x, int64_t nb, f
                 v2 = _mm512_and_si512(q23, low4);
                 v3 = _mm512_and_si512(_mm512_srli_epi16(q23, 4), low4);
             }
-            __m512i sum = _mm512_dpwssd_epi32(_mm512_setzero_si512(), _mm512_maddubs_epi16(v0, x0),
-                                              _mm512_shuffle_epi8(sc, idx0));
-            sum = _mm512_dpwssd_epi32(sum, _mm512_maddubs_epi16(v1, x1), _mm512_shuffle_epi8(sc, idx1));
-            sum = _mm512_dpwssd_epi32(sum, _mm512_maddubs_epi16(v2, x2), _mm512_shuffle_epi8(sc, idx2));
-            sum = _mm512_dpwssd_epi32(sum, _mm512_maddubs_epi16(v3, x3), _mm512_shuffle_epi8(sc, idx3));
-            const __m256 d = _mm256_permutexvar_ps(_mm256_set1_epi32(2 * r), dd);
-            acc[r] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(fold_lanes(sum)), acc[r]);
+            const __m512i s0 = _mm512_shuffle_epi8(sc, idx0), s1 = _mm512_shuffle_epi8(sc, idx1);
+            const __m512i s2 = _mm512_shuffle_epi8(sc, idx2), s3 = _mm512_shuffle_epi8(sc, idx3);
+#pragma GCC unroll 4
+            for (int t = 0; t < T; ++t) {
+                __m512i sum = _mm512_dpwssd_epi32(_mm512_setzero_si512(), _mm512_maddubs_epi16(v0, xv[t][0]), s0);
+                sum = _mm512_dpwssd_epi32(sum, _mm512_maddubs_epi16(v1, xv[t][1]), s1);
+                sum = _mm512_dpwssd_epi32(sum, _mm512_maddubs_epi16(v2, xv[t][2]), s2);
+                sum = _mm512_dpwssd_epi32(sum, _mm512_maddubs_epi16(v3, xv[t][3]), s3);
+                const __m256 d = _mm256_permutexvar_ps(_mm256_set1_epi32(2 * r), dd[t]);
+                acc[t][r] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(fold_lanes(sum)), acc[t][r]);
+            }
         }
     }
-    if constexpr (q5) {
-        const __m128 row_summs = _mm512_castps512_ps128(
-            _mm512_permutexvar_ps(_mm512_set_epi32(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 12, 8, 4, 0), acc_m));
-        store_rows<4>(_mm_add_ps(hsum8_rows<4>(acc), row_summs), y);
-    } else {
-        const __m128 acc_m4[4] = {_mm512_castps512_ps128(acc_m), _mm512_extractf32x4_ps(acc_m, 1),
-                                  _mm512_extractf32x4_ps(acc_m, 2), _mm512_extractf32x4_ps(acc_m, 3)};
-        store_rows<4>(_mm_add_ps(hsum8_rows<4>(acc), hsum4_rows<4>(acc_m4)), y);
+    for (int t = 0; t < T; ++t) {
+        if constexpr (q5) {
+            const __m128 row_summs = _mm512_castps512_ps128(
+                _mm512_permutexvar_ps(_mm512_set_epi32(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 12, 8, 4, 0), acc_m[t]));
+            store_rows<4>(_mm_add_ps(hsum8_rows<4>(acc[t]), row_summs), y + t * ldy);
+        } else {
+            const __m128 acc_m4[4] = {_mm512_castps512_ps128(acc_m[t]), _mm512_extractf32x4_ps(acc_m[t], 1),
+                                      _mm512_extractf32x4_ps(acc_m[t], 2), _mm512_extractf32x4_ps(acc_m[t], 3)};
+            store_rows<4>(_mm_add_ps(hsum8_rows<4>(acc[t]), hsum4_rows<4>(acc_m4)), y + t * ldy);
+        }
     }
 }
 
 // The rows past the last group of four: the one-row kernel of the matmul files (kernels/cpu/q5_k_row.h).
-void q5_k_one_row(const uint8_t* w, size_t stride, const block_q8_k* x, int64_t nb, float* y) {
-    q5_k_row<1>(reinterpret_cast<const block_q5_k*>(w), w + stride, reinterpret_cast<const uint8_t*>(x), 0, nb, y, 0);
+void q5_k_one_row(const uint8_t* w, size_t stride, size_t, const uint8_t* x, size_t, int64_t nb, float* y, int64_t) {
+    q5_k_row<1>(reinterpret_cast<const block_q5_k*>(w), w + stride, x, 0, nb, y, 0);
 }
 
 // The formats with a scale per 16 elements (Q2_K, Q3_K, Q6_K) share one walk: per block the token's 64-byte steps
@@ -355,65 +383,124 @@ struct q2_k_format {  // codes 0..3; a min per 16 elements
     }
 };
 
-// R rows of Format against one token's Q8_K blocks: ggml's lanes (ref::dot_q2_k_q8_k, dot_q3_k_q8_k, dot_q6_k_q8_k).
-template <class Format, int R>
-void sixteens_rows(const uint8_t* w, size_t stride, const block_q8_k* x, int64_t nb, float* y) {
+// R rows of Format against T tokens' Q8_K blocks (token t's at x + t * xs; its outputs at y + t * ldy): ggml's lanes
+// (ref::dot_q2_k_q8_k, dot_q3_k_q8_k, dot_q6_k_q8_k). Each row's codes and scale words are unpacked once for the T
+// tokens.
+template <class Format, int R, int T>
+void sixteens_rows(const uint8_t* w, size_t stride, size_t step, const uint8_t* x, size_t xs, int64_t nb, float* y,
+                   int64_t ldy) {
     using block = typename Format::block;
     const __m512i idx[4] = {load_idx(k_q6_k_scale_idx[0]), load_idx(k_q6_k_scale_idx[1]), load_idx(k_q6_k_scale_idx[2]),
                             load_idx(k_q6_k_scale_idx[3])};
-    __m256 acc[R];  // [8 lanes] sum of d * lane sums (Q2_K: the mins' products first)
-    for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
+    __m256 acc[T][R];  // [8 lanes] sum of d * lane sums (Q2_K: the mins' products first)
+    for (int t = 0; t < T; ++t)
+        for (int r = 0; r < R; ++r) acc[t][r] = _mm256_setzero_ps();
     for (int64_t b = 0; b < nb; ++b) {
-        const block_q8_k& xb = x[b];
-        __m512i xv[4], x_offset[4];  // elements 64 i .. 64 i + 63; offset * x in pairs (no overflow: |code x| small)
-        for (int i = 0; i < 4; ++i) {
-            xv[i] = _mm512_loadu_si512(xb.qs + 64 * i);
-            if constexpr (Format::offset != 0)
-                x_offset[i] = _mm512_maddubs_epi16(_mm512_set1_epi8(Format::offset), xv[i]);
+        const block_q8_k* xb[T];
+        __m512i xv[T][4], x_offset[T][4];  // elements 64 i .. 64 i + 63; offset * x in pairs (|code x| small)
+#pragma GCC unroll 4
+        for (int t = 0; t < T; ++t) {
+            xb[t] = reinterpret_cast<const block_q8_k*>(x + t * xs) + b;
+            for (int i = 0; i < 4; ++i) {
+                xv[t][i] = _mm512_loadu_si512(xb[t]->qs + 64 * i);
+                if constexpr (Format::offset != 0)
+                    x_offset[t][i] = _mm512_maddubs_epi16(_mm512_set1_epi8(Format::offset), xv[t][i]);
+            }
         }
 #pragma GCC unroll 4
         for (int r = 0; r < R; ++r) {
-            const block& wb = reinterpret_cast<const block*>(w + r * stride)[b];
+            const block& wb = *reinterpret_cast<const block*>(w + r * stride + b * step);
             prefetch_ahead(&wb, sizeof wb);
-            Format::before(wb, xb, acc[r]);
+            for (int t = 0; t < T; ++t) Format::before(wb, *xb[t], acc[t][r]);
             const __m512i scales512 = _mm512_castsi256_si512(Format::scale_words(wb));
-            __m512i q[4];
+            __m512i q[4], sw[4];
             Format::codes(wb, q);
-            __m512i sum = _mm512_setzero_si512();
-            for (int i = 0; i < 4; ++i) {
-                __m512i p = _mm512_maddubs_epi16(q[i], xv[i]);
-                if constexpr (Format::offset != 0) p = _mm512_sub_epi16(p, x_offset[i]);
-                sum = _mm512_dpwssd_epi32(sum, p, _mm512_permutexvar_epi16(idx[i], scales512));
+            for (int i = 0; i < 4; ++i) sw[i] = _mm512_permutexvar_epi16(idx[i], scales512);
+            const float dw = fp16(wb.d);
+#pragma GCC unroll 4
+            for (int t = 0; t < T; ++t) {
+                __m512i sum = _mm512_setzero_si512();
+                for (int i = 0; i < 4; ++i) {
+                    __m512i p = _mm512_maddubs_epi16(q[i], xv[t][i]);
+                    if constexpr (Format::offset != 0) p = _mm512_sub_epi16(p, x_offset[t][i]);
+                    sum = _mm512_dpwssd_epi32(sum, p, sw[i]);
+                }
+                const float d = xb[t]->d * dw;
+                acc[t][r] = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(fold_lanes(sum)), acc[t][r]);
             }
-            const float d = xb.d * fp16(wb.d);
-            acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(fold_lanes(sum)), acc[r]);
         }
     }
-    store_rows<R>(hsum8_rows<R>(acc), y);
+    for (int t = 0; t < T; ++t) store_rows<R>(hsum8_rows<R>(acc[t]), y + t * ldy);
 }
 
-template <void (*Group)(const uint8_t*, size_t, const block_q8_k*, int64_t, float*),
-          void (*One)(const uint8_t*, size_t, const block_q8_k*, int64_t, float*)>
-void by_groups(const matmul_weight& w, const block_q8_k* x, float* y, int64_t r0, int64_t r1) {
+// Kernels over rows of a weight (row r's block b at w + r * stride + b * step) against T tokens' Q8_K blocks (token t's
+// at x + t * xs, its outputs at y + t * ldy): Group takes four rows, One one row of one token.
+using rows_kernel = void (*)(const uint8_t*, size_t, size_t, const uint8_t*, size_t, int64_t, float*, int64_t);
+
+// Rows [r0, r1) of w for n_tokens tokens (Group's T), in its rows or its k-quant panels (kquant_panels.h): groups of
+// four where the form has them (panels: groups start at multiples of four), one row and token at a time around them.
+template <rows_kernel Group, rows_kernel One>
+void by_groups(const matmul_weight& w, const uint8_t* x, size_t xs, int64_t n_tokens, float* y, int64_t ldy, int64_t r0,
+               int64_t r1) {
+    static_assert(k_group == kquant_group_rows);
     const int64_t nb = w.n_in / qk_k;
+    const kquant_rows_view v = kquant_view(w);
+    const auto one = [&](int64_t r) {
+        for (int64_t t = 0; t < n_tokens; ++t)
+            One(v.row(r), v.row_stride, v.block_step, x + t * xs, 0, nb, y + t * ldy + r, 0);
+    };
     int64_t r = r0;
-    for (; r + k_group <= r1; r += k_group) Group(row_ptr(w, r), w.row_stride, x, nb, y + r);
-    for (; r < r1; ++r) One(row_ptr(w, r), w.row_stride, x, nb, y + r);
+    if (v.panels()) {
+        for (; r < r1 && r % k_group != 0; ++r) one(r);
+    }
+    for (; r + k_group <= r1; r += k_group) Group(v.row(r), v.row_stride, v.block_step, x, xs, nb, y + r, ldy);
+    for (; r < r1; ++r) one(r);
+}
+
+template <int T>
+void few_tokens(const matmul_weight& w, const uint8_t* x, size_t xs, float* y, int64_t ldy, int64_t r0, int64_t r1) {
+    if (w.type == ggml_type::q4_k) {
+        by_groups<k_rows4<block_q4_k, T>, q4_k_rows<1>>(w, x, xs, T, y, ldy, r0, r1);
+    } else {
+        by_groups<sixteens_rows<q6_k_format, k_group, T>, sixteens_rows<q6_k_format, 1, 1>>(w, x, xs, T, y, ldy, r0,
+                                                                                            r1);
+    }
 }
 
 }  // namespace
 
 void kquant_rows_one_token_avx512(const matmul_weight& w, const block_q8_k* x, float* y, int64_t r0, int64_t r1) {
+    const auto* xb = reinterpret_cast<const uint8_t*>(x);
     if (w.type == ggml_type::q4_k) {
-        by_groups<k_rows4<block_q4_k>, q4_k_rows<1>>(w, x, y, r0, r1);
+        by_groups<k_rows4<block_q4_k, 1>, q4_k_rows<1>>(w, xb, 0, 1, y, 0, r0, r1);
     } else if (w.type == ggml_type::q5_k) {
-        by_groups<k_rows4<block_q5_k>, q5_k_one_row>(w, x, y, r0, r1);
+        by_groups<k_rows4<block_q5_k, 1>, q5_k_one_row>(w, xb, 0, 1, y, 0, r0, r1);
     } else if (w.type == ggml_type::q2_k) {
-        by_groups<sixteens_rows<q2_k_format, k_group>, sixteens_rows<q2_k_format, 1>>(w, x, y, r0, r1);
+        by_groups<sixteens_rows<q2_k_format, k_group, 1>, sixteens_rows<q2_k_format, 1, 1>>(w, xb, 0, 1, y, 0, r0, r1);
     } else if (w.type == ggml_type::q3_k) {
-        by_groups<sixteens_rows<q3_k_format, k_group>, sixteens_rows<q3_k_format, 1>>(w, x, y, r0, r1);
+        by_groups<sixteens_rows<q3_k_format, k_group, 1>, sixteens_rows<q3_k_format, 1, 1>>(w, xb, 0, 1, y, 0, r0, r1);
     } else {
-        by_groups<sixteens_rows<q6_k_format, k_group>, sixteens_rows<q6_k_format, 1>>(w, x, y, r0, r1);
+        by_groups<sixteens_rows<q6_k_format, k_group, 1>, sixteens_rows<q6_k_format, 1, 1>>(w, xb, 0, 1, y, 0, r0, r1);
+    }
+}
+
+void kquant_rows_few_tokens_avx512(const matmul_weight& w, const uint8_t* x, size_t xs, int64_t n_tokens, float* y,
+                                   int64_t ldy, int64_t r0, int64_t r1) {
+    TROUPE_ASSERT(kquant_few_tokens_rows(w.type) && n_tokens >= 1 && n_tokens <= k_kquant_few_tokens,
+                  "kquant_rows_few_tokens_avx512: Q4_K or Q6_K, 1 to 3 tokens");
+    switch (n_tokens) {
+        case 1:
+            few_tokens<1>(w, x, xs, y, ldy, r0, r1);
+            break;
+        case 2:
+            few_tokens<2>(w, x, xs, y, ldy, r0, r1);
+            break;
+        case 3:
+            few_tokens<3>(w, x, xs, y, ldy, r0, r1);
+            break;
+        default:
+            few_tokens<4>(w, x, xs, y, ldy, r0, r1);
+            break;
     }
 }
 

@@ -6,6 +6,7 @@
 #include "core/result.h"
 #include "kernels/cpu/aligned_buffer.h"
 #include "kernels/cpu/cpu_features.h"
+#include "kernels/cpu/kquant_panels.h"
 #include "kernels/cpu/matmul_kernels.h"
 #include "kernels/cpu/q8_panels_kernels.h"
 #include "kernels/cpu/streamed_rows.h"
@@ -84,8 +85,11 @@ template <class Split, class Fn>
 void for_dot_rows(const Split& split, const detail::row_streamer& streamer, const matmul_weight& w, int64_t n_tokens,
                   const Fn& fn) {
     if (streamer && n_tokens <= detail::k_max_streamed_tokens) {
-        const int64_t grain = detail::streamed_grain(static_cast<int64_t>(w.row_stride), k_rows_per_item);
-        detail::stream_rows(streamer, w, 1, grain, [&](int64_t r0, int64_t r1) { fn(r0, r1); });
+        // k-quant panels in units of their groups of four rows (kquant_panels.h), so that no share starts inside one.
+        const int64_t unit = detail::has_panels(w) ? kquant_group_rows : 1;
+        const int64_t grain = detail::streamed_grain(static_cast<int64_t>(w.row_stride) * unit, k_rows_per_item / unit);
+        detail::stream_rows(streamer, w, unit, grain,
+                            [&](int64_t u0, int64_t u1) { fn(u0 * unit, std::min(w.n_out, u1 * unit)); });
         return;
     }
     for_row_ranges(split, w.n_out, is_float_type(w.type) ? k_float_rows_per_item : k_rows_per_item, fn);
@@ -179,8 +183,8 @@ void matmul_impl(const matmul_weight& w, const float* x, float* y, int64_t n_tok
         detail::matmul_q8_panels(w, x, y, n_tokens, recipe, split, streamer);
         return;
     }
-    TROUPE_ASSERT(detail::has_rows(w),
-                  "matmul: the weight keeps only q8 panels, which the active CPU level cannot read");
+    TROUPE_ASSERT(detail::has_rows(w) || (detail::has_panels(w) && kquant_panels_supported(w.type, recipe)),
+                  "matmul: the weight keeps only panels, which the active CPU level cannot read");
     const detail::matmul_kernels& k = active_kernels();
     const int64_t n = w.n_in;
     const bool use_gemm = n_tokens >= gemm_threshold(k, w.type, recipe);

@@ -53,7 +53,8 @@ void matmul(const matmul_weight& w, const float* x, float* y, int64_t n_tokens, 
 
 // Below this many tokens the dot-product kernels run, from here on the GEMM (at the active level, for
 // weights of this type). Measured crossovers on Zen 5: float weights 6, Q8_0/Q4_0 24; with float activations
-// (recipe float32) quantized weights 5. Q4_K / Q6_K in the quantized recipe: never (INT64_MAX).
+// (recipe float32) quantized weights 5. Q4_K / Q6_K in the quantized recipe: the level's integer GEMM from its
+// gemm_min_tokens_q4_k / _q6_k (AVX-512: 5), never (INT64_MAX) where it has none.
 int64_t gemm_min_tokens(ggml_type type, activation_recipe recipe = activation_recipe::quantized);
 
 }  // namespace troupe::cpu

@@ -26,6 +26,7 @@
 #include "kernels/cpu/aligned_buffer.h"
 #include "kernels/cpu/float_tile_walk.h"
 #include "kernels/cpu/gemm_avx512.h"
+#include "kernels/cpu/kquant_panels.h"
 #include "kernels/cpu/kquant_rows_avx512.h"
 #include "kernels/cpu/matmul_avx512_blocks.h"
 #include "kernels/cpu/q2_k_row.h"
@@ -240,9 +241,10 @@ inline float hsum128(__m128 v) {
 
 // Q4_K and Q6_K compute ggml's x86 recipe bit for bit (kernels/ref/kquant_dot.h): exact integer lane sums per
 // super-block, folded to ggml's 8 lanes, each converted and accumulated by FMA with d = d_x * d_w; Q4_K's mins in a
-// 4-lane chain over pairs of sub-blocks.
+// 4-lane chain over pairs of sub-blocks. The row's block b is at w + b * step (kquant_panels.h's view: one block apart
+// in the file's rows, four in the panels).
 template <int T>
-void q4_k_row(const block_q4_k* w, const uint8_t* x, size_t xs, int64_t nb, float* y, int64_t ldy) {
+void q4_k_row(const uint8_t* w, size_t step, const uint8_t* x, size_t xs, int64_t nb, float* y, int64_t ldy) {
     // Scale words [sc(2c) x16, sc(2c+1) x16] for chunk c of 64 elements.
     static const index_vectors scale_idx = {
         {repeat_words(0, 1), repeat_words(2, 3), repeat_words(4, 5), repeat_words(6, 7)}};
@@ -254,7 +256,7 @@ void q4_k_row(const block_q4_k* w, const uint8_t* x, size_t xs, int64_t nb, floa
         acc_m[t] = _mm_setzero_ps();
     }
     for (int64_t b = 0; b < nb; ++b) {
-        const block_q4_k& wb = w[b];
+        const auto& wb = *reinterpret_cast<const block_q4_k*>(w + b * step);
         prefetch_ahead(&wb, sizeof wb);
         // The packed 6-bit scales and mins as 16 words sc0..sc7, m0..m7 (see q4_k_scale_words): dwords
         // [s0 & 3f, (s2 & 0f) | (s0 >> 2 & 30), s1 & 3f, (s2 >> 4 & 0f) | (s1 >> 2 & 30)]. The 16-byte load
@@ -300,7 +302,7 @@ void q4_k_row(const block_q4_k* w, const uint8_t* x, size_t xs, int64_t nb, floa
 }
 
 template <int T>
-void q6_k_row(const block_q6_k* w, const uint8_t* x, size_t xs, int64_t nb, float* y, int64_t ldy) {
+void q6_k_row(const uint8_t* w, size_t step, const uint8_t* x, size_t xs, int64_t nb, float* y, int64_t ldy) {
     // Scale words for 64 elements 64v..64v+63: sub-blocks 4v..4v+3, 8 words (16 elements) each.
     static const index_vectors scale_idx = [] {
         index_vectors idx;
@@ -315,7 +317,7 @@ void q6_k_row(const block_q6_k* w, const uint8_t* x, size_t xs, int64_t nb, floa
     __m256 acc[T];  // [8 lanes] sum of d * lane sums
     for (int t = 0; t < T; ++t) acc[t] = _mm256_setzero_ps();
     for (int64_t b = 0; b < nb; ++b) {
-        const block_q6_k& wb = w[b];
+        const auto& wb = *reinterpret_cast<const block_q6_k*>(w + b * step);
         prefetch_ahead(&wb, sizeof wb);
         const __m256i scales = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(wb.scales)));
         const __m512i scales512 = _mm512_castsi256_si512(scales);
@@ -351,10 +353,11 @@ void q6_k_row(const block_q6_k* w, const uint8_t* x, size_t xs, int64_t nb, floa
 // ---------------------------------------------------------------------------------------------------------
 // Dot-product driver
 
+// kv: w's k-quant view (kquant_panels.h) for Q4_K / Q6_K, whose rows may lie in panels.
 template <int T>
-void row_tile(const matmul_weight& w, prepared_x x, const q8_0_pair* pairs, float* y, int64_t ldy, int64_t r,
-              int64_t t0) {
-    const uint8_t* wr = row_ptr(w, r);
+void row_tile(const matmul_weight& w, const kquant_rows_view& kv, prepared_x x, const q8_0_pair* pairs, float* y,
+              int64_t ldy, int64_t r, int64_t t0) {
+    const uint8_t* wr = w.type == ggml_type::q4_k || w.type == ggml_type::q6_k ? kv.row(r) : row_ptr(w, r);
     const auto* xt = static_cast<const uint8_t*>(x.data) + static_cast<size_t>(t0) * x.stride;
     const auto* xf = reinterpret_cast<const float*>(xt);
     float* yt = y + t0 * ldy + r;
@@ -382,7 +385,7 @@ void row_tile(const matmul_weight& w, prepared_x x, const q8_0_pair* pairs, floa
                              pairs + t0 * n_pairs(n / qk5_0), n / qk5_0, yt, ldy);
             break;
         case ggml_type::q4_k:
-            q4_k_row<T>(reinterpret_cast<const block_q4_k*>(wr), xt, x.stride, n / qk_k, yt, ldy);
+            q4_k_row<T>(wr, kv.block_step, xt, x.stride, n / qk_k, yt, ldy);
             break;
         case ggml_type::q2_k:
             q2_k_row<T>(reinterpret_cast<const block_q2_k*>(wr), wr + w.row_stride, xt, x.stride, n / qk_k, yt, ldy);
@@ -394,7 +397,7 @@ void row_tile(const matmul_weight& w, prepared_x x, const q8_0_pair* pairs, floa
             q5_k_row<T>(reinterpret_cast<const block_q5_k*>(wr), wr + w.row_stride, xt, x.stride, n / qk_k, yt, ldy);
             break;
         case ggml_type::q6_k:
-            q6_k_row<T>(reinterpret_cast<const block_q6_k*>(wr), xt, x.stride, n / qk_k, yt, ldy);
+            q6_k_row<T>(wr, kv.block_step, xt, x.stride, n / qk_k, yt, ldy);
             break;
         default:
             break;  // matmul() admits only the types above
@@ -410,6 +413,8 @@ using float_tiles_here = float_tiles<float_kernel>;
 void rows_avx512(const matmul_weight& w, prepared_x x, float* y, int64_t ldy, int64_t n_tokens, int64_t r0,
                  int64_t r1) {
     static thread_local aligned_buffer pair_buf;
+    const bool k_quant = w.type == ggml_type::q4_k || w.type == ggml_type::q6_k;  // rows or k-quant panels
+    const kquant_rows_view kv = k_quant ? kquant_view(w) : kquant_rows_view{};
     q8_0_pair* pairs = nullptr;
     if (w.type == ggml_type::q8_0 || w.type == ggml_type::q4_0 || w.type == ggml_type::q5_0) {
         const int64_t nb = w.n_in / qk8_0;
@@ -420,7 +425,7 @@ void rows_avx512(const matmul_weight& w, prepared_x x, float* y, int64_t ldy, in
     // bytes of this range to demand misses; a work item is often ~100 KiB (decode), so ask for them now.
     {
         const int d = k_prefetch_distance;
-        const auto* first = reinterpret_cast<const char*>(row_ptr(w, r0));
+        const auto* first = reinterpret_cast<const char*>(kv.panels() ? kv.row(r0) : row_ptr(w, r0));
         const int64_t span = std::min<int64_t>(d, static_cast<int64_t>(w.row_stride) * (r1 - r0));
         for (int64_t i = 0; i < span; i += 64) _mm_prefetch(first + i, _MM_HINT_T0);
     }
@@ -431,6 +436,10 @@ void rows_avx512(const matmul_weight& w, prepared_x x, float* y, int64_t ldy, in
     }
     if (n_tokens == 1 && kquant_groups_rows(w.type)) {  // decode: rows in groups of four
         kquant_rows_one_token_avx512(w, static_cast<const block_q8_k*>(x.data), y, r0, r1);
+        return;
+    }
+    if (n_tokens <= k_kquant_few_tokens && kquant_few_tokens_rows(w.type)) {  // the same groups for a few tokens
+        kquant_rows_few_tokens_avx512(w, static_cast<const uint8_t*>(x.data), x.stride, n_tokens, y, ldy, r0, r1);
         return;
     }
     if (n_tokens == 1 && w.type == ggml_type::q5_0) {  // decode: rows in groups of four (q5_0_row_avx512.h)
@@ -451,16 +460,16 @@ void rows_avx512(const matmul_weight& w, prepared_x x, float* y, int64_t ldy, in
             for (int64_t r = rb; r < re; ++r) {
                 switch (std::min<int64_t>(4, n_tokens - t0)) {
                     case 1:
-                        row_tile<1>(w, x, pairs, y, ldy, r, t0);
+                        row_tile<1>(w, kv, x, pairs, y, ldy, r, t0);
                         break;
                     case 2:
-                        row_tile<2>(w, x, pairs, y, ldy, r, t0);
+                        row_tile<2>(w, kv, x, pairs, y, ldy, r, t0);
                         break;
                     case 3:
-                        row_tile<3>(w, x, pairs, y, ldy, r, t0);
+                        row_tile<3>(w, kv, x, pairs, y, ldy, r, t0);
                         break;
                     default:
-                        row_tile<4>(w, x, pairs, y, ldy, r, t0);
+                        row_tile<4>(w, kv, x, pairs, y, ldy, r, t0);
                         break;
                 }
             }
@@ -500,8 +509,9 @@ const matmul_kernels& avx512_kernels() {
         .q8_0_values = q8_0_values_avx512,
         .q8_k_values = q8_k_values_avx512,
         .gemm_kquant = gemm_kquant_avx512,
-        .gemm_min_tokens_q4_k = 4,
-        .gemm_min_tokens_q6_k = 4,
+        // Up to k_kquant_few_tokens (4) tokens the groups of four rows (kquant_rows_avx512.h), then the GEMM.
+        .gemm_min_tokens_q4_k = k_kquant_few_tokens + 1,
+        .gemm_min_tokens_q6_k = k_kquant_few_tokens + 1,
         .gemm_kquant_rows = k_avx512_gemm_kquant_rows,
     };
     return k;

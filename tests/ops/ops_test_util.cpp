@@ -9,6 +9,13 @@
 
 namespace troupe::testing {
 
+std::vector<int64_t> every_token_count() {
+    std::vector<int64_t> counts;
+    for (int64_t t = 1; t <= 33; ++t) counts.push_back(t);
+    counts.push_back(512);
+    return counts;
+}
+
 std::vector<float> random_floats(int64_t n, uint32_t seed) {
     std::mt19937 rng(seed);
     std::normal_distribution<float> normal(0.0f, 1.0f);

@@ -37,6 +37,16 @@ private:
 
 std::string level_name(cpu::dispatch_level level);
 
+// Token counts a packed weight form must serve: 1..33 (every tile size, one tile and several) and 512 (several token
+// chunks).
+std::vector<int64_t> every_token_count();
+
+// A weight's shape in a table of cases: row length, rows, extra bytes per row (a padded stride).
+struct shape_case {
+    int64_t n_in, n_out;
+    size_t extra_stride;
+};
+
 // cpu::matmul of w with n_tokens random tokens (seeded) equals ref::matmul bit for bit at every level this CPU runs,
 // on one thread and on two (fatal failures: the caller may stop on HasFatalFailure()).
 void expect_every_level_equals_the_reference(const test_weight& w, int64_t n_tokens, uint32_t seed);

@@ -74,18 +74,8 @@ std::vector<cpu::dispatch_level> panel_levels(ggml_type type, cpu::activation_re
 const std::vector<cpu::activation_recipe> k_recipes = {cpu::activation_recipe::quantized,
                                                        cpu::activation_recipe::float32};
 
-// 1..33 (every tile size, one tile and several) and 512 (several token chunks).
-std::vector<int64_t> every_token_count() {
-    std::vector<int64_t> counts;
-    for (int64_t t = 1; t <= 33; ++t) counts.push_back(t);
-    counts.push_back(512);
-    return counts;
-}
-
-struct shape_case {
-    int64_t n_in, n_out;
-    size_t extra_stride;
-};
+using testing::every_token_count;
+using testing::shape_case;
 
 class q8_panels_types : public ::testing::TestWithParam<ggml_type> {};
 
