@@ -7,13 +7,15 @@
 //
 // Usage: troupe_kernels_bench [n_threads (default 2)] [prefill tokens (default 512)] [rounds (default 3)]
 //                             [types, e.g. Q8_0,Q4_0 (default all; Q2_K, Q3_K, Q5_K by name only)]
-//                             [level: avx2 | scalar (default: the CPU's best)]
+//                             [level and / or shape, e.g. avx2,1B: avx2 | scalar (default: the CPU's best);
+//                              110M (default) | 1B]
 // (Q8_0 and Q4_0 prefill run the integer GEMM: their GFLOP/s count multiply-adds as 2 flops like the others
 // but are not bound by the float FMA peak.) Rows with activations "float" run the float-activation recipe
 // (cpu::activation_recipe::float32: weight blocks dequantized in registers for decode, the float GEMM on
 // dequantized panels for prefill); "quant" rows llama.cpp's recipe. Rows with form "panels" run Q8_0 / Q4_0
 // weights pre-packed into 16-row panels (cpu/q8_panels.h): one integer kernel for every token count ("quant"),
-// and with float activations ("float") the W8A16 panel kernel, for every token count too.
+// and with float activations ("float") the W8A16 panel kernel, for every token count too; Q4_K / Q6_K weights
+// re-laid into k-quant panels (cpu/kquant_panels.h: each group of four rows one stream; the same kernels' arithmetic).
 //
 // Then the step time of the whole model for 1, 2, 4, 8, 16 and 32 tokens (a decode step serving that many
 // streams), rows vs panels, and the ratio of the 16-token step to the 1-token step: the cost of serving 16
@@ -33,6 +35,7 @@
 #include "kernels/cpu/limits.h"
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/q8_panels.h"
+#include "kernels/cpu/weight_panels.h"
 #include "kernels/ref/quants.h"
 
 namespace {
@@ -96,10 +99,10 @@ struct panel_weights {
 panel_weights make_panels(const model_weights& m, cpu::thread_pool& pool) {
     panel_weights p;
     for (const matmul_weight& w : m.views) {
-        const size_t n = cpu::q8_panels_bytes(w);
+        const size_t n = cpu::panels_bytes(w);
         p.panels.push_back(std::make_unique<cpu::aligned_buffer>());
         void* dst = p.panels.back()->reserve(n);
-        const panel_codes codes = cpu::pack_q8_panels(w, dst, &pool);
+        const panel_codes codes = cpu::pack_panels(w, dst, &pool);
         p.views.push_back(w);
         p.views.back().panels = dst;
         p.views.back().codes = codes;
@@ -118,18 +121,28 @@ int main(int argc, char** argv) {
     const int n_threads = argc > 1 ? std::atoi(argv[1]) : 2;
     const int64_t n_prefill = argc > 2 ? std::atoll(argv[2]) : 512;
     const int n_rounds = argc > 3 ? std::atoi(argv[3]) : 3;
-    if (argc > 5) {  // a lower level's kernels on this CPU (the AVX2 ones on an AVX-512 machine, to compare)
-        const std::string level = argv[5];
-        if (level != "avx2" && level != "scalar") {
-            std::fprintf(stderr, "troupe_kernels_bench: level '%s': avx2 or scalar\n", level.c_str());
-            return 2;
+    // The 5th argument: words separated by commas, a lower level's kernels on this CPU (avx2 or scalar: the AVX2 ones
+    // on an AVX-512 machine, to compare) and / or the shape: 110M (default) or 1B (`troupe synth --shape 1B`: dim 2048,
+    // ffn 5632, 22 layers; vocab 32000 here), whose rows are 3-7x longer.
+    bool shape_1b = false;
+    if (argc > 5) {
+        const std::string words = std::string(argv[5]) + ",";
+        for (size_t at = 0, comma; (comma = words.find(',', at)) != std::string::npos; at = comma + 1) {
+            const std::string word = words.substr(at, comma - at);
+            if (word == "1B" || word == "110M") {
+                shape_1b = word == "1B";
+            } else if (word == "avx2" || word == "scalar") {
+                cpu::force_level(word == "avx2" ? cpu::dispatch_level::avx2 : cpu::dispatch_level::scalar);
+            } else {
+                std::fprintf(stderr, "troupe_kernels_bench: '%s': avx2, scalar, 110M or 1B\n", word.c_str());
+                return 2;
+            }
         }
-        cpu::force_level(level == "avx2" ? cpu::dispatch_level::avx2 : cpu::dispatch_level::scalar);
     }
     cpu::thread_pool pool(n_threads);
-    std::printf(
-        "troupe_kernels_bench: 110M Llama shape (dim 768, ffn 2048, 12 layers, vocab 32000), %d threads, level %s\n",
-        n_threads, std::string(cpu::name(cpu::active_level())).c_str());
+    std::printf("troupe_kernels_bench: %s Llama shape (dim %d, ffn %d, %d layers, vocab 32000), %d threads, level %s\n",
+                shape_1b ? "1B" : "110M", shape_1b ? 2048 : 768, shape_1b ? 5632 : 2048, shape_1b ? 22 : 12, n_threads,
+                std::string(cpu::name(cpu::active_level())).c_str());
 
     // Hand-over cost of the pool (what a tiny model's decode step pays per op).
     {
@@ -152,7 +165,7 @@ int main(int argc, char** argv) {
         std::printf("tiny model (stories260K shape, F32): the %zu matmuls of a decode step take %.1f us\n", tiny.size(),
                     best * 1e6);
     }
-    const auto shapes = model_matmuls();
+    const auto shapes = shape_1b ? model_matmuls(2048, 5632, 32000, 22) : model_matmuls();
     int64_t max_in = 0, max_out = 0, params = 0;
     for (const shape& s : shapes) {
         max_in = std::max(max_in, s.n_in);
@@ -185,9 +198,9 @@ int main(int argc, char** argv) {
     }
     std::vector<model_weights> weights;
     for (ggml_type type : types) weights.push_back(make_weights(type, shapes));
-    std::vector<panel_weights> panels(types.size());  // Q8_0 / Q4_0 where the panel kernels run
+    std::vector<panel_weights> panels(types.size());  // Q8_0 / Q4_0 / Q4_K / Q6_K where the panel kernels run
     for (size_t i = 0; i < types.size(); ++i) {
-        if (cpu::q8_panels_supported(types[i], cpu::activation_recipe::quantized))
+        if (cpu::panels_supported(types[i], cpu::activation_recipe::quantized))
             panels[i] = make_panels(weights[i], pool);
     }
 
