@@ -21,6 +21,7 @@
 
 #include <immintrin.h>
 
+#include <algorithm>
 #include <cstring>
 #include <type_traits>
 
@@ -437,71 +438,81 @@ void sixteens_rows(const uint8_t* w, size_t stride, size_t step, const uint8_t* 
 // at x + t * xs, its outputs at y + t * ldy): Group takes four rows, One one row of one token.
 using rows_kernel = void (*)(const uint8_t*, size_t, size_t, const uint8_t*, size_t, int64_t, float*, int64_t);
 
-// Rows [r0, r1) of w for n_tokens tokens (Group's T), in its rows or its k-quant panels (kquant_panels.h): groups of
-// four where the form has them (panels: groups start at multiples of four), one row and token at a time around them.
-template <rows_kernel Group, rows_kernel One>
-void by_groups(const matmul_weight& w, const uint8_t* x, size_t xs, int64_t n_tokens, float* y, int64_t ldy, int64_t r0,
-               int64_t r1) {
+// Group kernels of one format for 1, 2, 3 and 4 tokens (group[c - 1] takes c), and its one-row, one-token kernel.
+struct group_kernels {
+    rows_kernel group[k_group];
+    rows_kernel one;
+};
+
+template <class Block>
+constexpr group_kernels k_rows4_kernels(rows_kernel one) {
+    return {{k_rows4<Block, 1>, k_rows4<Block, 2>, k_rows4<Block, 3>, k_rows4<Block, 4>}, one};
+}
+
+template <class Format>
+constexpr group_kernels sixteens_kernels() {
+    return {{sixteens_rows<Format, k_group, 1>, sixteens_rows<Format, k_group, 2>, sixteens_rows<Format, k_group, 3>,
+             sixteens_rows<Format, k_group, 4>},
+            sixteens_rows<Format, 1, 1>};
+}
+
+// Rows [r0, r1) of w for n_tokens tokens, in its rows or its k-quant panels (kquant_panels.h): groups of four rows
+// where the form has them (panels: groups start at multiples of four), each for the tokens in chunks of up to four (the
+// group's blocks come from memory for the first chunk, from L1 for the others); one row and token at a time around.
+void by_groups(const matmul_weight& w, const group_kernels& k, const uint8_t* x, size_t xs, int64_t n_tokens, float* y,
+               int64_t ldy, int64_t r0, int64_t r1) {
     static_assert(k_group == kquant_group_rows);
     const int64_t nb = w.n_in / qk_k;
     const kquant_rows_view v = kquant_view(w);
     const auto one = [&](int64_t r) {
         for (int64_t t = 0; t < n_tokens; ++t)
-            One(v.row(r), v.row_stride, v.block_step, x + t * xs, 0, nb, y + t * ldy + r, 0);
+            k.one(v.row(r), v.row_stride, v.block_step, x + t * xs, 0, nb, y + t * ldy + r, 0);
     };
     int64_t r = r0;
     if (v.panels()) {
         for (; r < r1 && r % k_group != 0; ++r) one(r);
     }
-    for (; r + k_group <= r1; r += k_group) Group(v.row(r), v.row_stride, v.block_step, x, xs, nb, y + r, ldy);
+    for (; r + k_group <= r1; r += k_group) {
+        for (int64_t t0 = 0; t0 < n_tokens; t0 += k_group) {
+            const int64_t c = std::min<int64_t>(k_group, n_tokens - t0);
+            k.group[c - 1](v.row(r), v.row_stride, v.block_step, x + t0 * xs, xs, nb, y + t0 * ldy + r, ldy);
+        }
+    }
     for (; r < r1; ++r) one(r);
 }
 
-template <int T>
-void few_tokens(const matmul_weight& w, const uint8_t* x, size_t xs, float* y, int64_t ldy, int64_t r0, int64_t r1) {
-    if (w.type == ggml_type::q4_k) {
-        by_groups<k_rows4<block_q4_k, T>, q4_k_rows<1>>(w, x, xs, T, y, ldy, r0, r1);
-    } else {
-        by_groups<sixteens_rows<q6_k_format, k_group, T>, sixteens_rows<q6_k_format, 1, 1>>(w, x, xs, T, y, ldy, r0,
-                                                                                            r1);
+constexpr group_kernels k_q4_k_kernels = k_rows4_kernels<block_q4_k>(q4_k_rows<1>);
+constexpr group_kernels k_q5_k_kernels = k_rows4_kernels<block_q5_k>(q5_k_one_row);
+constexpr group_kernels k_q2_k_kernels = sixteens_kernels<q2_k_format>();
+constexpr group_kernels k_q3_k_kernels = sixteens_kernels<q3_k_format>();
+constexpr group_kernels k_q6_k_kernels = sixteens_kernels<q6_k_format>();
+
+const group_kernels& kernels_of(ggml_type type) {
+    switch (type) {
+        case ggml_type::q4_k:
+            return k_q4_k_kernels;
+        case ggml_type::q5_k:
+            return k_q5_k_kernels;
+        case ggml_type::q2_k:
+            return k_q2_k_kernels;
+        case ggml_type::q3_k:
+            return k_q3_k_kernels;
+        default:
+            return k_q6_k_kernels;
     }
 }
 
 }  // namespace
 
 void kquant_rows_one_token_avx512(const matmul_weight& w, const block_q8_k* x, float* y, int64_t r0, int64_t r1) {
-    const auto* xb = reinterpret_cast<const uint8_t*>(x);
-    if (w.type == ggml_type::q4_k) {
-        by_groups<k_rows4<block_q4_k, 1>, q4_k_rows<1>>(w, xb, 0, 1, y, 0, r0, r1);
-    } else if (w.type == ggml_type::q5_k) {
-        by_groups<k_rows4<block_q5_k, 1>, q5_k_one_row>(w, xb, 0, 1, y, 0, r0, r1);
-    } else if (w.type == ggml_type::q2_k) {
-        by_groups<sixteens_rows<q2_k_format, k_group, 1>, sixteens_rows<q2_k_format, 1, 1>>(w, xb, 0, 1, y, 0, r0, r1);
-    } else if (w.type == ggml_type::q3_k) {
-        by_groups<sixteens_rows<q3_k_format, k_group, 1>, sixteens_rows<q3_k_format, 1, 1>>(w, xb, 0, 1, y, 0, r0, r1);
-    } else {
-        by_groups<sixteens_rows<q6_k_format, k_group, 1>, sixteens_rows<q6_k_format, 1, 1>>(w, xb, 0, 1, y, 0, r0, r1);
-    }
+    by_groups(w, kernels_of(w.type), reinterpret_cast<const uint8_t*>(x), 0, 1, y, 0, r0, r1);
 }
 
 void kquant_rows_few_tokens_avx512(const matmul_weight& w, const uint8_t* x, size_t xs, int64_t n_tokens, float* y,
                                    int64_t ldy, int64_t r0, int64_t r1) {
-    TROUPE_ASSERT(kquant_few_tokens_rows(w.type) && n_tokens >= 1 && n_tokens <= k_kquant_few_tokens,
-                  "kquant_rows_few_tokens_avx512: Q4_K or Q6_K, 1 to 3 tokens");
-    switch (n_tokens) {
-        case 1:
-            few_tokens<1>(w, x, xs, y, ldy, r0, r1);
-            break;
-        case 2:
-            few_tokens<2>(w, x, xs, y, ldy, r0, r1);
-            break;
-        case 3:
-            few_tokens<3>(w, x, xs, y, ldy, r0, r1);
-            break;
-        default:
-            few_tokens<4>(w, x, xs, y, ldy, r0, r1);
-            break;
-    }
+    TROUPE_ASSERT(n_tokens >= 1 && n_tokens <= kquant_few_tokens_max(w.type),
+                  "kquant_rows_few_tokens_avx512: Q4_K or Q6_K, at most kquant_few_tokens_max tokens");
+    by_groups(w, kernels_of(w.type), x, xs, n_tokens, y, ldy, r0, r1);
 }
 
 }  // namespace troupe::cpu::detail

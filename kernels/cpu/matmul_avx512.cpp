@@ -438,7 +438,7 @@ void rows_avx512(const matmul_weight& w, prepared_x x, float* y, int64_t ldy, in
         kquant_rows_one_token_avx512(w, static_cast<const block_q8_k*>(x.data), y, r0, r1);
         return;
     }
-    if (n_tokens <= k_kquant_few_tokens && kquant_few_tokens_rows(w.type)) {  // the same groups for a few tokens
+    if (n_tokens <= kquant_few_tokens_max(w.type)) {  // Q4_K / Q6_K: the same groups for a few tokens
         kquant_rows_few_tokens_avx512(w, static_cast<const uint8_t*>(x.data), x.stride, n_tokens, y, ldy, r0, r1);
         return;
     }
@@ -509,9 +509,9 @@ const matmul_kernels& avx512_kernels() {
         .q8_0_values = q8_0_values_avx512,
         .q8_k_values = q8_k_values_avx512,
         .gemm_kquant = gemm_kquant_avx512,
-        // Up to k_kquant_few_tokens (4) tokens the groups of four rows (kquant_rows_avx512.h), then the GEMM.
-        .gemm_min_tokens_q4_k = k_kquant_few_tokens + 1,
-        .gemm_min_tokens_q6_k = k_kquant_few_tokens + 1,
+        // Up to kquant_few_tokens_max tokens the groups of four rows (kquant_rows_avx512.h), then the GEMM.
+        .gemm_min_tokens_q4_k = kquant_few_tokens_max(ggml_type::q4_k) + 1,
+        .gemm_min_tokens_q6_k = kquant_few_tokens_max(ggml_type::q6_k) + 1,
         .gemm_kquant_rows = k_avx512_gemm_kquant_rows,
     };
     return k;
