@@ -12,7 +12,8 @@ namespace troupe::cpu {
 namespace {
 
 bool is_kquant_panel_type(ggml_type type) {
-    return type == ggml_type::q4_k || type == ggml_type::q6_k;
+    return type == ggml_type::q2_k || type == ggml_type::q3_k || type == ggml_type::q4_k || type == ggml_type::q5_k ||
+           type == ggml_type::q6_k;
 }
 
 size_t block_bytes_of(ggml_type type) {
@@ -25,7 +26,7 @@ size_t group_bytes_of(const matmul_weight& w) {
 
 void check_type(const matmul_weight& w) {
     TROUPE_ASSERT(is_kquant_panel_type(w.type), "k-quant panels: weight type " + std::string(traits(w.type).name) +
-                                                    " has no panel form (Q4_K or Q6_K only)");
+                                                    " has no k-quant panel form (Q2_K .. Q6_K only)");
     TROUPE_ASSERT(w.n_in % qk_k == 0, "k-quant panels: n_in " + std::to_string(w.n_in) + " is not a multiple of 256");
 }
 

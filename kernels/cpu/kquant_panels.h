@@ -1,5 +1,5 @@
-// Q4_K / Q6_K weights re-laid at load into row panels, so that the AVX-512 decode kernels, which take rows in groups of
-// four (kquant_rows_avx512.h), read one contiguous stream instead of four streams a row apart.
+// K-quant weights (Q2_K, Q3_K, Q4_K, Q5_K, Q6_K) re-laid at load into row panels, so that the AVX-512 kernels, which
+// take rows in groups of four (kquant_rows_avx512.h), read one contiguous stream instead of four streams a row apart.
 //
 // Why: a group's four rows are each 1-3 KiB long on a 1B model (2048 or 5632 inputs), so the group's super-blocks
 // come from four addresses that far apart; this Zen 5 streams that at ~75% of what it streams from one address
@@ -13,14 +13,15 @@
 //   panel p: group 0 (rows 16p .. 16p + 3) | group 1 (rows 16p + 4 ..) | group 2 | group 3 | padding to 64 bytes
 //   group:   [row 0 block 0][row 1 block 0][row 2 block 0][row 3 block 0][row 0 block 1] ... [row 3 block nb - 1]
 //
-// The last panel is padded with zero rows (blocks of zeros: d = dmin = 0, products 0, never stored). Blocks are
+// The last panel is padded with zero rows (blocks of zeros: d = 0 (and dmin), products 0, never stored). Blocks are
 // copied unchanged, so every product is the rows' product bit for bit (ggml's recipe, kernels/ref/kquant_dot.h).
 // The file's rows stay valid too (matmul_weight::data): a kernel without this form reads them.
 //
-// Which kernels read it: the AVX-512 dot kernels of Q4_K / Q6_K (one token: groups of four; two or three tokens: a row
-// at a time, its blocks kquant_rows_view::block_step apart) and the AVX-512 integer GEMM (gemm_kquant_avx512.cpp), the
-// whole quantized recipe at that level; other levels and the float-activation recipe keep reading rows, so nothing
-// packs there (kquant_panels_supported).
+// Which kernels read it: at the AVX-512 level in the quantized recipe, every kernel of these types: the groups of four
+// rows (any token count for Q2_K, Q3_K and Q5_K; up to kquant_few_tokens_max for Q4_K and Q6_K), the integer GEMM of
+// Q4_K / Q6_K beyond (gemm_kquant_avx512.cpp), and the one-row kernels (row r at kquant_rows_view::row(r), its blocks
+// block_step apart). Other levels and the float-activation recipe keep reading rows, so nothing packs there
+// (kquant_panels_supported).
 #pragma once
 
 #include <cstddef>
@@ -36,11 +37,11 @@ namespace troupe::cpu {
 constexpr int64_t kquant_panel_rows = 16;
 constexpr int64_t kquant_group_rows = 4;
 
-// Whether this weight type is packed into k-quant panels for this recipe at the active dispatch level (Q4_K and Q6_K,
+// Whether this weight type is packed into k-quant panels for this recipe at the active dispatch level (a k-quant,
 // quantized recipe, AVX-512 VNNI).
 bool kquant_panels_supported(ggml_type type, activation_recipe recipe);
 
-// Bytes of one panel of w (Q4_K or Q6_K; a multiple of 64), and of w's panel form.
+// Bytes of one panel of w (a k-quant; a multiple of 64), and of w's panel form.
 size_t kquant_panel_bytes(const matmul_weight& w);
 size_t kquant_panels_bytes(const matmul_weight& w);
 
@@ -66,7 +67,7 @@ struct kquant_rows_view {
     bool panels() const { return panel_bytes != 0; }
 };
 
-// The view of w (Q4_K or Q6_K): its panels where w.panels is set, else its rows.
+// The view of w (a k-quant): its panels where w.panels is set, else its rows.
 kquant_rows_view kquant_view(const matmul_weight& w);
 
 }  // namespace troupe::cpu

@@ -313,9 +313,18 @@ void k_rows4(const uint8_t* w, size_t stride, size_t step, const uint8_t* x, siz
     }
 }
 
-// The rows past the last group of four: the one-row kernel of the matmul files (kernels/cpu/q5_k_row.h).
-void q5_k_one_row(const uint8_t* w, size_t stride, size_t, const uint8_t* x, size_t, int64_t nb, float* y, int64_t) {
-    q5_k_row<1>(reinterpret_cast<const block_q5_k*>(w), w + stride, x, 0, nb, y, 0);
+// The rows outside whole groups of four: in rows, the one-row kernel of the matmul files (kernels/cpu/q5_k_row.h),
+// which reads a row's blocks back to back; in k-quant panels (blocks `step` apart), the group kernel with its four rows
+// all this row (stride 0), the same arithmetic per row, one output kept.
+void q5_k_one_row(const uint8_t* w, size_t stride, size_t step, const uint8_t* x, size_t, int64_t nb, float* y,
+                  int64_t) {
+    if (step == sizeof(block_q5_k)) {
+        q5_k_row<1>(reinterpret_cast<const block_q5_k*>(w), w + stride, x, 0, nb, y, 0);
+        return;
+    }
+    float four[4];
+    k_rows4<block_q5_k, 1>(w, 0, step, x, 0, nb, four, 0);
+    *y = four[0];
 }
 
 // The formats with a scale per 16 elements (Q2_K, Q3_K, Q6_K) share one walk: per block the token's 64-byte steps
@@ -511,7 +520,7 @@ void kquant_rows_one_token_avx512(const matmul_weight& w, const block_q8_k* x, f
 void kquant_rows_few_tokens_avx512(const matmul_weight& w, const uint8_t* x, size_t xs, int64_t n_tokens, float* y,
                                    int64_t ldy, int64_t r0, int64_t r1) {
     TROUPE_ASSERT(n_tokens >= 1 && n_tokens <= kquant_few_tokens_max(w.type),
-                  "kquant_rows_few_tokens_avx512: Q4_K or Q6_K, at most kquant_few_tokens_max tokens");
+                  "kquant_rows_few_tokens_avx512: a k-quant, at most kquant_few_tokens_max tokens");
     by_groups(w, kernels_of(w.type), x, xs, n_tokens, y, ldy, r0, r1);
 }
 

@@ -23,23 +23,38 @@ inline bool kquant_groups_rows(ggml_type type) {
            type == ggml_type::q6_k;
 }
 
-// Steps of up to this many tokens multiply Q4_K / Q6_K weights with kquant_rows_few_tokens_avx512 (from there on the
-// integer GEMM, gemm_kquant_avx512.cpp): the same groups of four rows as one token, each row's blocks unpacked once for
-// up to four tokens and each token's activations shuffled once for the four rows; more tokens in chunks of four, the
-// group's blocks then read from L1. troupe_kernels_bench's 1B shape (two Zen 5 threads, all matmuls of a step, ms;
-// rows / k-quant panels): Q4_K 2 tokens 23.2 / 28.9 with the one-row kernels -> 19.0-22.0 / 16.6-18.5; 4 tokens (the
-// GEMM) 41.7 / 37.6 -> 26.6-28.0 / 24.8-26.0; 8 tokens (GEMM 54-57) 52.2-52.6 / 48.9-51.1; 16: 103 against the GEMM's
-// 87-89. Q6_K 2 tokens 29.7 / 40.4 -> 21.8-24.8 / 19.5-22.2; 4 tokens (GEMM 55.5 / 40.3) 41.5-43.2 / 36.0-40.5; 8
-// tokens 62.8-68.4 against the GEMM's 54.8-59.8 (its four-token kernel holds 32 vectors of activations).
+// Steps of up to this many tokens multiply k-quant weights with kquant_rows_few_tokens_avx512 (Q4_K / Q6_K: from there
+// on the integer GEMM, gemm_kquant_avx512.cpp): the same groups of four rows as one token, each row's blocks unpacked
+// once for up to four tokens and each token's activations shuffled once for the four rows; more tokens in chunks of
+// four, the group's blocks then read from L1. troupe_kernels_bench's 1B shape (two Zen 5 threads, all matmuls of a
+// step, ms; rows / k-quant panels): Q4_K 2 tokens 23.2 / 28.9 with the one-row kernels -> 19.0-22.0 / 16.6-18.5; 4
+// tokens (the GEMM) 41.7 / 37.6 -> 26.6-28.0 / 24.8-26.0; 8 tokens (GEMM 54-57) 52.2-52.6 / 48.9-51.1; 16: 103 against
+// the GEMM's 87-89. Q6_K 2 tokens 29.7 / 40.4 -> 21.8-24.8 / 19.5-22.2; 4 tokens (GEMM 55.5 / 40.3) 41.5-43.2
+// / 36.0-40.5; 8 tokens 62.8-68.4 against the GEMM's 54.8-59.8 (its four-token kernel holds 32 vectors of activations).
+//
+// Q2_K, Q3_K and Q5_K have no GEMM: every token count takes the groups (a prefill in chunks of four tokens). Before,
+// two tokens on took the one-row kernels in tiles of four tokens; 1B shape, 128 tokens (`troupe_kernels_bench 2 128 2
+// Q2_K,Q3_K,Q5_K 1B`): Q2_K 101.6 -> 165.7 tokens/s, Q3_K 61.3 -> 112.7, Q5_K 82.4 -> 144.1.
 constexpr int64_t kquant_few_tokens_max(ggml_type type) {
-    return type == ggml_type::q4_k ? 8 : type == ggml_type::q6_k ? 4 : 0;
+    switch (type) {
+        case ggml_type::q4_k:
+            return 8;
+        case ggml_type::q6_k:
+            return 4;
+        case ggml_type::q2_k:
+        case ggml_type::q3_k:
+        case ggml_type::q5_k:
+            return INT64_MAX;
+        default:
+            return 0;
+    }
 }
 
 // y[r] = row r of w (Q2_K, Q3_K, Q4_K, Q5_K or Q6_K) . x for r0 <= r < r1; x: [w.n_in / 256] Q8_K blocks of one token.
 // ggml's x86 arithmetic bit for bit (kernels/ref/kquant_dot.h), as q4_k_row / q6_k_row in matmul_avx512.cpp.
 void kquant_rows_one_token_avx512(const matmul_weight& w, const block_q8_k* x, float* y, int64_t r0, int64_t r1);
 
-// y[t * ldy + r] = row r of w (Q4_K or Q6_K) . token t for r0 <= r < r1, t < n_tokens (1..kquant_few_tokens_max); token
+// y[t * ldy + r] = row r of w (a k-quant) . token t for r0 <= r < r1, t < n_tokens (1..kquant_few_tokens_max); token
 // t's Q8_K blocks at x + t * xs. Bit for bit what the one-token kernels give each token.
 void kquant_rows_few_tokens_avx512(const matmul_weight& w, const uint8_t* x, size_t xs, int64_t n_tokens, float* y,
                                    int64_t ldy, int64_t r0, int64_t r1);

@@ -413,7 +413,8 @@ using float_tiles_here = float_tiles<float_kernel>;
 void rows_avx512(const matmul_weight& w, prepared_x x, float* y, int64_t ldy, int64_t n_tokens, int64_t r0,
                  int64_t r1) {
     static thread_local aligned_buffer pair_buf;
-    const bool k_quant = w.type == ggml_type::q4_k || w.type == ggml_type::q6_k;  // rows or k-quant panels
+    // K-quants: rows or k-quant panels (only Q4_K / Q6_K reach row_tile below, beyond kquant_few_tokens_max tokens).
+    const bool k_quant = kquant_groups_rows(w.type);
     const kquant_rows_view kv = k_quant ? kquant_view(w) : kquant_rows_view{};
     q8_0_pair* pairs = nullptr;
     if (w.type == ggml_type::q8_0 || w.type == ggml_type::q4_0 || w.type == ggml_type::q5_0) {
@@ -438,7 +439,7 @@ void rows_avx512(const matmul_weight& w, prepared_x x, float* y, int64_t ldy, in
         kquant_rows_one_token_avx512(w, static_cast<const block_q8_k*>(x.data), y, r0, r1);
         return;
     }
-    if (n_tokens <= kquant_few_tokens_max(w.type)) {  // Q4_K / Q6_K: the same groups for a few tokens
+    if (n_tokens <= kquant_few_tokens_max(w.type)) {  // k-quants: the same groups for a few tokens (or all)
         kquant_rows_few_tokens_avx512(w, static_cast<const uint8_t*>(x.data), x.stride, n_tokens, y, ldy, r0, r1);
         return;
     }

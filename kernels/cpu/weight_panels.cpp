@@ -7,16 +7,25 @@ namespace troupe::cpu {
 
 static_assert(q8_panel_rows == weight_panel_rows && kquant_panel_rows == weight_panel_rows);
 
+namespace {
+
+bool is_k_quant(ggml_type type) {
+    return type == ggml_type::q2_k || type == ggml_type::q3_k || type == ggml_type::q4_k || type == ggml_type::q5_k ||
+           type == ggml_type::q6_k;
+}
+
+}  // namespace
+
 bool panels_supported(ggml_type type, activation_recipe recipe) {
     return q8_panels_supported(type, recipe) || kquant_panels_supported(type, recipe);
 }
 
 size_t panels_bytes(const matmul_weight& w) {
-    return w.type == ggml_type::q4_k || w.type == ggml_type::q6_k ? kquant_panels_bytes(w) : q8_panels_bytes(w);
+    return is_k_quant(w.type) ? kquant_panels_bytes(w) : q8_panels_bytes(w);
 }
 
 panel_codes pack_panels(const matmul_weight& w, void* dst, thread_pool* pool) {
-    if (w.type == ggml_type::q4_k || w.type == ggml_type::q6_k) {
+    if (is_k_quant(w.type)) {
         pack_kquant_panels(w, dst, pool);
         return panel_codes::plus_128;  // unused for k-quant panels; the default keeps pieces comparable
     }

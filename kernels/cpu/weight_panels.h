@@ -1,5 +1,5 @@
 // The forms a loader packs weights into where the active level's kernels read them faster than the file's rows: q8
-// panels (Q8_0 / Q4_0, q8_panels.h) and k-quant panels (Q4_K / Q6_K, kquant_panels.h). Both come in panels of
+// panels (Q8_0 / Q4_0, q8_panels.h) and k-quant panels (Q2_K .. Q6_K, kquant_panels.h). Both come in panels of
 // weight_panel_rows rows, so a thread's shard or a concatenated part starts a panel in either, and both leave the
 // file's rows valid (matmul_weight::data) for the kernels that read rows.
 #pragma once

@@ -1,9 +1,10 @@
-// Q4_K / Q6_K weights re-laid into k-quant panels (kernels/cpu/kquant_panels.h): the panel form holds every row's
-// blocks unchanged where kquant_rows_view says, and cpu::matmul reading the panels equals the same product reading the
-// rows bit for bit (the same kernels' arithmetic, ggml's recipe) and ref::matmul, for every token count 1..33 and
-// 512 (one token: groups of four; two and three: a row at a time; four on: the integer GEMM), row counts that are not
-// a multiple of 16, padded row strides, 1 and 2 threads (the threads' shares of a decode need not start a group), a
-// weight split into pieces as kernels.weights: copy places it, and a weight that keeps only its panels.
+// K-quant weights (Q2_K .. Q6_K) re-laid into k-quant panels (kernels/cpu/kquant_panels.h): the panel form holds every
+// row's blocks unchanged where kquant_rows_view says, and cpu::matmul reading the panels equals the same product
+// reading the rows bit for bit (the same kernels' arithmetic, ggml's recipe) and ref::matmul, for every token
+// count 1..33 and 512 (one token: groups of four; two and three: a row at a time; four on: the integer GEMM), row
+// counts that are not a multiple of 16, padded row strides, 1 and 2 threads (the threads' shares of a decode need not
+// start a group), a weight split into pieces as kernels.weights: copy places it, and a weight that keeps only its
+// panels.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -147,7 +148,9 @@ TEST_P(kquant_panels_types, pieces_and_panels_without_rows_give_the_same_product
     }
 }
 
-INSTANTIATE_TEST_SUITE_P(types, kquant_panels_types, ::testing::Values(ggml_type::q4_k, ggml_type::q6_k),
+INSTANTIATE_TEST_SUITE_P(types, kquant_panels_types,
+                         ::testing::Values(ggml_type::q2_k, ggml_type::q3_k, ggml_type::q4_k, ggml_type::q5_k,
+                                           ggml_type::q6_k),
                          [](const ::testing::TestParamInfo<ggml_type>& info) {
                              return std::string(traits(info.param).name);
                          });
@@ -156,14 +159,14 @@ TEST(kquant_panels, are_packed_only_where_every_kernel_of_the_level_reads_them) 
     for (cpu::dispatch_level level : cpu::available_levels()) {
         testing::scoped_level scope(level);
         const bool avx512 = level == cpu::dispatch_level::avx512;
-        for (ggml_type type : {ggml_type::q4_k, ggml_type::q6_k}) {
+        for (ggml_type type : {ggml_type::q2_k, ggml_type::q3_k, ggml_type::q4_k, ggml_type::q5_k, ggml_type::q6_k}) {
             EXPECT_EQ(cpu::kquant_panels_supported(type, cpu::activation_recipe::quantized), avx512)
                 << traits(type).name << " at " << testing::level_name(level);
             EXPECT_FALSE(cpu::kquant_panels_supported(type, cpu::activation_recipe::float32))
                 << "the float-activation kernels read rows";
             EXPECT_EQ(cpu::panels_supported(type, cpu::activation_recipe::quantized), avx512);
         }
-        for (ggml_type type : {ggml_type::q2_k, ggml_type::q3_k, ggml_type::q5_k, ggml_type::q8_0, ggml_type::f32})
+        for (ggml_type type : {ggml_type::q8_0, ggml_type::q4_0, ggml_type::q5_0, ggml_type::f16, ggml_type::f32})
             EXPECT_FALSE(cpu::kquant_panels_supported(type, cpu::activation_recipe::quantized)) << traits(type).name;
     }
 }
