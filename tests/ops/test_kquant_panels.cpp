@@ -1,7 +1,7 @@
 // K-quant weights (Q2_K .. Q6_K) re-laid into k-quant panels (kernels/cpu/kquant_panels.h): the panel form holds every
 // row's blocks unchanged where kquant_rows_view says, and cpu::matmul reading the panels equals the same product
 // reading the rows bit for bit (the same kernels' arithmetic, ggml's recipe) and ref::matmul, for every token
-// count 1..33 and 512 (one token: groups of four; two and three: a row at a time; four on: the integer GEMM), row
+// count 1..33 and 512 (the groups of four rows, for one token or chunks of four, and Q4_K / Q6_K's integer GEMM), row
 // counts that are not a multiple of 16, padded row strides, 1 and 2 threads (the threads' shares of a decode need not
 // start a group), a weight split into pieces as kernels.weights: copy places it, and a weight that keeps only its
 // panels.
