@@ -112,6 +112,12 @@ inline std::string computable_type_names() {
     return names;
 }
 
+// The k-quant weight formats troupe computes with (super-blocks of 256: Q2_K .. Q6_K; not Q8_K, an activation format).
+constexpr bool is_k_quant(ggml_type t) {
+    return t == ggml_type::q2_k || t == ggml_type::q3_k || t == ggml_type::q4_k || t == ggml_type::q5_k ||
+           t == ggml_type::q6_k;
+}
+
 // Bytes of one row of n elements (n must be a multiple of the block size).
 constexpr size_t row_bytes(ggml_type t, int64_t n) {
     const auto tr = traits(t);

@@ -58,12 +58,14 @@ struct kquant_rows_view {
     size_t block_step;   // rows: one block; panels: four blocks
     size_t group_bytes;  // panels only: one group of four rows
     size_t panel_bytes;  // panels only: one panel of 16 rows; 0 for rows
-    const uint8_t* row(int64_t r) const {
-        if (panel_bytes == 0) return base + static_cast<size_t>(r) * row_stride;
-        return base + static_cast<size_t>(r / kquant_panel_rows) * panel_bytes +
+    // Bytes from base to row r's first block.
+    size_t offset(int64_t r) const {
+        if (panel_bytes == 0) return static_cast<size_t>(r) * row_stride;
+        return static_cast<size_t>(r / kquant_panel_rows) * panel_bytes +
                static_cast<size_t>(r % kquant_panel_rows / kquant_group_rows) * group_bytes +
                static_cast<size_t>(r % kquant_group_rows) * row_stride;
     }
+    const uint8_t* row(int64_t r) const { return base + offset(r); }
     bool panels() const { return panel_bytes != 0; }
 };
 

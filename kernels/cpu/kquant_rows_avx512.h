@@ -19,8 +19,7 @@ namespace troupe::cpu::detail {
 // against 40.7-51.2 one row at a time (`troupe bench --n-prompt 16 --n-gen 64|128 --reps 2`, six rounds alternated
 // on two Zen 5 cores, 2026-12-04; 78-82% of a plain read between the steps against 63-66%).
 inline bool kquant_groups_rows(ggml_type type) {
-    return type == ggml_type::q2_k || type == ggml_type::q3_k || type == ggml_type::q4_k || type == ggml_type::q5_k ||
-           type == ggml_type::q6_k;
+    return is_k_quant(type);
 }
 
 // Steps of up to this many tokens multiply k-quant weights with kquant_rows_few_tokens_avx512 (Q4_K / Q6_K: from there

@@ -236,8 +236,7 @@ void matmul_impl(const matmul_weight& w, const float* x, float* y, int64_t n_tok
         auto* xq = x_buffer.as<block_q8_0>(static_cast<size_t>(n_tokens * nb));
         for_tokens([&](int64_t t) { k.quantize_q8_0(x + t * n, xq + t * nb, n); });
         px = {xq, static_cast<size_t>(nb) * sizeof(block_q8_0)};
-    } else if (w.type == ggml_type::q2_k || w.type == ggml_type::q3_k || w.type == ggml_type::q4_k ||
-               w.type == ggml_type::q5_k || w.type == ggml_type::q6_k) {
+    } else if (is_k_quant(w.type)) {
         const int64_t nb = n / qk_k;
         auto* xq = x_buffer.as<block_q8_k>(static_cast<size_t>(n_tokens * nb));
         for_tokens([&](int64_t t) { k.quantize_q8_k(x + t * n, xq + t * nb, n); });

@@ -7,15 +7,6 @@ namespace troupe::cpu {
 
 static_assert(q8_panel_rows == weight_panel_rows && kquant_panel_rows == weight_panel_rows);
 
-namespace {
-
-bool is_k_quant(ggml_type type) {
-    return type == ggml_type::q2_k || type == ggml_type::q3_k || type == ggml_type::q4_k || type == ggml_type::q5_k ||
-           type == ggml_type::q6_k;
-}
-
-}  // namespace
-
 bool panels_supported(ggml_type type, activation_recipe recipe) {
     return q8_panels_supported(type, recipe) || kquant_panels_supported(type, recipe);
 }
